@@ -1,0 +1,204 @@
+#include "core/cuckoo_filter.h"
+
+#include <cmath>
+#include <memory>
+
+#include "absl/status/status.h"
+
+namespace cuckoo {
+namespace {
+
+// A per-thread growable array reused across batches (no allocation per call
+// once warm). One instance per element type.
+template <typename T>
+T* Scratch(size_t n, int which) {
+  thread_local std::unique_ptr<T[]> buf[3];
+  thread_local size_t cap[3] = {0, 0, 0};
+  if (cap[which] < n) {
+    buf[which] = std::make_unique_for_overwrite<T[]>(n);
+    cap[which] = n;
+  }
+  return buf[which].get();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CuckooFilter>> CuckooFilter::Create(const FilterOptions& options) {
+  absl::StatusOr<FilterShape> shape = ComputeShape(options);
+  if (!shape.ok()) return shape.status();
+  return Create(*shape);
+}
+
+absl::StatusOr<std::unique_ptr<CuckooFilter>> CuckooFilter::Create(const FilterShape& shape) {
+  if (absl::Status s = ValidateShape(shape); !s.ok()) return s;
+  std::unique_ptr<CuckooFilter> f(new CuckooFilter(shape));
+  f->shards_.reserve(shape.shards);
+  for (uint32_t i = 0; i < shape.shards; ++i) {
+    // Distinct, deterministic kick-victim streams per shard.
+    absl::StatusOr<CuckooTable> t =
+        CuckooTable::Create(shape, shape.seed ^ (0x9E3779B97F4A7C15ull * (i + 1)));
+    if (!t.ok()) return t.status();
+    f->memory_bytes_ += t->allocated_bytes();
+    f->shards_.push_back(std::make_unique<Shard>(*std::move(t)));
+  }
+  return f;
+}
+
+template <typename Result, typename Fn>
+void GroupByShard(const HashLayout& layout, size_t num_shards, absl::Span<const uint64_t> hashes,
+                  absl::Span<Result> out, Fn fn) {
+  const size_t n = hashes.size();
+  if (num_shards == 1) {
+    fn(0, hashes, out);
+    return;
+  }
+  if (n == 1) {
+    fn(layout.Shard(hashes[0]), hashes, out);
+    return;
+  }
+  // Counting sort of the batch by shard, keeping each key's position.
+  uint32_t* start = Scratch<uint32_t>(num_shards + 1, 0);
+  std::fill(start, start + num_shards + 1, 0);
+  for (uint64_t h : hashes) ++start[layout.Shard(h) + 1];
+  for (size_t s = 0; s < num_shards; ++s) start[s + 1] += start[s];
+  uint64_t* sorted = Scratch<uint64_t>(n, 0);
+  uint32_t* pos = Scratch<uint32_t>(n, 1);
+  Result* tmp = Scratch<Result>(n, 2);
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t k = start[layout.Shard(hashes[i])]++;
+    sorted[k] = hashes[i];
+    pos[k] = static_cast<uint32_t>(i);
+  }
+  // start[s] is now the end of shard s's run, i.e. the beginning of s + 1's.
+  uint32_t begin = 0;
+  for (size_t s = 0; s < num_shards; ++s) {
+    uint32_t end = start[s];
+    if (end > begin) {
+      fn(s, absl::Span<const uint64_t>(sorted + begin, end - begin),
+         absl::Span<Result>(tmp + begin, end - begin));
+    }
+    begin = end;
+  }
+  for (size_t k = 0; k < n; ++k) out[pos[k]] = tmp[k];
+}
+
+void CuckooFilter::InsertHashed(absl::Span<const uint64_t> hashes, bool if_absent,
+                                absl::Span<InsertResult> out) {
+  GroupByShard(layout_, shards_.size(), hashes, out,
+               [&](size_t s, absl::Span<const uint64_t> h, absl::Span<InsertResult> r) {
+                 Shard& shard = *shards_[s];
+                 WriterLock lock(&shard.mu);
+                 shard.table.InsertBatch(h, if_absent, r);
+                 shard.items.store(shard.table.items(), std::memory_order_relaxed);
+               });
+}
+
+void CuckooFilter::LookupHashed(absl::Span<const uint64_t> hashes, absl::Span<bool> out) const {
+  GroupByShard(layout_, shards_.size(), hashes, out,
+               [&](size_t s, absl::Span<const uint64_t> h, absl::Span<bool> r) {
+                 const Shard& shard = *shards_[s];
+                 ReaderLock lock(&shard.mu);
+                 shard.table.LookupBatch(h, r);
+               });
+}
+
+void CuckooFilter::DeleteHashed(absl::Span<const uint64_t> hashes,
+                                absl::Span<DeleteResult> out) {
+  GroupByShard(layout_, shards_.size(), hashes, out,
+               [&](size_t s, absl::Span<const uint64_t> h, absl::Span<DeleteResult> r) {
+                 Shard& shard = *shards_[s];
+                 WriterLock lock(&shard.mu);
+                 shard.table.DeleteBatch(h, r);
+                 shard.items.store(shard.table.items(), std::memory_order_relaxed);
+               });
+}
+
+void CuckooFilter::CountHashed(absl::Span<const uint64_t> hashes,
+                               absl::Span<uint32_t> out) const {
+  GroupByShard(layout_, shards_.size(), hashes, out,
+               [&](size_t s, absl::Span<const uint64_t> h, absl::Span<uint32_t> r) {
+                 const Shard& shard = *shards_[s];
+                 ReaderLock lock(&shard.mu);
+                 for (size_t i = 0; i < h.size(); ++i) r[i] = shard.table.ApproximateCount(h[i]);
+               });
+}
+
+namespace {
+
+// Hashes a batch of keys into per-thread scratch.
+absl::Span<const uint64_t> HashAll(const CuckooFilter& f, absl::Span<const std::string_view> keys) {
+  uint64_t* h = Scratch<uint64_t>(keys.size(), 2);
+  for (size_t i = 0; i < keys.size(); ++i) h[i] = f.Hash(keys[i]);
+  return {h, keys.size()};
+}
+
+}  // namespace
+
+void CuckooFilter::InsertBatch(absl::Span<const std::string_view> keys, bool if_absent,
+                               absl::Span<InsertResult> out) {
+  InsertHashed(HashAll(*this, keys), if_absent, out);
+}
+
+void CuckooFilter::LookupBatch(absl::Span<const std::string_view> keys,
+                               absl::Span<bool> out) const {
+  LookupHashed(HashAll(*this, keys), out);
+}
+
+void CuckooFilter::DeleteBatch(absl::Span<const std::string_view> keys,
+                               absl::Span<DeleteResult> out) {
+  DeleteHashed(HashAll(*this, keys), out);
+}
+
+InsertResult CuckooFilter::Insert(std::string_view key, bool if_absent) {
+  uint64_t h = Hash(key);
+  Shard& shard = *shards_[layout_.Shard(h)];
+  WriterLock lock(&shard.mu);
+  InsertResult r = shard.table.Insert(h, if_absent);
+  shard.items.store(shard.table.items(), std::memory_order_relaxed);
+  return r;
+}
+
+bool CuckooFilter::MayContain(std::string_view key) const {
+  uint64_t h = Hash(key);
+  const Shard& shard = *shards_[layout_.Shard(h)];
+  ReaderLock lock(&shard.mu);
+  return shard.table.MayContain(h);
+}
+
+DeleteResult CuckooFilter::Delete(std::string_view key) {
+  uint64_t h = Hash(key);
+  Shard& shard = *shards_[layout_.Shard(h)];
+  WriterLock lock(&shard.mu);
+  DeleteResult r = shard.table.Delete(h);
+  shard.items.store(shard.table.items(), std::memory_order_relaxed);
+  return r;
+}
+
+uint32_t CuckooFilter::ApproximateCount(std::string_view key) const {
+  uint64_t h = Hash(key);
+  const Shard& shard = *shards_[layout_.Shard(h)];
+  ReaderLock lock(&shard.mu);
+  return shard.table.ApproximateCount(h);
+}
+
+uint64_t CuckooFilter::items() const {
+  uint64_t n = 0;
+  for (const auto& s : shards_) n += s->items.load(std::memory_order_relaxed);
+  return n;
+}
+
+FilterStats CuckooFilter::Stats() const {
+  FilterStats st;
+  st.items = items();
+  st.capacity = shape_.capacity;
+  st.slots = shape_.total_slots();
+  st.memory_bytes = memory_bytes_;
+  st.load_factor = static_cast<double>(st.items) / st.slots;
+  st.bits_per_item = st.items == 0 ? 0 : 8.0 * st.memory_bytes / st.items;
+  double p_match = 1.0 / (std::ldexp(1.0, shape_.fingerprint_bits) - 1);
+  st.expected_false_positive_rate =
+      -std::expm1(2.0 * shape_.bucket_size * st.load_factor * std::log1p(-p_match));
+  return st;
+}
+
+}  // namespace cuckoo

@@ -1,0 +1,116 @@
+// CuckooFilter: a named filter's engine. S independent CuckooTables (shards),
+// each behind its own reader/writer lock, over keys hashed once with XXH3-64.
+//
+// Use it for approximate set membership with deletion: "has this key been
+// added (and not removed)?" answered with no false negatives and a tunable
+// false-positive rate.
+//
+//   auto filter = CuckooFilter::Create({.capacity = 1'000'000,
+//                                       .false_positive_rate = 0.001});
+//   (*filter)->Insert("user:42");
+//   (*filter)->MayContain("user:42");   // true
+//   (*filter)->MayContain("user:43");   // false, or true with p ~ 0.001
+//
+// Batches: InsertBatch / LookupBatch / DeleteBatch hash the whole batch, group
+// keys by shard, take each shard's lock once, and run the table's prefetching
+// pipeline. Results come back per key in request order; a batch is not atomic
+// (another thread may see part of it).
+//
+// Thread safety: every method may be called from any number of threads.
+// Lookups take shard locks shared; inserts and deletes take them exclusively.
+// Caveats (inherent to cuckoo filters): a key inserted more than 2b times
+// fails with kFull; deleting a key that was never inserted can remove a
+// colliding key's fingerprint.
+#ifndef CUCKOO_CORE_CUCKOO_FILTER_H_
+#define CUCKOO_CORE_CUCKOO_FILTER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/cuckoo_table.h"
+#include "core/filter_options.h"
+#include "core/hash.h"
+#include "core/shared_mutex.h"
+
+namespace cuckoo {
+
+// A point-in-time view of a filter's occupancy and cost.
+struct FilterStats {
+  uint64_t items = 0;          // Fingerprints stored (inserts - deletes).
+  uint64_t capacity = 0;       // As requested at creation.
+  uint64_t slots = 0;          // Fingerprint slots in all tables.
+  uint64_t memory_bytes = 0;   // Bytes allocated for the tables.
+  double load_factor = 0;      // items / slots.
+  double bits_per_item = 0;    // memory_bytes * 8 / items (0 when empty).
+  // Probability that a lookup of an absent key returns true at the current
+  // load: 1 - (1 - 1/(2^f - 1))^(2b * load).
+  double expected_false_positive_rate = 0;
+};
+
+class CuckooFilter {
+ public:
+  // INVALID_ARGUMENT for impossible options, RESOURCE_EXHAUSTED when the
+  // tables cannot be allocated.
+  static absl::StatusOr<std::unique_ptr<CuckooFilter>> Create(const FilterOptions& options);
+  static absl::StatusOr<std::unique_ptr<CuckooFilter>> Create(const FilterShape& shape);
+
+  const FilterShape& shape() const { return shape_; }
+  uint64_t Hash(std::string_view key) const { return HashKey(key, shape_.seed); }
+
+  // Single keys.
+  InsertResult Insert(std::string_view key, bool if_absent = false);
+  // True for every key inserted and not deleted; for other keys true with
+  // probability ~ expected_false_positive_rate.
+  bool MayContain(std::string_view key) const;
+  DeleteResult Delete(std::string_view key);
+  // Copies of the key's fingerprint in its two buckets; never an undercount.
+  uint32_t ApproximateCount(std::string_view key) const;
+
+  // Batches of keys. `out` must be as long as `keys`; out[i] is keys[i]'s result.
+  void InsertBatch(absl::Span<const std::string_view> keys, bool if_absent,
+                   absl::Span<InsertResult> out);
+  void LookupBatch(absl::Span<const std::string_view> keys, absl::Span<bool> out) const;
+  void DeleteBatch(absl::Span<const std::string_view> keys, absl::Span<DeleteResult> out);
+
+  // Batches of pre-hashed keys (`Hash(key)`), for callers that hash while
+  // parsing their input.
+  void InsertHashed(absl::Span<const uint64_t> hashes, bool if_absent,
+                    absl::Span<InsertResult> out);
+  void LookupHashed(absl::Span<const uint64_t> hashes, absl::Span<bool> out) const;
+  void DeleteHashed(absl::Span<const uint64_t> hashes, absl::Span<DeleteResult> out);
+  void CountHashed(absl::Span<const uint64_t> hashes, absl::Span<uint32_t> out) const;
+
+  FilterStats Stats() const;
+  uint64_t items() const;
+  uint64_t memory_bytes() const { return memory_bytes_; }
+
+ private:
+  struct Shard {
+    explicit Shard(CuckooTable t) : table(std::move(t)) {}
+    mutable SharedMutex mu;
+    CuckooTable table ABSL_GUARDED_BY(mu);
+    // Mirrors table.items() so Stats() needs no lock.
+    std::atomic<uint64_t> items{0};
+  };
+
+  explicit CuckooFilter(const FilterShape& shape) : shape_(shape), layout_(shape.fingerprint_bits, shape.shard_bits, shape.buckets_per_shard) {}
+
+  // Calls fn(shard, hashes_of_shard, positions) once per shard that has keys,
+  // where positions[i] is the index in `hashes` of hashes_of_shard[i].
+  template <typename Fn>
+  void ForEachShard(absl::Span<const uint64_t> hashes, Fn fn) const;
+
+  const FilterShape shape_;
+  const HashLayout layout_;
+  uint64_t memory_bytes_ = 0;
+  std::vector<std::unique_ptr<Shard>> shards_;
+};
+
+}  // namespace cuckoo
+
+#endif  // CUCKOO_CORE_CUCKOO_FILTER_H_

@@ -1,0 +1,275 @@
+#include "core/cuckoo_table.h"
+
+#include <cstring>
+
+#include "absl/base/optimization.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+
+namespace cuckoo {
+namespace {
+
+// Keys whose buckets are prefetched ahead of the key being processed. Enough
+// to keep all of a core's line-fill buffers busy (two lines per key).
+constexpr size_t kPrefetchDistance = 16;
+
+inline uint64_t Load64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline void Store64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, sizeof(v)); }
+
+}  // namespace
+
+// The table's operations for fingerprint width kF and bucket size kB, or, when
+// either is 0, for the widths stored in the table (the generic path).
+template <uint32_t kF, uint32_t kB>
+struct TableImpl {
+  const CuckooTable& t;
+
+  uint32_t f() const {
+    if constexpr (kF != 0) return kF;
+    return t.f_;
+  }
+  uint32_t b() const {
+    if constexpr (kB != 0) return kB;
+    return t.b_;
+  }
+  uint32_t bucket_bits() const { return f() * b(); }
+  uint64_t fp_mask() const { return (uint64_t{1} << f()) - 1; }
+  // Whole bucket readable with one unaligned 64-bit load (bit shift <= 7).
+  bool swar() const { return bucket_bits() <= 57 || bucket_bits() == 64; }
+  // One bit at the bottom of every slot of a bucket.
+  uint64_t lanes_lo() const {
+    uint64_t lo = 0;
+    for (uint32_t j = 0; j < b(); ++j) lo |= uint64_t{1} << (j * f());
+    return lo;
+  }
+
+  const uint8_t* data() const { return t.buf_.data(); }
+  uint8_t* mutable_data() const { return const_cast<uint8_t*>(t.buf_.data()); }
+
+  uint32_t Get(uint64_t bucket, uint32_t slot) const {
+    uint64_t bit = (bucket * b() + slot) * f();
+    return static_cast<uint32_t>((Load64(data() + (bit >> 3)) >> (bit & 7)) & fp_mask());
+  }
+  void Set(uint64_t bucket, uint32_t slot, uint32_t value) const {
+    uint64_t bit = (bucket * b() + slot) * f();
+    uint8_t* p = mutable_data() + (bit >> 3);
+    uint32_t shift = bit & 7;
+    uint64_t w = Load64(p);
+    w = (w & ~(fp_mask() << shift)) | (uint64_t{value} << shift);
+    Store64(p, w);
+  }
+
+  // First slot of `bucket` equal to `value`, or -1. `value` 0 finds a free slot.
+  int Find(uint64_t bucket, uint32_t value) const {
+    if (swar()) {
+      uint64_t bit = bucket * bucket_bits();
+      uint64_t w = Load64(data() + (bit >> 3)) >> (bit & 7);
+      if (bucket_bits() < 64) w &= (uint64_t{1} << bucket_bits()) - 1;
+      uint64_t lo = lanes_lo();
+      uint64_t hi = lo << (f() - 1);
+      uint64_t x = w ^ (value * lo);
+      // Exact "some lane is zero" test; the lowest flagged lane is the first
+      // zero lane (only lanes above a zero lane can be flagged spuriously).
+      uint64_t z = (x - lo) & ~x & hi;
+      return z == 0 ? -1 : static_cast<int>(std::countr_zero(z) / f());
+    }
+    for (uint32_t j = 0; j < b(); ++j) {
+      if (Get(bucket, j) == value) return static_cast<int>(j);
+    }
+    return -1;
+  }
+  bool Contains(uint64_t bucket, uint32_t value) const { return Find(bucket, value) >= 0; }
+
+  bool TryPlace(uint64_t bucket, uint32_t fp) const {
+    int j = Find(bucket, 0);
+    if (j < 0) return false;
+    Set(bucket, static_cast<uint32_t>(j), fp);
+    return true;
+  }
+
+  void Prefetch(uint64_t bucket, int rw) const {
+    uint64_t first = (bucket * bucket_bits()) >> 3;
+    uint64_t last = (bucket * bucket_bits() + bucket_bits() - 1) >> 3;
+    if (rw) {
+      __builtin_prefetch(data() + first, 1);
+      if ((first ^ last) >= 64) __builtin_prefetch(data() + last, 1);
+    } else {
+      __builtin_prefetch(data() + first, 0);
+      if ((first ^ last) >= 64) __builtin_prefetch(data() + last, 0);
+    }
+  }
+
+  struct Place {
+    uint64_t i1, i2;
+    uint32_t fp;
+  };
+  Place Locate(uint64_t hash) const {
+    const HashLayout& l = t.layout_;
+    uint32_t fp = l.Fingerprint(hash);
+    uint64_t i1 = l.Bucket(hash);
+    return {i1, l.AltBucket(i1, fp), fp};
+  }
+
+  bool Lookup(const Place& p) const {
+    // Both buckets, no short circuit: the two loads overlap and the branch on
+    // a 50/50 outcome goes away.
+    return Contains(p.i1, p.fp) | Contains(p.i2, p.fp);
+  }
+
+  InsertResult Insert(const Place& p, bool if_absent) const {
+    CuckooTable& mt = const_cast<CuckooTable&>(t);
+    if (if_absent && Lookup(p)) return InsertResult::kAlreadyPresent;
+    if (TryPlace(p.i1, p.fp) || TryPlace(p.i2, p.fp)) {
+      ++mt.items_;
+      return InsertResult::kInserted;
+    }
+    // Random-walk eviction (paper Alg. 1), logging each swap so that a chain
+    // that reaches max_kicks can be undone and no resident is lost.
+    const HashLayout& l = t.layout_;
+    auto& path = mt.kick_path_;
+    path.clear();
+    uint64_t cur = (mt.NextRandom() & 1) ? p.i2 : p.i1;
+    uint32_t carry = p.fp;
+    for (uint32_t kick = 0; kick < t.max_kicks_; ++kick) {
+      uint32_t slot = static_cast<uint32_t>(mt.NextRandom() % b());
+      uint32_t victim = Get(cur, slot);
+      Set(cur, slot, carry);
+      path.push_back({cur, slot, victim});
+      carry = victim;
+      cur = l.AltBucket(cur, carry);
+      if (TryPlace(cur, carry)) {
+        ++mt.items_;
+        return InsertResult::kInserted;
+      }
+    }
+    for (auto it = path.rbegin(); it != path.rend(); ++it) Set(it->bucket, it->slot, it->victim);
+    return InsertResult::kFull;
+  }
+
+  DeleteResult Delete(const Place& p) const {
+    for (uint64_t bucket : {p.i1, p.i2}) {
+      int j = Find(bucket, p.fp);
+      if (j >= 0) {
+        Set(bucket, static_cast<uint32_t>(j), 0);
+        --const_cast<CuckooTable&>(t).items_;
+        return DeleteResult::kDeleted;
+      }
+    }
+    return DeleteResult::kNotFound;
+  }
+
+  // Runs `op(place, index)` for every hash, in order, with the buckets of the
+  // key kPrefetchDistance ahead already requested from memory.
+  template <typename Op>
+  void Pipeline(absl::Span<const uint64_t> hashes, int rw, Op op) const {
+    const size_t n = hashes.size();
+    Place ring[kPrefetchDistance];
+    auto start = [&](size_t k) {
+      Place p = Locate(hashes[k]);
+      Prefetch(p.i1, rw);
+      Prefetch(p.i2, rw);
+      ring[k % kPrefetchDistance] = p;
+    };
+    for (size_t k = 0; k < n && k < kPrefetchDistance; ++k) start(k);
+    for (size_t k = 0; k < n; ++k) {
+      Place p = ring[k % kPrefetchDistance];
+      if (k + kPrefetchDistance < n) start(k + kPrefetchDistance);
+      op(p, k);
+    }
+  }
+
+  // Entry points stored in CuckooTable::Ops.
+  static InsertResult InsertOne(CuckooTable& t, uint64_t h, bool if_absent) {
+    TableImpl impl{t};
+    return impl.Insert(impl.Locate(h), if_absent);
+  }
+  static bool LookupOne(const CuckooTable& t, uint64_t h) {
+    TableImpl impl{t};
+    return impl.Lookup(impl.Locate(h));
+  }
+  static DeleteResult DeleteOne(CuckooTable& t, uint64_t h) {
+    TableImpl impl{t};
+    return impl.Delete(impl.Locate(h));
+  }
+  static void InsertMany(CuckooTable& t, absl::Span<const uint64_t> hashes, bool if_absent,
+                         absl::Span<InsertResult> out) {
+    TableImpl impl{t};
+    impl.Pipeline(hashes, 1, [&](const Place& p, size_t k) { out[k] = impl.Insert(p, if_absent); });
+  }
+  static void LookupMany(const CuckooTable& t, absl::Span<const uint64_t> hashes,
+                         absl::Span<bool> out) {
+    TableImpl impl{t};
+    impl.Pipeline(hashes, 0, [&](const Place& p, size_t k) { out[k] = impl.Lookup(p); });
+  }
+  static void DeleteMany(CuckooTable& t, absl::Span<const uint64_t> hashes,
+                         absl::Span<DeleteResult> out) {
+    TableImpl impl{t};
+    impl.Pipeline(hashes, 1, [&](const Place& p, size_t k) { out[k] = impl.Delete(p); });
+  }
+
+  static constexpr CuckooTable::Ops kOps = {&InsertOne,  &LookupOne,  &DeleteOne,
+                                            &InsertMany, &LookupMany, &DeleteMany};
+};
+
+const CuckooTable::Ops* CuckooTable::SelectOps(uint32_t f, uint32_t b) {
+  auto by_b = [b]<uint32_t kF>() -> const Ops* {
+    switch (b) {
+      case 2:
+        return &TableImpl<kF, 2>::kOps;
+      case 4:
+        return &TableImpl<kF, 4>::kOps;
+      case 8:
+        return &TableImpl<kF, 8>::kOps;
+    }
+    return &TableImpl<0, 0>::kOps;
+  };
+  switch (f) {
+    case 8:
+      return by_b.template operator()<8>();
+    case 12:
+      return by_b.template operator()<12>();
+    case 16:
+      return by_b.template operator()<16>();
+  }
+  return &TableImpl<0, 0>::kOps;
+}
+
+absl::StatusOr<CuckooTable> CuckooTable::Create(const FilterShape& shape, uint64_t rng_seed) {
+  if (absl::Status s = ValidateShape(shape); !s.ok()) return s;
+  CuckooTable t;
+  t.layout_ = HashLayout(shape.fingerprint_bits, shape.shard_bits, shape.buckets_per_shard);
+  t.f_ = shape.fingerprint_bits;
+  t.b_ = shape.bucket_size;
+  t.max_kicks_ = shape.max_kicks;
+  t.rng_ = rng_seed | 1;  // xorshift state must be non-zero.
+  t.byte_size_ = shape.table_bytes_per_shard();
+  // 8 bytes of tail padding: every slot is read and written with a 64-bit
+  // access starting at the slot's first byte.
+  absl::StatusOr<PageBuffer> buf = PageBuffer::Allocate(t.byte_size_ + 8);
+  if (!buf.ok()) return buf.status();
+  t.buf_ = *std::move(buf);
+  t.kick_path_.reserve(shape.max_kicks);
+  t.ops_ = SelectOps(t.f_, t.b_);
+  return t;
+}
+
+uint32_t CuckooTable::ApproximateCount(uint64_t hash) const {
+  TableImpl<0, 0> impl{*this};
+  auto p = impl.Locate(hash);
+  uint32_t n = 0;
+  for (uint32_t j = 0; j < b_; ++j) n += impl.Get(p.i1, j) == p.fp;
+  if (p.i2 != p.i1) {
+    for (uint32_t j = 0; j < b_; ++j) n += impl.Get(p.i2, j) == p.fp;
+  }
+  return n;
+}
+
+uint32_t CuckooTable::SlotValue(uint64_t bucket, uint32_t slot) const {
+  return TableImpl<0, 0>{*this}.Get(bucket, slot);
+}
+
+}  // namespace cuckoo

@@ -1,0 +1,147 @@
+// CuckooTable: one (2,b) partial-key cuckoo hash table of f-bit fingerprints,
+// the paper's cuckoo filter (Fan et al., CoNEXT 2014, Section 3) over
+// pre-hashed keys. CuckooFilter shards keys over several of these.
+//
+// Storage is m buckets x b slots x f bits, packed with no padding between
+// buckets (a bucket may straddle a byte or cache-line boundary), so memory is
+// exactly ceil(m * b * f / 8) bytes plus 8 bytes of tail padding. A slot
+// holding 0 is empty; fingerprints are never 0 (see hash.h). Buckets of up to
+// 64 bits (e.g. b=4 with f <= 14 or f=16) are matched with one 64-bit load and
+// a SWAR compare; the common shapes (f in {8, 12, 16} x b in {2, 4, 8}) have
+// code specialised at compile time.
+//
+// Contract:
+//   - MayContain(h) is true for every hash inserted and not since deleted: no
+//     false negatives. It may be true for other hashes (false positive) with
+//     probability about 2b * load / 2^f.
+//   - Insert never loses a resident fingerprint. When the kick chain reaches
+//     max_kicks the table is restored exactly as it was and kFull returned.
+//     Inserting one key more than 2b times fails (kFull) for that key only.
+//   - Delete removes one copy of a matching fingerprint from either bucket.
+//     Deleting a key that was never inserted may remove a colliding key's
+//     fingerprint (a false negative for that key): only delete what you added.
+//
+// Thread safety: none. Const methods may run concurrently with each other;
+// anything else needs exclusive access (CuckooFilter holds a lock per table).
+#ifndef CUCKOO_CORE_CUCKOO_TABLE_H_
+#define CUCKOO_CORE_CUCKOO_TABLE_H_
+
+#include <bit>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/filter_options.h"
+#include "core/hash.h"
+#include "core/page_buffer.h"
+
+namespace cuckoo {
+
+static_assert(std::endian::native == std::endian::little,
+              "table bytes are little-endian on disk and in memory");
+
+// Per-key insert outcome; maps one-to-one onto the API's per-key result.
+enum class InsertResult : uint8_t {
+  kInserted = 0,
+  // Only with if_absent: a matching fingerprint is already in one of the key's
+  // buckets (the key itself, or a colliding one with probability ~FPR).
+  kAlreadyPresent = 1,
+  // No room: the kick chain hit max_kicks, or the key's 2b slots all hold its
+  // own copies. The table is unchanged.
+  kFull = 2,
+};
+
+enum class DeleteResult : uint8_t {
+  kDeleted = 0,
+  kNotFound = 1,
+};
+
+class CuckooTable {
+ public:
+  // The table for one shard of `shape`. `rng_seed` seeds the choice of kick
+  // victims (deterministic for a given seed and insert order).
+  static absl::StatusOr<CuckooTable> Create(const FilterShape& shape, uint64_t rng_seed);
+
+  CuckooTable(CuckooTable&&) noexcept = default;
+  CuckooTable& operator=(CuckooTable&&) noexcept = default;
+
+  InsertResult Insert(uint64_t hash, bool if_absent = false) { return ops_->insert(*this, hash, if_absent); }
+  bool MayContain(uint64_t hash) const { return ops_->lookup(*this, hash); }
+  DeleteResult Delete(uint64_t hash) { return ops_->remove(*this, hash); }
+  // Number of slots in the key's two buckets holding its fingerprint: the
+  // copies inserted, plus any colliding keys. An estimate, never an undercount.
+  uint32_t ApproximateCount(uint64_t hash) const;
+
+  // Batched forms: same results as calling the single-key form for each hash in
+  // order, but prefetch both buckets of keys further ahead so the memory
+  // misses of many keys overlap. `out.size()` must equal `hashes.size()`.
+  void InsertBatch(absl::Span<const uint64_t> hashes, bool if_absent,
+                   absl::Span<InsertResult> out) {
+    ops_->insert_batch(*this, hashes, if_absent, out);
+  }
+  void LookupBatch(absl::Span<const uint64_t> hashes, absl::Span<bool> out) const {
+    ops_->lookup_batch(*this, hashes, out);
+  }
+  void DeleteBatch(absl::Span<const uint64_t> hashes, absl::Span<DeleteResult> out) {
+    ops_->delete_batch(*this, hashes, out);
+  }
+
+  const HashLayout& layout() const { return layout_; }
+  uint32_t fingerprint_bits() const { return f_; }
+  uint32_t bucket_size() const { return b_; }
+  uint64_t num_buckets() const { return layout_.num_buckets(); }
+  uint64_t num_slots() const { return layout_.num_buckets() * b_; }
+  uint64_t items() const { return items_; }
+  double load_factor() const { return static_cast<double>(items_) / num_slots(); }
+  // Bytes really allocated for the slots (rounded to pages for large tables).
+  uint64_t allocated_bytes() const { return buf_.allocated_bytes(); }
+  bool huge_pages() const { return buf_.huge_pages(); }
+
+  // The packed slots, ceil(m * b * f / 8) bytes, for snapshots.
+  absl::Span<const uint8_t> bytes() const { return {buf_.data(), byte_size_}; }
+  // Fingerprint in `slot` of `bucket` (0 = empty). For tests and tools.
+  uint32_t SlotValue(uint64_t bucket, uint32_t slot) const;
+
+ private:
+  struct Ops {
+    InsertResult (*insert)(CuckooTable&, uint64_t, bool);
+    bool (*lookup)(const CuckooTable&, uint64_t);
+    DeleteResult (*remove)(CuckooTable&, uint64_t);
+    void (*insert_batch)(CuckooTable&, absl::Span<const uint64_t>, bool, absl::Span<InsertResult>);
+    void (*lookup_batch)(const CuckooTable&, absl::Span<const uint64_t>, absl::Span<bool>);
+    void (*delete_batch)(CuckooTable&, absl::Span<const uint64_t>, absl::Span<DeleteResult>);
+  };
+  template <uint32_t kF, uint32_t kB>
+  friend struct TableImpl;
+  struct KickStep {
+    uint64_t bucket;
+    uint32_t slot;
+    uint32_t victim;
+  };
+
+  CuckooTable() = default;
+  static const Ops* SelectOps(uint32_t fingerprint_bits, uint32_t bucket_size);
+  uint64_t NextRandom() {
+    // xorshift64*: fast, and good enough to pick kick victims.
+    rng_ ^= rng_ >> 12;
+    rng_ ^= rng_ << 25;
+    rng_ ^= rng_ >> 27;
+    return rng_ * 0x2545F4914F6CDD1Dull;
+  }
+
+  const Ops* ops_ = nullptr;
+  HashLayout layout_;
+  uint32_t f_ = 0;
+  uint32_t b_ = 0;
+  uint32_t max_kicks_ = 0;
+  uint64_t items_ = 0;
+  uint64_t rng_ = 0;
+  uint64_t byte_size_ = 0;
+  PageBuffer buf_;
+  std::vector<KickStep> kick_path_;  // Scratch for rolling back a failed insert.
+};
+
+}  // namespace cuckoo
+
+#endif  // CUCKOO_CORE_CUCKOO_TABLE_H_

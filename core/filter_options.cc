@@ -1,0 +1,154 @@
+#include "core/filter_options.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+#include "absl/random/random.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "core/hash.h"
+
+namespace cuckoo {
+namespace {
+
+// Default shard count: one shard per 8 Mi items (a shard table of ~12 MiB at
+// f=12, copied under its lock by a snapshot in a few milliseconds), but at least
+// one per 64 Ki items up to 16 shards so small filters still spread writers.
+uint32_t DefaultShards(uint64_t capacity) {
+  uint64_t by_size = std::bit_ceil(std::max<uint64_t>(1, (capacity + (1 << 23) - 1) >> 23));
+  uint64_t by_writers = std::min<uint64_t>(16, std::bit_ceil(std::max<uint64_t>(1, capacity >> 16)));
+  return static_cast<uint32_t>(std::min<uint64_t>(kMaxShards, std::max(by_size, by_writers)));
+}
+
+// Load factor at which a large (2,b) table starts failing inserts with 500
+// kicks, less a little, by fingerprint size: with few fingerprint bits a
+// bucket's entries have few distinct alternate buckets and the table fills
+// earlier (;login: 2013, Table 2).
+double BaseLoad(uint32_t b, uint32_t f) {
+  // Measured load at first failure with 2^22 buckets, 500 kicks (f=4..20):
+  //   b=2: f=4 28%, 5 42%, 6 80%, 7 84%, 8 86%, 12 87%
+  //   b=4: f=4 79%, 5 91%, 6 93%, 7 95%, 8 95.2%, 12 95.8%
+  //   b=8: f=4 93%, 5 96%, 6 97%, 7 98%, 8 98.4%, 12 98.5%
+  switch (b) {
+    case 2:
+      return f >= 8 ? 0.84 : f == 7 ? 0.83 : f == 6 ? 0.78 : f == 5 ? 0.40 : 0.26;
+    case 8:
+      return f >= 7 ? 0.97 : f == 6 ? 0.96 : f == 5 ? 0.94 : 0.90;
+    default:
+      return f >= 10 ? 0.95 : f >= 8 ? 0.945 : f == 7 ? 0.935 : f == 6 ? 0.92 : f == 5 ? 0.88 : 0.76;
+  }
+}
+
+}  // namespace
+
+double PlannedLoadFactor(uint32_t bucket_size, uint32_t fingerprint_bits, double items_per_shard) {
+  double base = BaseLoad(bucket_size, fingerprint_bits);
+  // Items land on shards (and buckets) binomially; leave ~3 standard deviations.
+  double margin = 3.0 / std::sqrt(std::max(1.0, items_per_shard));
+  return std::max(base * 0.5, base * (1.0 - margin));
+}
+
+uint32_t FingerprintBitsForRate(double eps, uint32_t b) {
+  double f = std::ceil(std::log2(2.0 * b / eps) - 1e-9);
+  return static_cast<uint32_t>(
+      std::clamp(f, double{kMinFingerprintBits}, double{kMaxFingerprintBits}));
+}
+
+std::string FilterShape::DebugString() const {
+  return absl::StrFormat(
+      "hash_id=%u seed=%#x capacity=%u fingerprint_bits=%u bucket_size=%u shards=%u "
+      "buckets_per_shard=%u max_kicks=%u",
+      hash_id, seed, capacity, fingerprint_bits, bucket_size, shards, buckets_per_shard, max_kicks);
+}
+
+absl::Status ValidateShape(const FilterShape& s) {
+  if (s.hash_id != kHashIdXxh3V1) {
+    return absl::InvalidArgumentError(absl::StrFormat("unknown hash_id %u", s.hash_id));
+  }
+  if (s.fingerprint_bits < kMinFingerprintBits || s.fingerprint_bits > kMaxFingerprintBits) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "fingerprint_bits=%u is outside [%u, %u]", s.fingerprint_bits, kMinFingerprintBits,
+        kMaxFingerprintBits));
+  }
+  if (s.bucket_size != 2 && s.bucket_size != 4 && s.bucket_size != 8) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("bucket_size=%u must be 2, 4 or 8", s.bucket_size));
+  }
+  if (s.shards == 0 || s.shards > kMaxShards || !std::has_single_bit(s.shards) ||
+      s.shard_bits != static_cast<uint32_t>(std::countr_zero(s.shards))) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "shards=%u must be a power of two in [1, %u] (shard_bits=%u)", s.shards, kMaxShards,
+        s.shard_bits));
+  }
+  if (s.max_kicks == 0 || s.max_kicks > kMaxMaxKicks) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_kicks=%u is outside [1, %u]", s.max_kicks, kMaxMaxKicks));
+  }
+  if (s.capacity == 0 || s.capacity > kMaxCapacity) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("capacity=%u is outside [1, %u]", s.capacity, kMaxCapacity));
+  }
+  if (s.buckets_per_shard == 0 || s.buckets_per_shard > kMaxCapacity) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("buckets_per_shard=%u is outside [1, %u]", s.buckets_per_shard,
+                        kMaxCapacity));
+  }
+  uint32_t bucket_hash_bits = 64 - s.fingerprint_bits - s.shard_bits;
+  uint32_t needed = std::bit_width(s.buckets_per_shard) + kMinSpareBucketHashBits;
+  if (bucket_hash_bits < needed) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "fingerprint_bits=%u with %u shards leaves %u hash bits to pick one of %u buckets per "
+        "shard; %u are needed for an even spread: use fewer fingerprint bits or a smaller capacity",
+        s.fingerprint_bits, s.shards, bucket_hash_bits, s.buckets_per_shard, needed));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<FilterShape> ComputeShape(const FilterOptions& o) {
+  if (o.capacity == 0 || o.capacity > kMaxCapacity) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("capacity=%u is outside [1, %u]", o.capacity, kMaxCapacity));
+  }
+  if (o.false_positive_rate != 0 &&
+      !(o.false_positive_rate > 0 && o.false_positive_rate < 1)) {  // Also rejects NaN.
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "false_positive_rate=%g must be in (0, 1)", o.false_positive_rate));
+  }
+  FilterShape s;
+  s.hash_id = kHashIdXxh3V1;
+  s.capacity = o.capacity;
+  s.bucket_size = o.bucket_size == 0 ? kDefaultBucketSize : o.bucket_size;
+  if (s.bucket_size != 2 && s.bucket_size != 4 && s.bucket_size != 8) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("bucket_size=%u must be 2, 4 or 8", s.bucket_size));
+  }
+  if (o.fingerprint_bits != 0) {
+    s.fingerprint_bits = o.fingerprint_bits;
+  } else {
+    double eps = o.false_positive_rate != 0 ? o.false_positive_rate : kDefaultFalsePositiveRate;
+    double needed = std::log2(2.0 * s.bucket_size / eps);
+    if (needed > kMaxFingerprintBits + 1e-9) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "false_positive_rate=%g needs %.1f fingerprint bits with bucket_size=%u; at most %u "
+          "are supported",
+          eps, needed, s.bucket_size, kMaxFingerprintBits));
+    }
+    s.fingerprint_bits = FingerprintBitsForRate(eps, s.bucket_size);
+  }
+  s.shards = o.shards == 0 ? DefaultShards(o.capacity) : o.shards;
+  s.shard_bits = std::has_single_bit(s.shards) ? std::countr_zero(s.shards) : 0;
+  s.max_kicks = o.max_kicks == 0 ? kDefaultMaxKicks : o.max_kicks;
+  s.seed = o.seed.has_value() ? *o.seed : absl::Uniform<uint64_t>(absl::BitGen());
+  if (s.fingerprint_bits >= kMinFingerprintBits && s.fingerprint_bits <= kMaxFingerprintBits &&
+      s.shards > 0) {
+    double per_shard = static_cast<double>(o.capacity) / s.shards;
+    double load = PlannedLoadFactor(s.bucket_size, s.fingerprint_bits, per_shard);
+    s.buckets_per_shard =
+        std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(per_shard / (s.bucket_size * load))));
+  }
+  if (absl::Status st = ValidateShape(s); !st.ok()) return st;
+  return s;
+}
+
+}  // namespace cuckoo

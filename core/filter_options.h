@@ -1,0 +1,86 @@
+// What a caller asks for (FilterOptions) and the exact table shape the engine
+// builds from it (FilterShape).
+//
+// Sizing follows the paper (Fan et al., CoNEXT 2014):
+//   - fingerprint bits f = ceil(log2(2b / epsilon))                  (Eq. 6)
+//   - buckets per shard  = ceil(capacity / (S * b * target_load))    (Eq. 4)
+// The bucket count is *not* rounded to a power of two (see hash.h), so memory
+// is f * b * buckets bits for any capacity: about f / target_load bits per
+// item, e.g. 12.63 bits/item at f=12, b=4.
+#ifndef CUCKOO_CORE_FILTER_OPTIONS_H_
+#define CUCKOO_CORE_FILTER_OPTIONS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace cuckoo {
+
+inline constexpr uint32_t kMinFingerprintBits = 4;
+inline constexpr uint32_t kMaxFingerprintBits = 32;
+inline constexpr uint32_t kDefaultBucketSize = 4;
+inline constexpr uint32_t kDefaultMaxKicks = 500;
+inline constexpr uint32_t kMaxMaxKicks = 100000;
+inline constexpr uint32_t kMaxShards = 4096;
+// Used when neither a false-positive rate nor fingerprint bits are given:
+// f = 12 at b = 4, the paper's (2,4) filter with 12.6 bits per item.
+inline constexpr double kDefaultFalsePositiveRate = 0.002;
+// Largest capacity accepted (2^40 items: ~1.6 TiB at 12 bits per item).
+inline constexpr uint64_t kMaxCapacity = uint64_t{1} << 40;
+// The bucket index needs this many more hash bits than log2(buckets per shard)
+// so that fastrange maps hashes onto buckets uniformly to within 2^-8.
+inline constexpr uint32_t kMinSpareBucketHashBits = 8;
+
+// A request for a filter. Zero / unset fields mean "choose for me".
+struct FilterOptions {
+  uint64_t capacity = 0;             // Items the filter must hold. Required.
+  double false_positive_rate = 0;    // Target epsilon in (0, 1); picks f.
+  uint32_t fingerprint_bits = 0;     // Explicit f in [4, 32]; overrides the rate.
+  uint32_t bucket_size = 0;          // b in {2, 4, 8}; default 4.
+  uint32_t shards = 0;               // Power of two in [1, 4096]; default from capacity.
+  uint32_t max_kicks = 0;            // Kick-chain limit per insert; default 500.
+  std::optional<uint64_t> seed;      // Hash seed; random when unset.
+};
+
+// Everything needed to rebuild a filter's tables bit for bit (with the items).
+struct FilterShape {
+  uint32_t hash_id = 0;
+  uint64_t seed = 0;
+  uint64_t capacity = 0;  // As requested; the tables hold a little more.
+  uint32_t fingerprint_bits = 0;
+  uint32_t bucket_size = 0;
+  uint32_t shards = 0;
+  uint32_t shard_bits = 0;
+  uint64_t buckets_per_shard = 0;
+  uint32_t max_kicks = 0;
+
+  uint64_t total_slots() const { return buckets_per_shard * bucket_size * shards; }
+  // Bytes of fingerprint storage per shard table (excluding padding/rounding).
+  uint64_t table_bytes_per_shard() const {
+    return (buckets_per_shard * bucket_size * fingerprint_bits + 7) / 8;
+  }
+  bool operator==(const FilterShape&) const = default;
+  std::string DebugString() const;
+};
+
+// The load factor the sizing plans for with b slots per bucket and f-bit
+// fingerprints, for a shard expecting `items_per_shard` items. Just under the
+// load the paper measures at first failure (b=4: 95%), minus a margin for the
+// binomial spread of items over shards.
+double PlannedLoadFactor(uint32_t bucket_size, uint32_t fingerprint_bits, double items_per_shard);
+
+// Smallest f with 2b / 2^f <= epsilon (paper Eq. 6), clamped to [4, 32].
+uint32_t FingerprintBitsForRate(double false_positive_rate, uint32_t bucket_size);
+
+// Validates `options` and computes the shape. INVALID_ARGUMENT names the field
+// and the bad value.
+absl::StatusOr<FilterShape> ComputeShape(const FilterOptions& options);
+
+// Checks a shape read from elsewhere (e.g. a snapshot) for impossible values.
+absl::Status ValidateShape(const FilterShape& shape);
+
+}  // namespace cuckoo
+
+#endif  // CUCKOO_CORE_FILTER_OPTIONS_H_

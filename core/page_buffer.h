@@ -1,0 +1,50 @@
+// PageBuffer: a zero-filled, 64-byte aligned byte buffer for filter tables.
+//
+// Buffers of 2 MiB or more are mapped with mmap, aligned to 2 MiB and marked
+// MADV_HUGEPAGE so the kernel backs them with transparent huge pages: a lookup
+// touches two random buckets, and with 4 KiB pages on a multi-GiB table nearly
+// every one of them is also a TLB miss. Smaller buffers come from the heap.
+// Not thread-safe; owned by one table.
+#ifndef CUCKOO_CORE_PAGE_BUFFER_H_
+#define CUCKOO_CORE_PAGE_BUFFER_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+
+namespace cuckoo {
+
+class PageBuffer {
+ public:
+  static constexpr size_t kHugePageBytes = size_t{2} << 20;
+
+  PageBuffer() = default;
+  // RESOURCE_EXHAUSTED when the memory cannot be had.
+  static absl::StatusOr<PageBuffer> Allocate(size_t bytes);
+
+  PageBuffer(PageBuffer&& other) noexcept;
+  PageBuffer& operator=(PageBuffer&& other) noexcept;
+  PageBuffer(const PageBuffer&) = delete;
+  PageBuffer& operator=(const PageBuffer&) = delete;
+  ~PageBuffer();
+
+  uint8_t* data() { return data_; }
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }  // As requested.
+  // Bytes really reserved (rounded up to the page or allocation granule).
+  size_t allocated_bytes() const { return allocated_; }
+  bool huge_pages() const { return mapped_; }
+
+ private:
+  void Release();
+
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  size_t allocated_ = 0;
+  bool mapped_ = false;
+};
+
+}  // namespace cuckoo
+
+#endif  // CUCKOO_CORE_PAGE_BUFFER_H_

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds, and runs every test:
+#   1. release build: all tests, plus the benchmark in --small mode as a smoke run;
+#   2. AddressSanitizer + UBSan build: all tests;
+#   3. ThreadSanitizer build: the concurrency tests (CTest label "concurrency").
+#   4. clang-format check of every C++ file.
+# Exits non-zero on the first failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+jobs=$(nproc)
+
+echo "== format check"
+if command -v clang-format >/dev/null; then
+  git ls-files '*.cc' '*.h' | xargs clang-format --dry-run --Werror
+else
+  echo "clang-format not installed; skipping format check"
+fi
+
+echo "== release build + tests"
+bash scripts/build.sh release
+ctest --test-dir build/release --output-on-failure -j "$jobs"
+echo "== benchmark smoke run (--small)"
+build/release/bench/filter_bench --small --json=build/release/filter_bench_small.json >/dev/null
+
+echo "== ASan+UBSan build + tests"
+bash scripts/build.sh asan
+ctest --test-dir build/asan --output-on-failure -j "$jobs"
+
+echo "== TSan build + concurrency tests"
+bash scripts/build.sh tsan
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+  ctest --test-dir build/tsan --output-on-failure -j "$jobs" -L concurrency
+echo "== all tests passed"
