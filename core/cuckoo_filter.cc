@@ -26,10 +26,10 @@ T* Scratch(size_t n, int which) {
 absl::StatusOr<std::unique_ptr<CuckooFilter>> CuckooFilter::Create(const FilterOptions& options) {
   absl::StatusOr<FilterShape> shape = ComputeShape(options);
   if (!shape.ok()) return shape.status();
-  return Create(*shape);
+  return FromShape(*shape);
 }
 
-absl::StatusOr<std::unique_ptr<CuckooFilter>> CuckooFilter::Create(const FilterShape& shape) {
+absl::StatusOr<std::unique_ptr<CuckooFilter>> CuckooFilter::FromShape(const FilterShape& shape) {
   if (absl::Status s = ValidateShape(shape); !s.ok()) return s;
   std::unique_ptr<CuckooFilter> f(new CuckooFilter(shape));
   f->shards_.reserve(shape.shards);
@@ -102,8 +102,7 @@ void CuckooFilter::LookupHashed(absl::Span<const uint64_t> hashes, absl::Span<bo
                });
 }
 
-void CuckooFilter::DeleteHashed(absl::Span<const uint64_t> hashes,
-                                absl::Span<DeleteResult> out) {
+void CuckooFilter::DeleteHashed(absl::Span<const uint64_t> hashes, absl::Span<DeleteResult> out) {
   GroupByShard(layout_, shards_.size(), hashes, out,
                [&](size_t s, absl::Span<const uint64_t> h, absl::Span<DeleteResult> r) {
                  Shard& shard = *shards_[s];
@@ -113,8 +112,7 @@ void CuckooFilter::DeleteHashed(absl::Span<const uint64_t> hashes,
                });
 }
 
-void CuckooFilter::CountHashed(absl::Span<const uint64_t> hashes,
-                               absl::Span<uint32_t> out) const {
+void CuckooFilter::CountHashed(absl::Span<const uint64_t> hashes, absl::Span<uint32_t> out) const {
   GroupByShard(layout_, shards_.size(), hashes, out,
                [&](size_t s, absl::Span<const uint64_t> h, absl::Span<uint32_t> r) {
                  const Shard& shard = *shards_[s];

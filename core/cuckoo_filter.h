@@ -41,12 +41,12 @@ namespace cuckoo {
 
 // A point-in-time view of a filter's occupancy and cost.
 struct FilterStats {
-  uint64_t items = 0;          // Fingerprints stored (inserts - deletes).
-  uint64_t capacity = 0;       // As requested at creation.
-  uint64_t slots = 0;          // Fingerprint slots in all tables.
-  uint64_t memory_bytes = 0;   // Bytes allocated for the tables.
-  double load_factor = 0;      // items / slots.
-  double bits_per_item = 0;    // memory_bytes * 8 / items (0 when empty).
+  uint64_t items = 0;         // Fingerprints stored (inserts - deletes).
+  uint64_t capacity = 0;      // As requested at creation.
+  uint64_t slots = 0;         // Fingerprint slots in all tables.
+  uint64_t memory_bytes = 0;  // Bytes allocated for the tables.
+  double load_factor = 0;     // items / slots.
+  double bits_per_item = 0;   // memory_bytes * 8 / items (0 when empty).
   // Probability that a lookup of an absent key returns true at the current
   // load: 1 - (1 - 1/(2^f - 1))^(2b * load).
   double expected_false_positive_rate = 0;
@@ -57,7 +57,7 @@ class CuckooFilter {
   // INVALID_ARGUMENT for impossible options, RESOURCE_EXHAUSTED when the
   // tables cannot be allocated.
   static absl::StatusOr<std::unique_ptr<CuckooFilter>> Create(const FilterOptions& options);
-  static absl::StatusOr<std::unique_ptr<CuckooFilter>> Create(const FilterShape& shape);
+  static absl::StatusOr<std::unique_ptr<CuckooFilter>> FromShape(const FilterShape& shape);
 
   const FilterShape& shape() const { return shape_; }
   uint64_t Hash(std::string_view key) const { return HashKey(key, shape_.seed); }
@@ -98,7 +98,8 @@ class CuckooFilter {
     std::atomic<uint64_t> items{0};
   };
 
-  explicit CuckooFilter(const FilterShape& shape) : shape_(shape), layout_(shape.fingerprint_bits, shape.shard_bits, shape.buckets_per_shard) {}
+  explicit CuckooFilter(const FilterShape& shape)
+      : shape_(shape), layout_(shape.fingerprint_bits, shape.shard_bits, shape.buckets_per_shard) {}
 
   // Calls fn(shard, hashes_of_shard, positions) once per shard that has keys,
   // where positions[i] is the index in `hashes` of hashes_of_shard[i].

@@ -13,6 +13,10 @@ namespace {
 // to keep all of a core's line-fill buffers busy (two lines per key).
 constexpr size_t kPrefetchDistance = 16;
 
+// Every slot is read and written with a 64-bit access starting at the slot's
+// first byte, so the last slot needs 8 bytes after its start.
+constexpr size_t kTailPadding = 8;
+
 inline uint64_t Load64(const uint8_t* p) {
   uint64_t v;
   std::memcpy(&v, p, sizeof(v));
@@ -238,6 +242,10 @@ const CuckooTable::Ops* CuckooTable::SelectOps(uint32_t f, uint32_t b) {
   return &TableImpl<0, 0>::kOps;
 }
 
+uint64_t CuckooTable::AllocationBytes(const FilterShape& shape) {
+  return PageBuffer::AllocationSize(shape.table_bytes_per_shard() + kTailPadding);
+}
+
 absl::StatusOr<CuckooTable> CuckooTable::Create(const FilterShape& shape, uint64_t rng_seed) {
   if (absl::Status s = ValidateShape(shape); !s.ok()) return s;
   CuckooTable t;
@@ -247,9 +255,7 @@ absl::StatusOr<CuckooTable> CuckooTable::Create(const FilterShape& shape, uint64
   t.max_kicks_ = shape.max_kicks;
   t.rng_ = rng_seed | 1;  // xorshift state must be non-zero.
   t.byte_size_ = shape.table_bytes_per_shard();
-  // 8 bytes of tail padding: every slot is read and written with a 64-bit
-  // access starting at the slot's first byte.
-  absl::StatusOr<PageBuffer> buf = PageBuffer::Allocate(t.byte_size_ + 8);
+  absl::StatusOr<PageBuffer> buf = PageBuffer::Allocate(t.byte_size_ + kTailPadding);
   if (!buf.ok()) return buf.status();
   t.buf_ = *std::move(buf);
   t.kick_path_.reserve(shape.max_kicks);

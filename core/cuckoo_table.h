@@ -62,11 +62,15 @@ class CuckooTable {
   // The table for one shard of `shape`. `rng_seed` seeds the choice of kick
   // victims (deterministic for a given seed and insert order).
   static absl::StatusOr<CuckooTable> Create(const FilterShape& shape, uint64_t rng_seed);
+  // Bytes Create will allocate for one shard of `shape`.
+  static uint64_t AllocationBytes(const FilterShape& shape);
 
   CuckooTable(CuckooTable&&) noexcept = default;
   CuckooTable& operator=(CuckooTable&&) noexcept = default;
 
-  InsertResult Insert(uint64_t hash, bool if_absent = false) { return ops_->insert(*this, hash, if_absent); }
+  InsertResult Insert(uint64_t hash, bool if_absent = false) {
+    return ops_->insert(*this, hash, if_absent);
+  }
   bool MayContain(uint64_t hash) const { return ops_->lookup(*this, hash); }
   DeleteResult Delete(uint64_t hash) { return ops_->remove(*this, hash); }
   // Number of slots in the key's two buckets holding its fingerprint: the

@@ -17,7 +17,8 @@ namespace {
 // one per 64 Ki items up to 16 shards so small filters still spread writers.
 uint32_t DefaultShards(uint64_t capacity) {
   uint64_t by_size = std::bit_ceil(std::max<uint64_t>(1, (capacity + (1 << 23) - 1) >> 23));
-  uint64_t by_writers = std::min<uint64_t>(16, std::bit_ceil(std::max<uint64_t>(1, capacity >> 16)));
+  uint64_t by_writers =
+      std::min<uint64_t>(16, std::bit_ceil(std::max<uint64_t>(1, capacity >> 16)));
   return static_cast<uint32_t>(std::min<uint64_t>(kMaxShards, std::max(by_size, by_writers)));
 }
 
@@ -36,7 +37,12 @@ double BaseLoad(uint32_t b, uint32_t f) {
     case 8:
       return f >= 7 ? 0.97 : f == 6 ? 0.96 : f == 5 ? 0.94 : 0.90;
     default:
-      return f >= 10 ? 0.95 : f >= 8 ? 0.945 : f == 7 ? 0.935 : f == 6 ? 0.92 : f == 5 ? 0.88 : 0.76;
+      return f >= 10  ? 0.95
+             : f >= 8 ? 0.945
+             : f == 7 ? 0.935
+             : f == 6 ? 0.92
+             : f == 5 ? 0.88
+                      : 0.76;
   }
 }
 
@@ -67,9 +73,9 @@ absl::Status ValidateShape(const FilterShape& s) {
     return absl::InvalidArgumentError(absl::StrFormat("unknown hash_id %u", s.hash_id));
   }
   if (s.fingerprint_bits < kMinFingerprintBits || s.fingerprint_bits > kMaxFingerprintBits) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "fingerprint_bits=%u is outside [%u, %u]", s.fingerprint_bits, kMinFingerprintBits,
-        kMaxFingerprintBits));
+    return absl::InvalidArgumentError(absl::StrFormat("fingerprint_bits=%u is outside [%u, %u]",
+                                                      s.fingerprint_bits, kMinFingerprintBits,
+                                                      kMaxFingerprintBits));
   }
   if (s.bucket_size != 2 && s.bucket_size != 4 && s.bucket_size != 8) {
     return absl::InvalidArgumentError(
@@ -77,9 +83,9 @@ absl::Status ValidateShape(const FilterShape& s) {
   }
   if (s.shards == 0 || s.shards > kMaxShards || !std::has_single_bit(s.shards) ||
       s.shard_bits != static_cast<uint32_t>(std::countr_zero(s.shards))) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "shards=%u must be a power of two in [1, %u] (shard_bits=%u)", s.shards, kMaxShards,
-        s.shard_bits));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("shards=%u must be a power of two in [1, %u] (shard_bits=%u)", s.shards,
+                        kMaxShards, s.shard_bits));
   }
   if (s.max_kicks == 0 || s.max_kicks > kMaxMaxKicks) {
     return absl::InvalidArgumentError(
@@ -90,9 +96,8 @@ absl::Status ValidateShape(const FilterShape& s) {
         absl::StrFormat("capacity=%u is outside [1, %u]", s.capacity, kMaxCapacity));
   }
   if (s.buckets_per_shard == 0 || s.buckets_per_shard > kMaxCapacity) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("buckets_per_shard=%u is outside [1, %u]", s.buckets_per_shard,
-                        kMaxCapacity));
+    return absl::InvalidArgumentError(absl::StrFormat("buckets_per_shard=%u is outside [1, %u]",
+                                                      s.buckets_per_shard, kMaxCapacity));
   }
   uint32_t bucket_hash_bits = 64 - s.fingerprint_bits - s.shard_bits;
   uint32_t needed = std::bit_width(s.buckets_per_shard) + kMinSpareBucketHashBits;
@@ -112,8 +117,8 @@ absl::StatusOr<FilterShape> ComputeShape(const FilterOptions& o) {
   }
   if (o.false_positive_rate != 0 &&
       !(o.false_positive_rate > 0 && o.false_positive_rate < 1)) {  // Also rejects NaN.
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "false_positive_rate=%g must be in (0, 1)", o.false_positive_rate));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("false_positive_rate=%g must be in (0, 1)", o.false_positive_rate));
   }
   FilterShape s;
   s.hash_id = kHashIdXxh3V1;

@@ -35,13 +35,13 @@ inline constexpr uint32_t kMinSpareBucketHashBits = 8;
 
 // A request for a filter. Zero / unset fields mean "choose for me".
 struct FilterOptions {
-  uint64_t capacity = 0;             // Items the filter must hold. Required.
-  double false_positive_rate = 0;    // Target epsilon in (0, 1); picks f.
-  uint32_t fingerprint_bits = 0;     // Explicit f in [4, 32]; overrides the rate.
-  uint32_t bucket_size = 0;          // b in {2, 4, 8}; default 4.
-  uint32_t shards = 0;               // Power of two in [1, 4096]; default from capacity.
-  uint32_t max_kicks = 0;            // Kick-chain limit per insert; default 500.
-  std::optional<uint64_t> seed;      // Hash seed; random when unset.
+  uint64_t capacity = 0;           // Items the filter must hold. Required.
+  double false_positive_rate = 0;  // Target epsilon in (0, 1); picks f.
+  uint32_t fingerprint_bits = 0;   // Explicit f in [4, 32]; overrides the rate.
+  uint32_t bucket_size = 0;        // b in {2, 4, 8}; default 4.
+  uint32_t shards = 0;             // Power of two in [1, 4096]; default from capacity.
+  uint32_t max_kicks = 0;          // Kick-chain limit per insert; default 500.
+  std::optional<uint64_t> seed;    // Hash seed; random when unset.
 };
 
 // Everything needed to rebuild a filter's tables bit for bit (with the items).

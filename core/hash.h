@@ -73,7 +73,9 @@ class HashLayout {
     uint32_t fp = static_cast<uint32_t>(h) & fp_mask_;
     return fp == 0 ? 1 : fp;
   }
-  uint64_t Bucket(uint64_t h) const { return MulHi64((h << shard_bits_) & ~low_mask_, num_buckets_); }
+  uint64_t Bucket(uint64_t h) const {
+    return MulHi64((h << shard_bits_) & ~low_mask_, num_buckets_);
+  }
   uint64_t AltBucket(uint64_t i, uint32_t fp) const {
     uint64_t base = MulHi64(uint64_t{fp} * 0x9E3779B97F4A7C15ull, num_buckets_);
     return base >= i ? base - i : base + num_buckets_ - i;

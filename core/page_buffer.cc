@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -17,11 +18,16 @@ size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 }  // namespace
 
+size_t PageBuffer::AllocationSize(size_t bytes) {
+  return bytes >= kHugePageBytes ? RoundUp(bytes, kPageBytes)
+                                 : RoundUp(std::max<size_t>(bytes, 1), 64);
+}
+
 absl::StatusOr<PageBuffer> PageBuffer::Allocate(size_t bytes) {
   PageBuffer b;
   b.size_ = bytes;
   if (bytes >= kHugePageBytes) {
-    size_t len = RoundUp(bytes, kHugePageBytes);
+    size_t len = AllocationSize(bytes);
     // Over-reserve by one huge page, then trim, to get a 2 MiB aligned start.
     size_t reserve = len + kHugePageBytes;
     void* p = mmap(nullptr, reserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -42,7 +48,7 @@ absl::StatusOr<PageBuffer> PageBuffer::Allocate(size_t bytes) {
     b.mapped_ = true;
     return b;
   }
-  size_t len = RoundUp(std::max<size_t>(bytes, 1), 64);
+  size_t len = AllocationSize(bytes);
   void* p = std::aligned_alloc(64, len);
   if (p == nullptr) {
     return absl::ResourceExhaustedError(absl::StrFormat("allocation of %u bytes failed", len));

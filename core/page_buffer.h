@@ -1,7 +1,8 @@
 // PageBuffer: a zero-filled, 64-byte aligned byte buffer for filter tables.
 //
 // Buffers of 2 MiB or more are mapped with mmap, aligned to 2 MiB and marked
-// MADV_HUGEPAGE so the kernel backs them with transparent huge pages: a lookup
+// MADV_HUGEPAGE so the kernel backs every whole 2 MiB of them with a
+// transparent huge page: a lookup
 // touches two random buckets, and with 4 KiB pages on a multi-GiB table nearly
 // every one of them is also a TLB miss. Smaller buffers come from the heap.
 // Not thread-safe; owned by one table.
@@ -18,6 +19,12 @@ namespace cuckoo {
 class PageBuffer {
  public:
   static constexpr size_t kHugePageBytes = size_t{2} << 20;
+  static constexpr size_t kPageBytes = 4096;
+
+  // Bytes Allocate(bytes) reserves: whole 4 KiB pages for mapped buffers
+  // (not whole huge pages: a table of 2.1 MiB must not cost 4 MiB; its tail
+  // just uses small pages), 64-byte granules for heap buffers.
+  static size_t AllocationSize(size_t bytes);
 
   PageBuffer() = default;
   // RESOURCE_EXHAUSTED when the memory cannot be had.

@@ -11,12 +11,8 @@
 namespace cuckoo {
 namespace {
 
-// Estimated table bytes for a shape, as PageBuffer will round them.
-uint64_t PlannedBytes(const FilterShape& s) {
-  uint64_t per_shard = s.table_bytes_per_shard() + 8;
-  uint64_t granule = per_shard >= PageBuffer::kHugePageBytes ? PageBuffer::kHugePageBytes : 64;
-  return (per_shard + granule - 1) / granule * granule * s.shards;
-}
+// Table bytes a filter of this shape will allocate.
+uint64_t PlannedBytes(const FilterShape& s) { return CuckooTable::AllocationBytes(s) * s.shards; }
 
 // Settings of `have` that differ from what `want` asks for.
 std::vector<std::string> Differences(const FilterShape& have, const FilterShape& want,
@@ -49,9 +45,9 @@ absl::Status FilterRegistry::ValidateName(absl::string_view name) {
   }
   for (char c : name) {
     if (!ok(c)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "filter name \"%s\" has character '%s'; allowed are A-Z a-z 0-9 . _ -",
-          absl::CHexEscape(name), absl::CHexEscape(absl::string_view(&c, 1))));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("filter name \"%s\" has character '%s'; allowed are A-Z a-z 0-9 . _ -",
+                          absl::CHexEscape(name), absl::CHexEscape(absl::string_view(&c, 1))));
     }
   }
   return absl::OkStatus();
@@ -66,7 +62,8 @@ absl::Status FilterRegistry::CheckRoomLocked(absl::string_view name, uint64_t by
     return absl::ResourceExhaustedError(absl::StrFormat(
         "cannot create filter \"%s\": needs %u bytes but only %u of the memory budget of %u "
         "bytes are free",
-        name, bytes, limits_.memory_budget_bytes - std::min(memory_bytes_, limits_.memory_budget_bytes),
+        name, bytes,
+        limits_.memory_budget_bytes - std::min(memory_bytes_, limits_.memory_budget_bytes),
         limits_.memory_budget_bytes));
   }
   return absl::OkStatus();
@@ -93,7 +90,7 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::Create(absl::strin
   }
   // Allocate outside the lock (large tables take a while to map), then check
   // again: another creator may have won the race.
-  absl::StatusOr<std::unique_ptr<CuckooFilter>> filter = CuckooFilter::Create(*shape);
+  absl::StatusOr<std::unique_ptr<CuckooFilter>> filter = CuckooFilter::FromShape(*shape);
   if (!filter.ok()) return filter.status();
   std::shared_ptr<CuckooFilter> shared = *std::move(filter);
   if (absl::Status s = Add(name, shared); !s.ok()) {

@@ -24,6 +24,10 @@ struct Params {
   uint64_t buckets;
 };
 
+void PrintTo(const Params& p, std::ostream* os) {
+  *os << "f=" << p.f << " b=" << p.b << " buckets=" << p.buckets;
+}
+
 std::string Name(const ::testing::TestParamInfo<Params>& p) {
   return absl::StrFormat("f%u_b%u_m%u", p.param.f, p.param.b, p.param.buckets);
 }
@@ -215,7 +219,8 @@ TEST_P(CuckooTableTest, DeletingAbsentKeyReportsNotFoundAndChangesNothing) {
   // With f >= 8 the chance that one of these collides is small but not zero;
   // a collision must then delete exactly one slot.
   uint64_t deleted = 0;
-  for (uint64_t i = 0; i < 100; ++i) deleted += t.Delete(HashedKey(kAbsent, i)) == DeleteResult::kDeleted;
+  for (uint64_t i = 0; i < 100; ++i)
+    deleted += t.Delete(HashedKey(kAbsent, i)) == DeleteResult::kDeleted;
   EXPECT_EQ(t.items(), n - deleted);
   if (deleted == 0) EXPECT_TRUE(std::equal(before.begin(), before.end(), t.bytes().begin()));
 }

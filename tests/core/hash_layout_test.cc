@@ -1,9 +1,8 @@
-#include "core/hash.h"
-
 #include <gtest/gtest.h>
 
 #include <set>
 
+#include "core/hash.h"
 #include "tests/core/test_keys.h"
 
 namespace cuckoo {

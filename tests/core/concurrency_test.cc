@@ -1,0 +1,116 @@
+// Writers and readers on one filter at once. Run under ThreadSanitizer in CI
+// (CTest label "concurrency"); the assertions also hold without it.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/cuckoo_filter.h"
+#include "core/registry.h"
+#include "tests/core/test_keys.h"
+
+namespace cuckoo {
+namespace {
+
+using testing::Key;
+
+constexpr int kWriters = 2;
+constexpr int kReaders = 2;
+constexpr uint64_t kKeysPerWriter = 100'000;
+
+TEST(ConcurrencyTest, ReadersNeverMissKeysThatWritersFinishedInserting) {
+  auto created =
+      CuckooFilter::Create({.capacity = kWriters * kKeysPerWriter, .shards = 8, .seed = 3});
+  ASSERT_TRUE(created.ok());
+  CuckooFilter& filter = **created;
+  // published[w] = number of writer w's keys whose insert has returned.
+  std::atomic<uint64_t> published[kWriters] = {};
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> misses{0};
+
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWriters; ++w) {
+    threads.emplace_back([&, w] {
+      // Batches of 64, every 4th batch followed by deleting and re-adding its
+      // first key, so deletes run concurrently too.
+      std::vector<std::string> keys;
+      for (uint64_t i = 0; i < kKeysPerWriter; i += 64) {
+        keys.clear();
+        for (uint64_t j = i; j < std::min(i + 64, kKeysPerWriter); ++j) keys.push_back(Key(w, j));
+        std::vector<std::string_view> views(keys.begin(), keys.end());
+        std::vector<InsertResult> out(views.size());
+        filter.InsertBatch(views, false, absl::MakeSpan(out));
+        for (InsertResult r : out) ASSERT_EQ(r, InsertResult::kInserted);
+        if ((i / 64) % 4 == 0) {
+          // Not yet published, so readers do not look for it in between.
+          ASSERT_EQ(filter.Delete(keys.back()), DeleteResult::kDeleted);
+          ASSERT_EQ(filter.Insert(keys.back()), InsertResult::kInserted);
+        }
+        published[w].store(i + views.size(), std::memory_order_release);
+      }
+    });
+  }
+  for (int r = 0; r < kReaders; ++r) {
+    threads.emplace_back([&, r] {
+      uint64_t round = 0;
+      while (!done.load(std::memory_order_acquire)) {
+        for (int w = 0; w < kWriters; ++w) {
+          uint64_t n = published[w].load(std::memory_order_acquire);
+          if (n == 0) continue;
+          // A batch of published keys plus a single-key lookup.
+          std::vector<std::string> keys;
+          for (uint64_t j = 0; j < 32; ++j)
+            keys.push_back(Key(w, testing::Mix(round * 32 + j + r) % n));
+          std::vector<std::string_view> views(keys.begin(), keys.end());
+          std::unique_ptr<bool[]> found(new bool[views.size()]);
+          filter.LookupBatch(views, absl::Span<bool>(found.get(), views.size()));
+          for (size_t j = 0; j < views.size(); ++j) misses += !found[j];
+          misses += !filter.MayContain(keys[0]);
+          (void)filter.Stats();
+        }
+        ++round;
+      }
+    });
+  }
+  for (int w = 0; w < kWriters; ++w) threads[w].join();
+  done.store(true, std::memory_order_release);
+  for (size_t t = kWriters; t < threads.size(); ++t) threads[t].join();
+  EXPECT_EQ(misses.load(), 0u);
+  EXPECT_EQ(filter.items(), kWriters * kKeysPerWriter);
+  for (int w = 0; w < kWriters; ++w) {
+    for (uint64_t i = 0; i < kKeysPerWriter; ++i) ASSERT_TRUE(filter.MayContain(Key(w, i)));
+  }
+}
+
+TEST(ConcurrencyTest, RegistryCreateGetDropFromManyThreadsStaysConsistent) {
+  FilterRegistry reg({.memory_budget_bytes = 1 << 30, .max_filters = 64});
+  std::vector<std::thread> threads;
+  std::atomic<int> created{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        std::string name = "f" + std::to_string(i % 8);
+        auto f =
+            reg.Create(name, {.capacity = 1000, .fingerprint_bits = 12, .shards = 2, .seed = 1},
+                       /*if_not_exists=*/true);
+        if (f.ok()) {
+          ++created;
+          (*f)->Insert("k" + std::to_string(t));
+        }
+        if (auto g = reg.Get(name); g.ok()) (void)(*g)->MayContain("k");
+        if ((i + t) % 5 == 0) (void)reg.Drop(name);
+        (void)reg.List();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_GT(created.load(), 0);
+  uint64_t bytes = 0;
+  for (const auto& [name, f] : reg.List()) bytes += f->memory_bytes();
+  EXPECT_EQ(reg.memory_bytes(), bytes);
+}
+
+}  // namespace
+}  // namespace cuckoo

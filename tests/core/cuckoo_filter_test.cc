@@ -1,0 +1,183 @@
+#include "core/cuckoo_filter.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "tests/core/test_keys.h"
+
+namespace cuckoo {
+namespace {
+
+using testing::Key;
+
+std::unique_ptr<CuckooFilter> MakeFilter(const FilterOptions& o) {
+  absl::StatusOr<std::unique_ptr<CuckooFilter>> f = CuckooFilter::Create(o);
+  EXPECT_TRUE(f.ok()) << f.status();
+  return *std::move(f);
+}
+
+std::vector<std::string> Keys(uint64_t stream, uint64_t n, uint64_t from = 0) {
+  std::vector<std::string> keys;
+  keys.reserve(n);
+  for (uint64_t i = from; i < from + n; ++i) keys.push_back(Key(stream, i));
+  return keys;
+}
+
+std::vector<std::string_view> Views(const std::vector<std::string>& keys) {
+  return {keys.begin(), keys.end()};
+}
+
+struct SizingCase {
+  uint64_t capacity;
+  uint32_t f;
+  uint32_t b;
+};
+
+void PrintTo(const SizingCase& c, std::ostream* os) {
+  *os << "capacity=" << c.capacity << " f=" << c.f << " b=" << c.b;
+}
+
+class FilterSizingTest : public ::testing::TestWithParam<SizingCase> {};
+
+// The promise behind `capacity`: that many distinct keys always fit.
+TEST_P(FilterSizingTest, FilterSizedForCapacityAcceptsThatManyKeys) {
+  const SizingCase c = GetParam();
+  auto filter = MakeFilter(
+      {.capacity = c.capacity, .fingerprint_bits = c.f, .bucket_size = c.b, .seed = 1234});
+  std::vector<std::string> keys = Keys(0, c.capacity);
+  std::vector<std::string_view> views = Views(keys);
+  std::vector<InsertResult> out(keys.size());
+  filter->InsertBatch(views, false, absl::MakeSpan(out));
+  EXPECT_EQ(std::count(out.begin(), out.end(), InsertResult::kInserted),
+            static_cast<ptrdiff_t>(c.capacity));
+  EXPECT_EQ(filter->items(), c.capacity);
+  std::unique_ptr<bool[]> found(new bool[keys.size()]);
+  filter->LookupBatch(views, absl::Span<bool>(found.get(), keys.size()));
+  EXPECT_EQ(std::count(found.get(), found.get() + keys.size(), false), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Capacities, FilterSizingTest,
+                         ::testing::Values(SizingCase{1, 12, 4}, SizingCase{7, 12, 4},
+                                           SizingCase{100, 8, 2}, SizingCase{1000, 12, 4},
+                                           SizingCase{54'321, 12, 4}, SizingCase{54'321, 8, 2},
+                                           SizingCase{54'321, 16, 8}, SizingCase{54'321, 6, 4},
+                                           SizingCase{54'321, 4, 8}, SizingCase{54'321, 5, 2},
+                                           SizingCase{300'007, 12, 4}, SizingCase{300'007, 7, 4}),
+                         [](const auto& p) {
+                           return absl::StrFormat("n%u_f%u_b%u", p.param.capacity, p.param.f,
+                                                  p.param.b);
+                         });
+
+TEST(CuckooFilterTest, BitsPerItemAtTwelveBitFingerprintsStayUnder12_7ForAnyLargeCapacity) {
+  for (uint64_t cap : {100'000'000ull, 130'000'000ull, 200'000'000ull, 123'456'789ull,
+                       1'000'000'000ull, 16'777'217ull}) {
+    absl::StatusOr<FilterShape> s = ComputeShape({.capacity = cap, .fingerprint_bits = 12});
+    ASSERT_TRUE(s.ok()) << s.status();
+    // The real allocation (pages are reserved, not touched, so this is cheap).
+    auto filter = MakeFilter({.capacity = cap, .fingerprint_bits = 12});
+    double bits = 8.0 * filter->memory_bytes() / cap;
+    EXPECT_LE(bits, 12.7) << "capacity " << cap << ": " << s->DebugString();
+  }
+}
+
+TEST(CuckooFilterTest, MixedBatchResultsComeBackInRequestOrder) {
+  auto filter = MakeFilter({.capacity = 10'000, .shards = 8, .seed = 5});
+  std::vector<std::string> present = Keys(0, 500);
+  for (const auto& k : present) ASSERT_EQ(filter->Insert(k), InsertResult::kInserted);
+  // Interleave present and absent keys, in several shards.
+  std::vector<std::string> mixed;
+  std::vector<bool> expect;
+  for (int i = 0; i < 500; ++i) {
+    mixed.push_back(present[i]);
+    expect.push_back(true);
+    mixed.push_back(Key(1, i));
+    expect.push_back(false);
+  }
+  std::vector<std::string_view> views = Views(mixed);
+  std::unique_ptr<bool[]> found(new bool[mixed.size()]);
+  filter->LookupBatch(views, absl::Span<bool>(found.get(), mixed.size()));
+  int false_positives = 0;
+  for (size_t i = 0; i < mixed.size(); ++i) {
+    if (expect[i]) {
+      ASSERT_TRUE(found[i]) << "false negative at " << i;
+    } else {
+      false_positives += found[i];
+    }
+    ASSERT_EQ(found[i], filter->MayContain(mixed[i])) << i;
+  }
+  EXPECT_LT(false_positives, 10);  // ~0.2% of 500 expected.
+
+  std::vector<DeleteResult> del(mixed.size());
+  filter->DeleteBatch(views, absl::MakeSpan(del));
+  const auto deleted = std::count(del.begin(), del.end(), DeleteResult::kDeleted);
+  EXPECT_EQ(filter->items(), 500u - deleted);
+  if (false_positives == 0) {
+    for (size_t i = 0; i < mixed.size(); ++i) {
+      EXPECT_EQ(del[i], expect[i] ? DeleteResult::kDeleted : DeleteResult::kNotFound) << i;
+    }
+  }
+}
+
+TEST(CuckooFilterTest, IfAbsentBatchReportsDuplicatesWithinAndAcrossBatches) {
+  auto filter = MakeFilter({.capacity = 1000, .shards = 4, .seed = 5});
+  std::vector<std::string_view> keys = {"a", "b", "a", "c", "b"};
+  std::vector<InsertResult> out(keys.size());
+  filter->InsertBatch(keys, /*if_absent=*/true, absl::MakeSpan(out));
+  EXPECT_THAT(out, ::testing::ElementsAre(InsertResult::kInserted, InsertResult::kInserted,
+                                          InsertResult::kAlreadyPresent, InsertResult::kInserted,
+                                          InsertResult::kAlreadyPresent));
+  EXPECT_EQ(filter->Insert("c", true), InsertResult::kAlreadyPresent);
+  EXPECT_EQ(filter->items(), 3u);
+}
+
+TEST(CuckooFilterTest, ApproximateCountCountsCopies) {
+  auto filter = MakeFilter({.capacity = 1000, .seed = 5});
+  for (int i = 0; i < 3; ++i) filter->Insert("dup");
+  EXPECT_EQ(filter->ApproximateCount("dup"), 3u);
+  std::vector<uint64_t> h = {filter->Hash("dup"), filter->Hash("never")};
+  std::vector<uint32_t> counts(2);
+  filter->CountHashed(h, absl::MakeSpan(counts));
+  EXPECT_EQ(counts[0], 3u);
+  EXPECT_EQ(counts[1], 0u);
+  EXPECT_EQ(filter->Delete("dup"), DeleteResult::kDeleted);
+  EXPECT_EQ(filter->ApproximateCount("dup"), 2u);
+  EXPECT_EQ(filter->Delete("never"), DeleteResult::kNotFound);
+}
+
+TEST(CuckooFilterTest, StatsReportRealMemoryLoadAndExpectedRate) {
+  auto filter = MakeFilter({.capacity = 100'000, .fingerprint_bits = 12, .seed = 9});
+  FilterStats empty = filter->Stats();
+  EXPECT_EQ(empty.items, 0u);
+  EXPECT_EQ(empty.bits_per_item, 0);
+  EXPECT_EQ(empty.expected_false_positive_rate, 0);
+  EXPECT_GE(empty.memory_bytes, filter->shape().table_bytes_per_shard() * filter->shape().shards);
+  std::vector<std::string> keys = Keys(0, 100'000);
+  for (const auto& k : keys) filter->Insert(k);
+  FilterStats st = filter->Stats();
+  EXPECT_EQ(st.items, 100'000u);
+  EXPECT_EQ(st.capacity, 100'000u);
+  EXPECT_NEAR(st.load_factor, 100'000.0 / st.slots, 1e-12);
+  EXPECT_GT(st.load_factor, 0.9);
+  EXPECT_NEAR(st.bits_per_item, 8.0 * st.memory_bytes / 1e5, 1e-9);
+  // ~2b * load / 2^f = 8 * 0.93 / 4096.
+  EXPECT_NEAR(st.expected_false_positive_rate, 8 * st.load_factor / 4095.0, 2e-5);
+}
+
+TEST(CuckooFilterTest, SameSeedGivesSameAnswersAcrossInstances) {
+  FilterOptions o{.capacity = 5000, .fingerprint_bits = 8, .seed = 42};
+  auto a = MakeFilter(o);
+  auto b = MakeFilter(o);
+  for (const auto& k : Keys(0, 4000)) {
+    a->Insert(k);
+    b->Insert(k);
+  }
+  for (const auto& k : Keys(1, 20'000)) ASSERT_EQ(a->MayContain(k), b->MayContain(k));
+}
+
+}  // namespace
+}  // namespace cuckoo

@@ -1,0 +1,106 @@
+#include "core/registry.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace cuckoo {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Message(const absl::Status& s) { return std::string(s.message()); }
+
+TEST(RegistryTest, ValidNamesAreAccepted) {
+  for (const char* name : {"a", "users", "User_1.v2-b", "0", "x.y.z"}) {
+    EXPECT_TRUE(FilterRegistry::ValidateName(name).ok()) << name;
+  }
+  EXPECT_TRUE(FilterRegistry::ValidateName(std::string(128, 'a')).ok());
+}
+
+TEST(RegistryTest, NamesThatCouldBePathsOrAreMalformedAreRejected) {
+  for (const char* name :
+       {"", "../x", "..", ".hidden", "a/b", "a\\b", "-x", "_x", "a b", "a\nb", "ü", "a:b"}) {
+    absl::Status s = FilterRegistry::ValidateName(name);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_THAT(Message(s), HasSubstr("filter name")) << name;
+  }
+  absl::Status s = FilterRegistry::ValidateName(std::string(129, 'a'));
+  EXPECT_THAT(Message(s), HasSubstr("129 bytes"));
+}
+
+TEST(RegistryTest, CreateGetListDrop) {
+  FilterRegistry reg;
+  auto a = reg.Create("b-filter", {.capacity = 1000});
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(reg.Create("a-filter", {.capacity = 2000}).ok());
+  auto got = reg.Get("b-filter");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->get(), a->get());
+  auto list = reg.List();
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].first, "a-filter");
+  EXPECT_EQ(list[1].first, "b-filter");
+  EXPECT_EQ(reg.memory_bytes(), list[0].second->memory_bytes() + list[1].second->memory_bytes());
+  ASSERT_TRUE(reg.Drop("b-filter").ok());
+  EXPECT_EQ(reg.Get("b-filter").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(Message(reg.Drop("b-filter")), HasSubstr("\"b-filter\" not found"));
+  EXPECT_EQ(reg.size(), 1u);
+  EXPECT_EQ(reg.memory_bytes(), list[0].second->memory_bytes());
+  // A dropped filter stays usable by whoever still holds it.
+  EXPECT_EQ((*a)->Insert("k"), InsertResult::kInserted);
+}
+
+TEST(RegistryTest, DuplicateCreateWithOtherSettingsNamesTheDifference) {
+  FilterRegistry reg;
+  ASSERT_TRUE(reg.Create("f", {.capacity = 1000, .fingerprint_bits = 12}).ok());
+  auto again = reg.Create("f", {.capacity = 1000, .fingerprint_bits = 16}, true);
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(Message(again.status()), HasSubstr("fingerprint_bits 12 (requested 16)"));
+  auto plain = reg.Create("f", {.capacity = 1000, .fingerprint_bits = 12});
+  EXPECT_EQ(plain.status().code(), absl::StatusCode::kAlreadyExists);
+}
+
+TEST(RegistryTest, IfNotExistsWithSameSettingsReturnsTheExistingFilter) {
+  FilterRegistry reg;
+  auto first = reg.Create("f", {.capacity = 1000, .false_positive_rate = 0.01});
+  ASSERT_TRUE(first.ok());
+  (*first)->Insert("kept");
+  auto second = reg.Create("f", {.capacity = 1000, .false_positive_rate = 0.01}, true);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->get(), first->get());
+  EXPECT_TRUE((*second)->MayContain("kept"));
+}
+
+TEST(RegistryTest, MemoryBudgetIsEnforcedWithAClearMessage) {
+  FilterRegistry reg({.memory_budget_bytes = 4 << 20, .max_filters = 10});
+  // ~3 MiB at 12.6 bits per item.
+  ASSERT_TRUE(reg.Create("big", {.capacity = 2'000'000, .fingerprint_bits = 12, .shards = 1}).ok());
+  auto over = reg.Create("big2", {.capacity = 2'000'000, .fingerprint_bits = 12, .shards = 1});
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(Message(over.status()), HasSubstr("memory budget of 4194304 bytes"));
+  EXPECT_EQ(reg.size(), 1u);
+  ASSERT_TRUE(reg.Drop("big").ok());
+  EXPECT_TRUE(
+      reg.Create("big2", {.capacity = 2'000'000, .fingerprint_bits = 12, .shards = 1}).ok());
+}
+
+TEST(RegistryTest, MaxFiltersIsEnforced) {
+  FilterRegistry reg({.memory_budget_bytes = 1 << 30, .max_filters = 2});
+  ASSERT_TRUE(reg.Create("a", {.capacity = 10}).ok());
+  ASSERT_TRUE(reg.Create("b", {.capacity = 10}).ok());
+  auto c = reg.Create("c", {.capacity = 10});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(Message(c.status()), HasSubstr("max filters 2"));
+}
+
+TEST(RegistryTest, BadOptionsAndNamesFailBeforeAnythingIsCreated) {
+  FilterRegistry reg;
+  EXPECT_EQ(reg.Create("../etc", {.capacity = 10}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(reg.Create("ok", {.capacity = 0}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(reg.size(), 0u);
+  EXPECT_EQ(reg.memory_bytes(), 0u);
+}
+
+}  // namespace
+}  // namespace cuckoo
