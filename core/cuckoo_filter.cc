@@ -44,38 +44,48 @@ absl::StatusOr<std::unique_ptr<CuckooFilter>> CuckooFilter::FromShape(const Filt
   return f;
 }
 
+// Calls fn(shard, run_hashes, run_results, lookahead) once per shard with
+// keys in the batch, then scatters the results back to request order. The
+// lookahead is the rest of the batch after the run, so each run's pipeline
+// keeps prefetching across shard boundaries: with many shards a run is only a
+// few keys long, too short to hide memory latency on its own.
 template <typename Result, typename Fn>
-void GroupByShard(const HashLayout& layout, size_t num_shards, absl::Span<const uint64_t> hashes,
-                  absl::Span<Result> out, Fn fn) {
+void CuckooFilter::ForEachShard(absl::Span<const uint64_t> hashes, absl::Span<Result> out,
+                                Fn fn) const {
   const size_t n = hashes.size();
+  const size_t num_shards = shards_.size();
   if (num_shards == 1) {
-    fn(0, hashes, out);
+    fn(*shards_[0], hashes, out, Lookahead{});
     return;
   }
   if (n == 1) {
-    fn(layout.Shard(hashes[0]), hashes, out);
+    fn(*shards_[layout_.Shard(hashes[0])], hashes, out, Lookahead{});
     return;
   }
   // Counting sort of the batch by shard, keeping each key's position.
   uint32_t* start = Scratch<uint32_t>(num_shards + 1, 0);
   std::fill(start, start + num_shards + 1, 0);
-  for (uint64_t h : hashes) ++start[layout.Shard(h) + 1];
+  for (uint64_t h : hashes) ++start[layout_.Shard(h) + 1];
   for (size_t s = 0; s < num_shards; ++s) start[s + 1] += start[s];
   uint64_t* sorted = Scratch<uint64_t>(n, 0);
   uint32_t* pos = Scratch<uint32_t>(n, 1);
+  const uint8_t** bytes = Scratch<const uint8_t*>(n, 0);
   Result* tmp = Scratch<Result>(n, 2);
   for (size_t i = 0; i < n; ++i) {
-    uint32_t k = start[layout.Shard(hashes[i])]++;
+    uint32_t shard = layout_.Shard(hashes[i]);
+    uint32_t k = start[shard]++;
     sorted[k] = hashes[i];
     pos[k] = static_cast<uint32_t>(i);
+    bytes[k] = shards_[shard]->table_bytes;
   }
   // start[s] is now the end of shard s's run, i.e. the beginning of s + 1's.
   uint32_t begin = 0;
   for (size_t s = 0; s < num_shards; ++s) {
     uint32_t end = start[s];
     if (end > begin) {
-      fn(s, absl::Span<const uint64_t>(sorted + begin, end - begin),
-         absl::Span<Result>(tmp + begin, end - begin));
+      fn(*shards_[s], absl::Span<const uint64_t>(sorted + begin, end - begin),
+         absl::Span<Result>(tmp + begin, end - begin),
+         Lookahead{sorted + end, bytes + end, n - end});
     }
     begin = end;
   }
@@ -84,40 +94,36 @@ void GroupByShard(const HashLayout& layout, size_t num_shards, absl::Span<const 
 
 void CuckooFilter::InsertHashed(absl::Span<const uint64_t> hashes, bool if_absent,
                                 absl::Span<InsertResult> out) {
-  GroupByShard(layout_, shards_.size(), hashes, out,
-               [&](size_t s, absl::Span<const uint64_t> h, absl::Span<InsertResult> r) {
-                 Shard& shard = *shards_[s];
-                 WriterLock lock(&shard.mu);
-                 shard.table.InsertBatch(h, if_absent, r);
-                 shard.items.store(shard.table.items(), std::memory_order_relaxed);
+  ForEachShard(hashes, out,
+               [&](Shard& shard, absl::Span<const uint64_t> h, absl::Span<InsertResult> r,
+                   const Lookahead& next) {
+                 shard.Write([&](CuckooTable& t) { t.InsertBatch(h, if_absent, r, next); });
                });
 }
 
 void CuckooFilter::LookupHashed(absl::Span<const uint64_t> hashes, absl::Span<bool> out) const {
-  GroupByShard(layout_, shards_.size(), hashes, out,
-               [&](size_t s, absl::Span<const uint64_t> h, absl::Span<bool> r) {
-                 const Shard& shard = *shards_[s];
-                 ReaderLock lock(&shard.mu);
-                 shard.table.LookupBatch(h, r);
+  ForEachShard(hashes, out,
+               [&](const Shard& shard, absl::Span<const uint64_t> h, absl::Span<bool> r,
+                   const Lookahead& next) {
+                 shard.Read([&](const CuckooTable& t) { t.LookupBatch(h, r, next); });
                });
 }
 
 void CuckooFilter::DeleteHashed(absl::Span<const uint64_t> hashes, absl::Span<DeleteResult> out) {
-  GroupByShard(layout_, shards_.size(), hashes, out,
-               [&](size_t s, absl::Span<const uint64_t> h, absl::Span<DeleteResult> r) {
-                 Shard& shard = *shards_[s];
-                 WriterLock lock(&shard.mu);
-                 shard.table.DeleteBatch(h, r);
-                 shard.items.store(shard.table.items(), std::memory_order_relaxed);
+  ForEachShard(hashes, out,
+               [&](Shard& shard, absl::Span<const uint64_t> h, absl::Span<DeleteResult> r,
+                   const Lookahead& next) {
+                 shard.Write([&](CuckooTable& t) { t.DeleteBatch(h, r, next); });
                });
 }
 
 void CuckooFilter::CountHashed(absl::Span<const uint64_t> hashes, absl::Span<uint32_t> out) const {
-  GroupByShard(layout_, shards_.size(), hashes, out,
-               [&](size_t s, absl::Span<const uint64_t> h, absl::Span<uint32_t> r) {
-                 const Shard& shard = *shards_[s];
-                 ReaderLock lock(&shard.mu);
-                 for (size_t i = 0; i < h.size(); ++i) r[i] = shard.table.ApproximateCount(h[i]);
+  ForEachShard(hashes, out,
+               [&](const Shard& shard, absl::Span<const uint64_t> h, absl::Span<uint32_t> r,
+                   const Lookahead&) {
+                 shard.Read([&](const CuckooTable& t) {
+                   for (size_t i = 0; i < h.size(); ++i) r[i] = t.ApproximateCount(h[i]);
+                 });
                });
 }
 
@@ -149,34 +155,26 @@ void CuckooFilter::DeleteBatch(absl::Span<const std::string_view> keys,
 
 InsertResult CuckooFilter::Insert(std::string_view key, bool if_absent) {
   uint64_t h = Hash(key);
-  Shard& shard = *shards_[layout_.Shard(h)];
-  WriterLock lock(&shard.mu);
-  InsertResult r = shard.table.Insert(h, if_absent);
-  shard.items.store(shard.table.items(), std::memory_order_relaxed);
-  return r;
+  return shards_[layout_.Shard(h)]->Write([&](CuckooTable& t) { return t.Insert(h, if_absent); });
 }
 
 bool CuckooFilter::MayContain(std::string_view key) const {
   uint64_t h = Hash(key);
-  const Shard& shard = *shards_[layout_.Shard(h)];
-  ReaderLock lock(&shard.mu);
-  return shard.table.MayContain(h);
+  bool found;
+  shards_[layout_.Shard(h)]->Read([&](const CuckooTable& t) { found = t.MayContain(h); });
+  return found;
 }
 
 DeleteResult CuckooFilter::Delete(std::string_view key) {
   uint64_t h = Hash(key);
-  Shard& shard = *shards_[layout_.Shard(h)];
-  WriterLock lock(&shard.mu);
-  DeleteResult r = shard.table.Delete(h);
-  shard.items.store(shard.table.items(), std::memory_order_relaxed);
-  return r;
+  return shards_[layout_.Shard(h)]->Write([&](CuckooTable& t) { return t.Delete(h); });
 }
 
 uint32_t CuckooFilter::ApproximateCount(std::string_view key) const {
   uint64_t h = Hash(key);
-  const Shard& shard = *shards_[layout_.Shard(h)];
-  ReaderLock lock(&shard.mu);
-  return shard.table.ApproximateCount(h);
+  uint32_t n;
+  shards_[layout_.Shard(h)]->Read([&](const CuckooTable& t) { n = t.ApproximateCount(h); });
+  return n;
 }
 
 uint64_t CuckooFilter::items() const {

@@ -17,7 +17,8 @@
 // (another thread may see part of it).
 //
 // Thread safety: every method may be called from any number of threads.
-// Lookups take shard locks shared; inserts and deletes take them exclusively.
+// Inserts and deletes take shard locks exclusively; lookups and counts take no
+// lock unless they race a writer on the same shard (a sequence lock, below).
 // Caveats (inherent to cuckoo filters): a key inserted more than 2b times
 // fails with kFull; deleting a key that was never inserted can remove a
 // colliding key's fingerprint.
@@ -90,10 +91,57 @@ class CuckooFilter {
   uint64_t memory_bytes() const { return memory_bytes_; }
 
  private:
+  // One table, its lock, and a sequence counter that lets lookups skip the
+  // lock: a reader notes the counter, reads, and accepts what it read only if
+  // the counter was even (no writer inside) and unchanged; otherwise it reads
+  // again under the shared lock. Readers then write no shared memory at all,
+  // so lookups of different threads (and successive lookups of one thread)
+  // overlap their cache misses instead of serialising on the lock's atomic
+  // read-modify-writes. Table words are accessed atomically (cuckoo_table.cc),
+  // so the racing reads are well defined.
   struct Shard {
-    explicit Shard(CuckooTable t) : table(std::move(t)) {}
+    explicit Shard(CuckooTable t) : table_bytes(t.bytes().data()), table(std::move(t)) {}
+
+    // Runs fn(table) with the table to itself; returns fn's result.
+    template <typename Fn>
+    auto Write(Fn fn) {
+      WriterLock lock(&mu);
+      const uint64_t s = seq.load(std::memory_order_relaxed);
+      seq.store(s + 1, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_release);
+      struct Publish {  // Also on the way out of fn.
+        Shard* shard;
+        uint64_t next;
+        ~Publish() {
+          shard->items.store(shard->table.items(), std::memory_order_relaxed);
+          shard->seq.store(next, std::memory_order_release);
+        }
+      } publish{this, s + 2};
+      return fn(table);
+    }
+
+    // Runs fn(table) for reading, lock-free unless a writer interferes, in
+    // which case fn runs again under the shared lock. fn must only write
+    // its own outputs (it may run twice).
+    template <typename Fn>
+    void Read(Fn fn) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      const uint64_t s = seq.load(std::memory_order_acquire);
+      if ((s & 1) == 0) {
+        fn(table);
+        std::atomic_thread_fence(std::memory_order_acquire);
+        if (seq.load(std::memory_order_relaxed) == s) return;
+      }
+      ReaderLock lock(&mu);
+      fn(table);
+    }
+
+    // Where the table's slots live; fixed for the table's life, so batches
+    // may prefetch from it without the lock.
+    const uint8_t* const table_bytes;
     mutable SharedMutex mu;
     CuckooTable table ABSL_GUARDED_BY(mu);
+    // Even when no writer is inside; bumped twice per write section.
+    std::atomic<uint64_t> seq{0};
     // Mirrors table.items() so Stats() needs no lock.
     std::atomic<uint64_t> items{0};
   };
@@ -101,10 +149,9 @@ class CuckooFilter {
   explicit CuckooFilter(const FilterShape& shape)
       : shape_(shape), layout_(shape.fingerprint_bits, shape.shard_bits, shape.buckets_per_shard) {}
 
-  // Calls fn(shard, hashes_of_shard, positions) once per shard that has keys,
-  // where positions[i] is the index in `hashes` of hashes_of_shard[i].
-  template <typename Fn>
-  void ForEachShard(absl::Span<const uint64_t> hashes, Fn fn) const;
+  // Splits a batch into one run per shard; see the .cc.
+  template <typename Result, typename Fn>
+  void ForEachShard(absl::Span<const uint64_t> hashes, absl::Span<Result> out, Fn fn) const;
 
   const FilterShape shape_;
   const HashLayout layout_;

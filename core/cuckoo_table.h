@@ -57,6 +57,16 @@ enum class DeleteResult : uint8_t {
   kNotFound = 1,
 };
 
+// Keys that follow a batch run in another table of the same shape (the next
+// shards of a sharded batch), so the run's pipeline can prefetch their
+// buckets before it ends: data[i] is the bytes() of hashes[i]'s table.
+// Prefetching needs no lock on those tables: it reads nothing.
+struct Lookahead {
+  const uint64_t* hashes = nullptr;
+  const uint8_t* const* data = nullptr;
+  size_t size = 0;
+};
+
 class CuckooTable {
  public:
   // The table for one shard of `shape`. `rng_seed` seeds the choice of kick
@@ -78,17 +88,20 @@ class CuckooTable {
   uint32_t ApproximateCount(uint64_t hash) const;
 
   // Batched forms: same results as calling the single-key form for each hash in
-  // order, but prefetch both buckets of keys further ahead so the memory
-  // misses of many keys overlap. `out.size()` must equal `hashes.size()`.
-  void InsertBatch(absl::Span<const uint64_t> hashes, bool if_absent,
-                   absl::Span<InsertResult> out) {
-    ops_->insert_batch(*this, hashes, if_absent, out);
+  // order, but prefetch both buckets of keys further ahead (continuing into
+  // `next`) so the memory misses of many keys overlap. `out.size()` must equal
+  // `hashes.size()`.
+  void InsertBatch(absl::Span<const uint64_t> hashes, bool if_absent, absl::Span<InsertResult> out,
+                   const Lookahead& next = {}) {
+    ops_->insert_batch(*this, hashes, if_absent, out, next);
   }
-  void LookupBatch(absl::Span<const uint64_t> hashes, absl::Span<bool> out) const {
-    ops_->lookup_batch(*this, hashes, out);
+  void LookupBatch(absl::Span<const uint64_t> hashes, absl::Span<bool> out,
+                   const Lookahead& next = {}) const {
+    ops_->lookup_batch(*this, hashes, out, next);
   }
-  void DeleteBatch(absl::Span<const uint64_t> hashes, absl::Span<DeleteResult> out) {
-    ops_->delete_batch(*this, hashes, out);
+  void DeleteBatch(absl::Span<const uint64_t> hashes, absl::Span<DeleteResult> out,
+                   const Lookahead& next = {}) {
+    ops_->delete_batch(*this, hashes, out, next);
   }
 
   const HashLayout& layout() const { return layout_; }
@@ -112,9 +125,12 @@ class CuckooTable {
     InsertResult (*insert)(CuckooTable&, uint64_t, bool);
     bool (*lookup)(const CuckooTable&, uint64_t);
     DeleteResult (*remove)(CuckooTable&, uint64_t);
-    void (*insert_batch)(CuckooTable&, absl::Span<const uint64_t>, bool, absl::Span<InsertResult>);
-    void (*lookup_batch)(const CuckooTable&, absl::Span<const uint64_t>, absl::Span<bool>);
-    void (*delete_batch)(CuckooTable&, absl::Span<const uint64_t>, absl::Span<DeleteResult>);
+    void (*insert_batch)(CuckooTable&, absl::Span<const uint64_t>, bool, absl::Span<InsertResult>,
+                         const Lookahead&);
+    void (*lookup_batch)(const CuckooTable&, absl::Span<const uint64_t>, absl::Span<bool>,
+                         const Lookahead&);
+    void (*delete_batch)(CuckooTable&, absl::Span<const uint64_t>, absl::Span<DeleteResult>,
+                         const Lookahead&);
   };
   template <uint32_t kF, uint32_t kB>
   friend struct TableImpl;

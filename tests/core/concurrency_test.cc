@@ -84,6 +84,57 @@ TEST(ConcurrencyTest, ReadersNeverMissKeysThatWritersFinishedInserting) {
   }
 }
 
+// Near full load every insert kicks residents between their two buckets, so a
+// lock-free reader can catch a key in flight; the sequence check must send it
+// back to read again under the lock. Readers look up a fixed resident set
+// while a writer churns other keys through a 1-shard, 94%-full filter.
+TEST(ConcurrencyTest, LockFreeLookupsNeverMissResidentsMovedByKicks) {
+  auto created =
+      CuckooFilter::Create({.capacity = 20'000, .fingerprint_bits = 16, .shards = 1, .seed = 11});
+  ASSERT_TRUE(created.ok());
+  CuckooFilter& filter = **created;
+  const uint64_t slots = filter.shape().total_slots();
+  const uint64_t residents = slots * 90 / 100;
+  std::vector<std::string> keys;
+  for (uint64_t i = 0; i < residents; ++i) keys.push_back(Key(0, i));
+  std::vector<std::string_view> views(keys.begin(), keys.end());
+  std::vector<InsertResult> ins(views.size());
+  filter.InsertBatch(views, false, absl::MakeSpan(ins));
+  for (InsertResult r : ins) ASSERT_EQ(r, InsertResult::kInserted);
+
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> misses{0};
+  std::atomic<uint64_t> churned{0};
+  std::thread writer([&] {
+    // Fill to ~94% with churn keys, then keep replacing the oldest.
+    const uint64_t window = slots * 4 / 100;
+    for (uint64_t i = 0; i < 30'000; ++i) {
+      if (filter.Insert(Key(1, i)) != InsertResult::kInserted) continue;
+      if (i >= window) (void)filter.Delete(Key(1, i - window));
+      churned.fetch_add(1, std::memory_order_relaxed);
+    }
+    done.store(true, std::memory_order_release);
+  });
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 2; ++r) {
+    readers.emplace_back([&, r] {
+      std::unique_ptr<bool[]> found(new bool[views.size()]);
+      while (!done.load(std::memory_order_acquire)) {
+        if (r == 0) {
+          filter.LookupBatch(views, absl::Span<bool>(found.get(), views.size()));
+          for (size_t i = 0; i < views.size(); ++i) misses += !found[i];
+        } else {
+          for (const auto& k : views) misses += !filter.MayContain(k);
+        }
+      }
+    });
+  }
+  writer.join();
+  for (auto& t : readers) t.join();
+  EXPECT_GT(churned.load(), 1000u);
+  EXPECT_EQ(misses.load(), 0u);
+}
+
 TEST(ConcurrencyTest, RegistryCreateGetDropFromManyThreadsStaysConsistent) {
   FilterRegistry reg({.memory_budget_bytes = 1 << 30, .max_filters = 64});
   std::vector<std::thread> threads;
