@@ -3,12 +3,15 @@
 // pre-hashed keys. CuckooFilter shards keys over several of these.
 //
 // Storage is m buckets x b slots x f bits, packed with no padding between
-// buckets (a bucket may straddle a byte or cache-line boundary), so memory is
-// exactly ceil(m * b * f / 8) bytes plus 8 bytes of tail padding. A slot
+// buckets (a bucket may straddle a word or cache-line boundary), so memory is
+// exactly ceil(m * b * f / 8) bytes plus up to 8 bytes of tail padding. A slot
 // holding 0 is empty; fingerprints are never 0 (see hash.h). Buckets of up to
-// 64 bits (e.g. b=4 with f <= 14 or f=16) are matched with one 64-bit load and
-// a SWAR compare; the common shapes (f in {8, 12, 16} x b in {2, 4, 8}) have
-// code specialised at compile time.
+// 64 bits (b=4 with f <= 16, b=2 with f <= 32, b=8 with f <= 8) are matched
+// with one SWAR compare on a 64-bit window; the common shapes (f in {8, 12,
+// 16} x b in {2, 4, 8}) have code specialised at compile time. All table words
+// are read and written with relaxed atomic accesses, so a lock-free reader
+// racing a writer reads stale data, never undefined behaviour (CuckooFilter
+// detects the race and reads again).
 //
 // Contract:
 //   - MayContain(h) is true for every hash inserted and not since deleted: no
@@ -21,8 +24,10 @@
 //     Deleting a key that was never inserted may remove a colliding key's
 //     fingerprint (a false negative for that key): only delete what you added.
 //
-// Thread safety: none. Const methods may run concurrently with each other;
-// anything else needs exclusive access (CuckooFilter holds a lock per table).
+// Thread safety: const methods may run concurrently with each other; other
+// methods need exclusive access (CuckooFilter holds a lock per table). A const
+// method racing a writer returns garbage but is safe to run; callers must
+// detect the race (CuckooFilter uses a sequence counter) and retry.
 #ifndef CUCKOO_CORE_CUCKOO_TABLE_H_
 #define CUCKOO_CORE_CUCKOO_TABLE_H_
 

@@ -5,7 +5,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git clang-format
   libabsl-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs every test:
-#   1. release build: all tests, plus the benchmark in --small mode as a smoke run;
-#   2. AddressSanitizer + UBSan build: all tests;
-#   3. ThreadSanitizer build: the concurrency tests (CTest label "concurrency").
-#   4. clang-format check of every C++ file.
+#   1. clang-format check of every C++ file;
+#   2. release build: all tests, plus the benchmark in --small mode as a smoke run;
+#   3. AddressSanitizer + UBSan build: all tests;
+#   4. ThreadSanitizer build: the concurrency tests (CTest label "concurrency").
 # Exits non-zero on the first failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,11 +11,7 @@ bash scripts/install-deps.sh
 jobs=$(nproc)
 
 echo "== format check"
-if command -v clang-format >/dev/null; then
-  git ls-files '*.cc' '*.h' | xargs clang-format --dry-run --Werror
-else
-  echo "clang-format not installed; skipping format check"
-fi
+git ls-files '*.cc' '*.h' | xargs clang-format --dry-run --Werror
 
 echo "== release build + tests"
 bash scripts/build.sh release
