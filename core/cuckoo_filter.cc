@@ -40,6 +40,7 @@ absl::StatusOr<std::unique_ptr<CuckooFilter>> CuckooFilter::FromShape(const Filt
     if (!t.ok()) return t.status();
     f->memory_bytes_ += t->allocated_bytes();
     f->shards_.push_back(std::make_unique<Shard>(*std::move(t)));
+    f->tables_.push_back(&f->shards_.back()->table);
   }
   return f;
 }
@@ -102,6 +103,28 @@ void CuckooFilter::InsertHashed(absl::Span<const uint64_t> hashes, bool if_absen
 }
 
 void CuckooFilter::LookupHashed(absl::Span<const uint64_t> hashes, absl::Span<bool> out) const {
+  // Fast path: the sequence-lock protocol of Shard::Read over every shard at
+  // once, so the batch runs as one pipeline in request order, with no sorting
+  // by shard and no scatter. Any writer inside or in between sends the batch
+  // down the per-shard path below.
+  const size_t num_shards = shards_.size();
+  if (num_shards > 1 && num_shards <= kMaxShardsForLookupAcross && hashes.size() > 1) {
+    uint64_t seq[kMaxShardsForLookupAcross];
+    bool quiet = true;
+    for (size_t s = 0; s < num_shards; ++s) {
+      seq[s] = shards_[s]->seq.load(std::memory_order_acquire);
+      quiet &= (seq[s] & 1) == 0;
+    }
+    if (quiet) {
+      CuckooTable::LookupAcross(tables_, hashes, out);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      bool unchanged = true;
+      for (size_t s = 0; s < num_shards; ++s) {
+        unchanged &= shards_[s]->seq.load(std::memory_order_relaxed) == seq[s];
+      }
+      if (unchanged) return;
+    }
+  }
   ForEachShard(hashes, out,
                [&](const Shard& shard, absl::Span<const uint64_t> h, absl::Span<bool> r,
                    const Lookahead& next) {

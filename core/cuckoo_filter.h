@@ -153,8 +153,13 @@ class CuckooFilter {
   template <typename Result, typename Fn>
   void ForEachShard(absl::Span<const uint64_t> hashes, absl::Span<Result> out, Fn fn) const;
 
+  // Shard counts up to this use the lock-free, unsorted batch lookup.
+  static constexpr size_t kMaxShardsForLookupAcross = 64;
+
   const FilterShape shape_;
   const HashLayout layout_;
+  // &shards_[i]->table, fixed after creation, for CuckooTable::LookupAcross.
+  std::vector<const CuckooTable*> tables_;
   uint64_t memory_bytes_ = 0;
   std::vector<std::unique_ptr<Shard>> shards_;
 };

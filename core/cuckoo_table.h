@@ -109,6 +109,16 @@ class CuckooTable {
     ops_->delete_batch(*this, hashes, out, next);
   }
 
+  // Looks up hashes that each belong to one of several tables of the same
+  // shape: hashes[i] is looked up in tables[layout().Shard(hashes[i])]. One
+  // prefetch pipeline over the whole batch, in request order, so a sharded
+  // batch needs no grouping by shard. The caller makes the access safe (see
+  // CuckooFilter::LookupHashed).
+  static void LookupAcross(absl::Span<const CuckooTable* const> tables,
+                           absl::Span<const uint64_t> hashes, absl::Span<bool> out) {
+    tables[0]->ops_->lookup_across(tables, hashes, out);
+  }
+
   const HashLayout& layout() const { return layout_; }
   uint32_t fingerprint_bits() const { return f_; }
   uint32_t bucket_size() const { return b_; }
@@ -136,6 +146,8 @@ class CuckooTable {
                          const Lookahead&);
     void (*delete_batch)(CuckooTable&, absl::Span<const uint64_t>, absl::Span<DeleteResult>,
                          const Lookahead&);
+    void (*lookup_across)(absl::Span<const CuckooTable* const>, absl::Span<const uint64_t>,
+                          absl::Span<bool>);
   };
   template <uint32_t kF, uint32_t kB>
   friend struct TableImpl;

@@ -87,10 +87,10 @@ TEST(ConcurrencyTest, ReadersNeverMissKeysThatWritersFinishedInserting) {
 // Near full load every insert kicks residents between their two buckets, so a
 // lock-free reader can catch a key in flight; the sequence check must send it
 // back to read again under the lock. Readers look up a fixed resident set
-// while a writer churns other keys through a 1-shard, 94%-full filter.
-TEST(ConcurrencyTest, LockFreeLookupsNeverMissResidentsMovedByKicks) {
-  auto created =
-      CuckooFilter::Create({.capacity = 20'000, .fingerprint_bits = 16, .shards = 1, .seed = 11});
+// while a writer churns other keys through a 94%-full filter.
+void ChurnUnderReaders(uint32_t shards) {
+  auto created = CuckooFilter::Create(
+      {.capacity = 20'000, .fingerprint_bits = 16, .shards = shards, .seed = 11});
   ASSERT_TRUE(created.ok());
   CuckooFilter& filter = **created;
   const uint64_t slots = filter.shape().total_slots();
@@ -108,7 +108,7 @@ TEST(ConcurrencyTest, LockFreeLookupsNeverMissResidentsMovedByKicks) {
   std::thread writer([&] {
     // Fill to ~94% with churn keys, then keep replacing the oldest.
     const uint64_t window = slots * 4 / 100;
-    for (uint64_t i = 0; i < 30'000; ++i) {
+    for (uint64_t i = 0; i < 200'000; ++i) {
       if (filter.Insert(Key(1, i)) != InsertResult::kInserted) continue;
       if (i >= window) (void)filter.Delete(Key(1, i - window));
       churned.fetch_add(1, std::memory_order_relaxed);
@@ -118,13 +118,19 @@ TEST(ConcurrencyTest, LockFreeLookupsNeverMissResidentsMovedByKicks) {
   std::vector<std::thread> readers;
   for (int r = 0; r < 2; ++r) {
     readers.emplace_back([&, r] {
-      std::unique_ptr<bool[]> found(new bool[views.size()]);
+      // Reader 0: batches of 256 (with several shards, the all-shards
+      // lock-free path); reader 1: single keys with 1 shard, else batches of 32.
+      const size_t chunk = r == 0 ? 256 : 32;
+      std::unique_ptr<bool[]> found(new bool[chunk]);
       while (!done.load(std::memory_order_acquire)) {
-        if (r == 0) {
-          filter.LookupBatch(views, absl::Span<bool>(found.get(), views.size()));
-          for (size_t i = 0; i < views.size(); ++i) misses += !found[i];
-        } else {
+        if (r == 1 && shards == 1) {
           for (const auto& k : views) misses += !filter.MayContain(k);
+          continue;
+        }
+        for (size_t i = 0; i < views.size(); i += chunk) {
+          size_t m = std::min(chunk, views.size() - i);
+          filter.LookupBatch(absl::MakeConstSpan(&views[i], m), absl::Span<bool>(found.get(), m));
+          for (size_t j = 0; j < m; ++j) misses += !found[j];
         }
       }
     });
@@ -133,6 +139,14 @@ TEST(ConcurrencyTest, LockFreeLookupsNeverMissResidentsMovedByKicks) {
   for (auto& t : readers) t.join();
   EXPECT_GT(churned.load(), 1000u);
   EXPECT_EQ(misses.load(), 0u);
+}
+
+TEST(ConcurrencyTest, LockFreeLookupsNeverMissResidentsMovedByKicks) { ChurnUnderReaders(1); }
+
+// Same with several shards: batches then take the all-shards lock-free path
+// (CuckooTable::LookupAcross), validated against every shard's counter.
+TEST(ConcurrencyTest, LockFreeCrossShardBatchesNeverMissResidentsMovedByKicks) {
+  ChurnUnderReaders(4);
 }
 
 TEST(ConcurrencyTest, RegistryCreateGetDropFromManyThreadsStaysConsistent) {
