@@ -100,15 +100,25 @@ class BloomFilter {
   // 16 keys 21.7.
   static constexpr size_t kAhead = 8;
 
-  // Probe i is at fastrange(a + i * b) for a = h and b = h rotated by 32
-  // (odd): the first probe is set by h's high bits, the stride by its low ones.
+  // Probe i is at fastrange(a + i * b) over the m bits, with a = h and b = a
+  // remix of h (odd), so the stride is independent of the first probe. With
+  // b = h rotated by 32, tried first, 1 GiB at 12.6 bits/item measured an FPR
+  // of 0.2424% against the model's 0.2310% (fewer bits set, and more
+  // overlap with absent keys' probes, than at random); with the remix 0.2299%.
   class Probes {
    public:
-    Probes(uint64_t h, uint64_t bits) : g_(h), step_(((h >> 32) | (h << 32)) | 1), bits_(bits) {}
+    Probes(uint64_t h, uint64_t bits) : g_(h), step_(Remix(h) | 1), bits_(bits) {}
     uint64_t bit() const { return MulHi64(g_, bits_); }
     void Next() { g_ += step_; }
 
    private:
+    // The splitmix64 finalizer: every output bit depends on every input bit.
+    static uint64_t Remix(uint64_t x) {
+      x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+      x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+      return x ^ (x >> 31);
+    }
+
     uint64_t g_;
     uint64_t step_;
     uint64_t bits_;

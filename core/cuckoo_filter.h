@@ -11,10 +11,12 @@
 //   (*filter)->MayContain("user:42");   // true
 //   (*filter)->MayContain("user:43");   // false, or true with p ~ 0.001
 //
-// Batches: InsertBatch / LookupBatch / DeleteBatch hash the whole batch, group
-// keys by shard, take each shard's lock once, and run the table's prefetching
-// pipeline. Results come back per key in request order; a batch is not atomic
-// (another thread may see part of it).
+// Batches: InsertBatch / DeleteBatch hash the whole batch, group keys by shard,
+// take each shard's lock once, and run the table's prefetching pipeline.
+// LookupBatch runs one lock-free pipeline over the batch in request order when
+// no writer interferes (up to 64 shards), else it goes shard by shard. Results
+// come back per key in request order; a batch is not atomic (another thread
+// may see part of it).
 //
 // Thread safety: every method may be called from any number of threads.
 // Inserts and deletes take shard locks exclusively; lookups and counts take no

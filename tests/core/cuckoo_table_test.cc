@@ -108,18 +108,24 @@ TEST_P(CuckooTableTest, FullFilterNeverEvictsResident) {
 
 TEST_P(CuckooTableTest, FalsePositiveRateMatchesTheoryAtHighLoad) {
   const Params p = GetParam();
-  if (p.f > 16) GTEST_SKIP() << "too rare to measure quickly";
   CuckooTable t = MakeTable(p);
   FillUntilFull(t, static_cast<uint64_t>(0.95 * t.num_slots()));
   ASSERT_GE(t.load_factor(), 0.9 * (p.b == 2 ? 0.9 : 1.0)) << "could not reach a high load";
-  // Enough lookups to expect >= 2000 false positives (relative sd ~2%).
+  // Enough lookups to expect >= 2000 false positives (relative sd ~2%), up to
+  // 16 M; above f = 16 they are too rare and only an upper bound is checked.
   const double bound = 2.0 * p.b / std::ldexp(1.0, p.f);
-  const uint64_t lookups = std::max<uint64_t>(1'000'000, static_cast<uint64_t>(2000 / bound));
+  const uint64_t lookups =
+      std::clamp<uint64_t>(static_cast<uint64_t>(2000 / bound), 1'000'000, 16'000'000);
   uint64_t positives = 0;
   for (uint64_t i = 0; i < lookups; ++i) positives += t.MayContain(HashedKey(kAbsent, i));
   const double measured = static_cast<double>(positives) / lookups;
   const double expected =
       -std::expm1(2.0 * p.b * t.load_factor() * std::log1p(-1.0 / (std::ldexp(1.0, p.f) - 1)));
+  if (expected * lookups < 1000) {
+    // Rare: a handful expected. Catch a matcher that says yes too often.
+    EXPECT_LE(positives, 3 * expected * lookups + 10) << "expected ~" << expected * lookups;
+    return;
+  }
   // 2b/2^f is the paper's small-rate approximation; it only holds when small.
   if (bound < 0.05) {
     EXPECT_NEAR(measured / bound, 1.0, 0.2) << "measured " << measured << " vs 2b/2^f " << bound;
