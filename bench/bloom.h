@@ -26,19 +26,9 @@
 #include "absl/types/span.h"
 #include "core/hash.h"
 #include "core/page_buffer.h"
+#include "core/prefetch.h"
 
 namespace cuckoo::bench {
-
-// One cache line towards L1, issued exactly as core/cuckoo_table.cc does (a
-// volatile asm, which the compiler cannot drop as it was seen to drop
-// __builtin_prefetch there), so baselines and cuckoo filter prefetch alike.
-inline void PrefetchLine(const void* p) {
-#if defined(__x86_64__)
-  asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
-#else
-  __builtin_prefetch(p);
-#endif
-}
 
 // k probes anywhere in an array of m bits: up to k cache misses per lookup,
 // fewer for absent keys (a lookup stops at the first clear bit).

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -42,6 +43,8 @@
 #include "core/cuckoo_filter.h"
 #include "core/cuckoo_table.h"
 #include "core/filter_options.h"
+#include "core/page_buffer.h"
+#include "core/prefetch.h"
 
 namespace cuckoo::bench {
 namespace {
@@ -248,7 +251,7 @@ std::string CpuModel() {
 }
 
 // Memory of this process backed by transparent huge pages, from the kernel:
-// read right after a table is built, it shows whether the table got them.
+// the growth over a table's construction shows whether the table got them.
 uint64_t AnonHugePagesMiB() {
   std::ifstream in("/proc/self/smaps_rollup");
   for (std::string line; std::getline(in, line);) {
@@ -258,6 +261,76 @@ uint64_t AnonHugePagesMiB() {
   }
   return 0;
 }
+
+// ---------------------------------------------------------------- memory ceiling
+
+// What this machine's memory allows a lookup-shaped workload at the moment:
+// per operation, two independent 8-byte reads at random places in a buffer as
+// large as the filter (a cuckoo lookup reads two random buckets), and no other
+// work. Pipelined(), like the batch pipelines, requests both lines kAhead
+// operations in advance; Plain() is a simple loop that leaves the overlap to
+// the CPU, like single-key lookups. No filter lookup beats these. On this
+// shared virtual machine the ceiling swings by 2x within an hour, so every
+// row of lookups is measured between two ceiling measurements and reported
+// as a share of them.
+class MemoryCeiling {
+ public:
+  explicit MemoryCeiling(uint64_t bytes) : span_(bytes - 8) {
+    absl::StatusOr<PageBuffer> buf = PageBuffer::Allocate(bytes);
+    if (!buf.ok()) Fail(buf.status().ToString());
+    buf_ = *std::move(buf);
+    std::memset(buf_.data(), 0x5A, bytes);  // Backed by (huge) pages, like a built table.
+  }
+
+  double Measure(bool pipelined, int threads, uint64_t ops) const {
+    return pipelined ? Pipelined(threads, ops) : Plain(threads, ops);
+  }
+
+ private:
+  std::pair<uint64_t, uint64_t> Place(uint64_t q) const {
+    uint64_t h = SplitMix64(q);
+    return {MulHi64(h, span_), MulHi64(h * 0x9E3779B97F4A7C15ull, span_)};
+  }
+  uint64_t Read(uint64_t at) const {
+    uint64_t v;
+    std::memcpy(&v, buf_.data() + at, 8);
+    return v;
+  }
+
+  double Plain(int threads, uint64_t ops) const {
+    return MedianRate(threads, ops,
+                      [&](uint64_t begin, uint64_t end, Tally& t) {
+                        for (uint64_t q = begin; q < end; ++q) {
+                          auto [a, b] = Place(q);
+                          t.positives += (Read(a) == q) | (Read(b) == q);
+                        }
+                      })
+        .first;
+  }
+
+  double Pipelined(int threads, uint64_t ops) const {
+    return MedianRate(threads, ops,
+                      [&](uint64_t begin, uint64_t end, Tally& t) {
+                        constexpr uint64_t kAhead = 32;
+                        std::pair<uint64_t, uint64_t> ring[kAhead];
+                        auto start = [&](uint64_t q) {
+                          ring[q % kAhead] = Place(q);
+                          PrefetchLine(buf_.data() + ring[q % kAhead].first);
+                          PrefetchLine(buf_.data() + ring[q % kAhead].second);
+                        };
+                        for (uint64_t q = begin; q < std::min(end, begin + kAhead); ++q) start(q);
+                        for (uint64_t q = begin; q < end; ++q) {
+                          auto [a, b] = ring[q % kAhead];
+                          if (q + kAhead < end) start(q + kAhead);
+                          t.positives += (Read(a) == q) | (Read(b) == q);
+                        }
+                      })
+        .first;
+  }
+
+  uint64_t span_;
+  PageBuffer buf_;
+};
 
 // ---------------------------------------------------------------- measurements
 
@@ -339,6 +412,11 @@ struct LookupRow {
   bool batched = false;
   int threads = 1;
   LookupCell cells[kNumPercents];
+  // The memory ceiling of this mode and thread count (pipelined for batches,
+  // plain for single keys), measured just before and just after the cells.
+  double ceiling_before = 0;
+  double ceiling_after = 0;
+  double ceiling() const { return (ceiling_before + ceiling_after) / 2; }
 };
 
 // `ops` queries, `pct`% of them for inserted keys [0, n), split over threads.
@@ -380,7 +458,8 @@ LookupCell MeasureLookups(const Subject& s, std::string_view name, bool batched,
 
 template <typename Subject>
 std::vector<LookupRow> MeasureAllLookups(const Subject& s, std::string_view name, uint64_t n,
-                                         uint64_t ops, const std::vector<int>& threads) {
+                                         uint64_t ops, const std::vector<int>& threads,
+                                         const MemoryCeiling& ceiling) {
   // An untimed pass first: the first timed cell otherwise pays for the
   // previous phase's dirty lines and cold page-table entries.
   MeasureLookups(s, name, /*batched=*/false, 1, 50, n, std::min<uint64_t>(ops, 1'000'000));
@@ -388,9 +467,11 @@ std::vector<LookupRow> MeasureAllLookups(const Subject& s, std::string_view name
   for (bool batched : {false, true}) {
     for (int t : threads) {
       LookupRow row{.batched = batched, .threads = t};
+      row.ceiling_before = ceiling.Measure(batched, t, ops);
       for (int p = 0; p < kNumPercents; ++p) {
         row.cells[p] = MeasureLookups(s, name, batched, t, kPercents[p], n, ops);
       }
+      row.ceiling_after = ceiling.Measure(batched, t, ops);
       rows.push_back(row);
     }
   }
@@ -461,7 +542,7 @@ struct FilterReport {
   double expected_fpr = 0;
   double fpr = 0;
   uint64_t fpr_probes = 0;
-  uint64_t huge_page_mib = 0;  // AnonHugePages right after construction.
+  uint64_t huge_page_mib = 0;  // Growth of AnonHugePages during construction.
   BuildResult build;
   BuildResult build_batched;
   std::vector<LookupRow> lookups;
@@ -509,8 +590,10 @@ std::unique_ptr<CuckooFilter> NewCuckoo(uint64_t capacity) {
   return *std::move(f);
 }
 
-FilterReport RunCuckoo(const Options& o, uint64_t capacity, uint64_t ops, CuckooFacts& facts) {
+FilterReport RunCuckoo(const Options& o, uint64_t capacity, uint64_t ops,
+                       const MemoryCeiling& ceiling, CuckooFacts& facts) {
   FilterReport r{.name = "cuckoo"};
+  const uint64_t huge_before = AnonHugePagesMiB();
   std::unique_ptr<CuckooFilter> filter = NewCuckoo(capacity);
   CuckooSubject s(filter.get());
   facts.shape = filter->shape();
@@ -519,7 +602,7 @@ FilterReport RunCuckoo(const Options& o, uint64_t capacity, uint64_t ops, Cuckoo
                filter->memory_bytes() / double{kMiB});
   std::fflush(stdout);
   r.build = BuildSingle(s, 0, capacity);
-  r.huge_page_mib = AnonHugePagesMiB();
+  r.huge_page_mib = AnonHugePagesMiB() - huge_before;
   FilterStats st = filter->Stats();
   r.items = st.items;
   r.bytes = st.memory_bytes;
@@ -553,7 +636,7 @@ FilterReport RunCuckoo(const Options& o, uint64_t capacity, uint64_t ops, Cuckoo
   r.fpr = MeasureFpr(s, r.fpr_probes);
   absl::PrintF("cuckoo: lookups...\n");
   std::fflush(stdout);
-  r.lookups = MeasureAllLookups(s, r.name, n, ops, o.threads);
+  r.lookups = MeasureAllLookups(s, r.name, n, ops, o.threads, ceiling);
   // Deletes last (they empty the table), at most half the keys in all.
   uint64_t cells = 2 * o.threads.size();
   r.deletes = MeasureDeletes(*filter, std::min(ops, n / (2 * cells)), o.threads);
@@ -562,7 +645,7 @@ FilterReport RunCuckoo(const Options& o, uint64_t capacity, uint64_t ops, Cuckoo
 
 template <typename Bloom>
 FilterReport RunBloom(std::string_view name, uint64_t bytes, uint64_t n, uint64_t ops,
-                      const Options& o) {
+                      const Options& o, const MemoryCeiling& ceiling) {
   FilterReport r{.name = std::string(name), .items = n};
   auto make = [&] {
     absl::StatusOr<Bloom> b = Bloom::Create(bytes, n);
@@ -572,10 +655,11 @@ FilterReport RunBloom(std::string_view name, uint64_t bytes, uint64_t n, uint64_
   absl::PrintF("%s: construction...\n", name);
   std::fflush(stdout);
   {
+    const uint64_t huge_before = AnonHugePagesMiB();
     Bloom single = make();
     BloomSubject<Bloom> s(&single);
     r.build = BuildSingle(s, 0, n);
-    r.huge_page_mib = AnonHugePagesMiB();
+    r.huge_page_mib = AnonHugePagesMiB() - huge_before;
   }
   // The batch-built copy holds the same bits; it serves the lookups.
   Bloom filter = make();
@@ -588,7 +672,7 @@ FilterReport RunBloom(std::string_view name, uint64_t bytes, uint64_t n, uint64_
   r.fpr = MeasureFpr(s, r.fpr_probes);
   absl::PrintF("%s: lookups...\n", name);
   std::fflush(stdout);
-  r.lookups = MeasureAllLookups(s, r.name, n, ops, o.threads);
+  r.lookups = MeasureAllLookups(s, r.name, n, ops, o.threads, ceiling);
   return r;
 }
 
@@ -613,8 +697,9 @@ void PrintTables(const Options& o, const Machine& m, uint64_t ops,
   absl::PrintF("loadavg         %s at start, %s at end (1, 5, 15 min; this run adds 1-2)\n",
                m.loadavg_at_start, m.loadavg_at_end);
   for (const FilterReport& r : reports) {
-    absl::PrintF("huge pages      %s: %d MiB AnonHugePages after construction (table %.0f MiB)\n",
-                 r.name, r.huge_page_mib, r.bytes / double{kMiB});
+    absl::PrintF(
+        "huge pages      %s: AnonHugePages grew by %d MiB during construction (table %.0f MiB)\n",
+        r.name, r.huge_page_mib, r.bytes / double{kMiB});
   }
   absl::PrintF(
       "run             %s, cuckoo capacity %d, %d queries per lookup cell, batches of %d\n",
@@ -657,7 +742,7 @@ void PrintTables(const Options& o, const Machine& m, uint64_t ops,
       ops, kRounds);
   absl::PrintF("%-14s %-8s %7s", "filter", "mode", "threads");
   for (int pct : kPercents) absl::PrintF(" %7s", absl::StrCat(pct, "%"));
-  absl::PrintF(" %9s\n", "FP%@0%");
+  absl::PrintF(" %9s %8s %9s\n", "FP%@0%", "ceiling", "50%/ceil");
   uint64_t sink = 0;
   for (const FilterReport& r : reports) {
     for (const LookupRow& row : r.lookups) {
@@ -666,9 +751,15 @@ void PrintTables(const Options& o, const Machine& m, uint64_t ops,
         absl::PrintF(" %7.2f", cell.mops);
         sink += cell.positives;
       }
-      absl::PrintF(" %9.4f\n", 100.0 * row.cells[0].positives / row.cells[0].queries);
+      absl::PrintF(" %9.4f %8.2f %9.2f\n", 100.0 * row.cells[0].positives / row.cells[0].queries,
+                   row.ceiling(), row.cells[2].mops / row.ceiling());
     }
   }
+  absl::PrintF(
+      "ceiling: M ops/s of two random 8-byte reads per op in a buffer as large as the cuckoo\n"
+      "table and no other work, with a 32-op prefetch pipeline for batched rows and a plain\n"
+      "loop for single-key rows, same threads; mean of a run just before and just after the row.\n"
+      "50%%/ceil: the 50%% cell as a share of it.\n");
   absl::PrintF("(sink: %d positive answers in all; every 100%% cell answered all true)\n", sink);
 
   if (!c.deletes.empty()) {
@@ -734,9 +825,11 @@ std::string Json(const Options& o, const Machine& m, uint64_t ops,
         mops.push_back(absl::StrFormat("%.3f", cell.mops));
         positives.push_back(absl::StrCat(cell.positives));
       }
-      absl::StrAppendFormat(&j, R"(%s{"mode":"%s","threads":%d,"mops":[%s],"positives":[%s]})",
+      absl::StrAppendFormat(&j,
+                            R"(%s{"mode":"%s","threads":%d,"mops":[%s],"positives":[%s],)"
+                            R"("ceiling_mops":[%.3f,%.3f]})",
                             k ? "," : "", Mode(row.batched), row.threads, absl::StrJoin(mops, ","),
-                            absl::StrJoin(positives, ","));
+                            absl::StrJoin(positives, ","), row.ceiling_before, row.ceiling_after);
     }
     j += "]";
     if (!r.deletes.empty()) {
@@ -814,13 +907,16 @@ int Main(int argc, char** argv) {
   const double t0 = Now();
   std::vector<FilterReport> reports;
   CuckooFacts facts;
-  reports.push_back(RunCuckoo(o, capacity, ops, facts));
+  absl::StatusOr<FilterShape> shape = ComputeShape(CuckooOptions(capacity));
+  if (!shape.ok()) Fail(shape.status().ToString());
+  const MemoryCeiling ceiling(CuckooTableBytes(*shape));
+  reports.push_back(RunCuckoo(o, capacity, ops, ceiling, facts));
   if (!o.only_cuckoo) {
     // Same memory and the same keys as the cuckoo filter.
     const uint64_t bytes = reports[0].bytes;
     const uint64_t n = reports[0].items;
-    reports.push_back(RunBloom<BloomFilter>("bloom", bytes, n, ops, o));
-    reports.push_back(RunBloom<BlockedBloomFilter>("blocked-bloom", bytes, n, ops, o));
+    reports.push_back(RunBloom<BloomFilter>("bloom", bytes, n, ops, o, ceiling));
+    reports.push_back(RunBloom<BlockedBloomFilter>("blocked-bloom", bytes, n, ops, o, ceiling));
   }
 
   machine.loadavg_at_end = LoadAverages();

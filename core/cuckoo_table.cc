@@ -1,8 +1,12 @@
 #include "core/cuckoo_table.h"
 
+#include <cstring>
+
 #include "absl/base/attributes.h"
+#include "absl/base/config.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "core/prefetch.h"
 
 namespace cuckoo {
 namespace {
@@ -16,23 +20,30 @@ constexpr size_t kPrefetchDistance = 32;
 // padding rounds the table up to whole words.
 constexpr size_t kTailPadding = 8;
 
-// Table words are only accessed atomically (relaxed: plain moves on x86), so
-// lock-free readers racing a writer (see CuckooFilter's sequence lock) read
-// stale or torn buckets, never undefined behaviour; the sequence check makes
-// them retry.
+// Writers store whole table words atomically (relaxed: plain moves on x86),
+// and readers load aligned words the same way, so lock-free readers racing a
+// writer (see CuckooFilter's sequence lock) read stale or torn buckets; the
+// sequence check makes them retry. The one exception is LoadUnaligned below.
 inline uint64_t LoadWord(const uint64_t* w) { return __atomic_load_n(w, __ATOMIC_RELAXED); }
 inline void StoreWord(uint64_t* w, uint64_t v) { __atomic_store_n(w, v, __ATOMIC_RELAXED); }
 
-// One cache line into L1. GCC 12's dead-code elimination drops
-// __builtin_prefetch in the batch pipeline below (nothing uses its result),
-// which silently cost 3x of batched throughput; a volatile asm stays.
-inline void PrefetchLine(const uint8_t* p) {
-#if defined(__x86_64__)
-  asm volatile("prefetcht0 %0" : : "m"(*p));
-#else
-  __builtin_prefetch(p);
-#endif
+// Eight bytes at any address, in one unaligned load. Used to read whole-byte
+// buckets (below). Racing a writer's word stores, it may see some bytes old
+// and some new, as two word loads would; the reader's sequence check throws
+// such a read away. It is a plain load because no C++ atomic may be
+// unaligned; ThreadSanitizer builds read aligned words instead, so that the
+// tool sees only atomic accesses on both sides (see kWindowLoads).
+inline uint64_t LoadUnaligned(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
 }
+
+#if defined(ABSL_HAVE_THREAD_SANITIZER)
+constexpr bool kWindowLoads = false;
+#else
+constexpr bool kWindowLoads = true;
+#endif
 
 }  // namespace
 
@@ -92,18 +103,52 @@ struct TableImpl {
     }
   }
 
+  // Bytes per bucket when a bucket is a whole number of bytes that fits in
+  // one 64-bit window (f * b in {16, 24, 32, 40, 48, 56, 64}), else 0. Such a
+  // bucket is read with a single unaligned load instead of two aligned words
+  // and a funnel shift: fewer instructions that wait on the cache miss, so
+  // the CPU keeps more lookups in flight (single-key lookups on a 256 MiB
+  // table went from 9.5 to XX M/s).
+  static constexpr uint32_t kBucketBytes =
+      (kF != 0 && kB != 0 && (kF * kB) % 8 == 0 && kF * kB <= 64) ? kF * kB / 8 : 0;
+
+  // A bucket's bits somewhere in a 64-bit word: they start at bit `shift`;
+  // the bits above and below them are other buckets' (don't care).
+  struct Window {
+    uint64_t bits;
+    uint32_t shift;
+  };
+  ABSL_ATTRIBUTE_ALWAYS_INLINE Window Load(uint64_t bucket) const {
+    if constexpr (kBucketBytes != 0 && kWindowLoads) {
+      // The eight bytes from the bucket's start, unless they would reach into
+      // the next cache line; then the eight bytes ending at the bucket's end.
+      // Either way the load touches only lines the bucket occupies (the ones
+      // Prefetch requested).
+      // Arithmetic, not a branch: a mispredicted branch here (one bucket in
+      // nine) would also discard the loads of the lookups behind it.
+      const uint64_t start = bucket * kBucketBytes;
+      const uint64_t from_end = 0 - static_cast<uint64_t>((start & 63) > 64 - 8);  // 0 or ~0
+      const uint64_t at = start - (from_end & (8 - kBucketBytes));
+      const auto shift = static_cast<uint32_t>(from_end & (64 - 8 * kBucketBytes));
+      return {LoadUnaligned(data() + at), shift};
+    }
+    return {Bits(bucket * bucket_bits(), bucket_bits()), 0};
+  }
+
   // First slot of `bucket` equal to `value`, or -1. `value` 0 finds a free slot.
   ABSL_ATTRIBUTE_ALWAYS_INLINE int Find(uint64_t bucket, uint32_t value) const {
     if (swar()) {
-      uint64_t w = Bits(bucket * bucket_bits(), bucket_bits());
-      if (bucket_bits() < 64) w &= (uint64_t{1} << bucket_bits()) - 1;
-      uint64_t lo = lanes_lo();
-      uint64_t hi = lo << (f() - 1);
-      uint64_t x = w ^ (value * lo);
+      // One SWAR compare of all slots. Bits outside the bucket cannot flag a
+      // slot: the subtraction's borrows only run upwards, and `hi` masks
+      // everything but the bucket's lanes.
+      const Window w = Load(bucket);
+      const uint64_t lo = lanes_lo() << w.shift;
+      const uint64_t hi = lo << (f() - 1);
+      const uint64_t x = w.bits ^ (value * lo);
       // Exact "some lane is zero" test; the lowest flagged lane is the first
       // zero lane (only lanes above a zero lane can be flagged spuriously).
-      uint64_t z = (x - lo) & ~x & hi;
-      return z == 0 ? -1 : static_cast<int>(std::countr_zero(z) / f());
+      const uint64_t z = (x - lo) & ~x & hi;
+      return z == 0 ? -1 : static_cast<int>((std::countr_zero(z) - w.shift) / f());
     }
     for (uint32_t j = 0; j < b(); ++j) {
       if (Get(bucket, j) == value) return static_cast<int>(j);
@@ -125,8 +170,11 @@ struct TableImpl {
   ABSL_ATTRIBUTE_ALWAYS_INLINE void Prefetch(const uint8_t* base, uint64_t bucket) const {
     uint64_t first = (bucket * bucket_bits()) >> 3;
     uint64_t last = (bucket * bucket_bits() + bucket_bits() - 1) >> 3;
+    // Both ends, always: a branch on whether the bucket straddles two lines
+    // is a coin flip the CPU mispredicts, and prefetching a line twice is
+    // nearly free.
     PrefetchLine(base + first);
-    if ((first >> 6) != (last >> 6)) PrefetchLine(base + last);
+    PrefetchLine(base + last);
   }
 
   struct Place {
