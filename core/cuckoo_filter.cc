@@ -1,6 +1,6 @@
 #include "core/cuckoo_filter.h"
 
-#include <cmath>
+#include <algorithm>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -176,6 +176,11 @@ void CuckooFilter::DeleteBatch(absl::Span<const std::string_view> keys,
   DeleteHashed(HashAll(*this, keys), out);
 }
 
+void CuckooFilter::CountBatch(absl::Span<const std::string_view> keys,
+                              absl::Span<uint32_t> out) const {
+  CountHashed(HashAll(*this, keys), out);
+}
+
 InsertResult CuckooFilter::Insert(std::string_view key, bool if_absent) {
   uint64_t h = Hash(key);
   return shards_[layout_.Shard(h)]->Write([&](CuckooTable& t) { return t.Insert(h, if_absent); });
@@ -214,9 +219,11 @@ FilterStats CuckooFilter::Stats() const {
   st.memory_bytes = memory_bytes_;
   st.load_factor = static_cast<double>(st.items) / st.slots;
   st.bits_per_item = st.items == 0 ? 0 : 8.0 * st.memory_bytes / st.items;
-  double p_match = 1.0 / (std::ldexp(1.0, shape_.fingerprint_bits) - 1);
   st.expected_false_positive_rate =
-      -std::expm1(2.0 * shape_.bucket_size * st.load_factor * std::log1p(-p_match));
+      ExpectedFalsePositiveRate(shape_.fingerprint_bits, shape_.bucket_size, st.load_factor);
+  st.expected_false_positive_rate_at_capacity = ExpectedFalsePositiveRate(
+      shape_.fingerprint_bits, shape_.bucket_size,
+      std::min(1.0, static_cast<double>(st.capacity) / st.slots));
   return st;
 }
 

@@ -53,6 +53,8 @@ struct FilterStats {
   // Probability that a lookup of an absent key returns true at the current
   // load: 1 - (1 - 1/(2^f - 1))^(2b * load).
   double expected_false_positive_rate = 0;
+  // The same with `capacity` items stored.
+  double expected_false_positive_rate_at_capacity = 0;
 };
 
 class CuckooFilter {
@@ -79,6 +81,7 @@ class CuckooFilter {
                    absl::Span<InsertResult> out);
   void LookupBatch(absl::Span<const std::string_view> keys, absl::Span<bool> out) const;
   void DeleteBatch(absl::Span<const std::string_view> keys, absl::Span<DeleteResult> out);
+  void CountBatch(absl::Span<const std::string_view> keys, absl::Span<uint32_t> out) const;
 
   // Batches of pre-hashed keys (`Hash(key)`), for callers that hash while
   // parsing their input.

@@ -57,6 +57,11 @@ double PlannedLoadFactor(uint32_t bucket_size, uint32_t fingerprint_bits, double
   return std::max(base * 0.5, base * (1.0 - margin));
 }
 
+double ExpectedFalsePositiveRate(uint32_t f, uint32_t b, double load) {
+  const double p_match = 1.0 / (std::ldexp(1.0, f) - 1);
+  return -std::expm1(2.0 * b * load * std::log1p(-p_match));
+}
+
 uint32_t FingerprintBitsForRate(double eps, uint32_t b) {
   double f = std::ceil(std::log2(2.0 * b / eps) - 1e-9);
   return static_cast<uint32_t>(

@@ -71,6 +71,11 @@ struct FilterShape {
 // binomial spread of items over shards.
 double PlannedLoadFactor(uint32_t bucket_size, uint32_t fingerprint_bits, double items_per_shard);
 
+// Probability that a lookup of an absent key matches, with f-bit
+// fingerprints, b-slot buckets and a fraction `load` of slots in use:
+// 1 - (1 - 1/(2^f - 1))^(2b * load), about 2b * load / 2^f.
+double ExpectedFalsePositiveRate(uint32_t fingerprint_bits, uint32_t bucket_size, double load);
+
 // Smallest f with 2b / 2^f <= epsilon (paper Eq. 6), clamped to [4, 32].
 uint32_t FingerprintBitsForRate(double false_positive_rate, uint32_t bucket_size);
 

@@ -71,7 +71,9 @@ absl::Status FilterRegistry::CheckRoomLocked(absl::string_view name, uint64_t by
 
 absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::Create(absl::string_view name,
                                                                      const FilterOptions& options,
-                                                                     bool if_not_exists) {
+                                                                     bool if_not_exists,
+                                                                     bool* created) {
+  if (created != nullptr) *created = false;
   if (absl::Status s = ValidateName(name); !s.ok()) return s;
   absl::StatusOr<FilterShape> shape = ComputeShape(options);
   if (!shape.ok()) return shape.status();
@@ -94,9 +96,12 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::Create(absl::strin
   if (!filter.ok()) return filter.status();
   std::shared_ptr<CuckooFilter> shared = *std::move(filter);
   if (absl::Status s = Add(name, shared); !s.ok()) {
-    if (absl::IsAlreadyExists(s) && if_not_exists) return Create(name, options, if_not_exists);
+    if (absl::IsAlreadyExists(s) && if_not_exists) {
+      return Create(name, options, if_not_exists, created);
+    }
     return s;
   }
+  if (created != nullptr) *created = true;
   return shared;
 }
 

@@ -43,10 +43,12 @@ class FilterRegistry {
   // settings (capacity, rate-derived shape, and seed if one was given) returns
   // the existing filter; otherwise ALREADY_EXISTS naming the differences.
   // RESOURCE_EXHAUSTED when the memory budget or filter count would be
-  // exceeded; INVALID_ARGUMENT for bad names or options.
+  // exceeded; INVALID_ARGUMENT for bad names or options. `created`, if given,
+  // tells whether the returned filter is new.
   absl::StatusOr<std::shared_ptr<CuckooFilter>> Create(absl::string_view name,
                                                        const FilterOptions& options,
-                                                       bool if_not_exists = false);
+                                                       bool if_not_exists = false,
+                                                       bool* created = nullptr);
   // Adds an already-built filter (e.g. loaded from a snapshot) under `name`,
   // with the same checks as Create.
   absl::Status Add(absl::string_view name, std::shared_ptr<CuckooFilter> filter);

@@ -7,6 +7,9 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git clang-format
   libabsl-dev libxxhash-dev
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libspdlog-dev libboost-dev
+  python3 python3-grpcio python3-grpc-tools
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 

@@ -1,0 +1,2 @@
+// Placeholder: cuckooctl arrives in the next commit.
+int main() { return 1; }

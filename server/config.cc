@@ -1,0 +1,322 @@
+#include "server/config.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
+#include "server/version.h"
+
+namespace cuckoo::server {
+
+// A flag holding a number of bytes, written with an optional unit.
+struct ByteSizeFlag {
+  uint64_t bytes = 0;
+};
+
+bool AbslParseFlag(absl::string_view text, ByteSizeFlag* flag, std::string* error) {
+  absl::StatusOr<uint64_t> bytes = ParseByteSize(text);
+  if (!bytes.ok()) {
+    *error = std::string(bytes.status().message());
+    return false;
+  }
+  flag->bytes = *bytes;
+  return true;
+}
+
+std::string AbslUnparseFlag(ByteSizeFlag flag) { return FormatByteSizeExactly(flag.bytes); }
+
+}  // namespace cuckoo::server
+
+namespace {
+const cuckoo::server::ServerConfig kDefaults;
+}  // namespace
+
+ABSL_FLAG(std::string, listen, kDefaults.listen, "gRPC listen address, host:port");
+ABSL_FLAG(std::string, data_dir, kDefaults.data_dir,
+          "directory for snapshots (created if missing)");
+ABSL_FLAG(uint32_t, max_batch_keys, kDefaults.max_batch_keys,
+          "most keys one Insert/Lookup/Delete/Count request may carry");
+ABSL_FLAG(uint32_t, max_key_bytes, kDefaults.max_key_bytes, "longest key, in bytes");
+ABSL_FLAG(uint32_t, max_filters, kDefaults.max_filters, "most filters the server holds");
+ABSL_FLAG(cuckoo::server::ByteSizeFlag, memory_budget, {},
+          "table memory all filters together may use, e.g. 8GiB; 0 (default): 75% of the "
+          "memory available to the process (cgroup limit, else RAM)");
+ABSL_FLAG(cuckoo::server::ByteSizeFlag, max_message_size, {kDefaults.max_message_bytes},
+          "largest request or response message, e.g. 64MiB");
+ABSL_FLAG(absl::Duration, drain_timeout, kDefaults.drain_timeout,
+          "on SIGTERM/SIGINT, how long in-flight requests may take to finish");
+ABSL_FLAG(std::string, log_level, kDefaults.log_level,
+          "trace, debug, info, warn, error, critical or off");
+ABSL_FLAG(std::string, log_format, kDefaults.log_format, "text or json (one object per line)");
+
+namespace cuckoo::server {
+namespace {
+
+// Every flag of the server, for the environment fallback.
+constexpr const char* kFlagNames[] = {
+    "listen",        "data_dir",         "max_batch_keys", "max_key_bytes", "max_filters",
+    "memory_budget", "max_message_size", "drain_timeout",  "log_level",     "log_format",
+};
+
+struct Unit {
+  const char* name;
+  uint64_t factor;
+};
+constexpr Unit kUnits[] = {
+    {"kib", uint64_t{1} << 10},
+    {"mib", uint64_t{1} << 20},
+    {"gib", uint64_t{1} << 30},
+    {"tib", uint64_t{1} << 40},
+    {"kb", 1'000},
+    {"mb", 1'000'000},
+    {"gb", 1'000'000'000},
+    {"tb", 1'000'000'000'000},
+    {"k", uint64_t{1} << 10},
+    {"m", uint64_t{1} << 20},
+    {"g", uint64_t{1} << 30},
+    {"t", uint64_t{1} << 40},
+    {"b", 1},
+};
+
+// "--max-batch-keys=5" -> "--max_batch_keys=5": absl flag names cannot hold
+// dashes, but dashed names are what operators type.
+std::string NormalizeFlag(absl::string_view arg) {
+  std::string out(arg);
+  if (!absl::StartsWith(arg, "--") || arg == "--") return out;
+  size_t end = out.find('=');
+  if (end == std::string::npos) end = out.size();
+  std::replace(out.begin() + 2, out.begin() + end, '-', '_');
+  return out;
+}
+
+uint64_t ReadCgroupLimit() {
+  for (const char* path : {"/sys/fs/cgroup/memory.max",  // cgroup v2
+                           "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(path);
+    std::string value;
+    if (!(in >> value)) continue;
+    uint64_t limit = 0;
+    // "max" (v2) or a huge number (v1) mean no limit.
+    if (absl::SimpleAtoi(value, &limit) && limit < (uint64_t{1} << 60)) return limit;
+  }
+  return 0;
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text) {
+  absl::string_view s = absl::StripAsciiWhitespace(text);
+  size_t digits = 0;
+  while (digits < s.size() && (absl::ascii_isdigit(s[digits]) || s[digits] == '.')) ++digits;
+  absl::string_view number = s.substr(0, digits);
+  std::string unit = absl::AsciiStrToLower(absl::StripAsciiWhitespace(s.substr(digits)));
+  double value = 0;
+  if (number.empty() || !absl::SimpleAtod(number, &value)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "\"%s\" is not a size: expected a number of bytes with an optional unit such as "
+        "512MiB or 8GiB",
+        text));
+  }
+  uint64_t factor = 1;
+  if (!unit.empty()) {
+    auto it = std::find_if(std::begin(kUnits), std::end(kUnits),
+                           [&](const Unit& u) { return unit == u.name; });
+    if (it == std::end(kUnits)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "\"%s\" has unknown unit \"%s\": use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB", text,
+          unit));
+    }
+    factor = it->factor;
+  }
+  double bytes = value * static_cast<double>(factor);
+  if (bytes >= 18446744073709551615.0) {
+    return absl::InvalidArgumentError(absl::StrFormat("\"%s\" is too large", text));
+  }
+  return static_cast<uint64_t>(std::llround(bytes));
+}
+
+namespace {
+constexpr std::pair<const char*, int> kBinaryUnits[] = {
+    {"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}};
+}  // namespace
+
+std::string FormatByteSize(uint64_t bytes) {
+  for (const auto& [unit, shift] : kBinaryUnits) {
+    const uint64_t one = uint64_t{1} << shift;
+    if (bytes < one) continue;
+    if (bytes % one == 0) return absl::StrFormat("%u%s", bytes >> shift, unit);
+    return absl::StrFormat("%.1f%s", static_cast<double>(bytes) / one, unit);
+  }
+  return absl::StrFormat("%uB", bytes);
+}
+
+// Exact, so that it parses back to the same value.
+std::string FormatByteSizeExactly(uint64_t bytes) {
+  for (const auto& [unit, shift] : kBinaryUnits) {
+    const uint64_t one = uint64_t{1} << shift;
+    if (bytes >= one && bytes % one == 0) return absl::StrFormat("%u%s", bytes >> shift, unit);
+  }
+  return absl::StrFormat("%u", bytes);
+}
+
+std::string EnvironmentVariableFor(absl::string_view flag_name) {
+  return "CUCKOOD_" + absl::AsciiStrToUpper(flag_name);
+}
+
+uint64_t AvailableMemoryBytes() {
+  uint64_t physical =
+      static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  uint64_t cgroup = ReadCgroupLimit();
+  return cgroup > 0 ? std::min(cgroup, physical) : physical;
+}
+
+uint64_t EffectiveMemoryBudget(const ServerConfig& config) {
+  return config.memory_budget_bytes != 0 ? config.memory_budget_bytes
+                                         : AvailableMemoryBytes() / 4 * 3;
+}
+
+absl::Status ValidateConfig(const ServerConfig& c) {
+  if (c.listen.empty() || c.listen.find(':') == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--listen=\"%s\" must be host:port, e.g. 0.0.0.0:50051", c.listen));
+  }
+  if (c.data_dir.empty()) return absl::InvalidArgumentError("--data-dir must not be empty");
+  if (c.max_batch_keys == 0) {
+    return absl::InvalidArgumentError("--max-batch-keys must be at least 1");
+  }
+  if (c.max_key_bytes == 0) return absl::InvalidArgumentError("--max-key-bytes must be at least 1");
+  if (c.max_filters == 0) return absl::InvalidArgumentError("--max-filters must be at least 1");
+  if (c.max_message_bytes < 4096 || c.max_message_bytes > (uint64_t{1} << 31) - 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--max-message-size=%s must be between 4KiB and 2GiB",
+                        FormatByteSize(c.max_message_bytes)));
+  }
+  if (c.drain_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrFormat("--drain-timeout=%s must not be negative",
+                                                      absl::FormatDuration(c.drain_timeout)));
+  }
+  static constexpr const char* kLevels[] = {"trace", "debug",    "info", "warn",
+                                            "error", "critical", "off"};
+  if (std::find(std::begin(kLevels), std::end(kLevels), c.log_level) == std::end(kLevels)) {
+    return absl::InvalidArgumentError(absl::StrFormat("--log-level=\"%s\" must be one of: %s",
+                                                      c.log_level, absl::StrJoin(kLevels, ", ")));
+  }
+  if (c.log_format != "text" && c.log_format != "json") {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--log-format=\"%s\" must be text or json", c.log_format));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ServerConfig> ConfigFromCommandLine(int argc, char** argv) {
+  static std::once_flag usage_once;  // absl allows setting these once only.
+  std::call_once(usage_once, [] {
+    absl::SetProgramUsageMessage(
+        "cuckood: a membership-query server of named cuckoo filters over gRPC.\n"
+        "Every flag can also be set by an environment variable CUCKOOD_<FLAG>, e.g.\n"
+        "CUCKOOD_LISTEN=0.0.0.0:50051; the command line wins. Flags may be written\n"
+        "with dashes or underscores: --max-batch-keys or --max_batch_keys.");
+    absl::FlagsUsageConfig usage;
+    usage.version_string = [] { return absl::StrCat("cuckood ", kVersion, "\n"); };
+    usage.contains_helpshort_flags = [](absl::string_view file) {
+      return absl::StrContains(file, "server/config");
+    };
+    usage.contains_help_flags = usage.contains_helpshort_flags;
+    absl::SetFlagsUsageConfig(usage);
+  });
+
+  for (const char* name : kFlagNames) {
+    std::string var = EnvironmentVariableFor(name);
+    const char* value = std::getenv(var.c_str());
+    if (value == nullptr) continue;
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    std::string error;
+    if (flag == nullptr || !flag->ParseFrom(value, &error)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("environment variable %s=\"%s\": %s", var, value, error));
+    }
+  }
+
+  std::vector<std::string> normalized;
+  normalized.reserve(argc);
+  for (int i = 0; i < argc; ++i) normalized.push_back(NormalizeFlag(argv[i]));
+  // Check names and values first, so that a bad flag is reported like every
+  // other configuration error (absl's parser would print and exit 1 itself).
+  for (size_t i = 1; i < normalized.size(); ++i) {
+    absl::string_view arg = normalized[i];
+    if (arg == "--") break;
+    if (!absl::ConsumePrefix(&arg, "--") && !absl::ConsumePrefix(&arg, "-")) continue;
+    const size_t eq = arg.find('=');
+    const std::string name(arg.substr(0, eq));
+    const std::string dashed = absl::StrReplaceAll(name, {{"_", "-"}});
+    // absl's own usage flags, which its parser handles (and exits on).
+    static constexpr absl::string_view kBuiltin[] = {
+        "help",    "helpfull",        "helpshort", "helppackage", "helpon",     "helpmatch",
+        "version", "only_check_args", "flagfile",  "fromenv",     "tryfromenv", "undefok"};
+    if (std::find(std::begin(kBuiltin), std::end(kBuiltin), name) != std::end(kBuiltin)) {
+      continue;
+    }
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr) {
+      return absl::InvalidArgumentError(absl::StrFormat("unknown flag --%s (see --help)", dashed));
+    }
+    if (flag->IsOfType<bool>()) continue;
+    std::string value;
+    if (eq != absl::string_view::npos) {
+      value = std::string(arg.substr(eq + 1));
+    } else if (i + 1 < normalized.size()) {
+      value = normalized[++i];
+    } else {
+      return absl::InvalidArgumentError(absl::StrFormat("flag --%s needs a value", dashed));
+    }
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) {
+      return absl::InvalidArgumentError(absl::StrFormat("--%s=\"%s\": %s", dashed, value, error));
+    }
+  }
+  std::vector<char*> args;
+  for (std::string& a : normalized) args.push_back(a.data());
+  std::vector<char*> rest = absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+  if (rest.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "unexpected argument \"%s\": cuckood takes only flags (see --help)", rest[1]));
+  }
+
+  ServerConfig c;
+  c.listen = absl::GetFlag(FLAGS_listen);
+  c.data_dir = absl::GetFlag(FLAGS_data_dir);
+  c.max_batch_keys = absl::GetFlag(FLAGS_max_batch_keys);
+  c.max_key_bytes = absl::GetFlag(FLAGS_max_key_bytes);
+  c.max_filters = absl::GetFlag(FLAGS_max_filters);
+  c.memory_budget_bytes = absl::GetFlag(FLAGS_memory_budget).bytes;
+  c.max_message_bytes = absl::GetFlag(FLAGS_max_message_size).bytes;
+  c.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
+  c.log_level = absl::GetFlag(FLAGS_log_level);
+  c.log_format = absl::GetFlag(FLAGS_log_format);
+  if (absl::Status s = ValidateConfig(c); !s.ok()) return s;
+  return c;
+}
+
+}  // namespace cuckoo::server

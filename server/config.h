@@ -1,0 +1,78 @@
+// ServerConfig: everything cuckood can be told, with defaults that work with
+// no flags and no config file, and how it is read from flags and environment.
+//
+// Every setting is a flag (--max-batch-keys=10000 or --max_batch_keys=10000)
+// and an environment variable (CUCKOOD_MAX_BATCH_KEYS=10000); a flag given on
+// the command line wins over the environment. Sizes accept a unit (KiB, MiB,
+// GiB, TiB, or KB/MB/GB/TB for powers of ten); durations take absl's form
+// ("10s", "1m30s").
+#ifndef CUCKOO_SERVER_CONFIG_H_
+#define CUCKOO_SERVER_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace cuckoo::server {
+
+struct ServerConfig {
+  // gRPC listen address, host:port. Port 0 picks a free port (tests).
+  std::string listen = "0.0.0.0:50051";
+  // Where snapshots live; created if missing.
+  std::string data_dir = "./data";
+  // Most keys one Insert / Lookup / Delete / Count request may carry.
+  uint32_t max_batch_keys = 100'000;
+  // Longest key in bytes.
+  uint32_t max_key_bytes = 4096;
+  // Most filters the server holds.
+  uint32_t max_filters = 1024;
+  // Table memory of all filters together; 0: 75% of the memory available to
+  // the process (its cgroup's limit, else the machine's RAM).
+  uint64_t memory_budget_bytes = 0;
+  // Largest request or response message.
+  uint64_t max_message_bytes = uint64_t{64} << 20;
+  // How long in-flight requests may take to finish on shutdown.
+  absl::Duration drain_timeout = absl::Seconds(10);
+  // spdlog level name: trace, debug, info, warn, error, critical, off.
+  std::string log_level = "info";
+  // "text" or "json" (one JSON object per line).
+  std::string log_format = "text";
+};
+
+// Checks values that flags alone cannot (ranges, formats). INVALID_ARGUMENT
+// names the setting and the value.
+absl::Status ValidateConfig(const ServerConfig& config);
+
+// Bytes of memory this process may use: its cgroup's memory limit (v2 or v1)
+// if one is set, else the machine's physical memory.
+uint64_t AvailableMemoryBytes();
+
+// The budget actually used: config.memory_budget_bytes, or the default above.
+uint64_t EffectiveMemoryBudget(const ServerConfig& config);
+
+// Parses "123", "64KiB", "1.5GiB", "10GB" into bytes. Whitespace between the
+// number and the unit is allowed; the unit is case-insensitive.
+absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text);
+// "17.7GiB", "64MiB", "512B": for people, to one decimal.
+std::string FormatByteSize(uint64_t bytes);
+// "64MiB", "1536KiB", "1000000": exact, parses back to `bytes`.
+std::string FormatByteSizeExactly(uint64_t bytes);
+
+// Reads the configuration from the environment (CUCKOOD_*) and the command
+// line, which wins. INVALID_ARGUMENT for an unknown flag, a bad value or an
+// environment variable that does not parse (naming the variable). Positional
+// arguments are an error too. --help and --version are handled by absl and
+// exit.
+absl::StatusOr<ServerConfig> ConfigFromCommandLine(int argc, char** argv);
+
+// The environment variable that sets flag `flag_name` (e.g. "max_batch_keys"
+// -> "CUCKOOD_MAX_BATCH_KEYS").
+std::string EnvironmentVariableFor(absl::string_view flag_name);
+
+}  // namespace cuckoo::server
+
+#endif  // CUCKOO_SERVER_CONFIG_H_

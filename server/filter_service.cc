@@ -1,0 +1,316 @@
+#include "server/filter_service.h"
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "server/status.h"
+#include "server/version.h"
+#include "spdlog/spdlog.h"
+
+namespace cuckoo::server {
+namespace {
+
+// Per-thread buffers reused across requests (gRPC runs handlers on a small
+// pool of threads), so a batch costs no allocation once warm.
+template <typename T>
+absl::Span<T> Scratch(size_t n) {
+  thread_local std::vector<T> buf;
+  if (buf.size() < n) buf.resize(n);
+  return absl::Span<T>(buf.data(), n);
+}
+
+// Core per-key results map one-to-one onto the proto enums, offset by the
+// proto's UNSPECIFIED = 0.
+static_assert(static_cast<int>(InsertResult::kInserted) + 1 == v1::INSERT_RESULT_INSERTED);
+static_assert(static_cast<int>(InsertResult::kAlreadyPresent) + 1 ==
+              v1::INSERT_RESULT_ALREADY_PRESENT);
+static_assert(static_cast<int>(InsertResult::kFull) + 1 == v1::INSERT_RESULT_FULL);
+static_assert(static_cast<int>(DeleteResult::kDeleted) + 1 == v1::DELETE_RESULT_DELETED);
+static_assert(static_cast<int>(DeleteResult::kNotFound) + 1 == v1::DELETE_RESULT_NOT_FOUND);
+
+// A unary call's reactor that counts the call as in flight until gRPC is
+// done with it (response sent or call cancelled), so shutdown can wait for
+// exactly the calls that are running.
+class CountedReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit CountedReactor(std::atomic<int64_t>* in_flight) : in_flight_(in_flight) {
+    in_flight_->fetch_add(1, std::memory_order_acq_rel);
+  }
+  void OnDone() override {
+    in_flight_->fetch_sub(1, std::memory_order_acq_rel);
+    delete this;
+  }
+
+ private:
+  std::atomic<int64_t>* const in_flight_;
+};
+
+}  // namespace
+
+void FillFilterInfo(const std::string& name, const CuckooFilter& filter, v1::FilterInfo* info) {
+  const FilterShape& shape = filter.shape();
+  const FilterStats st = filter.Stats();
+  info->set_name(name);
+  info->set_capacity(shape.capacity);
+  info->set_fingerprint_bits(shape.fingerprint_bits);
+  info->set_bucket_size(shape.bucket_size);
+  info->set_shards(shape.shards);
+  info->set_max_kicks(shape.max_kicks);
+  info->set_seed(shape.seed);
+  info->set_hash_id(shape.hash_id);
+  info->set_buckets_per_shard(shape.buckets_per_shard);
+  info->set_slots(st.slots);
+  info->set_items(st.items);
+  info->set_load_factor(st.load_factor);
+  info->set_memory_bytes(st.memory_bytes);
+  info->set_bits_per_item(st.bits_per_item);
+  info->set_expected_false_positive_rate(st.expected_false_positive_rate);
+  info->set_false_positive_rate_at_capacity(st.expected_false_positive_rate_at_capacity);
+}
+
+bool FilterServiceImpl::WaitIdle(absl::Time deadline) const {
+  while (calls_in_flight() > 0) {
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return true;
+}
+
+template <typename Body>
+grpc::ServerUnaryReactor* FilterServiceImpl::Run(grpc::CallbackServerContext*, Body body) {
+  // Counted before the check, so that shutdown, which stops accepting and
+  // then waits for the count to drop, never misses a call that got in.
+  grpc::ServerUnaryReactor* reactor = new CountedReactor(&in_flight_);
+  if (!accepting_.load(std::memory_order_acquire)) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                 "cuckood is shutting down; retry against another replica or "
+                                 "after the restart"));
+    return reactor;
+  }
+  reactor->Finish(ToGrpcStatus(body()));
+  return reactor;
+}
+
+absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterServiceImpl::FindFilter(
+    const std::string& name) const {
+  if (absl::Status s = FilterRegistry::ValidateName(name); !s.ok()) return s;
+  return registry_->Get(name);
+}
+
+absl::StatusOr<absl::Span<const std::string_view>> FilterServiceImpl::CheckedKeys(
+    const google::protobuf::RepeatedPtrField<std::string>& keys) const {
+  const size_t n = keys.size();
+  if (n > limits_.max_batch_keys) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "batch has %u keys; the server's limit (--max-batch-keys) is %u: split the batch", n,
+        limits_.max_batch_keys));
+  }
+  absl::Span<std::string_view> views = Scratch<std::string_view>(n);
+  for (size_t i = 0; i < n; ++i) {
+    const std::string& k = keys[static_cast<int>(i)];
+    if (k.empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "keys[%u] is empty; keys must be 1 to %u bytes", i, limits_.max_key_bytes));
+    }
+    if (k.size() > limits_.max_key_bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("keys[%u] is %u bytes; the server's limit (--max-key-bytes) is %u", i,
+                          k.size(), limits_.max_key_bytes));
+    }
+    views[i] = k;
+  }
+  return absl::Span<const std::string_view>(views);
+}
+
+absl::Status FilterServiceImpl::DoCreateFilter(const v1::CreateFilterRequest& req,
+                                               v1::CreateFilterResponse* resp) {
+  FilterOptions options{.capacity = req.capacity(),
+                        .false_positive_rate = req.false_positive_rate(),
+                        .fingerprint_bits = req.fingerprint_bits(),
+                        .bucket_size = req.bucket_size(),
+                        .shards = req.shards(),
+                        .max_kicks = req.max_kicks()};
+  if (req.has_seed()) options.seed = req.seed();
+  bool created = false;
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> filter =
+      registry_->Create(req.name(), options, req.if_not_exists(), &created);
+  if (!filter.ok()) return filter.status();
+  FillFilterInfo(req.name(), **filter, resp->mutable_filter());
+  resp->set_created(created);
+  if (created) {
+    const FilterShape& s = (*filter)->shape();
+    spdlog::info(
+        "created filter {}: capacity {}, fingerprint_bits {}, bucket_size {}, shards {}, {} bytes",
+        req.name(), s.capacity, s.fingerprint_bits, s.bucket_size, s.shards,
+        (*filter)->memory_bytes());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FilterServiceImpl::DoGetFilter(const v1::GetFilterRequest& req,
+                                            v1::GetFilterResponse* resp) {
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = FindFilter(req.name());
+  if (!filter.ok()) return filter.status();
+  FillFilterInfo(req.name(), **filter, resp->mutable_filter());
+  return absl::OkStatus();
+}
+
+absl::Status FilterServiceImpl::DoListFilters(v1::ListFiltersResponse* resp) {
+  for (const auto& [name, filter] : registry_->List()) {
+    FillFilterInfo(name, *filter, resp->add_filters());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FilterServiceImpl::DoDropFilter(const v1::DropFilterRequest& req,
+                                             v1::DropFilterResponse* resp) {
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = FindFilter(req.name());
+  if (!filter.ok()) return filter.status();
+  if (absl::Status s = registry_->Drop(req.name()); !s.ok()) return s;
+  resp->set_freed_bytes((*filter)->memory_bytes());
+  spdlog::info("dropped filter {}: {} items, {} bytes freed", req.name(), (*filter)->items(),
+               (*filter)->memory_bytes());
+  return absl::OkStatus();
+}
+
+absl::Status FilterServiceImpl::DoInsert(const v1::InsertRequest& req, v1::InsertResponse* resp) {
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = FindFilter(req.filter());
+  if (!filter.ok()) return filter.status();
+  absl::StatusOr<absl::Span<const std::string_view>> keys = CheckedKeys(req.keys());
+  if (!keys.ok()) return keys.status();
+  const size_t n = keys->size();
+  absl::Span<InsertResult> results = Scratch<InsertResult>(n);
+  (*filter)->InsertBatch(*keys, req.if_absent(), results);
+  google::protobuf::RepeatedField<int>* out = resp->mutable_results();
+  out->Resize(static_cast<int>(n), 0);
+  uint64_t counts[3] = {0, 0, 0};
+  for (size_t i = 0; i < n; ++i) {
+    const int r = static_cast<int>(results[i]);
+    out->Set(static_cast<int>(i), r + 1);
+    ++counts[r];
+  }
+  resp->set_inserted(counts[0]);
+  resp->set_already_present(counts[1]);
+  resp->set_full(counts[2]);
+  return absl::OkStatus();
+}
+
+absl::Status FilterServiceImpl::DoLookup(const v1::LookupRequest& req, v1::LookupResponse* resp) {
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = FindFilter(req.filter());
+  if (!filter.ok()) return filter.status();
+  absl::StatusOr<absl::Span<const std::string_view>> keys = CheckedKeys(req.keys());
+  if (!keys.ok()) return keys.status();
+  const size_t n = keys->size();
+  google::protobuf::RepeatedField<bool>* out = resp->mutable_present();
+  out->Resize(static_cast<int>(n), false);
+  (*filter)->LookupBatch(*keys, absl::Span<bool>(out->mutable_data(), n));
+  uint64_t present = 0;
+  for (bool p : *out) present += p;
+  resp->set_present_count(present);
+  return absl::OkStatus();
+}
+
+absl::Status FilterServiceImpl::DoDelete(const v1::DeleteRequest& req, v1::DeleteResponse* resp) {
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = FindFilter(req.filter());
+  if (!filter.ok()) return filter.status();
+  absl::StatusOr<absl::Span<const std::string_view>> keys = CheckedKeys(req.keys());
+  if (!keys.ok()) return keys.status();
+  const size_t n = keys->size();
+  absl::Span<DeleteResult> results = Scratch<DeleteResult>(n);
+  (*filter)->DeleteBatch(*keys, results);
+  google::protobuf::RepeatedField<int>* out = resp->mutable_results();
+  out->Resize(static_cast<int>(n), 0);
+  uint64_t deleted = 0;
+  for (size_t i = 0; i < n; ++i) {
+    out->Set(static_cast<int>(i), static_cast<int>(results[i]) + 1);
+    deleted += results[i] == DeleteResult::kDeleted;
+  }
+  resp->set_deleted(deleted);
+  resp->set_not_found(n - deleted);
+  return absl::OkStatus();
+}
+
+absl::Status FilterServiceImpl::DoCount(const v1::CountRequest& req, v1::CountResponse* resp) {
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = FindFilter(req.filter());
+  if (!filter.ok()) return filter.status();
+  absl::StatusOr<absl::Span<const std::string_view>> keys = CheckedKeys(req.keys());
+  if (!keys.ok()) return keys.status();
+  const size_t n = keys->size();
+  google::protobuf::RepeatedField<uint32_t>* out = resp->mutable_counts();
+  out->Resize(static_cast<int>(n), 0);
+  (*filter)->CountBatch(*keys, absl::Span<uint32_t>(out->mutable_data(), n));
+  return absl::OkStatus();
+}
+
+absl::Status FilterServiceImpl::DoGetServerInfo(v1::GetServerInfoResponse* resp) {
+  resp->set_version(kVersion);
+  resp->set_max_batch_keys(limits_.max_batch_keys);
+  resp->set_max_key_bytes(limits_.max_key_bytes);
+  resp->set_max_message_bytes(limits_.max_message_bytes);
+  resp->set_max_filters(registry_->limits().max_filters);
+  resp->set_memory_budget_bytes(registry_->limits().memory_budget_bytes);
+  resp->set_memory_used_bytes(registry_->memory_bytes());
+  resp->set_filters(static_cast<uint32_t>(registry_->size()));
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* FilterServiceImpl::CreateFilter(grpc::CallbackServerContext* ctx,
+                                                          const v1::CreateFilterRequest* req,
+                                                          v1::CreateFilterResponse* resp) {
+  return Run(ctx, [&] { return DoCreateFilter(*req, resp); });
+}
+
+grpc::ServerUnaryReactor* FilterServiceImpl::GetFilter(grpc::CallbackServerContext* ctx,
+                                                       const v1::GetFilterRequest* req,
+                                                       v1::GetFilterResponse* resp) {
+  return Run(ctx, [&] { return DoGetFilter(*req, resp); });
+}
+
+grpc::ServerUnaryReactor* FilterServiceImpl::ListFilters(grpc::CallbackServerContext* ctx,
+                                                         const v1::ListFiltersRequest*,
+                                                         v1::ListFiltersResponse* resp) {
+  return Run(ctx, [&] { return DoListFilters(resp); });
+}
+
+grpc::ServerUnaryReactor* FilterServiceImpl::DropFilter(grpc::CallbackServerContext* ctx,
+                                                        const v1::DropFilterRequest* req,
+                                                        v1::DropFilterResponse* resp) {
+  return Run(ctx, [&] { return DoDropFilter(*req, resp); });
+}
+
+grpc::ServerUnaryReactor* FilterServiceImpl::Insert(grpc::CallbackServerContext* ctx,
+                                                    const v1::InsertRequest* req,
+                                                    v1::InsertResponse* resp) {
+  return Run(ctx, [&] { return DoInsert(*req, resp); });
+}
+
+grpc::ServerUnaryReactor* FilterServiceImpl::Lookup(grpc::CallbackServerContext* ctx,
+                                                    const v1::LookupRequest* req,
+                                                    v1::LookupResponse* resp) {
+  return Run(ctx, [&] { return DoLookup(*req, resp); });
+}
+
+grpc::ServerUnaryReactor* FilterServiceImpl::Delete(grpc::CallbackServerContext* ctx,
+                                                    const v1::DeleteRequest* req,
+                                                    v1::DeleteResponse* resp) {
+  return Run(ctx, [&] { return DoDelete(*req, resp); });
+}
+
+grpc::ServerUnaryReactor* FilterServiceImpl::Count(grpc::CallbackServerContext* ctx,
+                                                   const v1::CountRequest* req,
+                                                   v1::CountResponse* resp) {
+  return Run(ctx, [&] { return DoCount(*req, resp); });
+}
+
+grpc::ServerUnaryReactor* FilterServiceImpl::GetServerInfo(grpc::CallbackServerContext* ctx,
+                                                           const v1::GetServerInfoRequest*,
+                                                           v1::GetServerInfoResponse* resp) {
+  return Run(ctx, [&] { return DoGetServerInfo(resp); });
+}
+
+}  // namespace cuckoo::server

@@ -1,0 +1,106 @@
+// FilterServiceImpl: cuckoo.v1.FilterService (proto/cuckoo/v1/filter_service.proto)
+// over a FilterRegistry, on gRPC's callback API.
+//
+// Handlers run inline on gRPC's threads: a batch is short, CPU-bound work.
+// Request-level problems become gRPC statuses whose message names the
+// problem and the value (the mapping from absl::Status is in status.h); a
+// request rejected that way changed nothing, because every key is checked
+// against the limits before any is applied.
+//
+// Thread safety: all handlers may run concurrently; the registry and the
+// filters synchronise themselves.
+#ifndef CUCKOO_SERVER_FILTER_SERVICE_H_
+#define CUCKOO_SERVER_FILTER_SERVICE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "core/registry.h"
+#include "cuckoo/v1/filter_service.grpc.pb.h"
+
+namespace cuckoo::server {
+
+struct ServiceLimits {
+  uint32_t max_batch_keys = 100'000;
+  uint32_t max_key_bytes = 4096;
+  uint64_t max_message_bytes = uint64_t{64} << 20;
+};
+
+// Fills `info` with the filter's settings and current state.
+void FillFilterInfo(const std::string& name, const CuckooFilter& filter, v1::FilterInfo* info);
+
+class FilterServiceImpl final : public v1::FilterService::CallbackService {
+ public:
+  FilterServiceImpl(FilterRegistry* registry, const ServiceLimits& limits)
+      : registry_(registry), limits_(limits) {}
+
+  // From now on every call fails with UNAVAILABLE ("shutting down").
+  void StopAccepting() { accepting_.store(false, std::memory_order_release); }
+  // Calls started and not yet done (their response not yet sent).
+  int64_t calls_in_flight() const { return in_flight_.load(std::memory_order_acquire); }
+  // Waits until no call is in flight, or until `deadline`; returns whether
+  // none is.
+  bool WaitIdle(absl::Time deadline) const;
+
+  grpc::ServerUnaryReactor* CreateFilter(grpc::CallbackServerContext* ctx,
+                                         const v1::CreateFilterRequest* req,
+                                         v1::CreateFilterResponse* resp) override;
+  grpc::ServerUnaryReactor* GetFilter(grpc::CallbackServerContext* ctx,
+                                      const v1::GetFilterRequest* req,
+                                      v1::GetFilterResponse* resp) override;
+  grpc::ServerUnaryReactor* ListFilters(grpc::CallbackServerContext* ctx,
+                                        const v1::ListFiltersRequest* req,
+                                        v1::ListFiltersResponse* resp) override;
+  grpc::ServerUnaryReactor* DropFilter(grpc::CallbackServerContext* ctx,
+                                       const v1::DropFilterRequest* req,
+                                       v1::DropFilterResponse* resp) override;
+  grpc::ServerUnaryReactor* Insert(grpc::CallbackServerContext* ctx, const v1::InsertRequest* req,
+                                   v1::InsertResponse* resp) override;
+  grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* ctx, const v1::LookupRequest* req,
+                                   v1::LookupResponse* resp) override;
+  grpc::ServerUnaryReactor* Delete(grpc::CallbackServerContext* ctx, const v1::DeleteRequest* req,
+                                   v1::DeleteResponse* resp) override;
+  grpc::ServerUnaryReactor* Count(grpc::CallbackServerContext* ctx, const v1::CountRequest* req,
+                                  v1::CountResponse* resp) override;
+  grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* ctx,
+                                          const v1::GetServerInfoRequest* req,
+                                          v1::GetServerInfoResponse* resp) override;
+
+ private:
+  // The filter a data-path request names: INVALID_ARGUMENT for a malformed
+  // name, NOT_FOUND for an unknown one.
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> FindFilter(const std::string& name) const;
+  // The request's keys as views (valid until this thread's next request),
+  // after checking the batch and every key against the limits.
+  absl::StatusOr<absl::Span<const std::string_view>> CheckedKeys(
+      const google::protobuf::RepeatedPtrField<std::string>& keys) const;
+
+  absl::Status DoCreateFilter(const v1::CreateFilterRequest& req, v1::CreateFilterResponse* resp);
+  absl::Status DoGetFilter(const v1::GetFilterRequest& req, v1::GetFilterResponse* resp);
+  absl::Status DoListFilters(v1::ListFiltersResponse* resp);
+  absl::Status DoDropFilter(const v1::DropFilterRequest& req, v1::DropFilterResponse* resp);
+  absl::Status DoInsert(const v1::InsertRequest& req, v1::InsertResponse* resp);
+  absl::Status DoLookup(const v1::LookupRequest& req, v1::LookupResponse* resp);
+  absl::Status DoDelete(const v1::DeleteRequest& req, v1::DeleteResponse* resp);
+  absl::Status DoCount(const v1::CountRequest& req, v1::CountResponse* resp);
+  absl::Status DoGetServerInfo(v1::GetServerInfoResponse* resp);
+
+  // Runs `body` unless the server is shutting down, and finishes the call
+  // with its status.
+  template <typename Body>
+  grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* ctx, Body body);
+
+  FilterRegistry* const registry_;
+  const ServiceLimits limits_;
+  std::atomic<bool> accepting_{true};
+  std::atomic<int64_t> in_flight_{0};
+};
+
+}  // namespace cuckoo::server
+
+#endif  // CUCKOO_SERVER_FILTER_SERVICE_H_

@@ -1,0 +1,92 @@
+#include "server/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+
+#include <chrono>
+#include <filesystem>
+#include <system_error>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "spdlog/spdlog.h"
+
+namespace cuckoo::server {
+
+constexpr char kServiceName[] = "cuckoo.v1.FilterService";
+
+CuckooServer::CuckooServer(const ServerConfig& config) : config_(config) {}
+
+absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerConfig& config) {
+  if (absl::Status s = ValidateConfig(config); !s.ok()) return s;
+  std::error_code ec;
+  std::filesystem::create_directories(config.data_dir, ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrFormat("cannot create data directory \"%s\": %s", config.data_dir, ec.message()));
+  }
+
+  std::unique_ptr<CuckooServer> s(new CuckooServer(config));
+  s->registry_ = std::make_unique<FilterRegistry>(RegistryLimits{
+      .memory_budget_bytes = EffectiveMemoryBudget(config), .max_filters = config.max_filters});
+  s->service_ = std::make_unique<FilterServiceImpl>(
+      s->registry_.get(), ServiceLimits{.max_batch_keys = config.max_batch_keys,
+                                        .max_key_bytes = config.max_key_bytes,
+                                        .max_message_bytes = config.max_message_bytes});
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT by default, which lets a second cuckood bind the
+  // same port and silently take half the traffic; refuse instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &s->port_);
+  builder.RegisterService(s->service_.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
+  s->grpc_server_ = builder.BuildAndStart();
+  if (s->grpc_server_ == nullptr || s->port_ == 0) {
+    return absl::UnavailableError(absl::StrFormat(
+        "cannot listen on %s: the address is in use, not local, or not host:port", config.listen));
+  }
+  s->address_ = config.listen;
+  if (absl::EndsWith(s->address_, ":0")) {
+    s->address_ = absl::StrCat(s->address_.substr(0, s->address_.size() - 1), s->port_);
+  }
+  grpc::HealthCheckServiceInterface* health = s->grpc_server_->GetHealthCheckService();
+  health->SetServingStatus(true);
+  health->SetServingStatus(kServiceName, true);
+  return s;
+}
+
+CuckooServer::~CuckooServer() { Shutdown(absl::ZeroDuration()); }
+
+void CuckooServer::Shutdown(absl::Duration drain) {
+  std::call_once(shutdown_once_, [&] {
+    if (grpc_server_ == nullptr) return;
+    grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
+    health->SetServingStatus(false);
+    health->SetServingStatus(kServiceName, false);
+    service_->StopAccepting();
+    // Calls in flight get up to `drain`; then gRPC cancels whatever is left.
+    // (Passing the drain deadline to gRPC alone would also wait that long for
+    // idle client connections to go away.)
+    if (!service_->WaitIdle(absl::Now() + drain)) {
+      spdlog::warn("{} calls still running after the drain time of {}; cancelling them",
+                   service_->calls_in_flight(), absl::FormatDuration(drain));
+    }
+    grpc_server_->Shutdown(std::chrono::system_clock::now());
+    grpc_server_->Wait();
+  });
+}
+
+void CuckooServer::Wait() {
+  if (grpc_server_ != nullptr) grpc_server_->Wait();
+}
+
+}  // namespace cuckoo::server

@@ -1,0 +1,101 @@
+// The cuckood binary as an operator runs it: defaults, flags, environment,
+// signals and exit codes.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "client/cuckoo_client.h"
+#include "tests/e2e/process.h"
+
+namespace cuckoo::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ServerProcessTest, SigtermDrainsAndExitsZero) {
+  TempDir dir;
+  Cuckood server(dir.path());
+  ASSERT_TRUE(server.ready()) << server.process().out() << server.process().err();
+  auto client = client::Client::Connect(server.address());
+  v1::CreateFilterRequest req;
+  req.set_name("f");
+  req.set_capacity(1000);
+  ASSERT_TRUE(client->CreateFilter(req).ok());
+  server.process().Signal(SIGTERM);
+  EXPECT_EQ(server.process().Wait(), 0);
+  std::string log = server.process().out();
+  EXPECT_THAT(log, HasSubstr("received TERM"));
+  EXPECT_THAT(log, HasSubstr("stopped"));
+}
+
+TEST(ServerProcessTest, SigintExitsZero) {
+  TempDir dir;
+  Cuckood server(dir.path());
+  ASSERT_TRUE(server.ready());
+  server.process().Signal(SIGINT);
+  EXPECT_EQ(server.process().Wait(), 0);
+  EXPECT_THAT(server.process().out(), HasSubstr("received INT"));
+}
+
+TEST(ServerProcessTest, StartsWithNoFlagsAtAllOnTheDefaultPortOrSaysWhyNot) {
+  // With no flags it listens on 0.0.0.0:50051 and keeps data in ./data; if
+  // something else holds that port here, it must say so and exit 1.
+  TempDir dir;
+  Process p({CUCKOOD_PATH}, {"CUCKOOD_DATA_DIR=" + dir.path() + "/data"});
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < until && p.Wait(std::chrono::milliseconds(20)) == -1 &&
+         p.out().find("serving on") == std::string::npos) {
+  }
+  if (p.out().find("serving on") != std::string::npos) {
+    EXPECT_THAT(p.out(), HasSubstr("serving on 0.0.0.0:50051"));
+    p.Signal(SIGTERM);
+    EXPECT_EQ(p.Wait(), 0);
+  } else {
+    EXPECT_EQ(p.Wait(), 1);
+    EXPECT_THAT(p.out(), HasSubstr("cannot listen on 0.0.0.0:50051"));
+  }
+}
+
+TEST(ServerProcessTest, PortInUseExitsOneWithTheAddress) {
+  TempDir dir;
+  Cuckood first(dir.path());
+  ASSERT_TRUE(first.ready());
+  Result second =
+      RunProcess({CUCKOOD_PATH, "--listen=" + first.address(), "--data-dir=" + dir.path()});
+  EXPECT_EQ(second.code, 1);
+  EXPECT_THAT(second.out, HasSubstr("cannot listen on " + first.address()));
+}
+
+TEST(ServerProcessTest, BadConfigurationExitsTwoNamingTheProblem) {
+  Result flag = RunProcess({CUCKOOD_PATH, "--max-batch-keys=lots"});
+  EXPECT_EQ(flag.code, 2);
+  EXPECT_THAT(flag.err, HasSubstr("--max-batch-keys=\"lots\""));
+  Result unknown = RunProcess({CUCKOOD_PATH, "--max-batch-size=5"});
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_THAT(unknown.err, HasSubstr("unknown flag --max-batch-size"));
+  Result env = RunProcess({CUCKOOD_PATH}, "", {"CUCKOOD_LOG_FORMAT=xml"});
+  EXPECT_EQ(env.code, 2);
+  EXPECT_THAT(env.err, HasSubstr("--log-format=\"xml\""));
+}
+
+TEST(ServerProcessTest, EnvironmentConfiguresTheServer) {
+  TempDir dir;
+  const std::string address = "127.0.0.1:" + std::to_string(FreePort());
+  Process p({CUCKOOD_PATH}, {"CUCKOOD_LISTEN=" + address, "CUCKOOD_DATA_DIR=" + dir.path(),
+                             "CUCKOOD_MAX_BATCH_KEYS=7", "CUCKOOD_LOG_FORMAT=json"});
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < until &&
+         p.out().find("serving on") == std::string::npos &&
+         p.Wait(std::chrono::milliseconds(20)) == -1) {
+  }
+  ASSERT_THAT(p.out(), HasSubstr("serving on " + address));
+  EXPECT_THAT(p.out(), HasSubstr("{\"time\":\""));
+  auto client = client::Client::Connect(address);
+  auto info = client->ServerInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->max_batch_keys(), 7u);
+  p.Signal(SIGTERM);
+  EXPECT_EQ(p.Wait(), 0);
+}
+
+}  // namespace
+}  // namespace cuckoo::testing

@@ -1,0 +1,130 @@
+#include "server/config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <string>
+#include <vector>
+
+namespace cuckoo::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ConfigTest, ByteSizesParseWithAndWithoutUnits) {
+  EXPECT_EQ(*ParseByteSize("123"), 123u);
+  EXPECT_EQ(*ParseByteSize("64KiB"), 64u << 10);
+  EXPECT_EQ(*ParseByteSize("8 GiB"), uint64_t{8} << 30);
+  EXPECT_EQ(*ParseByteSize("1.5gib"), uint64_t{3} << 29);
+  EXPECT_EQ(*ParseByteSize("10GB"), 10'000'000'000u);
+  EXPECT_EQ(*ParseByteSize("512M"), 512u << 20);
+  EXPECT_EQ(*ParseByteSize("0"), 0u);
+}
+
+TEST(ConfigTest, BadByteSizesAreRejectedWithTheReason) {
+  EXPECT_THAT(std::string(ParseByteSize("").status().message()), HasSubstr("is not a size"));
+  EXPECT_THAT(std::string(ParseByteSize("GiB").status().message()), HasSubstr("is not a size"));
+  EXPECT_THAT(std::string(ParseByteSize("12XB").status().message()),
+              HasSubstr("unknown unit \"xb\""));
+  EXPECT_THAT(std::string(ParseByteSize("99999999TiB").status().message()), HasSubstr("too large"));
+}
+
+TEST(ConfigTest, ByteSizesFormatForPeopleAndExactly) {
+  EXPECT_EQ(FormatByteSize(64u << 20), "64MiB");
+  EXPECT_EQ(FormatByteSize((uint64_t{17} << 30) + (uint64_t{7} << 29)), "20.5GiB");
+  EXPECT_EQ(FormatByteSize(100), "100B");
+  EXPECT_EQ(FormatByteSizeExactly(1536u << 10), "1536KiB");
+  EXPECT_EQ(FormatByteSizeExactly(1'000'001), "1000001");
+  EXPECT_EQ(*ParseByteSize(FormatByteSizeExactly(123'456'789)), 123'456'789u);
+}
+
+TEST(ConfigTest, EveryFlagHasAnEnvironmentVariable) {
+  EXPECT_EQ(EnvironmentVariableFor("max_batch_keys"), "CUCKOOD_MAX_BATCH_KEYS");
+  EXPECT_EQ(EnvironmentVariableFor("listen"), "CUCKOOD_LISTEN");
+}
+
+TEST(ConfigTest, DefaultsAreValidAndBudgetComesFromAvailableMemory) {
+  ServerConfig c;
+  EXPECT_TRUE(ValidateConfig(c).ok());
+  EXPECT_EQ(c.listen, "0.0.0.0:50051");
+  EXPECT_EQ(EffectiveMemoryBudget(c), AvailableMemoryBytes() / 4 * 3);
+  c.memory_budget_bytes = 12345;
+  EXPECT_EQ(EffectiveMemoryBudget(c), 12345u);
+  EXPECT_GT(AvailableMemoryBytes(), 0u);
+}
+
+TEST(ConfigTest, InvalidValuesNameTheFlag) {
+  struct Case {
+    void (*set)(ServerConfig&);
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](ServerConfig& c) { c.listen = "nonsense"; }, "--listen=\"nonsense\""},
+      {[](ServerConfig& c) { c.max_batch_keys = 0; }, "--max-batch-keys"},
+      {[](ServerConfig& c) { c.max_key_bytes = 0; }, "--max-key-bytes"},
+      {[](ServerConfig& c) { c.max_filters = 0; }, "--max-filters"},
+      {[](ServerConfig& c) { c.max_message_bytes = 100; }, "--max-message-size=100B"},
+      {[](ServerConfig& c) { c.log_level = "loud"; }, "--log-level=\"loud\""},
+      {[](ServerConfig& c) { c.log_format = "xml"; }, "--log-format=\"xml\""},
+      {[](ServerConfig& c) { c.drain_timeout = absl::Seconds(-1); }, "--drain-timeout=-1s"},
+  };
+  for (const Case& k : cases) {
+    ServerConfig c;
+    k.set(c);
+    absl::Status s = ValidateConfig(c);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << k.message;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(k.message));
+  }
+}
+
+absl::StatusOr<ServerConfig> Parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "cuckood");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return ConfigFromCommandLine(static_cast<int>(argv.size()), argv.data());
+}
+
+// absl flags are process-wide: each test sets every value it checks.
+TEST(ConfigTest, FlagsTakeDashesOrUnderscoresAndUnits) {
+  auto c = Parse({"--max-batch-keys=77", "--max_key_bytes=99", "--memory-budget=2GiB",
+                  "--drain-timeout=3s", "--listen", "127.0.0.1:6000"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->max_batch_keys, 77u);
+  EXPECT_EQ(c->max_key_bytes, 99u);
+  EXPECT_EQ(c->memory_budget_bytes, uint64_t{2} << 30);
+  EXPECT_EQ(c->drain_timeout, absl::Seconds(3));
+  EXPECT_EQ(c->listen, "127.0.0.1:6000");
+}
+
+TEST(ConfigTest, EnvironmentSetsFlagsAndTheCommandLineWins) {
+  setenv("CUCKOOD_MAX_FILTERS", "12", 1);
+  setenv("CUCKOOD_DATA_DIR", "/tmp/from-env", 1);
+  auto c = Parse({"--max-filters=13"});
+  unsetenv("CUCKOOD_MAX_FILTERS");
+  unsetenv("CUCKOOD_DATA_DIR");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->max_filters, 13u);
+  EXPECT_EQ(c->data_dir, "/tmp/from-env");
+}
+
+TEST(ConfigTest, BadFlagsAndEnvironmentAreInvalidArgumentNamingThem) {
+  EXPECT_THAT(std::string(Parse({"--no-such-flag=1"}).status().message()),
+              HasSubstr("unknown flag --no-such-flag"));
+  EXPECT_THAT(std::string(Parse({"--max-filters=many"}).status().message()),
+              HasSubstr("--max-filters=\"many\""));
+  EXPECT_THAT(std::string(Parse({"--max-filters"}).status().message()),
+              HasSubstr("--max-filters needs a value"));
+  EXPECT_THAT(std::string(Parse({"stray"}).status().message()),
+              HasSubstr("unexpected argument \"stray\""));
+  EXPECT_THAT(std::string(Parse({"--max-filters=0"}).status().message()),
+              HasSubstr("--max-filters must be at least 1"));
+  setenv("CUCKOOD_MEMORY_BUDGET", "lots", 1);
+  absl::Status s = Parse({}).status();
+  unsetenv("CUCKOOD_MEMORY_BUDGET");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("CUCKOOD_MEMORY_BUDGET=\"lots\""));
+}
+
+}  // namespace
+}  // namespace cuckoo::server

@@ -1,0 +1,455 @@
+// cuckoo.v1.FilterService end to end in one process: a real CuckooServer on
+// an ephemeral port, driven through the generated stub.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/cuckoo_filter.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "tests/core/test_keys.h"
+#include "tests/server/test_server.h"
+
+namespace cuckoo {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testing::Key;
+using testing::ServerTest;
+
+// An RPC's status and response.
+template <typename Response>
+struct Reply {
+  grpc::Status status;
+  Response response;
+};
+
+class FilterServiceTest : public ServerTest {
+ protected:
+  template <typename Request, typename Response>
+  Reply<Response> Call(grpc::Status (v1::FilterService::Stub::*rpc)(grpc::ClientContext*,
+                                                                    const Request&, Response*),
+                       const Request& req) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    Reply<Response> r;
+    r.status = (stub_.get()->*rpc)(&ctx, req, &r.response);
+    return r;
+  }
+
+  Reply<v1::CreateFilterResponse> Create(const std::string& name, uint64_t capacity,
+                                         uint64_t seed = 7) {
+    v1::CreateFilterRequest req;
+    req.set_name(name);
+    req.set_capacity(capacity);
+    req.set_seed(seed);
+    return Call(&v1::FilterService::Stub::CreateFilter, req);
+  }
+
+  template <typename Request>
+  static Request WithKeys(const std::string& filter, const std::vector<std::string>& keys) {
+    Request req;
+    req.set_filter(filter);
+    for (const auto& k : keys) req.add_keys(k);
+    return req;
+  }
+
+  Reply<v1::InsertResponse> Insert(const std::string& filter, const std::vector<std::string>& keys,
+                                   bool if_absent = false) {
+    auto req = WithKeys<v1::InsertRequest>(filter, keys);
+    req.set_if_absent(if_absent);
+    return Call(&v1::FilterService::Stub::Insert, req);
+  }
+  Reply<v1::LookupResponse> Lookup(const std::string& filter,
+                                   const std::vector<std::string>& keys) {
+    return Call(&v1::FilterService::Stub::Lookup, WithKeys<v1::LookupRequest>(filter, keys));
+  }
+  Reply<v1::DeleteResponse> Delete(const std::string& filter,
+                                   const std::vector<std::string>& keys) {
+    return Call(&v1::FilterService::Stub::Delete, WithKeys<v1::DeleteRequest>(filter, keys));
+  }
+  Reply<v1::CountResponse> Count(const std::string& filter, const std::vector<std::string>& keys) {
+    return Call(&v1::FilterService::Stub::Count, WithKeys<v1::CountRequest>(filter, keys));
+  }
+  Reply<v1::GetFilterResponse> Get(const std::string& name) {
+    v1::GetFilterRequest req;
+    req.set_name(name);
+    return Call(&v1::FilterService::Stub::GetFilter, req);
+  }
+  Reply<v1::DropFilterResponse> Drop(const std::string& name) {
+    v1::DropFilterRequest req;
+    req.set_name(name);
+    return Call(&v1::FilterService::Stub::DropFilter, req);
+  }
+
+  // The status of every RPC that names a filter, called with `name`.
+  std::vector<std::pair<std::string, grpc::Status>> EveryNamedRpc(const std::string& name) {
+    const std::vector<std::string> keys = {"k"};
+    return {{"GetFilter", Get(name).status},       {"DropFilter", Drop(name).status},
+            {"Insert", Insert(name, keys).status}, {"Lookup", Lookup(name, keys).status},
+            {"Delete", Delete(name, keys).status}, {"Count", Count(name, keys).status}};
+  }
+};
+
+std::vector<std::string> Keys(uint64_t stream, uint64_t n) {
+  std::vector<std::string> keys;
+  for (uint64_t i = 0; i < n; ++i) keys.push_back(Key(stream, i));
+  return keys;
+}
+
+TEST_F(FilterServiceTest, CreateFilterReturnsTheShapeChosenFromCapacityAndRate) {
+  v1::CreateFilterRequest req;
+  req.set_name("users");
+  req.set_capacity(10'000);
+  req.set_false_positive_rate(0.001);
+  auto r = Call(&v1::FilterService::Stub::CreateFilter, req);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  const v1::FilterInfo& info = r.response.filter();
+  EXPECT_TRUE(r.response.created());
+  EXPECT_EQ(info.name(), "users");
+  EXPECT_EQ(info.capacity(), 10'000u);
+  EXPECT_EQ(info.fingerprint_bits(), 13u);  // ceil(log2(2 * 4 / 0.001)).
+  EXPECT_EQ(info.bucket_size(), 4u);
+  EXPECT_EQ(info.max_kicks(), 500u);
+  EXPECT_EQ(info.hash_id(), 1u);
+  EXPECT_EQ(info.slots(), info.buckets_per_shard() * info.bucket_size() * info.shards());
+  EXPECT_GE(info.slots(), 10'000u);
+  EXPECT_EQ(info.items(), 0u);
+  EXPECT_GE(info.memory_bytes(), info.slots() * 13 / 8);
+  EXPECT_LT(info.false_positive_rate_at_capacity(), 0.001);
+  EXPECT_EQ(info.expected_false_positive_rate(), 0);
+}
+
+TEST_F(FilterServiceTest, InfoReflectsInsertedItems) {
+  ASSERT_TRUE(Create("f", 1000).status.ok());
+  ASSERT_TRUE(Insert("f", Keys(0, 500)).status.ok());
+  auto r = Get("f");
+  ASSERT_TRUE(r.status.ok());
+  const v1::FilterInfo& info = r.response.filter();
+  EXPECT_EQ(info.items(), 500u);
+  EXPECT_DOUBLE_EQ(info.load_factor(), 500.0 / info.slots());
+  EXPECT_DOUBLE_EQ(info.bits_per_item(), 8.0 * info.memory_bytes() / 500);
+  EXPECT_GT(info.expected_false_positive_rate(), 0);
+  EXPECT_LT(info.expected_false_positive_rate(), info.false_positive_rate_at_capacity());
+}
+
+TEST_F(FilterServiceTest, DuplicateCreateIsAlreadyExistsUnlessIfNotExistsWithSameSettings) {
+  ASSERT_TRUE(Create("f", 1000).status.ok());
+  auto again = Create("f", 1000);
+  EXPECT_EQ(again.status.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_THAT(again.status.error_message(), HasSubstr("\"f\" already exists"));
+
+  v1::CreateFilterRequest same;
+  same.set_name("f");
+  same.set_capacity(1000);
+  same.set_seed(7);
+  same.set_if_not_exists(true);
+  auto existing = Call(&v1::FilterService::Stub::CreateFilter, same);
+  ASSERT_TRUE(existing.status.ok()) << existing.status.error_message();
+  EXPECT_FALSE(existing.response.created());
+
+  v1::CreateFilterRequest other = same;
+  other.set_capacity(2000);
+  auto conflict = Call(&v1::FilterService::Stub::CreateFilter, other);
+  EXPECT_EQ(conflict.status.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_THAT(conflict.status.error_message(), HasSubstr("capacity 1000 (requested 2000)"));
+}
+
+TEST_F(FilterServiceTest, BadFilterNamesAreInvalidArgumentForEveryRpc) {
+  for (const std::string& name : {std::string("../x"), std::string(""), std::string("a/b"),
+                                  std::string(".hidden"), std::string(129, 'n')}) {
+    auto create = Create(name, 100);
+    EXPECT_EQ(create.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << name;
+    EXPECT_THAT(create.status.error_message(), HasSubstr("filter name")) << name;
+    for (const auto& [rpc, status] : EveryNamedRpc(name)) {
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << rpc << " " << name;
+      EXPECT_THAT(status.error_message(), HasSubstr("filter name")) << rpc;
+    }
+  }
+  EXPECT_EQ(server_->registry().size(), 0u);
+}
+
+TEST_F(FilterServiceTest, UnknownFilterIsNotFoundForEveryRpc) {
+  for (const auto& [rpc, status] : EveryNamedRpc("nope")) {
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND) << rpc;
+    EXPECT_THAT(status.error_message(), HasSubstr("\"nope\" not found")) << rpc;
+  }
+}
+
+TEST_F(FilterServiceTest, ImpossibleSettingsAreInvalidArgumentNamingTheSetting) {
+  struct Case {
+    void (*set)(v1::CreateFilterRequest&);
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](v1::CreateFilterRequest& r) { r.set_capacity(0); }, "capacity=0"},
+      {[](v1::CreateFilterRequest& r) { r.set_false_positive_rate(1.5); },
+       "false_positive_rate=1.5"},
+      {[](v1::CreateFilterRequest& r) { r.set_false_positive_rate(-0.1); },
+       "false_positive_rate=-0.1"},
+      {[](v1::CreateFilterRequest& r) { r.set_false_positive_rate(1e-12); }, "fingerprint bits"},
+      {[](v1::CreateFilterRequest& r) { r.set_fingerprint_bits(40); }, "fingerprint_bits=40"},
+      {[](v1::CreateFilterRequest& r) { r.set_fingerprint_bits(2); }, "fingerprint_bits=2"},
+      {[](v1::CreateFilterRequest& r) { r.set_bucket_size(3); }, "bucket_size=3"},
+      {[](v1::CreateFilterRequest& r) { r.set_shards(3); }, "shards=3"},
+      {[](v1::CreateFilterRequest& r) { r.set_shards(8192); }, "shards=8192"},
+      {[](v1::CreateFilterRequest& r) { r.set_max_kicks(1'000'000); }, "max_kicks=1000000"},
+  };
+  for (const Case& c : cases) {
+    v1::CreateFilterRequest req;
+    req.set_name("f");
+    req.set_capacity(1000);
+    c.set(req);
+    auto r = Call(&v1::FilterService::Stub::CreateFilter, req);
+    EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.message;
+    EXPECT_THAT(r.status.error_message(), HasSubstr(c.message));
+  }
+  EXPECT_EQ(server_->registry().size(), 0u);
+}
+
+TEST_F(FilterServiceTest, MemoryBudgetAndFilterCountAreResourceExhausted) {
+  // 64 MiB budget: ~40 M keys at 12.6 bits would need ~63 MiB; 50 M cannot fit.
+  auto big = Create("big", 50'000'000);
+  EXPECT_EQ(big.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(big.status.error_message(), HasSubstr("memory budget of 67108864 bytes"));
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(Create("f" + std::to_string(i), 100).status.ok());
+  auto fifth = Create("f4", 100);
+  EXPECT_EQ(fifth.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(fifth.status.error_message(), HasSubstr("max filters 4"));
+  EXPECT_EQ(server_->registry().size(), 4u);
+}
+
+TEST_F(FilterServiceTest, EmptyKeyRejectsTheWholeBatchAndChangesNothing) {
+  ASSERT_TRUE(Create("f", 1000).status.ok());
+  auto r = Insert("f", {"a", "", "b"});
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("keys[1] is empty"));
+  EXPECT_EQ(Get("f").response.filter().items(), 0u);
+  for (auto status : {Lookup("f", {"a", ""}).status, Delete("f", {"a", ""}).status,
+                      Count("f", {"a", ""}).status}) {
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr("keys[1] is empty"));
+  }
+}
+
+TEST_F(FilterServiceTest, OversizeKeyAndOversizeBatchAreRejectedNamingTheLimit) {
+  ASSERT_TRUE(Create("f", 10'000).status.ok());
+  auto key = Insert("f", {"ok", std::string(65, 'x')});
+  EXPECT_EQ(key.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(key.status.error_message(), HasSubstr("keys[1] is 65 bytes"));
+  EXPECT_THAT(key.status.error_message(), HasSubstr("--max-key-bytes) is 64"));
+  auto batch = Lookup("f", Keys(0, 1001));
+  EXPECT_EQ(batch.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(batch.status.error_message(), HasSubstr("batch has 1001 keys"));
+  EXPECT_THAT(batch.status.error_message(), HasSubstr("--max-batch-keys) is 1000"));
+  EXPECT_TRUE(Lookup("f", Keys(0, 1000)).status.ok());
+  EXPECT_EQ(Get("f").response.filter().items(), 0u);
+}
+
+TEST_F(FilterServiceTest, OversizeMessageIsResourceExhausted) {
+  server::ServerConfig config = testing::TestConfig(dir_.path());
+  config.max_message_bytes = 16 << 10;
+  StartServer(config);
+  ASSERT_TRUE(Create("f", 1000).status.ok());
+  std::vector<std::string> keys(400, std::string(60, 'k'));  // ~25 KB.
+  auto r = Insert("f", keys);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("16384"));
+  EXPECT_EQ(Get("f").response.filter().items(), 0u);
+}
+
+TEST_F(FilterServiceTest, ResultsComeBackPerKeyInRequestOrderAsTheEngineAnswers) {
+  ASSERT_TRUE(Create("f", 2000, /*seed=*/99).status.ok());
+  // A local engine with the same shape and seed must answer identically.
+  auto model = CuckooFilter::FromShape(*ComputeShape({.capacity = 2000, .seed = 99}));
+  ASSERT_TRUE(model.ok());
+  std::vector<std::string> present = Keys(0, 800);
+  auto ins = Insert("f", present);
+  ASSERT_TRUE(ins.status.ok());
+  EXPECT_EQ(ins.response.inserted(), 800u);
+  for (const auto& k : present) ASSERT_EQ((*model)->Insert(k), InsertResult::kInserted);
+
+  std::vector<std::string> mixed;
+  for (int i = 0; i < 800; ++i) {
+    mixed.push_back(i % 3 == 0 ? Key(1, i) : present[i]);
+  }
+  auto look = Lookup("f", mixed);
+  ASSERT_TRUE(look.status.ok());
+  ASSERT_EQ(look.response.present_size(), 800);
+  uint64_t positives = 0;
+  for (int i = 0; i < 800; ++i) {
+    ASSERT_EQ(look.response.present(i), (*model)->MayContain(mixed[i])) << i;
+    if (i % 3 != 0) ASSERT_TRUE(look.response.present(i)) << "false negative at " << i;
+    positives += look.response.present(i);
+  }
+  EXPECT_EQ(look.response.present_count(), positives);
+
+  auto cnt = Count("f", mixed);
+  ASSERT_TRUE(cnt.status.ok());
+  for (int i = 0; i < 800; ++i) {
+    ASSERT_EQ(cnt.response.counts(i), (*model)->ApproximateCount(mixed[i])) << i;
+  }
+
+  auto del = Delete("f", mixed);
+  ASSERT_TRUE(del.status.ok());
+  uint64_t deleted = 0;
+  for (int i = 0; i < 800; ++i) {
+    DeleteResult expect = (*model)->Delete(mixed[i]);
+    ASSERT_EQ(del.response.results(i), static_cast<int>(expect) + 1) << i;
+    deleted += expect == DeleteResult::kDeleted;
+  }
+  EXPECT_EQ(del.response.deleted(), deleted);
+  EXPECT_EQ(del.response.not_found(), 800 - deleted);
+  EXPECT_EQ(Get("f").response.filter().items(), (*model)->items());
+}
+
+TEST_F(FilterServiceTest, IfAbsentReportsAlreadyPresentWithinAndAcrossBatches) {
+  ASSERT_TRUE(Create("f", 1000).status.ok());
+  auto r = Insert("f", {"a", "b", "a", "c", "b"}, /*if_absent=*/true);
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_THAT(r.response.results(),
+              ElementsAre(v1::INSERT_RESULT_INSERTED, v1::INSERT_RESULT_INSERTED,
+                          v1::INSERT_RESULT_ALREADY_PRESENT, v1::INSERT_RESULT_INSERTED,
+                          v1::INSERT_RESULT_ALREADY_PRESENT));
+  EXPECT_EQ(r.response.inserted(), 3u);
+  EXPECT_EQ(r.response.already_present(), 2u);
+  EXPECT_EQ(r.response.full(), 0u);
+  auto again = Insert("f", {"c"}, true);
+  EXPECT_THAT(again.response.results(), ElementsAre(v1::INSERT_RESULT_ALREADY_PRESENT));
+  // Without if_absent a key is added again: a second copy.
+  auto copy = Insert("f", {"c"});
+  EXPECT_THAT(copy.response.results(), ElementsAre(v1::INSERT_RESULT_INSERTED));
+  EXPECT_THAT(Count("f", {"c", "a", "zzz"}).response.counts(), ElementsAre(2u, 1u, 0u));
+}
+
+TEST_F(FilterServiceTest, FullFilterAnswersFullPerKeyAndKeepsEveryResident) {
+  ASSERT_TRUE(Create("small", 100).status.ok());
+  std::vector<std::string> keys = Keys(0, 1000);
+  auto r = Insert("small", keys);
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_GT(r.response.full(), 0u);
+  EXPECT_EQ(r.response.inserted() + r.response.full(), 1000u);
+  const uint64_t items = Get("small").response.filter().items();
+  EXPECT_EQ(items, r.response.inserted());
+  EXPECT_GE(items, 100u);  // The promised capacity always fits.
+  auto look = Lookup("small", keys);
+  for (int i = 0; i < 1000; ++i) {
+    if (r.response.results(i) == v1::INSERT_RESULT_INSERTED) {
+      ASSERT_TRUE(look.response.present(i)) << "resident " << i << " lost";
+    }
+  }
+}
+
+TEST_F(FilterServiceTest, ListIsSortedAndDropFreesTheFilter) {
+  ASSERT_TRUE(Create("b", 1000).status.ok());
+  ASSERT_TRUE(Create("a", 2000).status.ok());
+  auto list = Call(&v1::FilterService::Stub::ListFilters, v1::ListFiltersRequest());
+  ASSERT_TRUE(list.status.ok());
+  ASSERT_EQ(list.response.filters_size(), 2);
+  EXPECT_EQ(list.response.filters(0).name(), "a");
+  EXPECT_EQ(list.response.filters(1).name(), "b");
+  const uint64_t bytes = list.response.filters(1).memory_bytes();
+
+  auto drop = Drop("b");
+  ASSERT_TRUE(drop.status.ok());
+  EXPECT_EQ(drop.response.freed_bytes(), bytes);
+  EXPECT_EQ(Get("b").status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(Drop("b").status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(server_->registry().memory_bytes(), list.response.filters(0).memory_bytes());
+  // The name is free again.
+  EXPECT_TRUE(Create("b", 10).status.ok());
+}
+
+TEST_F(FilterServiceTest, ServerInfoReportsTheLimits) {
+  ASSERT_TRUE(Create("f", 1000).status.ok());
+  auto r = Call(&v1::FilterService::Stub::GetServerInfo, v1::GetServerInfoRequest());
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_FALSE(r.response.version().empty());
+  EXPECT_EQ(r.response.max_batch_keys(), 1000u);
+  EXPECT_EQ(r.response.max_key_bytes(), 64u);
+  EXPECT_EQ(r.response.max_message_bytes(), 1u << 20);
+  EXPECT_EQ(r.response.max_filters(), 4u);
+  EXPECT_EQ(r.response.memory_budget_bytes(), 64u << 20);
+  EXPECT_EQ(r.response.memory_used_bytes(), server_->registry().memory_bytes());
+  EXPECT_EQ(r.response.filters(), 1u);
+}
+
+TEST_F(FilterServiceTest, EmptyBatchesSucceedWithNoResults) {
+  ASSERT_TRUE(Create("f", 1000).status.ok());
+  auto r = Lookup("f", {});
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_EQ(r.response.present_size(), 0);
+}
+
+grpc::health::v1::HealthCheckResponse::ServingStatus Health(grpc::Channel* channel,
+                                                            const std::string& service,
+                                                            grpc::Status* status) {
+  auto stub = grpc::health::v1::Health::NewStub(
+      std::shared_ptr<grpc::Channel>(channel, [](grpc::Channel*) {}));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::health::v1::HealthCheckRequest req;
+  req.set_service(service);
+  grpc::health::v1::HealthCheckResponse resp;
+  *status = stub->Check(&ctx, req, &resp);
+  return resp.status();
+}
+
+TEST_F(FilterServiceTest, HealthIsServingAndCallsFailUnavailableAfterShutdown) {
+  grpc::Status status;
+  EXPECT_EQ(Health(channel_.get(), "", &status), grpc::health::v1::HealthCheckResponse::SERVING);
+  EXPECT_TRUE(status.ok());
+  EXPECT_EQ(Health(channel_.get(), "cuckoo.v1.FilterService", &status),
+            grpc::health::v1::HealthCheckResponse::SERVING);
+  ASSERT_TRUE(Create("f", 100).status.ok());
+  server_->Shutdown(absl::Seconds(1));
+  auto r = Lookup("f", {"a"});
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+// Writers and readers on several filters at once, through the server: no
+// inserted (and not deleted) key is ever reported absent.
+TEST_F(FilterServiceTest, ConcurrentClientsNeverSeeFalseNegatives) {
+  ASSERT_TRUE(Create("shared", 40'000).status.ok());
+  constexpr int kThreads = 4;
+  constexpr int kBatches = 40;
+  constexpr int kBatch = 250;
+  std::atomic<uint64_t> false_negatives{0};
+  std::atomic<uint64_t> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      // Each thread owns key stream t: insert a batch, look it and all its
+      // earlier batches up, delete every other batch's first half.
+      for (int b = 0; b < kBatches; ++b) {
+        std::vector<std::string> keys;
+        for (int i = 0; i < kBatch; ++i) keys.push_back(Key(t, b * kBatch + i));
+        auto ins = Insert("shared", keys);
+        if (!ins.status.ok() || ins.response.inserted() != kBatch) ++failures;
+        if (b % 2 == 1) {
+          std::vector<std::string> half(keys.begin(), keys.begin() + kBatch / 2);
+          auto del = Delete("shared", half);
+          if (!del.status.ok() || del.response.deleted() != half.size()) ++failures;
+          keys.erase(keys.begin(), keys.begin() + kBatch / 2);
+        }
+        auto look = Lookup("shared", keys);
+        if (!look.status.ok()) {
+          ++failures;
+          continue;
+        }
+        for (bool p : look.response.present()) false_negatives += !p;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0u);
+  EXPECT_EQ(false_negatives.load(), 0u);
+  EXPECT_EQ(Get("shared").response.filter().items(),
+            uint64_t{kThreads} * (kBatches * kBatch - kBatches / 2 * kBatch / 2));
+}
+
+}  // namespace
+}  // namespace cuckoo

@@ -1,0 +1,71 @@
+// An in-process cuckood on an ephemeral port, for the service tests.
+#ifndef CUCKOO_TESTS_SERVER_TEST_SERVER_H_
+#define CUCKOO_TESTS_SERVER_TEST_SERVER_H_
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "cuckoo/v1/filter_service.grpc.pb.h"
+#include "server/config.h"
+#include "server/server.h"
+
+namespace cuckoo::testing {
+
+// A fresh, empty directory under the test's temp dir, removed on destruction.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "cuckoo-test-XXXXXX").string();
+    path_ = mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Small limits so tests can reach them.
+inline server::ServerConfig TestConfig(const std::string& data_dir) {
+  server::ServerConfig c;
+  c.listen = "127.0.0.1:0";
+  c.data_dir = data_dir;
+  c.max_batch_keys = 1000;
+  c.max_key_bytes = 64;
+  c.max_filters = 4;
+  c.memory_budget_bytes = 64 << 20;
+  c.max_message_bytes = 1 << 20;
+  c.drain_timeout = absl::Seconds(5);
+  return c;
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { StartServer(TestConfig(dir_.path())); }
+
+  void StartServer(const server::ServerConfig& config) {
+    absl::StatusOr<std::unique_ptr<server::CuckooServer>> s = server::CuckooServer::Start(config);
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = *std::move(s);
+    channel_ = grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
+    stub_ = v1::FilterService::NewStub(channel_);
+  }
+
+  TempDir dir_;
+  std::unique_ptr<server::CuckooServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::FilterService::Stub> stub_;
+};
+
+}  // namespace cuckoo::testing
+
+#endif  // CUCKOO_TESTS_SERVER_TEST_SERVER_H_
