@@ -1,0 +1,2 @@
+// Placeholder: the load generator arrives in its own commit.
+int main() { return 1; }

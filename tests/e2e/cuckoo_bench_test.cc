@@ -1,0 +1,2 @@
+// Placeholder: tests arrive with the tool they test.
+#include "tests/e2e/process.h"
