@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "server/status.h"
 #include "server/version.h"
+#include "server/wire_format.h"
 #include "spdlog/spdlog.h"
 
 namespace cuckoo::server {
@@ -19,9 +20,13 @@ namespace {
 // pool of threads), so a batch costs no allocation once warm.
 template <typename T>
 absl::Span<T> Scratch(size_t n) {
-  thread_local std::vector<T> buf;
-  if (buf.size() < n) buf.resize(n);
-  return absl::Span<T>(buf.data(), n);
+  thread_local std::unique_ptr<T[]> buf;
+  thread_local size_t capacity = 0;
+  if (capacity < n) {
+    buf = std::make_unique_for_overwrite<T[]>(n);
+    capacity = n;
+  }
+  return absl::Span<T>(buf.get(), n);
 }
 
 // Core per-key results map one-to-one onto the proto enums, offset by the
@@ -97,34 +102,47 @@ grpc::ServerUnaryReactor* FilterServiceImpl::Run(grpc::CallbackServerContext*, B
 }
 
 absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterServiceImpl::FindFilter(
-    const std::string& name) const {
-  if (absl::Status s = FilterRegistry::ValidateName(name); !s.ok()) return s;
-  return registry_->Get(name);
+    std::string_view name) const {
+  const absl::string_view n(name.data(), name.size());
+  if (absl::Status s = FilterRegistry::ValidateName(n); !s.ok()) return s;
+  return registry_->Get(n);
 }
 
-absl::StatusOr<absl::Span<const std::string_view>> FilterServiceImpl::CheckedKeys(
-    const google::protobuf::RepeatedPtrField<std::string>& keys) const {
-  const size_t n = keys.size();
-  if (n > limits_.max_batch_keys) {
+absl::Status FilterServiceImpl::CheckKeys(absl::Span<const std::string_view> keys) const {
+  if (keys.size() > limits_.max_batch_keys) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "batch has %u keys; the server's limit (--max-batch-keys) is %u: split the batch", n,
-        limits_.max_batch_keys));
+        "batch has %u keys; the server's limit (--max-batch-keys) is %u: split the batch",
+        keys.size(), limits_.max_batch_keys));
   }
-  absl::Span<std::string_view> views = Scratch<std::string_view>(n);
-  for (size_t i = 0; i < n; ++i) {
-    const std::string& k = keys[static_cast<int>(i)];
-    if (k.empty()) {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (keys[i].empty()) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "keys[%u] is empty; keys must be 1 to %u bytes", i, limits_.max_key_bytes));
     }
-    if (k.size() > limits_.max_key_bytes) {
+    if (keys[i].size() > limits_.max_key_bytes) {
       return absl::InvalidArgumentError(
           absl::StrFormat("keys[%u] is %u bytes; the server's limit (--max-key-bytes) is %u", i,
-                          k.size(), limits_.max_key_bytes));
+                          keys[i].size(), limits_.max_key_bytes));
     }
-    views[i] = k;
   }
-  return absl::Span<const std::string_view>(views);
+  return absl::OkStatus();
+}
+
+template <typename Result, typename Apply, typename Encode>
+absl::Status FilterServiceImpl::DataPath(const grpc::ByteBuffer& request, std::string_view message,
+                                         grpc::ByteBuffer* response, Apply apply, Encode encode) {
+  thread_local std::string storage;
+  thread_local wire::KeysRequest req;
+  grpc::Slice slice;
+  absl::Status s = wire::ParseKeysRequest(wire::Flatten(request, &slice, &storage), message, &req);
+  if (!s.ok()) return s;
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = FindFilter(req.filter);
+  if (!filter.ok()) return filter.status();
+  if (s = CheckKeys(req.keys); !s.ok()) return s;
+  absl::Span<Result> results = Scratch<Result>(req.keys.size());
+  apply(**filter, req, results);
+  *response = encode(absl::Span<const Result>(results));
+  return absl::OkStatus();
 }
 
 absl::Status FilterServiceImpl::DoCreateFilter(const v1::CreateFilterRequest& req,
@@ -178,75 +196,6 @@ absl::Status FilterServiceImpl::DoDropFilter(const v1::DropFilterRequest& req,
   return absl::OkStatus();
 }
 
-absl::Status FilterServiceImpl::DoInsert(const v1::InsertRequest& req, v1::InsertResponse* resp) {
-  absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = FindFilter(req.filter());
-  if (!filter.ok()) return filter.status();
-  absl::StatusOr<absl::Span<const std::string_view>> keys = CheckedKeys(req.keys());
-  if (!keys.ok()) return keys.status();
-  const size_t n = keys->size();
-  absl::Span<InsertResult> results = Scratch<InsertResult>(n);
-  (*filter)->InsertBatch(*keys, req.if_absent(), results);
-  google::protobuf::RepeatedField<int>* out = resp->mutable_results();
-  out->Resize(static_cast<int>(n), 0);
-  uint64_t counts[3] = {0, 0, 0};
-  for (size_t i = 0; i < n; ++i) {
-    const int r = static_cast<int>(results[i]);
-    out->Set(static_cast<int>(i), r + 1);
-    ++counts[r];
-  }
-  resp->set_inserted(counts[0]);
-  resp->set_already_present(counts[1]);
-  resp->set_full(counts[2]);
-  return absl::OkStatus();
-}
-
-absl::Status FilterServiceImpl::DoLookup(const v1::LookupRequest& req, v1::LookupResponse* resp) {
-  absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = FindFilter(req.filter());
-  if (!filter.ok()) return filter.status();
-  absl::StatusOr<absl::Span<const std::string_view>> keys = CheckedKeys(req.keys());
-  if (!keys.ok()) return keys.status();
-  const size_t n = keys->size();
-  google::protobuf::RepeatedField<bool>* out = resp->mutable_present();
-  out->Resize(static_cast<int>(n), false);
-  (*filter)->LookupBatch(*keys, absl::Span<bool>(out->mutable_data(), n));
-  uint64_t present = 0;
-  for (bool p : *out) present += p;
-  resp->set_present_count(present);
-  return absl::OkStatus();
-}
-
-absl::Status FilterServiceImpl::DoDelete(const v1::DeleteRequest& req, v1::DeleteResponse* resp) {
-  absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = FindFilter(req.filter());
-  if (!filter.ok()) return filter.status();
-  absl::StatusOr<absl::Span<const std::string_view>> keys = CheckedKeys(req.keys());
-  if (!keys.ok()) return keys.status();
-  const size_t n = keys->size();
-  absl::Span<DeleteResult> results = Scratch<DeleteResult>(n);
-  (*filter)->DeleteBatch(*keys, results);
-  google::protobuf::RepeatedField<int>* out = resp->mutable_results();
-  out->Resize(static_cast<int>(n), 0);
-  uint64_t deleted = 0;
-  for (size_t i = 0; i < n; ++i) {
-    out->Set(static_cast<int>(i), static_cast<int>(results[i]) + 1);
-    deleted += results[i] == DeleteResult::kDeleted;
-  }
-  resp->set_deleted(deleted);
-  resp->set_not_found(n - deleted);
-  return absl::OkStatus();
-}
-
-absl::Status FilterServiceImpl::DoCount(const v1::CountRequest& req, v1::CountResponse* resp) {
-  absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = FindFilter(req.filter());
-  if (!filter.ok()) return filter.status();
-  absl::StatusOr<absl::Span<const std::string_view>> keys = CheckedKeys(req.keys());
-  if (!keys.ok()) return keys.status();
-  const size_t n = keys->size();
-  google::protobuf::RepeatedField<uint32_t>* out = resp->mutable_counts();
-  out->Resize(static_cast<int>(n), 0);
-  (*filter)->CountBatch(*keys, absl::Span<uint32_t>(out->mutable_data(), n));
-  return absl::OkStatus();
-}
-
 absl::Status FilterServiceImpl::DoGetServerInfo(v1::GetServerInfoResponse* resp) {
   resp->set_version(kVersion);
   resp->set_max_batch_keys(limits_.max_batch_keys);
@@ -284,27 +233,55 @@ grpc::ServerUnaryReactor* FilterServiceImpl::DropFilter(grpc::CallbackServerCont
 }
 
 grpc::ServerUnaryReactor* FilterServiceImpl::Insert(grpc::CallbackServerContext* ctx,
-                                                    const v1::InsertRequest* req,
-                                                    v1::InsertResponse* resp) {
-  return Run(ctx, [&] { return DoInsert(*req, resp); });
+                                                    const grpc::ByteBuffer* req,
+                                                    grpc::ByteBuffer* resp) {
+  return Run(ctx, [&] {
+    return DataPath<InsertResult>(
+        *req, "InsertRequest", resp,
+        [](CuckooFilter& f, const wire::KeysRequest& r, absl::Span<InsertResult> out) {
+          f.InsertBatch(r.keys, r.if_absent, out);
+        },
+        wire::InsertResponse);
+  });
 }
 
 grpc::ServerUnaryReactor* FilterServiceImpl::Lookup(grpc::CallbackServerContext* ctx,
-                                                    const v1::LookupRequest* req,
-                                                    v1::LookupResponse* resp) {
-  return Run(ctx, [&] { return DoLookup(*req, resp); });
+                                                    const grpc::ByteBuffer* req,
+                                                    grpc::ByteBuffer* resp) {
+  return Run(ctx, [&] {
+    return DataPath<bool>(
+        *req, "LookupRequest", resp,
+        [](const CuckooFilter& f, const wire::KeysRequest& r, absl::Span<bool> out) {
+          f.LookupBatch(r.keys, out);
+        },
+        wire::LookupResponse);
+  });
 }
 
 grpc::ServerUnaryReactor* FilterServiceImpl::Delete(grpc::CallbackServerContext* ctx,
-                                                    const v1::DeleteRequest* req,
-                                                    v1::DeleteResponse* resp) {
-  return Run(ctx, [&] { return DoDelete(*req, resp); });
+                                                    const grpc::ByteBuffer* req,
+                                                    grpc::ByteBuffer* resp) {
+  return Run(ctx, [&] {
+    return DataPath<DeleteResult>(
+        *req, "DeleteRequest", resp,
+        [](CuckooFilter& f, const wire::KeysRequest& r, absl::Span<DeleteResult> out) {
+          f.DeleteBatch(r.keys, out);
+        },
+        wire::DeleteResponse);
+  });
 }
 
 grpc::ServerUnaryReactor* FilterServiceImpl::Count(grpc::CallbackServerContext* ctx,
-                                                   const v1::CountRequest* req,
-                                                   v1::CountResponse* resp) {
-  return Run(ctx, [&] { return DoCount(*req, resp); });
+                                                   const grpc::ByteBuffer* req,
+                                                   grpc::ByteBuffer* resp) {
+  return Run(ctx, [&] {
+    return DataPath<uint32_t>(
+        *req, "CountRequest", resp,
+        [](const CuckooFilter& f, const wire::KeysRequest& r, absl::Span<uint32_t> out) {
+          f.CountBatch(r.keys, out);
+        },
+        wire::CountResponse);
+  });
 }
 
 grpc::ServerUnaryReactor* FilterServiceImpl::GetServerInfo(grpc::CallbackServerContext* ctx,

@@ -34,7 +34,14 @@ struct ServiceLimits {
 // Fills `info` with the filter's settings and current state.
 void FillFilterInfo(const std::string& name, const CuckooFilter& filter, v1::FilterInfo* info);
 
-class FilterServiceImpl final : public v1::FilterService::CallbackService {
+// The data-path RPCs (Insert, Lookup, Delete, Count) take their messages as
+// raw bytes and parse them with wire_format.h (no per-key allocation); the
+// rest use the generated messages.
+using FilterServiceBase = v1::FilterService::WithRawCallbackMethod_Insert<
+    v1::FilterService::WithRawCallbackMethod_Lookup<v1::FilterService::WithRawCallbackMethod_Delete<
+        v1::FilterService::WithRawCallbackMethod_Count<v1::FilterService::CallbackService>>>>;
+
+class FilterServiceImpl final : public FilterServiceBase {
  public:
   FilterServiceImpl(FilterRegistry* registry, const ServiceLimits& limits)
       : registry_(registry), limits_(limits) {}
@@ -59,35 +66,35 @@ class FilterServiceImpl final : public v1::FilterService::CallbackService {
   grpc::ServerUnaryReactor* DropFilter(grpc::CallbackServerContext* ctx,
                                        const v1::DropFilterRequest* req,
                                        v1::DropFilterResponse* resp) override;
-  grpc::ServerUnaryReactor* Insert(grpc::CallbackServerContext* ctx, const v1::InsertRequest* req,
-                                   v1::InsertResponse* resp) override;
-  grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* ctx, const v1::LookupRequest* req,
-                                   v1::LookupResponse* resp) override;
-  grpc::ServerUnaryReactor* Delete(grpc::CallbackServerContext* ctx, const v1::DeleteRequest* req,
-                                   v1::DeleteResponse* resp) override;
-  grpc::ServerUnaryReactor* Count(grpc::CallbackServerContext* ctx, const v1::CountRequest* req,
-                                  v1::CountResponse* resp) override;
+  grpc::ServerUnaryReactor* Insert(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                   grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                   grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* Delete(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                   grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* Count(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                  grpc::ByteBuffer* resp) override;
   grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* ctx,
                                           const v1::GetServerInfoRequest* req,
                                           v1::GetServerInfoResponse* resp) override;
 
  private:
-  // The filter a data-path request names: INVALID_ARGUMENT for a malformed
-  // name, NOT_FOUND for an unknown one.
-  absl::StatusOr<std::shared_ptr<CuckooFilter>> FindFilter(const std::string& name) const;
-  // The request's keys as views (valid until this thread's next request),
-  // after checking the batch and every key against the limits.
-  absl::StatusOr<absl::Span<const std::string_view>> CheckedKeys(
-      const google::protobuf::RepeatedPtrField<std::string>& keys) const;
+  // The filter a request names: INVALID_ARGUMENT for a malformed name,
+  // NOT_FOUND for an unknown one.
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> FindFilter(std::string_view name) const;
+  // Checks the batch size and every key against the limits.
+  absl::Status CheckKeys(absl::Span<const std::string_view> keys) const;
+  // The shared body of the data-path RPCs: parses the request (message type
+  // `message`), finds the filter, checks the keys, runs
+  // apply(filter, request, results) and encodes the results.
+  template <typename Result, typename Apply, typename Encode>
+  absl::Status DataPath(const grpc::ByteBuffer& request, std::string_view message,
+                        grpc::ByteBuffer* response, Apply apply, Encode encode);
 
   absl::Status DoCreateFilter(const v1::CreateFilterRequest& req, v1::CreateFilterResponse* resp);
   absl::Status DoGetFilter(const v1::GetFilterRequest& req, v1::GetFilterResponse* resp);
   absl::Status DoListFilters(v1::ListFiltersResponse* resp);
   absl::Status DoDropFilter(const v1::DropFilterRequest& req, v1::DropFilterResponse* resp);
-  absl::Status DoInsert(const v1::InsertRequest& req, v1::InsertResponse* resp);
-  absl::Status DoLookup(const v1::LookupRequest& req, v1::LookupResponse* resp);
-  absl::Status DoDelete(const v1::DeleteRequest& req, v1::DeleteResponse* resp);
-  absl::Status DoCount(const v1::CountRequest& req, v1::CountResponse* resp);
   absl::Status DoGetServerInfo(v1::GetServerInfoResponse* resp);
 
   // Runs `body` unless the server is shutting down, and finishes the call

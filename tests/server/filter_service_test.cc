@@ -1,6 +1,7 @@
 // cuckoo.v1.FilterService end to end in one process: a real CuckooServer on
 // an ephemeral port, driven through the generated stub.
 #include <gmock/gmock.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -375,6 +376,35 @@ TEST_F(FilterServiceTest, ServerInfoReportsTheLimits) {
   EXPECT_EQ(r.response.memory_budget_bytes(), 64u << 20);
   EXPECT_EQ(r.response.memory_used_bytes(), server_->registry().memory_bytes());
   EXPECT_EQ(r.response.filters(), 1u);
+}
+
+TEST_F(FilterServiceTest, MalformedRequestBytesAreInvalidArgumentAndChangeNothing) {
+  ASSERT_TRUE(Create("f", 1000).status.ok());
+  // A valid filter name, then a key that claims 100 bytes and has 2.
+  const std::string bytes = std::string(
+      "\x0a\x01"
+      "f"
+      "\x12\x64zz",
+      7);
+  grpc::GenericStub generic(channel_);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  auto call = generic.PrepareUnaryCall(&ctx, "/cuckoo.v1.FilterService/Insert", request, &cq);
+  call->StartCall();
+  call->Finish(&response, &status, reinterpret_cast<void*>(1));
+  void* tag = nullptr;
+  bool ok = false;
+  ASSERT_TRUE(cq.Next(&tag, &ok));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("not a valid cuckoo.v1.InsertRequest"));
+  EXPECT_EQ(Get("f").response.filter().items(), 0u);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
 }
 
 TEST_F(FilterServiceTest, EmptyBatchesSucceedWithNoResults) {
