@@ -26,7 +26,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
-#include "server/version.h"
+#include "cuckoo_version.h"
 
 namespace cuckoo::server {
 

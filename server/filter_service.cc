@@ -8,8 +8,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "cuckoo_version.h"
 #include "server/status.h"
-#include "server/version.h"
 #include "server/wire_format.h"
 #include "spdlog/spdlog.h"
 
