@@ -1,2 +1,1482 @@
-// Placeholder: cuckooctl arrives in the next commit.
-int main() { return 1; }
+// cuckooctl: the operator's command-line client for cuckood.
+//
+//   cuckooctl create users --capacity=100M --fpr=0.001
+//   cuckooctl insert users --file=ids.txt --quiet
+//   cuckooctl lookup users alice bob          # present<TAB>alice ...; exit 1 if any absent
+//   cuckooctl health --timeout=2s             # Docker HEALTHCHECK
+//
+// Everything a user can type is documented in kUsage / kCommands below (and
+// printed by --help); client/README.md repeats it with examples.
+//
+// Design notes:
+// - Flags are parsed by hand: one table (kFlags) says which flag takes a value
+//   and which commands accept it, so "--flag value" is unambiguous and a flag
+//   may stand before or after the command.
+// - Key commands stream: keys are read in chunks (kChunkKeys keys or
+//   kChunkBytes bytes), each chunk is sent while the next one is read, and its
+//   results are printed before the next is sent. Memory stays bounded for any
+//   input size; a slow producer (tail -f) gets its answers without waiting for
+//   a full chunk, because a chunk is cut short when no more input is ready.
+// - stdout carries only results (one line or JSON object per key); the text
+//   summary and progress go to stderr, so `cuckooctl lookup ... | grep absent`
+//   works. With --quiet the summary is the only result and goes to stdout.
+#include <errno.h>
+#include <fcntl.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <poll.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/cuckoo_client.h"
+#include "cuckoo_version.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+
+namespace cuckoo::ctl {
+namespace {
+
+namespace v1 = ::cuckoo::v1;
+namespace health = ::grpc::health::v1;
+
+// Exit codes; part of the interface (see kUsage).
+constexpr int kExitOk = 0;
+constexpr int kExitSomeKeys = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitServer = 3;
+
+// A chunk of keys sent with one client call (itself split by the client into
+// requests that fit the server's limits).
+constexpr size_t kChunkKeys = 10'000;
+constexpr size_t kChunkBytes = 4 << 20;
+// A "line" longer than this is not a key file: refuse rather than buffer it.
+constexpr size_t kMaxLineBytes = 64 << 20;
+constexpr auto kProgressInterval = std::chrono::milliseconds(500);
+
+constexpr char kUsage[] =
+    R"txt(cuckooctl: command-line client for cuckood, a server of named cuckoo filters.
+
+Usage: cuckooctl [GLOBAL FLAGS] COMMAND [ARGUMENTS] [FLAGS]
+       cuckooctl help [COMMAND]    (or cuckooctl [COMMAND] --help)
+
+Filters:
+  create NAME --capacity=N [--fpr=RATE | --fingerprint-bits=F] [--bucket-size=B]
+              [--shards=S] [--max-kicks=K] [--seed=N] [--if-not-exists]
+                        create a filter; prints its info and whether it was created
+  info NAME             a filter's settings and state
+  list                  every filter, sorted by name
+  drop NAME             remove a filter and free its memory
+  server-info           the server's version, limits and memory use
+  health [SERVICE]      grpc.health.v1 check; prints SERVING, NOT_SERVING, ...
+
+Keys:
+  insert NAME [KEY...] [--if-absent]   add keys
+  lookup NAME [KEY...]                 may the filter hold these keys?
+  delete NAME [KEY...]                 remove one copy of each key
+  count NAME [KEY...]                  estimated number of copies of each key
+
+  Keys come from the KEY arguments, else from --file=PATH (one key per line;
+  --file=- is stdin), else from stdin. A trailing "\r" is stripped and empty
+  lines are skipped: a key cannot be empty. Input of any size is streamed in
+  batches of 10000 keys.
+  Output, in input order, one line per key: RESULT<TAB>KEY, where RESULT is
+    insert  inserted | already_present | full
+    lookup  present | absent        (present may be a false positive)
+    delete  deleted | not_found
+    count   the estimated number of copies (never less than the truth)
+  then a summary line on stderr. With --quiet, only the summary, on stdout.
+  With --format=json, JSON Lines: one object per key, e.g.
+  {"key":"alice","result":"present"} or {"key":"alice","count":2}, then
+  {"summary":{...}} as the last line (only if the command completed).
+  Key flags:
+    --file=PATH     read keys from PATH, one per line ("-": stdin)
+    --quiet         print only the summary
+    --progress      show "VERB N keys (R keys/s)" on stderr every 0.5 s
+                    (default: for keys from a file or stdin when stderr is a
+                    terminal and stdout is not, or --quiet is given)
+    --no-progress   never show it
+
+Global flags (before or after the command):
+  --target=HOST:PORT   server address (default: $CUCKOO_TARGET, else localhost:50051)
+  --timeout=DURATION   deadline of each RPC, e.g. 500ms, 2s, 1m (default 30s)
+  --format=text|json   output format (default text)
+  --help, -h           help
+  --version            print the version
+  Flags are written --flag=value or --flag value; "--" ends the flags (for keys
+  that start with "-").
+
+Exit codes:
+  0  success. lookup, count: every key may be present; insert: no key full;
+     delete: every key deleted; health: SERVING
+  1  the command ran but some key had the other outcome (absent, count 0, full,
+     not_found); health: any status but SERVING
+  2  usage error or local problem (bad flag, unreadable file, unwritable output)
+  3  the server returned an error or could not be reached; stderr says
+     cuckooctl: CODE: message   e.g. cuckooctl: NOT_FOUND: filter "x" not found
+)txt";
+
+// Commands, as bits so a flag can list the commands that accept it.
+enum Command : uint32_t {
+  kCreate = 1 << 0,
+  kInfo = 1 << 1,
+  kList = 1 << 2,
+  kDrop = 1 << 3,
+  kServerInfo = 1 << 4,
+  kHealth = 1 << 5,
+  kInsert = 1 << 6,
+  kLookup = 1 << 7,
+  kDelete = 1 << 8,
+  kCount = 1 << 9,
+  kHelp = 1 << 10,
+};
+constexpr uint32_t kKeyCommands = kInsert | kLookup | kDelete | kCount;
+constexpr uint32_t kAllCommands = ~uint32_t{0};
+
+struct CommandSpec {
+  const char* name;
+  Command id;
+  const char* help;  // Printed by `cuckooctl help NAME`.
+};
+
+constexpr char kKeyInputHelp[] = R"txt(
+Keys come from the KEY arguments, else from --file=PATH (one key per line;
+--file=- is stdin), else from stdin. A trailing "\r" is stripped and empty lines
+are skipped: a key cannot be empty (an empty KEY argument is a usage error).
+Input of any size is streamed, 10000 keys per batch; results are printed per
+batch, in input order.
+
+  --file=PATH     read keys from PATH, one per line ("-": stdin)
+  --quiet         print only the summary (on stdout)
+  --progress      show "VERB N keys (R keys/s)" on stderr every 0.5 s, ending
+                  with a newline (default: for keys from a file or stdin when
+                  stderr is a terminal and stdout is not, or --quiet is given)
+  --no-progress   never show it
+
+Text output: RESULT<TAB>KEY per key on stdout, then a summary line on stderr,
+e.g. "lookup users: 3 keys: 2 present, 1 absent". JSON output (--format=json):
+one object per line (JSON Lines), {"key":"alice",...} per key, then
+{"summary":{"command":...,"filter":...,"keys":N,...}} last; the summary is
+missing if the command failed part way. A key that is not valid UTF-8 is given
+as "key_base64" instead of "key".
+)txt";
+
+const CommandSpec kCommands[] = {
+    {"create", kCreate, R"(Usage: cuckooctl create NAME --capacity=N [FLAGS]
+
+Creates filter NAME, sized so that N keys always fit. NAME is 1 to 128 of
+A-Z a-z 0-9 . _ - and starts with a letter or digit. Prints the filter's info
+and whether it was created.
+
+  --capacity=N          keys the filter must hold (required), 1 to 2^40; may
+                        end in k, M, G or T (x1000, x10^6, x10^9, x10^12)
+  --fpr=RATE            target false-positive rate in (0, 1), e.g. 0.001
+                        (default 0.002: 12-bit fingerprints with 4-slot buckets)
+  --fingerprint-bits=F  fingerprint size in bits, 4 to 32, instead of --fpr
+  --bucket-size=B       slots per bucket: 2, 4 (default) or 8
+  --shards=S            independent shards, a power of two from 1 to 4096
+                        (default: chosen from the capacity)
+  --max-kicks=K         longest eviction chain per insert, 1 to 100000 (default 500)
+  --seed=N              64-bit hash seed (default random); filters with the same
+                        settings and seed give identical answers
+  --if-not-exists       if NAME exists with the same settings, print it
+                        (created: false) instead of failing with ALREADY_EXISTS
+)"},
+    {"info", kInfo, R"(Usage: cuckooctl info NAME
+
+Prints a filter's settings (capacity, fingerprint_bits, bucket_size, shards,
+max_kicks, seed, ...) and state (items, load_factor, memory_bytes,
+bits_per_item, expected_false_positive_rate, ...).
+)"},
+    {"list", kList, R"(Usage: cuckooctl list
+
+Prints every filter, sorted by name: a table in text, {"filters":[...]} in JSON.
+)"},
+    {"drop", kDrop, R"(Usage: cuckooctl drop NAME
+
+Removes a filter and frees its memory; prints the bytes freed.
+)"},
+    {"server-info", kServerInfo, R"(Usage: cuckooctl server-info
+
+Prints the server's version, limits (max_batch_keys, max_key_bytes,
+max_message_bytes, max_filters, memory_budget_bytes) and current use.
+)"},
+    {"health", kHealth, R"(Usage: cuckooctl health [SERVICE] [--quiet]
+
+Asks the standard grpc.health.v1.Health/Check for SERVICE ("" = the whole
+server, or e.g. cuckoo.v1.FilterService) and prints the status: SERVING,
+NOT_SERVING, UNKNOWN or SERVICE_UNKNOWN. Exit 0 only for SERVING, 1 for any
+other status, 3 if the server cannot be reached or does not know SERVICE.
+--quiet prints nothing. For a container health check:
+  cuckooctl health --quiet --timeout=2s
+)"},
+    {"insert", kInsert, R"(Usage: cuckooctl insert NAME [KEY...] [--if-absent] [FLAGS]
+
+Adds keys. Per key: inserted, already_present (only with --if-absent: the filter
+already (probably) holds it) or full (no room; nothing changed). Exit 0 if no
+key was full, 1 otherwise.
+
+  --if-absent     insert a key only if the filter does not (probably) hold it
+)"},
+    {"lookup", kLookup, R"(Usage: cuckooctl lookup NAME [KEY...] [FLAGS]
+
+Asks whether the filter may hold each key. Per key: present (it may: always
+for keys inserted and not deleted, and with about the filter's false-positive
+rate for others) or absent (certainly not). Exit 0 if every key is present,
+1 otherwise.
+)"},
+    {"delete", kDelete, R"(Usage: cuckooctl delete NAME [KEY...] [FLAGS]
+
+Removes one copy of each key. Per key: deleted or not_found. Exit 0 if every
+key was deleted, 1 otherwise. Only delete keys you inserted: deleting another
+key may remove a fingerprint it shares with an inserted key.
+)"},
+    {"count", kCount, R"(Usage: cuckooctl count NAME [KEY...] [FLAGS]
+
+Estimates how many copies of each key the filter holds (like RedisBloom's
+CF.COUNT): never less than the truth, more when other keys share the
+fingerprint. Exit 0 if every count is at least 1, 1 otherwise.
+)"},
+    {"help", kHelp, R"(Usage: cuckooctl help [COMMAND]
+
+Prints the usage of cuckooctl or of COMMAND.
+)"},
+};
+
+constexpr char kGlobalFlagsHelp[] = R"(
+Global flags:
+  --target=HOST:PORT   server address (default: $CUCKOO_TARGET, else localhost:50051)
+  --timeout=DURATION   deadline of each RPC, e.g. 500ms, 2s, 1m (default 30s)
+  --format=text|json   output format (default text)
+
+Exit codes: 0 success; 1 some key had the other outcome (or health is not
+SERVING); 2 usage error or local problem; 3 server error or unreachable.
+)";
+
+struct FlagSpec {
+  const char* name;
+  bool takes_value;
+  uint32_t commands;  // Which commands accept it.
+};
+
+constexpr FlagSpec kFlags[] = {
+    {"target", true, kAllCommands},
+    {"timeout", true, kAllCommands},
+    {"format", true, kAllCommands},
+    {"help", false, kAllCommands},
+    {"version", false, kAllCommands},
+    {"capacity", true, kCreate},
+    {"fpr", true, kCreate},
+    {"fingerprint-bits", true, kCreate},
+    {"bucket-size", true, kCreate},
+    {"shards", true, kCreate},
+    {"max-kicks", true, kCreate},
+    {"seed", true, kCreate},
+    {"if-not-exists", false, kCreate},
+    {"if-absent", false, kInsert},
+    {"file", true, kKeyCommands},
+    {"quiet", false, kKeyCommands | kHealth},
+    {"progress", false, kKeyCommands},
+    {"no-progress", false, kKeyCommands},
+};
+
+// A problem to report on one stderr line, with the exit code it implies.
+struct Failure {
+  int code;
+  std::string message;
+};
+
+Failure UsageError(std::string message) { return {kExitUsage, std::move(message)}; }
+
+// `target` is added when the server could not be reached and the message
+// does not say where (it does for "connection refused", not for timeouts).
+Failure ServerError(const absl::Status& status, const std::string& target) {
+  std::string message =
+      absl::StrFormat("%s: %s", absl::StatusCodeToString(status.code()), status.message());
+  if ((status.code() == absl::StatusCode::kUnavailable ||
+       status.code() == absl::StatusCode::kDeadlineExceeded) &&
+      message.find(target) == std::string::npos) {
+    message += absl::StrFormat(" (target %s)", target);
+  }
+  return {kExitServer, std::move(message)};
+}
+
+const CommandSpec* FindCommand(std::string_view name) {
+  for (const CommandSpec& c : kCommands) {
+    if (name == c.name) return &c;
+  }
+  return nullptr;
+}
+
+const FlagSpec* FindFlag(std::string_view name) {
+  for (const FlagSpec& f : kFlags) {
+    if (name == f.name) return &f;
+  }
+  return nullptr;
+}
+
+// ---------------------------------------------------------------------------
+// Command line.
+
+struct CommandLine {
+  std::vector<std::string> positional;         // The command, then its arguments.
+  std::map<std::string, std::string> flags;    // Canonical name -> value ("true" for booleans).
+  std::map<std::string, std::string> spelled;  // Canonical name -> as typed, for errors.
+
+  bool Has(const std::string& name) const { return flags.count(name) > 0; }
+  std::optional<std::string> Get(const std::string& name) const {
+    auto it = flags.find(name);
+    if (it == flags.end()) return std::nullopt;
+    return it->second;
+  }
+  bool Bool(const std::string& name) const {
+    auto v = Get(name);
+    return v && *v == "true";
+  }
+};
+
+std::optional<Failure> ParseArgs(int argc, char** argv, CommandLine& cl) {
+  bool only_positional = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (only_positional) {
+      cl.positional.push_back(std::move(arg));
+      continue;
+    }
+    if (arg == "--") {
+      only_positional = true;
+      continue;
+    }
+    if (arg == "-h") {
+      cl.flags["help"] = "true";
+      continue;
+    }
+    if (arg.size() < 2 || arg[0] != '-') {
+      cl.positional.push_back(std::move(arg));
+      continue;
+    }
+    if (arg[1] != '-') {
+      return UsageError(
+          absl::StrFormat("unknown flag %s (see cuckooctl --help; put keys that start with \"-\" "
+                          "after \"--\")",
+                          arg));
+    }
+    const size_t eq = arg.find('=');
+    std::string typed = arg.substr(0, eq);
+    std::string name = typed.substr(2);
+    std::replace(name.begin(), name.end(), '_', '-');  // --max_kicks works too.
+    const FlagSpec* spec = FindFlag(name);
+    if (spec == nullptr) {
+      return UsageError(absl::StrFormat("unknown flag %s (see cuckooctl --help)", typed));
+    }
+    std::string value;
+    if (spec->takes_value) {
+      if (eq != std::string::npos) {
+        value = arg.substr(eq + 1);
+      } else if (i + 1 < argc) {
+        value = argv[++i];
+      } else {
+        return UsageError(absl::StrFormat("flag %s needs a value: %s=VALUE", typed, typed));
+      }
+    } else if (eq == std::string::npos) {
+      value = "true";
+    } else {
+      value = arg.substr(eq + 1);
+      if (value == "true" || value == "1" || value == "yes") {
+        value = "true";
+      } else if (value == "false" || value == "0" || value == "no") {
+        value = "false";
+      } else {
+        return UsageError(
+            absl::StrFormat("%s=\"%s\": expected true or false, or no value", typed, value));
+      }
+    }
+    cl.flags[name] = value;
+    cl.spelled[name] = typed;
+  }
+  return std::nullopt;
+}
+
+// Strict parsers: the whole text must be the number.
+template <typename T>
+bool ParseNumber(std::string_view text, T& out) {
+  if (text.empty()) return false;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && end == text.data() + text.size();
+}
+
+std::optional<Failure> ParseUintFlag(const CommandLine& cl, const std::string& name, uint64_t max,
+                                     uint64_t& out) {
+  std::string text = *cl.Get(name);
+  uint64_t multiplier = 1;
+  if (name == "capacity" && !text.empty()) {
+    switch (text.back()) {
+      case 'k':
+      case 'K':
+        multiplier = 1'000;
+        break;
+      case 'M':
+        multiplier = 1'000'000;
+        break;
+      case 'G':
+        multiplier = 1'000'000'000;
+        break;
+      case 'T':
+        multiplier = 1'000'000'000'000;
+        break;
+    }
+    if (multiplier != 1) text.pop_back();
+  }
+  uint64_t value = 0;
+  if (!ParseNumber(text, value) || value > max / multiplier) {
+    return UsageError(absl::StrFormat("--%s=\"%s\" is not a whole number from 0 to %u", name,
+                                      *cl.Get(name), max));
+  }
+  out = value * multiplier;
+  return std::nullopt;
+}
+
+// "30s", "500ms", "1m30s" (absl's form), or a plain number of seconds.
+std::optional<absl::Duration> ParseTimeout(const std::string& text) {
+  absl::Duration d;
+  double seconds = 0;
+  if (ParseNumber(std::string_view(text), seconds)) {
+    if (!std::isfinite(seconds)) return std::nullopt;
+    d = absl::Seconds(seconds);
+  } else if (!absl::ParseDuration(text, &d)) {
+    return std::nullopt;
+  }
+  if (d <= absl::ZeroDuration() || d == absl::InfiniteDuration()) return std::nullopt;
+  return d;
+}
+
+// ---------------------------------------------------------------------------
+// Output.
+
+// Buffered stdout that remembers a failed write (reported once, at the end).
+class Output {
+ public:
+  void Write(std::string_view s) {
+    if (failed_errno_ != 0 || s.empty()) return;
+    if (fwrite(s.data(), 1, s.size(), stdout) != s.size()) failed_errno_ = errno ? errno : EIO;
+  }
+  void Flush() {
+    if (failed_errno_ == 0 && fflush(stdout) != 0) failed_errno_ = errno ? errno : EIO;
+  }
+  std::optional<Failure> Check() {
+    Flush();
+    if (failed_errno_ == 0) return std::nullopt;
+    return Failure{kExitUsage,
+                   absl::StrFormat("cannot write to stdout: %s", strerror(failed_errno_))};
+  }
+
+ private:
+  int failed_errno_ = 0;
+};
+
+std::string Shortest(double value) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
+  return ec == std::errc() ? std::string(buf, end) : "0";
+}
+
+std::string HumanBytes(uint64_t bytes) {
+  static constexpr std::pair<const char*, int> kUnits[] = {
+      {"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}};
+  for (const auto& [unit, shift] : kUnits) {
+    const uint64_t one = uint64_t{1} << shift;
+    if (bytes < one) continue;
+    if (bytes % one == 0) return absl::StrFormat("%u%s", bytes >> shift, unit);
+    return absl::StrFormat("%.1f%s", static_cast<double>(bytes) / static_cast<double>(one), unit);
+  }
+  return absl::StrFormat("%uB", bytes);
+}
+
+bool IsValidUtf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const auto* end = p + s.size();
+  while (p < end) {
+    const unsigned char c = *p;
+    int extra;
+    uint32_t cp;
+    if (c < 0x80) {
+      ++p;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      extra = 1;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      extra = 2;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      extra = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (end - p <= extra) return false;
+    for (int i = 1; i <= extra; ++i) {
+      if ((p[i] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (p[i] & 0x3F);
+    }
+    static constexpr uint32_t kMinForLength[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMinForLength[extra] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+      return false;
+    }
+    p += extra + 1;
+  }
+  return true;
+}
+
+// Appends `s` (valid UTF-8) as a JSON string literal.
+void AppendJsonString(std::string& out, std::string_view s) {
+  out.push_back('"');
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (c < 0x20 || c == 0x7F) {
+          out += absl::StrFormat("\\u%04x", c);
+        } else {
+          out.push_back(ch);
+        }
+    }
+  }
+  out.push_back('"');
+}
+
+// A compact JSON object, built field by field.
+class JsonObject {
+ public:
+  JsonObject& String(std::string_view key, std::string_view value) {
+    Key(key);
+    AppendJsonString(out_, value);
+    return *this;
+  }
+  JsonObject& Uint(std::string_view key, uint64_t value) {
+    Key(key);
+    out_ += absl::StrFormat("%u", value);
+    return *this;
+  }
+  JsonObject& Double(std::string_view key, double value) {
+    Key(key);
+    out_ += std::isfinite(value) ? Shortest(value) : "null";
+    return *this;
+  }
+  JsonObject& Bool(std::string_view key, bool value) {
+    Key(key);
+    out_ += value ? "true" : "false";
+    return *this;
+  }
+  JsonObject& Raw(std::string_view key, std::string_view json) {
+    Key(key);
+    out_ += json;
+    return *this;
+  }
+  // "key":"..." for UTF-8 keys, else "key_base64":"...", so any bytes survive.
+  JsonObject& Bytes(std::string_view field_prefix, std::string_view bytes) {
+    if (IsValidUtf8(bytes)) return String(field_prefix, bytes);
+    return String(std::string(field_prefix) + "_base64",
+                  absl::Base64Escape(absl::string_view(bytes.data(), bytes.size())));
+  }
+  std::string Done() const { return out_ + "}"; }
+
+ private:
+  void Key(std::string_view key) {
+    if (out_.size() > 1) out_.push_back(',');
+    AppendJsonString(out_, key);
+    out_.push_back(':');
+  }
+  std::string out_ = "{";
+};
+
+// Text: "field:   value" lines, aligned.
+class TextFields {
+ public:
+  TextFields& Add(std::string_view field, std::string value) {
+    rows_.emplace_back(std::string(field) + ":", std::move(value));
+    return *this;
+  }
+  std::string Done() const {
+    size_t width = 0;
+    for (const auto& [f, v] : rows_) width = std::max(width, f.size());
+    std::string out;
+    for (const auto& [f, v] : rows_) {
+      out += f;
+      out.append(width + 1 - f.size(), ' ');
+      out += v;
+      out.push_back('\n');
+    }
+    return out;
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> rows_;
+};
+
+std::string FilterInfoJson(const v1::FilterInfo& f) {
+  return JsonObject()
+      .String("name", f.name())
+      .Uint("capacity", f.capacity())
+      .Uint("fingerprint_bits", f.fingerprint_bits())
+      .Uint("bucket_size", f.bucket_size())
+      .Uint("shards", f.shards())
+      .Uint("max_kicks", f.max_kicks())
+      // A string: JSON readers that parse numbers as doubles would round a
+      // 64-bit seed, and the seed must be exact to recreate the filter.
+      .String("seed", absl::StrFormat("%u", f.seed()))
+      .Uint("hash_id", f.hash_id())
+      .Uint("buckets_per_shard", f.buckets_per_shard())
+      .Uint("slots", f.slots())
+      .Uint("items", f.items())
+      .Double("load_factor", f.load_factor())
+      .Uint("memory_bytes", f.memory_bytes())
+      .Double("bits_per_item", f.bits_per_item())
+      .Double("expected_false_positive_rate", f.expected_false_positive_rate())
+      .Double("false_positive_rate_at_capacity", f.false_positive_rate_at_capacity())
+      .Done();
+}
+
+void AddFilterInfoText(TextFields& t, const v1::FilterInfo& f) {
+  t.Add("name", f.name())
+      .Add("capacity", absl::StrFormat("%u", f.capacity()))
+      .Add("fingerprint_bits", absl::StrFormat("%u", f.fingerprint_bits()))
+      .Add("bucket_size", absl::StrFormat("%u", f.bucket_size()))
+      .Add("shards", absl::StrFormat("%u", f.shards()))
+      .Add("max_kicks", absl::StrFormat("%u", f.max_kicks()))
+      .Add("seed", absl::StrFormat("%u", f.seed()))
+      .Add("hash_id", absl::StrFormat("%u", f.hash_id()))
+      .Add("buckets_per_shard", absl::StrFormat("%u", f.buckets_per_shard()))
+      .Add("slots", absl::StrFormat("%u", f.slots()))
+      .Add("items", absl::StrFormat("%u", f.items()))
+      .Add("load_factor", absl::StrFormat("%.6g", f.load_factor()))
+      .Add("memory_bytes",
+           absl::StrFormat("%u (%s)", f.memory_bytes(), HumanBytes(f.memory_bytes())))
+      .Add("bits_per_item", absl::StrFormat("%.6g", f.bits_per_item()))
+      .Add("expected_false_positive_rate",
+           absl::StrFormat("%.6g", f.expected_false_positive_rate()))
+      .Add("false_positive_rate_at_capacity",
+           absl::StrFormat("%.6g", f.false_positive_rate_at_capacity()));
+}
+
+// ---------------------------------------------------------------------------
+// Key input.
+
+// A batch of keys: their bytes in one buffer, and views of them built by Seal()
+// just before use (a swap or move of `bytes` may move its data).
+struct Chunk {
+  std::string bytes;
+  std::vector<std::pair<size_t, size_t>> spans;  // Offset and size in `bytes`.
+  std::vector<std::string_view> keys;
+  uint64_t first = 0;  // Index in the whole input of the first key.
+
+  size_t size() const { return spans.size(); }
+  bool full() const { return spans.size() >= kChunkKeys || bytes.size() >= kChunkBytes; }
+  void Clear(uint64_t first_index) {
+    bytes.clear();
+    spans.clear();
+    keys.clear();
+    first = first_index;
+  }
+  void Add(std::string_view key) {
+    spans.emplace_back(bytes.size(), key.size());
+    bytes.append(key);
+  }
+  void Seal() {
+    keys.clear();
+    keys.reserve(spans.size());
+    for (auto [offset, size] : spans) keys.emplace_back(bytes.data() + offset, size);
+  }
+};
+
+class KeySource {
+ public:
+  virtual ~KeySource() = default;
+  // Replaces `chunk` with the next keys, as many as fit. With may_block, waits
+  // for at least one key unless the input is at its end; without, takes only
+  // what is available now (possibly none). Once it holds a key, it stops at
+  // the first wait, so a slow producer's keys are answered promptly.
+  virtual absl::Status Next(Chunk& chunk, bool may_block) = 0;
+  // True when every key has been returned.
+  virtual bool done() const = 0;
+  uint64_t keys_read() const { return keys_read_; }
+
+ protected:
+  uint64_t keys_read_ = 0;
+};
+
+class ArgsSource : public KeySource {
+ public:
+  explicit ArgsSource(std::vector<std::string> keys) : keys_(std::move(keys)) {}
+  absl::Status Next(Chunk& chunk, bool) override {
+    chunk.Clear(keys_read_);
+    while (next_ < keys_.size() && !chunk.full()) chunk.Add(keys_[next_++]);
+    keys_read_ += chunk.size();
+    return absl::OkStatus();
+  }
+  bool done() const override { return next_ == keys_.size(); }
+
+ private:
+  std::vector<std::string> keys_;
+  size_t next_ = 0;
+};
+
+// Lines of a file descriptor, read with a buffer that holds at least the
+// longest line (up to kMaxLineBytes) and never the whole input.
+class FdSource : public KeySource {
+ public:
+  FdSource(int fd, std::string name, bool owned) : fd_(fd), name_(std::move(name)), owned_(owned) {
+    buf_.resize(1 << 20);
+  }
+  ~FdSource() override {
+    if (owned_) close(fd_);
+  }
+
+  absl::Status Next(Chunk& chunk, bool may_block) override {
+    chunk.Clear(keys_read_);
+    while (!chunk.full()) {
+      const char* data = buf_.data();
+      if (const void* nl = memchr(data + begin_, '\n', end_ - begin_); nl != nullptr) {
+        const size_t len = static_cast<const char*>(nl) - (data + begin_);
+        AddLine(chunk, std::string_view(data + begin_, len));
+        begin_ += len + 1;
+        continue;
+      }
+      if (eof_) {
+        if (begin_ < end_) AddLine(chunk, std::string_view(data + begin_, end_ - begin_));
+        begin_ = end_;
+        break;
+      }
+      if ((!may_block || chunk.size() > 0) && !Readable()) break;
+      if (absl::Status s = Fill(); !s.ok()) return s;
+    }
+    keys_read_ += chunk.size();
+    return absl::OkStatus();
+  }
+
+  bool done() const override { return eof_ && begin_ == end_; }
+
+ private:
+  void AddLine(Chunk& chunk, std::string_view line) {
+    ++lines_;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (!line.empty()) chunk.Add(line);
+  }
+
+  bool Readable() const {
+    pollfd p{fd_, POLLIN, 0};
+    int r;
+    do {
+      r = poll(&p, 1, 0);
+    } while (r < 0 && errno == EINTR);
+    // An error or hang-up is "readable": read() reports it.
+    return r != 0;
+  }
+
+  // Reads more input after the partial line at begin_.
+  absl::Status Fill() {
+    if (begin_ > 0) {
+      memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
+      end_ -= begin_;
+      begin_ = 0;
+    }
+    if (end_ == buf_.size()) {
+      if (buf_.size() >= kMaxLineBytes) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s: line %u is longer than %s; expected one key per line", name_,
+                            lines_ + 1, HumanBytes(kMaxLineBytes)));
+      }
+      buf_.resize(buf_.size() * 2);
+    }
+    while (true) {
+      const ssize_t n = read(fd_, buf_.data() + end_, buf_.size() - end_);
+      if (n > 0) {
+        end_ += static_cast<size_t>(n);
+        return absl::OkStatus();
+      }
+      if (n == 0) {
+        eof_ = true;
+        return absl::OkStatus();
+      }
+      if (errno != EINTR) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("cannot read %s: %s", name_, strerror(errno)));
+      }
+    }
+  }
+
+  int fd_;
+  std::string name_;
+  bool owned_;
+  std::vector<char> buf_;
+  size_t begin_ = 0, end_ = 0;  // Unconsumed bytes.
+  bool eof_ = false;
+  uint64_t lines_ = 0;
+};
+
+// ---------------------------------------------------------------------------
+// Key commands.
+
+// What one key command does and how its per-key outcomes are named.
+struct KeyOp {
+  const char* command;
+  const char* progress_verb;
+  // Outcome names; index = outcome code. count has none: its code is the count.
+  std::vector<const char*> outcomes;
+  // Outcomes that make the exit code 1 (count: a count of 0).
+  std::vector<bool> bad;
+};
+
+// Sends one chunk; returns an outcome code per key.
+using SendFn =
+    std::function<absl::StatusOr<std::vector<uint32_t>>(absl::Span<const std::string_view>)>;
+
+class Progress {
+ public:
+  Progress(bool enabled, bool forced, const char* verb)
+      : enabled_(enabled), forced_(forced), tty_(isatty(STDERR_FILENO)), verb_(verb) {
+    start_ = last_ = std::chrono::steady_clock::now();
+  }
+  void Update(uint64_t keys) {
+    if (!enabled_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_ < kProgressInterval) return;
+    last_ = now;
+    Print(keys, now);
+    printed_ = true;
+  }
+  void Finish(uint64_t keys) {
+    if (!enabled_ || !(printed_ || forced_)) return;
+    Print(keys, std::chrono::steady_clock::now());
+    fputc('\n', stderr);
+    fflush(stderr);
+  }
+
+ private:
+  void Print(uint64_t keys, std::chrono::steady_clock::time_point now) {
+    const double seconds = std::chrono::duration<double>(now - start_).count();
+    const double rate = seconds > 0 ? static_cast<double>(keys) / seconds : 0;
+    absl::FPrintF(stderr, "\r%s %u keys (%.0f keys/s)%s", verb_, keys, rate, tty_ ? "\x1b[K" : "");
+    fflush(stderr);
+  }
+
+  bool enabled_, forced_, tty_;
+  const char* verb_;
+  bool printed_ = false;
+  std::chrono::steady_clock::time_point start_, last_;
+};
+
+struct GlobalOptions {
+  std::string target;
+  absl::Duration timeout;
+  bool json = false;
+};
+
+int Fail(const Failure& f) {
+  absl::FPrintF(stderr, "cuckooctl: %s\n", f.message);
+  return f.code;
+}
+
+// Adds where an error happened when keys before it were already processed.
+absl::Status InBatch(const absl::Status& s, const Chunk& chunk) {
+  if (chunk.first == 0) return s;
+  const std::string where = chunk.size() == 1 ? absl::StrFormat("input key %u", chunk.first + 1)
+                                              : absl::StrFormat("input keys %u-%u", chunk.first + 1,
+                                                                chunk.first + chunk.size());
+  const std::string before =
+      chunk.first == 1 ? std::string("the key before was processed")
+                       : absl::StrFormat("the %u keys before were processed", chunk.first);
+  return absl::Status(s.code(), absl::StrFormat("%s (in %s; %s)", s.message(), where, before));
+}
+
+int RunKeyCommand(const GlobalOptions& g, const CommandLine& cl, Command cmd) {
+  // Arguments and input first: local problems are found before the server is asked.
+  if (cl.positional.size() < 2) {
+    return Fail(UsageError(absl::StrFormat("%s needs a filter NAME (see cuckooctl %s --help)",
+                                           cl.positional[0], cl.positional[0])));
+  }
+  const std::string name = cl.positional[1];
+  std::vector<std::string> arg_keys(cl.positional.begin() + 2, cl.positional.end());
+  for (size_t i = 0; i < arg_keys.size(); ++i) {
+    if (arg_keys[i].empty()) {
+      return Fail(
+          UsageError(absl::StrFormat("KEY argument %u is empty; a key cannot be empty", i + 1)));
+    }
+  }
+  std::unique_ptr<KeySource> source;
+  bool from_args = false;
+  if (std::optional<std::string> file = cl.Get("file")) {
+    if (!arg_keys.empty()) {
+      return Fail(UsageError(absl::StrFormat(
+          "give keys as arguments or with --file, not both (first KEY argument: \"%s\")",
+          arg_keys[0])));
+    }
+    if (*file == "-") {
+      source = std::make_unique<FdSource>(STDIN_FILENO, "stdin", false);
+    } else {
+      const int fd = open(file->c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) {
+        return Fail(
+            UsageError(absl::StrFormat("cannot open --file=%s: %s", *file, strerror(errno))));
+      }
+      source = std::make_unique<FdSource>(fd, *file, true);
+    }
+  } else if (!arg_keys.empty()) {
+    source = std::make_unique<ArgsSource>(std::move(arg_keys));
+    from_args = true;
+  } else {
+    if (isatty(STDIN_FILENO)) {
+      absl::FPrintF(stderr, "cuckooctl: reading keys from stdin, one per line (Ctrl-D ends)\n");
+    }
+    source = std::make_unique<FdSource>(STDIN_FILENO, "stdin", false);
+  }
+  const bool quiet = cl.Bool("quiet");
+  const bool if_absent = cl.Bool("if-absent");
+
+  client::ClientOptions options;
+  options.timeout = g.timeout;
+  std::unique_ptr<client::Client> client = client::Client::Connect(g.target, options);
+  // Fails fast on an unknown filter or bad name, even with no keys or a slow stdin.
+  if (absl::StatusOr<v1::FilterInfo> info = client->GetFilter(name); !info.ok()) {
+    return Fail(ServerError(info.status(), g.target));
+  }
+
+  KeyOp op;
+  SendFn send;
+  auto check_size = [](size_t got, size_t want) {
+    return got == want ? absl::OkStatus()
+                       : absl::InternalError(absl::StrFormat(
+                             "the server returned %u results for %u keys", got, want));
+  };
+  switch (cmd) {
+    case kInsert:
+      op = {"insert", "inserted", {"inserted", "already_present", "full"}, {false, false, true}};
+      send = [&](absl::Span<const std::string_view> keys) -> absl::StatusOr<std::vector<uint32_t>> {
+        auto r = client->Insert(name, keys, if_absent);
+        if (!r.ok()) return r.status();
+        if (absl::Status s = check_size(r->size(), keys.size()); !s.ok()) return s;
+        std::vector<uint32_t> out(r->size());
+        for (size_t i = 0; i < r->size(); ++i) {
+          switch ((*r)[i]) {
+            case v1::INSERT_RESULT_INSERTED:
+              out[i] = 0;
+              break;
+            case v1::INSERT_RESULT_ALREADY_PRESENT:
+              out[i] = 1;
+              break;
+            case v1::INSERT_RESULT_FULL:
+              out[i] = 2;
+              break;
+            default:
+              return absl::InternalError(absl::StrFormat("the server returned insert result %d",
+                                                         static_cast<int>((*r)[i])));
+          }
+        }
+        return out;
+      };
+      break;
+    case kLookup:
+      op = {"lookup", "looked up", {"present", "absent"}, {false, true}};
+      send = [&](absl::Span<const std::string_view> keys) -> absl::StatusOr<std::vector<uint32_t>> {
+        auto r = client->Lookup(name, keys);
+        if (!r.ok()) return r.status();
+        if (absl::Status s = check_size(r->size(), keys.size()); !s.ok()) return s;
+        std::vector<uint32_t> out(r->size());
+        for (size_t i = 0; i < r->size(); ++i) out[i] = (*r)[i] ? 0 : 1;
+        return out;
+      };
+      break;
+    case kDelete:
+      op = {"delete", "deleted", {"deleted", "not_found"}, {false, true}};
+      send = [&](absl::Span<const std::string_view> keys) -> absl::StatusOr<std::vector<uint32_t>> {
+        auto r = client->Delete(name, keys);
+        if (!r.ok()) return r.status();
+        if (absl::Status s = check_size(r->size(), keys.size()); !s.ok()) return s;
+        std::vector<uint32_t> out(r->size());
+        for (size_t i = 0; i < r->size(); ++i) {
+          switch ((*r)[i]) {
+            case v1::DELETE_RESULT_DELETED:
+              out[i] = 0;
+              break;
+            case v1::DELETE_RESULT_NOT_FOUND:
+              out[i] = 1;
+              break;
+            default:
+              return absl::InternalError(absl::StrFormat("the server returned delete result %d",
+                                                         static_cast<int>((*r)[i])));
+          }
+        }
+        return out;
+      };
+      break;
+    default:  // kCount
+      op = {"count", "counted", {}, {}};
+      send = [&](absl::Span<const std::string_view> keys) -> absl::StatusOr<std::vector<uint32_t>> {
+        auto r = client->Count(name, keys);
+        if (!r.ok()) return r.status();
+        if (absl::Status s = check_size(r->size(), keys.size()); !s.ok()) return s;
+        return *std::move(r);
+      };
+      break;
+  }
+  const bool is_count = op.outcomes.empty();
+
+  const bool progress_forced = cl.Bool("progress");
+  const bool progress_auto = !cl.Has("progress") && !cl.Bool("no-progress") && !from_args &&
+                             isatty(STDERR_FILENO) && (quiet || !isatty(STDOUT_FILENO));
+  Progress progress(progress_forced || progress_auto, progress_forced, op.progress_verb);
+
+  Output out;
+  // Per outcome code (count: [0] = present, [1] = absent).
+  std::vector<uint64_t> tally(is_count ? 2 : op.outcomes.size(), 0);
+  uint64_t total_copies = 0;
+  uint64_t done_keys = 0;
+  std::string text;
+
+  Chunk current, next;
+  if (absl::Status s = source->Next(current, /*may_block=*/true); !s.ok()) {
+    return Fail(UsageError(std::string(s.message())));
+  }
+  while (current.size() > 0) {
+    current.Seal();  // Here, not when filled: swapping moved the bytes (small strings inline).
+    // Send this chunk while the next one is read.
+    std::future<absl::StatusOr<std::vector<uint32_t>>> pending =
+        std::async(std::launch::async, [&] { return send(current.keys); });
+    absl::Status read_status = source->Next(next, /*may_block=*/false);
+    absl::StatusOr<std::vector<uint32_t>> results = pending.get();
+    if (!results.ok()) {
+      out.Flush();
+      progress.Finish(done_keys);
+      return Fail(ServerError(InBatch(results.status(), current), g.target));
+    }
+    text.clear();
+    for (size_t i = 0; i < current.size(); ++i) {
+      const uint32_t code = (*results)[i];
+      const std::string_view key = current.keys[i];
+      if (is_count) {
+        ++tally[code == 0 ? 1 : 0];
+        total_copies += code;
+      } else {
+        ++tally[code];
+      }
+      if (quiet) continue;
+      if (g.json) {
+        JsonObject o;
+        o.Bytes("key", key);
+        if (is_count) {
+          o.Uint("count", code);
+        } else {
+          o.String("result", op.outcomes[code]);
+        }
+        text += o.Done();
+      } else {
+        text += is_count ? absl::StrFormat("%u", code) : op.outcomes[code];
+        text.push_back('\t');
+        text += key;
+      }
+      text.push_back('\n');
+    }
+    out.Write(text);
+    out.Flush();  // A consumer of a slow stream sees each batch as it is answered.
+    done_keys += current.size();
+    progress.Update(done_keys);
+    if (!read_status.ok()) {
+      progress.Finish(done_keys);
+      return Fail(UsageError(std::string(read_status.message())));
+    }
+    if (next.size() == 0 && !source->done()) {
+      if (absl::Status s = source->Next(next, /*may_block=*/true); !s.ok()) {
+        progress.Finish(done_keys);
+        return Fail(UsageError(std::string(s.message())));
+      }
+    }
+    std::swap(current, next);
+  }
+  progress.Finish(done_keys);
+
+  bool any_bad = false;
+  if (is_count) {
+    any_bad = tally[1] > 0;
+  } else {
+    for (size_t i = 0; i < tally.size(); ++i) any_bad |= op.bad[i] && tally[i] > 0;
+  }
+  if (g.json) {
+    JsonObject summary;
+    summary.String("command", op.command).String("filter", name).Uint("keys", done_keys);
+    if (is_count) {
+      summary.Uint("present", tally[0]).Uint("absent", tally[1]).Uint("total_count", total_copies);
+    } else {
+      for (size_t i = 0; i < tally.size(); ++i) summary.Uint(op.outcomes[i], tally[i]);
+    }
+    out.Write(JsonObject().Raw("summary", summary.Done()).Done() + "\n");
+  } else {
+    std::string line = absl::StrFormat("%s %s: %u %s:", op.command, name, done_keys,
+                                       done_keys == 1 ? "key" : "keys");
+    if (is_count) {
+      line += absl::StrFormat(" %u present, %u absent, total count %u", tally[0], tally[1],
+                              total_copies);
+    } else {
+      for (size_t i = 0; i < tally.size(); ++i) {
+        line += absl::StrFormat("%s %u %s", i == 0 ? "" : ",", tally[i], op.outcomes[i]);
+      }
+    }
+    line.push_back('\n');
+    if (quiet) {
+      out.Write(line);
+    } else {
+      out.Flush();
+      fputs(line.c_str(), stderr);
+    }
+  }
+  if (std::optional<Failure> f = out.Check()) return Fail(*f);
+  return any_bad ? kExitSomeKeys : kExitOk;
+}
+
+// ---------------------------------------------------------------------------
+// Filter and server commands.
+
+std::optional<Failure> ExpectArgs(const CommandLine& cl, size_t min, size_t max, const char* what) {
+  const std::string& cmd = cl.positional[0];
+  const size_t n = cl.positional.size() - 1;
+  if (n < min) {
+    return UsageError(absl::StrFormat("%s needs %s (see cuckooctl %s --help)", cmd, what, cmd));
+  }
+  if (n > max) {
+    return UsageError(absl::StrFormat("unexpected argument \"%s\" (see cuckooctl %s --help)",
+                                      cl.positional[max + 1], cmd));
+  }
+  return std::nullopt;
+}
+
+int Emit(const std::string& s) {
+  Output out;
+  out.Write(s);
+  if (std::optional<Failure> f = out.Check()) return Fail(*f);
+  return kExitOk;
+}
+
+int RunCreate(const GlobalOptions& g, const CommandLine& cl) {
+  if (auto f = ExpectArgs(cl, 1, 1, "a filter NAME")) return Fail(*f);
+  if (!cl.Has("capacity")) {
+    return Fail(UsageError("create needs --capacity=N, the number of keys the filter must hold"));
+  }
+  if (cl.Has("fpr") && cl.Has("fingerprint-bits")) {
+    return Fail(UsageError("give --fpr or --fingerprint-bits, not both"));
+  }
+  v1::CreateFilterRequest req;
+  req.set_name(cl.positional[1]);
+  uint64_t v = 0;
+  if (auto f = ParseUintFlag(cl, "capacity", UINT64_MAX, v)) return Fail(*f);
+  req.set_capacity(v);
+  if (cl.Has("fpr")) {
+    double rate = 0;
+    if (!ParseNumber(std::string_view(*cl.Get("fpr")), rate) || !std::isfinite(rate)) {
+      return Fail(UsageError(
+          absl::StrFormat("--fpr=\"%s\" is not a rate such as 0.001 or 1e-4", *cl.Get("fpr"))));
+    }
+    req.set_false_positive_rate(rate);
+  }
+  struct U32Flag {
+    const char* name;
+    void (v1::CreateFilterRequest::*set)(uint32_t);
+  };
+  static constexpr U32Flag kU32Flags[] = {
+      {"fingerprint-bits", &v1::CreateFilterRequest::set_fingerprint_bits},
+      {"bucket-size", &v1::CreateFilterRequest::set_bucket_size},
+      {"shards", &v1::CreateFilterRequest::set_shards},
+      {"max-kicks", &v1::CreateFilterRequest::set_max_kicks},
+  };
+  for (const U32Flag& flag : kU32Flags) {
+    if (!cl.Has(flag.name)) continue;
+    if (auto f = ParseUintFlag(cl, flag.name, UINT32_MAX, v)) return Fail(*f);
+    (req.*flag.set)(static_cast<uint32_t>(v));
+  }
+  if (cl.Has("seed")) {
+    if (auto f = ParseUintFlag(cl, "seed", UINT64_MAX, v)) return Fail(*f);
+    req.set_seed(v);
+  }
+  req.set_if_not_exists(cl.Bool("if-not-exists"));
+
+  client::ClientOptions options;
+  options.timeout = g.timeout;
+  absl::StatusOr<v1::CreateFilterResponse> resp =
+      client::Client::Connect(g.target, options)->CreateFilter(req);
+  if (!resp.ok()) return Fail(ServerError(resp.status(), g.target));
+  if (g.json) {
+    return Emit(JsonObject()
+                    .Bool("created", resp->created())
+                    .Raw("filter", FilterInfoJson(resp->filter()))
+                    .Done() +
+                "\n");
+  }
+  TextFields t;
+  t.Add("created", resp->created() ? "true" : "false (it existed with the same settings)");
+  AddFilterInfoText(t, resp->filter());
+  return Emit(t.Done());
+}
+
+int RunInfo(const GlobalOptions& g, const CommandLine& cl) {
+  if (auto f = ExpectArgs(cl, 1, 1, "a filter NAME")) return Fail(*f);
+  client::ClientOptions options;
+  options.timeout = g.timeout;
+  absl::StatusOr<v1::FilterInfo> info =
+      client::Client::Connect(g.target, options)->GetFilter(cl.positional[1]);
+  if (!info.ok()) return Fail(ServerError(info.status(), g.target));
+  if (g.json) return Emit(JsonObject().Raw("filter", FilterInfoJson(*info)).Done() + "\n");
+  TextFields t;
+  AddFilterInfoText(t, *info);
+  return Emit(t.Done());
+}
+
+int RunList(const GlobalOptions& g, const CommandLine& cl) {
+  if (auto f = ExpectArgs(cl, 0, 0, "")) return Fail(*f);
+  client::ClientOptions options;
+  options.timeout = g.timeout;
+  absl::StatusOr<std::vector<v1::FilterInfo>> filters =
+      client::Client::Connect(g.target, options)->ListFilters();
+  if (!filters.ok()) return Fail(ServerError(filters.status(), g.target));
+  if (g.json) {
+    std::string array = "[";
+    for (size_t i = 0; i < filters->size(); ++i) {
+      if (i > 0) array.push_back(',');
+      array += FilterInfoJson((*filters)[i]);
+    }
+    array.push_back(']');
+    return Emit(JsonObject().Raw("filters", array).Done() + "\n");
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"NAME", "ITEMS", "CAPACITY", "LOAD", "MEMORY", "F", "B", "SHARDS", "FPR"}};
+  for (const v1::FilterInfo& f : *filters) {
+    rows.push_back({f.name(), absl::StrFormat("%u", f.items()), absl::StrFormat("%u", f.capacity()),
+                    absl::StrFormat("%.2f%%", 100 * f.load_factor()), HumanBytes(f.memory_bytes()),
+                    absl::StrFormat("%u", f.fingerprint_bits()),
+                    absl::StrFormat("%u", f.bucket_size()), absl::StrFormat("%u", f.shards()),
+                    absl::StrFormat("%.3g", f.expected_false_positive_rate())});
+  }
+  std::vector<size_t> width(rows[0].size(), 0);
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  std::string text;
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) {
+      text += row[c];
+      if (c + 1 < row.size()) text.append(width[c] + 2 - row[c].size(), ' ');
+    }
+    text.push_back('\n');
+  }
+  return Emit(text);
+}
+
+int RunDrop(const GlobalOptions& g, const CommandLine& cl) {
+  if (auto f = ExpectArgs(cl, 1, 1, "a filter NAME")) return Fail(*f);
+  client::ClientOptions options;
+  options.timeout = g.timeout;
+  const std::string& name = cl.positional[1];
+  absl::StatusOr<uint64_t> freed = client::Client::Connect(g.target, options)->DropFilter(name);
+  if (!freed.ok()) return Fail(ServerError(freed.status(), g.target));
+  if (g.json) {
+    return Emit(JsonObject().String("name", name).Uint("freed_bytes", *freed).Done() + "\n");
+  }
+  return Emit(
+      absl::StrFormat("dropped %s: freed %u bytes (%s)\n", name, *freed, HumanBytes(*freed)));
+}
+
+int RunServerInfo(const GlobalOptions& g, const CommandLine& cl) {
+  if (auto f = ExpectArgs(cl, 0, 0, "")) return Fail(*f);
+  client::ClientOptions options;
+  options.timeout = g.timeout;
+  absl::StatusOr<v1::GetServerInfoResponse> info =
+      client::Client::Connect(g.target, options)->ServerInfo();
+  if (!info.ok()) return Fail(ServerError(info.status(), g.target));
+  if (g.json) {
+    return Emit(JsonObject()
+                    .String("target", g.target)
+                    .String("version", info->version())
+                    .Uint("max_batch_keys", info->max_batch_keys())
+                    .Uint("max_key_bytes", info->max_key_bytes())
+                    .Uint("max_message_bytes", info->max_message_bytes())
+                    .Uint("max_filters", info->max_filters())
+                    .Uint("memory_budget_bytes", info->memory_budget_bytes())
+                    .Uint("memory_used_bytes", info->memory_used_bytes())
+                    .Uint("filters", info->filters())
+                    .Done() +
+                "\n");
+  }
+  auto bytes = [](uint64_t b) { return absl::StrFormat("%u (%s)", b, HumanBytes(b)); };
+  return Emit(TextFields()
+                  .Add("target", g.target)
+                  .Add("version", info->version())
+                  .Add("max_batch_keys", absl::StrFormat("%u", info->max_batch_keys()))
+                  .Add("max_key_bytes", absl::StrFormat("%u", info->max_key_bytes()))
+                  .Add("max_message_bytes", bytes(info->max_message_bytes()))
+                  .Add("max_filters", absl::StrFormat("%u", info->max_filters()))
+                  .Add("memory_budget_bytes", bytes(info->memory_budget_bytes()))
+                  .Add("memory_used_bytes", bytes(info->memory_used_bytes()))
+                  .Add("filters", absl::StrFormat("%u", info->filters()))
+                  .Done());
+}
+
+int RunHealth(const GlobalOptions& g, const CommandLine& cl) {
+  if (auto f = ExpectArgs(cl, 0, 1, "")) return Fail(*f);
+  const std::string service = cl.positional.size() > 1 ? cl.positional[1] : "";
+  std::unique_ptr<health::Health::Stub> stub =
+      health::Health::NewStub(grpc::CreateChannel(g.target, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + g.timeout));
+  health::HealthCheckRequest req;
+  req.set_service(service);
+  health::HealthCheckResponse resp;
+  if (grpc::Status s = stub->Check(&ctx, req, &resp); !s.ok()) {
+    return Fail(ServerError(client::FromGrpcStatus(s), g.target));
+  }
+  const std::string status = health::HealthCheckResponse::ServingStatus_Name(resp.status());
+  const int code = resp.status() == health::HealthCheckResponse::SERVING ? kExitOk : kExitSomeKeys;
+  if (cl.Bool("quiet")) return code;
+  const int emitted =
+      Emit(g.json ? JsonObject().String("service", service).String("status", status).Done() + "\n"
+                  : status + "\n");
+  return emitted != kExitOk ? emitted : code;
+}
+
+// ---------------------------------------------------------------------------
+
+int PrintHelp(const CommandSpec* command) {
+  if (command == nullptr || command->id == kHelp) {
+    fputs(kUsage, stdout);
+  } else {
+    fputs(command->help, stdout);
+    if (command->id & kKeyCommands) fputs(kKeyInputHelp, stdout);
+    fputs(kGlobalFlagsHelp, stdout);
+  }
+  return fflush(stdout) == 0 ? kExitOk : kExitUsage;
+}
+
+int Main(int argc, char** argv) {
+  CommandLine cl;
+  if (std::optional<Failure> f = ParseArgs(argc, argv, cl)) return Fail(*f);
+
+  const CommandSpec* command = nullptr;
+  if (!cl.positional.empty()) {
+    command = FindCommand(cl.positional[0]);
+    if (command == nullptr) {
+      return Fail(UsageError(
+          absl::StrFormat("unknown command \"%s\" (see cuckooctl --help)", cl.positional[0])));
+    }
+  }
+  if (cl.Bool("help")) return PrintHelp(command);
+  if (cl.Bool("version")) {
+    absl::PrintF("cuckooctl %s\n", kVersion);
+    return fflush(stdout) == 0 ? kExitOk : kExitUsage;
+  }
+  if (command == nullptr) {
+    fputs(kUsage, stderr);
+    return kExitUsage;
+  }
+  if (command->id == kHelp) {
+    if (cl.positional.size() > 2) {
+      return Fail(
+          UsageError(absl::StrFormat("unexpected argument \"%s\" (usage: cuckooctl help "
+                                     "[COMMAND])",
+                                     cl.positional[2])));
+    }
+    if (cl.positional.size() == 2) {
+      const CommandSpec* about = FindCommand(cl.positional[1]);
+      if (about == nullptr) {
+        return Fail(UsageError(
+            absl::StrFormat("unknown command \"%s\" (see cuckooctl --help)", cl.positional[1])));
+      }
+      return PrintHelp(about);
+    }
+    return PrintHelp(nullptr);
+  }
+  for (const auto& [name, value] : cl.flags) {
+    if ((FindFlag(name)->commands & command->id) == 0) {
+      return Fail(
+          UsageError(absl::StrFormat("flag %s does not apply to %s (see cuckooctl %s --help)",
+                                     cl.spelled[name], command->name, command->name)));
+    }
+  }
+
+  GlobalOptions g;
+  if (std::optional<std::string> target = cl.Get("target")) {
+    g.target = *target;
+  } else if (const char* env = getenv("CUCKOO_TARGET"); env != nullptr && *env != '\0') {
+    g.target = env;
+  } else {
+    g.target = "localhost:50051";
+  }
+  if (g.target.empty()) return Fail(UsageError("--target must not be empty: give HOST:PORT"));
+  g.timeout = absl::Seconds(30);
+  if (std::optional<std::string> timeout = cl.Get("timeout")) {
+    std::optional<absl::Duration> d = ParseTimeout(*timeout);
+    if (!d) {
+      return Fail(UsageError(absl::StrFormat(
+          "--timeout=\"%s\" is not a positive duration such as 500ms, 2s or 1m", *timeout)));
+    }
+    g.timeout = *d;
+  }
+  const std::string format = cl.Get("format").value_or("text");
+  if (format != "text" && format != "json") {
+    return Fail(UsageError(absl::StrFormat("--format=\"%s\" must be text or json", format)));
+  }
+  g.json = format == "json";
+
+  switch (command->id) {
+    case kCreate:
+      return RunCreate(g, cl);
+    case kInfo:
+      return RunInfo(g, cl);
+    case kList:
+      return RunList(g, cl);
+    case kDrop:
+      return RunDrop(g, cl);
+    case kServerInfo:
+      return RunServerInfo(g, cl);
+    case kHealth:
+      return RunHealth(g, cl);
+    default:
+      return RunKeyCommand(g, cl, command->id);
+  }
+}
+
+}  // namespace
+}  // namespace cuckoo::ctl
+
+int main(int argc, char** argv) { return cuckoo::ctl::Main(argc, argv); }

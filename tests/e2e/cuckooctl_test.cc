@@ -1,2 +1,650 @@
-// Placeholder: tests arrive with the tool they test.
+// cuckooctl as an operator and a script use it: the real binary against a
+// real cuckood, checking exact output, exit codes and error lines.
+//
+// Filters that must answer "absent" exactly are created with 32-bit
+// fingerprints and a fixed seed: a false positive then has probability about
+// 2^-29 per absent key, and the seed makes any run repeat the same answers.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
 #include "tests/e2e/process.h"
+
+namespace cuckoo::testing {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+std::string Describe(const Result& r) {
+  return "exit " + std::to_string(r.code) + "\n--- stdout:\n" + r.out.substr(0, 2000) +
+         "\n--- stderr:\n" + r.err.substr(0, 2000);
+}
+
+size_t CountLines(const std::string& s) { return std::count(s.begin(), s.end(), '\n'); }
+
+// "field:   value" lines of text output -> {field: value}.
+std::map<std::string, std::string> Fields(const std::string& text) {
+  std::map<std::string, std::string> fields;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const size_t value = line.find_first_not_of(' ', colon + 1);
+    fields[line.substr(0, colon)] = value == std::string::npos ? "" : line.substr(value);
+  }
+  return fields;
+}
+
+// Whitespace-separated words of one line.
+std::vector<std::string> Words(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<std::string> words;
+  for (std::string w; in >> w;) words.push_back(w);
+  return words;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+class CuckooctlTest : public ::testing::Test {
+ protected:
+  void SetUp() override { StartServer({}); }
+
+  void StartServer(const std::vector<std::string>& flags) {
+    server_ = std::make_unique<Cuckood>(data_.path(), flags);
+    ASSERT_TRUE(server_->ready()) << server_->process().out() << server_->process().err();
+  }
+
+  // cuckooctl --target=<the server> args...
+  Result Ctl(const std::vector<std::string>& args, const std::string& stdin_data = "",
+             const std::vector<std::string>& env = {}) {
+    std::vector<std::string> argv = {CUCKOOCTL_PATH, "--target=" + server_->address()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunProcess(argv, stdin_data, env);
+  }
+
+  // A filter whose answers for absent keys are exact in practice (see top).
+  void CreateExactFilter(const std::string& name) {
+    Result r = Ctl({"create", name, "--capacity=1000", "--fingerprint-bits=32", "--seed=7"});
+    ASSERT_EQ(r.code, 0) << Describe(r);
+  }
+
+  TempDir data_;
+  TempDir files_;
+  std::unique_ptr<Cuckood> server_;
+};
+
+TEST_F(CuckooctlTest, CreateInfoListDropRoundTripWithExactValues) {
+  Result created = Ctl({"create", "users", "--capacity=1000", "--fingerprint-bits=16",
+                        "--bucket-size=2", "--shards=2", "--max-kicks=100", "--seed=42"});
+  ASSERT_EQ(created.code, 0) << Describe(created);
+  EXPECT_EQ(created.err, "");
+  std::map<std::string, std::string> f = Fields(created.out);
+  EXPECT_EQ(f["created"], "true");
+  EXPECT_EQ(f["name"], "users");
+  EXPECT_EQ(f["capacity"], "1000");
+  EXPECT_EQ(f["fingerprint_bits"], "16");
+  EXPECT_EQ(f["bucket_size"], "2");
+  EXPECT_EQ(f["shards"], "2");
+  EXPECT_EQ(f["max_kicks"], "100");
+  EXPECT_EQ(f["seed"], "42");
+  EXPECT_EQ(f["hash_id"], "1");
+  EXPECT_EQ(f["items"], "0");
+  EXPECT_EQ(f["load_factor"], "0");
+  const std::string memory_bytes = Words(f["memory_bytes"]).at(0);
+  EXPECT_GT(std::stoull(memory_bytes), 1000u * 16 / 8);
+
+  Result inserted = Ctl({"insert", "users", "alice", "bob", "carol"});
+  ASSERT_EQ(inserted.code, 0) << Describe(inserted);
+
+  Result info = Ctl({"info", "users"});
+  ASSERT_EQ(info.code, 0) << Describe(info);
+  std::map<std::string, std::string> i = Fields(info.out);
+  EXPECT_EQ(i.count("created"), 0u);
+  EXPECT_EQ(i["name"], "users");
+  EXPECT_EQ(i["capacity"], "1000");
+  EXPECT_EQ(i["seed"], "42");
+  EXPECT_EQ(i["items"], "3");
+  EXPECT_EQ(Words(i["memory_bytes"]).at(0), memory_bytes);
+  const uint64_t slots = std::stoull(i["slots"]);
+  EXPECT_EQ(slots, std::stoull(i["buckets_per_shard"]) * 2 * 2);
+
+  // Same settings with --if-not-exists: the existing filter, created false.
+  Result again =
+      Ctl({"create", "users", "--capacity=1000", "--fingerprint-bits=16", "--bucket-size=2",
+           "--shards=2", "--max-kicks=100", "--seed=42", "--if-not-exists"});
+  ASSERT_EQ(again.code, 0) << Describe(again);
+  EXPECT_THAT(Fields(again.out)["created"], StartsWith("false"));
+  EXPECT_EQ(Fields(again.out)["items"], "3");
+
+  ASSERT_EQ(Ctl({"create", "other", "--capacity=2k"}).code, 0);
+  Result list = Ctl({"list"});
+  ASSERT_EQ(list.code, 0) << Describe(list);
+  std::vector<std::string> rows = Lines(list.out);
+  ASSERT_EQ(rows.size(), 3u) << list.out;
+  EXPECT_EQ(Words(rows[0]), (std::vector<std::string>{"NAME", "ITEMS", "CAPACITY", "LOAD", "MEMORY",
+                                                      "F", "B", "SHARDS", "FPR"}));
+  std::vector<std::string> other = Words(rows[1]);
+  std::vector<std::string> users = Words(rows[2]);
+  ASSERT_EQ(users.size(), 9u);
+  EXPECT_EQ(other[0], "other");
+  EXPECT_EQ(other[2], "2000");  // --capacity=2k
+  EXPECT_EQ(users[0], "users");
+  EXPECT_EQ(users[1], "3");
+  EXPECT_EQ(users[2], "1000");
+  EXPECT_EQ(users[5], "16");
+  EXPECT_EQ(users[6], "2");
+  EXPECT_EQ(users[7], "2");
+
+  Result dropped = Ctl({"drop", "users"});
+  ASSERT_EQ(dropped.code, 0) << Describe(dropped);
+  EXPECT_THAT(dropped.out, StartsWith("dropped users: freed " + memory_bytes + " bytes ("));
+  Result gone = Ctl({"info", "users"});
+  EXPECT_EQ(gone.code, 3);
+  EXPECT_EQ(gone.out, "");
+  EXPECT_EQ(gone.err, "cuckooctl: NOT_FOUND: filter \"users\" not found\n");
+  Result after = Ctl({"list"});
+  ASSERT_EQ(after.code, 0);
+  ASSERT_EQ(Lines(after.out).size(), 2u) << after.out;
+  EXPECT_EQ(Words(Lines(after.out)[1])[0], "other");
+}
+
+TEST_F(CuckooctlTest, CreateOfExistingNameWithOtherSettingsExitsThree) {
+  ASSERT_EQ(Ctl({"create", "f", "--capacity=1000"}).code, 0);
+  Result plain = Ctl({"create", "f", "--capacity=1000"});
+  EXPECT_EQ(plain.code, 3);
+  EXPECT_THAT(plain.err, StartsWith("cuckooctl: ALREADY_EXISTS: "));
+  Result other = Ctl({"create", "f", "--capacity=5000", "--if-not-exists"});
+  EXPECT_EQ(other.code, 3);
+  EXPECT_THAT(other.err, StartsWith("cuckooctl: ALREADY_EXISTS: "));
+  EXPECT_EQ(CountLines(other.err), 1u);
+}
+
+TEST_F(CuckooctlTest, InsertedKeysAreAllPresentFromArgsFileAndStdin) {
+  CreateExactFilter("f");
+  Result inserted = Ctl({"insert", "f", "alice", "bob", "carol"});
+  ASSERT_EQ(inserted.code, 0) << Describe(inserted);
+  EXPECT_EQ(inserted.out, "inserted\talice\ninserted\tbob\ninserted\tcarol\n");
+  EXPECT_EQ(inserted.err, "insert f: 3 keys: 3 inserted, 0 already_present, 0 full\n");
+
+  const std::string expected = "present\talice\npresent\tbob\npresent\tcarol\n";
+  Result args = Ctl({"lookup", "f", "alice", "bob", "carol"});
+  EXPECT_EQ(args.code, 0) << Describe(args);
+  EXPECT_EQ(args.out, expected);
+  EXPECT_EQ(args.err, "lookup f: 3 keys: 3 present, 0 absent\n");
+
+  const std::string file = files_.path() + "/keys.txt";
+  WriteFile(file, "alice\nbob\ncarol\n");
+  Result from_file = Ctl({"lookup", "f", "--file=" + file});
+  EXPECT_EQ(from_file.code, 0) << Describe(from_file);
+  EXPECT_EQ(from_file.out, expected);
+
+  Result from_stdin = Ctl({"lookup", "f"}, "alice\nbob\ncarol\n");
+  EXPECT_EQ(from_stdin.code, 0) << Describe(from_stdin);
+  EXPECT_EQ(from_stdin.out, expected);
+
+  Result dash = Ctl({"lookup", "f", "--file", "-"}, "alice\nbob\ncarol\n");
+  EXPECT_EQ(dash.code, 0) << Describe(dash);
+  EXPECT_EQ(dash.out, expected);
+}
+
+TEST_F(CuckooctlTest, CrLfAndEmptyLinesAreStrippedAndSkipped) {
+  CreateExactFilter("f");
+  ASSERT_EQ(Ctl({"insert", "f"}, "a\r\n\r\n\nb").code, 0);  // No final newline.
+  Result r = Ctl({"lookup", "f", "a", "b", "a\r"});
+  EXPECT_EQ(r.out, "present\ta\npresent\tb\nabsent\ta\r\n");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(Fields(Ctl({"info", "f"}).out)["items"], "2");
+}
+
+TEST_F(CuckooctlTest, LookupOfAbsentKeysPrintsAbsentAndExitsOne) {
+  CreateExactFilter("f");
+  ASSERT_EQ(Ctl({"insert", "f", "k1", "k3"}).code, 0);
+  Result r = Ctl({"lookup", "f", "k1", "k2", "k3", "k4"});
+  EXPECT_EQ(r.code, 1) << Describe(r);
+  EXPECT_EQ(r.out, "present\tk1\nabsent\tk2\npresent\tk3\nabsent\tk4\n");
+  EXPECT_EQ(r.err, "lookup f: 4 keys: 2 present, 2 absent\n");
+}
+
+TEST_F(CuckooctlTest, QuietPrintsOnlyTheSummaryOnStdout) {
+  CreateExactFilter("f");
+  ASSERT_EQ(Ctl({"insert", "f", "a"}).code, 0);
+  Result r = Ctl({"lookup", "f", "a", "b", "--quiet"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out, "lookup f: 2 keys: 1 present, 1 absent\n");
+  EXPECT_EQ(r.err, "");
+}
+
+TEST_F(CuckooctlTest, DeleteThenLookupGivesAbsentAndASecondDeleteNotFound) {
+  CreateExactFilter("f");
+  ASSERT_EQ(Ctl({"insert", "f", "a", "b"}).code, 0);
+  Result deleted = Ctl({"delete", "f", "a"});
+  EXPECT_EQ(deleted.code, 0) << Describe(deleted);
+  EXPECT_EQ(deleted.out, "deleted\ta\n");
+  EXPECT_EQ(deleted.err, "delete f: 1 key: 1 deleted, 0 not_found\n");
+  Result lookup = Ctl({"lookup", "f", "a", "b"});
+  EXPECT_EQ(lookup.code, 1);
+  EXPECT_EQ(lookup.out, "absent\ta\npresent\tb\n");
+  Result again = Ctl({"delete", "f", "a", "b"});
+  EXPECT_EQ(again.code, 1);
+  EXPECT_EQ(again.out, "not_found\ta\ndeleted\tb\n");
+  EXPECT_EQ(again.err, "delete f: 2 keys: 1 deleted, 1 not_found\n");
+}
+
+TEST_F(CuckooctlTest, CountReportsCopiesAndExitsOneForAZeroCount) {
+  CreateExactFilter("f");
+  ASSERT_EQ(Ctl({"insert", "f", "a", "a", "b"}).code, 0);
+  Result r = Ctl({"count", "f", "a", "b", "c"});
+  EXPECT_EQ(r.code, 1) << Describe(r);
+  EXPECT_EQ(r.out, "2\ta\n1\tb\n0\tc\n");
+  EXPECT_EQ(r.err, "count f: 3 keys: 2 present, 1 absent, total count 3\n");
+  Result all = Ctl({"count", "f", "a", "b"});
+  EXPECT_EQ(all.code, 0);
+  EXPECT_EQ(all.out, "2\ta\n1\tb\n");
+}
+
+TEST_F(CuckooctlTest, InsertIfAbsentReportsAlreadyPresentAndExitsZero) {
+  CreateExactFilter("f");
+  ASSERT_EQ(Ctl({"insert", "f", "a"}).code, 0);
+  Result r = Ctl({"insert", "f", "--if-absent", "a", "b", "b"});
+  EXPECT_EQ(r.code, 0) << Describe(r);
+  EXPECT_EQ(r.out, "already_present\ta\ninserted\tb\nalready_present\tb\n");
+  EXPECT_EQ(r.err, "insert f: 3 keys: 1 inserted, 2 already_present, 0 full\n");
+  EXPECT_EQ(Fields(Ctl({"info", "f"}).out)["items"], "2");
+}
+
+TEST_F(CuckooctlTest, FullFilterReportsFullPerKeyAndExitsOne) {
+  // A key fits at most 2 * bucket_size times (both its buckets full of it).
+  // The seed makes it certain that k's two buckets differ in this small table.
+  ASSERT_EQ(
+      Ctl({"create", "tiny", "--capacity=8", "--bucket-size=2", "--max-kicks=20", "--seed=1"}).code,
+      0);
+  Result dup = Ctl({"insert", "tiny"}, "k\nk\nk\nk\nk\n");
+  EXPECT_EQ(dup.code, 1) << Describe(dup);
+  EXPECT_EQ(dup.out, "inserted\tk\ninserted\tk\ninserted\tk\ninserted\tk\nfull\tk\n");
+  EXPECT_EQ(dup.err, "insert tiny: 5 keys: 4 inserted, 0 already_present, 1 full\n");
+
+  // Many distinct keys overflow the table; what was stored stays findable.
+  std::string keys;
+  for (int i = 0; i < 200; ++i) keys += "key" + std::to_string(i) + "\n";
+  Result many = Ctl({"insert", "tiny", "--format=json"}, keys);
+  EXPECT_EQ(many.code, 1) << Describe(many);
+  EXPECT_EQ(CountLines(many.out), 201u);
+  EXPECT_THAT(many.out, HasSubstr(",\"result\":\"full\"}\n"));
+  const std::string items = Fields(Ctl({"info", "tiny"}).out)["items"];
+  EXPECT_THAT(many.out,
+              HasSubstr("{\"summary\":{\"command\":\"insert\",\"filter\":\"tiny\","
+                        "\"keys\":200,\"inserted\":" +
+                        std::to_string(std::stoi(items) - 4) + ",\"already_present\":0,\"full\":"));
+}
+
+TEST_F(CuckooctlTest, JsonOutputIsExactAndParses) {
+  CreateExactFilter("f");
+  Result inserted = Ctl({"--format=json", "insert", "f", "a", std::string("\xff\xfe")});
+  ASSERT_EQ(inserted.code, 0) << Describe(inserted);
+  EXPECT_EQ(inserted.out,
+            "{\"key\":\"a\",\"result\":\"inserted\"}\n"
+            "{\"key_base64\":\"//4=\",\"result\":\"inserted\"}\n"
+            "{\"summary\":{\"command\":\"insert\",\"filter\":\"f\",\"keys\":2,\"inserted\":2,"
+            "\"already_present\":0,\"full\":0}}\n");
+  EXPECT_EQ(inserted.err, "");
+
+  Result lookup = Ctl({"lookup", "f", "--format", "json"}, "a\nsay \"hi\"\\\n");
+  EXPECT_EQ(lookup.code, 1);
+  EXPECT_EQ(lookup.out,
+            "{\"key\":\"a\",\"result\":\"present\"}\n"
+            "{\"key\":\"say \\\"hi\\\"\\\\\",\"result\":\"absent\"}\n"
+            "{\"summary\":{\"command\":\"lookup\",\"filter\":\"f\",\"keys\":2,\"present\":1,"
+            "\"absent\":1}}\n");
+
+  Result count = Ctl({"count", "f", "a", "--format=json"});
+  EXPECT_EQ(count.out,
+            "{\"key\":\"a\",\"count\":1}\n"
+            "{\"summary\":{\"command\":\"count\",\"filter\":\"f\",\"keys\":1,\"present\":1,"
+            "\"absent\":0,\"total_count\":1}}\n");
+
+  Result info = Ctl({"info", "f", "--format=json"});
+  ASSERT_EQ(info.code, 0);
+  EXPECT_THAT(info.out, AllOf(StartsWith("{\"filter\":{\"name\":\"f\",\"capacity\":1000,"
+                                         "\"fingerprint_bits\":32,\"bucket_size\":4,"),
+                              HasSubstr(",\"seed\":\"7\","), HasSubstr(",\"items\":2,")));
+  Result created = Ctl({"create", "f", "--capacity=1000", "--fingerprint-bits=32", "--seed=7",
+                        "--if-not-exists", "--format=json"});
+  EXPECT_THAT(created.out, StartsWith("{\"created\":false,\"filter\":{\"name\":\"f\","));
+  Result list = Ctl({"list", "--format=json"});
+  EXPECT_THAT(list.out, StartsWith("{\"filters\":[{\"name\":\"f\","));
+  Result server = Ctl({"server-info", "--format=json"});
+  EXPECT_THAT(server.out, HasSubstr("\"max_key_bytes\":4096,"));
+  Result dropped = Ctl({"drop", "f", "--format=json"});
+  EXPECT_THAT(dropped.out, StartsWith("{\"name\":\"f\",\"freed_bytes\":"));
+
+  // Every document parses as JSON (JSON Lines: one per line).
+  const std::string all = inserted.out + lookup.out + count.out + info.out + created.out +
+                          list.out + server.out + dropped.out;
+  Result parsed = RunProcess({"/usr/bin/python3", "-c",
+                              "import sys, json\n"
+                              "n = sum(1 for line in sys.stdin if json.loads(line) is not None)\n"
+                              "print(n)"},
+                             all);
+  EXPECT_EQ(parsed.code, 0) << Describe(parsed);
+  EXPECT_EQ(parsed.out, std::to_string(CountLines(all)) + "\n");
+}
+
+TEST_F(CuckooctlTest, ServerErrorsExitThreeWithTheServersMessage) {
+  Result unknown = Ctl({"lookup", "nope", "a"});
+  EXPECT_EQ(unknown.code, 3);
+  EXPECT_EQ(unknown.out, "");
+  EXPECT_EQ(unknown.err, "cuckooctl: NOT_FOUND: filter \"nope\" not found\n");
+
+  // Even with no keys at all, an unknown filter is an error.
+  Result empty = Ctl({"insert", "nope"}, "");
+  EXPECT_EQ(empty.code, 3);
+  EXPECT_EQ(empty.err, "cuckooctl: NOT_FOUND: filter \"nope\" not found\n");
+
+  Result bad_name = Ctl({"create", "../x", "--capacity=10"});
+  EXPECT_EQ(bad_name.code, 3);
+  EXPECT_THAT(bad_name.err, AllOf(StartsWith("cuckooctl: INVALID_ARGUMENT: filter name \"../x\""),
+                                  HasSubstr("letter or digit")));
+  EXPECT_EQ(CountLines(bad_name.err), 1u);
+
+  Result bad_settings = Ctl({"create", "f", "--capacity=10", "--bucket-size=3"});
+  EXPECT_EQ(bad_settings.code, 3);
+  EXPECT_THAT(bad_settings.err, StartsWith("cuckooctl: INVALID_ARGUMENT: "));
+}
+
+TEST_F(CuckooctlTest, OversizeKeyIsRejectedByTheServerNamingTheLimit) {
+  TempDir data;
+  Cuckood small(data.path(), {"--max-key-bytes=8"});
+  ASSERT_TRUE(small.ready());
+  auto ctl = [&](std::vector<std::string> args, const std::string& in = "") {
+    args.insert(args.begin(), {CUCKOOCTL_PATH, "--target=" + small.address()});
+    return RunProcess(args, in);
+  };
+  ASSERT_EQ(ctl({"create", "f", "--capacity=100000"}).code, 0);
+  Result r = ctl({"insert", "f", "12345678", "123456789"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err,
+            "cuckooctl: INVALID_ARGUMENT: keys[1] is 9 bytes; the server's limit "
+            "(--max-key-bytes) is 8\n");
+
+  // In a stream, the batches before the bad one were applied and printed.
+  std::string keys;
+  for (int i = 0; i < 10000; ++i) keys += "k" + std::to_string(i) + "\n";
+  keys += "much-too-long\nk-after\n";
+  Result stream = ctl({"insert", "f"}, keys);
+  EXPECT_EQ(stream.code, 3);
+  EXPECT_EQ(CountLines(stream.out), 10000u);
+  EXPECT_EQ(stream.err,
+            "cuckooctl: INVALID_ARGUMENT: keys[0] is 13 bytes; the server's limit "
+            "(--max-key-bytes) is 8 (in input keys 10001-10002; the 10000 keys before were "
+            "processed)\n");
+  EXPECT_EQ(Fields(ctl({"info", "f"}).out)["items"], "10000");
+}
+
+TEST_F(CuckooctlTest, UsageErrorsExitTwoWithOneLineNamingTheProblem) {
+  CreateExactFilter("f");
+  const std::string missing_file = files_.path() + "/no-such-file.txt";
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"frobnicate"}, "cuckooctl: unknown command \"frobnicate\""},
+      {{"lookup", "f", "--bogus"}, "cuckooctl: unknown flag --bogus"},
+      {{"lookup", "f", "-x"}, "cuckooctl: unknown flag -x"},
+      {{"info"}, "cuckooctl: info needs a filter NAME"},
+      {{"lookup"}, "cuckooctl: lookup needs a filter NAME"},
+      {{"info", "f", "g"}, "cuckooctl: unexpected argument \"g\""},
+      {{"list", "f"}, "cuckooctl: unexpected argument \"f\""},
+      {{"lookup", "f", "--file=" + missing_file},
+       "cuckooctl: cannot open --file=" + missing_file + ": No such file or directory"},
+      {{"lookup", "f", "--file=" + files_.path()}, "cuckooctl: cannot read " + files_.path()},
+      {{"lookup", "f", "a", "--file=" + missing_file},
+       "cuckooctl: give keys as arguments or with --file, not both"},
+      {{"lookup", "f", "a", ""}, "cuckooctl: KEY argument 2 is empty"},
+      {{"lookup", "--capacity=5", "f"}, "cuckooctl: flag --capacity does not apply to lookup"},
+      {{"create", "g"}, "cuckooctl: create needs --capacity=N"},
+      {{"create", "g", "--capacity=lots"}, "cuckooctl: --capacity=\"lots\" is not a whole number"},
+      {{"create", "g", "--capacity=10", "--fpr=0.01", "--fingerprint-bits=8"},
+       "cuckooctl: give --fpr or --fingerprint-bits, not both"},
+      {{"create", "g", "--capacity=10", "--fpr=often"}, "cuckooctl: --fpr=\"often\""},
+      {{"create", "g", "--capacity=10", "--shards=-1"}, "cuckooctl: --shards=\"-1\""},
+      {{"create", "g", "--capacity=10", "--if-not-exists=maybe"},
+       "cuckooctl: --if-not-exists=\"maybe\""},
+      {{"--format=xml", "list"}, "cuckooctl: --format=\"xml\" must be text or json"},
+      {{"--timeout=soon", "list"}, "cuckooctl: --timeout=\"soon\" is not a positive duration"},
+      {{"--timeout=0s", "list"}, "cuckooctl: --timeout=\"0s\" is not a positive duration"},
+      {{"list", "--timeout"}, "cuckooctl: flag --timeout needs a value"},
+      {{"help", "frobnicate"}, "cuckooctl: unknown command \"frobnicate\""},
+  };
+  for (const Case& c : cases) {
+    Result r = Ctl(c.args);
+    std::string joined;
+    for (const auto& a : c.args) joined += " " + a;
+    EXPECT_EQ(r.code, 2) << joined << "\n" << Describe(r);
+    EXPECT_THAT(r.err, StartsWith(c.message)) << joined;
+    EXPECT_EQ(CountLines(r.err), 1u) << joined << "\n" << r.err;
+    EXPECT_EQ(r.out, "") << joined;
+  }
+  // With no command at all: the usage, on stderr.
+  Result bare = RunProcess({CUCKOOCTL_PATH});
+  EXPECT_EQ(bare.code, 2);
+  EXPECT_THAT(bare.err, HasSubstr("Usage: cuckooctl"));
+  // Nothing above reached the filter.
+  EXPECT_EQ(Fields(Ctl({"info", "f"}).out)["items"], "0");
+}
+
+TEST_F(CuckooctlTest, HelpDescribesEveryCommandFlagAndExitCode) {
+  Result help = RunProcess({CUCKOOCTL_PATH, "--help"});
+  EXPECT_EQ(help.code, 0);
+  EXPECT_EQ(help.err, "");
+  for (const char* word : {"create NAME",
+                           "info NAME",
+                           "list",
+                           "drop NAME",
+                           "server-info",
+                           "health [SERVICE]",
+                           "insert NAME [KEY...]",
+                           "lookup NAME [KEY...]",
+                           "delete NAME [KEY...]",
+                           "count NAME [KEY...]",
+                           "--target=HOST:PORT",
+                           "CUCKOO_TARGET",
+                           "--timeout=DURATION",
+                           "--format=text|json",
+                           "--file=PATH",
+                           "--quiet",
+                           "--progress",
+                           "--if-absent",
+                           "--if-not-exists",
+                           "a key cannot be empty",
+                           "Exit codes:",
+                           "\n  0  success",
+                           "\n  1  the command ran",
+                           "\n  2  usage error",
+                           "\n  3  the server returned an error"}) {
+    EXPECT_THAT(help.out, HasSubstr(word));
+  }
+  EXPECT_EQ(RunProcess({CUCKOOCTL_PATH, "help"}).out, help.out);
+  EXPECT_EQ(RunProcess({CUCKOOCTL_PATH, "-h"}).out, help.out);
+
+  Result insert = RunProcess({CUCKOOCTL_PATH, "insert", "--help"});
+  EXPECT_EQ(insert.code, 0);
+  EXPECT_THAT(insert.out, AllOf(StartsWith("Usage: cuckooctl insert NAME"),
+                                HasSubstr("--if-absent"), HasSubstr("--file=PATH"),
+                                HasSubstr("a key cannot be empty"), HasSubstr("Exit codes")));
+  EXPECT_EQ(RunProcess({CUCKOOCTL_PATH, "help", "insert"}).out, insert.out);
+  Result create = RunProcess({CUCKOOCTL_PATH, "create", "-h"});
+  EXPECT_EQ(create.code, 0);
+  EXPECT_THAT(create.out,
+              AllOf(HasSubstr("--capacity=N"), HasSubstr("--fpr=RATE"),
+                    HasSubstr("--fingerprint-bits=F"), HasSubstr("--bucket-size=B"),
+                    HasSubstr("--shards=S"), HasSubstr("--max-kicks=K"), HasSubstr("--seed=N")));
+}
+
+TEST_F(CuckooctlTest, FlagsWorkWithSpacesUnderscoresAndBeforeTheCommand) {
+  const std::string file = files_.path() + "/keys.txt";
+  WriteFile(file, "a\n");
+  Result created = RunProcess({CUCKOOCTL_PATH, "--target", server_->address(), "--format", "json",
+                               "create", "f", "--capacity", "1000", "--fingerprint_bits", "32",
+                               "--seed", "7", "--max_kicks=50"});
+  ASSERT_EQ(created.code, 0) << Describe(created);
+  EXPECT_THAT(created.out, AllOf(HasSubstr("\"fingerprint_bits\":32"),
+                                 HasSubstr("\"max_kicks\":50"), HasSubstr("\"seed\":\"7\"")));
+  EXPECT_EQ(Ctl({"insert", "--file", file, "f"}).code, 0);
+  // "--" ends the flags, for keys that start with a dash.
+  Result dashed = Ctl({"insert", "f", "--", "-x", "--y"});
+  EXPECT_EQ(dashed.code, 0) << Describe(dashed);
+  EXPECT_EQ(dashed.out, "inserted\t-x\ninserted\t--y\n");
+  Result lookup = Ctl({"lookup", "f", "a", "--", "-x", "--y"});
+  EXPECT_EQ(lookup.code, 0) << Describe(lookup);
+}
+
+TEST_F(CuckooctlTest, TargetComesFromTheEnvironmentAndTheFlagWins) {
+  Result env = RunProcess({CUCKOOCTL_PATH, "list"}, "", {"CUCKOO_TARGET=" + server_->address()});
+  EXPECT_EQ(env.code, 0) << Describe(env);
+  EXPECT_THAT(env.out, StartsWith("NAME"));
+  Result info =
+      RunProcess({CUCKOOCTL_PATH, "server-info"}, "", {"CUCKOO_TARGET=" + server_->address()});
+  EXPECT_EQ(Fields(info.out)["target"], server_->address());
+  const std::string nowhere = "127.0.0.1:" + std::to_string(FreePort());
+  Result flag = RunProcess({CUCKOOCTL_PATH, "--target=" + server_->address(), "list"}, "",
+                           {"CUCKOO_TARGET=" + nowhere});
+  EXPECT_EQ(flag.code, 0) << Describe(flag);
+}
+
+TEST_F(CuckooctlTest, HealthPrintsServingAndExitsZero) {
+  Result r = Ctl({"health"});
+  EXPECT_EQ(r.code, 0) << Describe(r);
+  EXPECT_EQ(r.out, "SERVING\n");
+  EXPECT_EQ(r.err, "");
+  Result quiet = Ctl({"health", "--quiet", "--timeout=2s"});
+  EXPECT_EQ(quiet.code, 0);
+  EXPECT_EQ(quiet.out, "");
+  EXPECT_EQ(quiet.err, "");
+  Result service = Ctl({"health", "cuckoo.v1.FilterService", "--format=json"});
+  EXPECT_EQ(service.code, 0);
+  EXPECT_EQ(service.out, "{\"service\":\"cuckoo.v1.FilterService\",\"status\":\"SERVING\"}\n");
+  Result unknown = Ctl({"health", "no.such.Service"});
+  EXPECT_EQ(unknown.code, 3);
+  EXPECT_THAT(unknown.err, StartsWith("cuckooctl: NOT_FOUND: "));
+}
+
+TEST_F(CuckooctlTest, UnreachableTargetExitsThreeQuickly) {
+  const std::string nowhere = "127.0.0.1:" + std::to_string(FreePort());
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"health"}, {"lookup", "f", "a"}, {"list"}}) {
+    std::vector<std::string> argv = {CUCKOOCTL_PATH, "--target=" + nowhere, "--timeout=2s"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const auto start = std::chrono::steady_clock::now();
+    Result r = RunProcess(argv);
+    const auto took = std::chrono::steady_clock::now() - start;
+    EXPECT_EQ(r.code, 3) << args[0] << "\n" << Describe(r);
+    EXPECT_THAT(r.err, StartsWith("cuckooctl: UNAVAILABLE: "));
+    EXPECT_THAT(r.err, HasSubstr(nowhere));
+    EXPECT_EQ(CountLines(r.err), 1u);
+    EXPECT_LT(took, std::chrono::seconds(3)) << args[0];
+  }
+}
+
+TEST_F(CuckooctlTest, SilentServerTimesOutWithDeadlineExceeded) {
+  // A socket that accepts connections (the kernel's backlog) but never speaks.
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(listen(fd, 16), 0);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const std::string silent = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  const auto start = std::chrono::steady_clock::now();
+  Result r = RunProcess({CUCKOOCTL_PATH, "--target=" + silent, "--timeout=1s", "health"});
+  const auto took = std::chrono::steady_clock::now() - start;
+  close(fd);
+  EXPECT_EQ(r.code, 3) << Describe(r);
+  EXPECT_EQ(r.err, "cuckooctl: DEADLINE_EXCEEDED: Deadline Exceeded (target " + silent + ")\n");
+  EXPECT_GE(took, std::chrono::milliseconds(900));
+  EXPECT_LT(took, std::chrono::seconds(4));
+}
+
+TEST_F(CuckooctlTest, LargeFileIsStreamedWithProgress) {
+  constexpr int kKeys = 200'000;
+  std::string keys;
+  keys.reserve(kKeys * 12);
+  for (int i = 0; i < kKeys; ++i) keys += "key-" + std::to_string(i) + "\n";
+  const std::string file = files_.path() + "/keys.txt";
+  WriteFile(file, keys);
+  ASSERT_EQ(Ctl({"create", "big", "--capacity=300000"}).code, 0);
+
+  Result inserted = Ctl({"insert", "big", "--file=" + file, "--quiet", "--progress"});
+  ASSERT_EQ(inserted.code, 0) << Describe(inserted);
+  EXPECT_EQ(inserted.out, "insert big: 200000 keys: 200000 inserted, 0 already_present, 0 full\n");
+  EXPECT_THAT(inserted.err, StartsWith("\rinserted "));
+  EXPECT_THAT(inserted.err, HasSubstr("\rinserted 200000 keys ("));
+  EXPECT_EQ(CountLines(inserted.err), 1u);  // The progress line, finished.
+  EXPECT_EQ(inserted.err.back(), '\n');
+
+  Result lookup = Ctl({"lookup", "big", "--progress"}, keys);
+  ASSERT_EQ(lookup.code, 0) << Describe(lookup);
+  EXPECT_EQ(CountLines(lookup.out), static_cast<size_t>(kKeys));
+  EXPECT_THAT(lookup.out, StartsWith("present\tkey-0\npresent\tkey-1\n"));
+  EXPECT_THAT(lookup.out, HasSubstr("\npresent\tkey-100000\npresent\tkey-100001\n"));
+  EXPECT_EQ(lookup.out.substr(lookup.out.size() - 19), "present\tkey-199999\n");
+  EXPECT_THAT(lookup.err, HasSubstr("\rlooked up 200000 keys ("));
+  EXPECT_THAT(lookup.err,
+              HasSubstr(" keys/s)\nlookup big: 200000 keys: 200000 present, 0 absent\n"));
+
+  // No --progress and stderr not a terminal: no progress line.
+  Result plain = Ctl({"lookup", "big", "--file=" + file, "--quiet"});
+  EXPECT_EQ(plain.err, "");
+  EXPECT_EQ(plain.out, "lookup big: 200000 keys: 200000 present, 0 absent\n");
+}
+
+TEST_F(CuckooctlTest, SlowInputIsAnsweredBeforeItEnds) {
+  CreateExactFilter("f");
+  ASSERT_EQ(Ctl({"insert", "f", "a"}).code, 0);
+  // The first key arrives, then the producer pauses: its answer must not
+  // wait for a full batch or the end of the input.
+  Process p({"/bin/sh", "-c",
+             std::string("{ echo a; sleep 2; echo b; } | ") + CUCKOOCTL_PATH +
+                 " --target=" + server_->address() + " lookup f"});
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  while (std::chrono::steady_clock::now() < until && p.out().empty()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(p.out(), "present\ta\n");
+  EXPECT_EQ(p.Wait(std::chrono::seconds(10)), 1);
+  EXPECT_EQ(p.out(), "present\ta\nabsent\tb\n");
+}
+
+TEST_F(CuckooctlTest, InsertThenSigtermStopsTheServerCleanly) {
+  CreateExactFilter("f");
+  Result inserted = Ctl({"insert", "f"}, "a\nb\nc\n");
+  ASSERT_EQ(inserted.code, 0) << Describe(inserted);
+  ASSERT_EQ(Ctl({"lookup", "f", "a", "b", "c"}).code, 0);
+  server_->process().Signal(SIGTERM);
+  EXPECT_EQ(server_->process().Wait(), 0);
+  Result health = Ctl({"health", "--timeout=2s"});
+  EXPECT_EQ(health.code, 3);
+  EXPECT_THAT(health.err, StartsWith("cuckooctl: UNAVAILABLE: "));
+}
+
+}  // namespace
+}  // namespace cuckoo::testing
