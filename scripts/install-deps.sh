@@ -9,7 +9,7 @@ PACKAGES=(
   libabsl-dev libxxhash-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libboost-dev
-  python3 python3-grpcio python3-grpc-tools
+  python3 python3-grpcio
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 

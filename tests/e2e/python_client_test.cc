@@ -1,2 +1,112 @@
-// Placeholder: tests arrive with the tool they test.
+// The Python package cuckoo_client (client/python, generated into
+// ${CMAKE_BINARY_DIR}/python by the cuckoo_python target) against a real
+// cuckood: runs tests/e2e/python_client_check.py and client/python/example.py
+// with Debian's /usr/bin/python3.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
 #include "tests/e2e/process.h"
+
+namespace cuckoo::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr char kPython[] = "/usr/bin/python3";
+
+// Runs a Python script with the built package first on PYTHONPATH. Through
+// env(1), so that its PYTHONPATH replaces one this process may have.
+Result RunPython(const std::string& script, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"/usr/bin/env", std::string("PYTHONPATH=") + PYTHON_PACKAGE_DIR,
+                                   "PYTHONDONTWRITEBYTECODE=1", kPython, script};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunProcess(argv);
+}
+
+const std::string kCheckScript = std::string(SOURCE_DIR) + "/tests/e2e/python_client_check.py";
+
+TEST(PythonClientTest, PackageImportsFromTheBuildTree) {
+  Result r = RunPython(
+      "-c", {"import cuckoo_client, cuckoo_client.grpc.health.v1.health_pb2_grpc as h; "
+             "print(cuckoo_client.__file__); print(cuckoo_client.Client.__doc__ != None)"});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr(std::string(PYTHON_PACKAGE_DIR) + "/cuckoo_client/__init__.py"));
+  EXPECT_THAT(r.out, HasSubstr("True"));
+}
+
+TEST(PythonClientTest, ChecksPassAgainstARealServer) {
+  TempDir dir;
+  Cuckood server(dir.path());
+  ASSERT_TRUE(server.ready()) << server.process().out() << server.process().err();
+  Result r = RunPython(kCheckScript, {"--target", server.address()});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  for (const char* check :
+       {"ok package_layout", "ok filter_lifecycle", "ok insert_lookup_str_and_bytes",
+        "ok if_absent", "ok delete", "ok count", "ok errors", "ok health", "ok threads",
+        "ok unreachable_server"}) {
+    EXPECT_THAT(r.out, HasSubstr(std::string(check) + "\n")) << r.out << r.err;
+  }
+  EXPECT_THAT(r.out, HasSubstr("12 checks passed")) << r.out << r.err;
+  EXPECT_THAT(r.out, Not(HasSubstr("FAIL")));
+}
+
+TEST(PythonClientTest, LargeBatchesAreSplitToTheServerLimitInOrder) {
+  TempDir dir;
+  Cuckood server(dir.path(), {"--max-batch-keys=1000"});
+  ASSERT_TRUE(server.ready()) << server.process().out() << server.process().err();
+  Result r = RunPython(kCheckScript, {"--target", server.address(), "--batch"});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  for (const char* check : {"ok batch_limits", "ok batch_split", "ok batch_client_limits",
+                            "ok batch_partial_failure"}) {
+    EXPECT_THAT(r.out, HasSubstr(std::string(check) + "\n")) << r.out << r.err;
+  }
+  EXPECT_THAT(r.out, HasSubstr("4 checks passed")) << r.out << r.err;
+}
+
+TEST(PythonClientTest, ChecksFailAgainstTheWrongServer) {
+  // The batch checks expect --max-batch-keys=1000: with the default limit
+  // they must fail, and say which check did.
+  TempDir dir;
+  Cuckood server(dir.path());
+  ASSERT_TRUE(server.ready()) << server.process().out() << server.process().err();
+  Result r = RunPython(kCheckScript, {"--target", server.address(), "--batch"});
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("FAIL batch_limits"));
+  EXPECT_THAT(r.out, HasSubstr("checks FAILED"));
+}
+
+TEST(PythonClientTest, ExampleRuns) {
+  TempDir dir;
+  Cuckood server(dir.path());
+  ASSERT_TRUE(server.ready()) << server.process().out() << server.process().err();
+  Result r = RunPython(std::string(SOURCE_DIR) + "/client/python/example.py",
+                       {"--target", server.address()});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr(": SERVING\n"));
+  EXPECT_THAT(r.out, HasSubstr("created filter example-users"));
+  EXPECT_THAT(r.out, HasSubstr("insert 'alice': INSERTED\n"));
+  EXPECT_THAT(r.out, HasSubstr("insert b'\\x00carol': INSERTED\n"));
+  EXPECT_THAT(r.out, HasSubstr("insert if absent 'alice': ALREADY_PRESENT\n"));
+  EXPECT_THAT(r.out, HasSubstr("lookup 'alice': present\n"));
+  EXPECT_THAT(r.out, HasSubstr("count 'alice': 1\n"));
+  EXPECT_THAT(r.out, HasSubstr("delete 'bob': DELETED\n"));
+  EXPECT_THAT(
+      r.out,
+      HasSubstr("lookup in a missing filter: NOT_FOUND: filter \"no-such-filter\" not found"));
+  EXPECT_THAT(r.out, HasSubstr("dropped example-users: freed "));
+  EXPECT_EQ(r.err, "");
+}
+
+TEST(PythonClientTest, ExampleReportsAnUnreachableServer) {
+  Result r = RunPython(std::string(SOURCE_DIR) + "/client/python/example.py",
+                       {"--target", "127.0.0.1:" + std::to_string(FreePort())});
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("error: UNAVAILABLE: "));
+}
+
+}  // namespace
+}  // namespace cuckoo::testing
