@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 
 namespace cuckoo::client {
@@ -99,6 +102,24 @@ absl::StatusOr<Client::Limits> Client::BatchLimits() {
   return limits;
 }
 
+namespace {
+
+// The server names a bad key by its index in the request ("keys[12] is
+// empty"); a request that started at key `offset` of the caller's keys makes
+// that keys[offset + 12], the index the caller knows.
+std::string ShiftKeyIndex(absl::string_view message, size_t offset) {
+  absl::string_view rest = message;
+  size_t index = 0;
+  const size_t close = rest.find(']');
+  if (!absl::ConsumePrefix(&rest, "keys[") || close == absl::string_view::npos ||
+      !absl::SimpleAtoi(rest.substr(0, close - 5), &index)) {
+    return std::string(message);
+  }
+  return absl::StrCat("keys[", index + offset, message.substr(close));
+}
+
+}  // namespace
+
 template <typename Send>
 absl::Status Client::ForEachRequest(absl::Span<const std::string_view> keys, Send send) {
   if (keys.empty()) return absl::OkStatus();
@@ -116,8 +137,9 @@ absl::Status Client::ForEachRequest(absl::Span<const std::string_view> keys, Sen
     }
     if (absl::Status s = send(begin, end); !s.ok()) {
       if (begin == 0) return s;
-      return absl::Status(s.code(), absl::StrFormat("%s (the first %u of %u keys were applied)",
-                                                    s.message(), begin, keys.size()));
+      return absl::Status(s.code(),
+                          absl::StrFormat("%s (the first %u of %u keys were applied)",
+                                          ShiftKeyIndex(s.message(), begin), begin, keys.size()));
     }
     begin = end;
   }
@@ -141,7 +163,13 @@ absl::StatusOr<std::vector<Result>> Client::Batched(
     if (grpc::Status g = (stub_.get()->*rpc)(&ctx, req, &resp); !g.ok()) {
       return FromGrpcStatus(g);
     }
+    const size_t before = out.size();
     append(resp, out);
+    if (out.size() - before != end - begin) {
+      return absl::InternalError(
+          absl::StrFormat("the server answered %u results for a request of %u keys",
+                          out.size() - before, end - begin));
+    }
     return absl::OkStatus();
   });
   if (!s.ok()) return s;

@@ -20,7 +20,8 @@
 // Errors are the server's gRPC status as an absl::Status with the same code
 // and message (see proto/cuckoo/v1/filter_service.proto). A batch split into
 // several requests is not atomic: if request k fails, the ones before it were
-// applied, and the message says how many keys that was.
+// applied, and the message says how many keys that was; a bad key is named
+// by its index in the caller's keys.
 //
 // Thread safety: a Client may be used from any number of threads at once.
 // Use the stub directly (stub()) for asynchronous calls.
@@ -88,6 +89,8 @@ class Client {
   absl::StatusOr<v1::GetServerInfoResponse> ServerInfo();
 
   v1::FilterService::Stub& stub() { return *stub_; }
+  // The channel, e.g. for the health service's stub.
+  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
   const ClientOptions& options() const { return options_; }
 
  private:

@@ -21,6 +21,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -59,9 +60,18 @@ class Process {
     posix_spawn_file_actions_addopen(&actions, 0, in.c_str(), O_RDONLY, 0);
     posix_spawn_file_actions_addopen(&actions, 1, out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_addopen(&actions, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    std::vector<std::string> envs;
-    for (char** e = environ; *e != nullptr; ++e) envs.push_back(*e);
-    envs.insert(envs.end(), env.begin(), env.end());
+    // `env` first; inherited variables only where `env` does not set them
+    // (with duplicates, glibc's getenv returns the first).
+    std::vector<std::string> envs = env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string_view var(*e);
+      const std::string_view name = var.substr(0, var.find('='));
+      bool overridden = false;
+      for (const std::string& mine : env) {
+        overridden |= std::string_view(mine).substr(0, mine.find('=')) == name;
+      }
+      if (!overridden) envs.push_back(*e);
+    }
     std::vector<char*> cargv, cenv;
     std::vector<std::string> args = argv;
     for (auto& a : args) cargv.push_back(a.data());
@@ -122,7 +132,7 @@ struct Result {
 };
 
 inline Result RunProcess(const std::vector<std::string>& argv, const std::string& stdin_data = "",
-                  const std::vector<std::string>& env = {}) {
+                         const std::vector<std::string>& env = {}) {
   Process p(argv, env, stdin_data);
   Result r;
   r.code = p.Wait();
