@@ -221,9 +221,9 @@ FilterStats CuckooFilter::Stats() const {
   st.bits_per_item = st.items == 0 ? 0 : 8.0 * st.memory_bytes / st.items;
   st.expected_false_positive_rate =
       ExpectedFalsePositiveRate(shape_.fingerprint_bits, shape_.bucket_size, st.load_factor);
-  st.expected_false_positive_rate_at_capacity = ExpectedFalsePositiveRate(
-      shape_.fingerprint_bits, shape_.bucket_size,
-      std::min(1.0, static_cast<double>(st.capacity) / st.slots));
+  st.expected_false_positive_rate_at_capacity =
+      ExpectedFalsePositiveRate(shape_.fingerprint_bits, shape_.bucket_size,
+                                std::min(1.0, static_cast<double>(st.capacity) / st.slots));
   return st;
 }
 
