@@ -226,6 +226,37 @@ struct TableImpl {
         }
       }
     }
+    // A second level the same way: the residents of those 2b (full) buckets
+    // and their 2b * b alternates, all requested at once. A free slot there
+    // ends a two-move chain after one more round trip to memory, where the
+    // random walk waits for one round trip per kick (near 95% load, dozens).
+    // Every bucket that the chain writes besides the free slot is full, so
+    // no bucket can alias the free one.
+    {
+      uint64_t alt2[2][kMaxSlots][kMaxSlots];
+      uint32_t resident2[2][kMaxSlots][kMaxSlots];
+      for (int side = 0; side < 2; ++side) {
+        for (uint32_t j = 0; j < b(); ++j) {
+          for (uint32_t k = 0; k < b(); ++k) {
+            resident2[side][j][k] = Get(alt[side][j], k);
+            alt2[side][j][k] = l.AltBucket(alt[side][j], resident2[side][j][k]);
+            Prefetch(data(), alt2[side][j][k]);
+          }
+        }
+      }
+      for (int side = 0; side < 2; ++side) {
+        for (uint32_t j = 0; j < b(); ++j) {
+          for (uint32_t k = 0; k < b(); ++k) {
+            if (TryPlace(alt2[side][j][k], resident2[side][j][k])) {
+              Set(alt[side][j], k, resident[side][j]);
+              Set(home[side], j, p.fp);
+              ++mt.items_;
+              return InsertResult::kInserted;
+            }
+          }
+        }
+      }
+    }
     // Random-walk eviction (paper Alg. 1), logging each swap so that a chain
     // that reaches max_kicks can be undone and no resident is lost.
     auto& path = mt.kick_path_;
