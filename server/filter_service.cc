@@ -29,15 +29,6 @@ absl::Span<T> Scratch(size_t n) {
   return absl::Span<T>(buf.get(), n);
 }
 
-// Core per-key results map one-to-one onto the proto enums, offset by the
-// proto's UNSPECIFIED = 0.
-static_assert(static_cast<int>(InsertResult::kInserted) + 1 == v1::INSERT_RESULT_INSERTED);
-static_assert(static_cast<int>(InsertResult::kAlreadyPresent) + 1 ==
-              v1::INSERT_RESULT_ALREADY_PRESENT);
-static_assert(static_cast<int>(InsertResult::kFull) + 1 == v1::INSERT_RESULT_FULL);
-static_assert(static_cast<int>(DeleteResult::kDeleted) + 1 == v1::DELETE_RESULT_DELETED);
-static_assert(static_cast<int>(DeleteResult::kNotFound) + 1 == v1::DELETE_RESULT_NOT_FOUND);
-
 // A unary call's reactor that counts the call as in flight until gRPC is
 // done with it (response sent or call cancelled), so shutdown can wait for
 // exactly the calls that are running.

@@ -6,6 +6,7 @@
 #include <initializer_list>
 
 #include "absl/strings/str_format.h"
+#include "cuckoo/v1/filter_service.pb.h"
 
 namespace cuckoo::server::wire {
 namespace {
@@ -13,6 +14,15 @@ namespace {
 using google::protobuf::internal::WireFormatLite;
 using google::protobuf::io::CodedInputStream;
 using google::protobuf::io::CodedOutputStream;
+
+// Core per-key results map one-to-one onto the proto enums, offset by the
+// proto's UNSPECIFIED = 0.
+static_assert(static_cast<int>(InsertResult::kInserted) + 1 == v1::INSERT_RESULT_INSERTED);
+static_assert(static_cast<int>(InsertResult::kAlreadyPresent) + 1 ==
+              v1::INSERT_RESULT_ALREADY_PRESENT);
+static_assert(static_cast<int>(InsertResult::kFull) + 1 == v1::INSERT_RESULT_FULL);
+static_assert(static_cast<int>(DeleteResult::kDeleted) + 1 == v1::DELETE_RESULT_DELETED);
+static_assert(static_cast<int>(DeleteResult::kNotFound) + 1 == v1::DELETE_RESULT_NOT_FOUND);
 
 constexpr uint32_t Tag(int field, WireFormatLite::WireType type) {
   return (static_cast<uint32_t>(field) << 3) | type;
