@@ -1,6 +1,7 @@
 #include "core/cuckoo_filter.h"
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -209,6 +210,40 @@ uint64_t CuckooFilter::items() const {
   uint64_t n = 0;
   for (const auto& s : shards_) n += s->items.load(std::memory_order_relaxed);
   return n;
+}
+
+uint64_t CuckooFilter::changes() const {
+  uint64_t n = 0;
+  for (const auto& s : shards_) n += s->changes.load(std::memory_order_relaxed);
+  return n;
+}
+
+uint64_t CuckooFilter::unsnapshotted_changes() const {
+  SnapshotRecord r = last_snapshot();
+  return changes() - (r.exists ? r.changes : 0);
+}
+
+CuckooFilter::ShardState CuckooFilter::CopyShard(uint32_t i, uint8_t* dst) const {
+  const Shard& shard = *shards_[i];
+  ReaderLock lock(&shard.mu);
+  absl::Span<const uint8_t> bytes = shard.table.bytes();
+  std::memcpy(dst, bytes.data(), bytes.size());
+  return {.items = shard.table.items(),
+          .rng_state = shard.table.rng_state(),
+          .changes = shard.changes.load(std::memory_order_relaxed)};
+}
+
+absl::Span<uint8_t> CuckooFilter::MutableShardBytesForLoad(uint32_t i) {
+  Shard& shard = *shards_[i];
+  WriterLock lock(&shard.mu);  // Uncontended; keeps the lock annotations honest.
+  return shard.table.mutable_bytes();
+}
+
+void CuckooFilter::RestoreShardForLoad(uint32_t i, uint64_t items, uint64_t rng_state) {
+  Shard& shard = *shards_[i];
+  WriterLock lock(&shard.mu);
+  shard.table.RestoreCounters(items, rng_state);
+  shard.items.store(items, std::memory_order_relaxed);
 }
 
 FilterStats CuckooFilter::Stats() const {

@@ -30,10 +30,12 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "core/cuckoo_table.h"
 #include "core/filter_options.h"
@@ -95,6 +97,51 @@ class CuckooFilter {
   uint64_t items() const;
   uint64_t memory_bytes() const { return memory_bytes_; }
 
+  // Successful inserts plus successful deletes since the filter was created
+  // or loaded: a clock of changes, for "has this changed since its snapshot?".
+  uint64_t changes() const;
+
+  // --- Snapshot support (core/snapshot.h) ---
+
+  // A shard's counters, taken with a copy of its table.
+  struct ShardState {
+    uint64_t items = 0;
+    uint64_t rng_state = 0;
+    uint64_t changes = 0;
+  };
+  // Copies shard `i`'s packed table (shape().table_bytes_per_shard() bytes)
+  // into `dst` holding only that shard's shared lock: writers to the other
+  // shards go on; writers to shard `i` wait for the copy, not for any I/O.
+  ShardState CopyShard(uint32_t i, uint8_t* dst) const;
+  // For a filter that no other thread can see yet (being loaded): shard
+  // `i`'s table bytes to fill in, and its counters.
+  absl::Span<uint8_t> MutableShardBytesForLoad(uint32_t i);
+  void RestoreShardForLoad(uint32_t i, uint64_t items, uint64_t rng_state);
+
+  // The filter's latest snapshot, as recorded by core/snapshot.h.
+  struct SnapshotRecord {
+    bool exists = false;   // A snapshot of this filter is on disk.
+    absl::Time time;       // When it was taken (its first shard copied).
+    uint64_t bytes = 0;    // Its size.
+    uint64_t changes = 0;  // changes() it includes.
+  };
+  SnapshotRecord last_snapshot() const {
+    std::lock_guard<std::mutex> lock(record_mu_);
+    return record_;
+  }
+  void set_last_snapshot(const SnapshotRecord& r) const {
+    std::lock_guard<std::mutex> lock(record_mu_);
+    record_ = r;
+  }
+  // Changes not in the last snapshot (every one when there is none).
+  uint64_t unsnapshotted_changes() const;
+  // Held by whoever writes or removes this filter's snapshot file, so that
+  // a file being written and the filter's removal never interleave.
+  std::mutex& persist_mutex() const { return persist_mu_; }
+  // Set (under persist_mutex) when the filter's files have been removed: no
+  // snapshot of it may be written afterwards.
+  bool retired = false;
+
  private:
   // One table, its lock, and a sequence counter that lets lookups skip the
   // lock: a reader notes the counter, reads, and accepts what it read only if
@@ -117,11 +164,17 @@ class CuckooFilter {
       struct Publish {  // Also on the way out of fn.
         Shard* shard;
         uint64_t next;
+        uint64_t items_before;
         ~Publish() {
-          shard->items.store(shard->table.items(), std::memory_order_relaxed);
+          // A write section only inserts or only deletes, so the change in
+          // items is the number of keys it inserted or deleted.
+          const uint64_t now = shard->table.items();
+          shard->changes.fetch_add(now > items_before ? now - items_before : items_before - now,
+                                   std::memory_order_relaxed);
+          shard->items.store(now, std::memory_order_relaxed);
           shard->seq.store(next, std::memory_order_release);
         }
-      } publish{this, s + 2};
+      } publish{this, s + 2, table.items()};
       return fn(table);
     }
 
@@ -149,6 +202,8 @@ class CuckooFilter {
     std::atomic<uint64_t> seq{0};
     // Mirrors table.items() so Stats() needs no lock.
     std::atomic<uint64_t> items{0};
+    // Keys inserted or deleted so far (see changes()).
+    std::atomic<uint64_t> changes{0};
   };
 
   explicit CuckooFilter(const FilterShape& shape)
@@ -167,6 +222,9 @@ class CuckooFilter {
   std::vector<const CuckooTable*> tables_;
   uint64_t memory_bytes_ = 0;
   std::vector<std::unique_ptr<Shard>> shards_;
+  mutable std::mutex record_mu_;
+  mutable SnapshotRecord record_;  // Guarded by record_mu_.
+  mutable std::mutex persist_mu_;
 };
 
 }  // namespace cuckoo

@@ -132,6 +132,15 @@ class CuckooTable {
 
   // The packed slots, ceil(m * b * f / 8) bytes, for snapshots.
   absl::Span<const uint8_t> bytes() const { return {buf_.data(), byte_size_}; }
+  // For snapshots (core/snapshot.h): the kick-victim generator's state, and
+  // the writable slots and counters of a table being restored, which no other
+  // thread may be using.
+  uint64_t rng_state() const { return rng_; }
+  absl::Span<uint8_t> mutable_bytes() { return {buf_.data(), byte_size_}; }
+  void RestoreCounters(uint64_t items, uint64_t rng_state) {
+    items_ = items;
+    rng_ = rng_state | 1;  // xorshift state must be non-zero.
+  }
   // Fingerprint in `slot` of `bucket` (0 = empty). For tests and tools.
   uint32_t SlotValue(uint64_t bucket, uint32_t slot) const;
 

@@ -14,25 +14,9 @@
 #include "cuckoo/v1/filter_service.grpc.pb.h"
 #include "server/config.h"
 #include "server/server.h"
+#include "tests/util/temp_dir.h"
 
 namespace cuckoo::testing {
-
-// A fresh, empty directory under the test's temp dir, removed on destruction.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "cuckoo-test-XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // Small limits so tests can reach them.
 inline server::ServerConfig TestConfig(const std::string& data_dir) {

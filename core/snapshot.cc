@@ -1,0 +1,499 @@
+#include "core/snapshot.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <system_error>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "core/hash.h"  // xxhash.h
+#include "core/page_buffer.h"
+#include "core/registry.h"
+
+namespace cuckoo {
+namespace {
+
+// Layout; docs/SNAPSHOT_FORMAT.md is the specification.
+constexpr char kMagic[8] = {'\x89', 'C', 'U', 'C', 'K', 'O', 'O', '\n'};
+constexpr char kFooterMagic[8] = {'\x89', 'C', 'K', 'F', 'E', 'N', 'D', '\n'};
+constexpr size_t kHeaderBytes = 256;
+constexpr size_t kHeaderNameOffset = 88;
+constexpr size_t kHeaderReservedOffset = kHeaderNameOffset + kMaxFilterNameBytes;  // 216
+constexpr size_t kHeaderChecksumOffset = kHeaderBytes - 8;
+constexpr size_t kSectionHeaderBytes = 32;
+constexpr size_t kSectionTrailerBytes = 8;
+constexpr size_t kFooterBytes = 32;
+constexpr uint32_t kTableKindPacked = 0;
+
+void Put32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
+void Put64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
+uint32_t Get32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+uint64_t Get64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+std::string SystemError(int err) { return std::error_code(err, std::generic_category()).message(); }
+
+absl::Status IoError(absl::string_view op, absl::string_view path, int err) {
+  std::string msg = absl::StrFormat("%s %s: %s", op, path, SystemError(err));
+  if (err == ENOSPC || err == EDQUOT) return absl::ResourceExhaustedError(msg);
+  if (err == ENOENT) return absl::NotFoundError(msg);
+  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
+  return absl::InternalError(msg);
+}
+
+// Bytes a file of this shape must have.
+uint64_t FileBytes(const FilterShape& s) {
+  return kHeaderBytes +
+         uint64_t{s.shards} *
+             (kSectionHeaderBytes + s.table_bytes_per_shard() + kSectionTrailerBytes) +
+         kFooterBytes;
+}
+
+// Fingerprint bits in use in the last byte of a table (0: all 8).
+uint32_t UsedBitsInLastByte(const FilterShape& s) {
+  return static_cast<uint32_t>((s.buckets_per_shard * s.bucket_size * s.fingerprint_bits) % 8);
+}
+
+class FileWriter {
+ public:
+  ~FileWriter() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  absl::Status Open(const std::string& path) {
+    path_ = path;
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) return IoError("create", path, errno);
+    return absl::OkStatus();
+  }
+  absl::Status Write(const uint8_t* p, size_t n) {
+    while (n > 0) {
+      ssize_t w = ::write(fd_, p, std::min<size_t>(n, size_t{1} << 30));
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return IoError("write", path_, errno);
+      }
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+    return absl::OkStatus();
+  }
+  absl::Status SyncAndClose() {
+    if (::fsync(fd_) != 0) return IoError("fsync", path_, errno);
+    int fd = std::exchange(fd_, -1);
+    if (::close(fd) != 0) return IoError("close", path_, errno);
+    return absl::OkStatus();
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+absl::Status SyncDirectory(absl::string_view dir) {
+  std::string d(dir);
+  int fd = ::open(d.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return IoError("open directory", d, errno);
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) return IoError("fsync directory", d, err);
+  return absl::OkStatus();
+}
+
+std::string TempPath(absl::string_view dir, absl::string_view name) {
+  return absl::StrCat(dir, "/.", name, kSnapshotSuffix, kSnapshotTempSuffix);
+}
+
+// Where a snapshot is read from.
+class Source {
+ public:
+  virtual ~Source() = default;
+  virtual uint64_t size() const = 0;
+  // Exactly n bytes at the current position; the caller has checked the
+  // file is long enough, so a short read is an I/O error.
+  virtual absl::Status Read(uint8_t* dst, size_t n) = 0;
+};
+
+class MemorySource final : public Source {
+ public:
+  explicit MemorySource(absl::Span<const uint8_t> data) : data_(data) {}
+  uint64_t size() const override { return data_.size(); }
+  absl::Status Read(uint8_t* dst, size_t n) override {
+    if (n > data_.size() - pos_) return absl::InternalError("read past the end");
+    std::memcpy(dst, data_.data() + pos_, n);
+    pos_ += n;
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Span<const uint8_t> data_;
+  size_t pos_ = 0;
+};
+
+class FileSource final : public Source {
+ public:
+  FileSource(int fd, uint64_t size, std::string path) : fd_(fd), size_(size), path_(path) {}
+  ~FileSource() override { ::close(fd_); }
+  uint64_t size() const override { return size_; }
+  absl::Status Read(uint8_t* dst, size_t n) override {
+    while (n > 0) {
+      ssize_t r = ::read(fd_, dst, std::min<size_t>(n, size_t{1} << 30));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return IoError("read", path_, errno);
+      }
+      if (r == 0) return absl::InternalError(absl::StrCat("read ", path_, ": file shrank"));
+      dst += r;
+      n -= static_cast<size_t>(r);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const int fd_;
+  const uint64_t size_;
+  const std::string path_;
+};
+
+// Checks and decodes the fixed header.
+absl::StatusOr<SnapshotHeader> DecodeHeader(const uint8_t* h, uint64_t file_bytes,
+                                            absl::string_view label,
+                                            absl::string_view expected_name) {
+  auto bad = [&](absl::string_view why) {
+    return absl::DataLossError(absl::StrCat(label, ": ", why));
+  };
+  if (std::memcmp(h, kMagic, sizeof(kMagic)) != 0) {
+    return bad("not a cuckood snapshot (bad magic number)");
+  }
+  const uint32_t version = Get32(h + 8);
+  if (version != kSnapshotFormatVersion) {
+    return bad(absl::StrFormat("format version %u is not supported (this build reads version %u)",
+                               version, kSnapshotFormatVersion));
+  }
+  if (XXH3_64bits(h, kHeaderChecksumOffset) != Get64(h + kHeaderChecksumOffset)) {
+    return bad("header checksum mismatch (the header is corrupt)");
+  }
+  auto impossible = [&](absl::string_view why) {
+    return bad(absl::StrCat("impossible settings in header: ", why));
+  };
+  if (Get32(h + 12) != kHeaderBytes) {
+    return impossible(absl::StrFormat("header size %u (expected %u)", Get32(h + 12), kHeaderBytes));
+  }
+  SnapshotHeader out;
+  FilterShape& s = out.shape;
+  s.hash_id = Get32(h + 16);
+  const uint32_t table_kind = Get32(h + 20);
+  s.fingerprint_bits = Get32(h + 24);
+  s.bucket_size = Get32(h + 28);
+  s.shards = Get32(h + 32);
+  s.shard_bits = Get32(h + 36);
+  s.max_kicks = Get32(h + 40);
+  const uint32_t name_length = Get32(h + 44);
+  s.seed = Get64(h + 48);
+  s.capacity = Get64(h + 56);
+  s.buckets_per_shard = Get64(h + 64);
+  const uint64_t table_bytes = Get64(h + 72);
+  const int64_t taken_us = static_cast<int64_t>(Get64(h + 80));
+  if (table_kind != kTableKindPacked) {
+    return impossible(absl::StrFormat("unknown table kind %u", table_kind));
+  }
+  if (absl::Status st = ValidateShape(s); !st.ok()) return impossible(st.message());
+  if (table_bytes != s.table_bytes_per_shard()) {
+    return impossible(absl::StrFormat("table bytes per shard %u, but the shape needs %u",
+                                      table_bytes, s.table_bytes_per_shard()));
+  }
+  if (name_length == 0 || name_length > kMaxFilterNameBytes) {
+    return impossible(absl::StrFormat("filter name length %u", name_length));
+  }
+  for (size_t i = kHeaderNameOffset + name_length; i < kHeaderChecksumOffset; ++i) {
+    if (h[i] != 0) return impossible(absl::StrFormat("reserved header byte %u is not zero", i));
+  }
+  out.name.assign(reinterpret_cast<const char*>(h + kHeaderNameOffset), name_length);
+  if (absl::Status st = FilterRegistry::ValidateName(out.name); !st.ok()) {
+    return impossible(st.message());
+  }
+  if (!expected_name.empty() && out.name != expected_name) {
+    return bad(absl::StrFormat("holds filter \"%s\", but its file name says \"%s\"", out.name,
+                               absl::CHexEscape(expected_name)));
+  }
+  out.taken = absl::FromUnixMicros(taken_us);
+  out.file_bytes = FileBytes(s);
+  if (file_bytes < out.file_bytes) {
+    return bad(absl::StrFormat("truncated: the file is %u bytes, its settings need %u", file_bytes,
+                               out.file_bytes));
+  }
+  if (file_bytes > out.file_bytes) {
+    return bad(absl::StrFormat("%u unexpected bytes after the end of the snapshot (%u bytes)",
+                               file_bytes - out.file_bytes, out.file_bytes));
+  }
+  return out;
+}
+
+absl::StatusOr<LoadedSnapshot> Parse(Source& src, absl::string_view label,
+                                     absl::string_view expected_name, const SnapshotAdmit& admit) {
+  auto bad = [&](absl::string_view why) {
+    return absl::DataLossError(absl::StrCat(label, ": ", why));
+  };
+  if (src.size() == 0) return bad("empty file (0 bytes)");
+  if (src.size() < kHeaderBytes) {
+    // Say "bad magic" for short files that are not snapshots at all.
+    uint8_t head[kHeaderBytes];
+    size_t n = static_cast<size_t>(src.size());
+    if (absl::Status st = src.Read(head, n); !st.ok()) return st;
+    if (std::memcmp(head, kMagic, std::min(n, sizeof(kMagic))) != 0) {
+      return bad("not a cuckood snapshot (bad magic number)");
+    }
+    return bad(absl::StrFormat("truncated: the file is %u bytes, shorter than the %u-byte header",
+                               n, kHeaderBytes));
+  }
+  uint8_t h[kHeaderBytes];
+  if (absl::Status st = src.Read(h, kHeaderBytes); !st.ok()) return st;
+  absl::StatusOr<SnapshotHeader> header = DecodeHeader(h, src.size(), label, expected_name);
+  if (!header.ok()) return header.status();
+  if (admit) {
+    if (absl::Status st = admit(*header); !st.ok()) return st;
+  }
+  const FilterShape& shape = header->shape;
+  absl::StatusOr<std::unique_ptr<CuckooFilter>> filter = CuckooFilter::FromShape(shape);
+  if (!filter.ok()) return filter.status();
+
+  XXH3_state_t* whole = XXH3_createState();
+  XXH3_state_t* section = XXH3_createState();
+  struct Free {
+    XXH3_state_t* a;
+    XXH3_state_t* b;
+    ~Free() {
+      XXH3_freeState(a);
+      XXH3_freeState(b);
+    }
+  } free_states{whole, section};
+  XXH3_64bits_reset(whole);
+  XXH3_64bits_update(whole, h + kHeaderChecksumOffset, 8);
+
+  const uint64_t table_bytes = shape.table_bytes_per_shard();
+  const uint64_t slots_per_shard = shape.buckets_per_shard * shape.bucket_size;
+  const uint32_t used_bits = UsedBitsInLastByte(shape);
+  uint64_t offset = kHeaderBytes;
+  uint64_t items = 0;
+  for (uint32_t i = 0; i < shape.shards; ++i) {
+    uint8_t sh[kSectionHeaderBytes];
+    if (absl::Status st = src.Read(sh, sizeof(sh)); !st.ok()) return st;
+    absl::Span<uint8_t> table = (*filter)->MutableShardBytesForLoad(i);
+    if (absl::Status st = src.Read(table.data(), table.size()); !st.ok()) return st;
+    uint8_t trailer[kSectionTrailerBytes];
+    if (absl::Status st = src.Read(trailer, sizeof(trailer)); !st.ok()) return st;
+    XXH3_64bits_reset(section);
+    XXH3_64bits_update(section, sh, sizeof(sh));
+    XXH3_64bits_update(section, table.data(), table.size());
+    if (XXH3_64bits_digest(section) != Get64(trailer)) {
+      return bad(
+          absl::StrFormat("shard %u checksum mismatch (section at byte %u is corrupt)", i, offset));
+    }
+    auto impossible = [&](absl::string_view why) {
+      return bad(absl::StrFormat("impossible settings in shard %u (byte %u): %s", i, offset, why));
+    };
+    if (Get32(sh) != i) return impossible(absl::StrFormat("section is for shard %u", Get32(sh)));
+    if (Get32(sh + 4) != 0) return impossible("reserved field is not zero");
+    const uint64_t shard_items = Get64(sh + 8);
+    if (shard_items > slots_per_shard) {
+      return impossible(
+          absl::StrFormat("%u items in a table of %u slots", shard_items, slots_per_shard));
+    }
+    if (Get64(sh + 24) != table_bytes) {
+      return impossible(
+          absl::StrFormat("table of %u bytes, expected %u", Get64(sh + 24), table_bytes));
+    }
+    if (used_bits != 0 && (table[table.size() - 1] >> used_bits) != 0) {
+      return impossible("bits set after the last slot");
+    }
+    (*filter)->RestoreShardForLoad(i, shard_items, Get64(sh + 16));
+    items += shard_items;
+    XXH3_64bits_update(whole, trailer, sizeof(trailer));
+    offset += kSectionHeaderBytes + table_bytes + kSectionTrailerBytes;
+  }
+
+  uint8_t footer[kFooterBytes];
+  if (absl::Status st = src.Read(footer, sizeof(footer)); !st.ok()) return st;
+  XXH3_64bits_update(whole, footer, kFooterBytes - 8);
+  if (std::memcmp(footer, kFooterMagic, sizeof(kFooterMagic)) != 0) {
+    return bad(absl::StrFormat("bad footer magic number at byte %u", offset));
+  }
+  if (XXH3_64bits_digest(whole) != Get64(footer + 24)) {
+    return bad("file checksum mismatch (sections from different snapshots, or a corrupt footer)");
+  }
+  if (Get64(footer + 8) != header->file_bytes) {
+    return bad(absl::StrFormat("footer gives a file size of %u, expected %u", Get64(footer + 8),
+                               header->file_bytes));
+  }
+  if (Get64(footer + 16) != items) {
+    return bad(
+        absl::StrFormat("footer counts %u items, the shards hold %u", Get64(footer + 16), items));
+  }
+  LoadedSnapshot out;
+  out.header = *std::move(header);
+  out.items = items;
+  out.filter = *std::move(filter);
+  out.filter->set_last_snapshot({.exists = true,
+                                 .time = out.header.taken,
+                                 .bytes = out.header.file_bytes,
+                                 .changes = out.filter->changes()});
+  return out;
+}
+
+}  // namespace
+
+std::string SnapshotPath(absl::string_view dir, absl::string_view name) {
+  return absl::StrCat(dir, "/", name, kSnapshotSuffix);
+}
+
+absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter,
+                                                      absl::string_view name,
+                                                      absl::string_view dir) {
+  if (absl::Status st = FilterRegistry::ValidateName(name); !st.ok()) return st;
+  std::lock_guard<std::mutex> persist(filter.persist_mutex());
+  if (filter.retired) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("filter \"%s\" has been dropped; not writing its snapshot", name));
+  }
+  const absl::Time start = absl::Now();
+  const FilterShape& shape = filter.shape();
+  const uint64_t table_bytes = shape.table_bytes_per_shard();
+  SnapshotWriteResult result;
+  result.path = SnapshotPath(dir, name);
+  result.taken = start;
+  result.bytes = FileBytes(shape);
+  const std::string tmp = TempPath(dir, name);
+
+  uint8_t h[kHeaderBytes] = {};
+  std::memcpy(h, kMagic, sizeof(kMagic));
+  Put32(h + 8, kSnapshotFormatVersion);
+  Put32(h + 12, kHeaderBytes);
+  Put32(h + 16, shape.hash_id);
+  Put32(h + 20, kTableKindPacked);
+  Put32(h + 24, shape.fingerprint_bits);
+  Put32(h + 28, shape.bucket_size);
+  Put32(h + 32, shape.shards);
+  Put32(h + 36, shape.shard_bits);
+  Put32(h + 40, shape.max_kicks);
+  Put32(h + 44, static_cast<uint32_t>(name.size()));
+  Put64(h + 48, shape.seed);
+  Put64(h + 56, shape.capacity);
+  Put64(h + 64, shape.buckets_per_shard);
+  Put64(h + 72, table_bytes);
+  Put64(h + 80, static_cast<uint64_t>(absl::ToUnixMicros(start)));
+  std::memcpy(h + kHeaderNameOffset, name.data(), name.size());
+  Put64(h + kHeaderChecksumOffset, XXH3_64bits(h, kHeaderChecksumOffset));
+
+  // One buffer for a shard's section, reused for every shard: the copy is
+  // made in place between the section header and its checksum.
+  const size_t section_bytes = kSectionHeaderBytes + table_bytes + kSectionTrailerBytes;
+  absl::StatusOr<PageBuffer> buf = PageBuffer::Allocate(section_bytes);
+  if (!buf.ok()) return buf.status();
+  uint8_t* sec = buf->data();
+
+  FileWriter out;
+  absl::Status st = [&]() -> absl::Status {
+    if (absl::Status s = out.Open(tmp); !s.ok()) return s;
+    if (absl::Status s = out.Write(h, sizeof(h)); !s.ok()) return s;
+    XXH3_state_t* whole = XXH3_createState();
+    struct Free {
+      XXH3_state_t* s;
+      ~Free() { XXH3_freeState(s); }
+    } free_state{whole};
+    XXH3_64bits_reset(whole);
+    XXH3_64bits_update(whole, h + kHeaderChecksumOffset, 8);
+    uint64_t changes = 0;
+    for (uint32_t i = 0; i < shape.shards; ++i) {
+      CuckooFilter::ShardState state = filter.CopyShard(i, sec + kSectionHeaderBytes);
+      Put32(sec, i);
+      Put32(sec + 4, 0);
+      Put64(sec + 8, state.items);
+      Put64(sec + 16, state.rng_state);
+      Put64(sec + 24, table_bytes);
+      Put64(sec + kSectionHeaderBytes + table_bytes,
+            XXH3_64bits(sec, kSectionHeaderBytes + table_bytes));
+      XXH3_64bits_update(whole, sec + kSectionHeaderBytes + table_bytes, 8);
+      if (absl::Status s = out.Write(sec, section_bytes); !s.ok()) return s;
+      result.items += state.items;
+      changes += state.changes;
+    }
+    uint8_t footer[kFooterBytes] = {};
+    std::memcpy(footer, kFooterMagic, sizeof(kFooterMagic));
+    Put64(footer + 8, result.bytes);
+    Put64(footer + 16, result.items);
+    XXH3_64bits_update(whole, footer, kFooterBytes - 8);
+    Put64(footer + 24, XXH3_64bits_digest(whole));
+    if (absl::Status s = out.Write(footer, sizeof(footer)); !s.ok()) return s;
+    if (absl::Status s = out.SyncAndClose(); !s.ok()) return s;
+    if (::rename(tmp.c_str(), result.path.c_str()) != 0) {
+      return IoError(absl::StrCat("rename ", tmp, " to"), result.path, errno);
+    }
+    if (absl::Status s = SyncDirectory(dir); !s.ok()) return s;
+    filter.set_last_snapshot(
+        {.exists = true, .time = start, .bytes = result.bytes, .changes = changes});
+    return absl::OkStatus();
+  }();
+  if (!st.ok()) {
+    ::unlink(tmp.c_str());
+    return st;
+  }
+  result.duration = absl::Now() - start;
+  return result;
+}
+
+absl::Status RemoveSnapshotFile(CuckooFilter& filter, absl::string_view name,
+                                absl::string_view dir) {
+  std::lock_guard<std::mutex> persist(filter.persist_mutex());
+  const std::string path = SnapshotPath(dir, name);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return IoError("remove", path, errno);
+  ::unlink(TempPath(dir, name).c_str());
+  if (absl::Status s = SyncDirectory(dir); !s.ok()) return s;
+  filter.retired = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LoadedSnapshot> ReadSnapshotFile(const std::string& path,
+                                                absl::string_view expected_name,
+                                                const SnapshotAdmit& admit) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return IoError("open", path, errno);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    return IoError("stat", path, err);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(path, ": not a regular file"));
+  }
+  // Sequential read of the whole file: ask for aggressive readahead.
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  FileSource src(fd, static_cast<uint64_t>(st.st_size), path);
+  return Parse(src, path, expected_name, admit);
+}
+
+absl::StatusOr<LoadedSnapshot> ParseSnapshot(absl::Span<const uint8_t> data,
+                                             absl::string_view label,
+                                             absl::string_view expected_name,
+                                             const SnapshotAdmit& admit) {
+  MemorySource src(data);
+  return Parse(src, label, expected_name, admit);
+}
+
+}  // namespace cuckoo

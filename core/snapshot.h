@@ -1,0 +1,106 @@
+// Snapshots: a filter written to one file and read back bit for bit.
+//
+// The format (versioned, little-endian, an XXH3-64 checksum per section and
+// one over the whole) is specified in docs/SNAPSHOT_FORMAT.md. The file of
+// filter "name" is <dir>/name.cuckoo.
+//
+//   absl::StatusOr<SnapshotWriteResult> w = WriteSnapshotFile(*filter, "users",
+//   "/var/lib/cuckood"); absl::StatusOr<LoadedSnapshot> r =
+//   ReadSnapshotFile("/var/lib/cuckood/users.cuckoo", "users");
+//
+// Writing copies one shard at a time under that shard's shared lock and
+// writes the copy with no lock held, so inserts into other shards go on and
+// inserts into the shard being copied wait only for a memcpy. The file is
+// written under a temporary name, fsync'ed, renamed over the old snapshot and
+// the directory fsync'ed: a crash at any instant leaves the old snapshot or
+// the new one, never a torn file.
+//
+// Reading checks everything before the filter is handed out: a file that
+// fails any check yields DATA_LOSS with a message naming the file and the
+// check, and no filter. Other statuses (NOT_FOUND, PERMISSION_DENIED,
+// INTERNAL for I/O errors) mean the file could not be read, not that it is bad.
+//
+// Thread safety: WriteSnapshotFile may run concurrently with any use of the
+// filter; writers of the same filter serialise on its persist_mutex().
+#ifndef CUCKOO_CORE_SNAPSHOT_H_
+#define CUCKOO_CORE_SNAPSHOT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "core/cuckoo_filter.h"
+
+namespace cuckoo {
+
+inline constexpr uint32_t kSnapshotFormatVersion = 1;
+inline constexpr absl::string_view kSnapshotSuffix = ".cuckoo";
+// Temporary files are "." + name + kSnapshotSuffix + kSnapshotTempSuffix;
+// filter names never start with '.', so they cannot collide with a snapshot.
+inline constexpr absl::string_view kSnapshotTempSuffix = ".tmp";
+
+// <dir>/<name>.cuckoo
+std::string SnapshotPath(absl::string_view dir, absl::string_view name);
+
+struct SnapshotWriteResult {
+  std::string path;
+  uint64_t bytes = 0;  // File size.
+  uint64_t items = 0;  // Items in the snapshot (each shard's as it was copied).
+  absl::Time taken;    // When the first shard was copied.
+  absl::Duration duration;
+};
+
+// Writes `filter`'s snapshot to SnapshotPath(dir, name) and records it in the
+// filter (last_snapshot()). INTERNAL (RESOURCE_EXHAUSTED when the disk is
+// full) naming the file and the system error when it cannot be written; the
+// previous snapshot, if any, is then still in place. FAILED_PRECONDITION if
+// the filter has been retired (dropped).
+absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter,
+                                                      absl::string_view name,
+                                                      absl::string_view dir);
+
+// Removes the filter's snapshot file (if any) and retires the filter so no
+// later write can bring the file back. INTERNAL naming the file when it
+// exists and cannot be removed; the filter is then not retired.
+absl::Status RemoveSnapshotFile(CuckooFilter& filter, absl::string_view name,
+                                absl::string_view dir);
+
+// What a snapshot's header says, checked.
+struct SnapshotHeader {
+  std::string name;
+  FilterShape shape;
+  absl::Time taken;
+  uint64_t file_bytes = 0;
+};
+
+struct LoadedSnapshot {
+  SnapshotHeader header;
+  uint64_t items = 0;
+  std::unique_ptr<CuckooFilter> filter;
+};
+
+// Called with the checked header before the tables are allocated; a non-OK
+// status stops the load and is returned as is (e.g. a memory budget check).
+using SnapshotAdmit = std::function<absl::Status(const SnapshotHeader&)>;
+
+// Reads the snapshot at `path`. With a non-empty `expected_name` the filter
+// name stored in it must match. DATA_LOSS "<path>: <reason>" for a bad file.
+absl::StatusOr<LoadedSnapshot> ReadSnapshotFile(const std::string& path,
+                                                absl::string_view expected_name = {},
+                                                const SnapshotAdmit& admit = nullptr);
+
+// The same for a snapshot held in memory; `label` stands for the path in
+// messages. For tests and the fuzzer.
+absl::StatusOr<LoadedSnapshot> ParseSnapshot(absl::Span<const uint8_t> data,
+                                             absl::string_view label,
+                                             absl::string_view expected_name = {},
+                                             const SnapshotAdmit& admit = nullptr);
+
+}  // namespace cuckoo
+
+#endif  // CUCKOO_CORE_SNAPSHOT_H_
