@@ -11,6 +11,7 @@ PACKAGES=(
   libspdlog-dev libboost-dev
   python3 python3-grpcio
   libgtest-dev libgmock-dev libbenchmark-dev
+  clang libclang-rt-14-dev
 )
 
 missing=()

@@ -4,7 +4,9 @@
 #   2. release build: all tests, plus the benchmark in --small mode as a smoke run;
 #   3. AddressSanitizer + UBSan build: all tests;
 #   4. ThreadSanitizer build: the engine's concurrency tests (CTest label
-#      "concurrency").
+#      "concurrency");
+#   5. the snapshot reader's libFuzzer target, built with clang, for 45 s
+#      (scripts/fuzz.sh).
 # Exits non-zero on the first failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,4 +33,6 @@ echo "== TSan build + concurrency tests"
 bash scripts/build.sh tsan concurrency_test
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   ctest --test-dir build/tsan --output-on-failure -j "$jobs" -L concurrency
+echo "== snapshot reader fuzzing"
+bash scripts/fuzz.sh 45
 echo "== all tests passed"

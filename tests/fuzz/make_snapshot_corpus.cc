@@ -1,0 +1,164 @@
+// Writes the seed corpus of the snapshot fuzzer (tests/fuzz/snapshot_fuzz.cc)
+// into a directory: small valid snapshots of assorted shapes (fingerprint
+// bits, bucket sizes, shard counts; empty, partly and nearly full) and a few
+// invalid files derived from them. About 36 KB in all; generated at build or
+// test time, never committed.
+//
+//   make_snapshot_corpus <dir>
+//
+// Every valid file is read back and every invalid one must be refused, so a
+// change in the format that breaks the corpus fails here, not silently in
+// the fuzzer. Exits non-zero on any failure.
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "core/cuckoo_filter.h"
+#include "core/snapshot.h"
+#include "tests/core/test_keys.h"
+
+namespace {
+
+using cuckoo::CuckooFilter;
+using cuckoo::FilterOptions;
+
+struct Seed {
+  const char* name;
+  FilterOptions options;
+  double fill;  // Fraction of the capacity inserted.
+};
+
+std::vector<uint8_t> ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+bool WriteBytes(const std::string& path, absl::Span<const uint8_t> b) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  return static_cast<bool>(out);
+}
+
+bool Fail(const std::string& what) {
+  std::fprintf(stderr, "make_snapshot_corpus: %s\n", what.c_str());
+  return false;
+}
+
+// Writes one valid snapshot; returns its bytes (empty on failure).
+std::vector<uint8_t> WriteSeed(const Seed& s, const std::string& dir) {
+  absl::StatusOr<std::unique_ptr<CuckooFilter>> f = CuckooFilter::Create(s.options);
+  if (!f.ok()) {
+    Fail(absl::StrCat(s.name, ": ", f.status().ToString()));
+    return {};
+  }
+  const uint64_t n = static_cast<uint64_t>(static_cast<double>(s.options.capacity) * s.fill);
+  for (uint64_t i = 0; i < n; ++i) (*f)->Insert(cuckoo::testing::Key(0, i));
+  absl::StatusOr<cuckoo::SnapshotWriteResult> w = cuckoo::WriteSnapshotFile(**f, s.name, dir);
+  if (!w.ok()) {
+    Fail(absl::StrCat(s.name, ": ", w.status().ToString()));
+    return {};
+  }
+  absl::StatusOr<cuckoo::LoadedSnapshot> r = cuckoo::ReadSnapshotFile(w->path, s.name);
+  if (!r.ok() || r->items != (*f)->items()) {
+    Fail(absl::StrCat(w->path, " does not read back: ", r.status().ToString()));
+    return {};
+  }
+  return ReadBytes(w->path);
+}
+
+// Writes an invalid variant, which ParseSnapshot must refuse.
+bool WriteInvalid(const std::string& dir, const std::string& name, std::vector<uint8_t> b) {
+  const std::string path = absl::StrCat(dir, "/invalid-", name, ".bin");
+  if (!WriteBytes(path, b)) return Fail(absl::StrCat("cannot write ", path));
+  if (cuckoo::ParseSnapshot(b, path).ok()) return Fail(absl::StrCat(path, " was accepted"));
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s <corpus dir>\n", argv[0]);
+    return 2;
+  }
+  const std::string dir = argv[1];
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    Fail(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+    return 1;
+  }
+
+  // Small capacities keep every file a few KB: libFuzzer mutates small
+  // inputs much faster, and -max_len in scripts/fuzz.sh covers the largest.
+  const Seed seeds[] = {
+      {"empty-f12-b4-s1", {.capacity = 100, .seed = 1}, 0.0},
+      {"half-f8-b2-s1", {.capacity = 600, .fingerprint_bits = 8, .bucket_size = 2, .seed = 2}, 0.5},
+      {"full-f16-b8-s4",
+       {.capacity = 1500, .fingerprint_bits = 16, .bucket_size = 8, .shards = 4, .seed = 3},
+       0.9},
+      {"part-f7-b4-s8",
+       {.capacity = 500, .fingerprint_bits = 7, .bucket_size = 4, .shards = 8, .seed = 4},
+       0.3},
+      {"tiny-f5-b2-s16",
+       {.capacity = 64, .fingerprint_bits = 5, .bucket_size = 2, .shards = 16, .seed = 5},
+       0.6},
+      {"wide-f32-b4-s2",
+       {.capacity = 300, .fingerprint_bits = 32, .bucket_size = 4, .shards = 2, .seed = 6},
+       0.7},
+      {"odd-f13-b8-s1",
+       {.capacity = 400, .fingerprint_bits = 13, .bucket_size = 8, .max_kicks = 20, .seed = 7},
+       0.8},
+      {"empty-f4-b2-s1", {.capacity = 1, .fingerprint_bits = 4, .bucket_size = 2, .seed = 8}, 0.0},
+  };
+  std::vector<std::vector<uint8_t>> valid;
+  for (const Seed& s : seeds) {
+    valid.push_back(WriteSeed(s, dir));
+    if (valid.back().empty()) return 1;
+  }
+
+  // Invalid files, each failing a different check.
+  const std::vector<uint8_t>& base = valid[2];  // Four shards, mostly full.
+  std::vector<uint8_t> b;
+  bool ok = WriteInvalid(dir, "empty", {});
+  ok = WriteInvalid(dir, "magic-only", std::vector<uint8_t>(base.begin(), base.begin() + 8)) && ok;
+  ok = WriteInvalid(dir, "truncated",
+                    std::vector<uint8_t>(base.begin(), base.begin() + base.size() / 2)) &&
+       ok;
+  b = base;
+  b[base.size() / 2] ^= 0x10;  // Inside a table: that shard's checksum.
+  ok = WriteInvalid(dir, "table-bit-flip", b) && ok;
+  b = base;
+  b[100] ^= 0x01;  // Inside the name: the header checksum.
+  ok = WriteInvalid(dir, "header-bit-flip", b) && ok;
+  b = base;
+  b.insert(b.end(), {0, 1, 2, 3});
+  ok = WriteInvalid(dir, "trailing-bytes", b) && ok;
+  b = base;
+  b[b.size() - 32] ^= 0xff;  // Footer magic.
+  ok = WriteInvalid(dir, "footer-magic", b) && ok;
+  b = base;
+  b[8] = 2;  // Format version.
+  ok = WriteInvalid(dir, "version-2", b) && ok;
+  if (!ok) return 1;
+
+  uint64_t bytes = 0;
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.is_regular_file()) {
+      bytes += e.file_size();
+      ++files;
+    }
+  }
+  std::printf("make_snapshot_corpus: %zu files, %llu bytes in %s\n", files,
+              static_cast<unsigned long long>(bytes), dir.c_str());
+  return 0;
+}
