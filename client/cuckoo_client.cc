@@ -78,6 +78,18 @@ absl::StatusOr<uint64_t> Client::DropFilter(std::string_view name) {
   return resp.freed_bytes();
 }
 
+absl::StatusOr<v1::SnapshotResponse> Client::Snapshot(std::string_view filter, bool changed_only,
+                                                      absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  v1::SnapshotRequest req;
+  req.set_filter(std::string(filter));
+  req.set_changed_only(changed_only);
+  v1::SnapshotResponse resp;
+  if (grpc::Status s = stub_->Snapshot(&ctx, req, &resp); !s.ok()) return FromGrpcStatus(s);
+  return resp;
+}
+
 absl::StatusOr<v1::GetServerInfoResponse> Client::ServerInfo() {
   grpc::ClientContext ctx;
   SetDeadline(ctx);

@@ -74,6 +74,11 @@ class Client {
   absl::StatusOr<std::vector<v1::FilterInfo>> ListFilters();
   // Returns the bytes freed.
   absl::StatusOr<uint64_t> DropFilter(std::string_view name);
+  // Writes snapshots of `filter` (all filters when empty) now and returns
+  // when they are on the server's disk. `timeout` replaces the client's
+  // per-call deadline (writing a large filter takes a while).
+  absl::StatusOr<v1::SnapshotResponse> Snapshot(std::string_view filter, bool changed_only,
+                                                absl::Duration timeout);
 
   // Per-key results in the order of `keys`.
   absl::StatusOr<std::vector<v1::InsertResult>> Insert(std::string_view filter,

@@ -87,7 +87,10 @@ Filters:
                         create a filter; prints its info and whether it was created
   info NAME             a filter's settings and state
   list                  every filter, sorted by name
-  drop NAME             remove a filter and free its memory
+  drop NAME             remove a filter and its snapshot, and free its memory
+  snapshot [NAME] [--changed-only]
+                        write snapshots (of NAME, or every filter) to the
+                        server's disk now; prints the files written
   server-info           the server's version, limits and memory use
   health [SERVICE]      grpc.health.v1 check; prints SERVING, NOT_SERVING, ...
 
@@ -150,6 +153,7 @@ enum Command : uint32_t {
   kDelete = 1 << 8,
   kCount = 1 << 9,
   kHelp = 1 << 10,
+  kSnapshot = 1 << 11,
 };
 constexpr uint32_t kKeyCommands = kInsert | kLookup | kDelete | kCount;
 constexpr uint32_t kAllCommands = ~uint32_t{0};
@@ -215,7 +219,19 @@ Prints every filter, sorted by name: a table in text, {"filters":[...]} in JSON.
 )"},
     {"drop", kDrop, R"(Usage: cuckooctl drop NAME
 
-Removes a filter and frees its memory; prints the bytes freed.
+Removes a filter and its snapshot file and frees its memory; prints the bytes
+freed.
+)"},
+    {"snapshot", kSnapshot, R"(Usage: cuckooctl snapshot [NAME] [--changed-only]
+
+Writes a snapshot of filter NAME, or of every filter, to the server's data
+directory now, and returns once it is on disk (fsync'ed): keys inserted before
+the command survive a crash of the server. Prints one line per file written
+(filter, items, bytes, path, time taken) and a total.
+
+  --changed-only   skip filters with no change since their last snapshot
+
+The RPC deadline is --timeout if given, else 10 minutes.
 )"},
     {"server-info", kServerInfo, R"(Usage: cuckooctl server-info
 
@@ -294,6 +310,7 @@ constexpr FlagSpec kFlags[] = {
     {"max-kicks", true, kCreate},
     {"seed", true, kCreate},
     {"if-not-exists", false, kCreate},
+    {"changed-only", false, kSnapshot},
     {"if-absent", false, kInsert},
     {"file", true, kKeyCommands},
     {"quiet", false, kKeyCommands | kHealth},
@@ -650,6 +667,23 @@ class TextFields {
   std::vector<std::pair<std::string, std::string>> rows_;
 };
 
+std::string JsonString(std::string_view s) {
+  std::string out;
+  AppendJsonString(out, s);
+  return out;
+}
+
+double DurationSeconds(const google::protobuf::Duration& d) {
+  return static_cast<double>(d.seconds()) + d.nanos() / 1e9;
+}
+
+// RFC 3339 in UTC, e.g. 2026-11-23T10:15:00.123456Z.
+std::string FormatTimestamp(const google::protobuf::Timestamp& t) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ",
+                          absl::FromUnixSeconds(t.seconds()) + absl::Nanoseconds(t.nanos()),
+                          absl::UTCTimeZone());
+}
+
 std::string FilterInfoJson(const v1::FilterInfo& f) {
   return JsonObject()
       .String("name", f.name())
@@ -670,6 +704,12 @@ std::string FilterInfoJson(const v1::FilterInfo& f) {
       .Double("bits_per_item", f.bits_per_item())
       .Double("expected_false_positive_rate", f.expected_false_positive_rate())
       .Double("false_positive_rate_at_capacity", f.false_positive_rate_at_capacity())
+      .Raw("last_snapshot_time", f.has_last_snapshot_time()
+                                     ? JsonString(FormatTimestamp(f.last_snapshot_time()))
+                                     : "null")
+      .Uint("last_snapshot_bytes", f.last_snapshot_bytes())
+      .Uint("unsnapshotted_changes", f.unsnapshotted_changes())
+      .Bool("has_unsnapshotted_changes", f.has_unsnapshotted_changes())
       .Done();
 }
 
@@ -692,7 +732,15 @@ void AddFilterInfoText(TextFields& t, const v1::FilterInfo& f) {
       .Add("expected_false_positive_rate",
            absl::StrFormat("%.6g", f.expected_false_positive_rate()))
       .Add("false_positive_rate_at_capacity",
-           absl::StrFormat("%.6g", f.false_positive_rate_at_capacity()));
+           absl::StrFormat("%.6g", f.false_positive_rate_at_capacity()))
+      .Add("last_snapshot_time",
+           f.has_last_snapshot_time() ? FormatTimestamp(f.last_snapshot_time()) : "never")
+      .Add("last_snapshot_bytes",
+           absl::StrFormat("%u (%s)", f.last_snapshot_bytes(), HumanBytes(f.last_snapshot_bytes())))
+      .Add("unsnapshotted_changes",
+           absl::StrFormat(
+               "%u%s", f.unsnapshotted_changes(),
+               f.has_unsnapshotted_changes() ? " (a restart now would lose changes)" : ""));
 }
 
 // ---------------------------------------------------------------------------
@@ -1327,6 +1375,8 @@ int RunServerInfo(const GlobalOptions& g, const CommandLine& cl) {
                     .Uint("memory_budget_bytes", info->memory_budget_bytes())
                     .Uint("memory_used_bytes", info->memory_used_bytes())
                     .Uint("filters", info->filters())
+                    .String("data_dir", info->data_dir())
+                    .Double("snapshot_interval_seconds", DurationSeconds(info->snapshot_interval()))
                     .Done() +
                 "\n");
   }
@@ -1341,7 +1391,66 @@ int RunServerInfo(const GlobalOptions& g, const CommandLine& cl) {
                   .Add("memory_budget_bytes", bytes(info->memory_budget_bytes()))
                   .Add("memory_used_bytes", bytes(info->memory_used_bytes()))
                   .Add("filters", absl::StrFormat("%u", info->filters()))
+                  .Add("data_dir", info->data_dir())
+                  .Add("snapshot_interval", info->snapshot_interval().seconds() == 0 &&
+                                                    info->snapshot_interval().nanos() == 0
+                                                ? "off (only on snapshot and at shutdown)"
+                                                : absl::FormatDuration(absl::Seconds(
+                                                      DurationSeconds(info->snapshot_interval()))))
                   .Done());
+}
+
+int RunSnapshot(const GlobalOptions& g, const CommandLine& cl) {
+  if (auto f = ExpectArgs(cl, 0, 1, "")) return Fail(*f);
+  const std::string name = cl.positional.size() > 1 ? cl.positional[1] : "";
+  client::ClientOptions options;
+  options.timeout = g.timeout;
+  absl::StatusOr<v1::SnapshotResponse> resp =
+      client::Client::Connect(g.target, options)
+          ->Snapshot(name, cl.Bool("changed-only"),
+                     cl.Has("timeout") ? g.timeout : absl::Minutes(10));
+  if (!resp.ok()) return Fail(ServerError(resp.status(), g.target));
+  if (g.json) {
+    std::string files = "[";
+    for (const v1::SnapshotFile& f : resp->files()) {
+      if (files.size() > 1) files.push_back(',');
+      files += JsonObject()
+                   .String("filter", f.filter())
+                   .String("path", f.path())
+                   .Uint("bytes", f.bytes())
+                   .Uint("items", f.items())
+                   .String("time", FormatTimestamp(f.time()))
+                   .Double("seconds", DurationSeconds(f.duration()))
+                   .Done();
+    }
+    files.push_back(']');
+    std::string unchanged = "[";
+    for (const std::string& u : resp->unchanged()) {
+      if (unchanged.size() > 1) unchanged.push_back(',');
+      unchanged += JsonString(u);
+    }
+    unchanged.push_back(']');
+    return Emit(JsonObject()
+                    .Raw("files", files)
+                    .Raw("unchanged", unchanged)
+                    .Uint("bytes", resp->bytes())
+                    .Double("seconds", DurationSeconds(resp->duration()))
+                    .Done() +
+                "\n");
+  }
+  std::string text;
+  for (const v1::SnapshotFile& f : resp->files()) {
+    const double secs = DurationSeconds(f.duration());
+    text += absl::StrFormat("%s: %u items, %s to %s in %.3fs (%.2f GB/s)\n", f.filter(), f.items(),
+                            HumanBytes(f.bytes()), f.path(), secs,
+                            f.bytes() / 1e9 / std::max(secs, 1e-9));
+  }
+  for (const std::string& u : resp->unchanged()) {
+    text += absl::StrFormat("%s: unchanged since its last snapshot\n", u);
+  }
+  text += absl::StrFormat("snapshot: %d files, %s in %.3fs\n", resp->files_size(),
+                          HumanBytes(resp->bytes()), DurationSeconds(resp->duration()));
+  return Emit(text);
 }
 
 int RunHealth(const GlobalOptions& g, const CommandLine& cl) {
@@ -1462,6 +1571,8 @@ int Main(int argc, char** argv) {
       return RunServerInfo(g, cl);
     case kHealth:
       return RunHealth(g, cl);
+    case kSnapshot:
+      return RunSnapshot(g, cl);
     default:
       return RunKeyCommand(g, cl, command->id);
   }

@@ -126,10 +126,18 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::Get(absl::string_v
   return it->second;
 }
 
-absl::Status FilterRegistry::Drop(absl::string_view name) {
+absl::Status FilterRegistry::CheckRoom(absl::string_view name, uint64_t bytes) const {
+  ReaderLock lock(&mu_);
+  if (filters_.contains(name)) {
+    return absl::AlreadyExistsError(absl::StrFormat("filter \"%s\" already exists", name));
+  }
+  return CheckRoomLocked(name, bytes);
+}
+
+absl::Status FilterRegistry::Drop(absl::string_view name, const CuckooFilter* only_if) {
   WriterLock lock(&mu_);
   auto it = filters_.find(name);
-  if (it == filters_.end()) {
+  if (it == filters_.end() || (only_if != nullptr && it->second.get() != only_if)) {
     return absl::NotFoundError(absl::StrFormat("filter \"%s\" not found", absl::CHexEscape(name)));
   }
   memory_bytes_ -= it->second->memory_bytes();

@@ -55,7 +55,13 @@ class FilterRegistry {
 
   // NOT_FOUND when there is no such filter.
   absl::StatusOr<std::shared_ptr<CuckooFilter>> Get(absl::string_view name) const;
-  absl::Status Drop(absl::string_view name);
+  // With `only_if`, drops the filter only if it is that one (else NOT_FOUND):
+  // for callers that looked the filter up first and must not drop a newer
+  // filter of the same name.
+  absl::Status Drop(absl::string_view name, const CuckooFilter* only_if = nullptr);
+  // OK if a filter of `bytes` table memory named `name` could be added now
+  // (the checks of Add, without adding).
+  absl::Status CheckRoom(absl::string_view name, uint64_t bytes) const;
   // All filters, sorted by name.
   std::vector<std::pair<std::string, std::shared_ptr<CuckooFilter>>> List() const;
 

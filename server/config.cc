@@ -67,6 +67,9 @@ ABSL_FLAG(cuckoo::server::ByteSizeFlag, max_message_size, {kDefaults.max_message
           "largest request or response message, e.g. 64MiB");
 ABSL_FLAG(absl::Duration, drain_timeout, kDefaults.drain_timeout,
           "on SIGTERM/SIGINT, how long in-flight requests may take to finish");
+ABSL_FLAG(absl::Duration, snapshot_interval, kDefaults.snapshot_interval,
+          "how often filters changed since their last snapshot are written to --data-dir; 0: "
+          "only on the Snapshot RPC and at shutdown");
 ABSL_FLAG(std::string, log_level, kDefaults.log_level,
           "trace, debug, info, warn, error, critical or off");
 ABSL_FLAG(std::string, log_format, kDefaults.log_format, "text or json (one object per line)");
@@ -76,8 +79,9 @@ namespace {
 
 // Every flag of the server, for the environment fallback.
 constexpr const char* kFlagNames[] = {
-    "listen",        "data_dir",         "max_batch_keys", "max_key_bytes", "max_filters",
-    "memory_budget", "max_message_size", "drain_timeout",  "log_level",     "log_format",
+    "listen",      "data_dir",      "max_batch_keys",    "max_key_bytes",
+    "max_filters", "memory_budget", "max_message_size",  "drain_timeout",
+    "log_level",   "log_format",    "snapshot_interval",
 };
 
 struct Unit {
@@ -217,6 +221,12 @@ absl::Status ValidateConfig(const ServerConfig& c) {
     return absl::InvalidArgumentError(absl::StrFormat("--drain-timeout=%s must not be negative",
                                                       absl::FormatDuration(c.drain_timeout)));
   }
+  if (c.snapshot_interval < absl::ZeroDuration() ||
+      (c.snapshot_interval > absl::ZeroDuration() && c.snapshot_interval < absl::Seconds(1))) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--snapshot-interval=%s must be 0 (off) or at least 1s",
+                        absl::FormatDuration(c.snapshot_interval)));
+  }
   static constexpr const char* kLevels[] = {"trace", "debug",    "info", "warn",
                                             "error", "critical", "off"};
   if (std::find(std::begin(kLevels), std::end(kLevels), c.log_level) == std::end(kLevels)) {
@@ -313,6 +323,7 @@ absl::StatusOr<ServerConfig> ConfigFromCommandLine(int argc, char** argv) {
   c.memory_budget_bytes = absl::GetFlag(FLAGS_memory_budget).bytes;
   c.max_message_bytes = absl::GetFlag(FLAGS_max_message_size).bytes;
   c.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
+  c.snapshot_interval = absl::GetFlag(FLAGS_snapshot_interval);
   c.log_level = absl::GetFlag(FLAGS_log_level);
   c.log_format = absl::GetFlag(FLAGS_log_format);
   if (absl::Status s = ValidateConfig(c); !s.ok()) return s;

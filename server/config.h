@@ -37,6 +37,10 @@ struct ServerConfig {
   uint64_t max_message_bytes = uint64_t{64} << 20;
   // How long in-flight requests may take to finish on shutdown.
   absl::Duration drain_timeout = absl::Seconds(10);
+  // How often filters changed since their last snapshot are snapshotted;
+  // zero: only on the Snapshot RPC and at shutdown. A crash loses at most
+  // this much of the changes not covered by a Snapshot call.
+  absl::Duration snapshot_interval = absl::Seconds(60);
   // spdlog level name: trace, debug, info, warn, error, critical, off.
   std::string log_level = "info";
   // "text" or "json" (one JSON object per line).

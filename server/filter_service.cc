@@ -46,6 +46,18 @@ class CountedReactor final : public grpc::ServerUnaryReactor {
   std::atomic<int64_t>* const in_flight_;
 };
 
+void SetTimestamp(absl::Time t, google::protobuf::Timestamp* out) {
+  const int64_t ns = absl::ToUnixNanos(t);
+  out->set_seconds(ns >= 0 ? ns / 1'000'000'000 : (ns - 999'999'999) / 1'000'000'000);
+  out->set_nanos(static_cast<int32_t>(ns - out->seconds() * 1'000'000'000));
+}
+
+void SetDuration(absl::Duration d, google::protobuf::Duration* out) {
+  const int64_t ns = absl::ToInt64Nanoseconds(d);
+  out->set_seconds(ns / 1'000'000'000);
+  out->set_nanos(static_cast<int32_t>(ns % 1'000'000'000));
+}
+
 }  // namespace
 
 void FillFilterInfo(const std::string& name, const CuckooFilter& filter, v1::FilterInfo* info) {
@@ -67,6 +79,13 @@ void FillFilterInfo(const std::string& name, const CuckooFilter& filter, v1::Fil
   info->set_bits_per_item(st.bits_per_item);
   info->set_expected_false_positive_rate(st.expected_false_positive_rate);
   info->set_false_positive_rate_at_capacity(st.expected_false_positive_rate_at_capacity);
+  const CuckooFilter::SnapshotRecord snap = filter.last_snapshot();
+  if (snap.exists) {
+    SetTimestamp(snap.time, info->mutable_last_snapshot_time());
+    info->set_last_snapshot_bytes(snap.bytes);
+  }
+  info->set_unsnapshotted_changes(filter.unsnapshotted_changes());
+  info->set_has_unsnapshotted_changes(!snap.exists || info->unsnapshotted_changes() > 0);
 }
 
 bool FilterServiceImpl::WaitIdle(absl::Time deadline) const {
@@ -77,8 +96,7 @@ bool FilterServiceImpl::WaitIdle(absl::Time deadline) const {
   return true;
 }
 
-template <typename Body>
-grpc::ServerUnaryReactor* FilterServiceImpl::Run(grpc::CallbackServerContext*, Body body) {
+grpc::ServerUnaryReactor* FilterServiceImpl::Accept(grpc::CallbackServerContext*, bool* accepted) {
   // Counted before the check, so that shutdown, which stops accepting and
   // then waits for the count to drop, never misses a call that got in.
   grpc::ServerUnaryReactor* reactor = new CountedReactor(&in_flight_);
@@ -86,9 +104,18 @@ grpc::ServerUnaryReactor* FilterServiceImpl::Run(grpc::CallbackServerContext*, B
     reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                  "cuckood is shutting down; retry against another replica or "
                                  "after the restart"));
+    *accepted = false;
     return reactor;
   }
-  reactor->Finish(ToGrpcStatus(body()));
+  *accepted = true;
+  return reactor;
+}
+
+template <typename Body>
+grpc::ServerUnaryReactor* FilterServiceImpl::Run(grpc::CallbackServerContext* ctx, Body body) {
+  bool accepted;
+  grpc::ServerUnaryReactor* reactor = Accept(ctx, &accepted);
+  if (accepted) reactor->Finish(ToGrpcStatus(body()));
   return reactor;
 }
 
@@ -178,9 +205,9 @@ absl::Status FilterServiceImpl::DoListFilters(v1::ListFiltersResponse* resp) {
 
 absl::Status FilterServiceImpl::DoDropFilter(const v1::DropFilterRequest& req,
                                              v1::DropFilterResponse* resp) {
-  absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = FindFilter(req.name());
+  if (absl::Status s = FilterRegistry::ValidateName(req.name()); !s.ok()) return s;
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = persistence_->Drop(req.name());
   if (!filter.ok()) return filter.status();
-  if (absl::Status s = registry_->Drop(req.name()); !s.ok()) return s;
   resp->set_freed_bytes((*filter)->memory_bytes());
   spdlog::info("dropped filter {}: {} items, {} bytes freed", req.name(), (*filter)->items(),
                (*filter)->memory_bytes());
@@ -196,6 +223,8 @@ absl::Status FilterServiceImpl::DoGetServerInfo(v1::GetServerInfoResponse* resp)
   resp->set_memory_budget_bytes(registry_->limits().memory_budget_bytes);
   resp->set_memory_used_bytes(registry_->memory_bytes());
   resp->set_filters(static_cast<uint32_t>(registry_->size()));
+  resp->set_data_dir(persistence_->data_dir());
+  SetDuration(snapshot_interval_, resp->mutable_snapshot_interval());
   return absl::OkStatus();
 }
 
@@ -273,6 +302,43 @@ grpc::ServerUnaryReactor* FilterServiceImpl::Count(grpc::CallbackServerContext* 
         },
         wire::CountResponse);
   });
+}
+
+grpc::ServerUnaryReactor* FilterServiceImpl::Snapshot(grpc::CallbackServerContext* ctx,
+                                                      const v1::SnapshotRequest* req,
+                                                      v1::SnapshotResponse* resp) {
+  bool accepted;
+  grpc::ServerUnaryReactor* reactor = Accept(ctx, &accepted);
+  if (!accepted) return reactor;
+  if (!req->filter().empty()) {
+    if (absl::Status s = FilterRegistry::ValidateName(req->filter()); !s.ok()) {
+      reactor->Finish(ToGrpcStatus(s));
+      return reactor;
+    }
+  }
+  // gRPC keeps req and resp alive until the reactor finishes.
+  persistence_->SnapshotAsync(req->filter(), req->changed_only(),
+                              [reactor, resp](absl::StatusOr<SnapshotRun> run) {
+                                if (!run.ok()) {
+                                  reactor->Finish(ToGrpcStatus(run.status()));
+                                  return;
+                                }
+                                for (const auto& [name, w] : run->written) {
+                                  v1::SnapshotFile* f = resp->add_files();
+                                  f->set_filter(name);
+                                  f->set_path(w.path);
+                                  f->set_bytes(w.bytes);
+                                  f->set_items(w.items);
+                                  SetTimestamp(w.taken, f->mutable_time());
+                                  SetDuration(w.duration, f->mutable_duration());
+                                }
+                                for (const std::string& name : run->unchanged)
+                                  resp->add_unchanged(name);
+                                resp->set_bytes(run->bytes);
+                                SetDuration(run->duration, resp->mutable_duration());
+                                reactor->Finish(grpc::Status::OK);
+                              });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* FilterServiceImpl::GetServerInfo(grpc::CallbackServerContext* ctx,

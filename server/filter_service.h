@@ -22,6 +22,7 @@
 #include "absl/types/span.h"
 #include "core/registry.h"
 #include "cuckoo/v1/filter_service.grpc.pb.h"
+#include "server/persistence.h"
 
 namespace cuckoo::server {
 
@@ -43,8 +44,13 @@ using FilterServiceBase = v1::FilterService::WithRawCallbackMethod_Insert<
 
 class FilterServiceImpl final : public FilterServiceBase {
  public:
-  FilterServiceImpl(FilterRegistry* registry, const ServiceLimits& limits)
-      : registry_(registry), limits_(limits) {}
+  // `persistence` writes and removes the filters' snapshot files.
+  FilterServiceImpl(FilterRegistry* registry, Persistence* persistence, const ServiceLimits& limits,
+                    absl::Duration snapshot_interval)
+      : registry_(registry),
+        persistence_(persistence),
+        limits_(limits),
+        snapshot_interval_(snapshot_interval) {}
 
   // From now on every call fails with UNAVAILABLE ("shutting down").
   void StopAccepting() { accepting_.store(false, std::memory_order_release); }
@@ -77,6 +83,10 @@ class FilterServiceImpl final : public FilterServiceBase {
   grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* ctx,
                                           const v1::GetServerInfoRequest* req,
                                           v1::GetServerInfoResponse* resp) override;
+  // Runs on the persistence thread, not on gRPC's.
+  grpc::ServerUnaryReactor* Snapshot(grpc::CallbackServerContext* ctx,
+                                     const v1::SnapshotRequest* req,
+                                     v1::SnapshotResponse* resp) override;
 
  private:
   // The filter a request names: INVALID_ARGUMENT for a malformed name,
@@ -101,9 +111,14 @@ class FilterServiceImpl final : public FilterServiceBase {
   // with its status.
   template <typename Body>
   grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* ctx, Body body);
+  // A counted reactor for a new call; already finished with UNAVAILABLE
+  // (and *accepted false) when the server is shutting down.
+  grpc::ServerUnaryReactor* Accept(grpc::CallbackServerContext* ctx, bool* accepted);
 
   FilterRegistry* const registry_;
+  Persistence* const persistence_;
   const ServiceLimits limits_;
+  const absl::Duration snapshot_interval_;
   std::atomic<bool> accepting_{true};
   std::atomic<int64_t> in_flight_{0};
 };

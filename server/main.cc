@@ -2,10 +2,12 @@
 // environment variables, then built-in defaults), starts the gRPC server and
 // waits for SIGINT or SIGTERM, which Boost.Asio delivers: health turns
 // NOT_SERVING, new calls are refused with UNAVAILABLE, calls in flight get
-// --drain-timeout to finish, and the process exits 0.
+// --drain-timeout to finish, changed filters are snapshotted, and the
+// process exits 0.
 //
 // Exit codes: 0 after a signal-initiated shutdown, 1 if the server cannot
-// start (e.g. the port is taken), 2 for a bad configuration.
+// start (e.g. the port is taken, a snapshot cannot be loaded) or the final
+// snapshot failed, 2 for a bad configuration.
 #include <signal.h>
 #include <string.h>
 
@@ -64,6 +66,11 @@ int Main(int argc, char** argv) {
   (*server)->Wait();
   io.stop();
   io_thread.join();
+  if (!(*server)->final_snapshot_status().ok()) {
+    spdlog::critical(
+        "stopped; the final snapshot failed, changes since the last good one are lost");
+    return 1;
+  }
   spdlog::info("stopped");
   return 0;
 }

@@ -34,10 +34,25 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
   std::unique_ptr<CuckooServer> s(new CuckooServer(config));
   s->registry_ = std::make_unique<FilterRegistry>(RegistryLimits{
       .memory_budget_bytes = EffectiveMemoryBudget(config), .max_filters = config.max_filters});
+  s->persistence_ = std::make_unique<Persistence>(s->registry_.get(), config.data_dir);
+  // Every snapshot is loaded before the port opens: a client never sees a
+  // filter missing because it has not been loaded yet.
+  absl::StatusOr<LoadSummary> loaded = s->persistence_->LoadAll();
+  if (!loaded.ok()) return loaded.status();
+  s->loaded_ = *loaded;
+  spdlog::info("loaded {} filters ({} items, {}) from {} in {}{}", loaded->loaded, loaded->items,
+               FormatByteSize(loaded->bytes), config.data_dir,
+               absl::FormatDuration(loaded->duration),
+               loaded->quarantined == 0
+                   ? std::string()
+                   : absl::StrFormat("; %d bad files moved to %s/%s", loaded->quarantined,
+                                     config.data_dir, kQuarantineDir));
   s->service_ = std::make_unique<FilterServiceImpl>(
-      s->registry_.get(), ServiceLimits{.max_batch_keys = config.max_batch_keys,
-                                        .max_key_bytes = config.max_key_bytes,
-                                        .max_message_bytes = config.max_message_bytes});
+      s->registry_.get(), s->persistence_.get(),
+      ServiceLimits{.max_batch_keys = config.max_batch_keys,
+                    .max_key_bytes = config.max_key_bytes,
+                    .max_message_bytes = config.max_message_bytes},
+      config.snapshot_interval);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -58,6 +73,7 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
   if (absl::EndsWith(s->address_, ":0")) {
     s->address_ = absl::StrCat(s->address_.substr(0, s->address_.size() - 1), s->port_);
   }
+  s->persistence_->Start(config.snapshot_interval);
   grpc::HealthCheckServiceInterface* health = s->grpc_server_->GetHealthCheckService();
   health->SetServingStatus(true);
   health->SetServingStatus(kServiceName, true);
@@ -82,6 +98,17 @@ void CuckooServer::Shutdown(absl::Duration drain) {
     }
     grpc_server_->Shutdown(std::chrono::system_clock::now());
     grpc_server_->Wait();
+    // No more changes can come in: the final snapshot holds every one.
+    persistence_->Stop();
+    absl::StatusOr<SnapshotRun> run = persistence_->SnapshotNow("", /*changed_only=*/true);
+    if (!run.ok()) {
+      final_snapshot_status_ = run.status();
+      spdlog::error("final snapshot failed: {}", std::string(run.status().message()));
+      return;
+    }
+    spdlog::info("final snapshot: {} filters written ({}), {} unchanged, in {}",
+                 run->written.size(), FormatByteSize(run->bytes), run->unchanged.size(),
+                 absl::FormatDuration(run->duration));
   });
 }
 

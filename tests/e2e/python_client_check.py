@@ -238,6 +238,24 @@ class Checks:
         assert info.max_message_bytes >= 4096 and info.max_filters > 0, info
         assert info.filters == len(self.client.list_filters()), info
 
+    def check_snapshot(self):
+        """snapshot: writes the file; get_filter then reports it."""
+        c = self.client
+        self.fresh("py-snap")
+        c.insert("py-snap", ["a", "b"])
+        assert c.get_filter("py-snap").has_unsnapshotted_changes
+        assert c.get_filter("py-snap").last_snapshot_time is None
+        response = c.snapshot("py-snap")
+        assert [f.filter for f in response.files] == ["py-snap"], response
+        assert response.files[0].items == 2 and response.files[0].path.endswith("/py-snap.cuckoo")
+        info = c.get_filter("py-snap")
+        assert not info.has_unsnapshotted_changes and info.unsnapshotted_changes == 0, info
+        assert info.last_snapshot_bytes == response.files[0].bytes, info
+        assert info.last_snapshot_time.tzinfo is not None, info
+        assert "py-snap" in list(c.snapshot(changed_only=True).unchanged)
+        expect_error(grpc.StatusCode.NOT_FOUND, c.snapshot, "py-none")
+        c.drop_filter("py-snap")
+
     def check_threads(self):
         """One Client used from several threads at once."""
         c = cuckoo_client.Client(self.target, max_batch_keys=100)

@@ -56,13 +56,24 @@ TEST(ServerProcessTest, StartsWithNoFlagsAtAllOnTheDefaultPortOrSaysWhyNot) {
 }
 
 TEST(ServerProcessTest, PortInUseExitsOneWithTheAddress) {
-  TempDir dir;
+  TempDir dir, other_dir;
   Cuckood first(dir.path());
   ASSERT_TRUE(first.ready());
   Result second =
-      RunProcess({CUCKOOD_PATH, "--listen=" + first.address(), "--data-dir=" + dir.path()});
+      RunProcess({CUCKOOD_PATH, "--listen=" + first.address(), "--data-dir=" + other_dir.path()});
   EXPECT_EQ(second.code, 1);
   EXPECT_THAT(second.out, HasSubstr("cannot listen on " + first.address()));
+}
+
+TEST(ServerProcessTest, DataDirInUseByAnotherServerExitsOne) {
+  TempDir dir;
+  Cuckood first(dir.path());
+  ASSERT_TRUE(first.ready());
+  Result second = RunProcess({CUCKOOD_PATH, "--listen=127.0.0.1:" + std::to_string(FreePort()),
+                              "--data-dir=" + dir.path()});
+  EXPECT_EQ(second.code, 1);
+  EXPECT_THAT(second.out,
+              HasSubstr("data directory " + dir.path() + " is in use by another cuckood"));
 }
 
 TEST(ServerProcessTest, BadConfigurationExitsTwoNamingTheProblem) {

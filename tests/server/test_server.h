@@ -29,6 +29,7 @@ inline server::ServerConfig TestConfig(const std::string& data_dir) {
   c.memory_budget_bytes = 64 << 20;
   c.max_message_bytes = 1 << 20;
   c.drain_timeout = absl::Seconds(5);
+  c.snapshot_interval = absl::ZeroDuration();  // Tests that want it set it.
   return c;
 }
 
@@ -36,7 +37,10 @@ class ServerTest : public ::testing::Test {
  protected:
   void SetUp() override { StartServer(TestConfig(dir_.path())); }
 
+  // Replaces the running server, if any (stopping it first: it holds the
+  // data directory's lock).
   void StartServer(const server::ServerConfig& config) {
+    server_.reset();
     absl::StatusOr<std::unique_ptr<server::CuckooServer>> s = server::CuckooServer::Start(config);
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = *std::move(s);

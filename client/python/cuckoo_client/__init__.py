@@ -14,7 +14,7 @@ and put ``build/release/python`` on ``PYTHONPATH``; see ``client/python/README.m
 What is here:
 
 * :class:`Client` -- the wrapper: create_filter, get_filter, list_filters,
-  drop_filter, insert, lookup, delete, count, server_info, health.
+  drop_filter, insert, lookup, delete, count, snapshot, server_info, health.
 * :class:`CuckooError` -- raised for every failed call (``.code``, ``.message``,
   ``.applied``).
 * :class:`InsertResult`, :class:`DeleteResult` -- per-key results.

@@ -22,6 +22,7 @@ requests before it were applied, and the error says how many keys that was
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import enum
 import threading
 from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, TypeVar, Union
@@ -140,13 +141,22 @@ class FilterInfo:
     bits_per_item: float
     expected_false_positive_rate: float
     false_positive_rate_at_capacity: float
+    #: Persistence: the latest snapshot on disk (``None``: there is none), its
+    #: size, and the changes a restart now would lose.
+    last_snapshot_bytes: int = 0
+    unsnapshotted_changes: int = 0
+    has_unsnapshotted_changes: bool = False
+    last_snapshot_time: Optional[datetime.datetime] = None
     created: Optional[bool] = None
     raw: Optional[_pb.FilterInfo] = dataclasses.field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_proto(cls, message: _pb.FilterInfo, created: Optional[bool] = None) -> "FilterInfo":
         """The FilterInfo of a ``cuckoo.v1.FilterInfo`` message."""
-        return cls(**_fields_of(cls, message), created=created, raw=message)
+        when = (message.last_snapshot_time.ToDatetime(tzinfo=datetime.timezone.utc)
+                if message.HasField("last_snapshot_time") else None)
+        return cls(**_fields_of(cls, message), last_snapshot_time=when, created=created,
+                   raw=message)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,7 +195,7 @@ def _fields_of(cls: type, message: Any) -> dict:
     return {
         f.name: getattr(message, f.name)
         for f in dataclasses.fields(cls)
-        if f.name not in ("created", "raw")
+        if f.name not in ("created", "raw", "last_snapshot_time")
     }
 
 
@@ -432,6 +442,27 @@ class Client:
         """
         response = self._call(self._stub.DropFilter, _pb.DropFilterRequest(name=name))
         return response.freed_bytes
+
+    def snapshot(self, filter: str = "", changed_only: bool = False,
+                 timeout: Optional[float] = 600.0) -> _pb.SnapshotResponse:
+        """Writes snapshots of `filter` (every filter when empty) to the server's disk now.
+
+        Returns once they are fsync'ed, with the ``cuckoo.v1.SnapshotResponse``
+        (``files``: filter, path, bytes, items, time, duration each; ``unchanged``;
+        total ``bytes``). `timeout` (seconds) replaces the client's deadline: a
+        large filter takes a while to write.
+
+        Raises:
+            CuckooError: ``NOT_FOUND`` for an unknown filter; ``INTERNAL`` or
+                ``RESOURCE_EXHAUSTED`` (disk full) naming the file that could not
+                be written.
+        """
+        self._check_open()
+        request = _pb.SnapshotRequest(filter=filter, changed_only=changed_only)
+        try:
+            return self._stub.Snapshot(request, timeout=timeout)
+        except grpc.RpcError as e:
+            raise CuckooError.from_rpc_error(e) from e
 
     # -- Keys ------------------------------------------------------------------
 

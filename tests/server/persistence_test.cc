@@ -1,0 +1,335 @@
+// Snapshots through the server: the Snapshot RPC, GetFilter's snapshot
+// fields, DropFilter removing files, loading at start-up, quarantine of bad
+// files, periodic and final snapshots. A real CuckooServer in-process, driven
+// by the C++ client.
+#include "server/persistence.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/cuckoo_client.h"
+#include "tests/core/test_keys.h"
+#include "tests/server/test_server.h"
+
+namespace cuckoo {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testing::Key;
+using testing::ServerTest;
+
+std::vector<std::string> Keys(uint64_t stream, uint64_t n) {
+  std::vector<std::string> keys;
+  for (uint64_t i = 0; i < n; ++i) keys.push_back(Key(stream, i));
+  return keys;
+}
+
+std::vector<std::string_view> Views(const std::vector<std::string>& keys) {
+  return {keys.begin(), keys.end()};
+}
+
+std::vector<std::string> FilesIn(const std::string& dir) {
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path().filename().string());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+class PersistenceTest : public ServerTest {
+ protected:
+  void SetUp() override {
+    ServerTest::SetUp();
+    Connect();
+  }
+  void Connect() { client_ = std::make_unique<client::Client>(channel_); }
+  // Stops the server (final snapshot) and starts a new one on the same
+  // directory.
+  void Restart(server::ServerConfig config) {
+    server_->Shutdown(absl::Seconds(5));
+    ASSERT_TRUE(server_->final_snapshot_status().ok()) << server_->final_snapshot_status();
+    StartServer(config);
+    Connect();
+  }
+  void Restart() { Restart(testing::TestConfig(dir_.path())); }
+
+  void CreateFilter(const std::string& name, uint64_t capacity, uint32_t shards = 0) {
+    v1::CreateFilterRequest req;
+    req.set_name(name);
+    req.set_capacity(capacity);
+    req.set_shards(shards);
+    req.set_seed(99);
+    ASSERT_TRUE(client_->CreateFilter(req).ok());
+  }
+  void Insert(const std::string& name, const std::vector<std::string>& keys) {
+    auto r = client_->Insert(name, Views(keys));
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
+  std::vector<bool> Lookup(const std::string& name, const std::vector<std::string>& keys) {
+    auto r = client_->Lookup(name, Views(keys));
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : std::vector<bool>{};
+  }
+  std::string SnapshotFile(const std::string& name) { return dir_.path() + "/" + name + ".cuckoo"; }
+
+  std::unique_ptr<client::Client> client_;
+};
+
+TEST_F(PersistenceTest, SnapshotRpcWritesTheFileAndGetFilterReportsIt) {
+  CreateFilter("f", 10'000, 4);
+  v1::FilterInfo before = *client_->GetFilter("f");
+  EXPECT_FALSE(before.has_last_snapshot_time());
+  EXPECT_TRUE(before.has_unsnapshotted_changes()) << "a new filter has no snapshot yet";
+  EXPECT_EQ(before.unsnapshotted_changes(), 0u);
+  Insert("f", Keys(0, 1000));
+  EXPECT_EQ(client_->GetFilter("f")->unsnapshotted_changes(), 1000u);
+
+  const absl::Time t0 = absl::Now();
+  absl::StatusOr<v1::SnapshotResponse> snap = client_->Snapshot("f", false, absl::Seconds(30));
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  ASSERT_EQ(snap->files_size(), 1);
+  const v1::SnapshotFile& file = snap->files(0);
+  EXPECT_EQ(file.filter(), "f");
+  EXPECT_EQ(file.path(), SnapshotFile("f"));
+  EXPECT_EQ(file.bytes(), fs::file_size(SnapshotFile("f")));
+  EXPECT_EQ(file.items(), 1000u);
+  EXPECT_EQ(snap->bytes(), file.bytes());
+  EXPECT_GE(file.time().seconds(), absl::ToUnixSeconds(t0) - 1);
+
+  v1::FilterInfo after = *client_->GetFilter("f");
+  EXPECT_TRUE(after.has_last_snapshot_time());
+  EXPECT_EQ(after.last_snapshot_time().seconds(), file.time().seconds());
+  EXPECT_EQ(after.last_snapshot_bytes(), file.bytes());
+  EXPECT_EQ(after.unsnapshotted_changes(), 0u);
+  EXPECT_FALSE(after.has_unsnapshotted_changes());
+
+  Insert("f", Keys(1, 5));
+  ASSERT_TRUE(client_->Delete("f", Views(Keys(0, 2))).ok());
+  after = *client_->GetFilter("f");
+  EXPECT_EQ(after.unsnapshotted_changes(), 7u);
+  EXPECT_TRUE(after.has_unsnapshotted_changes());
+}
+
+TEST_F(PersistenceTest, SnapshotOfAllFiltersAndOfChangedOnly) {
+  CreateFilter("b", 1000);
+  CreateFilter("a", 1000);
+  auto all = client_->Snapshot("", false, absl::Seconds(30));
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->files_size(), 2);
+  EXPECT_EQ(all->files(0).filter(), "a");
+  EXPECT_EQ(all->files(1).filter(), "b");
+  EXPECT_EQ(all->bytes(), all->files(0).bytes() + all->files(1).bytes());
+
+  auto none = client_->Snapshot("", true, absl::Seconds(30));
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->files_size(), 0);
+  EXPECT_THAT(none->unchanged(), ElementsAre("a", "b"));
+
+  Insert("b", {"k"});
+  auto changed = client_->Snapshot("", true, absl::Seconds(30));
+  ASSERT_TRUE(changed.ok());
+  ASSERT_EQ(changed->files_size(), 1);
+  EXPECT_EQ(changed->files(0).filter(), "b");
+  EXPECT_THAT(changed->unchanged(), ElementsAre("a"));
+}
+
+TEST_F(PersistenceTest, SnapshotOfUnknownOrBadlyNamedFilterFails) {
+  auto missing = client_->Snapshot("nope", false, absl::Seconds(30));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(), HasSubstr("\"nope\" not found"));
+  auto bad = client_->Snapshot("../etc", false, absl::Seconds(30));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(FilesIn(dir_.path()) == std::vector<std::string>{"LOCK"});
+}
+
+TEST_F(PersistenceTest, SnapshotThatCannotBeWrittenNamesTheFileAndKeepsTheOldOne) {
+  CreateFilter("f", 1000);
+  Insert("f", Keys(0, 10));
+  ASSERT_TRUE(client_->Snapshot("f", false, absl::Seconds(30)).ok());
+  Insert("f", Keys(1, 10));
+  fs::create_directory(dir_.path() + "/.f.cuckoo.tmp");  // Blocks the temp file.
+  auto r = client_->Snapshot("f", false, absl::Seconds(30));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(r.status().message(), HasSubstr(dir_.path() + "/.f.cuckoo.tmp"));
+  EXPECT_EQ(client_->GetFilter("f")->unsnapshotted_changes(), 10u);
+  fs::remove(dir_.path() + "/.f.cuckoo.tmp");
+  // What is on disk is the first snapshot, intact.
+  server_->Shutdown(absl::Seconds(5));
+  StartServer(testing::TestConfig(dir_.path()));
+  Connect();
+  EXPECT_EQ(client_->GetFilter("f")->items(), 20u) << "the final snapshot had all 20";
+}
+
+TEST_F(PersistenceTest, RestartLoadsEveryFilterWithIdenticalAnswers) {
+  CreateFilter("one", 20'000, 4);
+  CreateFilter("two", 5'000, 1);
+  CreateFilter("empty", 100);
+  std::vector<std::string> k1 = Keys(0, 15'000), k2 = Keys(1, 4'000), absent = Keys(2, 20'000);
+  Insert("one", k1);
+  Insert("two", k2);
+  const std::vector<bool> absent_one = Lookup("one", absent);
+  const std::vector<bool> absent_two = Lookup("two", absent);
+  const v1::FilterInfo info_one = *client_->GetFilter("one");
+
+  Restart();  // The final snapshot writes all three.
+  EXPECT_EQ(server_->loaded().loaded, 3u);
+  EXPECT_EQ(server_->loaded().items, 19'000u);
+  auto list = client_->ListFilters();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 3u);
+  const std::vector<bool> all(k1.size(), true);
+  EXPECT_EQ(Lookup("one", k1), all);
+  EXPECT_EQ(Lookup("two", k2), std::vector<bool>(k2.size(), true));
+  EXPECT_EQ(Lookup("one", absent), absent_one);
+  EXPECT_EQ(Lookup("two", absent), absent_two);
+  v1::FilterInfo loaded = *client_->GetFilter("one");
+  EXPECT_EQ(loaded.items(), info_one.items());
+  EXPECT_EQ(loaded.seed(), info_one.seed());
+  EXPECT_EQ(loaded.shards(), 4u);
+  EXPECT_EQ(loaded.memory_bytes(), info_one.memory_bytes());
+  EXPECT_TRUE(loaded.has_last_snapshot_time());
+  EXPECT_FALSE(loaded.has_unsnapshotted_changes());
+  EXPECT_EQ(client_->GetFilter("empty")->items(), 0u);
+}
+
+TEST_F(PersistenceTest, DropRemovesTheSnapshotSoTheFilterStaysGone) {
+  CreateFilter("gone", 1000);
+  CreateFilter("kept", 1000);
+  ASSERT_TRUE(client_->Snapshot("", false, absl::Seconds(30)).ok());
+  ASSERT_TRUE(fs::exists(SnapshotFile("gone")));
+  ASSERT_TRUE(client_->DropFilter("gone").ok());
+  EXPECT_FALSE(fs::exists(SnapshotFile("gone")));
+  Restart();
+  EXPECT_EQ(client_->GetFilter("gone").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(client_->GetFilter("kept").ok());
+}
+
+TEST_F(PersistenceTest, DropOfFilterNeverSnapshottedWorks) {
+  CreateFilter("x", 1000);
+  EXPECT_TRUE(client_->DropFilter("x").ok());
+  EXPECT_EQ(client_->DropFilter("x").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(PersistenceTest, CorruptSnapshotIsQuarantinedAndTheOthersServe) {
+  CreateFilter("good", 1000);
+  CreateFilter("bad", 1000);
+  Insert("good", {"g"});
+  Insert("bad", {"b"});
+  server_->Shutdown(absl::Seconds(5));
+  {
+    std::fstream f(SnapshotFile("bad"), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(300);
+    f.put('\x55');
+  }
+  StartServer(testing::TestConfig(dir_.path()));
+  Connect();
+  EXPECT_EQ(server_->loaded().loaded, 1u);
+  EXPECT_EQ(server_->loaded().quarantined, 1u);
+  EXPECT_THAT(Lookup("good", {"g"}), ElementsAre(true));
+  EXPECT_EQ(client_->GetFilter("bad").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(fs::exists(SnapshotFile("bad")));
+  std::vector<std::string> q = FilesIn(dir_.path() + "/quarantine");
+  ASSERT_EQ(q.size(), 1u);
+  EXPECT_THAT(q[0], ::testing::StartsWith("bad.cuckoo."));
+  // The name is free again.
+  CreateFilter("bad", 1000);
+}
+
+TEST_F(PersistenceTest, FilesThatAreNotSnapshotsAreHandledAtStartUp) {
+  server_->Shutdown(absl::Seconds(5));
+  std::ofstream(dir_.path() + "/.x.cuckoo.tmp") << "unfinished";  // A crash mid-write.
+  std::ofstream(dir_.path() + "/notes.txt") << "not ours";
+  std::ofstream(dir_.path() + "/-bad-name.cuckoo") << "x";
+  std::ofstream(dir_.path() + "/empty.cuckoo");
+  StartServer(testing::TestConfig(dir_.path()));
+  EXPECT_EQ(server_->loaded().loaded, 0u);
+  EXPECT_EQ(server_->loaded().quarantined, 2u);
+  EXPECT_THAT(FilesIn(dir_.path()), ElementsAre("LOCK", "notes.txt", "quarantine"));
+}
+
+TEST_F(PersistenceTest, SnapshotOverTheMemoryBudgetStopsStartUpAndStaysInPlace) {
+  CreateFilter("big", 100'000);
+  server_->Shutdown(absl::Seconds(5));
+  server_.reset();
+  server::ServerConfig small = testing::TestConfig(dir_.path());
+  small.memory_budget_bytes = 4096;
+  auto s = server::CuckooServer::Start(small);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.status().message(), HasSubstr(SnapshotFile("big")));
+  EXPECT_THAT(s.status().message(), HasSubstr("--memory-budget"));
+  EXPECT_TRUE(fs::exists(SnapshotFile("big")));
+}
+
+TEST_F(PersistenceTest, PeriodicSnapshotWritesChangedFilters) {
+  server::ServerConfig config = testing::TestConfig(dir_.path());
+  config.snapshot_interval = absl::Seconds(1);
+  StartServer(config);
+  Connect();
+  CreateFilter("p", 1000);
+  Insert("p", Keys(0, 50));
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (client_->GetFilter("p")->has_unsnapshotted_changes() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_FALSE(client_->GetFilter("p")->has_unsnapshotted_changes());
+  auto loaded = ReadSnapshotFile(SnapshotFile("p"), "p");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->items, 50u);
+}
+
+TEST_F(PersistenceTest, ServerInfoShowsDataDirAndInterval) {
+  auto info = client_->ServerInfo();
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->data_dir(), dir_.path());
+  EXPECT_EQ(info->snapshot_interval().seconds(),
+            absl::ToInt64Seconds(testing::TestConfig(dir_.path()).snapshot_interval));
+}
+
+TEST_F(PersistenceTest, FinalSnapshotFailureIsReported) {
+  CreateFilter("f", 1000);
+  fs::create_directory(dir_.path() + "/.f.cuckoo.tmp");
+  server_->Shutdown(absl::Seconds(5));
+  EXPECT_FALSE(server_->final_snapshot_status().ok());
+  EXPECT_THAT(server_->final_snapshot_status().message(), HasSubstr(".f.cuckoo.tmp"));
+}
+
+TEST_F(PersistenceTest, SnapshotsRunWhileClientsKeepInserting) {
+  CreateFilter("busy", 400'000, 8);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> inserted{0};
+  std::thread writer([&] {
+    auto c = std::make_unique<client::Client>(channel_);
+    for (uint64_t batch = 0; !stop.load() && batch < 300; ++batch) {
+      std::vector<std::string> keys;
+      for (uint64_t i = 0; i < 1000; ++i) keys.push_back(Key(5, batch * 1000 + i));
+      ASSERT_TRUE(c->Insert("busy", Views(keys)).ok());
+      inserted.store((batch + 1) * 1000);
+    }
+  });
+  // Each snapshot holds at least what was inserted before it started.
+  for (int i = 0; i < 5; ++i) {
+    const uint64_t before = inserted.load();
+    auto snap = client_->Snapshot("busy", false, absl::Seconds(30));
+    ASSERT_TRUE(snap.ok()) << snap.status();
+    auto loaded = ReadSnapshotFile(SnapshotFile("busy"), "busy");
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_GE(loaded->items, before);
+    std::vector<std::string> keys;
+    for (uint64_t k = 0; k < before; ++k) keys.push_back(Key(5, k));
+    for (const std::string& k : keys) ASSERT_TRUE(loaded->filter->MayContain(k)) << k;
+  }
+  stop = true;
+  writer.join();
+}
+
+}  // namespace
+}  // namespace cuckoo
