@@ -136,7 +136,12 @@ class CuckooTable {
   // the writable slots and counters of a table being restored, which no other
   // thread may be using.
   uint64_t rng_state() const { return rng_; }
-  absl::Span<uint8_t> mutable_bytes() { return {buf_.data(), byte_size_}; }
+  // mutable_bytes() maps all of the table's pages first (see
+  // PageBuffer::Prefault): the caller is about to overwrite every byte.
+  absl::Span<uint8_t> mutable_bytes() {
+    buf_.Prefault(0, byte_size_);
+    return {buf_.data(), byte_size_};
+  }
   void RestoreCounters(uint64_t items, uint64_t rng_state) {
     items_ = items;
     rng_ = rng_state | 1;  // xorshift state must be non-zero.

@@ -88,4 +88,16 @@ void PageBuffer::Release() {
   data_ = nullptr;
 }
 
+void PageBuffer::Prefault(size_t offset, size_t length) {
+#ifdef MADV_POPULATE_WRITE
+  if (!mapped_ || offset >= size_) return;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data_ + offset) & ~uintptr_t{kPageBytes - 1};
+  const uintptr_t end = reinterpret_cast<uintptr_t>(data_ + std::min(size_, offset + length));
+  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
+#else
+  (void)offset;
+  (void)length;
+#endif
+}
+
 }  // namespace cuckoo

@@ -404,6 +404,7 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
   const size_t section_bytes = kSectionHeaderBytes + table_bytes + kSectionTrailerBytes;
   absl::StatusOr<PageBuffer> buf = PageBuffer::Allocate(section_bytes);
   if (!buf.ok()) return buf.status();
+  buf->Prefault(0, section_bytes);
   uint8_t* sec = buf->data();
 
   FileWriter out;
