@@ -68,6 +68,10 @@ TEST(ConfigTest, InvalidValuesNameTheFlag) {
       {[](ServerConfig& c) { c.log_level = "loud"; }, "--log-level=\"loud\""},
       {[](ServerConfig& c) { c.log_format = "xml"; }, "--log-format=\"xml\""},
       {[](ServerConfig& c) { c.drain_timeout = absl::Seconds(-1); }, "--drain-timeout=-1s"},
+      {[](ServerConfig& c) { c.snapshot_interval = absl::Seconds(-1); },
+       "--snapshot-interval=-1s must be 0 (off) or at least 1s"},
+      {[](ServerConfig& c) { c.snapshot_interval = absl::Milliseconds(500); },
+       "--snapshot-interval=500ms"},
   };
   for (const Case& k : cases) {
     ServerConfig c;
