@@ -8,7 +8,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git clang-format
   libabsl-dev libxxhash-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libspdlog-dev libboost-dev
+  libspdlog-dev libboost-dev prometheus-cpp-dev
   python3 python3-grpcio
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev

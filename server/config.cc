@@ -54,6 +54,9 @@ const cuckoo::server::ServerConfig kDefaults;
 }  // namespace
 
 ABSL_FLAG(std::string, listen, kDefaults.listen, "gRPC listen address, host:port");
+ABSL_FLAG(std::string, admin_listen, kDefaults.admin_listen,
+          "admin HTTP address, host:port, serving /metrics (Prometheus), /healthz and /readyz; "
+          "empty: no admin server");
 ABSL_FLAG(std::string, data_dir, kDefaults.data_dir,
           "directory for snapshots (created if missing)");
 ABSL_FLAG(uint32_t, max_batch_keys, kDefaults.max_batch_keys,
@@ -79,9 +82,9 @@ namespace {
 
 // Every flag of the server, for the environment fallback.
 constexpr const char* kFlagNames[] = {
-    "listen",      "data_dir",      "max_batch_keys",    "max_key_bytes",
-    "max_filters", "memory_budget", "max_message_size",  "drain_timeout",
-    "log_level",   "log_format",    "snapshot_interval",
+    "listen",        "admin_listen", "data_dir",      "max_batch_keys",
+    "max_key_bytes", "max_filters",  "memory_budget", "max_message_size",
+    "drain_timeout", "log_level",    "log_format",    "snapshot_interval",
 };
 
 struct Unit {
@@ -206,6 +209,18 @@ absl::Status ValidateConfig(const ServerConfig& c) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--listen=\"%s\" must be host:port, e.g. 0.0.0.0:50051", c.listen));
   }
+  if (!c.admin_listen.empty()) {
+    const size_t colon = c.admin_listen.rfind(':');
+    uint32_t port = 0;
+    if (colon == std::string::npos ||
+        !absl::SimpleAtoi(absl::string_view(c.admin_listen).substr(colon + 1), &port) ||
+        port > 65535) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--admin-listen=\"%s\" must be host:port (e.g. 0.0.0.0:9090), or empty for no admin "
+          "server",
+          c.admin_listen));
+    }
+  }
   if (c.data_dir.empty()) return absl::InvalidArgumentError("--data-dir must not be empty");
   if (c.max_batch_keys == 0) {
     return absl::InvalidArgumentError("--max-batch-keys must be at least 1");
@@ -316,6 +331,7 @@ absl::StatusOr<ServerConfig> ConfigFromCommandLine(int argc, char** argv) {
 
   ServerConfig c;
   c.listen = absl::GetFlag(FLAGS_listen);
+  c.admin_listen = absl::GetFlag(FLAGS_admin_listen);
   c.data_dir = absl::GetFlag(FLAGS_data_dir);
   c.max_batch_keys = absl::GetFlag(FLAGS_max_batch_keys);
   c.max_key_bytes = absl::GetFlag(FLAGS_max_key_bytes);

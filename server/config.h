@@ -22,6 +22,9 @@ namespace cuckoo::server {
 struct ServerConfig {
   // gRPC listen address, host:port. Port 0 picks a free port (tests).
   std::string listen = "0.0.0.0:50051";
+  // Admin HTTP listen address (/metrics, /healthz, /readyz), host:port; port
+  // 0 picks a free port (tests); empty: no admin server.
+  std::string admin_listen = "0.0.0.0:9090";
   // Where snapshots live; created if missing.
   std::string data_dir = "./data";
   // Most keys one Insert / Lookup / Delete / Count request may carry.

@@ -1,5 +1,6 @@
 #include "server/filter_service.h"
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -29,23 +30,6 @@ absl::Span<T> Scratch(size_t n) {
   return absl::Span<T>(buf.get(), n);
 }
 
-// A unary call's reactor that counts the call as in flight until gRPC is
-// done with it (response sent or call cancelled), so shutdown can wait for
-// exactly the calls that are running.
-class CountedReactor final : public grpc::ServerUnaryReactor {
- public:
-  explicit CountedReactor(std::atomic<int64_t>* in_flight) : in_flight_(in_flight) {
-    in_flight_->fetch_add(1, std::memory_order_acq_rel);
-  }
-  void OnDone() override {
-    in_flight_->fetch_sub(1, std::memory_order_acq_rel);
-    delete this;
-  }
-
- private:
-  std::atomic<int64_t>* const in_flight_;
-};
-
 void SetTimestamp(absl::Time t, google::protobuf::Timestamp* out) {
   const int64_t ns = absl::ToUnixNanos(t);
   out->set_seconds(ns >= 0 ? ns / 1'000'000'000 : (ns - 999'999'999) / 1'000'000'000);
@@ -59,6 +43,38 @@ void SetDuration(absl::Duration d, google::protobuf::Duration* out) {
 }
 
 }  // namespace
+
+// A unary call's reactor that counts the call as in flight until gRPC is
+// done with it (response sent or call cancelled), so shutdown can wait for
+// exactly the calls that are running, and records the call in the metrics
+// when it is finished.
+class FilterServiceImpl::CallReactor final : public grpc::ServerUnaryReactor {
+ public:
+  CallReactor(std::atomic<int64_t>* in_flight, Metrics* metrics, RpcMethod method)
+      : in_flight_(in_flight),
+        metrics_(metrics),
+        method_(method),
+        start_(std::chrono::steady_clock::now()) {
+    in_flight_->fetch_add(1, std::memory_order_acq_rel);
+  }
+  // Finish(status), counted.
+  void Done(const grpc::Status& status) {
+    if (metrics_ != nullptr) {
+      metrics_->RecordRpc(method_, status.error_code(), std::chrono::steady_clock::now() - start_);
+    }
+    Finish(status);
+  }
+  void OnDone() override {
+    in_flight_->fetch_sub(1, std::memory_order_acq_rel);
+    delete this;
+  }
+
+ private:
+  std::atomic<int64_t>* const in_flight_;
+  Metrics* const metrics_;
+  const RpcMethod method_;
+  const std::chrono::steady_clock::time_point start_;
+};
 
 void FillFilterInfo(const std::string& name, const CuckooFilter& filter, v1::FilterInfo* info) {
   const FilterShape& shape = filter.shape();
@@ -96,14 +112,14 @@ bool FilterServiceImpl::WaitIdle(absl::Time deadline) const {
   return true;
 }
 
-grpc::ServerUnaryReactor* FilterServiceImpl::Accept(grpc::CallbackServerContext*, bool* accepted) {
+FilterServiceImpl::CallReactor* FilterServiceImpl::Accept(RpcMethod method, bool* accepted) {
   // Counted before the check, so that shutdown, which stops accepting and
   // then waits for the count to drop, never misses a call that got in.
-  grpc::ServerUnaryReactor* reactor = new CountedReactor(&in_flight_);
+  CallReactor* reactor = new CallReactor(&in_flight_, metrics_, method);
   if (!accepting_.load(std::memory_order_acquire)) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                 "cuckood is shutting down; retry against another replica or "
-                                 "after the restart"));
+    reactor->Done(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                               "cuckood is shutting down; retry against another replica or "
+                               "after the restart"));
     *accepted = false;
     return reactor;
   }
@@ -112,10 +128,10 @@ grpc::ServerUnaryReactor* FilterServiceImpl::Accept(grpc::CallbackServerContext*
 }
 
 template <typename Body>
-grpc::ServerUnaryReactor* FilterServiceImpl::Run(grpc::CallbackServerContext* ctx, Body body) {
+grpc::ServerUnaryReactor* FilterServiceImpl::Run(RpcMethod method, Body body) {
   bool accepted;
-  grpc::ServerUnaryReactor* reactor = Accept(ctx, &accepted);
-  if (accepted) reactor->Finish(ToGrpcStatus(body()));
+  CallReactor* reactor = Accept(method, &accepted);
+  if (accepted) reactor->Done(ToGrpcStatus(body()));
   return reactor;
 }
 
@@ -147,8 +163,9 @@ absl::Status FilterServiceImpl::CheckKeys(absl::Span<const std::string_view> key
 }
 
 template <typename Result, typename Apply, typename Encode>
-absl::Status FilterServiceImpl::DataPath(const grpc::ByteBuffer& request, std::string_view message,
-                                         grpc::ByteBuffer* response, Apply apply, Encode encode) {
+absl::Status FilterServiceImpl::DataPath(RpcMethod method, const grpc::ByteBuffer& request,
+                                         std::string_view message, grpc::ByteBuffer* response,
+                                         Apply apply, Encode encode) {
   thread_local std::string storage;
   thread_local wire::KeysRequest req;
   grpc::Slice slice;
@@ -160,6 +177,7 @@ absl::Status FilterServiceImpl::DataPath(const grpc::ByteBuffer& request, std::s
   absl::Span<Result> results = Scratch<Result>(req.keys.size());
   apply(**filter, req, results);
   *response = encode(absl::Span<const Result>(results));
+  if (metrics_ != nullptr) metrics_->RecordKeys(method, req.keys.size());
   return absl::OkStatus();
 }
 
@@ -228,36 +246,36 @@ absl::Status FilterServiceImpl::DoGetServerInfo(v1::GetServerInfoResponse* resp)
   return absl::OkStatus();
 }
 
-grpc::ServerUnaryReactor* FilterServiceImpl::CreateFilter(grpc::CallbackServerContext* ctx,
+grpc::ServerUnaryReactor* FilterServiceImpl::CreateFilter(grpc::CallbackServerContext*,
                                                           const v1::CreateFilterRequest* req,
                                                           v1::CreateFilterResponse* resp) {
-  return Run(ctx, [&] { return DoCreateFilter(*req, resp); });
+  return Run(RpcMethod::kCreateFilter, [&] { return DoCreateFilter(*req, resp); });
 }
 
-grpc::ServerUnaryReactor* FilterServiceImpl::GetFilter(grpc::CallbackServerContext* ctx,
+grpc::ServerUnaryReactor* FilterServiceImpl::GetFilter(grpc::CallbackServerContext*,
                                                        const v1::GetFilterRequest* req,
                                                        v1::GetFilterResponse* resp) {
-  return Run(ctx, [&] { return DoGetFilter(*req, resp); });
+  return Run(RpcMethod::kGetFilter, [&] { return DoGetFilter(*req, resp); });
 }
 
-grpc::ServerUnaryReactor* FilterServiceImpl::ListFilters(grpc::CallbackServerContext* ctx,
+grpc::ServerUnaryReactor* FilterServiceImpl::ListFilters(grpc::CallbackServerContext*,
                                                          const v1::ListFiltersRequest*,
                                                          v1::ListFiltersResponse* resp) {
-  return Run(ctx, [&] { return DoListFilters(resp); });
+  return Run(RpcMethod::kListFilters, [&] { return DoListFilters(resp); });
 }
 
-grpc::ServerUnaryReactor* FilterServiceImpl::DropFilter(grpc::CallbackServerContext* ctx,
+grpc::ServerUnaryReactor* FilterServiceImpl::DropFilter(grpc::CallbackServerContext*,
                                                         const v1::DropFilterRequest* req,
                                                         v1::DropFilterResponse* resp) {
-  return Run(ctx, [&] { return DoDropFilter(*req, resp); });
+  return Run(RpcMethod::kDropFilter, [&] { return DoDropFilter(*req, resp); });
 }
 
-grpc::ServerUnaryReactor* FilterServiceImpl::Insert(grpc::CallbackServerContext* ctx,
+grpc::ServerUnaryReactor* FilterServiceImpl::Insert(grpc::CallbackServerContext*,
                                                     const grpc::ByteBuffer* req,
                                                     grpc::ByteBuffer* resp) {
-  return Run(ctx, [&] {
+  return Run(RpcMethod::kInsert, [&] {
     return DataPath<InsertResult>(
-        *req, "InsertRequest", resp,
+        RpcMethod::kInsert, *req, "InsertRequest", resp,
         [](CuckooFilter& f, const wire::KeysRequest& r, absl::Span<InsertResult> out) {
           f.InsertBatch(r.keys, r.if_absent, out);
         },
@@ -265,12 +283,12 @@ grpc::ServerUnaryReactor* FilterServiceImpl::Insert(grpc::CallbackServerContext*
   });
 }
 
-grpc::ServerUnaryReactor* FilterServiceImpl::Lookup(grpc::CallbackServerContext* ctx,
+grpc::ServerUnaryReactor* FilterServiceImpl::Lookup(grpc::CallbackServerContext*,
                                                     const grpc::ByteBuffer* req,
                                                     grpc::ByteBuffer* resp) {
-  return Run(ctx, [&] {
+  return Run(RpcMethod::kLookup, [&] {
     return DataPath<bool>(
-        *req, "LookupRequest", resp,
+        RpcMethod::kLookup, *req, "LookupRequest", resp,
         [](const CuckooFilter& f, const wire::KeysRequest& r, absl::Span<bool> out) {
           f.LookupBatch(r.keys, out);
         },
@@ -278,12 +296,12 @@ grpc::ServerUnaryReactor* FilterServiceImpl::Lookup(grpc::CallbackServerContext*
   });
 }
 
-grpc::ServerUnaryReactor* FilterServiceImpl::Delete(grpc::CallbackServerContext* ctx,
+grpc::ServerUnaryReactor* FilterServiceImpl::Delete(grpc::CallbackServerContext*,
                                                     const grpc::ByteBuffer* req,
                                                     grpc::ByteBuffer* resp) {
-  return Run(ctx, [&] {
+  return Run(RpcMethod::kDelete, [&] {
     return DataPath<DeleteResult>(
-        *req, "DeleteRequest", resp,
+        RpcMethod::kDelete, *req, "DeleteRequest", resp,
         [](CuckooFilter& f, const wire::KeysRequest& r, absl::Span<DeleteResult> out) {
           f.DeleteBatch(r.keys, out);
         },
@@ -291,12 +309,12 @@ grpc::ServerUnaryReactor* FilterServiceImpl::Delete(grpc::CallbackServerContext*
   });
 }
 
-grpc::ServerUnaryReactor* FilterServiceImpl::Count(grpc::CallbackServerContext* ctx,
+grpc::ServerUnaryReactor* FilterServiceImpl::Count(grpc::CallbackServerContext*,
                                                    const grpc::ByteBuffer* req,
                                                    grpc::ByteBuffer* resp) {
-  return Run(ctx, [&] {
+  return Run(RpcMethod::kCount, [&] {
     return DataPath<uint32_t>(
-        *req, "CountRequest", resp,
+        RpcMethod::kCount, *req, "CountRequest", resp,
         [](const CuckooFilter& f, const wire::KeysRequest& r, absl::Span<uint32_t> out) {
           f.CountBatch(r.keys, out);
         },
@@ -304,15 +322,15 @@ grpc::ServerUnaryReactor* FilterServiceImpl::Count(grpc::CallbackServerContext* 
   });
 }
 
-grpc::ServerUnaryReactor* FilterServiceImpl::Snapshot(grpc::CallbackServerContext* ctx,
+grpc::ServerUnaryReactor* FilterServiceImpl::Snapshot(grpc::CallbackServerContext*,
                                                       const v1::SnapshotRequest* req,
                                                       v1::SnapshotResponse* resp) {
   bool accepted;
-  grpc::ServerUnaryReactor* reactor = Accept(ctx, &accepted);
+  CallReactor* reactor = Accept(RpcMethod::kSnapshot, &accepted);
   if (!accepted) return reactor;
   if (!req->filter().empty()) {
     if (absl::Status s = FilterRegistry::ValidateName(req->filter()); !s.ok()) {
-      reactor->Finish(ToGrpcStatus(s));
+      reactor->Done(ToGrpcStatus(s));
       return reactor;
     }
   }
@@ -320,7 +338,7 @@ grpc::ServerUnaryReactor* FilterServiceImpl::Snapshot(grpc::CallbackServerContex
   persistence_->SnapshotAsync(req->filter(), req->changed_only(),
                               [reactor, resp](absl::StatusOr<SnapshotRun> run) {
                                 if (!run.ok()) {
-                                  reactor->Finish(ToGrpcStatus(run.status()));
+                                  reactor->Done(ToGrpcStatus(run.status()));
                                   return;
                                 }
                                 for (const auto& [name, w] : run->written) {
@@ -336,15 +354,15 @@ grpc::ServerUnaryReactor* FilterServiceImpl::Snapshot(grpc::CallbackServerContex
                                   resp->add_unchanged(name);
                                 resp->set_bytes(run->bytes);
                                 SetDuration(run->duration, resp->mutable_duration());
-                                reactor->Finish(grpc::Status::OK);
+                                reactor->Done(grpc::Status::OK);
                               });
   return reactor;
 }
 
-grpc::ServerUnaryReactor* FilterServiceImpl::GetServerInfo(grpc::CallbackServerContext* ctx,
+grpc::ServerUnaryReactor* FilterServiceImpl::GetServerInfo(grpc::CallbackServerContext*,
                                                            const v1::GetServerInfoRequest*,
                                                            v1::GetServerInfoResponse* resp) {
-  return Run(ctx, [&] { return DoGetServerInfo(resp); });
+  return Run(RpcMethod::kGetServerInfo, [&] { return DoGetServerInfo(resp); });
 }
 
 }  // namespace cuckoo::server

@@ -7,6 +7,9 @@
 // request rejected that way changed nothing, because every key is checked
 // against the limits before any is applied.
 //
+// Every call is counted in `metrics` (method, status code, duration; keys
+// for the data path) when it finishes.
+//
 // Thread safety: all handlers may run concurrently; the registry and the
 // filters synchronise themselves.
 #ifndef CUCKOO_SERVER_FILTER_SERVICE_H_
@@ -22,6 +25,7 @@
 #include "absl/types/span.h"
 #include "core/registry.h"
 #include "cuckoo/v1/filter_service.grpc.pb.h"
+#include "server/metrics.h"
 #include "server/persistence.h"
 
 namespace cuckoo::server {
@@ -44,11 +48,13 @@ using FilterServiceBase = v1::FilterService::WithRawCallbackMethod_Insert<
 
 class FilterServiceImpl final : public FilterServiceBase {
  public:
-  // `persistence` writes and removes the filters' snapshot files.
-  FilterServiceImpl(FilterRegistry* registry, Persistence* persistence, const ServiceLimits& limits,
-                    absl::Duration snapshot_interval)
+  // `persistence` writes and removes the filters' snapshot files; calls are
+  // counted in `metrics` (none if null).
+  FilterServiceImpl(FilterRegistry* registry, Persistence* persistence, Metrics* metrics,
+                    const ServiceLimits& limits, absl::Duration snapshot_interval)
       : registry_(registry),
         persistence_(persistence),
+        metrics_(metrics),
         limits_(limits),
         snapshot_interval_(snapshot_interval) {}
 
@@ -98,7 +104,7 @@ class FilterServiceImpl final : public FilterServiceBase {
   // `message`), finds the filter, checks the keys, runs
   // apply(filter, request, results) and encodes the results.
   template <typename Result, typename Apply, typename Encode>
-  absl::Status DataPath(const grpc::ByteBuffer& request, std::string_view message,
+  absl::Status DataPath(RpcMethod method, const grpc::ByteBuffer& request, std::string_view message,
                         grpc::ByteBuffer* response, Apply apply, Encode encode);
 
   absl::Status DoCreateFilter(const v1::CreateFilterRequest& req, v1::CreateFilterResponse* resp);
@@ -107,16 +113,18 @@ class FilterServiceImpl final : public FilterServiceBase {
   absl::Status DoDropFilter(const v1::DropFilterRequest& req, v1::DropFilterResponse* resp);
   absl::Status DoGetServerInfo(v1::GetServerInfoResponse* resp);
 
+  class CallReactor;
   // Runs `body` unless the server is shutting down, and finishes the call
   // with its status.
   template <typename Body>
-  grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* ctx, Body body);
-  // A counted reactor for a new call; already finished with UNAVAILABLE
-  // (and *accepted false) when the server is shutting down.
-  grpc::ServerUnaryReactor* Accept(grpc::CallbackServerContext* ctx, bool* accepted);
+  grpc::ServerUnaryReactor* Run(RpcMethod method, Body body);
+  // A counted reactor for a new call of `method`; already finished with
+  // UNAVAILABLE (and *accepted false) when the server is shutting down.
+  CallReactor* Accept(RpcMethod method, bool* accepted);
 
   FilterRegistry* const registry_;
   Persistence* const persistence_;
+  Metrics* const metrics_;
   const ServiceLimits limits_;
   const absl::Duration snapshot_interval_;
   std::atomic<bool> accepting_{true};

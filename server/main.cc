@@ -1,9 +1,9 @@
 // cuckood: the server process. Reads the configuration (flags, then CUCKOOD_*
-// environment variables, then built-in defaults), starts the gRPC server and
-// waits for SIGINT or SIGTERM, which Boost.Asio delivers: health turns
-// NOT_SERVING, new calls are refused with UNAVAILABLE, calls in flight get
-// --drain-timeout to finish, changed filters are snapshotted, and the
-// process exits 0.
+// environment variables, then built-in defaults), starts the gRPC server (and
+// the admin HTTP server) and waits for SIGINT or SIGTERM, which Boost.Asio
+// delivers: health turns NOT_SERVING (/healthz and /readyz 503), new calls
+// are refused with UNAVAILABLE, calls in flight get --drain-timeout to
+// finish, changed filters are snapshotted, and the process exits 0.
 //
 // Exit codes: 0 after a signal-initiated shutdown, 1 if the server cannot
 // start (e.g. the port is taken, a snapshot cannot be loaded) or the final

@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "boost/asio/post.hpp"
 #include "server/config.h"
+#include "server/metrics.h"
 #include "spdlog/spdlog.h"
 
 namespace cuckoo::server {
@@ -33,8 +34,8 @@ bool Changed(const CuckooFilter& f) {
 
 }  // namespace
 
-Persistence::Persistence(FilterRegistry* registry, std::string data_dir)
-    : registry_(registry), data_dir_(std::move(data_dir)) {}
+Persistence::Persistence(FilterRegistry* registry, std::string data_dir, Metrics* metrics)
+    : registry_(registry), data_dir_(std::move(data_dir)), metrics_(metrics) {}
 
 Persistence::~Persistence() {
   Stop();
@@ -172,6 +173,7 @@ absl::StatusOr<SnapshotRun> Persistence::SnapshotNow(absl::string_view name, boo
     if (!w.ok()) {
       // Dropped since the list was taken: nothing to write.
       if (absl::IsFailedPrecondition(w.status()) && name.empty()) continue;
+      if (metrics_ != nullptr) metrics_->RecordSnapshotWrite(false, 0, absl::ZeroDuration());
       spdlog::error("snapshot of filter {} failed: {}", filter_name,
                     std::string(w.status().message()));
       if (first_error.ok()) first_error = w.status();
@@ -180,6 +182,7 @@ absl::StatusOr<SnapshotRun> Persistence::SnapshotNow(absl::string_view name, boo
     spdlog::info("snapshot of filter {}: {} items, {} to {} in {} ({:.2f} GB/s)", filter_name,
                  w->items, FormatByteSize(w->bytes), w->path, Ms(w->duration),
                  w->bytes / 1e9 / std::max(1e-9, absl::ToDoubleSeconds(w->duration)));
+    if (metrics_ != nullptr) metrics_->RecordSnapshotWrite(true, w->bytes, w->duration);
     run.bytes += w->bytes;
     run.written.emplace_back(filter_name, *std::move(w));
   }

@@ -41,6 +41,8 @@
 
 namespace cuckoo::server {
 
+class Metrics;
+
 inline constexpr char kQuarantineDir[] = "quarantine";
 // Locked (flock) by the cuckood using the directory.
 inline constexpr char kLockFile[] = "LOCK";
@@ -64,7 +66,9 @@ struct LoadSummary {
 
 class Persistence {
  public:
-  Persistence(FilterRegistry* registry, std::string data_dir);
+  // Each snapshot file written or failed is counted in `metrics` (none if
+  // null).
+  Persistence(FilterRegistry* registry, std::string data_dir, Metrics* metrics = nullptr);
   ~Persistence();  // Stop()s.
   Persistence(const Persistence&) = delete;
   Persistence& operator=(const Persistence&) = delete;
@@ -112,6 +116,7 @@ class Persistence {
 
   FilterRegistry* const registry_;
   const std::string data_dir_;
+  Metrics* const metrics_;
   absl::Duration interval_;
   boost::asio::io_context io_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;

@@ -32,14 +32,38 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
   }
 
   std::unique_ptr<CuckooServer> s(new CuckooServer(config));
+  s->metrics_ = std::make_unique<Metrics>();
   s->registry_ = std::make_unique<FilterRegistry>(RegistryLimits{
       .memory_budget_bytes = EffectiveMemoryBudget(config), .max_filters = config.max_filters});
-  s->persistence_ = std::make_unique<Persistence>(s->registry_.get(), config.data_dir);
+  s->persistence_ =
+      std::make_unique<Persistence>(s->registry_.get(), config.data_dir, s->metrics_.get());
+  s->service_ = std::make_unique<FilterServiceImpl>(
+      s->registry_.get(), s->persistence_.get(), s->metrics_.get(),
+      ServiceLimits{.max_batch_keys = config.max_batch_keys,
+                    .max_key_bytes = config.max_key_bytes,
+                    .max_message_bytes = config.max_message_bytes},
+      config.snapshot_interval);
+
+  // The admin server first, so that while snapshots load /healthz answers
+  // and /readyz says why it is not ready. Its handlers only read members
+  // that are set by now (and state_).
+  if (!config.admin_listen.empty()) {
+    const CuckooServer* server = s.get();
+    absl::StatusOr<std::unique_ptr<AdminHttpServer>> admin = AdminHttpServer::Start(
+        config.admin_listen, AdminHandlers{.metrics = [server] { return server->MetricsPage(); },
+                                           .healthz = [server] { return server->Healthz(); },
+                                           .readyz = [server] { return server->Readyz(); }});
+    if (!admin.ok()) return admin.status();
+    s->admin_ = *std::move(admin);
+    spdlog::info("admin HTTP on {} (/metrics, /healthz, /readyz)", s->admin_->address());
+  }
+
   // Every snapshot is loaded before the port opens: a client never sees a
   // filter missing because it has not been loaded yet.
   absl::StatusOr<LoadSummary> loaded = s->persistence_->LoadAll();
   if (!loaded.ok()) return loaded.status();
   s->loaded_ = *loaded;
+  s->metrics_->RecordLoad(*loaded);
   spdlog::info("loaded {} filters ({} items, {}) from {} in {}{}", loaded->loaded, loaded->items,
                FormatByteSize(loaded->bytes), config.data_dir,
                absl::FormatDuration(loaded->duration),
@@ -47,13 +71,6 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
                    ? std::string()
                    : absl::StrFormat("; %d bad files moved to %s/%s", loaded->quarantined,
                                      config.data_dir, kQuarantineDir));
-  s->service_ = std::make_unique<FilterServiceImpl>(
-      s->registry_.get(), s->persistence_.get(),
-      ServiceLimits{.max_batch_keys = config.max_batch_keys,
-                    .max_key_bytes = config.max_key_bytes,
-                    .max_message_bytes = config.max_message_bytes},
-      config.snapshot_interval);
-
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -77,13 +94,45 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
   grpc::HealthCheckServiceInterface* health = s->grpc_server_->GetHealthCheckService();
   health->SetServingStatus(true);
   health->SetServingStatus(kServiceName, true);
+  s->state_.store(State::kServing, std::memory_order_release);
   return s;
 }
 
-CuckooServer::~CuckooServer() { Shutdown(absl::ZeroDuration()); }
+CuckooServer::~CuckooServer() {
+  Shutdown(absl::ZeroDuration());
+  if (admin_ != nullptr) admin_->Stop();
+}
+
+AdminResponse CuckooServer::Healthz() const {
+  if (state_.load(std::memory_order_acquire) == State::kStopping) {
+    return {.status = 503, .body = "shutting down\n"};
+  }
+  return {.status = 200, .body = "ok\n"};
+}
+
+AdminResponse CuckooServer::Readyz() const {
+  switch (state_.load(std::memory_order_acquire)) {
+    case State::kStarting:
+      return {.status = 503, .body = "not ready: loading snapshots\n"};
+    case State::kServing:
+      return {.status = 200, .body = "ready\n"};
+    case State::kStopping:
+      break;
+  }
+  return {.status = 503, .body = "not ready: shutting down\n"};
+}
+
+AdminResponse CuckooServer::MetricsPage() const {
+  return {.status = 200,
+          .content_type = kPrometheusContentType,
+          .body = metrics_->Render(
+              {.registry = registry_.get(), .calls_in_flight = service_->calls_in_flight()})};
+}
 
 void CuckooServer::Shutdown(absl::Duration drain) {
   std::call_once(shutdown_once_, [&] {
+    // Not ready and not healthy from here on: load balancers stop sending.
+    state_.store(State::kStopping, std::memory_order_release);
     if (grpc_server_ == nullptr) return;
     grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
     health->SetServingStatus(false);

@@ -7,11 +7,15 @@
 //   ... connect to (*server)->address() ...
 //   (*server)->Shutdown(absl::Seconds(5));
 //
-// Start loads every snapshot in the data directory (see persistence.h), then
-// binds the port and serves cuckoo.v1.FilterService, the standard
+// Start first opens the admin HTTP server (config.admin_listen, unless empty:
+// /metrics, /healthz, /readyz; see admin_http.h and metrics.h), so that an
+// orchestrator sees the process live but not ready while it loads. It then
+// loads every snapshot in the data directory (see persistence.h), then binds
+// the gRPC port and serves cuckoo.v1.FilterService, the standard
 // grpc.health.v1.Health service (SERVING for "" and "cuckoo.v1.FilterService"
-// while up) and server reflection. Filters changed since their last snapshot
-// are snapshotted every config.snapshot_interval and at Shutdown.
+// while up) and server reflection; /readyz turns 200 only then. Filters
+// changed since their last snapshot are snapshotted every
+// config.snapshot_interval and at Shutdown.
 //
 // Thread safety: Shutdown and Wait may be called from any thread.
 #ifndef CUCKOO_SERVER_SERVER_H_
@@ -19,6 +23,7 @@
 
 #include <grpcpp/server.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -26,15 +31,17 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/registry.h"
+#include "server/admin_http.h"
 #include "server/config.h"
 #include "server/filter_service.h"
+#include "server/metrics.h"
 #include "server/persistence.h"
 
 namespace cuckoo::server {
 
 class CuckooServer {
  public:
-  // UNAVAILABLE if the address cannot be bound; INVALID_ARGUMENT for a bad
+  // UNAVAILABLE if the address (or the admin address) cannot be bound; INVALID_ARGUMENT for a bad
   // config; INTERNAL if the data directory cannot be created or read;
   // the snapshot's error if one cannot be loaded for a reason other than a
   // bad file (bad files are quarantined), e.g. the memory budget.
@@ -43,18 +50,27 @@ class CuckooServer {
   CuckooServer(const CuckooServer&) = delete;
   CuckooServer& operator=(const CuckooServer&) = delete;
   // Shuts down with no drain time if still running.
-  ~CuckooServer();
+  ~CuckooServer();  // Then stops the admin server.
 
   // host:port actually bound (the port resolved when config.listen ends in :0).
   const std::string& address() const { return address_; }
   int port() const { return port_; }
+  // The admin HTTP server's host:port and port ("" and 0 when
+  // config.admin_listen is empty).
+  std::string admin_address() const { return admin_ ? admin_->address() : std::string(); }
+  int admin_port() const { return admin_ ? admin_->port() : 0; }
+  Metrics& metrics() { return *metrics_; }
+  // Whether /readyz says ready: snapshots loaded, gRPC serving, not
+  // shutting down.
+  bool ready() const { return state_.load(std::memory_order_acquire) == State::kServing; }
   FilterRegistry& registry() { return *registry_; }
   Persistence& persistence() { return *persistence_; }
   // What start-up loaded.
   const LoadSummary& loaded() const { return loaded_; }
   const ServerConfig& config() const { return config_; }
 
-  // Stops serving: health turns NOT_SERVING, new calls fail with UNAVAILABLE,
+  // Stops serving: /healthz and /readyz answer 503 and gRPC health turns
+  // NOT_SERVING, new calls fail with UNAVAILABLE,
   // and calls in flight get up to `drain` to finish before they are
   // cancelled. Then writes a final snapshot of every changed filter.
   // Returns when the server has stopped. Idempotent.
@@ -65,9 +81,17 @@ class CuckooServer {
   void Wait();
 
  private:
+  enum class State { kStarting, kServing, kStopping };
+
   explicit CuckooServer(const ServerConfig& config);
+  // The admin server's endpoints.
+  AdminResponse Healthz() const;
+  AdminResponse Readyz() const;
+  AdminResponse MetricsPage() const;
 
   const ServerConfig config_;
+  std::atomic<State> state_{State::kStarting};
+  std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<FilterRegistry> registry_;
   std::unique_ptr<Persistence> persistence_;
   LoadSummary loaded_;
@@ -77,6 +101,8 @@ class CuckooServer {
   int port_ = 0;
   std::once_flag shutdown_once_;
   absl::Status final_snapshot_status_;
+  // Last, so it stops first: its handlers read the members above.
+  std::unique_ptr<AdminHttpServer> admin_;
 };
 
 }  // namespace cuckoo::server

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -156,19 +157,32 @@ inline int FreePort() {
 }
 
 // A real cuckood on a free loopback port, started and waited for (its
-// "serving on" log line), killed on destruction if still running.
+// "serving on" log line), killed on destruction if still running. Its admin
+// HTTP server is on a port of its own choosing (--admin-listen=127.0.0.1:0,
+// read back from the "admin HTTP on" log line) unless `flags` set
+// --admin-listen.
 class Cuckood {
  public:
   explicit Cuckood(const std::string& data_dir, std::vector<std::string> flags = {})
       : port_(FreePort()), address_("127.0.0.1:" + std::to_string(port_)) {
     std::vector<std::string> argv = {CUCKOOD_PATH, "--listen=" + address_,
                                      "--data-dir=" + data_dir};
+    bool admin_set = false;
+    for (const std::string& f : flags) admin_set |= f.starts_with("--admin-listen");
+    if (!admin_set) argv.push_back("--admin-listen=127.0.0.1:0");
     argv.insert(argv.end(), flags.begin(), flags.end());
     process_ = std::make_unique<Process>(argv);
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     while (std::chrono::steady_clock::now() < until) {
-      if (process_->out().find("serving on") != std::string::npos) {
+      const std::string out = process_->out();
+      if (out.find("serving on") != std::string::npos) {
         ready_ = true;
+        constexpr std::string_view kAdmin = "admin HTTP on ";
+        if (size_t at = out.find(kAdmin); at != std::string::npos) {
+          at += kAdmin.size();
+          admin_address_ = out.substr(at, out.find_first_of(" \n\"", at) - at);
+          admin_port_ = std::atoi(admin_address_.c_str() + admin_address_.rfind(':') + 1);
+        }
         break;
       }
       if (process_->Wait(std::chrono::milliseconds(20)) != -1) break;  // Exited.
@@ -177,11 +191,16 @@ class Cuckood {
 
   bool ready() const { return ready_; }
   const std::string& address() const { return address_; }
+  // The admin HTTP server's host:port and port ("" and 0 if it has none).
+  const std::string& admin_address() const { return admin_address_; }
+  int admin_port() const { return admin_port_; }
   Process& process() { return *process_; }
 
  private:
   int port_;
   std::string address_;
+  std::string admin_address_;
+  int admin_port_ = 0;
   std::unique_ptr<Process> process_;
   bool ready_ = false;
 };

@@ -37,8 +37,9 @@ TEST(ServerProcessTest, SigintExitsZero) {
 }
 
 TEST(ServerProcessTest, StartsWithNoFlagsAtAllOnTheDefaultPortOrSaysWhyNot) {
-  // With no flags it listens on 0.0.0.0:50051 and keeps data in ./data; if
-  // something else holds that port here, it must say so and exit 1.
+  // With no flags it listens on 0.0.0.0:50051 (admin HTTP on 0.0.0.0:9090)
+  // and keeps data in ./data; if something else holds one of those ports
+  // here, it must say so and exit 1.
   TempDir dir;
   Process p({CUCKOOD_PATH}, {"CUCKOOD_DATA_DIR=" + dir.path() + "/data"});
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -47,11 +48,14 @@ TEST(ServerProcessTest, StartsWithNoFlagsAtAllOnTheDefaultPortOrSaysWhyNot) {
   }
   if (p.out().find("serving on") != std::string::npos) {
     EXPECT_THAT(p.out(), HasSubstr("serving on 0.0.0.0:50051"));
+    EXPECT_THAT(p.out(), HasSubstr("admin HTTP on 0.0.0.0:9090 "));
     p.Signal(SIGTERM);
     EXPECT_EQ(p.Wait(), 0);
   } else {
     EXPECT_EQ(p.Wait(), 1);
-    EXPECT_THAT(p.out(), HasSubstr("cannot listen on 0.0.0.0:50051"));
+    EXPECT_THAT(p.out(),
+                ::testing::AnyOf(HasSubstr("cannot listen on 0.0.0.0:50051"),
+                                 HasSubstr("cannot listen on admin address 0.0.0.0:9090")));
   }
 }
 
@@ -59,8 +63,8 @@ TEST(ServerProcessTest, PortInUseExitsOneWithTheAddress) {
   TempDir dir, other_dir;
   Cuckood first(dir.path());
   ASSERT_TRUE(first.ready());
-  Result second =
-      RunProcess({CUCKOOD_PATH, "--listen=" + first.address(), "--data-dir=" + other_dir.path()});
+  Result second = RunProcess({CUCKOOD_PATH, "--listen=" + first.address(),
+                              "--data-dir=" + other_dir.path(), "--admin-listen="});
   EXPECT_EQ(second.code, 1);
   EXPECT_THAT(second.out, HasSubstr("cannot listen on " + first.address()));
 }
@@ -70,7 +74,7 @@ TEST(ServerProcessTest, DataDirInUseByAnotherServerExitsOne) {
   Cuckood first(dir.path());
   ASSERT_TRUE(first.ready());
   Result second = RunProcess({CUCKOOD_PATH, "--listen=127.0.0.1:" + std::to_string(FreePort()),
-                              "--data-dir=" + dir.path()});
+                              "--data-dir=" + dir.path(), "--admin-listen=127.0.0.1:0"});
   EXPECT_EQ(second.code, 1);
   EXPECT_THAT(second.out,
               HasSubstr("data directory " + dir.path() + " is in use by another cuckood"));
@@ -92,7 +96,8 @@ TEST(ServerProcessTest, EnvironmentConfiguresTheServer) {
   TempDir dir;
   const std::string address = "127.0.0.1:" + std::to_string(FreePort());
   Process p({CUCKOOD_PATH}, {"CUCKOOD_LISTEN=" + address, "CUCKOOD_DATA_DIR=" + dir.path(),
-                             "CUCKOOD_MAX_BATCH_KEYS=7", "CUCKOOD_LOG_FORMAT=json"});
+                             "CUCKOOD_MAX_BATCH_KEYS=7", "CUCKOOD_LOG_FORMAT=json",
+                             "CUCKOOD_ADMIN_LISTEN=127.0.0.1:0"});
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (std::chrono::steady_clock::now() < until &&
          p.out().find("serving on") == std::string::npos &&
@@ -100,6 +105,7 @@ TEST(ServerProcessTest, EnvironmentConfiguresTheServer) {
   }
   ASSERT_THAT(p.out(), HasSubstr("serving on " + address));
   EXPECT_THAT(p.out(), HasSubstr("{\"time\":\""));
+  EXPECT_THAT(p.out(), HasSubstr("admin HTTP on 127.0.0.1:"));
   auto client = client::Client::Connect(address);
   auto info = client->ServerInfo();
   ASSERT_TRUE(info.ok()) << info.status();

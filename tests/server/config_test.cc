@@ -48,6 +48,7 @@ TEST(ConfigTest, DefaultsAreValidAndBudgetComesFromAvailableMemory) {
   ServerConfig c;
   EXPECT_TRUE(ValidateConfig(c).ok());
   EXPECT_EQ(c.listen, "0.0.0.0:50051");
+  EXPECT_EQ(c.admin_listen, "0.0.0.0:9090");
   EXPECT_EQ(EffectiveMemoryBudget(c), AvailableMemoryBytes() / 4 * 3);
   c.memory_budget_bytes = 12345;
   EXPECT_EQ(EffectiveMemoryBudget(c), 12345u);
@@ -61,6 +62,9 @@ TEST(ConfigTest, InvalidValuesNameTheFlag) {
   };
   const Case cases[] = {
       {[](ServerConfig& c) { c.listen = "nonsense"; }, "--listen=\"nonsense\""},
+      {[](ServerConfig& c) { c.admin_listen = "9090"; }, "--admin-listen=\"9090\""},
+      {[](ServerConfig& c) { c.admin_listen = "0.0.0.0:http"; }, "--admin-listen=\"0.0.0.0:http\""},
+      {[](ServerConfig& c) { c.admin_listen = "0.0.0.0:65536"; }, "--admin-listen"},
       {[](ServerConfig& c) { c.max_batch_keys = 0; }, "--max-batch-keys"},
       {[](ServerConfig& c) { c.max_key_bytes = 0; }, "--max-key-bytes"},
       {[](ServerConfig& c) { c.max_filters = 0; }, "--max-filters"},
@@ -110,6 +114,20 @@ TEST(ConfigTest, EnvironmentSetsFlagsAndTheCommandLineWins) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->max_filters, 13u);
   EXPECT_EQ(c->data_dir, "/tmp/from-env");
+}
+
+TEST(ConfigTest, AdminListenComesFromFlagOrEnvironmentAndEmptyTurnsItOff) {
+  setenv("CUCKOOD_ADMIN_LISTEN", "127.0.0.1:9999", 1);
+  auto from_env = Parse({});
+  auto off = Parse({"--admin-listen="});
+  unsetenv("CUCKOOD_ADMIN_LISTEN");
+  ASSERT_TRUE(from_env.ok()) << from_env.status();
+  EXPECT_EQ(from_env->admin_listen, "127.0.0.1:9999");
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->admin_listen, "");
+  auto flag = Parse({"--admin_listen=[::1]:0"});
+  ASSERT_TRUE(flag.ok()) << flag.status();
+  EXPECT_EQ(flag->admin_listen, "[::1]:0");
 }
 
 TEST(ConfigTest, BadFlagsAndEnvironmentAreInvalidArgumentNamingThem) {

@@ -22,6 +22,7 @@ namespace cuckoo::testing {
 inline server::ServerConfig TestConfig(const std::string& data_dir) {
   server::ServerConfig c;
   c.listen = "127.0.0.1:0";
+  c.admin_listen = "127.0.0.1:0";
   c.data_dir = data_dir;
   c.max_batch_keys = 1000;
   c.max_key_bytes = 64;

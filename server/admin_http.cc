@@ -1,0 +1,238 @@
+#include "server/admin_http.h"
+
+#include <array>
+#include <chrono>
+#include <optional>
+#include <string_view>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "boost/asio/ip/tcp.hpp"
+#include "boost/beast/core/error.hpp"
+#include "boost/beast/core/flat_buffer.hpp"
+#include "boost/beast/core/tcp_stream.hpp"
+#include "boost/beast/http/error.hpp"
+#include "boost/beast/http/read.hpp"
+#include "boost/beast/http/string_body.hpp"
+#include "boost/beast/http/write.hpp"
+#include "cuckoo_version.h"
+#include "spdlog/spdlog.h"
+
+namespace cuckoo::server {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using tcp = boost::asio::ip::tcp;
+
+namespace {
+
+constexpr size_t kMaxHeaderBytes = 8 << 10;
+constexpr size_t kMaxBodyBytes = 4 << 10;
+constexpr int kMaxSessions = 128;
+// How long a connection may take to send a request (or sit idle between
+// requests), and to take a response.
+constexpr std::chrono::seconds kTimeout(30);
+constexpr std::chrono::seconds kLingerTime(2);
+
+const std::string kServerHeader = absl::StrCat("cuckood/", kVersion);
+
+// The status a request that failed to parse gets.
+http::status ParseErrorStatus(const beast::error_code& ec) {
+  if (ec == http::error::body_limit) return http::status::payload_too_large;
+  if (ec == http::error::header_limit) return http::status::request_header_fields_too_large;
+  return http::status::bad_request;
+}
+
+bool IsParseError(const beast::error_code& ec) {
+  return ec.category() == beast::error_code(http::error::bad_target).category();
+}
+
+}  // namespace
+
+// One connection: read a request, answer it, repeat while keep-alive.
+class AdminHttpServer::Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, const AdminHandlers* handlers,
+          std::shared_ptr<std::atomic<int>> sessions)
+      : stream_(std::move(socket)), handlers_(handlers), sessions_(std::move(sessions)) {
+    sessions_->fetch_add(1, std::memory_order_relaxed);
+  }
+  ~Session() { sessions_->fetch_sub(1, std::memory_order_relaxed); }
+
+  void Read() {
+    parser_.emplace();
+    parser_->header_limit(kMaxHeaderBytes);
+    parser_->body_limit(kMaxBodyBytes);
+    stream_.expires_after(kTimeout);
+    http::async_read(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+  }
+
+ private:
+  void OnRead(beast::error_code ec) {
+    if (ec) {
+      // end_of_stream: the client closed between requests; timeout: it was
+      // idle or too slow; anything else but a parse error: the socket failed.
+      if (!IsParseError(ec) || ec == http::error::end_of_stream) return Close();
+      const http::status status = ParseErrorStatus(ec);
+      Respond(status, 11, /*keep_alive=*/false, /*head=*/false,
+              AdminResponse{.status = static_cast<unsigned>(status),
+                            .body = absl::StrCat(std::string(http::obsolete_reason(status)), ": ",
+                                                 ec.message(), "\n")});
+      return;
+    }
+    const http::request<http::string_body>& req = parser_->get();
+    std::string_view target(req.target().data(), req.target().size());
+    target = target.substr(0, target.find('?'));
+    const std::function<AdminResponse()>* handler = nullptr;
+    if (target == "/metrics") {
+      handler = &handlers_->metrics;
+    } else if (target == "/healthz") {
+      handler = &handlers_->healthz;
+    } else if (target == "/readyz") {
+      handler = &handlers_->readyz;
+    }
+    const bool head = req.method() == http::verb::head;
+    AdminResponse response;
+    if (handler == nullptr || !*handler) {
+      response = {.status = 404,
+                  .body = "not found: the admin server has /metrics, /healthz and /readyz\n"};
+    } else if (req.method() != http::verb::get && !head) {
+      response = {.status = 405, .body = "method not allowed: use GET or HEAD\n"};
+    } else {
+      response = (*handler)();
+    }
+    Respond(static_cast<http::status>(response.status), req.version(), req.keep_alive(), head,
+            std::move(response));
+  }
+
+  void Respond(http::status status, unsigned version, bool keep_alive, bool head,
+               AdminResponse response) {
+    res_ = {};
+    res_.result(status);
+    res_.version(version);
+    res_.set(http::field::server, kServerHeader);
+    res_.set(http::field::content_type, response.content_type);
+    if (status == http::status::method_not_allowed) res_.set(http::field::allow, "GET, HEAD");
+    if (status != http::status::ok) res_.set(http::field::cache_control, "no-store");
+    res_.keep_alive(keep_alive);
+    res_.body() = std::move(response.body);
+    res_.prepare_payload();
+    if (head) res_.body().clear();  // Content-Length still tells the GET's.
+    stream_.expires_after(kTimeout);
+    http::async_write(stream_, res_,
+                      [self = shared_from_this(), keep_alive](beast::error_code ec, size_t) {
+                        if (ec || !keep_alive) return self->Close();
+                        self->Read();
+                      });
+  }
+
+  // Ends the connection: our side first, then whatever the client still
+  // sends is read and dropped until it closes too (for at most
+  // kLingerTime). Closing with unread input would make the kernel send a
+  // reset, which can destroy our last response before the client reads it
+  // (e.g. a 431 answered before the whole oversized header arrived).
+  void Close() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.expires_after(kLingerTime);
+    Drain();
+  }
+  void Drain() {
+    stream_.async_read_some(asio::buffer(drain_),
+                            [self = shared_from_this()](beast::error_code ec, size_t) {
+                              if (ec) return self->stream_.close();
+                              self->Drain();
+                            });
+  }
+
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  http::response<http::string_body> res_;
+  std::array<char, 4096> drain_;
+  const AdminHandlers* const handlers_;
+  const std::shared_ptr<std::atomic<int>> sessions_;
+};
+
+AdminHttpServer::AdminHttpServer(AdminHandlers handlers)
+    : handlers_(std::move(handlers)), acceptor_(io_), retry_(io_) {}
+
+absl::StatusOr<std::unique_ptr<AdminHttpServer>> AdminHttpServer::Start(const std::string& listen,
+                                                                        AdminHandlers handlers) {
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("admin address \"%s\" is not host:port", listen));
+  }
+  std::string host = listen.substr(0, colon);
+  const std::string port = listen.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host.empty()) host = "0.0.0.0";
+
+  std::unique_ptr<AdminHttpServer> s(new AdminHttpServer(std::move(handlers)));
+  auto fail = [&](std::string_view what, const beast::error_code& ec) {
+    return absl::UnavailableError(
+        absl::StrFormat("cannot listen on admin address %s: %s: %s", listen, what, ec.message()));
+  };
+  beast::error_code ec;
+  tcp::resolver resolver(s->io_);
+  tcp::resolver::results_type endpoints =
+      resolver.resolve(host, port, tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || endpoints.empty()) return fail("resolving it", ec);
+  const tcp::endpoint endpoint = endpoints.begin()->endpoint();
+  if (s->acceptor_.open(endpoint.protocol(), ec); ec) return fail("socket", ec);
+  if (s->acceptor_.set_option(asio::socket_base::reuse_address(true), ec); ec) {
+    return fail("SO_REUSEADDR", ec);
+  }
+  if (s->acceptor_.bind(endpoint, ec); ec) return fail("bind", ec);
+  if (s->acceptor_.listen(asio::socket_base::max_listen_connections, ec); ec) {
+    return fail("listen", ec);
+  }
+  s->port_ = s->acceptor_.local_endpoint(ec).port();
+  if (ec) return fail("getsockname", ec);
+  s->address_ = absl::StrCat(listen.substr(0, colon + 1), s->port_);
+  s->Accept();
+  s->thread_ = std::thread([server = s.get()] { server->io_.run(); });
+  return s;
+}
+
+void AdminHttpServer::Accept() {
+  acceptor_.async_accept(io_, [this](beast::error_code ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+    if (ec) {
+      // E.g. out of file descriptors: try again shortly rather than spin.
+      spdlog::warn("admin HTTP: accept failed: {}", ec.message());
+      retry_.expires_after(std::chrono::milliseconds(100));
+      retry_.async_wait([this](beast::error_code wait_ec) {
+        if (!wait_ec) Accept();
+      });
+      return;
+    }
+    if (sessions_->load(std::memory_order_relaxed) >= kMaxSessions) {
+      beast::error_code ignored;
+      socket.close(ignored);  // Too many connections: this one is refused.
+    } else {
+      std::make_shared<Session>(std::move(socket), &handlers_, sessions_)->Read();
+    }
+    Accept();
+  });
+}
+
+AdminHttpServer::~AdminHttpServer() { Stop(); }
+
+void AdminHttpServer::Stop() {
+  if (stopped_.exchange(true)) return;
+  io_.stop();
+  if (thread_.joinable()) thread_.join();
+  beast::error_code ignored;
+  acceptor_.close(ignored);
+}
+
+}  // namespace cuckoo::server

@@ -1,0 +1,98 @@
+// AdminHttpServer: cuckood's small HTTP/1.1 server for operators and
+// orchestrators (Boost.Beast on Boost.Asio), separate from the gRPC port:
+//
+//   GET /metrics   Prometheus text format 0.0.4
+//   GET /healthz   200 "ok" while the process is up; 503 once shutting down
+//   GET /readyz    200 "ready" while serving; 503 while loading snapshots
+//                  at start-up and from the start of shutdown
+//
+// HEAD is answered like GET without the body; other methods get 405, other
+// paths 404, a request that does not parse 400, one with a body over 4 KiB
+// 413 and headers over 8 KiB 431. Connections are kept alive (HTTP/1.1) and
+// closed after 30 s without a request; at most 128 are open at once.
+//
+// One thread runs an Asio io_context with every connection on it, async
+// throughout: a slow or stalled client holds only its own connection. The
+// handlers run on that thread; /metrics renders there too (a few
+// microseconds per filter).
+//
+//   AdminHandlers h{.metrics = ..., .healthz = ..., .readyz = ...};
+//   auto admin = AdminHttpServer::Start("0.0.0.0:9090", h);
+//   ... (*admin)->port() ...
+//   (*admin)->Stop();  // or destroy it
+//
+// Thread safety: Stop may be called from any thread but the server's own.
+#ifndef CUCKOO_SERVER_ADMIN_HTTP_H_
+#define CUCKOO_SERVER_ADMIN_HTTP_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "boost/asio/io_context.hpp"
+#include "boost/asio/ip/tcp.hpp"
+#include "boost/asio/steady_timer.hpp"
+
+namespace cuckoo::server {
+
+// What one endpoint answers.
+struct AdminResponse {
+  unsigned status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+};
+
+struct AdminHandlers {
+  std::function<AdminResponse()> metrics;
+  std::function<AdminResponse()> healthz;
+  std::function<AdminResponse()> readyz;
+};
+
+inline constexpr char kPrometheusContentType[] = "text/plain; version=0.0.4; charset=utf-8";
+
+class AdminHttpServer {
+ public:
+  // Binds `listen` (host:port; host may be a name, an IPv4 address, an IPv6
+  // address in brackets, or empty for 0.0.0.0; port 0 picks a free port) and
+  // starts serving. UNAVAILABLE if it cannot be bound, INVALID_ARGUMENT if it
+  // is not host:port.
+  static absl::StatusOr<std::unique_ptr<AdminHttpServer>> Start(const std::string& listen,
+                                                                AdminHandlers handlers);
+
+  AdminHttpServer(const AdminHttpServer&) = delete;
+  AdminHttpServer& operator=(const AdminHttpServer&) = delete;
+  ~AdminHttpServer();  // Stop()s.
+
+  // host:port actually bound (the port resolved when `listen` ended in :0).
+  const std::string& address() const { return address_; }
+  int port() const { return port_; }
+
+  // Closes the listening socket and every connection and joins the thread.
+  // Idempotent.
+  void Stop();
+
+ private:
+  class Session;
+  explicit AdminHttpServer(AdminHandlers handlers);
+  void Accept();
+
+  const AdminHandlers handlers_;
+  boost::asio::io_context io_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  // Paces accepting again after an accept error.
+  boost::asio::steady_timer retry_;
+  std::string address_;
+  int port_ = 0;
+  // Connections open now; shared with them (they may outlive a Stop()ped
+  // server only inside io_'s destructor).
+  std::shared_ptr<std::atomic<int>> sessions_ = std::make_shared<std::atomic<int>>(0);
+  std::thread thread_;
+  std::atomic<bool> stopped_{false};
+};
+
+}  // namespace cuckoo::server
+
+#endif  // CUCKOO_SERVER_ADMIN_HTTP_H_

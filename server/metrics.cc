@@ -1,0 +1,390 @@
+#include "server/metrics.h"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/time/clock.h"
+#include "cuckoo_version.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/metric_family.h"
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
+
+namespace cuckoo::server {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+constexpr std::string_view kMethodNames[kRpcMethods] = {
+    "Insert",    "Lookup",      "Delete",     "Count",         "CreateFilter",
+    "GetFilter", "ListFilters", "DropFilter", "GetServerInfo", "Snapshot"};
+
+constexpr std::string_view kCodeNames[] = {
+    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+    "DATA_LOSS", "UNAUTHENTICATED"};
+static_assert(std::size(kCodeNames) == grpc::StatusCode::UNAUTHENTICATED + 1);
+
+constexpr bool IsDataPath(size_t method) {
+  return method <= static_cast<size_t>(RpcMethod::kCount);
+}
+
+// kRpcDurationBuckets in nanoseconds, for the comparison on the data path.
+constexpr std::array<int64_t, kRpcDurationBuckets.size()> kDurationBucketsNs = [] {
+  std::array<int64_t, kRpcDurationBuckets.size()> ns{};
+  for (size_t i = 0; i < ns.size(); ++i) {
+    ns[i] = static_cast<int64_t>(kRpcDurationBuckets[i] * 1e9 + 0.5);
+  }
+  return ns;
+}();
+
+constexpr std::array<uint64_t, kBatchKeysBuckets.size()> kBatchBucketsInt = [] {
+  std::array<uint64_t, kBatchKeysBuckets.size()> n{};
+  for (size_t i = 0; i < n.size(); ++i) n[i] = static_cast<uint64_t>(kBatchKeysBuckets[i]);
+  return n;
+}();
+
+const std::vector<double> kSnapshotDurationBuckets = {0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1,
+                                                      2.5,   5,     10,   30,   60,  120, 300};
+
+MetricFamily Family(std::string name, std::string help, MetricType type) {
+  MetricFamily f;
+  f.name = std::move(name);
+  f.help = std::move(help);
+  f.type = type;
+  return f;
+}
+
+ClientMetric& Add(MetricFamily& family, std::vector<ClientMetric::Label> labels = {}) {
+  ClientMetric& m = family.metric.emplace_back();
+  m.label = std::move(labels);
+  return m;
+}
+
+void AddGauge(std::vector<MetricFamily>& out, std::string name, std::string help, double value) {
+  MetricFamily& f = out.emplace_back(Family(std::move(name), std::move(help), MetricType::Gauge));
+  Add(f).gauge.value = value;
+}
+
+// A histogram from per-bucket (not cumulative) counts, the last one +Inf.
+template <size_t N, size_t B>
+void FillHistogram(const std::array<uint64_t, N>& counts, const std::array<double, B>& bounds,
+                   double sum, ClientMetric* m) {
+  static_assert(N == B + 1);
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < N; ++i) {
+    cumulative += counts[i];
+    m->histogram.bucket.push_back(
+        {.cumulative_count = cumulative,
+         .upper_bound = i < B ? bounds[i] : std::numeric_limits<double>::infinity()});
+  }
+  m->histogram.sample_count = cumulative;
+  m->histogram.sample_sum = sum;
+}
+
+struct ProcStat {
+  double cpu_seconds = 0;
+  double start_time_seconds = 0;
+  double virtual_bytes = 0;
+  double resident_bytes = 0;
+  bool ok = false;
+};
+
+// /proc/self/stat's fields after the command (which may hold spaces and
+// parentheses, so the line is split after the last ')').
+ProcStat ReadProcStat() {
+  ProcStat st;
+  std::ifstream in("/proc/self/stat");
+  std::string line;
+  if (!std::getline(in, line)) return st;
+  const size_t paren = line.rfind(')');
+  if (paren == std::string::npos) return st;
+  // Field 3 (state) is fields[0]; utime is field 14, stime 15, starttime
+  // 22, vsize 23, rss 24 (proc(5)).
+  std::istringstream in_fields(line.substr(paren + 1));
+  std::vector<std::string> fields;
+  for (std::string f; fields.size() < 22 && in_fields >> f;) fields.push_back(std::move(f));
+  if (fields.size() < 22) return st;
+  uint64_t utime = 0, stime = 0, start_ticks = 0, vsize = 0, rss_pages = 0;
+  if (!absl::SimpleAtoi(fields[11], &utime) || !absl::SimpleAtoi(fields[12], &stime) ||
+      !absl::SimpleAtoi(fields[19], &start_ticks) || !absl::SimpleAtoi(fields[20], &vsize) ||
+      !absl::SimpleAtoi(fields[21], &rss_pages)) {
+    return st;
+  }
+  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  st.cpu_seconds = static_cast<double>(utime + stime) / ticks;
+  st.virtual_bytes = static_cast<double>(vsize);
+  st.resident_bytes = static_cast<double>(rss_pages) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  // Start time is in ticks since boot; boot time is /proc/stat's btime.
+  std::ifstream stat("/proc/stat");
+  for (std::string l; std::getline(stat, l);) {
+    uint64_t btime = 0;
+    if (l.starts_with("btime ") && absl::SimpleAtoi(l.substr(6), &btime)) {
+      st.start_time_seconds = static_cast<double>(btime) + static_cast<double>(start_ticks) / ticks;
+    }
+  }
+  st.ok = true;
+  return st;
+}
+
+double OpenFds() {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return 0;
+  double n = 0;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  closedir(dir);
+  return n - 1;  // The one opendir holds.
+}
+
+}  // namespace
+
+std::string_view RpcMethodName(RpcMethod method) {
+  return kMethodNames[static_cast<size_t>(method)];
+}
+
+std::string_view StatusCodeName(grpc::StatusCode code) {
+  const auto i = static_cast<size_t>(code);
+  return i < std::size(kCodeNames) ? kCodeNames[i] : "UNKNOWN";
+}
+
+Metrics::Metrics()
+    : stripes_(std::make_unique<Stripe[]>(kStripes)),
+      registry_(std::make_shared<prometheus::Registry>()) {
+  auto& snapshots = prometheus::BuildCounter()
+                        .Name("cuckood_snapshots_total")
+                        .Help(
+                            "Snapshot files written (result=ok) or that failed (result=error), "
+                            "periodic, requested and final")
+                        .Register(*registry_);
+  snapshots_ok_ = &snapshots.Add({{"result", "ok"}});
+  snapshots_error_ = &snapshots.Add({{"result", "error"}});
+  snapshot_bytes_ = &prometheus::BuildCounter()
+                         .Name("cuckood_snapshot_bytes_total")
+                         .Help("Bytes of snapshot files written")
+                         .Register(*registry_)
+                         .Add({});
+  snapshot_duration_ = &prometheus::BuildHistogram()
+                            .Name("cuckood_snapshot_duration_seconds")
+                            .Help("Time to write one filter's snapshot file, fsync included")
+                            .Register(*registry_)
+                            .Add({}, kSnapshotDurationBuckets);
+  load_seconds_ = &prometheus::BuildGauge()
+                       .Name("cuckood_snapshot_load_seconds")
+                       .Help("Time start-up took to load the data directory's snapshots")
+                       .Register(*registry_)
+                       .Add({});
+  loaded_filters_ = &prometheus::BuildGauge()
+                         .Name("cuckood_snapshot_loaded_filters")
+                         .Help("Filters loaded from snapshots at start-up")
+                         .Register(*registry_)
+                         .Add({});
+  loaded_bytes_ = &prometheus::BuildGauge()
+                       .Name("cuckood_snapshot_loaded_bytes")
+                       .Help("Bytes of snapshot files loaded at start-up")
+                       .Register(*registry_)
+                       .Add({});
+  quarantined_ = &prometheus::BuildGauge()
+                      .Name("cuckood_snapshot_quarantined_files")
+                      .Help("Bad snapshot files moved to quarantine/ at start-up")
+                      .Register(*registry_)
+                      .Add({});
+  const ProcStat st = ReadProcStat();
+  start_time_seconds_ =
+      st.ok && st.start_time_seconds > 0 ? st.start_time_seconds : absl::ToUnixSeconds(absl::Now());
+}
+
+Metrics::~Metrics() = default;
+
+Metrics::MethodCounters& Metrics::Counters(RpcMethod method) {
+  // Threads spread over the stripes round-robin, once each.
+  static std::atomic<size_t> next{0};
+  thread_local const size_t stripe = next.fetch_add(1, std::memory_order_relaxed) % kStripes;
+  return stripes_[stripe].method[static_cast<size_t>(method)];
+}
+
+void Metrics::RecordRpc(RpcMethod method, grpc::StatusCode code, std::chrono::nanoseconds elapsed) {
+  MethodCounters& c = Counters(method);
+  const auto code_index = static_cast<size_t>(code);
+  c.calls[code_index < c.calls.size() ? code_index : grpc::StatusCode::UNKNOWN].fetch_add(
+      1, std::memory_order_relaxed);
+  const int64_t ns = std::max<int64_t>(0, elapsed.count());
+  const size_t bucket = std::lower_bound(kDurationBucketsNs.begin(), kDurationBucketsNs.end(), ns) -
+                        kDurationBucketsNs.begin();
+  c.duration[bucket].fetch_add(1, std::memory_order_relaxed);
+  c.duration_ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+}
+
+void Metrics::RecordKeys(RpcMethod method, size_t keys) {
+  MethodCounters& c = Counters(method);
+  c.keys.fetch_add(keys, std::memory_order_relaxed);
+  const size_t bucket =
+      std::lower_bound(kBatchBucketsInt.begin(), kBatchBucketsInt.end(), uint64_t{keys}) -
+      kBatchBucketsInt.begin();
+  c.batch[bucket].fetch_add(1, std::memory_order_relaxed);
+}
+
+void Metrics::RecordSnapshotWrite(bool ok, uint64_t bytes, absl::Duration duration) {
+  if (!ok) {
+    snapshots_error_->Increment();
+    return;
+  }
+  snapshots_ok_->Increment();
+  snapshot_bytes_->Increment(static_cast<double>(bytes));
+  snapshot_duration_->Observe(absl::ToDoubleSeconds(duration));
+}
+
+void Metrics::RecordLoad(const LoadSummary& loaded) {
+  load_seconds_->Set(absl::ToDoubleSeconds(loaded.duration));
+  loaded_filters_->Set(static_cast<double>(loaded.loaded));
+  loaded_bytes_->Set(static_cast<double>(loaded.bytes));
+  quarantined_->Set(static_cast<double>(loaded.quarantined));
+}
+
+std::string Metrics::Render(const ScrapeState& state) const {
+  std::vector<MetricFamily> out;
+
+  // The process.
+  MetricFamily& build = out.emplace_back(
+      Family("cuckood_build_info", "Always 1; the version of cuckood running", MetricType::Gauge));
+  Add(build, {{"version", kVersion}}).gauge.value = 1;
+  AddGauge(out, "process_start_time_seconds", "When the process started, seconds since the epoch",
+           start_time_seconds_);
+  if (const ProcStat st = ReadProcStat(); st.ok) {
+    MetricFamily& cpu = out.emplace_back(
+        Family("process_cpu_seconds_total", "User and system CPU time used", MetricType::Counter));
+    Add(cpu).counter.value = st.cpu_seconds;
+    AddGauge(out, "process_resident_memory_bytes", "Resident set size (RSS)", st.resident_bytes);
+    AddGauge(out, "process_virtual_memory_bytes", "Virtual memory size", st.virtual_bytes);
+  }
+  AddGauge(out, "process_open_fds", "Open file descriptors", OpenFds());
+
+  // Calls: the stripes summed.
+  MetricFamily requests =
+      Family("cuckood_rpc_requests_total",
+             "cuckoo.v1.FilterService calls finished, by method and gRPC status code",
+             MetricType::Counter);
+  MetricFamily durations =
+      Family("cuckood_rpc_duration_seconds", "Time from a call's arrival to its status, by method",
+             MetricType::Histogram);
+  MetricFamily keys =
+      Family("cuckood_keys_total", "Keys in applied Insert, Lookup, Delete and Count calls",
+             MetricType::Counter);
+  MetricFamily batches =
+      Family("cuckood_batch_keys", "Keys per applied Insert, Lookup, Delete and Count call",
+             MetricType::Histogram);
+  for (size_t m = 0; m < kRpcMethods; ++m) {
+    std::array<uint64_t, 17> calls{};
+    std::array<uint64_t, kRpcDurationBuckets.size() + 1> duration{};
+    std::array<uint64_t, kBatchKeysBuckets.size() + 1> batch{};
+    uint64_t duration_ns = 0, key_count = 0;
+    for (size_t s = 0; s < kStripes; ++s) {
+      const MethodCounters& c = stripes_[s].method[m];
+      for (size_t i = 0; i < calls.size(); ++i) {
+        calls[i] += c.calls[i].load(std::memory_order_relaxed);
+      }
+      for (size_t i = 0; i < duration.size(); ++i) {
+        duration[i] += c.duration[i].load(std::memory_order_relaxed);
+      }
+      for (size_t i = 0; i < batch.size(); ++i) {
+        batch[i] += c.batch[i].load(std::memory_order_relaxed);
+      }
+      duration_ns += c.duration_ns.load(std::memory_order_relaxed);
+      key_count += c.keys.load(std::memory_order_relaxed);
+    }
+    const std::string method(kMethodNames[m]);
+    for (size_t code = 0; code < calls.size(); ++code) {
+      // OK always, so every method's series exists from the start.
+      if (calls[code] == 0 && code != 0) continue;
+      Add(requests, {{"code", std::string(kCodeNames[code])}, {"method", method}}).counter.value =
+          static_cast<double>(calls[code]);
+    }
+    FillHistogram(duration, kRpcDurationBuckets, static_cast<double>(duration_ns) / 1e9,
+                  &Add(durations, {{"method", method}}));
+    if (IsDataPath(m)) {
+      Add(keys, {{"method", method}}).counter.value = static_cast<double>(key_count);
+      FillHistogram(batch, kBatchKeysBuckets, static_cast<double>(key_count),
+                    &Add(batches, {{"method", method}}));
+    }
+  }
+  out.push_back(std::move(requests));
+  out.push_back(std::move(durations));
+  out.push_back(std::move(keys));
+  out.push_back(std::move(batches));
+  AddGauge(out, "cuckood_rpc_in_flight", "Calls started and not yet finished",
+           static_cast<double>(state.calls_in_flight));
+
+  // The registry and its filters, as they are now.
+  if (state.registry != nullptr) {
+    const FilterRegistry& registry = *state.registry;
+    std::vector<std::pair<std::string, std::shared_ptr<CuckooFilter>>> filters = registry.List();
+    std::sort(filters.begin(), filters.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    AddGauge(out, "cuckood_filters", "Filters held", static_cast<double>(filters.size()));
+    AddGauge(out, "cuckood_max_filters", "Most filters the server holds (--max-filters)",
+             static_cast<double>(registry.limits().max_filters));
+    AddGauge(out, "cuckood_memory_budget_bytes",
+             "Table memory all filters together may use (--memory-budget)",
+             static_cast<double>(registry.limits().memory_budget_bytes));
+    AddGauge(out, "cuckood_memory_used_bytes", "Table memory of all filters",
+             static_cast<double>(registry.memory_bytes()));
+
+    enum { kItems, kCapacity, kLoad, kBytes, kFpr, kAge, kChanges, kFamilies };
+    const size_t first = out.size();
+    out.push_back(
+        Family("cuckood_filter_items", "Keys stored (inserted minus deleted)", MetricType::Gauge));
+    out.push_back(
+        Family("cuckood_filter_capacity", "Capacity asked for at creation", MetricType::Gauge));
+    out.push_back(Family("cuckood_filter_load_factor", "Fraction of fingerprint slots in use",
+                         MetricType::Gauge));
+    out.push_back(Family("cuckood_filter_memory_bytes", "Table memory", MetricType::Gauge));
+    out.push_back(Family("cuckood_filter_expected_false_positive_rate",
+                         "False-positive rate expected at the current load", MetricType::Gauge));
+    out.push_back(Family("cuckood_filter_last_snapshot_age_seconds",
+                         "Seconds since the last snapshot was taken; absent if never",
+                         MetricType::Gauge));
+    out.push_back(Family("cuckood_filter_unsnapshotted_changes",
+                         "Keys inserted or deleted since the last snapshot", MetricType::Gauge));
+    const absl::Time now = absl::Now();
+    for (const auto& [name, filter] : filters) {
+      const FilterStats st = filter->Stats();
+      const CuckooFilter::SnapshotRecord snap = filter->last_snapshot();
+      auto gauge = [&, name = name](int family, double value) {
+        Add(out[first + family], {{"filter", name}}).gauge.value = value;
+      };
+      gauge(kItems, static_cast<double>(st.items));
+      gauge(kCapacity, static_cast<double>(st.capacity));
+      gauge(kLoad, st.load_factor);
+      gauge(kBytes, static_cast<double>(st.memory_bytes));
+      gauge(kFpr, st.expected_false_positive_rate);
+      if (snap.exists) gauge(kAge, std::max(0.0, absl::ToDoubleSeconds(now - snap.time)));
+      gauge(kChanges, static_cast<double>(filter->unsnapshotted_changes()));
+    }
+  }
+
+  // Snapshots and start-up.
+  std::vector<MetricFamily> rare = registry_->Collect();
+  std::move(rare.begin(), rare.end(), std::back_inserter(out));
+
+  std::ostringstream text;
+  prometheus::TextSerializer().Serialize(text, out);
+  return std::move(text).str();
+}
+
+}  // namespace cuckoo::server

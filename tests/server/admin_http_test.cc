@@ -1,0 +1,396 @@
+// The admin HTTP server (/metrics, /healthz, /readyz) of an in-process
+// cuckood, over plain sockets: status codes, headers, bad requests, slow
+// clients, and that the metrics move by exactly the traffic sent.
+#include "server/admin_http.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cuckoo_version.h"
+#include "tests/server/test_server.h"
+#include "tests/util/http.h"
+
+namespace cuckoo {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::HttpConnection;
+using testing::HttpGet;
+using testing::HttpRequest;
+using testing::HttpResponse;
+using testing::MetricValue;
+using ::testing::Optional;
+using testing::ParseHttpResponse;
+using testing::Sample;
+using testing::Scrape;
+using Labels = std::map<std::string, std::string>;
+
+class AdminHttpTest : public testing::ServerTest {
+ protected:
+  int port() const { return server_->admin_port(); }
+
+  grpc::Status Create(const std::string& name, uint64_t capacity = 1000) {
+    v1::CreateFilterRequest req;
+    req.set_name(name);
+    req.set_capacity(capacity);
+    req.set_seed(7);
+    v1::CreateFilterResponse resp;
+    grpc::ClientContext ctx;
+    return stub_->CreateFilter(&ctx, req, &resp);
+  }
+  grpc::Status Insert(const std::string& filter, const std::vector<std::string>& keys) {
+    v1::InsertRequest req;
+    req.set_filter(filter);
+    for (const auto& k : keys) req.add_keys(k);
+    v1::InsertResponse resp;
+    grpc::ClientContext ctx;
+    return stub_->Insert(&ctx, req, &resp);
+  }
+  grpc::Status Lookup(const std::string& filter, const std::vector<std::string>& keys) {
+    v1::LookupRequest req;
+    req.set_filter(filter);
+    for (const auto& k : keys) req.add_keys(k);
+    v1::LookupResponse resp;
+    grpc::ClientContext ctx;
+    return stub_->Lookup(&ctx, req, &resp);
+  }
+  grpc::Status Drop(const std::string& name) {
+    v1::DropFilterRequest req;
+    req.set_name(name);
+    v1::DropFilterResponse resp;
+    grpc::ClientContext ctx;
+    return stub_->DropFilter(&ctx, req, &resp);
+  }
+  v1::FilterInfo Info(const std::string& name) {
+    v1::GetFilterRequest req;
+    req.set_name(name);
+    v1::GetFilterResponse resp;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(stub_->GetFilter(&ctx, req, &resp).ok());
+    return resp.filter();
+  }
+
+  // A sample's value, 0 when it is absent (a counter not yet moved).
+  static double Value(const std::vector<Sample>& samples, const std::string& name,
+                      const Labels& labels = {}) {
+    return MetricValue(samples, name, labels).value_or(0);
+  }
+  static Labels Rpc(const std::string& method, const std::string& code = "OK") {
+    return {{"method", method}, {"code", code}};
+  }
+};
+
+std::vector<std::string> Keys(const std::string& prefix, int n) {
+  std::vector<std::string> keys;
+  for (int i = 0; i < n; ++i) keys.push_back(prefix + std::to_string(i));
+  return keys;
+}
+
+TEST_F(AdminHttpTest, HealthzAndReadyzAreOkWhileServing) {
+  ASSERT_GT(port(), 0);
+  EXPECT_TRUE(server_->ready());
+  HttpResponse health = HttpGet(port(), "/healthz");
+  EXPECT_EQ(health.status, 200);
+  EXPECT_EQ(health.body, "ok\n");
+  EXPECT_EQ(health.headers["content-type"], "text/plain; charset=utf-8");
+  HttpResponse ready = HttpGet(port(), "/readyz");
+  EXPECT_EQ(ready.status, 200);
+  EXPECT_EQ(ready.body, "ready\n");
+  // A query string does not change the path.
+  EXPECT_EQ(HttpGet(port(), "/healthz?verbose=1").status, 200);
+}
+
+TEST_F(AdminHttpTest, OtherPathsAre404AndOtherMethods405) {
+  EXPECT_EQ(HttpGet(port(), "/").status, 404);
+  EXPECT_EQ(HttpGet(port(), "/metricsz").status, 404);
+  EXPECT_EQ(HttpRequest(port(), "POST", "/nope").status, 404);
+  for (const char* method : {"POST", "PUT", "DELETE", "OPTIONS"}) {
+    HttpResponse r = HttpRequest(port(), method, "/metrics");
+    EXPECT_EQ(r.status, 405) << method;
+    EXPECT_EQ(r.headers["allow"], "GET, HEAD");
+  }
+  // HEAD: the GET's headers, no body.
+  HttpResponse head = HttpRequest(port(), "HEAD", "/healthz");
+  EXPECT_EQ(head.status, 200);
+  EXPECT_EQ(head.headers["content-length"], "3");
+  EXPECT_EQ(head.body, "");
+}
+
+TEST_F(AdminHttpTest, MetricsAreThePrometheusTextFormat) {
+  HttpResponse r = HttpGet(port(), "/metrics");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.headers["content-type"], "text/plain; version=0.0.4; charset=utf-8");
+  EXPECT_THAT(r.body, HasSubstr("# TYPE cuckood_rpc_requests_total counter\n"));
+  EXPECT_THAT(r.body, HasSubstr("# TYPE cuckood_rpc_duration_seconds histogram\n"));
+  EXPECT_THAT(r.body, HasSubstr("# TYPE cuckood_filter_items gauge\n"));
+  EXPECT_EQ(r.body.back(), '\n');
+  std::vector<Sample> m = testing::ParseMetrics(r.body);
+  EXPECT_THAT(MetricValue(m, "cuckood_build_info", {{"version", kVersion}}), Optional(1.0));
+  EXPECT_GT(Value(m, "process_resident_memory_bytes"), 1e6);
+  EXPECT_GT(Value(m, "process_start_time_seconds"), 1.6e9);
+  EXPECT_THAT(MetricValue(m, "cuckood_memory_budget_bytes"), Optional(double{64 << 20}));
+  EXPECT_THAT(MetricValue(m, "cuckood_memory_used_bytes"), Optional(0.0));
+  EXPECT_THAT(MetricValue(m, "cuckood_filters"), Optional(0.0));
+  EXPECT_THAT(MetricValue(m, "cuckood_max_filters"), Optional(4.0));
+  EXPECT_THAT(MetricValue(m, "cuckood_snapshot_loaded_filters"), Optional(0.0));
+  EXPECT_THAT(MetricValue(m, "cuckood_snapshot_quarantined_files"), Optional(0.0));
+  // Every method's OK series is there from the start.
+  for (const char* method : {"Insert", "Lookup", "Delete", "Count", "CreateFilter", "GetFilter",
+                             "ListFilters", "DropFilter", "GetServerInfo", "Snapshot"}) {
+    EXPECT_THAT(MetricValue(m, "cuckood_rpc_requests_total", Rpc(method)), Optional(0.0)) << method;
+    EXPECT_THAT(
+        MetricValue(m, "cuckood_rpc_duration_seconds_bucket", {{"method", method}, {"le", "+Inf"}}),
+        Optional(0.0))
+        << method;
+  }
+}
+
+TEST_F(AdminHttpTest, RpcCountersMoveByExactlyTheCallsAndKeys) {
+  ASSERT_TRUE(Create("f").ok());
+  const std::vector<Sample> before = Scrape(port());
+  ASSERT_FALSE(before.empty());
+  ASSERT_TRUE(Insert("f", Keys("a", 5)).ok());
+  ASSERT_TRUE(Insert("f", Keys("b", 7)).ok());
+  ASSERT_TRUE(Insert("f", Keys("c", 9)).ok());
+  ASSERT_TRUE(Lookup("f", Keys("a", 4)).ok());
+  ASSERT_TRUE(Lookup("f", Keys("z", 200)).ok());
+  const std::vector<Sample> after = Scrape(port());
+  auto delta = [&](const std::string& name, const Labels& labels) {
+    return Value(after, name, labels) - Value(before, name, labels);
+  };
+  EXPECT_EQ(delta("cuckood_rpc_requests_total", Rpc("Insert")), 3);
+  EXPECT_EQ(delta("cuckood_rpc_requests_total", Rpc("Lookup")), 2);
+  EXPECT_EQ(delta("cuckood_rpc_requests_total", Rpc("CreateFilter")), 0);
+  EXPECT_EQ(Value(after, "cuckood_rpc_requests_total", Rpc("CreateFilter")), 1);
+  EXPECT_EQ(delta("cuckood_keys_total", {{"method", "Insert"}}), 21);
+  EXPECT_EQ(delta("cuckood_keys_total", {{"method", "Lookup"}}), 204);
+  EXPECT_EQ(delta("cuckood_keys_total", {{"method", "Delete"}}), 0);
+  EXPECT_EQ(delta("cuckood_rpc_duration_seconds_count", {{"method", "Insert"}}), 3);
+  EXPECT_GT(delta("cuckood_rpc_duration_seconds_sum", {{"method", "Insert"}}), 0);
+  EXPECT_EQ(delta("cuckood_rpc_duration_seconds_bucket", {{"method", "Insert"}, {"le", "10"}}), 3);
+  EXPECT_EQ(delta("cuckood_batch_keys_count", {{"method", "Insert"}}), 3);
+  EXPECT_EQ(delta("cuckood_batch_keys_sum", {{"method", "Insert"}}), 21);
+  // Batches of 5, 7 and 9 keys: one of at most 5, all three of at most 10.
+  EXPECT_EQ(delta("cuckood_batch_keys_bucket", {{"method", "Insert"}, {"le", "5"}}), 1);
+  EXPECT_EQ(delta("cuckood_batch_keys_bucket", {{"method", "Insert"}, {"le", "10"}}), 3);
+  EXPECT_EQ(delta("cuckood_batch_keys_bucket", {{"method", "Lookup"}, {"le", "100"}}), 1);
+  EXPECT_EQ(delta("cuckood_batch_keys_bucket", {{"method", "Lookup"}, {"le", "500"}}), 2);
+  EXPECT_EQ(delta("cuckood_batch_keys_bucket", {{"method", "Lookup"}, {"le", "+Inf"}}), 2);
+  // (A call is in flight until gRPC has sent its response, so not 0 here.)
+  EXPECT_TRUE(MetricValue(after, "cuckood_rpc_in_flight").has_value());
+}
+
+TEST_F(AdminHttpTest, FailedCallsAreCountedWithTheirCodeAndNoKeys) {
+  ASSERT_TRUE(Create("f").ok());
+  const std::vector<Sample> before = Scrape(port());
+  EXPECT_EQ(Insert("bad/name", {"k"}).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Insert("f", {std::string(65, 'x')}).error_code(),  // Over --max-key-bytes.
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Insert("missing", {"k"}).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(Create("f").error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(Lookup("f", Keys("k", 1001)).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  const std::vector<Sample> after = Scrape(port());
+  auto delta = [&](const std::string& name, const Labels& labels) {
+    return Value(after, name, labels) - Value(before, name, labels);
+  };
+  EXPECT_EQ(delta("cuckood_rpc_requests_total", Rpc("Insert", "INVALID_ARGUMENT")), 2);
+  EXPECT_EQ(delta("cuckood_rpc_requests_total", Rpc("Insert", "NOT_FOUND")), 1);
+  EXPECT_EQ(delta("cuckood_rpc_requests_total", Rpc("Insert", "OK")), 0);
+  EXPECT_EQ(delta("cuckood_rpc_requests_total", Rpc("CreateFilter", "ALREADY_EXISTS")), 1);
+  EXPECT_EQ(delta("cuckood_rpc_requests_total", Rpc("Lookup", "INVALID_ARGUMENT")), 1);
+  EXPECT_EQ(delta("cuckood_rpc_duration_seconds_count", {{"method", "Insert"}}), 3);
+  // Rejected calls applied nothing.
+  EXPECT_EQ(delta("cuckood_keys_total", {{"method", "Insert"}}), 0);
+  EXPECT_EQ(delta("cuckood_keys_total", {{"method", "Lookup"}}), 0);
+  EXPECT_EQ(delta("cuckood_batch_keys_count", {{"method", "Lookup"}}), 0);
+}
+
+TEST_F(AdminHttpTest, PerFilterGaugesFollowCreateSnapshotAndDrop) {
+  ASSERT_TRUE(Create("a", 1000).ok());
+  ASSERT_TRUE(Create("b", 2000).ok());
+  ASSERT_TRUE(Insert("a", Keys("k", 10)).ok());
+  std::vector<Sample> m = Scrape(port());
+  const v1::FilterInfo a = Info("a");
+  const Labels fa = {{"filter", "a"}}, fb = {{"filter", "b"}};
+  EXPECT_THAT(MetricValue(m, "cuckood_filter_items", fa), Optional(10.0));
+  EXPECT_THAT(MetricValue(m, "cuckood_filter_items", fb), Optional(0.0));
+  EXPECT_THAT(MetricValue(m, "cuckood_filter_capacity", fa), Optional(1000.0));
+  EXPECT_THAT(MetricValue(m, "cuckood_filter_capacity", fb), Optional(2000.0));
+  EXPECT_THAT(MetricValue(m, "cuckood_filter_memory_bytes", fa),
+              Optional(static_cast<double>(a.memory_bytes())));
+  EXPECT_THAT(MetricValue(m, "cuckood_filter_load_factor", fa),
+              Optional(::testing::DoubleNear(a.load_factor(), 1e-12)));
+  EXPECT_THAT(MetricValue(m, "cuckood_filter_expected_false_positive_rate", fa),
+              Optional(::testing::DoubleNear(a.expected_false_positive_rate(), 1e-15)));
+  EXPECT_THAT(MetricValue(m, "cuckood_filter_unsnapshotted_changes", fa), Optional(10.0));
+  // Never snapshotted: no age.
+  EXPECT_EQ(MetricValue(m, "cuckood_filter_last_snapshot_age_seconds", fa), std::nullopt);
+  EXPECT_THAT(MetricValue(m, "cuckood_filters"), Optional(2.0));
+  EXPECT_EQ(Value(m, "cuckood_memory_used_bytes"),
+            static_cast<double>(a.memory_bytes() + Info("b").memory_bytes()));
+
+  // A snapshot of both: counted per file, with the bytes the RPC reports.
+  const double snapshots_before = Value(m, "cuckood_snapshots_total", {{"result", "ok"}});
+  const double bytes_before = Value(m, "cuckood_snapshot_bytes_total");
+  v1::SnapshotRequest req;
+  v1::SnapshotResponse resp;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub_->Snapshot(&ctx, req, &resp).ok());
+  m = Scrape(port());
+  EXPECT_EQ(Value(m, "cuckood_snapshots_total", {{"result", "ok"}}) - snapshots_before, 2);
+  EXPECT_THAT(MetricValue(m, "cuckood_snapshots_total", {{"result", "error"}}), Optional(0.0));
+  EXPECT_EQ(Value(m, "cuckood_snapshot_bytes_total") - bytes_before,
+            static_cast<double>(resp.bytes()));
+  EXPECT_EQ(Value(m, "cuckood_snapshot_duration_seconds_count"), 2);
+  EXPECT_THAT(MetricValue(m, "cuckood_rpc_requests_total", Rpc("Snapshot")), Optional(1.0));
+  EXPECT_THAT(MetricValue(m, "cuckood_filter_unsnapshotted_changes", fa), Optional(0.0));
+  std::optional<double> age = MetricValue(m, "cuckood_filter_last_snapshot_age_seconds", fa);
+  ASSERT_TRUE(age.has_value());
+  EXPECT_GE(*age, 0);
+  EXPECT_LT(*age, 60);
+
+  // Dropped: every series of "a" is gone, "b"'s stay.
+  ASSERT_TRUE(Drop("a").ok());
+  m = Scrape(port());
+  for (const Sample& s : m) {
+    auto it = s.labels.find("filter");
+    EXPECT_FALSE(it != s.labels.end() && it->second == "a") << s.name;
+  }
+  EXPECT_THAT(MetricValue(m, "cuckood_filter_items", fb), Optional(0.0));
+  EXPECT_THAT(MetricValue(m, "cuckood_filters"), Optional(1.0));
+}
+
+TEST_F(AdminHttpTest, BadRequestsGetAnErrorStatusAndTheServerGoesOn) {
+  auto raw = [&](const std::string& request) {
+    HttpConnection c(port());
+    EXPECT_TRUE(c.connected());
+    c.Send(request);
+    return ParseHttpResponse(c.ReadToEnd());
+  };
+  EXPECT_EQ(raw("GARBAGE\r\n\r\n").status, 400);
+  EXPECT_EQ(raw("GET /metrics HTTX/1.1\r\n\r\n").status, 400);
+  EXPECT_EQ(raw("GET /metrics HTTP/1.1\r\nBad Header\r\n\r\n").status, 400);
+  EXPECT_EQ(
+      raw("GET /healthz HTTP/1.1\r\nX-Big: " + std::string(16 << 10, 'x') + "\r\n\r\n").status,
+      431);
+  EXPECT_EQ(raw("POST /metrics HTTP/1.1\r\nContent-Length: 1000000\r\n\r\n").status, 413);
+  {
+    // Half a request, then the client goes away.
+    HttpConnection c(port());
+    c.Send("GET /metr");
+  }
+  // Binary noise.
+  EXPECT_EQ(raw(std::string("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", 15)).status,
+            400);
+  EXPECT_EQ(HttpGet(port(), "/healthz").status, 200);
+  EXPECT_EQ(HttpGet(port(), "/metrics").status, 200);
+}
+
+TEST_F(AdminHttpTest, KeepAliveServesSeveralRequestsOnOneConnection) {
+  HttpConnection c(port());
+  ASSERT_TRUE(c.connected());
+  // Two pipelined, then one more after the answers.
+  c.Send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /readyz HTTP/1.1\r\nHost: x\r\n\r\n");
+  HttpResponse first = ParseHttpResponse(c.ReadResponse());
+  HttpResponse second = ParseHttpResponse(c.ReadResponse());
+  EXPECT_EQ(first.status, 200);
+  EXPECT_EQ(first.body, "ok\n");
+  EXPECT_EQ(second.status, 200);
+  EXPECT_EQ(second.body, "ready\n");
+  c.Send("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  HttpResponse third = ParseHttpResponse(c.ReadResponse());
+  EXPECT_EQ(third.status, 200);
+  EXPECT_THAT(third.body, HasSubstr("cuckood_build_info"));
+  // HTTP/1.0 without keep-alive: the server closes after the answer.
+  HttpConnection old(port());
+  old.Send("GET /healthz HTTP/1.0\r\n\r\n");
+  const std::string all = old.ReadToEnd(std::chrono::seconds(5));
+  EXPECT_THAT(all, HasSubstr("HTTP/1.0 200 OK"));
+  EXPECT_THAT(all, ::testing::EndsWith("ok\n"));
+}
+
+TEST_F(AdminHttpTest, StalledClientsDoNotBlockOthers) {
+  std::vector<std::unique_ptr<HttpConnection>> stalled;
+  for (int i = 0; i < 8; ++i) {
+    stalled.push_back(std::make_unique<HttpConnection>(port()));
+    stalled.back()->Send("GET /metrics HTTP/1.1\r\nHost: x\r\n");  // Never finished.
+  }
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(HttpGet(port(), "/healthz").status, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST_F(AdminHttpTest, ShutdownTurnsHealthzAndReadyzTo503) {
+  ASSERT_TRUE(Create("f").ok());
+  server_->Shutdown(absl::Seconds(1));
+  EXPECT_FALSE(server_->ready());
+  // The admin server stays up until the CuckooServer is destroyed, so that
+  // probes see the shutdown rather than a refused connection.
+  HttpResponse ready = HttpGet(port(), "/readyz");
+  EXPECT_EQ(ready.status, 503);
+  EXPECT_EQ(ready.body, "not ready: shutting down\n");
+  HttpResponse health = HttpGet(port(), "/healthz");
+  EXPECT_EQ(health.status, 503);
+  // The final snapshot is counted.
+  std::vector<Sample> m = Scrape(port());
+  EXPECT_THAT(MetricValue(m, "cuckood_snapshots_total", {{"result", "ok"}}), Optional(1.0));
+}
+
+TEST_F(AdminHttpTest, LoadedSnapshotsAreReportedAfterARestart) {
+  ASSERT_TRUE(Create("a").ok());
+  ASSERT_TRUE(Create("b").ok());
+  ASSERT_TRUE(Insert("a", Keys("k", 3)).ok());
+  StartServer(testing::TestConfig(dir_.path()));  // Final snapshot, then load.
+  std::vector<Sample> m = Scrape(port());
+  EXPECT_THAT(MetricValue(m, "cuckood_snapshot_loaded_filters"), Optional(2.0));
+  EXPECT_GT(Value(m, "cuckood_snapshot_loaded_bytes"), 0);
+  EXPECT_GT(Value(m, "cuckood_snapshot_load_seconds"), 0);
+  EXPECT_THAT(MetricValue(m, "cuckood_filter_items", {{"filter", "a"}}), Optional(3.0));
+  EXPECT_THAT(MetricValue(m, "cuckood_filter_unsnapshotted_changes", {{"filter", "a"}}),
+              Optional(0.0));
+  EXPECT_TRUE(MetricValue(m, "cuckood_filter_last_snapshot_age_seconds", {{"filter", "b"}}));
+}
+
+TEST(AdminHttpServerTest, ServesWhatTheHandlersSayAndRefusesATakenPort) {
+  server::AdminHandlers handlers{
+      .metrics = [] { return server::AdminResponse{.body = "m 1\n"}; },
+      .healthz = [] { return server::AdminResponse{.body = "ok\n"}; },
+      .readyz = [] { return server::AdminResponse{.status = 503, .body = "loading\n"}; }};
+  auto admin = server::AdminHttpServer::Start("127.0.0.1:0", handlers);
+  ASSERT_TRUE(admin.ok()) << admin.status();
+  const int port = (*admin)->port();
+  EXPECT_EQ((*admin)->address(), "127.0.0.1:" + std::to_string(port));
+  HttpResponse ready = HttpGet(port, "/readyz");
+  EXPECT_EQ(ready.status, 503);
+  EXPECT_EQ(ready.body, "loading\n");
+  EXPECT_EQ(HttpGet(port, "/metrics").body, "m 1\n");
+
+  auto second = server::AdminHttpServer::Start("127.0.0.1:" + std::to_string(port), handlers);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(second.status().message()),
+              HasSubstr("cannot listen on admin address 127.0.0.1:" + std::to_string(port)));
+  auto bad = server::AdminHttpServer::Start("no-port", handlers);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+
+  (*admin)->Stop();
+  (*admin)->Stop();  // Idempotent.
+  EXPECT_EQ(HttpGet(port, "/healthz").status, 0);
+}
+
+TEST(AdminHttpServerTest, AnEmptyAdminAddressMeansNoAdminServer) {
+  testing::TempDir dir;
+  server::ServerConfig config = testing::TestConfig(dir.path());
+  config.admin_listen = "";
+  auto s = server::CuckooServer::Start(config);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)->admin_port(), 0);
+  EXPECT_EQ((*s)->admin_address(), "");
+}
+
+}  // namespace
+}  // namespace cuckoo
