@@ -6,7 +6,12 @@
 #   4. ThreadSanitizer build: the engine's concurrency tests (CTest label
 #      "concurrency");
 #   5. the snapshot reader's libFuzzer target, built with clang, for 45 s
-#      (scripts/fuzz.sh).
+#      (scripts/fuzz.sh);
+#   6. the deployment files (scripts/container-test.sh): the Kubernetes
+#      manifests and compose file validated, the Docker image built (podman or
+#      docker, no registry needed) and run: create/insert/lookup through the
+#      published ports, SIGTERM exits 0 after the final snapshot, and the data
+#      is there in a new container on the same volume.
 # Exits non-zero on the first failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,4 +40,6 @@ TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   ctest --test-dir build/tsan --output-on-failure -j "$jobs" -L concurrency
 echo "== snapshot reader fuzzing"
 bash scripts/fuzz.sh 45
+echo "== deployment: k8s manifests, compose file, container image"
+bash scripts/container-test.sh
 echo "== all tests passed"

@@ -1,0 +1,100 @@
+# cuckood: the gRPC server of named cuckoo filters, plus cuckooctl.
+#
+#   docker build -t cuckood .
+#   docker run -d --name cuckood -p 50051:50051 -p 9090:9090 -v cuckood-data:/var/lib/cuckood cuckood
+#   docker exec cuckood cuckooctl create users --capacity=1M
+#   docker stop -t 60 cuckood      # SIGTERM: drain, final snapshot, exit 0
+#
+# Configuration: CUCKOOD_* environment variables or flags after the image name
+# (server/README.md lists them). Data lives in /var/lib/cuckood (a volume).
+# More in deploy/README.md.
+
+# ---------------------------------------------------------------- build
+# Builds only the two binaries: no tests, no benchmarks (so no GoogleTest or
+# Google Benchmark either). python3-grpcio is here only because configuring
+# client/ checks the Python client package's generator; nothing Python is built.
+FROM debian:bookworm AS build
+ARG DEBIAN_FRONTEND=noninteractive
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+      build-essential cmake ninja-build pkg-config \
+      libabsl-dev libxxhash-dev libspdlog-dev libboost-dev prometheus-cpp-dev \
+      libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
+      python3 python3-grpcio \
+ && rm -rf /var/lib/apt/lists/*
+
+SHELL ["/bin/bash", "-euo", "pipefail", "-c"]
+WORKDIR /src
+# Only what the two binaries are built from, so edits to tests/, bench/ or docs/
+# keep this layer's cache.
+COPY CMakeLists.txt ./
+COPY cmake cmake
+COPY proto proto
+COPY core core
+COPY server server
+COPY client client
+# Release: the same -O3 -DNDEBUG code as the RelWithDebInfo default, without
+# debug info: ~30% less compile time, and 3 MB of binaries instead of 33 MB.
+RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DCUCKOO_BUILD_TESTS=OFF -DCUCKOO_BUILD_BENCH=OFF >/dev/null \
+ && ninja -C build -j"$(nproc)" cuckood cuckooctl \
+ && install -D -m 0755 -t /out/bin build/server/cuckood build/client/cuckooctl
+
+# The runtime stage installs exactly the Debian packages that own the shared
+# libraries the binaries load (libgrpc++1.51, libprotobuf32, libabsl20220623,
+# libspdlog1.10, libfmt9, ...), found here with ldd + dpkg, so a library added
+# to the build cannot be forgotten there.
+RUN if ldd /out/bin/* | grep -F 'not found'; then exit 1; fi; \
+    for lib in $(ldd /out/bin/* | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u); do \
+      pkg=; \
+      for path in "$lib" "/usr$lib" "$(readlink -f "$lib")"; do \
+        pkg=$(dpkg-query -S "$path" 2>/dev/null | head -n 1 | cut -d: -f1) && [ -n "$pkg" ] && break; \
+      done; \
+      [ -n "$pkg" ] || { echo "no Debian package owns $lib" >&2; exit 1; }; \
+      echo "$pkg"; \
+    done | sort -u >/out/runtime-packages \
+ && echo "runtime packages:" $(cat /out/runtime-packages)
+
+# ---------------------------------------------------------------- runtime
+FROM debian:bookworm-slim
+ARG DEBIAN_FRONTEND=noninteractive
+COPY --from=build /out/runtime-packages /usr/share/cuckood/runtime-packages
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends $(cat /usr/share/cuckood/runtime-packages) \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --gid 10001 cuckood \
+ && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /var/lib/cuckood \
+      --shell /usr/sbin/nologin cuckood \
+ && mkdir -p /var/lib/cuckood \
+ && chown 10001:10001 /var/lib/cuckood \
+ && chmod 0750 /var/lib/cuckood
+COPY --from=build /out/bin/cuckood /out/bin/cuckooctl /usr/local/bin/
+
+LABEL org.opencontainers.image.title="cuckood" \
+      org.opencontainers.image.description="gRPC server of named cuckoo filters (batched insert/lookup/delete/count), with cuckooctl"
+
+# A new named volume starts as a copy of this directory, owned by 10001:10001,
+# so `-v NAME:/var/lib/cuckood` is writable with no extra step. A bind mount
+# must be writable by uid 10001 (or run with --user).
+ENV CUCKOOD_DATA_DIR=/var/lib/cuckood
+VOLUME ["/var/lib/cuckood"]
+WORKDIR /var/lib/cuckood
+USER 10001:10001
+# 50051: gRPC (cuckoo.v1.FilterService, grpc.health.v1, reflection).
+# 9090: admin HTTP (/metrics, /healthz, /readyz).
+EXPOSE 50051 9090
+
+# Healthy once every snapshot is loaded and gRPC serves; NOT_SERVING (unhealthy)
+# while draining on shutdown. The start period covers loading large snapshots.
+# It asks localhost:50051 (or $CUCKOO_TARGET): if you move the gRPC port with
+# CUCKOOD_LISTEN, set CUCKOO_TARGET=127.0.0.1:PORT too.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=5m --retries=3 \
+  CMD ["cuckooctl", "health", "--quiet", "--timeout=2s"]
+
+# cuckood is PID 1 (exec form, no shell) and handles SIGTERM itself: it drains
+# calls in flight (--drain-timeout, 10s), writes a final snapshot of every
+# changed filter and exits 0. `docker stop` sends SIGKILL after 10 s by
+# default, which can cut the final snapshot short: use `docker stop -t 60`
+# (compose: stop_grace_period; Kubernetes: terminationGracePeriodSeconds).
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["/usr/local/bin/cuckood"]

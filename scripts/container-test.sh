@@ -1,0 +1,253 @@
+#!/usr/bin/env bash
+# Tests the deployment files (CI runs it as the last step of scripts/test.sh):
+#   1. deploy/k8s: schema validation of every manifest, as written and as
+#      rendered by kustomize (../shared/tools/k8s-validate; needs node >= 20 and
+#      npm; kustomize rendering needs kubectl or kustomize, skipped without);
+#   2. deploy/compose.yaml: validated against the Compose schema
+#      (`docker-compose config`, Debian's docker-compose, installed if missing);
+#   3. the Docker image, with ../shared/tools/container-smoke.sh (podman or
+#      docker, no registry: it makes the Debian base image itself). It builds
+#      the Dockerfile and runs the image the way the README does,
+#        run -p 127.0.0.1:P:50051 -p 127.0.0.1:A:9090 -v VOLUME:/var/lib/cuckood IMAGE
+#      (periodic snapshots off, so only the SIGTERM snapshot persists data),
+#      then, from the host with build/release/client/cuckooctl (the "verify"
+#      step below, run by container-smoke.sh while the container runs):
+#      - create a filter, insert keys, look them up; /readyz and /metrics on 9090;
+#      - the image: cuckood is PID 1 as 10001:10001, no build packages,
+#        cuckooctl inside;
+#      - SIGTERM (`stop -t 60`): exit code 0 and "final snapshot: 1 filters
+#        written" in the log;
+#      - a new container on the same volume, hardened as in Kubernetes
+#        (--read-only, --cap-drop=ALL, no-new-privileges): every key present,
+#        the item count unchanged; SIGTERM again, exit 0;
+#      - the first container started again on the volume: keys still present.
+#      container-smoke.sh then runs the image's HEALTHCHECK in it and checks
+#      that SIGTERM stops it within 3 s.
+#
+#   scripts/container-test.sh
+#
+# Environment: CONTAINER_ENGINE, CONTAINER_SMOKE_CACHE, ... go to
+# container-smoke.sh (see its header); CUCKOO_SHARED_TOOLS is where the shared
+# tools are (default ../shared/tools from the repository root);
+# CUCKOO_IMAGE the tag built (default localhost/cuckood:ci).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "${1:-}" = --verify ]; then
+  # ---------------------------------------------------------------- verify
+  # Run by container-smoke.sh, retried once a second until it exits 0. It
+  # sees $SMOKE_ENGINE and $SMOKE_CONTAINER, and from the main part below
+  # $CT_STATE, $CT_IMAGE, $CT_GRPC_PORT, $CT_GRPC_PORT2, $CT_ADMIN_PORT,
+  # $CT_VOLUME, $CT_CTL.
+  # Until the server answers, failing just means "not yet". Past that point a
+  # failure is final: it is recorded in $CT_STATE/failed (later retries only
+  # repeat it) and the smoke container is stopped, so container-smoke.sh stops
+  # retrying and prints the container's logs.
+  engine=$SMOKE_ENGINE
+  smoke=$SMOKE_CONTAINER
+  second=$smoke-restarted
+  ctl() { "$CT_CTL" --timeout=10s "$@"; }
+  if [ -e "$CT_STATE/failed" ]; then cat "$CT_STATE/failed"; exit 1; fi
+  ctl --target="127.0.0.1:$CT_GRPC_PORT" health --quiet --timeout=2s || exit 1
+
+  fail() {
+    {
+      echo "container-test: FAILED: $*"
+      if "$engine" inspect "$second" >/dev/null 2>&1; then
+        echo "container-test: logs of $second:"
+        "$engine" logs "$second" 2>&1 | tail -n 30
+        "$engine" rm -f "$second" >/dev/null 2>&1 || true
+      fi
+    } | tee "$CT_STATE/failed"
+    "$engine" stop -t 10 "$smoke" >/dev/null 2>&1 || true
+    exit 1
+  }
+  say() { echo "container-test: $*"; }
+  # wait_serving PORT CONTAINER: until cuckooctl health answers SERVING (60 s).
+  wait_serving() {
+    local i
+    for i in $(seq 60); do
+      ctl --target="127.0.0.1:$1" health --quiet --timeout=2s 2>/dev/null && return 0
+      [ "$("$engine" inspect -f '{{.State.Running}}' "$2" 2>/dev/null)" = true ] ||
+        fail "$2 exited ($("$engine" inspect -f '{{.State.ExitCode}}' "$2" 2>/dev/null)) before serving"
+      sleep 1
+    done
+    fail "$2 not SERVING on 127.0.0.1:$1 after 60 s"
+  }
+  # stop_sigterm CONTAINER: SIGTERM, as docker stop / Kubernetes; must exit 0
+  # after writing the final snapshot of WANT filters.
+  stop_sigterm() {
+    local code i log=$CT_STATE/$1.log
+    "$engine" stop -t 60 "$1" >/dev/null || fail "$engine stop $1"
+    code=$("$engine" inspect -f '{{.State.ExitCode}}' "$1")
+    [ "$code" = 0 ] || fail "$1 exited $code on SIGTERM, not 0"
+    # `podman logs` right after a stop can miss output (containers/podman
+    # #18501): read them again before giving up.
+    for i in 1 2 3 4 5; do
+      "$engine" logs "$1" >"$log" 2>&1 || true
+      grep -qF "final snapshot: $2 filters written" "$log" && break
+      [ "$i" = 5 ] && fail "no 'final snapshot: $2 filters written' in the log of $1" \
+        "($(wc -l <"$log") lines)"
+      sleep "$i"
+    done
+    say "$1: SIGTERM -> final snapshot of $2 filter(s), exit 0"
+  }
+  # http_get PORT PATH: the body; fails unless the status is 200.
+  http_get() {
+    if command -v curl >/dev/null; then
+      curl -fsS --max-time 5 "http://127.0.0.1:$1$2"
+    else
+      local resp
+      exec 3<>"/dev/tcp/127.0.0.1/$1" || return 1
+      printf 'GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n' "$2" >&3
+      resp=$(timeout 5 cat <&3) || true
+      exec 3<&-
+      [[ $resp == "HTTP/1."?" 200 "* ]] || return 1
+      printf '%s\n' "${resp#*$'\r\n\r\n'}"
+    fi
+  }
+
+  keys=$CT_STATE/keys
+  seq -f 'key-%06.0f' 1 20000 >"$keys"
+  filter=container_test
+  grpc=127.0.0.1:$CT_GRPC_PORT
+
+  # 1. The image serves: create, insert, lookup, from the host through -p.
+  ctl --target="$grpc" create "$filter" --capacity=100000 --fpr=0.001 >/dev/null ||
+    fail "cuckooctl create"
+  ctl --target="$grpc" insert "$filter" --file="$keys" --quiet >/dev/null || fail "cuckooctl insert"
+  ctl --target="$grpc" lookup "$filter" --file="$keys" --quiet >/dev/null ||
+    fail "cuckooctl lookup: not every inserted key present"
+  # Keys never inserted: some may be false positives, not all 100.
+  seq -f 'absent-%03.0f' 1 100 >"$CT_STATE/absent"
+  ctl --target="$grpc" lookup "$filter" --file="$CT_STATE/absent" --quiet >/dev/null &&
+    fail "lookup: 100 keys never inserted all present"
+  items=$(ctl --target="$grpc" --format=json info "$filter" | grep -o '"items": *"\?[0-9]*' | grep -o '[0-9]*$') ||
+    fail "cuckooctl info $filter"
+  [ "$items" = 20000 ] || fail "info: $items items, expected 20000"
+  say "create/insert/lookup of 20000 keys through 127.0.0.1:$CT_GRPC_PORT -> container port 50051"
+
+  # 2. The admin HTTP port (EXPOSE 9090, default --admin-listen).
+  http_get "$CT_ADMIN_PORT" /readyz >/dev/null || fail "GET /readyz on 127.0.0.1:$CT_ADMIN_PORT"
+  # (Into a file first: `http_get | grep -q` fails under pipefail when grep
+  # stops reading early.)
+  http_get "$CT_ADMIN_PORT" /metrics >"$CT_STATE/metrics" ||
+    fail "GET /metrics on 127.0.0.1:$CT_ADMIN_PORT"
+  grep -q '^# TYPE cuckood_' "$CT_STATE/metrics" ||
+    fail "GET /metrics on 127.0.0.1:$CT_ADMIN_PORT: no cuckood_ metrics"
+  say "/readyz and /metrics answer through 127.0.0.1:$CT_ADMIN_PORT -> container port 9090"
+
+  # 3. The image: cuckood is PID 1 (SIGTERM reaches it) as 10001:10001;
+  # runtime libraries only; cuckooctl in it.
+  pid1=$("$engine" exec "$smoke" cat /proc/1/comm) || fail "$engine exec $smoke"
+  [ "$pid1" = cuckood ] || fail "PID 1 in the container is $pid1, not cuckood"
+  # shellcheck disable=SC2016  # awk's $2
+  ids=$("$engine" exec "$smoke" awk '/^Uid:/ {u = $2} /^Gid:/ {g = $2} END {print u ":" g}' /proc/1/status)
+  [ "$ids" = 10001:10001 ] || fail "cuckood runs as $ids, not 10001:10001"
+  # shellcheck disable=SC2016  # ${Package} is dpkg-query's, not the shell's
+  dev=$("$engine" exec "$smoke" dpkg-query -W -f '${Package}\n' |
+    grep -E -- '-dev$|^(gcc|g\+\+|cpp|clang)(-[0-9]+)?$|^(cmake|ninja-build|make|protobuf-compiler.*|python3.*)$' || true)
+  [ -z "$dev" ] || fail "build-only packages in the runtime image: ${dev//$'\n'/ }"
+  "$engine" exec "$smoke" cuckooctl info "$filter" >/dev/null || fail "cuckooctl inside the image"
+  say "cuckood is PID 1 as 10001:10001; no build packages; cuckooctl inside"
+
+  # 4. SIGTERM: drain, final snapshot, exit 0.
+  stop_sigterm "$smoke" 1
+
+  # 5. A new container on the same volume, hardened as in deploy/k8s.
+  "$engine" rm -f "$second" >/dev/null 2>&1 || true
+  # (podman cannot schedule HEALTHCHECKs without systemd, and says so.)
+  no_hc=()
+  [ "$engine" = podman ] && no_hc=(--no-healthcheck)
+  "$engine" run -d --name "$second" "${no_hc[@]}" --read-only --cap-drop=ALL \
+    --security-opt=no-new-privileges -p "127.0.0.1:$CT_GRPC_PORT2:50051" \
+    -v "$CT_VOLUME:/var/lib/cuckood" -e CUCKOOD_SNAPSHOT_INTERVAL=0 \
+    "$CT_IMAGE" >/dev/null || fail "$engine run $second"
+  wait_serving "$CT_GRPC_PORT2" "$second"
+  ctl --target="127.0.0.1:$CT_GRPC_PORT2" lookup "$filter" --file="$keys" --quiet >/dev/null ||
+    fail "after the restart, not every key present"
+  items=$(ctl --target="127.0.0.1:$CT_GRPC_PORT2" --format=json info "$filter" |
+    grep -o '"items": *"\?[0-9]*' | grep -o '[0-9]*$') || fail "cuckooctl info after the restart"
+  [ "$items" = 20000 ] || fail "after the restart: $items items, expected 20000"
+  say "new container on volume $CT_VOLUME (read-only root, no capabilities): all 20000 keys present"
+  stop_sigterm "$second" 0
+  "$engine" rm -f "$second" >/dev/null
+
+  # 6. The first container again (container-smoke.sh goes on with it).
+  "$engine" start "$smoke" >/dev/null || fail "$engine start $smoke"
+  wait_serving "$CT_GRPC_PORT" "$smoke"
+  ctl --target="$grpc" lookup "$filter" --file="$keys" --quiet >/dev/null ||
+    fail "after restarting $smoke, not every key present"
+  say "first container restarted on the same volume: all keys present"
+  exit 0
+fi
+
+# ---------------------------------------------------------------- main
+tools=${CUCKOO_SHARED_TOOLS:-../shared/tools}
+image=${CUCKOO_IMAGE:-localhost/cuckood:ci}
+t_start=$SECONDS
+[ -d "$tools" ] || { echo "container-test: no shared tools at $tools (set CUCKOO_SHARED_TOOLS)" >&2; exit 1; }
+
+echo "== deploy/k8s: schema validation"
+t0=$SECONDS
+command -v node >/dev/null || { echo "container-test: node (>= 20) and npm are needed" >&2; exit 1; }
+bash "$tools/k8s-validate/k8s-validate.sh" deploy/k8s
+if command -v kubectl >/dev/null; then
+  kubectl kustomize deploy/k8s | bash "$tools/k8s-validate/k8s-validate.sh" --quiet -
+elif command -v kustomize >/dev/null; then
+  kustomize build deploy/k8s | bash "$tools/k8s-validate/k8s-validate.sh" --quiet -
+else
+  echo "container-test: no kubectl or kustomize: kustomization.yaml not rendered"
+fi
+echo "== deploy/k8s: done in $((SECONDS - t0))s"
+
+echo "== deploy/compose.yaml: schema validation"
+if ! command -v docker-compose >/dev/null; then
+  echo "container-test: installing docker-compose (for its schema check only)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq --no-install-recommends docker-compose >/dev/null 2>&1 ||
+    { apt-get update -qq && apt-get install -y -qq --no-install-recommends docker-compose >/dev/null; }
+fi
+docker-compose -f deploy/compose.yaml config -q
+echo "deploy/compose.yaml: valid"
+
+echo "== container image: build, run, persistence across restarts"
+t0=$SECONDS
+# cuckooctl for the host side (scripts/test.sh has built it already).
+bash scripts/build.sh release cuckooctl >/dev/null
+free_port() {
+  local p
+  for _ in $(seq 100); do
+    p=$((20000 + RANDOM % 30000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
+  done
+  return 1
+}
+CT_STATE=$(mktemp -d /tmp/cuckood-container-test.XXXXXX)
+CT_GRPC_PORT=$(free_port)
+CT_GRPC_PORT2=$(free_port)
+CT_ADMIN_PORT=$(free_port)
+CT_VOLUME=cuckood-container-test-$$
+CT_CTL=$PWD/build/release/client/cuckooctl
+CT_IMAGE=$image
+export CT_STATE CT_IMAGE CT_GRPC_PORT CT_GRPC_PORT2 CT_ADMIN_PORT CT_VOLUME CT_CTL
+# The volume outlives container-smoke.sh's containers; remove it with the
+# engine it used (podman with its private containers.conf, or docker). With
+# CONTAINER_ENGINE=dockerd the private daemon is gone by then: it stays there.
+remove_volume() {
+  local cache=${CONTAINER_SMOKE_CACHE:-/var/tmp/container-smoke}
+  if command -v podman >/dev/null && [ -s "$cache/podman/containers.conf" ] &&
+    CONTAINERS_CONF=$cache/podman/containers.conf podman volume exists "$CT_VOLUME" 2>/dev/null; then
+    CONTAINERS_CONF=$cache/podman/containers.conf podman volume rm -f "$CT_VOLUME" >/dev/null || true
+  elif command -v docker >/dev/null && timeout 10 docker info >/dev/null 2>&1; then
+    docker volume rm -f "$CT_VOLUME" >/dev/null 2>&1 || true
+  fi
+  rm -rf "$CT_STATE"
+}
+trap remove_volume EXIT
+RUN_ARGS="-p 127.0.0.1:$CT_GRPC_PORT:50051 -p 127.0.0.1:$CT_ADMIN_PORT:9090 \
+-v $CT_VOLUME:/var/lib/cuckood -e CUCKOOD_SNAPSHOT_INTERVAL=0" \
+  VERIFY_TIMEOUT=${VERIFY_TIMEOUT:-120} SMOKE_REQUIRE_SIGTERM=1 \
+  bash "$tools/container-smoke.sh" Dockerfile . "$image" "bash scripts/container-test.sh --verify"
+echo "== container image: done in $((SECONDS - t0))s"
+echo "== container tests passed in $((SECONDS - t_start))s"
