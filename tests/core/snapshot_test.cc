@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "core/hash.h"
+#include "tests/core/snapshot_layout.h"
 #include "tests/core/test_keys.h"
 #include "tests/util/temp_dir.h"
 
@@ -24,10 +24,10 @@ using ::testing::HasSubstr;
 using testing::Key;
 using testing::TempDir;
 
-// The layout of docs/SNAPSHOT_FORMAT.md, restated independently of the code.
-constexpr size_t kHeader = 256;
-constexpr size_t kSectionHeader = 32;
-constexpr size_t kFooter = 32;
+using testing::ResealSnapshot;
+constexpr size_t kHeader = testing::kSnapshotHeader;
+constexpr size_t kSectionHeader = testing::kSnapshotSectionHeader;
+constexpr size_t kFooter = testing::kSnapshotFooter;
 
 std::unique_ptr<CuckooFilter> MakeFilter(const FilterOptions& o) {
   auto f = CuckooFilter::Create(o);
@@ -280,21 +280,6 @@ class SnapshotCorruptionTest : public ::testing::Test {
     std::memcpy(b.data() + at, &v, 8);
   }
 
-  // Recomputes every checksum, as a writer of a deliberately odd file would.
-  void Reseal(std::vector<uint8_t>& b) const {
-    Put64(b, kHeader - 8, XXH3_64bits(b.data(), kHeader - 8));
-    std::vector<uint8_t> chain(b.begin() + kHeader - 8, b.begin() + kHeader);
-    for (size_t s = 0; s < 2; ++s) {
-      size_t at = kHeader + s * section_;
-      Put64(b, at + kSectionHeader + table_, XXH3_64bits(b.data() + at, kSectionHeader + table_));
-      chain.insert(chain.end(), b.begin() + at + kSectionHeader + table_,
-                   b.begin() + at + section_);
-    }
-    size_t footer = kHeader + 2 * section_;
-    chain.insert(chain.end(), b.begin() + footer, b.begin() + footer + 24);
-    Put64(b, footer + 24, XXH3_64bits(chain.data(), chain.size()));
-  }
-
   TempDir dir_;
   std::vector<uint8_t> good_;
   size_t table_ = 0;
@@ -353,7 +338,7 @@ TEST_F(SnapshotCorruptionTest, OtherVersionsAreRejectedEvenWithValidChecksums) {
   for (uint32_t v : {0u, 2u, 0xFFFFFFFFu}) {
     std::vector<uint8_t> bad = good_;
     Put32(bad, 8, v);
-    Reseal(bad);
+    ResealSnapshot(bad);
     ExpectRejected(bad, absl::StrFormat("format version %u is not supported", v));
   }
 }
@@ -392,24 +377,24 @@ TEST_F(SnapshotCorruptionTest, ImpossibleSettingsAreRejectedEvenWithValidChecksu
   for (const Case& c : cases) {
     std::vector<uint8_t> bad = good_;
     Put32(bad, c.at, c.value);
-    Reseal(bad);
+    ResealSnapshot(bad);
     ExpectRejected(bad, c.why, absl::StrFormat("u32 %u at %u", c.value, c.at));
   }
   std::vector<uint8_t> bad = good_;
   Put64(bad, 56, 0);  // capacity
-  Reseal(bad);
+  ResealSnapshot(bad);
   ExpectRejected(bad, "capacity=0");
   bad = good_;
   Put64(bad, 64, Get64(good_, 64) + 1);  // buckets per shard, without the bytes
-  Reseal(bad);
+  ResealSnapshot(bad);
   ExpectRejected(bad, "table bytes per shard");
   bad = good_;
   Put64(bad, kHeader + 8, uint64_t{1} << 40);  // shard items
-  Reseal(bad);
+  ResealSnapshot(bad);
   ExpectRejected(bad, "items in a table of");
   bad = good_;
   bad[88] = '.';  // name ".": not a valid filter name
-  Reseal(bad);
+  ResealSnapshot(bad);
   ExpectRejected(bad, "must start with a letter or digit");
 }
 
@@ -443,14 +428,7 @@ TEST_F(SnapshotCorruptionTest, NonZeroBitsAfterTheLastSlotAreRejected) {
   std::vector<uint8_t> bad = ReadBytes(w->path);
   const size_t table = f->shape().table_bytes_per_shard();
   bad[kHeader + kSectionHeader + table - 1] |= 0x80;
-  Put64(bad, kHeader + kSectionHeader + table,
-        XXH3_64bits(bad.data() + kHeader, kSectionHeader + table));
-  std::vector<uint8_t> chain(bad.begin() + kHeader - 8, bad.begin() + kHeader);
-  chain.insert(chain.end(), bad.begin() + kHeader + kSectionHeader + table,
-               bad.begin() + kHeader + kSectionHeader + table + 8);
-  size_t footer = kHeader + kSectionHeader + table + 8;
-  chain.insert(chain.end(), bad.begin() + footer, bad.begin() + footer + 24);
-  Put64(bad, footer + 24, XXH3_64bits(chain.data(), chain.size()));
+  ResealSnapshot(bad);
   ExpectRejected(bad, "bits set after the last slot");
 }
 

@@ -4,9 +4,8 @@
 //   1. as is, which exercises every check up to the first checksum (a random
 //      mutation almost never keeps an XXH3 checksum valid);
 //   2. with every checksum recomputed over the layout its header states
-//      (FixChecksums below), which lets mutations reach the checks behind the
-//      checksums: header fields, section headers, the tail bits of a table,
-//      the footer.
+//      (ResealSnapshot, tests/core/snapshot_layout.h), which lets mutations reach the checks behind
+//      the checksums: header fields, section headers, the tail bits of a table, the footer.
 // When a parse succeeds the loaded filter must be usable and consistent: its
 // item count is the snapshot's, its tables are the file's bytes bit for bit,
 // and batch and single-key lookups agree. Any violation is __builtin_trap().
@@ -26,63 +25,19 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/cuckoo_filter.h"
-#include "core/hash.h"  // xxhash.h
 #include "core/snapshot.h"
+#include "tests/core/snapshot_layout.h"
 
 namespace {
 
-// The layout of docs/SNAPSHOT_FORMAT.md, restated independently of the code.
-constexpr size_t kHeader = 256;
-constexpr size_t kHeaderChecksum = kHeader - 8;
-constexpr size_t kSectionHeader = 32;
-constexpr size_t kSectionTrailer = 8;
-constexpr size_t kFooter = 32;
+using cuckoo::testing::ResealSnapshot;
+using cuckoo::testing::SnapshotGet64;
+constexpr size_t kHeader = cuckoo::testing::kSnapshotHeader;
+constexpr size_t kSectionHeader = cuckoo::testing::kSnapshotSectionHeader;
+constexpr size_t kSectionTrailer = cuckoo::testing::kSnapshotSectionTrailer;
 
 // Larger snapshots are refused before their tables are allocated.
 constexpr uint64_t kMaxAdmittedFileBytes = uint64_t{64} << 20;
-
-uint32_t Get32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-uint64_t Get64(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
-void Put64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
-
-// Recomputes the header, section and whole-file checksums of `b` as far as
-// the sections its header announces (shards at 32, table bytes at 72) fit.
-void FixChecksums(std::vector<uint8_t>& b) {
-  if (b.size() < kHeader) return;
-  Put64(b.data() + kHeaderChecksum, XXH3_64bits(b.data(), kHeaderChecksum));
-  const uint32_t shards = Get32(b.data() + 32);
-  const uint64_t table_bytes = Get64(b.data() + 72);
-  if (table_bytes > b.size()) return;
-  const uint64_t section = kSectionHeader + table_bytes + kSectionTrailer;
-  XXH3_state_t* whole = XXH3_createState();
-  XXH3_64bits_reset(whole);
-  XXH3_64bits_update(whole, b.data() + kHeaderChecksum, 8);
-  uint64_t offset = kHeader;
-  bool complete = true;
-  for (uint32_t i = 0; i < shards; ++i) {
-    if (b.size() - offset < section) {
-      complete = false;
-      break;
-    }
-    uint8_t* trailer = b.data() + offset + kSectionHeader + table_bytes;
-    Put64(trailer, XXH3_64bits(b.data() + offset, kSectionHeader + table_bytes));
-    XXH3_64bits_update(whole, trailer, kSectionTrailer);
-    offset += section;
-  }
-  if (complete && b.size() - offset >= kFooter) {
-    XXH3_64bits_update(whole, b.data() + offset, kFooter - 8);
-    Put64(b.data() + offset + kFooter - 8, XXH3_64bits_digest(whole));
-  }
-  XXH3_freeState(whole);
-}
 
 void Check(bool ok) {
   if (!ok) __builtin_trap();
@@ -116,7 +71,7 @@ void Exercise(const cuckoo::LoadedSnapshot& loaded, absl::Span<const uint8_t> da
   std::vector<std::string> keys = {"", "a", "user:42", loaded.header.name};
   std::vector<uint64_t> hashes;
   for (size_t i = 0; i + 8 <= data.size() && hashes.size() < 16; i += data.size() / 16 + 1) {
-    hashes.push_back(Get64(data.data() + i));
+    hashes.push_back(SnapshotGet64(data.data() + i));
   }
   for (const std::string& k : keys) hashes.push_back(filter.Hash(k));
   std::vector<std::string_view> views(keys.begin(), keys.end());
@@ -176,7 +131,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size >= kHeader) {
     // Exactly `size` bytes on the heap, so ASan sees reads past the end.
     std::vector<uint8_t> fixed(data, data + size);
-    FixChecksums(fixed);
+    ResealSnapshot(fixed);
     if (std::memcmp(fixed.data(), data, size) != 0) ParseOne(fixed);
   }
   return 0;
