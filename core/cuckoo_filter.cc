@@ -246,6 +246,12 @@ void CuckooFilter::RestoreShardForLoad(uint32_t i, uint64_t items, uint64_t rng_
   shard.items.store(items, std::memory_order_relaxed);
 }
 
+int64_t CuckooFilter::FirstInvalidBucketForLoad(uint32_t i) {
+  Shard& shard = *shards_[i];
+  WriterLock lock(&shard.mu);
+  return shard.table.FirstInvalidBucket();
+}
+
 FilterStats CuckooFilter::Stats() const {
   FilterStats st;
   st.items = items();

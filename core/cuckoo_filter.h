@@ -117,6 +117,9 @@ class CuckooFilter {
   // `i`'s table bytes to fill in, and its counters.
   absl::Span<uint8_t> MutableShardBytesForLoad(uint32_t i);
   void RestoreShardForLoad(uint32_t i, uint64_t items, uint64_t rng_state);
+  // For a filter being loaded: the first bucket of shard `i` that its table
+  // kind can never hold, or -1 (see CuckooTable::FirstInvalidBucket).
+  int64_t FirstInvalidBucketForLoad(uint32_t i);
 
   // The filter's latest snapshot, as recorded by core/snapshot.h.
   struct SnapshotRecord {

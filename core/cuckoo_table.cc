@@ -1,5 +1,6 @@
 #include "core/cuckoo_table.h"
 
+#include <array>
 #include <cstring>
 
 #include "absl/base/attributes.h"
@@ -7,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "core/prefetch.h"
+#include "core/semi_sort.h"
 
 namespace cuckoo {
 namespace {
@@ -45,12 +47,25 @@ constexpr bool kWindowLoads = false;
 constexpr bool kWindowLoads = true;
 #endif
 
+// semi_sort::kDecode with nibble k moved to bits 16k + 12 (see Lanes).
+constexpr std::array<uint64_t, 1u << semi_sort::kCodeBits> kLaneNibbles = [] {
+  std::array<uint64_t, 1u << semi_sort::kCodeBits> t{};
+  for (uint32_t c = 0; c < t.size(); ++c) {
+    for (uint32_t k = 0; k < 4; ++k) {
+      t[c] |= uint64_t{(semi_sort::kDecode[c] >> (4 * k)) & 0xFu} << (16 * k + 12);
+    }
+  }
+  return t;
+}();
+
 }  // namespace
 
 // The table's operations for fingerprint width kF and bucket size kB, or, when
-// either is 0, for the widths stored in the table (the generic path).
-template <uint32_t kF, uint32_t kB>
+// either is 0, for the widths stored in the table (the generic path); for
+// semi-sorted buckets when kSemiSorted (then kB is 4).
+template <uint32_t kF, uint32_t kB, bool kSemiSorted = false>
 struct TableImpl {
+  static_assert(!kSemiSorted || kB == 4, "semi-sorted buckets have 4 slots");
   const CuckooTable& t;
 
   uint32_t f() const {
@@ -61,10 +76,17 @@ struct TableImpl {
     if constexpr (kB != 0) return kB;
     return t.b_;
   }
-  uint32_t bucket_bits() const { return f() * b(); }
+  uint32_t bucket_bits() const {
+    if constexpr (kSemiSorted) return 4 * f() - semi_sort::kNibbleBits;
+    return f() * b();
+  }
   uint64_t fp_mask() const { return (uint64_t{1} << f()) - 1; }
-  // Whole bucket in one 64-bit word: matched with SWAR instead of a loop.
-  bool swar() const { return bucket_bits() <= 64; }
+  // Whole bucket in one 64-bit word: matched with SWAR instead of a loop. A
+  // semi-sorted bucket is spread into 16-bit lanes, which hold up to f = 16.
+  bool swar() const {
+    if constexpr (kSemiSorted) return f() <= 16;
+    return bucket_bits() <= 64;
+  }
   // One bit at the bottom of every slot of a bucket.
   uint64_t lanes_lo() const {
     uint64_t lo = 0;
@@ -89,28 +111,91 @@ struct TableImpl {
     return (LoadWord(w) >> s) | (hi & (0 - spill));
   }
 
-  ABSL_ATTRIBUTE_ALWAYS_INLINE uint32_t Get(uint64_t bucket, uint32_t slot) const {
-    return static_cast<uint32_t>(Bits((bucket * b() + slot) * f(), f()) & fp_mask());
-  }
-  ABSL_ATTRIBUTE_ALWAYS_INLINE void Set(uint64_t bucket, uint32_t slot, uint32_t value) const {
-    uint64_t bit = (bucket * b() + slot) * f();
+  // Writes the low n bits of `value` to table bits [bit, bit + n), n <= 64.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void SetBits(uint64_t bit, uint32_t n, uint64_t value) const {
+    const uint64_t mask = n >= 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
+    value &= mask;
     uint64_t* w = mutable_words() + (bit >> 6);
     uint32_t s = bit & 63;
-    StoreWord(w, (LoadWord(w) & ~(fp_mask() << s)) | (uint64_t{value} << s));
-    if (s + f() > 64) {  // The slot continues in the next word.
+    StoreWord(w, (LoadWord(w) & ~(mask << s)) | (value << s));
+    if (s + n > 64) {  // The range continues in the next word.
       uint32_t done = 64 - s;
-      StoreWord(w + 1, (LoadWord(w + 1) & ~(fp_mask() >> done)) | (uint64_t{value} >> done));
+      StoreWord(w + 1, (LoadWord(w + 1) & ~(mask >> done)) | (value >> done));
     }
   }
 
-  // Bytes per bucket when a bucket is a whole number of bytes that fits in
-  // one 64-bit window (f * b in {16, 24, 32, 40, 48, 56, 64}), else 0. Such a
-  // bucket is read with a single unaligned load instead of two aligned words
-  // and a funnel shift: fewer instructions that wait on the cache miss, so
-  // the CPU keeps more lookups in flight (on a 256 MiB table, single-key
-  // lookups went from 9.5 to 14-15 M/s, batched ones 1.43x).
-  static constexpr uint32_t kBucketBytes =
-      (kF != 0 && kB != 0 && (kF * kB) % 8 == 0 && kF * kB <= 64) ? kF * kB / 8 : 0;
+  // The fingerprint in `slot` of `bucket` (for a semi-sorted bucket, the
+  // slot-th smallest).
+  ABSL_ATTRIBUTE_ALWAYS_INLINE uint32_t Get(uint64_t bucket, uint32_t slot) const {
+    if constexpr (kSemiSorted) {
+      uint32_t v[4];
+      Decode(bucket, v);
+      return v[slot];
+    }
+    return static_cast<uint32_t>(Bits((bucket * b() + slot) * f(), f()) & fp_mask());
+  }
+  // All b() fingerprints of `bucket`, in slot order.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void Slots(uint64_t bucket, uint32_t* out) const {
+    if constexpr (kSemiSorted) {
+      Decode(bucket, out);
+    } else {
+      for (uint32_t j = 0; j < b(); ++j) out[j] = Get(bucket, j);
+    }
+  }
+  // Replaces `old_value`, which is in `slot` of `bucket`, with `value`. A
+  // packed table writes the slot; a semi-sorted one replaces a copy of
+  // `old_value` (slot positions move when a bucket is re-sorted, but the
+  // multiset is what matters) and re-encodes the bucket.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void Put(uint64_t bucket, uint32_t slot, uint32_t old_value,
+                                        uint32_t value) const {
+    if constexpr (kSemiSorted) {
+      uint32_t v[4];
+      Decode(bucket, v);
+      if (v[slot] != old_value) {
+        for (uint32_t j = 0; j < 4; ++j) {
+          if (v[j] == old_value) {
+            slot = j;
+            break;
+          }
+        }
+      }
+      v[slot] = value;
+      Encode(bucket, v);
+    } else {
+      SetBits((bucket * b() + slot) * f(), f(), value);
+    }
+  }
+  // Puts `value` in `slot` of `bucket` and returns what was there.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE uint32_t Exchange(uint64_t bucket, uint32_t slot,
+                                                 uint32_t value) const {
+    if constexpr (kSemiSorted) {
+      uint32_t v[4];
+      Decode(bucket, v);
+      const uint32_t old = v[slot];
+      v[slot] = value;
+      Encode(bucket, v);
+      return old;
+    }
+    const uint32_t old = Get(bucket, slot);
+    SetBits((bucket * b() + slot) * f(), f(), value);
+    return old;
+  }
+
+  // Buckets whose width is known at compile time and that fit in one 64-bit
+  // window wherever they start in a byte (for f * b in {16, 24, 32, 40, 48,
+  // 56, 64} and the semi-sorted widths up to 60, among others) are read with
+  // a single unaligned load instead of two aligned words and a funnel shift:
+  // fewer instructions that wait on the cache miss, so the CPU keeps more
+  // lookups in flight (on a 256 MiB table, single-key lookups went from 9.5
+  // to 14-15 M/s, batched ones 1.43x).
+  static constexpr uint32_t kBucketBits = kSemiSorted ? 4 * kF - semi_sort::kNibbleBits : kF * kB;
+  // Highest bit offset within a byte at which a bucket can start.
+  static constexpr uint32_t kMaxBitInByte = 8 - (kBucketBits % 8 == 0   ? 8
+                                                 : kBucketBits % 4 == 0 ? 4
+                                                 : kBucketBits % 2 == 0 ? 2
+                                                                        : 1);
+  static constexpr bool kWindowBucket =
+      kF != 0 && kB != 0 && kBucketBits + kMaxBitInByte <= 64 && kWindowLoads;
 
   // A bucket's bits somewhere in a 64-bit word: they start at bit `shift`;
   // the bits above and below them are other buckets' (don't care).
@@ -119,24 +204,117 @@ struct TableImpl {
     uint32_t shift;
   };
   ABSL_ATTRIBUTE_ALWAYS_INLINE Window Load(uint64_t bucket) const {
-    if constexpr (kBucketBytes != 0 && kWindowLoads) {
-      // The eight bytes from the bucket's start, unless they would reach into
-      // the next cache line; then the eight bytes ending at the bucket's end.
-      // Either way the load touches only lines the bucket occupies (the ones
-      // Prefetch requested).
+    if constexpr (kWindowBucket) {
+      // The eight bytes from the bucket's first byte, unless they would reach
+      // into the next cache line; then the eight bytes ending at its last
+      // byte. Either way the load touches only lines the bucket occupies (the
+      // ones Prefetch requested), and the tail padding keeps it in the table.
       // Arithmetic, not a branch: a mispredicted branch here (one bucket in
       // nine) would also discard the loads of the lookups behind it.
-      const uint64_t start = bucket * kBucketBytes;
-      const uint64_t from_end = 0 - static_cast<uint64_t>((start & 63) > 64 - 8);  // 0 or ~0
-      const uint64_t at = start - (from_end & (8 - kBucketBytes));
-      const auto shift = static_cast<uint32_t>(from_end & (64 - 8 * kBucketBytes));
-      return {LoadUnaligned(data() + at), shift};
+      const uint64_t bit = bucket * kBucketBits;
+      const uint64_t first = bit >> 3;
+      const uint64_t last = (bit + kBucketBits - 1) >> 3;
+      const uint64_t from_end = 0 - static_cast<uint64_t>((first & 63) > 64 - 8);  // 0 or ~0
+      const uint64_t at = first - (from_end & (first + 7 - last));
+      return {LoadUnaligned(data() + at), static_cast<uint32_t>(bit - 8 * at)};
     }
     return {Bits(bucket * bucket_bits(), bucket_bits()), 0};
   }
 
+  // Semi-sorted buckets. Bits of a bucket, from its start: the 12-bit code of
+  // the four fingerprints' top nibbles, then each fingerprint's low r = f - 4
+  // bits, smallest fingerprint first. Decode, Encode and the SWAR lane form.
+  uint32_t low_bits() const { return f() - semi_sort::kNibbleBits; }
+
+  // The bucket's fingerprints, ascending (in a table we wrote).
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void Decode(uint64_t bucket, uint32_t v[4]) const {
+    const uint32_t r = low_bits();
+    const uint64_t rmask = (uint64_t{1} << r) - 1;
+    uint32_t code;
+    uint64_t low[4];
+    if (bucket_bits() <= 64) {
+      const Window w = Load(bucket);
+      const uint64_t x = w.bits >> w.shift;
+      code = static_cast<uint32_t>(x);
+      for (uint32_t k = 0; k < 4; ++k) low[k] = (x >> (semi_sort::kCodeBits + k * r)) & rmask;
+    } else {
+      const uint64_t base = bucket * bucket_bits();
+      code = static_cast<uint32_t>(Bits(base, semi_sort::kCodeBits));
+      for (uint32_t k = 0; k < 4; ++k) {
+        low[k] = Bits(base + semi_sort::kCodeBits + k * r, r) & rmask;
+      }
+    }
+    const uint32_t nibbles = semi_sort::Decode(code);
+    for (uint32_t k = 0; k < 4; ++k) {
+      v[k] = static_cast<uint32_t>((((nibbles >> (4 * k)) & 0xF) << r) | low[k]);
+    }
+  }
+  // Sorts `v` and writes it as `bucket`.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void Encode(uint64_t bucket, uint32_t v[4]) const {
+    // A sorting network on four values.
+    auto order = [v](int i, int j) {
+      const uint32_t lo = std::min(v[i], v[j]);
+      v[j] = std::max(v[i], v[j]);
+      v[i] = lo;
+    };
+    order(0, 2);
+    order(1, 3);
+    order(0, 1);
+    order(2, 3);
+    order(1, 2);
+    const uint32_t r = low_bits();
+    const uint32_t code = semi_sort::Encode(v[0] >> r, v[1] >> r, v[2] >> r, v[3] >> r);
+    const uint64_t base = bucket * bucket_bits();
+    if (bucket_bits() <= 64) {
+      uint64_t x = code;
+      for (uint32_t k = 0; k < 4; ++k) {
+        x |= (uint64_t{v[k]} & ((uint64_t{1} << r) - 1)) << (semi_sort::kCodeBits + k * r);
+      }
+      SetBits(base, bucket_bits(), x);
+    } else {
+      SetBits(base, semi_sort::kCodeBits, code);
+      for (uint32_t k = 0; k < 4; ++k) SetBits(base + semi_sort::kCodeBits + k * r, r, v[k]);
+    }
+  }
+  // A fingerprint in a 16-bit lane (f <= 16): nibble in bits 12-15, low bits
+  // from bit 0. One-to-one, so lanes compare like fingerprints.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE uint64_t Lane(uint32_t fp) const {
+    return (uint64_t{fp >> low_bits()} << 12) | (fp & ((uint64_t{1} << low_bits()) - 1));
+  }
+  // The bucket's four fingerprints in Lane form, slot k in bits [16k, 16k+16).
+  ABSL_ATTRIBUTE_ALWAYS_INLINE uint64_t Lanes(uint64_t bucket) const {
+    const Window w = Load(bucket);
+    const uint64_t x = w.bits >> w.shift;
+    // Nibbles n0..n3 at bits 16k + 12.
+    const uint64_t n = kLaneNibbles[x & semi_sort::kCodeMask];
+    // Low parts (packed r bits apart) to bits 16k.
+    const uint32_t r = low_bits();
+    const uint64_t one = (uint64_t{1} << r) - 1;
+    const uint64_t two = (uint64_t{1} << (2 * r)) - 1;
+    uint64_t low = x >> semi_sort::kCodeBits;
+    low = (low & two) | (((low >> (2 * r)) & two) << 32);
+    const uint64_t ones = one | (one << 32);
+    low = (low & ones) | (((low >> r) & ones) << 16);
+    return n | low;
+  }
+
   // First slot of `bucket` equal to `value`, or -1. `value` 0 finds a free slot.
   ABSL_ATTRIBUTE_ALWAYS_INLINE int Find(uint64_t bucket, uint32_t value) const {
+    if constexpr (kSemiSorted) {
+      if (swar()) {
+        constexpr uint64_t kLo = 0x0001000100010001ull;
+        constexpr uint64_t kHi = kLo << 15;
+        const uint64_t x = Lanes(bucket) ^ (Lane(value) * kLo);
+        const uint64_t z = (x - kLo) & ~x & kHi;
+        return z == 0 ? -1 : std::countr_zero(z) / 16;
+      }
+      uint32_t v[4];
+      Decode(bucket, v);
+      for (uint32_t j = 0; j < 4; ++j) {
+        if (v[j] == value) return static_cast<int>(j);
+      }
+      return -1;
+    }
     if (swar()) {
       // One SWAR compare of all slots. Bits outside the bucket cannot flag a
       // slot: the subtraction's borrows only run upwards, and `hi` masks
@@ -160,9 +338,33 @@ struct TableImpl {
   }
 
   ABSL_ATTRIBUTE_ALWAYS_INLINE bool TryPlace(uint64_t bucket, uint32_t fp) const {
+    if constexpr (kSemiSorted) {
+      // Sorted: the bucket has a free slot iff its smallest entry is 0.
+      uint32_t v[4];
+      Decode(bucket, v);
+      if (v[0] != 0) return false;
+      v[0] = fp;
+      Encode(bucket, v);
+      return true;
+    }
     int j = Find(bucket, 0);
     if (j < 0) return false;
-    Set(bucket, static_cast<uint32_t>(j), fp);
+    SetBits((bucket * b() + static_cast<uint32_t>(j)) * f(), f(), fp);
+    return true;
+  }
+
+  // A bucket that a semi-sorted table we wrote can hold: a code < 3876 and
+  // fingerprints in ascending order (so that it encodes to the same bits).
+  bool ValidBucket(uint64_t bucket) const {
+    if constexpr (kSemiSorted) {
+      const uint64_t bit = bucket * bucket_bits();
+      if ((Bits(bit, semi_sort::kCodeBits) & semi_sort::kCodeMask) >= semi_sort::kCodes) {
+        return false;
+      }
+      uint32_t v[4];
+      Decode(bucket, v);
+      return v[0] <= v[1] && v[1] <= v[2] && v[2] <= v[3];
+    }
     return true;
   }
 
@@ -211,8 +413,8 @@ struct TableImpl {
     uint32_t resident[2][kMaxSlots];
     const uint64_t home[2] = {p.i1, p.i2};
     for (int side = 0; side < 2; ++side) {
+      Slots(home[side], resident[side]);
       for (uint32_t j = 0; j < b(); ++j) {
-        resident[side][j] = Get(home[side], j);
         alt[side][j] = l.AltBucket(home[side], resident[side][j]);
         Prefetch(data(), alt[side][j]);
       }
@@ -220,7 +422,7 @@ struct TableImpl {
     for (int side = 0; side < 2; ++side) {
       for (uint32_t j = 0; j < b(); ++j) {
         if (TryPlace(alt[side][j], resident[side][j])) {
-          Set(home[side], j, p.fp);
+          Put(home[side], j, resident[side][j], p.fp);
           ++mt.items_;
           return InsertResult::kInserted;
         }
@@ -237,8 +439,8 @@ struct TableImpl {
       uint32_t resident2[2][kMaxSlots][kMaxSlots];
       for (int side = 0; side < 2; ++side) {
         for (uint32_t j = 0; j < b(); ++j) {
+          Slots(alt[side][j], resident2[side][j]);
           for (uint32_t k = 0; k < b(); ++k) {
-            resident2[side][j][k] = Get(alt[side][j], k);
             alt2[side][j][k] = l.AltBucket(alt[side][j], resident2[side][j][k]);
             Prefetch(data(), alt2[side][j][k]);
           }
@@ -248,8 +450,10 @@ struct TableImpl {
         for (uint32_t j = 0; j < b(); ++j) {
           for (uint32_t k = 0; k < b(); ++k) {
             if (TryPlace(alt2[side][j][k], resident2[side][j][k])) {
-              Set(alt[side][j], k, resident[side][j]);
-              Set(home[side], j, p.fp);
+              // By value, not slot, for semi-sorted buckets: alt[side][j]
+              // may be home[side] itself, re-sorted by the first Put.
+              Put(alt[side][j], k, resident2[side][j][k], resident[side][j]);
+              Put(home[side], j, resident[side][j], p.fp);
               ++mt.items_;
               return InsertResult::kInserted;
             }
@@ -265,9 +469,8 @@ struct TableImpl {
     uint32_t carry = p.fp;
     for (uint32_t kick = 0; kick < t.max_kicks_; ++kick) {
       uint32_t slot = static_cast<uint32_t>(mt.NextRandom() % b());
-      uint32_t victim = Get(cur, slot);
-      Set(cur, slot, carry);
-      path.push_back({cur, slot, victim});
+      uint32_t victim = Exchange(cur, slot, carry);
+      path.push_back({cur, slot, victim, carry});
       carry = victim;
       cur = l.AltBucket(cur, carry);
       if (TryPlace(cur, carry)) {
@@ -275,7 +478,9 @@ struct TableImpl {
         return InsertResult::kInserted;
       }
     }
-    for (auto it = path.rbegin(); it != path.rend(); ++it) Set(it->bucket, it->slot, it->victim);
+    for (auto it = path.rbegin(); it != path.rend(); ++it) {
+      Put(it->bucket, it->slot, it->placed, it->victim);
+    }
     return InsertResult::kFull;
   }
 
@@ -283,7 +488,7 @@ struct TableImpl {
     for (uint64_t bucket : {p.i1, p.i2}) {
       int j = Find(bucket, p.fp);
       if (j >= 0) {
-        Set(bucket, static_cast<uint32_t>(j), 0);
+        Put(bucket, static_cast<uint32_t>(j), p.fp, 0);
         --const_cast<CuckooTable&>(t).items_;
         return DeleteResult::kDeleted;
       }
@@ -378,11 +583,38 @@ struct TableImpl {
     }
   }
 
-  static constexpr CuckooTable::Ops kOps = {&InsertOne,  &LookupOne,  &DeleteOne,   &InsertMany,
-                                            &LookupMany, &DeleteMany, &LookupAcross};
+  static int64_t FirstInvalid(const CuckooTable& t) {
+    if constexpr (!kSemiSorted) return -1;  // Any bits are a valid packed table.
+    TableImpl impl{t};
+    for (uint64_t i = 0; i < t.num_buckets(); ++i) {
+      if (!impl.ValidBucket(i)) return static_cast<int64_t>(i);
+    }
+    return -1;
+  }
+
+  // Copies of `fp` in `bucket`.
+  uint32_t Count(uint64_t bucket, uint32_t fp) const {
+    uint32_t v[8];
+    Slots(bucket, v);
+    uint32_t n = 0;
+    for (uint32_t j = 0; j < b(); ++j) n += v[j] == fp;
+    return n;
+  }
+
+  static constexpr CuckooTable::Ops kOps = {&InsertOne,  &LookupOne,  &DeleteOne,    &InsertMany,
+                                            &LookupMany, &DeleteMany, &LookupAcross, &FirstInvalid};
 };
 
-const CuckooTable::Ops* CuckooTable::SelectOps(uint32_t f, uint32_t b) {
+const CuckooTable::Ops* CuckooTable::SelectOps(uint32_t f, uint32_t b, TableKind kind) {
+  if (kind == TableKind::kSemiSorted) {
+    switch (f) {
+      case 12:
+        return &TableImpl<12, 4, true>::kOps;
+      case 13:
+        return &TableImpl<13, 4, true>::kOps;
+    }
+    return &TableImpl<0, 4, true>::kOps;
+  }
   auto by_b = [b]<uint32_t kF>() -> const Ops* {
     switch (b) {
       case 2:
@@ -415,6 +647,7 @@ absl::StatusOr<CuckooTable> CuckooTable::Create(const FilterShape& shape, uint64
   t.layout_ = HashLayout(shape.fingerprint_bits, shape.shard_bits, shape.buckets_per_shard);
   t.f_ = shape.fingerprint_bits;
   t.b_ = shape.bucket_size;
+  t.kind_ = shape.table_kind;
   t.max_kicks_ = shape.max_kicks;
   t.rng_ = rng_seed | 1;  // xorshift state must be non-zero.
   t.byte_size_ = shape.table_bytes_per_shard();
@@ -422,22 +655,25 @@ absl::StatusOr<CuckooTable> CuckooTable::Create(const FilterShape& shape, uint64
   if (!buf.ok()) return buf.status();
   t.buf_ = *std::move(buf);
   t.kick_path_.reserve(shape.max_kicks);
-  t.ops_ = SelectOps(t.f_, t.b_);
+  t.ops_ = SelectOps(t.f_, t.b_, t.kind_);
   return t;
 }
 
-uint32_t CuckooTable::ApproximateCount(uint64_t hash) const {
-  TableImpl<0, 0> impl{*this};
+namespace {
+template <typename Impl>
+uint32_t CountIn(const Impl& impl, uint64_t hash) {
   auto p = impl.Locate(hash);
-  uint32_t n = 0;
-  for (uint32_t j = 0; j < b_; ++j) n += impl.Get(p.i1, j) == p.fp;
-  if (p.i2 != p.i1) {
-    for (uint32_t j = 0; j < b_; ++j) n += impl.Get(p.i2, j) == p.fp;
-  }
-  return n;
+  return impl.Count(p.i1, p.fp) + (p.i2 != p.i1 ? impl.Count(p.i2, p.fp) : 0);
+}
+}  // namespace
+
+uint32_t CuckooTable::ApproximateCount(uint64_t hash) const {
+  if (kind_ == TableKind::kSemiSorted) return CountIn(TableImpl<0, 4, true>{*this}, hash);
+  return CountIn(TableImpl<0, 0>{*this}, hash);
 }
 
 uint32_t CuckooTable::SlotValue(uint64_t bucket, uint32_t slot) const {
+  if (kind_ == TableKind::kSemiSorted) return TableImpl<0, 4, true>{*this}.Get(bucket, slot);
   return TableImpl<0, 0>{*this}.Get(bucket, slot);
 }
 

@@ -2,8 +2,8 @@
 // the paper's cuckoo filter (Fan et al., CoNEXT 2014, Section 3) over
 // pre-hashed keys. CuckooFilter shards keys over several of these.
 //
-// Storage is m buckets x b slots x f bits, packed with no padding between
-// buckets (a bucket may straddle a word or cache-line boundary), so memory is
+// Storage (TableKind::kPacked) is m buckets x b slots x f bits, packed with
+// no padding between buckets (a bucket may straddle a word or cache-line boundary), so memory is
 // exactly ceil(m * b * f / 8) bytes plus up to 8 bytes of tail padding. A slot
 // holding 0 is empty; fingerprints are never 0 (see hash.h). Buckets of up to
 // 64 bits (b=4 with f <= 16, b=2 with f <= 32, b=8 with f <= 8) are matched
@@ -12,6 +12,16 @@
 // are read and written with relaxed atomic accesses, so a lock-free reader
 // racing a writer reads stale data, never undefined behaviour (CuckooFilter
 // detects the race and reads again).
+//
+// A semi-sorted table (TableKind::kSemiSorted, b = 4, f >= 5; the paper's
+// Section 5.2) keeps each bucket's fingerprints sorted and stores a bucket in
+// 4f - 4 bits: the 12-bit code of the four top nibbles (core/semi_sort.h),
+// then the four low (f - 4)-bit parts in sorted order. Up to f = 16 its
+// buckets are matched with one SWAR compare too, after spreading the decoded
+// nibbles and the low parts into four 16-bit lanes. Writes decode a bucket,
+// change it and encode it again; a slot number is a position in sorted
+// order, so it can change when the bucket is written. Everything below holds
+// for both kinds.
 //
 // Contract:
 //   - MayContain(h) is true for every hash inserted and not since deleted: no
@@ -146,8 +156,15 @@ class CuckooTable {
     items_ = items;
     rng_ = rng_state | 1;  // xorshift state must be non-zero.
   }
-  // Fingerprint in `slot` of `bucket` (0 = empty). For tests and tools.
+  // Fingerprint in `slot` of `bucket` (0 = empty). For tests and tools. In a
+  // semi-sorted table a bucket's slots are in ascending order.
   uint32_t SlotValue(uint64_t bucket, uint32_t slot) const;
+
+  TableKind table_kind() const { return kind_; }
+  // For loading snapshots: the first bucket that a semi-sorted table would
+  // never hold (a code >= 3876, or fingerprints out of sorted order), or -1
+  // if there is none. Always -1 for a packed table, where any bits are valid.
+  int64_t FirstInvalidBucket() const { return ops_->first_invalid_bucket(*this); }
 
  private:
   struct Ops {
@@ -162,17 +179,21 @@ class CuckooTable {
                          const Lookahead&);
     void (*lookup_across)(absl::Span<const CuckooTable* const>, absl::Span<const uint64_t>,
                           absl::Span<bool>);
+    int64_t (*first_invalid_bucket)(const CuckooTable&);
   };
-  template <uint32_t kF, uint32_t kB>
+  template <uint32_t kF, uint32_t kB, bool kSemiSorted>
   friend struct TableImpl;
+  // One swap of a kick chain: `placed` went into `slot` of `bucket`, evicting
+  // `victim`. Undone by putting `victim` back in place of `placed`.
   struct KickStep {
     uint64_t bucket;
     uint32_t slot;
     uint32_t victim;
+    uint32_t placed;
   };
 
   CuckooTable() = default;
-  static const Ops* SelectOps(uint32_t fingerprint_bits, uint32_t bucket_size);
+  static const Ops* SelectOps(uint32_t fingerprint_bits, uint32_t bucket_size, TableKind kind);
   uint64_t NextRandom() {
     // xorshift64*: fast, and good enough to pick kick victims.
     rng_ ^= rng_ >> 12;
@@ -185,6 +206,7 @@ class CuckooTable {
   HashLayout layout_;
   uint32_t f_ = 0;
   uint32_t b_ = 0;
+  TableKind kind_ = TableKind::kPacked;
   uint32_t max_kicks_ = 0;
   uint64_t items_ = 0;
   uint64_t rng_ = 0;

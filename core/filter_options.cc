@@ -68,12 +68,39 @@ uint32_t FingerprintBitsForRate(double eps, uint32_t b) {
       std::clamp(f, double{kMinFingerprintBits}, double{kMaxFingerprintBits}));
 }
 
+const char* TableKindName(TableKind kind) {
+  switch (kind) {
+    case TableKind::kPacked:
+      return "packed";
+    case TableKind::kSemiSorted:
+      return "semi_sorted";
+  }
+  return "unknown";
+}
+
 std::string FilterShape::DebugString() const {
   return absl::StrFormat(
       "hash_id=%u seed=%#x capacity=%u fingerprint_bits=%u bucket_size=%u shards=%u "
-      "buckets_per_shard=%u max_kicks=%u",
-      hash_id, seed, capacity, fingerprint_bits, bucket_size, shards, buckets_per_shard, max_kicks);
+      "buckets_per_shard=%u max_kicks=%u table_kind=%s",
+      hash_id, seed, capacity, fingerprint_bits, bucket_size, shards, buckets_per_shard, max_kicks,
+      TableKindName(table_kind));
 }
+
+namespace {
+absl::Status CheckSemiSort(uint32_t bucket_size, uint32_t fingerprint_bits) {
+  if (bucket_size != 4) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "semi_sort needs bucket_size=4 (4 fingerprints share one 12-bit code); got %u",
+        bucket_size));
+  }
+  if (fingerprint_bits < 5) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "semi_sort needs fingerprint_bits >= 5 (4 bits go into the shared code); got %u",
+        fingerprint_bits));
+  }
+  return absl::OkStatus();
+}
+}  // namespace
 
 absl::Status ValidateShape(const FilterShape& s) {
   if (s.hash_id != kHashIdXxh3V1) {
@@ -87,6 +114,13 @@ absl::Status ValidateShape(const FilterShape& s) {
   if (s.bucket_size != 2 && s.bucket_size != 4 && s.bucket_size != 8) {
     return absl::InvalidArgumentError(
         absl::StrFormat("bucket_size=%u must be 2, 4 or 8", s.bucket_size));
+  }
+  if (s.table_kind != TableKind::kPacked && s.table_kind != TableKind::kSemiSorted) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("unknown table kind %u", static_cast<uint32_t>(s.table_kind)));
+  }
+  if (s.semi_sorted()) {
+    if (absl::Status st = CheckSemiSort(s.bucket_size, s.fingerprint_bits); !st.ok()) return st;
   }
   if (s.shards == 0 || s.shards > kMaxShards || !std::has_single_bit(s.shards) ||
       s.shard_bits != static_cast<uint32_t>(std::countr_zero(s.shards))) {
@@ -147,6 +181,15 @@ absl::StatusOr<FilterShape> ComputeShape(const FilterOptions& o) {
           eps, needed, s.bucket_size, kMaxFingerprintBits));
     }
     s.fingerprint_bits = FingerprintBitsForRate(eps, s.bucket_size);
+  }
+  if (o.semi_sort.has_value()) {
+    if (*o.semi_sort) {
+      if (absl::Status st = CheckSemiSort(s.bucket_size, s.fingerprint_bits); !st.ok()) return st;
+      s.table_kind = TableKind::kSemiSorted;
+    }
+  } else if (o.fingerprint_bits == 0 && s.bucket_size == 4 && s.fingerprint_bits >= 5 &&
+             s.fingerprint_bits <= kMaxAutoSemiSortFingerprintBits) {
+    s.table_kind = TableKind::kSemiSorted;
   }
   s.shards = o.shards == 0 ? DefaultShards(o.capacity) : o.shards;
   s.shard_bits = std::has_single_bit(s.shards) ? std::countr_zero(s.shards) : 0;

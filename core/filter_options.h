@@ -33,6 +33,25 @@ inline constexpr uint64_t kMaxCapacity = uint64_t{1} << 40;
 // so that fastrange maps hashes onto buckets uniformly to within 2^-8.
 inline constexpr uint32_t kMinSpareBucketHashBits = 8;
 
+// How a table stores its buckets. The value is stored in snapshots (header
+// field table_kind), so existing values never change meaning.
+enum class TableKind : uint32_t {
+  // b slots of f bits each, packed (core/cuckoo_table.h).
+  kPacked = 0,
+  // The paper's semi-sorted buckets (Section 5.2, core/semi_sort.h): b = 4
+  // fingerprints sorted, their high 4 bits encoded jointly in 12 bits, the
+  // other f - 4 bits stored plainly. f - 1 bits per slot for the
+  // false-positive rate of f-bit fingerprints. Needs b = 4 and f >= 5.
+  kSemiSorted = 1,
+};
+// "packed" or "semi_sorted", for messages.
+const char* TableKindName(TableKind kind);
+
+// Semi-sorting is chosen automatically (see FilterOptions::semi_sort) only up
+// to this fingerprint size: up to 16 bits, a semi-sorted bucket is matched
+// with one SWAR compare like a plain one; above, bucket by bucket.
+inline constexpr uint32_t kMaxAutoSemiSortFingerprintBits = 16;
+
 // A request for a filter. Zero / unset fields mean "choose for me".
 struct FilterOptions {
   uint64_t capacity = 0;           // Items the filter must hold. Required.
@@ -42,6 +61,12 @@ struct FilterOptions {
   uint32_t shards = 0;             // Power of two in [1, 4096]; default from capacity.
   uint32_t max_kicks = 0;          // Kick-chain limit per insert; default 500.
   std::optional<uint64_t> seed;    // Hash seed; random when unset.
+  // Semi-sorted buckets (TableKind::kSemiSorted): true needs b = 4, f >= 5.
+  // Unset: chosen when the fingerprint size comes from a false-positive rate
+  // (given or default), b = 4 and 5 <= f <= kMaxAutoSemiSortFingerprintBits;
+  // the filter then has the rate's f at one bit less per slot. An explicit
+  // fingerprint_bits keeps the packed table unless semi_sort is true.
+  std::optional<bool> semi_sort;
 };
 
 // Everything needed to rebuild a filter's tables bit for bit (with the items).
@@ -55,12 +80,16 @@ struct FilterShape {
   uint32_t shard_bits = 0;
   uint64_t buckets_per_shard = 0;
   uint32_t max_kicks = 0;
+  TableKind table_kind = TableKind::kPacked;
 
+  bool semi_sorted() const { return table_kind == TableKind::kSemiSorted; }
   uint64_t total_slots() const { return buckets_per_shard * bucket_size * shards; }
-  // Bytes of fingerprint storage per shard table (excluding padding/rounding).
-  uint64_t table_bytes_per_shard() const {
-    return (buckets_per_shard * bucket_size * fingerprint_bits + 7) / 8;
+  // Bits one bucket takes: b * f packed, 4 * f - 4 semi-sorted.
+  uint32_t bucket_bits() const {
+    return semi_sorted() ? 4 * fingerprint_bits - 4 : bucket_size * fingerprint_bits;
   }
+  // Bytes of fingerprint storage per shard table (excluding padding/rounding).
+  uint64_t table_bytes_per_shard() const { return (buckets_per_shard * bucket_bits() + 7) / 8; }
   bool operator==(const FilterShape&) const = default;
   std::string DebugString() const;
 };

@@ -27,6 +27,10 @@ std::vector<std::string> Differences(const FilterShape& have, const FilterShape&
   cmp("shards", have.shards, want.shards);
   cmp("max_kicks", have.max_kicks, want.max_kicks);
   if (seed_given) cmp("seed", have.seed, want.seed);
+  if (have.table_kind != want.table_kind) {
+    d.push_back(absl::StrFormat("table kind %s (requested %s)", TableKindName(have.table_kind),
+                                TableKindName(want.table_kind)));
+  }
   return d;
 }
 

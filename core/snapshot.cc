@@ -31,7 +31,6 @@ constexpr size_t kHeaderChecksumOffset = kHeaderBytes - 8;
 constexpr size_t kSectionHeaderBytes = 32;
 constexpr size_t kSectionTrailerBytes = 8;
 constexpr size_t kFooterBytes = 32;
-constexpr uint32_t kTableKindPacked = 0;
 
 void Put32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
 void Put64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
@@ -66,7 +65,7 @@ uint64_t FileBytes(const FilterShape& s) {
 
 // Fingerprint bits in use in the last byte of a table (0: all 8).
 uint32_t UsedBitsInLastByte(const FilterShape& s) {
-  return static_cast<uint32_t>((s.buckets_per_shard * s.bucket_size * s.fingerprint_bits) % 8);
+  return static_cast<uint32_t>((s.buckets_per_shard * s.bucket_bits()) % 8);
 }
 
 class FileWriter {
@@ -198,6 +197,7 @@ absl::StatusOr<SnapshotHeader> DecodeHeader(const uint8_t* h, uint64_t file_byte
   FilterShape& s = out.shape;
   s.hash_id = Get32(h + 16);
   const uint32_t table_kind = Get32(h + 20);
+  s.table_kind = static_cast<TableKind>(table_kind);
   s.fingerprint_bits = Get32(h + 24);
   s.bucket_size = Get32(h + 28);
   s.shards = Get32(h + 32);
@@ -209,7 +209,8 @@ absl::StatusOr<SnapshotHeader> DecodeHeader(const uint8_t* h, uint64_t file_byte
   s.buckets_per_shard = Get64(h + 64);
   const uint64_t table_bytes = Get64(h + 72);
   const int64_t taken_us = static_cast<int64_t>(Get64(h + 80));
-  if (table_kind != kTableKindPacked) {
+  if (table_kind != static_cast<uint32_t>(TableKind::kPacked) &&
+      table_kind != static_cast<uint32_t>(TableKind::kSemiSorted)) {
     return impossible(absl::StrFormat("unknown table kind %u", table_kind));
   }
   if (absl::Status st = ValidateShape(s); !st.ok()) return impossible(st.message());
@@ -321,6 +322,11 @@ absl::StatusOr<LoadedSnapshot> Parse(Source& src, absl::string_view label,
     if (used_bits != 0 && (table[table.size() - 1] >> used_bits) != 0) {
       return impossible("bits set after the last slot");
     }
+    if (const int64_t bucket = (*filter)->FirstInvalidBucketForLoad(i); bucket >= 0) {
+      return impossible(absl::StrFormat(
+          "bucket %u is not a valid %s bucket (code 3876 or more, or entries out of order)", bucket,
+          TableKindName(shape.table_kind)));
+    }
     (*filter)->RestoreShardForLoad(i, shard_items, Get64(sh + 16));
     items += shard_items;
     XXH3_64bits_update(whole, trailer, sizeof(trailer));
@@ -384,7 +390,7 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
   Put32(h + 8, kSnapshotFormatVersion);
   Put32(h + 12, kHeaderBytes);
   Put32(h + 16, shape.hash_id);
-  Put32(h + 20, kTableKindPacked);
+  Put32(h + 20, static_cast<uint32_t>(shape.table_kind));
   Put32(h + 24, shape.fingerprint_bits);
   Put32(h + 28, shape.bucket_size);
   Put32(h + 32, shape.shards);

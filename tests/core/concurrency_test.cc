@@ -14,6 +14,10 @@
 #include "tests/util/temp_dir.h"
 
 namespace cuckoo {
+
+// For parameterised test names and messages (found by ADL).
+void PrintTo(TableKind kind, std::ostream* os) { *os << TableKindName(kind); }
+
 namespace {
 
 using testing::Key;
@@ -22,10 +26,17 @@ constexpr int kWriters = 2;
 constexpr int kReaders = 2;
 constexpr uint64_t kKeysPerWriter = 100'000;
 
-TEST(ConcurrencyTest, ReadersNeverMissKeysThatWritersFinishedInserting) {
-  auto created =
-      CuckooFilter::Create({.capacity = kWriters * kKeysPerWriter, .shards = 8, .seed = 3});
+// Runs for both table kinds (the default, rate-derived f = 12, with and
+// without semi-sorted buckets).
+class ConcurrencyKindTest : public ::testing::TestWithParam<TableKind> {};
+
+TEST_P(ConcurrencyKindTest, ReadersNeverMissKeysThatWritersFinishedInserting) {
+  auto created = CuckooFilter::Create({.capacity = kWriters * kKeysPerWriter,
+                                       .shards = 8,
+                                       .seed = 3,
+                                       .semi_sort = GetParam() == TableKind::kSemiSorted});
   ASSERT_TRUE(created.ok());
+  ASSERT_EQ((*created)->shape().table_kind, GetParam());
   CuckooFilter& filter = **created;
   // published[w] = number of writer w's keys whose insert has returned.
   std::atomic<uint64_t> published[kWriters] = {};
@@ -86,14 +97,24 @@ TEST(ConcurrencyTest, ReadersNeverMissKeysThatWritersFinishedInserting) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(Kinds, ConcurrencyKindTest,
+                         ::testing::Values(TableKind::kPacked, TableKind::kSemiSorted),
+                         [](const auto& p) { return std::string(TableKindName(p.param)); });
+
 // Near full load every insert kicks residents between their two buckets, so a
 // lock-free reader can catch a key in flight; the sequence check must send it
 // back to read again under the lock. Readers look up a fixed resident set
-// while a writer churns other keys through a 94%-full filter.
-void ChurnUnderReaders(uint32_t shards) {
-  auto created = CuckooFilter::Create(
-      {.capacity = 20'000, .fingerprint_bits = 16, .shards = shards, .seed = 11});
-  ASSERT_TRUE(created.ok());
+// while a writer churns other keys through a 94%-full filter. In a
+// semi-sorted table every write re-encodes the whole bucket, so racing
+// readers also see torn codes (possibly >= 3876) and must stay in bounds.
+void ChurnUnderReaders(uint32_t shards, uint32_t f = 16, bool semi_sort = false) {
+  auto created = CuckooFilter::Create({.capacity = 20'000,
+                                       .fingerprint_bits = f,
+                                       .shards = shards,
+                                       .seed = 11,
+                                       .semi_sort = semi_sort});
+  ASSERT_TRUE(created.ok()) << created.status();
+  ASSERT_EQ((*created)->shape().semi_sorted(), semi_sort);
   CuckooFilter& filter = **created;
   const uint64_t slots = filter.shape().total_slots();
   const uint64_t residents = slots * 90 / 100;
@@ -151,6 +172,20 @@ TEST(ConcurrencyTest, LockFreeCrossShardBatchesNeverMissResidentsMovedByKicks) {
   ChurnUnderReaders(4);
 }
 
+// Semi-sorted buckets: f=13 is a whole-byte 48-bit bucket, f=12 a 44-bit one
+// (both matched with SWAR), f=20 a 76-bit bucket read word by word.
+TEST(ConcurrencyTest, LockFreeLookupsOfSemiSortedBucketsNeverMissResidentsMovedByKicks) {
+  ChurnUnderReaders(1, 13, true);
+}
+
+TEST(ConcurrencyTest, LockFreeLookupsOfWideSemiSortedBucketsNeverMissResidentsMovedByKicks) {
+  ChurnUnderReaders(1, 20, true);
+}
+
+TEST(ConcurrencyTest, LockFreeCrossShardBatchesOfSemiSortedBucketsNeverMissResidents) {
+  ChurnUnderReaders(4, 12, true);
+}
+
 TEST(ConcurrencyTest, RegistryCreateGetDropFromManyThreadsStaysConsistent) {
   FilterRegistry reg({.memory_budget_bytes = 1 << 30, .max_filters = 64});
   std::vector<std::thread> threads;
@@ -183,9 +218,12 @@ TEST(ConcurrencyTest, RegistryCreateGetDropFromManyThreadsStaysConsistent) {
 // insert: every snapshot completes, loads, and holds every key whose insert
 // returned before the snapshot began. (TSan checks the copy against the
 // writers.)
-TEST(ConcurrencyTest, SnapshotsWhileWritersInsertHoldEveryEarlierKey) {
+TEST_P(ConcurrencyKindTest, SnapshotsWhileWritersInsertHoldEveryEarlierKey) {
   testing::TempDir dir;
-  auto created = CuckooFilter::Create({.capacity = 200'000, .shards = 8, .seed = 4});
+  auto created = CuckooFilter::Create({.capacity = 200'000,
+                                       .shards = 8,
+                                       .seed = 4,
+                                       .semi_sort = GetParam() == TableKind::kSemiSorted});
   ASSERT_TRUE(created.ok());
   CuckooFilter& filter = **created;
   constexpr uint64_t kPerWriter = 60'000;

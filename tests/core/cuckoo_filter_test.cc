@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,10 @@
 #include "tests/core/test_keys.h"
 
 namespace cuckoo {
+
+// For parameterised test names and messages (found by ADL).
+void PrintTo(TableKind kind, std::ostream* os) { *os << TableKindName(kind); }
+
 namespace {
 
 using testing::Key;
@@ -36,10 +41,12 @@ struct SizingCase {
   uint64_t capacity;
   uint32_t f;
   uint32_t b;
+  bool semi = false;  // Semi-sorted buckets (b = 4).
 };
 
 void PrintTo(const SizingCase& c, std::ostream* os) {
-  *os << "capacity=" << c.capacity << " f=" << c.f << " b=" << c.b;
+  *os << "capacity=" << c.capacity << " f=" << c.f << " b=" << c.b
+      << (c.semi ? " semi-sorted" : " packed");
 }
 
 class FilterSizingTest : public ::testing::TestWithParam<SizingCase> {};
@@ -47,8 +54,12 @@ class FilterSizingTest : public ::testing::TestWithParam<SizingCase> {};
 // The promise behind `capacity`: that many distinct keys always fit.
 TEST_P(FilterSizingTest, FilterSizedForCapacityAcceptsThatManyKeys) {
   const SizingCase c = GetParam();
-  auto filter = MakeFilter(
-      {.capacity = c.capacity, .fingerprint_bits = c.f, .bucket_size = c.b, .seed = 1234});
+  auto filter = MakeFilter({.capacity = c.capacity,
+                            .fingerprint_bits = c.f,
+                            .bucket_size = c.b,
+                            .seed = 1234,
+                            .semi_sort = c.semi});
+  ASSERT_EQ(filter->shape().semi_sorted(), c.semi);
   std::vector<std::string> keys = Keys(0, c.capacity);
   std::vector<std::string_view> views = Views(keys);
   std::vector<InsertResult> out(keys.size());
@@ -61,17 +72,21 @@ TEST_P(FilterSizingTest, FilterSizedForCapacityAcceptsThatManyKeys) {
   EXPECT_EQ(std::count(found.get(), found.get() + keys.size(), false), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Capacities, FilterSizingTest,
-                         ::testing::Values(SizingCase{1, 12, 4}, SizingCase{7, 12, 4},
-                                           SizingCase{100, 8, 2}, SizingCase{1000, 12, 4},
-                                           SizingCase{54'321, 12, 4}, SizingCase{54'321, 8, 2},
-                                           SizingCase{54'321, 16, 8}, SizingCase{54'321, 6, 4},
-                                           SizingCase{54'321, 4, 8}, SizingCase{54'321, 5, 2},
-                                           SizingCase{300'007, 12, 4}, SizingCase{300'007, 7, 4}),
-                         [](const auto& p) {
-                           return absl::StrFormat("n%u_f%u_b%u", p.param.capacity, p.param.f,
-                                                  p.param.b);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Capacities, FilterSizingTest,
+    ::testing::Values(SizingCase{1, 12, 4}, SizingCase{7, 12, 4}, SizingCase{100, 8, 2},
+                      SizingCase{1000, 12, 4}, SizingCase{54'321, 12, 4}, SizingCase{54'321, 8, 2},
+                      SizingCase{54'321, 16, 8}, SizingCase{54'321, 6, 4}, SizingCase{54'321, 4, 8},
+                      SizingCase{54'321, 5, 2}, SizingCase{300'007, 12, 4},
+                      SizingCase{300'007, 7, 4}, SizingCase{1, 12, 4, true},
+                      SizingCase{7, 5, 4, true}, SizingCase{1000, 12, 4, true},
+                      SizingCase{54'321, 5, 4, true}, SizingCase{54'321, 13, 4, true},
+                      SizingCase{54'321, 16, 4, true}, SizingCase{54'321, 17, 4, true},
+                      SizingCase{54'321, 32, 4, true}, SizingCase{300'007, 12, 4, true}),
+    [](const auto& p) {
+      return absl::StrFormat("n%u_f%u_b%u_%s", p.param.capacity, p.param.f, p.param.b,
+                             p.param.semi ? "semi" : "packed");
+    });
 
 TEST(CuckooFilterTest, BitsPerItemAtTwelveBitFingerprintsStayUnder12_7ForAnyLargeCapacity) {
   for (uint64_t cap : {100'000'000ull, 130'000'000ull, 200'000'000ull, 123'456'789ull,
@@ -85,8 +100,49 @@ TEST(CuckooFilterTest, BitsPerItemAtTwelveBitFingerprintsStayUnder12_7ForAnyLarg
   }
 }
 
-TEST(CuckooFilterTest, MixedBatchResultsComeBackInRequestOrder) {
-  auto filter = MakeFilter({.capacity = 10'000, .shards = 8, .seed = 5});
+TEST(CuckooFilterTest, DefaultFilterIsSemiSortedAtUnder11_7BitsPerItemForAnyLargeCapacity) {
+  // The default rate (0.002) needs f = 12; semi-sorted, that is 11 bits per slot.
+  for (uint64_t cap :
+       {100'000'000ull, 130'000'000ull, 123'456'789ull, 1'000'000'000ull, 16'777'217ull}) {
+    auto filter = MakeFilter({.capacity = cap});
+    ASSERT_EQ(filter->shape().table_kind, TableKind::kSemiSorted);
+    ASSERT_EQ(filter->shape().fingerprint_bits, 12u);
+    double bits = 8.0 * filter->memory_bytes() / cap;
+    EXPECT_LE(bits, 11.7) << "capacity " << cap << ": " << filter->shape().DebugString();
+  }
+}
+
+TEST(CuckooFilterTest, SemiSortedFilterTakesElevenTwelfthsOfThePackedMemory) {
+  FilterOptions o{.capacity = 1'000'000, .fingerprint_bits = 12, .shards = 1, .seed = 1};
+  auto packed = MakeFilter(o);
+  o.semi_sort = true;
+  auto semi = MakeFilter(o);
+  ASSERT_EQ(packed->shape().buckets_per_shard, semi->shape().buckets_per_shard);
+  // 44 bits per bucket instead of 48; the allocations are rounded to pages.
+  EXPECT_EQ(semi->shape().table_bytes_per_shard(), (semi->shape().buckets_per_shard * 44 + 7) / 8);
+  EXPECT_NEAR(static_cast<double>(semi->memory_bytes()) / packed->memory_bytes(), 11.0 / 12, 0.005);
+  // The same false-positive rate is expected from both.
+  EXPECT_EQ(semi->Stats().expected_false_positive_rate_at_capacity,
+            packed->Stats().expected_false_positive_rate_at_capacity);
+}
+
+// The tests below run for both table kinds.
+class CuckooFilterKindTest : public ::testing::TestWithParam<TableKind> {
+ protected:
+  // `o` with the table kind under test.
+  static FilterOptions With(FilterOptions o) {
+    o.semi_sort = GetParam() == TableKind::kSemiSorted;
+    return o;
+  }
+  static std::unique_ptr<CuckooFilter> Make(const FilterOptions& o) {
+    auto filter = MakeFilter(With(o));
+    EXPECT_EQ(filter->shape().table_kind, GetParam());
+    return filter;
+  }
+};
+
+TEST_P(CuckooFilterKindTest, MixedBatchResultsComeBackInRequestOrder) {
+  auto filter = Make({.capacity = 10'000, .shards = 8, .seed = 5});
   std::vector<std::string> present = Keys(0, 500);
   for (const auto& k : present) ASSERT_EQ(filter->Insert(k), InsertResult::kInserted);
   // Interleave present and absent keys, in several shards.
@@ -123,8 +179,8 @@ TEST(CuckooFilterTest, MixedBatchResultsComeBackInRequestOrder) {
   }
 }
 
-TEST(CuckooFilterTest, IfAbsentBatchReportsDuplicatesWithinAndAcrossBatches) {
-  auto filter = MakeFilter({.capacity = 1000, .shards = 4, .seed = 5});
+TEST_P(CuckooFilterKindTest, IfAbsentBatchReportsDuplicatesWithinAndAcrossBatches) {
+  auto filter = Make({.capacity = 1000, .shards = 4, .seed = 5});
   std::vector<std::string_view> keys = {"a", "b", "a", "c", "b"};
   std::vector<InsertResult> out(keys.size());
   filter->InsertBatch(keys, /*if_absent=*/true, absl::MakeSpan(out));
@@ -135,8 +191,8 @@ TEST(CuckooFilterTest, IfAbsentBatchReportsDuplicatesWithinAndAcrossBatches) {
   EXPECT_EQ(filter->items(), 3u);
 }
 
-TEST(CuckooFilterTest, ApproximateCountCountsCopies) {
-  auto filter = MakeFilter({.capacity = 1000, .seed = 5});
+TEST_P(CuckooFilterKindTest, ApproximateCountCountsCopies) {
+  auto filter = Make({.capacity = 1000, .seed = 5});
   for (int i = 0; i < 3; ++i) filter->Insert("dup");
   EXPECT_EQ(filter->ApproximateCount("dup"), 3u);
   std::vector<uint64_t> h = {filter->Hash("dup"), filter->Hash("never")};
@@ -149,8 +205,8 @@ TEST(CuckooFilterTest, ApproximateCountCountsCopies) {
   EXPECT_EQ(filter->Delete("never"), DeleteResult::kNotFound);
 }
 
-TEST(CuckooFilterTest, StatsReportRealMemoryLoadAndExpectedRate) {
-  auto filter = MakeFilter({.capacity = 100'000, .fingerprint_bits = 12, .seed = 9});
+TEST_P(CuckooFilterKindTest, StatsReportRealMemoryLoadAndExpectedRate) {
+  auto filter = Make({.capacity = 100'000, .fingerprint_bits = 12, .seed = 9});
   FilterStats empty = filter->Stats();
   EXPECT_EQ(empty.items, 0u);
   EXPECT_EQ(empty.bits_per_item, 0);
@@ -164,12 +220,23 @@ TEST(CuckooFilterTest, StatsReportRealMemoryLoadAndExpectedRate) {
   EXPECT_NEAR(st.load_factor, 100'000.0 / st.slots, 1e-12);
   EXPECT_GT(st.load_factor, 0.9);
   EXPECT_NEAR(st.bits_per_item, 8.0 * st.memory_bytes / 1e5, 1e-9);
-  // ~2b * load / 2^f = 8 * 0.93 / 4096.
+  // f - 1 bits per slot semi-sorted, f packed; a little more for the load
+  // (< 1) and page rounding.
+  const double bits_per_slot = GetParam() == TableKind::kSemiSorted ? 11 : 12;
+  EXPECT_GT(st.bits_per_item, bits_per_slot);
+  EXPECT_LT(st.bits_per_item, bits_per_slot / st.load_factor + 0.2);
+  // ~2b * load / 2^f = 8 * 0.93 / 4096: semi-sorted buckets store f = 12
+  // bits of fingerprint in 11 bits per slot.
   EXPECT_NEAR(st.expected_false_positive_rate, 8 * st.load_factor / 4095.0, 2e-5);
+  // And measured: 200k absent keys, ~370 false positives expected.
+  uint64_t positives = 0;
+  for (const auto& k : Keys(1, 200'000)) positives += filter->MayContain(k);
+  const double expected = st.expected_false_positive_rate * 200'000;
+  EXPECT_NEAR(static_cast<double>(positives), expected, 5 * std::sqrt(expected) + 0.05 * expected);
 }
 
-TEST(CuckooFilterTest, SameSeedGivesSameAnswersAcrossInstances) {
-  FilterOptions o{.capacity = 5000, .fingerprint_bits = 8, .seed = 42};
+TEST_P(CuckooFilterKindTest, SameSeedGivesSameAnswersAcrossInstances) {
+  FilterOptions o = With({.capacity = 5000, .fingerprint_bits = 8, .seed = 42});
   auto a = MakeFilter(o);
   auto b = MakeFilter(o);
   for (const auto& k : Keys(0, 4000)) {
@@ -178,6 +245,10 @@ TEST(CuckooFilterTest, SameSeedGivesSameAnswersAcrossInstances) {
   }
   for (const auto& k : Keys(1, 20'000)) ASSERT_EQ(a->MayContain(k), b->MayContain(k));
 }
+
+INSTANTIATE_TEST_SUITE_P(Kinds, CuckooFilterKindTest,
+                         ::testing::Values(TableKind::kPacked, TableKind::kSemiSorted),
+                         [](const auto& p) { return std::string(TableKindName(p.param)); });
 
 }  // namespace
 }  // namespace cuckoo

@@ -60,6 +60,26 @@ TEST(RegistryTest, DuplicateCreateWithOtherSettingsNamesTheDifference) {
   EXPECT_EQ(plain.status().code(), absl::StatusCode::kAlreadyExists);
 }
 
+TEST(RegistryTest, IfNotExistsWithAnotherTableKindNamesTheDifference) {
+  FilterRegistry reg;
+  // Rate-derived f = 12 at b = 4: semi-sorted unless asked otherwise.
+  auto first = reg.Create("f", {.capacity = 1000});
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ((*first)->shape().table_kind, TableKind::kSemiSorted);
+  auto packed = reg.Create("f", {.capacity = 1000, .semi_sort = false}, true);
+  EXPECT_EQ(packed.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(Message(packed.status()), HasSubstr("table kind semi_sorted (requested packed)"));
+  // Only the kind differs: f and b are the same.
+  EXPECT_THAT(Message(packed.status()), ::testing::Not(HasSubstr("fingerprint_bits")));
+  auto same = reg.Create("f", {.capacity = 1000, .semi_sort = true}, true);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(same->get(), first->get());
+
+  ASSERT_TRUE(reg.Create("g", {.capacity = 1000, .fingerprint_bits = 12}).ok());
+  auto semi = reg.Create("g", {.capacity = 1000, .fingerprint_bits = 12, .semi_sort = true}, true);
+  EXPECT_THAT(Message(semi.status()), HasSubstr("table kind packed (requested semi_sorted)"));
+}
+
 TEST(RegistryTest, IfNotExistsWithSameSettingsReturnsTheExistingFilter) {
   FilterRegistry reg;
   auto first = reg.Create("f", {.capacity = 1000, .false_positive_rate = 0.01});

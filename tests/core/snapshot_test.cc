@@ -18,6 +18,10 @@
 #include "tests/util/temp_dir.h"
 
 namespace cuckoo {
+
+// For parameterised test names and messages (found by ADL).
+void PrintTo(TableKind kind, std::ostream* os) { *os << TableKindName(kind); }
+
 namespace {
 
 using ::testing::HasSubstr;
@@ -67,10 +71,12 @@ struct RoundTripCase {
   uint32_t f;
   uint32_t b;
   uint32_t shards;
+  bool semi = false;  // Semi-sorted buckets (b = 4).
 };
 
 void PrintTo(const RoundTripCase& c, std::ostream* os) {
-  *os << "f=" << c.f << " b=" << c.b << " shards=" << c.shards;
+  *os << "f=" << c.f << " b=" << c.b << " shards=" << c.shards
+      << (c.semi ? " semi-sorted" : " packed");
 }
 
 class SnapshotRoundTripTest : public ::testing::TestWithParam<RoundTripCase> {};
@@ -82,7 +88,9 @@ TEST_P(SnapshotRoundTripTest, LoadedFilterIsBitIdenticalAndAnswersTheSame) {
                               .fingerprint_bits = c.f,
                               .bucket_size = c.b,
                               .shards = c.shards,
-                              .seed = 77});
+                              .seed = 77,
+                              .semi_sort = c.semi});
+  ASSERT_EQ(original->shape().semi_sorted(), c.semi);
   std::vector<std::string> present = Keys(0, 18'000);
   InsertAll(*original, present);
 
@@ -91,12 +99,15 @@ TEST_P(SnapshotRoundTripTest, LoadedFilterIsBitIdenticalAndAnswersTheSame) {
   EXPECT_EQ(w->path, dir.path() + "/rt.cuckoo");
   EXPECT_EQ(w->bytes, std::filesystem::file_size(w->path));
   EXPECT_EQ(w->items, original->items());
+  // The header's table_kind (offset 20): 0 packed, as before semi-sorting; 1 semi-sorted.
+  EXPECT_EQ(testing::SnapshotGet32(ReadBytes(w->path).data() + 20), c.semi ? 1u : 0u);
 
   absl::StatusOr<LoadedSnapshot> r = ReadSnapshotFile(w->path, "rt");
   ASSERT_TRUE(r.ok()) << r.status();
   CuckooFilter& loaded = *r->filter;
   EXPECT_EQ(r->header.name, "rt");
   EXPECT_EQ(loaded.shape(), original->shape());
+  EXPECT_EQ(loaded.shape().table_kind, original->shape().table_kind);
   EXPECT_EQ(r->items, original->items());
   EXPECT_EQ(loaded.items(), original->items());
   for (uint32_t i = 0; i < c.shards; ++i) {
@@ -121,11 +132,19 @@ TEST_P(SnapshotRoundTripTest, LoadedFilterIsBitIdenticalAndAnswersTheSame) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, SnapshotRoundTripTest,
-                         ::testing::Values(RoundTripCase{8, 2, 1}, RoundTripCase{12, 4, 4},
-                                           RoundTripCase{16, 8, 2}, RoundTripCase{7, 4, 8},
-                                           RoundTripCase{13, 2, 1}, RoundTripCase{5, 8, 16},
-                                           RoundTripCase{32, 4, 2}));
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, SnapshotRoundTripTest,
+    ::testing::Values(RoundTripCase{8, 2, 1}, RoundTripCase{12, 4, 4}, RoundTripCase{16, 8, 2},
+                      RoundTripCase{7, 4, 8}, RoundTripCase{13, 2, 1}, RoundTripCase{5, 8, 16},
+                      RoundTripCase{32, 4, 2}, RoundTripCase{12, 4, 4, true},
+                      RoundTripCase{5, 4, 1, true}, RoundTripCase{6, 4, 2, true},
+                      RoundTripCase{13, 4, 2, true}, RoundTripCase{16, 4, 8, true},
+                      RoundTripCase{17, 4, 1, true}, RoundTripCase{20, 4, 2, true},
+                      RoundTripCase{32, 4, 1, true}),
+    [](const auto& p) {
+      return absl::StrFormat("%s_f%u_b%u_s%u", p.param.semi ? "semi" : "packed", p.param.f,
+                             p.param.b, p.param.shards);
+    });
 
 TEST(SnapshotTest, EmptyFilterRoundTrips) {
   TempDir dir;
@@ -245,10 +264,20 @@ TEST(SnapshotTest, AdmitSeesTheHeaderAndCanRefuseBeforeAllocation) {
 
 // --- Corruption: every kind is DATA_LOSS with a message naming the file and why.
 
-class SnapshotCorruptionTest : public ::testing::Test {
+// Every corruption test runs on a packed file (table_kind 0: the format as it
+// was before semi-sorted tables) and on a semi-sorted one (table_kind 1).
+class SnapshotCorruptionTest : public ::testing::TestWithParam<TableKind> {
  protected:
+  static bool Semi() { return GetParam() == TableKind::kSemiSorted; }
+  // `o` with the table kind under test.
+  static FilterOptions With(FilterOptions o) {
+    o.semi_sort = Semi();
+    return o;
+  }
+
   void SetUp() override {
-    auto f = MakeFilter({.capacity = 4'000, .shards = 2, .seed = 11});
+    auto f = MakeFilter(With({.capacity = 4'000, .shards = 2, .seed = 11}));
+    ASSERT_EQ(f->shape().table_kind, GetParam());
     InsertAll(*f, Keys(0, 3'000));
     auto w = WriteSnapshotFile(*f, "c", dir_.path());
     ASSERT_TRUE(w.ok()) << w.status();
@@ -286,13 +315,13 @@ class SnapshotCorruptionTest : public ::testing::Test {
   size_t section_ = 0;
 };
 
-TEST_F(SnapshotCorruptionTest, IntactFileLoads) {
+TEST_P(SnapshotCorruptionTest, IntactFileLoads) {
   auto r = ParseSnapshot(good_, "snap.cuckoo", "c");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->items, 3'000u);
 }
 
-TEST_F(SnapshotCorruptionTest, FlippedByteInEverySectionIsRejected) {
+TEST_P(SnapshotCorruptionTest, FlippedByteInEverySectionIsRejected) {
   struct Region {
     size_t from, to;
     std::string why;
@@ -320,7 +349,7 @@ TEST_F(SnapshotCorruptionTest, FlippedByteInEverySectionIsRejected) {
   }
 }
 
-TEST_F(SnapshotCorruptionTest, TruncationAtAnyOffsetIsRejected) {
+TEST_P(SnapshotCorruptionTest, TruncationAtAnyOffsetIsRejected) {
   ExpectRejected({}, "empty file (0 bytes)");
   for (size_t len = 1; len < good_.size(); ++len) {
     std::vector<uint8_t> bad(good_.begin(), good_.begin() + len);
@@ -328,13 +357,13 @@ TEST_F(SnapshotCorruptionTest, TruncationAtAnyOffsetIsRejected) {
   }
 }
 
-TEST_F(SnapshotCorruptionTest, TrailingBytesAreRejected) {
+TEST_P(SnapshotCorruptionTest, TrailingBytesAreRejected) {
   std::vector<uint8_t> bad = good_;
   bad.push_back(0);
   ExpectRejected(bad, "1 unexpected bytes after the end");
 }
 
-TEST_F(SnapshotCorruptionTest, OtherVersionsAreRejectedEvenWithValidChecksums) {
+TEST_P(SnapshotCorruptionTest, OtherVersionsAreRejectedEvenWithValidChecksums) {
   for (uint32_t v : {0u, 2u, 0xFFFFFFFFu}) {
     std::vector<uint8_t> bad = good_;
     Put32(bad, 8, v);
@@ -343,14 +372,14 @@ TEST_F(SnapshotCorruptionTest, OtherVersionsAreRejectedEvenWithValidChecksums) {
   }
 }
 
-TEST_F(SnapshotCorruptionTest, GarbageIsRejected) {
+TEST_P(SnapshotCorruptionTest, GarbageIsRejected) {
   std::vector<uint8_t> garbage(10'000);
   for (size_t i = 0; i < garbage.size(); ++i) garbage[i] = static_cast<uint8_t>(testing::Mix(i));
   ExpectRejected(garbage, "not a cuckood snapshot");
   ExpectRejected({'h', 'i'}, "not a cuckood snapshot");
 }
 
-TEST_F(SnapshotCorruptionTest, ImpossibleSettingsAreRejectedEvenWithValidChecksums) {
+TEST_P(SnapshotCorruptionTest, ImpossibleSettingsAreRejectedEvenWithValidChecksums) {
   struct Case {
     size_t at;
     uint32_t value;
@@ -359,7 +388,8 @@ TEST_F(SnapshotCorruptionTest, ImpossibleSettingsAreRejectedEvenWithValidChecksu
   const std::vector<Case> cases = {
       {12, 128, "header size 128"},
       {16, 9, "unknown hash_id 9"},
-      {20, 1, "unknown table kind 1"},
+      {20, 2, "unknown table kind 2"},
+      {20, 0xFFFFFFFF, "unknown table kind 4294967295"},
       {24, 0, "fingerprint_bits=0"},
       {24, 33, "fingerprint_bits=33"},
       {28, 3, "bucket_size=3"},
@@ -398,16 +428,16 @@ TEST_F(SnapshotCorruptionTest, ImpossibleSettingsAreRejectedEvenWithValidChecksu
   ExpectRejected(bad, "must start with a letter or digit");
 }
 
-TEST_F(SnapshotCorruptionTest, NameMustMatchTheFileName) {
+TEST_P(SnapshotCorruptionTest, NameMustMatchTheFileName) {
   auto r = ParseSnapshot(good_, "other.cuckoo", "other");
   EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(r.status().message(), HasSubstr("holds filter \"c\", but its file name says"));
 }
 
-TEST_F(SnapshotCorruptionTest, SectionsSwappedBetweenSnapshotsAreRejected) {
+TEST_P(SnapshotCorruptionTest, SectionsSwappedBetweenSnapshotsAreRejected) {
   // A second snapshot of the same filter after more inserts: each section is
   // valid on its own, but they do not belong together.
-  auto f = MakeFilter({.capacity = 4'000, .shards = 2, .seed = 11});
+  auto f = MakeFilter(With({.capacity = 4'000, .shards = 2, .seed = 11}));
   InsertAll(*f, Keys(0, 3'100));
   auto w = WriteSnapshotFile(*f, "c", dir_.path());
   ASSERT_TRUE(w.ok());
@@ -417,12 +447,22 @@ TEST_F(SnapshotCorruptionTest, SectionsSwappedBetweenSnapshotsAreRejected) {
   ExpectRejected(mixed, "file checksum mismatch");
 }
 
-TEST_F(SnapshotCorruptionTest, NonZeroBitsAfterTheLastSlotAreRejected) {
-  // f=12, b=4: 48 bits per bucket, whole bytes; use a shape with a partial
-  // last byte instead.
-  auto f = MakeFilter(
-      {.capacity = 1000, .fingerprint_bits = 5, .bucket_size = 2, .shards = 1, .seed = 3});
-  ASSERT_NE(f->shape().buckets_per_shard * 2 * 5 % 8, 0u) << "pick a shape with a partial byte";
+TEST_P(SnapshotCorruptionTest, NonZeroBitsAfterTheLastSlotAreRejected) {
+  // f=12, b=4: 48 (semi-sorted 44) bits per bucket, whole bytes for an even
+  // bucket count; use a shape with a partial last byte instead: packed f=5,
+  // b=2 (10 bits per bucket) or semi-sorted f=6 (20 bits), odd bucket count.
+  FilterOptions o = Semi()
+                        ? FilterOptions{.capacity = 1000, .fingerprint_bits = 6}
+                        : FilterOptions{.capacity = 1000, .fingerprint_bits = 5, .bucket_size = 2};
+  o.shards = 1;
+  o.seed = 3;
+  o.semi_sort = Semi();
+  auto f = MakeFilter(o);
+  for (o.capacity = 1001; f->shape().buckets_per_shard * f->shape().bucket_bits() % 8 == 0;
+       ++o.capacity) {
+    f = MakeFilter(o);
+  }
+  InsertAll(*f, Keys(0, 500));
   auto w = WriteSnapshotFile(*f, "c", dir_.path());
   ASSERT_TRUE(w.ok());
   std::vector<uint8_t> bad = ReadBytes(w->path);
@@ -430,6 +470,136 @@ TEST_F(SnapshotCorruptionTest, NonZeroBitsAfterTheLastSlotAreRejected) {
   bad[kHeader + kSectionHeader + table - 1] |= 0x80;
   ResealSnapshot(bad);
   ExpectRejected(bad, "bits set after the last slot");
+}
+
+TEST_P(SnapshotCorruptionTest, FileOfTheOtherTableKindIsRejected) {
+  // Same f and b, but the other kind needs 4 bits per bucket more or less.
+  std::vector<uint8_t> bad = good_;
+  Put32(bad, 20, Semi() ? 0 : 1);
+  ResealSnapshot(bad);
+  ExpectRejected(bad, "table bytes per shard");
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, SnapshotCorruptionTest,
+                         ::testing::Values(TableKind::kPacked, TableKind::kSemiSorted),
+                         [](const auto& p) { return std::string(TableKindName(p.param)); });
+
+// --- Semi-sorted files: tables a writer never produces.
+
+class SemiSortedSnapshotTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto f = MakeFilter({.capacity = 4'000, .shards = 2, .seed = 11, .semi_sort = true});
+    shape_ = f->shape();
+    ASSERT_EQ(shape_.fingerprint_bits, 12u);
+    InsertAll(*f, Keys(0, 3'000));
+    auto w = WriteSnapshotFile(*f, "c", dir_.path());
+    ASSERT_TRUE(w.ok()) << w.status();
+    good_ = ReadBytes(w->path);
+    section_ = kSectionHeader + shape_.table_bytes_per_shard() + 8;
+  }
+
+  // Writes the n-bit value v at bit `bit` of shard `shard`'s table.
+  void PutBits(std::vector<uint8_t>& b, uint32_t shard, uint64_t bit, uint32_t n, uint64_t v) {
+    uint8_t* table = b.data() + kHeader + shard * section_ + kSectionHeader;
+    for (uint32_t k = 0; k < n; ++k) {
+      const uint8_t mask = static_cast<uint8_t>(1u << ((bit + k) % 8));
+      if ((v >> k) & 1) {
+        table[(bit + k) / 8] |= mask;
+      } else {
+        table[(bit + k) / 8] &= static_cast<uint8_t>(~mask);
+      }
+    }
+  }
+
+  static void Put32(std::vector<uint8_t>& b, size_t at, uint32_t v) {
+    std::memcpy(b.data() + at, &v, 4);
+  }
+  absl::Status Parse(const std::vector<uint8_t>& b) {
+    return ParseSnapshot(b, "snap.cuckoo", "c").status();
+  }
+
+  TempDir dir_;
+  FilterShape shape_;
+  std::vector<uint8_t> good_;
+  size_t section_ = 0;
+};
+
+TEST_F(SemiSortedSnapshotTest, IntactFileLoadsAsSemiSorted) {
+  ASSERT_EQ(testing::SnapshotGet32(good_.data() + 20), 1u);
+  auto r = ParseSnapshot(good_, "snap.cuckoo", "c");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->filter->shape().table_kind, TableKind::kSemiSorted);
+  EXPECT_EQ(r->filter->shape(), shape_);
+  for (const std::string& k : Keys(0, 3'000)) ASSERT_TRUE(r->filter->MayContain(k)) << k;
+}
+
+TEST_F(SemiSortedSnapshotTest, BucketCodeOf3876OrMoreIsDataLossNamingShardAndBucket) {
+  const uint64_t bucket_bits = shape_.bucket_bits();  // 44
+  const uint64_t last = shape_.buckets_per_shard - 1;
+  for (uint32_t shard : {0u, 1u}) {
+    for (uint64_t bucket : {uint64_t{0}, uint64_t{1}, last / 2, last}) {
+      for (uint32_t code : {3876u, 3877u, 4095u}) {
+        std::vector<uint8_t> bad = good_;
+        PutBits(bad, shard, bucket * bucket_bits, 12, code);
+        ResealSnapshot(bad);
+        const absl::Status st = Parse(bad);
+        const std::string context =
+            absl::StrFormat("shard %u bucket %u code %u", shard, bucket, code);
+        EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << context << st;
+        EXPECT_THAT(st.message(), HasSubstr("snap.cuckoo: ")) << context;
+        EXPECT_THAT(st.message(), HasSubstr(absl::StrFormat("shard %u ", shard))) << context;
+        EXPECT_THAT(st.message(), HasSubstr(absl::StrFormat("bucket %u ", bucket))) << context;
+        EXPECT_THAT(st.message(), HasSubstr("code 3876 or more")) << context;
+      }
+    }
+  }
+  // Code 3875 (all nibbles 15) with ascending low parts is a valid bucket.
+  std::vector<uint8_t> ok = good_;
+  PutBits(ok, 1, 0, 12, 3875);
+  for (uint32_t j = 0; j < 4; ++j) PutBits(ok, 1, 12 + 8 * j, 8, j);
+  ResealSnapshot(ok);
+  EXPECT_TRUE(Parse(ok).ok()) << Parse(ok);
+}
+
+TEST_F(SemiSortedSnapshotTest, BucketWithEntriesOutOfOrderIsDataLoss) {
+  // Nibbles all 0 (code 0), low parts 9, 3, 0, 0: fingerprints 9, 3, 0, 0,
+  // which no writer stores (slots are sorted, empty first).
+  std::vector<uint8_t> bad = good_;
+  const uint64_t bucket = 7;
+  const uint64_t at = bucket * shape_.bucket_bits();
+  PutBits(bad, 0, at, 12, 0);
+  const uint64_t low[4] = {9, 3, 0, 0};
+  for (uint32_t j = 0; j < 4; ++j) PutBits(bad, 0, at + 12 + 8 * j, 8, low[j]);
+  ResealSnapshot(bad);
+  const absl::Status st = Parse(bad);
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+  EXPECT_THAT(st.message(), HasSubstr("shard 0 "));
+  EXPECT_THAT(st.message(), HasSubstr("bucket 7 "));
+  EXPECT_THAT(st.message(), HasSubstr("out of order"));
+}
+
+TEST_F(SemiSortedSnapshotTest, SemiSortedHeaderWithAShapeItCannotEncodeIsRejected) {
+  struct Case {
+    size_t at;
+    uint32_t value;
+    std::string why;
+  };
+  const std::vector<Case> cases = {
+      {28, 2, "bucket_size"},
+      {28, 8, "bucket_size"},
+      {24, 4, "fingerprint_bits"},
+      {20, 2, "unknown table kind 2"},
+  };
+  for (const Case& c : cases) {
+    std::vector<uint8_t> bad = good_;
+    Put32(bad, c.at, c.value);
+    ResealSnapshot(bad);
+    const absl::Status st = Parse(bad);
+    EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << c.why << st;
+    EXPECT_THAT(st.message(), HasSubstr("impossible settings in header")) << c.why;
+    EXPECT_THAT(st.message(), HasSubstr(c.why));
+  }
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // Writes the seed corpus of the snapshot fuzzer (tests/fuzz/snapshot_fuzz.cc)
 // into a directory: small valid snapshots of assorted shapes (fingerprint
-// bits, bucket sizes, shard counts; empty, partly and nearly full) and a few
-// invalid files derived from them. About 36 KB in all; generated at build or
-// test time, never committed.
+// bits, bucket sizes, shard counts, packed and semi-sorted tables; empty,
+// partly and nearly full) and a few invalid files derived from them. About
+// 40 KB in all; generated at build or test time, never committed.
 //
 //   make_snapshot_corpus <dir>
 //
@@ -16,13 +16,16 @@
 #include <iterator>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "core/cuckoo_filter.h"
 #include "core/snapshot.h"
+#include "tests/core/snapshot_layout.h"
 #include "tests/core/test_keys.h"
 
 namespace {
@@ -74,11 +77,17 @@ std::vector<uint8_t> WriteSeed(const Seed& s, const std::string& dir) {
   return ReadBytes(w->path);
 }
 
-// Writes an invalid variant, which ParseSnapshot must refuse.
-bool WriteInvalid(const std::string& dir, const std::string& name, std::vector<uint8_t> b) {
+// Writes an invalid variant, which ParseSnapshot must refuse (with a message
+// containing `why`, if given).
+bool WriteInvalid(const std::string& dir, const std::string& name, std::vector<uint8_t> b,
+                  absl::string_view why = {}) {
   const std::string path = absl::StrCat(dir, "/invalid-", name, ".bin");
   if (!WriteBytes(path, b)) return Fail(absl::StrCat("cannot write ", path));
-  if (cuckoo::ParseSnapshot(b, path).ok()) return Fail(absl::StrCat(path, " was accepted"));
+  absl::StatusOr<cuckoo::LoadedSnapshot> r = cuckoo::ParseSnapshot(b, path);
+  if (r.ok()) return Fail(absl::StrCat(path, " was accepted"));
+  if (!absl::StrContains(r.status().message(), why)) {
+    return Fail(absl::StrCat(path, " was refused for another reason: ", r.status().ToString()));
+  }
   return true;
 }
 
@@ -100,7 +109,7 @@ int main(int argc, char** argv) {
   // Small capacities keep every file a few KB: libFuzzer mutates small
   // inputs much faster, and -max_len in scripts/fuzz.sh covers the largest.
   const Seed seeds[] = {
-      {"empty-f12-b4-s1", {.capacity = 100, .seed = 1}, 0.0},
+      {"empty-f12-b4-s1", {.capacity = 100, .seed = 1, .semi_sort = false}, 0.0},
       {"half-f8-b2-s1", {.capacity = 600, .fingerprint_bits = 8, .bucket_size = 2, .seed = 2}, 0.5},
       {"full-f16-b8-s4",
        {.capacity = 1500, .fingerprint_bits = 16, .bucket_size = 8, .shards = 4, .seed = 3},
@@ -118,11 +127,27 @@ int main(int argc, char** argv) {
        {.capacity = 400, .fingerprint_bits = 13, .bucket_size = 8, .max_kicks = 20, .seed = 7},
        0.8},
       {"empty-f4-b2-s1", {.capacity = 1, .fingerprint_bits = 4, .bucket_size = 2, .seed = 8}, 0.0},
+      // Semi-sorted tables (table_kind 1): the default filter (f=12, 44-bit
+      // buckets), the smallest f, and buckets wider than 64 bits.
+      {"semi-f12-b4-s2", {.capacity = 400, .shards = 2, .seed = 9}, 0.9},
+      {"semi-f5-b4-s1",
+       {.capacity = 200, .fingerprint_bits = 5, .seed = 10, .semi_sort = true},
+       0.8},
+      {"semi-f20-b4-s1",
+       {.capacity = 150, .fingerprint_bits = 20, .seed = 11, .semi_sort = true},
+       0.5},
   };
   std::vector<std::vector<uint8_t>> valid;
   for (const Seed& s : seeds) {
     valid.push_back(WriteSeed(s, dir));
     if (valid.back().empty()) return 1;
+    // The header's table_kind (offset 20) is the one asked for.
+    const uint32_t kind = cuckoo::testing::SnapshotGet32(valid.back().data() + 20);
+    const bool semi = std::string_view(s.name).starts_with("semi-");
+    if (kind != (semi ? 1u : 0u)) {
+      Fail(absl::StrCat(s.name, ": table_kind ", kind));
+      return 1;
+    }
   }
 
   // Invalid files, each failing a different check.
@@ -148,6 +173,18 @@ int main(int argc, char** argv) {
   b = base;
   b[8] = 2;  // Format version.
   ok = WriteInvalid(dir, "version-2", b) && ok;
+  // Semi-sorted: bucket 0 of shard 0 with code 4095 (>= 3876), checksums
+  // recomputed so the reader gets as far as the bucket check.
+  const std::vector<uint8_t>& semi = valid[8];  // semi-f12-b4-s2
+  b = semi;
+  b[cuckoo::testing::kSnapshotHeader + cuckoo::testing::kSnapshotSectionHeader] = 0xFF;
+  b[cuckoo::testing::kSnapshotHeader + cuckoo::testing::kSnapshotSectionHeader + 1] |= 0x0F;
+  cuckoo::testing::ResealSnapshot(b);
+  ok = WriteInvalid(dir, "semi-bad-code", b, "bucket 0 is not a valid semi_sorted") && ok;
+  b = semi;
+  b[20] = 2;  // Unknown table kind.
+  cuckoo::testing::ResealSnapshot(b);
+  ok = WriteInvalid(dir, "table-kind-2", b, "unknown table kind 2") && ok;
   if (!ok) return 1;
 
   uint64_t bytes = 0;
