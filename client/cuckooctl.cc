@@ -83,7 +83,8 @@ Usage: cuckooctl [GLOBAL FLAGS] COMMAND [ARGUMENTS] [FLAGS]
 
 Filters:
   create NAME --capacity=N [--fpr=RATE | --fingerprint-bits=F] [--bucket-size=B]
-              [--shards=S] [--max-kicks=K] [--seed=N] [--if-not-exists]
+              [--semi-sort[=true|false]] [--shards=S] [--max-kicks=K] [--seed=N]
+              [--if-not-exists]
                         create a filter; prints its info and whether it was created
   info NAME             a filter's settings and state
   list                  every filter, sorted by name
@@ -196,9 +197,16 @@ and whether it was created.
   --capacity=N          keys the filter must hold (required), 1 to 2^40; may
                         end in k, M, G or T (x1000, x10^6, x10^9, x10^12)
   --fpr=RATE            target false-positive rate in (0, 1), e.g. 0.001
-                        (default 0.002: 12-bit fingerprints with 4-slot buckets)
+                        (default 0.002: 12-bit fingerprints with 4-slot buckets,
+                        semi-sorted: about 11.6 bits per key)
   --fingerprint-bits=F  fingerprint size in bits, 4 to 32, instead of --fpr
   --bucket-size=B       slots per bucket: 2, 4 (default) or 8
+  --semi-sort[=true|false]
+                        semi-sorted buckets: f - 1 bits per slot for the
+                        false-positive rate of f-bit fingerprints; true needs
+                        bucket size 4 and at least 5 fingerprint bits. Absent:
+                        chosen by the server, semi-sorted when --fpr (or its
+                        default) picks 5 to 16 bits with 4-slot buckets
   --shards=S            independent shards, a power of two from 1 to 4096
                         (default: chosen from the capacity)
   --max-kicks=K         longest eviction chain per insert, 1 to 100000 (default 500)
@@ -209,8 +217,8 @@ and whether it was created.
 )"},
     {"info", kInfo, R"(Usage: cuckooctl info NAME
 
-Prints a filter's settings (capacity, fingerprint_bits, bucket_size, shards,
-max_kicks, seed, ...) and state (items, load_factor, memory_bytes,
+Prints a filter's settings (capacity, fingerprint_bits, bucket_size, semi_sort,
+shards, max_kicks, seed, ...) and state (items, load_factor, memory_bytes,
 bits_per_item, expected_false_positive_rate, ...).
 )"},
     {"list", kList, R"(Usage: cuckooctl list
@@ -306,6 +314,7 @@ constexpr FlagSpec kFlags[] = {
     {"fpr", true, kCreate},
     {"fingerprint-bits", true, kCreate},
     {"bucket-size", true, kCreate},
+    {"semi-sort", false, kCreate},
     {"shards", true, kCreate},
     {"max-kicks", true, kCreate},
     {"seed", true, kCreate},
@@ -690,6 +699,7 @@ std::string FilterInfoJson(const v1::FilterInfo& f) {
       .Uint("capacity", f.capacity())
       .Uint("fingerprint_bits", f.fingerprint_bits())
       .Uint("bucket_size", f.bucket_size())
+      .Bool("semi_sort", f.semi_sort())
       .Uint("shards", f.shards())
       .Uint("max_kicks", f.max_kicks())
       // A string: JSON readers that parse numbers as doubles would round a
@@ -718,6 +728,7 @@ void AddFilterInfoText(TextFields& t, const v1::FilterInfo& f) {
       .Add("capacity", absl::StrFormat("%u", f.capacity()))
       .Add("fingerprint_bits", absl::StrFormat("%u", f.fingerprint_bits()))
       .Add("bucket_size", absl::StrFormat("%u", f.bucket_size()))
+      .Add("semi_sort", f.semi_sort() ? "true (semi-sorted buckets, f - 1 bits per slot)" : "false")
       .Add("shards", absl::StrFormat("%u", f.shards()))
       .Add("max_kicks", absl::StrFormat("%u", f.max_kicks()))
       .Add("seed", absl::StrFormat("%u", f.seed()))
@@ -1270,6 +1281,7 @@ int RunCreate(const GlobalOptions& g, const CommandLine& cl) {
     if (auto f = ParseUintFlag(cl, "seed", UINT64_MAX, v)) return Fail(*f);
     req.set_seed(v);
   }
+  if (cl.Has("semi-sort")) req.set_semi_sort(cl.Bool("semi-sort"));
   req.set_if_not_exists(cl.Bool("if-not-exists"));
 
   client::ClientOptions options;
@@ -1320,12 +1332,13 @@ int RunList(const GlobalOptions& g, const CommandLine& cl) {
     return Emit(JsonObject().Raw("filters", array).Done() + "\n");
   }
   std::vector<std::vector<std::string>> rows = {
-      {"NAME", "ITEMS", "CAPACITY", "LOAD", "MEMORY", "F", "B", "SHARDS", "FPR"}};
+      {"NAME", "ITEMS", "CAPACITY", "LOAD", "MEMORY", "F", "B", "TABLE", "SHARDS", "FPR"}};
   for (const v1::FilterInfo& f : *filters) {
     rows.push_back({f.name(), absl::StrFormat("%u", f.items()), absl::StrFormat("%u", f.capacity()),
                     absl::StrFormat("%.2f%%", 100 * f.load_factor()), HumanBytes(f.memory_bytes()),
                     absl::StrFormat("%u", f.fingerprint_bits()),
-                    absl::StrFormat("%u", f.bucket_size()), absl::StrFormat("%u", f.shards()),
+                    absl::StrFormat("%u", f.bucket_size()),
+                    f.semi_sort() ? "semi_sorted" : "packed", absl::StrFormat("%u", f.shards()),
                     absl::StrFormat("%.3g", f.expected_false_positive_rate())});
   }
   std::vector<size_t> width(rows[0].size(), 0);

@@ -89,6 +89,7 @@ void FillFilterInfo(const std::string& name, const CuckooFilter& filter, v1::Fil
   info->set_hash_id(shape.hash_id);
   info->set_buckets_per_shard(shape.buckets_per_shard);
   info->set_slots(st.slots);
+  info->set_semi_sort(shape.semi_sorted());
   info->set_items(st.items);
   info->set_load_factor(st.load_factor);
   info->set_memory_bytes(st.memory_bytes);
@@ -190,6 +191,7 @@ absl::Status FilterServiceImpl::DoCreateFilter(const v1::CreateFilterRequest& re
                         .shards = req.shards(),
                         .max_kicks = req.max_kicks()};
   if (req.has_seed()) options.seed = req.seed();
+  if (req.has_semi_sort()) options.semi_sort = req.semi_sort();
   bool created = false;
   absl::StatusOr<std::shared_ptr<CuckooFilter>> filter =
       registry_->Create(req.name(), options, req.if_not_exists(), &created);
@@ -199,9 +201,10 @@ absl::Status FilterServiceImpl::DoCreateFilter(const v1::CreateFilterRequest& re
   if (created) {
     const FilterShape& s = (*filter)->shape();
     spdlog::info(
-        "created filter {}: capacity {}, fingerprint_bits {}, bucket_size {}, shards {}, {} bytes",
-        req.name(), s.capacity, s.fingerprint_bits, s.bucket_size, s.shards,
-        (*filter)->memory_bytes());
+        "created filter {}: capacity {}, fingerprint_bits {}, bucket_size {}, {} table, shards {}, "
+        "{} bytes",
+        req.name(), s.capacity, s.fingerprint_bits, s.bucket_size, TableKindName(s.table_kind),
+        s.shards, (*filter)->memory_bytes());
   }
   return absl::OkStatus();
 }

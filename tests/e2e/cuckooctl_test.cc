@@ -100,6 +100,7 @@ TEST_F(CuckooctlTest, CreateInfoListDropRoundTripWithExactValues) {
   EXPECT_EQ(f["capacity"], "1000");
   EXPECT_EQ(f["fingerprint_bits"], "16");
   EXPECT_EQ(f["bucket_size"], "2");
+  EXPECT_EQ(f["semi_sort"], "false");
   EXPECT_EQ(f["shards"], "2");
   EXPECT_EQ(f["max_kicks"], "100");
   EXPECT_EQ(f["seed"], "42");
@@ -138,18 +139,20 @@ TEST_F(CuckooctlTest, CreateInfoListDropRoundTripWithExactValues) {
   std::vector<std::string> rows = Lines(list.out);
   ASSERT_EQ(rows.size(), 3u) << list.out;
   EXPECT_EQ(Words(rows[0]), (std::vector<std::string>{"NAME", "ITEMS", "CAPACITY", "LOAD", "MEMORY",
-                                                      "F", "B", "SHARDS", "FPR"}));
+                                                      "F", "B", "TABLE", "SHARDS", "FPR"}));
   std::vector<std::string> other = Words(rows[1]);
   std::vector<std::string> users = Words(rows[2]);
-  ASSERT_EQ(users.size(), 9u);
+  ASSERT_EQ(users.size(), 10u);
   EXPECT_EQ(other[0], "other");
-  EXPECT_EQ(other[2], "2000");  // --capacity=2k
+  EXPECT_EQ(other[2], "2000");         // --capacity=2k
+  EXPECT_EQ(other[7], "semi_sorted");  // The default rate picks f = 12: semi-sorted.
   EXPECT_EQ(users[0], "users");
   EXPECT_EQ(users[1], "3");
   EXPECT_EQ(users[2], "1000");
   EXPECT_EQ(users[5], "16");
   EXPECT_EQ(users[6], "2");
-  EXPECT_EQ(users[7], "2");
+  EXPECT_EQ(users[7], "packed");
+  EXPECT_EQ(users[8], "2");
 
   Result dropped = Ctl({"drop", "users"});
   ASSERT_EQ(dropped.code, 0) << Describe(dropped);
@@ -162,6 +165,80 @@ TEST_F(CuckooctlTest, CreateInfoListDropRoundTripWithExactValues) {
   ASSERT_EQ(after.code, 0);
   ASSERT_EQ(Lines(after.out).size(), 2u) << after.out;
   EXPECT_EQ(Words(Lines(after.out)[1])[0], "other");
+}
+
+TEST_F(CuckooctlTest, SemiSortFlagIsSentAndTheTableKindShowsInInfoJsonAndList) {
+  Result semi = Ctl({"create", "semi", "--capacity=10000", "--fingerprint-bits=12",
+                     "--semi-sort=true", "--seed=7"});
+  ASSERT_EQ(semi.code, 0) << Describe(semi);
+  EXPECT_THAT(Fields(semi.out)["semi_sort"], StartsWith("true"));
+  EXPECT_EQ(Fields(semi.out)["fingerprint_bits"], "12");
+  Result packed = Ctl({"create", "packed", "--capacity=10000", "--fingerprint-bits=12",
+                       "--semi-sort=false", "--seed=7"});
+  ASSERT_EQ(packed.code, 0) << Describe(packed);
+  EXPECT_EQ(Fields(packed.out)["semi_sort"], "false");
+  // A bare --semi-sort is true.
+  Result bare = Ctl({"create", "bare", "--capacity=1000", "--fingerprint-bits=8", "--semi-sort"});
+  ASSERT_EQ(bare.code, 0) << Describe(bare);
+  EXPECT_THAT(Fields(bare.out)["semi_sort"], StartsWith("true"));
+
+  Result info = Ctl({"info", "semi"});
+  ASSERT_EQ(info.code, 0) << Describe(info);
+  EXPECT_THAT(Fields(info.out)["semi_sort"], StartsWith("true"));
+  const uint64_t semi_bytes = std::stoull(Words(Fields(info.out)["memory_bytes"]).at(0));
+  const uint64_t packed_bytes = std::stoull(Words(Fields(packed.out)["memory_bytes"]).at(0));
+  EXPECT_LT(semi_bytes, packed_bytes);
+
+  Result json = Ctl({"info", "semi", "--format=json"});
+  ASSERT_EQ(json.code, 0) << Describe(json);
+  EXPECT_THAT(json.out, HasSubstr("\"fingerprint_bits\":12,\"bucket_size\":4,\"semi_sort\":true,"));
+  Result packed_json = Ctl({"info", "packed", "--format=json"});
+  EXPECT_THAT(packed_json.out, HasSubstr(",\"semi_sort\":false,"));
+  Result list_json = Ctl({"list", "--format=json"});
+  EXPECT_THAT(list_json.out, HasSubstr("\"semi_sort\":true"));
+  EXPECT_THAT(list_json.out, HasSubstr("\"semi_sort\":false"));
+
+  Result list = Ctl({"list"});
+  ASSERT_EQ(list.code, 0) << Describe(list);
+  std::vector<std::string> rows = Lines(list.out);
+  ASSERT_EQ(rows.size(), 4u) << list.out;
+  EXPECT_EQ(Words(rows[0]).at(7), "TABLE");
+  EXPECT_EQ(Words(rows[1]).at(0), "bare");
+  EXPECT_EQ(Words(rows[1]).at(7), "semi_sorted");
+  EXPECT_EQ(Words(rows[2]).at(0), "packed");
+  EXPECT_EQ(Words(rows[2]).at(7), "packed");
+  EXPECT_EQ(Words(rows[3]).at(0), "semi");
+  EXPECT_EQ(Words(rows[3]).at(7), "semi_sorted");
+
+  // The semi-sorted filter works like any other.
+  ASSERT_EQ(Ctl({"insert", "semi", "alice", "bob"}).code, 0);
+  Result lookup = Ctl({"lookup", "semi", "alice", "bob"});
+  EXPECT_EQ(lookup.code, 0) << Describe(lookup);
+  EXPECT_EQ(lookup.out, "present\talice\npresent\tbob\n");
+
+  // if_not_exists with the other table kind names it.
+  Result conflict = Ctl({"create", "semi", "--capacity=10000", "--fingerprint-bits=12",
+                         "--semi-sort=false", "--seed=7", "--if-not-exists"});
+  EXPECT_EQ(conflict.code, 3);
+  EXPECT_THAT(conflict.err, AllOf(StartsWith("cuckooctl: ALREADY_EXISTS: "),
+                                  HasSubstr("table kind semi_sorted (requested packed)")));
+}
+
+TEST_F(CuckooctlTest, BadSemiSortValueExitsTwoAndImpossibleSemiSortExitsThree) {
+  Result bogus = Ctl({"create", "f", "--capacity=1000", "--semi-sort=bogus"});
+  EXPECT_EQ(bogus.code, 2) << Describe(bogus);
+  EXPECT_EQ(bogus.out, "");
+  EXPECT_THAT(bogus.err, StartsWith("cuckooctl: --semi-sort=\"bogus\": expected true or false"));
+  EXPECT_EQ(CountLines(bogus.err), 1u);
+  Result elsewhere = Ctl({"lookup", "f", "a", "--semi-sort"});
+  EXPECT_EQ(elsewhere.code, 2) << Describe(elsewhere);
+  EXPECT_THAT(elsewhere.err, StartsWith("cuckooctl: flag --semi-sort does not apply to lookup"));
+
+  Result two_slots = Ctl({"create", "f", "--capacity=1000", "--bucket-size=2", "--semi-sort"});
+  EXPECT_EQ(two_slots.code, 3) << Describe(two_slots);
+  EXPECT_THAT(two_slots.err, AllOf(StartsWith("cuckooctl: INVALID_ARGUMENT: semi_sort"),
+                                   HasSubstr("bucket_size")));
+  EXPECT_EQ(Lines(Ctl({"list"}).out).size(), 1u) << "nothing was created";
 }
 
 TEST_F(CuckooctlTest, CreateOfExistingNameWithOtherSettingsExitsThree) {
@@ -492,10 +569,10 @@ TEST_F(CuckooctlTest, HelpDescribesEveryCommandFlagAndExitCode) {
   EXPECT_EQ(RunProcess({CUCKOOCTL_PATH, "help", "insert"}).out, insert.out);
   Result create = RunProcess({CUCKOOCTL_PATH, "create", "-h"});
   EXPECT_EQ(create.code, 0);
-  EXPECT_THAT(create.out,
-              AllOf(HasSubstr("--capacity=N"), HasSubstr("--fpr=RATE"),
-                    HasSubstr("--fingerprint-bits=F"), HasSubstr("--bucket-size=B"),
-                    HasSubstr("--shards=S"), HasSubstr("--max-kicks=K"), HasSubstr("--seed=N")));
+  EXPECT_THAT(create.out, AllOf(HasSubstr("--capacity=N"), HasSubstr("--fpr=RATE"),
+                                HasSubstr("--fingerprint-bits=F"), HasSubstr("--bucket-size=B"),
+                                HasSubstr("--shards=S"), HasSubstr("--max-kicks=K"),
+                                HasSubstr("--seed=N"), HasSubstr("--semi-sort")));
 }
 
 TEST_F(CuckooctlTest, FlagsWorkWithSpacesUnderscoresAndBeforeTheCommand) {

@@ -110,6 +110,7 @@ class Checks:
         assert info.items == 0 and info.load_factor == 0.0 and info.memory_bytes > 0, info
         assert info.slots == info.buckets_per_shard * info.bucket_size * info.shards, info
         assert info.slots >= 10_000 and info.hash_id == 1, info
+        assert info.semi_sort is False, info  # Explicit fingerprint bits: packed.
         assert isinstance(info.raw, filter_service_pb2.FilterInfo)
         # The same settings with if_not_exists: the existing filter, created=False.
         again = c.create_filter("py-life", 10_000, fingerprint_bits=16, bucket_size=8, shards=2,
@@ -125,9 +126,10 @@ class Checks:
         assert got == cuckoo_client.FilterInfo(**{**info.__dict__, "created": None}), got
         # An explicit seed of 0 is a seed, not "unset" (proto3 optional).
         assert c.create_filter("py-seed0", 100, seed=0).seed == 0
-        # Defaults: 0.002 -> 12 bits with 4-slot buckets.
+        # Defaults: 0.002 -> 12 bits with 4-slot buckets, semi-sorted.
         b = c.create_filter("py-life-b", 1000)
-        assert (b.fingerprint_bits, b.bucket_size, b.max_kicks) == (12, 4, 500), b
+        assert (b.fingerprint_bits, b.bucket_size, b.max_kicks, b.semi_sort) == \
+            (12, 4, 500, True), b
         names = [f.name for f in c.list_filters()]
         assert names == sorted(names), names
         assert {"py-life", "py-life-b", "py-seed0"} <= set(names), names
@@ -138,6 +140,45 @@ class Checks:
         assert "py-life" not in [f.name for f in c.list_filters()]
         c.drop_filter("py-life-b")
         c.drop_filter("py-seed0")
+
+    def check_semi_sort(self):
+        """semi_sort=True/False/None: sent, reported, checked, and the filter works."""
+        c = self.client
+        semi = self.fresh("py-semi", 10_000, fingerprint_bits=12, shards=1, seed=7,
+                          semi_sort=True)
+        assert semi.semi_sort is True and semi.raw.semi_sort is True, semi
+        assert semi.fingerprint_bits == 12 and semi.bucket_size == 4, semi
+        packed = self.fresh("py-packed", 10_000, fingerprint_bits=12, shards=1, seed=7,
+                            semi_sort=False)
+        assert packed.semi_sort is False, packed
+        # 11 bits per slot instead of 12, same slots.
+        assert semi.slots == packed.slots, (semi, packed)
+        assert semi.memory_bytes < packed.memory_bytes, (semi, packed)
+        assert c.get_filter("py-semi").semi_sort is True
+        assert {f.name: f.semi_sort for f in c.list_filters()
+                if f.name.startswith("py-")} == {"py-semi": True, "py-packed": False}
+        # Unset: the server's choice (semi-sorted for a rate-derived f = 13).
+        auto = self.fresh("py-auto", 1000, fingerprint_bits=None, false_positive_rate=0.001)
+        assert (auto.fingerprint_bits, auto.semi_sort) == (13, True), auto
+        keys = [f"semi-{i}" for i in range(5_000)]
+        assert c.insert("py-semi", keys) == [INSERTED] * len(keys)
+        assert c.lookup("py-semi", keys) == [True] * len(keys)
+        assert c.count("py-semi", keys[:10]) == [1] * 10
+        assert c.delete("py-semi", keys[:10]) == [DELETED] * 10
+        assert c.get_filter("py-semi").items == len(keys) - 10
+        # The same settings under if_not_exists return it; the other kind fails.
+        again = c.create_filter("py-semi", 10_000, fingerprint_bits=12, shards=1, seed=7,
+                                semi_sort=True, if_not_exists=True)
+        assert again.created is False and again.semi_sort is True, again
+        e = expect_error(grpc.StatusCode.ALREADY_EXISTS, c.create_filter, "py-semi", 10_000,
+                         fingerprint_bits=12, shards=1, seed=7, semi_sort=False,
+                         if_not_exists=True)
+        assert "table kind semi_sorted (requested packed)" in e.message, e.message
+        e = expect_error(grpc.StatusCode.INVALID_ARGUMENT, c.create_filter, "py-semi-bad", 1000,
+                         bucket_size=2, semi_sort=True)
+        assert "semi_sort" in e.message and "bucket_size" in e.message, e.message
+        for name in ("py-semi", "py-packed", "py-auto"):
+            c.drop_filter(name)
 
     def check_insert_lookup_str_and_bytes(self):
         """str and bytes keys are all found after insert; absent keys are not."""

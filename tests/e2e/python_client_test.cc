@@ -45,12 +45,12 @@ TEST(PythonClientTest, ChecksPassAgainstARealServer) {
   Result r = RunPython(kCheckScript, {"--target", server.address()});
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   for (const char* check :
-       {"ok package_layout", "ok filter_lifecycle", "ok insert_lookup_str_and_bytes",
-        "ok if_absent", "ok delete", "ok count", "ok errors", "ok health", "ok snapshot",
-        "ok threads", "ok unreachable_server"}) {
+       {"ok package_layout", "ok filter_lifecycle", "ok semi_sort",
+        "ok insert_lookup_str_and_bytes", "ok if_absent", "ok delete", "ok count", "ok errors",
+        "ok health", "ok snapshot", "ok threads", "ok unreachable_server"}) {
     EXPECT_THAT(r.out, HasSubstr(std::string(check) + "\n")) << r.out << r.err;
   }
-  EXPECT_THAT(r.out, HasSubstr("13 checks passed")) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("14 checks passed")) << r.out << r.err;
   EXPECT_THAT(r.out, Not(HasSubstr("FAIL")));
 }
 

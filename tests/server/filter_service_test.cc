@@ -4,6 +4,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -119,7 +120,9 @@ TEST_F(FilterServiceTest, CreateFilterReturnsTheShapeChosenFromCapacityAndRate) 
   EXPECT_EQ(info.slots(), info.buckets_per_shard() * info.bucket_size() * info.shards());
   EXPECT_GE(info.slots(), 10'000u);
   EXPECT_EQ(info.items(), 0u);
-  EXPECT_GE(info.memory_bytes(), info.slots() * 13 / 8);
+  // The rate picked f, so the table is semi-sorted: f - 1 = 12 bits per slot.
+  EXPECT_TRUE(info.semi_sort());
+  EXPECT_GE(info.memory_bytes(), info.slots() * 12 / 8);
   EXPECT_LT(info.false_positive_rate_at_capacity(), 0.001);
   EXPECT_EQ(info.expected_false_positive_rate(), 0);
 }
@@ -157,6 +160,212 @@ TEST_F(FilterServiceTest, DuplicateCreateIsAlreadyExistsUnlessIfNotExistsWithSam
   auto conflict = Call(&v1::FilterService::Stub::CreateFilter, other);
   EXPECT_EQ(conflict.status.error_code(), grpc::StatusCode::ALREADY_EXISTS);
   EXPECT_THAT(conflict.status.error_message(), HasSubstr("capacity 1000 (requested 2000)"));
+}
+
+v1::CreateFilterRequest SemiSortRequest(const std::string& name, uint64_t capacity,
+                                        std::optional<bool> semi_sort) {
+  v1::CreateFilterRequest req;
+  req.set_name(name);
+  req.set_capacity(capacity);
+  req.set_seed(7);
+  if (semi_sort.has_value()) req.set_semi_sort(*semi_sort);
+  return req;
+}
+
+TEST_F(FilterServiceTest, SemiSortWithoutFourSlotBucketsOrFiveFingerprintBitsIsInvalidArgument) {
+  v1::CreateFilterRequest two_slots = SemiSortRequest("f", 1000, true);
+  two_slots.set_bucket_size(2);
+  auto r = Call(&v1::FilterService::Stub::CreateFilter, two_slots);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("semi_sort"));
+  EXPECT_THAT(r.status.error_message(), HasSubstr("bucket_size"));
+  EXPECT_THAT(r.status.error_message(), HasSubstr("got 2"));
+
+  v1::CreateFilterRequest four_bits = SemiSortRequest("f", 1000, true);
+  four_bits.set_fingerprint_bits(4);
+  r = Call(&v1::FilterService::Stub::CreateFilter, four_bits);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("semi_sort"));
+  EXPECT_THAT(r.status.error_message(), HasSubstr("fingerprint_bits"));
+  EXPECT_EQ(server_->registry().size(), 0u);
+
+  // The same settings with semi_sort false (or unset) are fine: packed.
+  two_slots.set_semi_sort(false);
+  r = Call(&v1::FilterService::Stub::CreateFilter, two_slots);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_FALSE(r.response.filter().semi_sort());
+}
+
+TEST_F(FilterServiceTest, ExplicitSemiSortIsReportedAndTakesATwelfthLessMemoryAtTwelveBits) {
+  // One shard, so that page rounding is small next to the table.
+  v1::CreateFilterRequest semi = SemiSortRequest("semi", 1'000'000, true);
+  semi.set_fingerprint_bits(12);
+  semi.set_shards(1);
+  v1::CreateFilterRequest packed = semi;
+  packed.set_name("packed");
+  packed.set_semi_sort(false);
+  auto s = Call(&v1::FilterService::Stub::CreateFilter, semi);
+  auto p = Call(&v1::FilterService::Stub::CreateFilter, packed);
+  ASSERT_TRUE(s.status.ok()) << s.status.error_message();
+  ASSERT_TRUE(p.status.ok()) << p.status.error_message();
+  const v1::FilterInfo& si = s.response.filter();
+  const v1::FilterInfo& pi = p.response.filter();
+  EXPECT_TRUE(si.semi_sort());
+  EXPECT_FALSE(pi.semi_sort());
+  // Same logical fingerprint size, same slots and the same promised FPR ...
+  EXPECT_EQ(si.fingerprint_bits(), 12u);
+  EXPECT_EQ(pi.fingerprint_bits(), 12u);
+  EXPECT_EQ(si.slots(), pi.slots());
+  EXPECT_DOUBLE_EQ(si.false_positive_rate_at_capacity(), pi.false_positive_rate_at_capacity());
+  // ... in 11 bits per slot instead of 12.
+  EXPECT_LT(si.memory_bytes(), pi.memory_bytes());
+  EXPECT_GE(si.memory_bytes(), si.slots() * 11 / 8);
+  EXPECT_GE(pi.memory_bytes(), pi.slots() * 12 / 8);
+  const double ratio = static_cast<double>(si.memory_bytes()) / pi.memory_bytes();
+  EXPECT_NEAR(ratio, 11.0 / 12.0, 0.005);
+  EXPECT_EQ(Get("semi").response.filter().semi_sort(), true);
+  EXPECT_EQ(server_->registry().memory_bytes(), si.memory_bytes() + pi.memory_bytes());
+}
+
+TEST_F(FilterServiceTest, SemiSortedFilterAnswersEveryBatchRpcAsTheEngineDoes) {
+  v1::CreateFilterRequest req = SemiSortRequest("semi", 20'000, true);
+  req.set_fingerprint_bits(12);
+  req.set_seed(99);
+  auto created = Call(&v1::FilterService::Stub::CreateFilter, req);
+  ASSERT_TRUE(created.status.ok()) << created.status.error_message();
+  ASSERT_TRUE(created.response.filter().semi_sort());
+  auto shape =
+      ComputeShape({.capacity = 20'000, .fingerprint_bits = 12, .seed = 99, .semi_sort = true});
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  ASSERT_TRUE(shape->semi_sorted());
+  auto model = CuckooFilter::FromShape(*shape);
+  ASSERT_TRUE(model.ok()) << model.status();
+
+  // 18 000 keys, 90% of the capacity, in batches of the server's limit.
+  std::vector<std::string> present = Keys(0, 18'000);
+  for (size_t begin = 0; begin < present.size(); begin += 1000) {
+    std::vector<std::string> batch(present.begin() + begin, present.begin() + begin + 1000);
+    auto ins = Insert("semi", batch);
+    ASSERT_TRUE(ins.status.ok()) << ins.status.error_message();
+    ASSERT_EQ(ins.response.inserted(), 1000u) << "at key " << begin;
+  }
+  for (const auto& k : present) ASSERT_EQ((*model)->Insert(k), InsertResult::kInserted);
+  EXPECT_EQ(Get("semi").response.filter().items(), 18'000u);
+
+  // Every inserted key is present (no false negatives); absent keys are
+  // answered exactly as the local engine answers them, and rarely present.
+  uint64_t false_positives = 0;
+  for (uint64_t b = 0; b < 18; ++b) {
+    std::vector<std::string> mixed;
+    for (uint64_t i = 0; i < 1000; ++i) {
+      mixed.push_back(i % 2 == 0 ? present[b * 1000 + i] : Key(1, b * 1000 + i));
+    }
+    auto look = Lookup("semi", mixed);
+    ASSERT_TRUE(look.status.ok()) << look.status.error_message();
+    ASSERT_EQ(look.response.present_size(), 1000);
+    auto cnt = Count("semi", mixed);
+    ASSERT_TRUE(cnt.status.ok()) << cnt.status.error_message();
+    for (int i = 0; i < 1000; ++i) {
+      ASSERT_EQ(look.response.present(i), (*model)->MayContain(mixed[i])) << mixed[i];
+      ASSERT_EQ(cnt.response.counts(i), (*model)->ApproximateCount(mixed[i])) << mixed[i];
+      if (i % 2 == 0) {
+        ASSERT_TRUE(look.response.present(i)) << "false negative for " << mixed[i];
+        ASSERT_GE(cnt.response.counts(i), 1u) << mixed[i];
+      } else {
+        false_positives += look.response.present(i);
+      }
+    }
+  }
+  // 9000 absent keys at about 2 * 4 * load / 2^12 < 0.2% each: about 15.
+  EXPECT_LT(false_positives, 60u);
+
+  // Delete the first half; the second half stays present.
+  for (size_t begin = 0; begin < 9'000; begin += 1000) {
+    std::vector<std::string> batch(present.begin() + begin, present.begin() + begin + 1000);
+    auto del = Delete("semi", batch);
+    ASSERT_TRUE(del.status.ok()) << del.status.error_message();
+    EXPECT_EQ(del.response.deleted(), 1000u);
+    for (const auto& k : batch) ASSERT_EQ((*model)->Delete(k), DeleteResult::kDeleted);
+  }
+  for (size_t begin = 9'000; begin < present.size(); begin += 1000) {
+    std::vector<std::string> batch(present.begin() + begin, present.begin() + begin + 1000);
+    auto look = Lookup("semi", batch);
+    ASSERT_TRUE(look.status.ok());
+    EXPECT_EQ(look.response.present_count(), 1000u) << "false negative after deletes";
+  }
+  const v1::FilterInfo info = Get("semi").response.filter();
+  EXPECT_EQ(info.items(), 9'000u);
+  EXPECT_EQ(info.items(), (*model)->items());
+  EXPECT_TRUE(info.semi_sort());
+}
+
+TEST_F(FilterServiceTest, UnsetSemiSortIsChosenOnlyWhenTheRatePicksTheFingerprintSize) {
+  struct Case {
+    const char* name;
+    void (*set)(v1::CreateFilterRequest&);
+    uint32_t fingerprint_bits;
+    bool semi_sort;
+  };
+  const Case cases[] = {
+      {"default-rate", [](v1::CreateFilterRequest&) {}, 12, true},
+      {"rate", [](v1::CreateFilterRequest& r) { r.set_false_positive_rate(0.001); }, 13, true},
+      {"explicit-bits", [](v1::CreateFilterRequest& r) { r.set_fingerprint_bits(12); }, 12, false},
+      {"two-slot-buckets",
+       [](v1::CreateFilterRequest& r) {
+         r.set_false_positive_rate(0.001);
+         r.set_bucket_size(2);
+       },
+       12, false},
+      // f = 23 > 16: packed unless asked for.
+      {"tiny-rate", [](v1::CreateFilterRequest& r) { r.set_false_positive_rate(1e-6); }, 23, false},
+      {"rate-but-false",
+       [](v1::CreateFilterRequest& r) {
+         r.set_false_positive_rate(0.001);
+         r.set_semi_sort(false);
+       },
+       13, false},
+  };
+  for (const Case& c : cases) {
+    v1::CreateFilterRequest req = SemiSortRequest(c.name, 1000, std::nullopt);
+    c.set(req);
+    auto r = Call(&v1::FilterService::Stub::CreateFilter, req);
+    ASSERT_TRUE(r.status.ok()) << c.name << ": " << r.status.error_message();
+    EXPECT_EQ(r.response.filter().fingerprint_bits(), c.fingerprint_bits) << c.name;
+    EXPECT_EQ(r.response.filter().semi_sort(), c.semi_sort) << c.name;
+    ASSERT_TRUE(Drop(c.name).status.ok()) << c.name;  // The test server holds at most 4.
+  }
+}
+
+TEST_F(FilterServiceTest, IfNotExistsWithAnotherTableKindIsAlreadyExistsNamingTheKind) {
+  // Unset semi_sort with the default rate: semi-sorted.
+  ASSERT_TRUE(Call(&v1::FilterService::Stub::CreateFilter, SemiSortRequest("f", 1000, {}))
+                  .response.filter()
+                  .semi_sort());
+  v1::CreateFilterRequest packed = SemiSortRequest("f", 1000, false);
+  packed.set_if_not_exists(true);
+  auto conflict = Call(&v1::FilterService::Stub::CreateFilter, packed);
+  EXPECT_EQ(conflict.status.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_THAT(conflict.status.error_message(),
+              HasSubstr("table kind semi_sorted (requested packed)"));
+
+  // Asking for what it is, explicitly or not, returns it.
+  for (std::optional<bool> semi_sort : {std::optional<bool>(true), std::optional<bool>()}) {
+    v1::CreateFilterRequest same = SemiSortRequest("f", 1000, semi_sort);
+    same.set_if_not_exists(true);
+    auto existing = Call(&v1::FilterService::Stub::CreateFilter, same);
+    ASSERT_TRUE(existing.status.ok()) << existing.status.error_message();
+    EXPECT_FALSE(existing.response.created());
+    EXPECT_TRUE(existing.response.filter().semi_sort());
+  }
+
+  // And the other way round: a packed filter, asked for semi-sorted.
+  v1::CreateFilterRequest g = SemiSortRequest("g", 1000, false);
+  ASSERT_TRUE(Call(&v1::FilterService::Stub::CreateFilter, g).status.ok());
+  g.set_semi_sort(true);
+  g.set_if_not_exists(true);
+  auto other = Call(&v1::FilterService::Stub::CreateFilter, g);
+  EXPECT_EQ(other.status.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_THAT(other.status.error_message(), HasSubstr("table kind packed (requested semi_sorted)"));
 }
 
 TEST_F(FilterServiceTest, BadFilterNamesAreInvalidArgumentForEveryRpc) {
@@ -212,7 +421,8 @@ TEST_F(FilterServiceTest, ImpossibleSettingsAreInvalidArgumentNamingTheSetting) 
 }
 
 TEST_F(FilterServiceTest, MemoryBudgetAndFilterCountAreResourceExhausted) {
-  // 64 MiB budget: ~40 M keys at 12.6 bits would need ~63 MiB; 50 M cannot fit.
+  // 64 MiB budget: ~46 M keys at the default 11.6 bits (f = 12, semi-sorted)
+  // would need ~64 MiB; 50 M cannot fit.
   auto big = Create("big", 50'000'000);
   EXPECT_EQ(big.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(big.status.error_message(), HasSubstr("memory budget of 67108864 bytes"));

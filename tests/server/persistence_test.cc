@@ -200,6 +200,53 @@ TEST_F(PersistenceTest, RestartLoadsEveryFilterWithIdenticalAnswers) {
   EXPECT_EQ(client_->GetFilter("empty")->items(), 0u);
 }
 
+TEST_F(PersistenceTest, RestartKeepsASemiSortedFilterWithIdenticalAnswers) {
+  v1::CreateFilterRequest req;
+  req.set_name("semi");
+  req.set_capacity(20'000);
+  req.set_fingerprint_bits(12);
+  req.set_shards(2);
+  req.set_seed(99);
+  req.set_semi_sort(true);
+  auto created = client_->CreateFilter(req);
+  ASSERT_TRUE(created.ok()) << created.status();
+  ASSERT_TRUE(created->filter().semi_sort());
+  std::vector<std::string> present = Keys(0, 15'000), absent = Keys(1, 20'000);
+  Insert("semi", present);
+  Insert("semi", Keys(0, 100));  // Second copies, for Count.
+  ASSERT_TRUE(client_->Delete("semi", Views(Keys(0, 50))).ok());
+  const std::vector<bool> absent_before = Lookup("semi", absent);
+  auto counts_before = client_->Count("semi", Views(Keys(0, 200)));
+  ASSERT_TRUE(counts_before.ok()) << counts_before.status();
+  const v1::FilterInfo before = *client_->GetFilter("semi");
+
+  Restart();
+  EXPECT_EQ(server_->loaded().loaded, 1u);
+  EXPECT_EQ(server_->loaded().quarantined, 0u);
+  const v1::FilterInfo after = *client_->GetFilter("semi");
+  EXPECT_TRUE(after.semi_sort());
+  EXPECT_EQ(after.fingerprint_bits(), 12u);
+  EXPECT_EQ(after.items(), before.items());
+  EXPECT_EQ(after.slots(), before.slots());
+  EXPECT_EQ(after.memory_bytes(), before.memory_bytes());
+  EXPECT_EQ(after.seed(), 99u);
+  EXPECT_EQ(Lookup("semi", present), std::vector<bool>(present.size(), true));
+  EXPECT_EQ(Lookup("semi", absent), absent_before);
+  auto counts_after = client_->Count("semi", Views(Keys(0, 200)));
+  ASSERT_TRUE(counts_after.ok()) << counts_after.status();
+  EXPECT_EQ(*counts_after, *counts_before);
+
+  // The reloaded filter takes writes, and create if_not_exists matches it.
+  Insert("semi", Keys(2, 1000));
+  EXPECT_EQ(Lookup("semi", Keys(2, 1000)), std::vector<bool>(1000, true));
+  req.set_if_not_exists(true);
+  auto again = client_->CreateFilter(req);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(again->created());
+  req.set_semi_sort(false);
+  EXPECT_EQ(client_->CreateFilter(req).status().code(), absl::StatusCode::kAlreadyExists);
+}
+
 TEST_F(PersistenceTest, DropRemovesTheSnapshotSoTheFilterStaysGone) {
   CreateFilter("gone", 1000);
   CreateFilter("kept", 1000);

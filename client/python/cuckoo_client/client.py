@@ -134,6 +134,8 @@ class FilterInfo:
     hash_id: int
     buckets_per_shard: int
     slots: int
+    #: True: semi-sorted buckets (f - 1 bits per slot); False: packed (f bits).
+    semi_sort: bool
     #: State.
     items: int
     load_factor: float
@@ -372,12 +374,14 @@ class Client:
                       shards: Optional[int] = None,
                       max_kicks: Optional[int] = None,
                       seed: Optional[int] = None,
-                      if_not_exists: bool = False) -> FilterInfo:
+                      if_not_exists: bool = False,
+                      semi_sort: Optional[bool] = None) -> FilterInfo:
         """Creates a filter sized for `capacity` keys and returns its info.
 
         Args left ``None`` take the server's defaults (see
         ``CreateFilterRequest`` in the proto): false-positive rate 0.002,
-        4-slot buckets, shards from the capacity, 500 kicks, a random seed.
+        4-slot buckets, shards from the capacity, 500 kicks, a random seed,
+        semi-sorted buckets when the rate picks the fingerprint size.
 
         Args:
             name: 1 to 128 characters from ``A-Z a-z 0-9 . _ -``, starting
@@ -391,6 +395,11 @@ class Client:
             seed: hash seed (0 is a seed like any other).
             if_not_exists: if the filter exists with the same settings, return
                 it (with ``created=False``) instead of failing.
+            semi_sort: ``True`` for semi-sorted buckets (f - 1 bits per slot at
+                the false-positive rate of f bits; needs ``bucket_size`` 4 and
+                ``fingerprint_bits`` >= 5), ``False`` for packed ones, ``None``
+                for the server's choice (semi-sorted when the rate picks 5 to
+                16 bits with 4-slot buckets).
 
         Returns:
             The filter's :class:`FilterInfo`, with ``created`` ``True`` if this
@@ -416,6 +425,8 @@ class Client:
             request.max_kicks = max_kicks
         if seed is not None:
             request.seed = seed
+        if semi_sort is not None:
+            request.semi_sort = semi_sort
         response = self._call(self._stub.CreateFilter, request)
         return FilterInfo.from_proto(response.filter, created=response.created)
 
