@@ -1,12 +1,16 @@
 // filter_bench: the cuckoo filter paper's Table 3 (space, false-positive
 // rate, construction speed) and Figure 5 (lookup throughput by share of
-// positive queries) measured on this machine, for our CuckooFilter (f=12, b=4)
-// and two baselines of the same memory and item count (bench/bloom.h): a
-// standard Bloom filter and a cache-line blocked Bloom filter.
+// positive queries) measured on this machine, for our CuckooFilter (b=4) with
+// packed f=12 buckets ("cuckoo") and semi-sorted f=13 buckets
+// ("cuckoo-ss13", the paper's "ss-CF": same memory, half the false-positive
+// rate), and two baselines of the same memory and item count as the first
+// (bench/bloom.h): a standard Bloom filter and a cache-line blocked Bloom
+// filter.
 //
 //   filter_bench            cuckoo table >= 1 GiB, far beyond any cache
 //   filter_bench --small    ~16 MiB tables: a CI smoke run of a few seconds
 //   flags: --capacity=N --ops=N --threads=1,2 --json=PATH --only=cuckoo
+//          --cuckoo=p12,ss13  cuckoo variants: p<f> packed, ss<f> semi-sorted
 //
 // Keys are 8 bytes, key i = splitmix64(i) in little-endian order, so no key
 // array is stored however large the table: inserted keys are i < n, absent
@@ -49,8 +53,7 @@
 namespace cuckoo::bench {
 namespace {
 
-constexpr uint64_t kSeed = 0xC0FFEE5EED;   // Fixed: runs are repeatable.
-constexpr uint32_t kFingerprintBits = 12;  // The paper's (2,4) filter.
+constexpr uint64_t kSeed = 0xC0FFEE5EED;  // Fixed: runs are repeatable.
 constexpr uint32_t kBucketSize = 4;
 constexpr size_t kBatch = 1024;
 // Absent keys: indices no insert reaches, one range for the query streams and
@@ -524,13 +527,39 @@ std::vector<DeleteCell> MeasureDeletes(CuckooFilter& f, uint64_t keys,
 
 // ---------------------------------------------------------------- runs
 
+// One cuckoo filter to measure: b = 4, f bits, packed or semi-sorted.
+struct CuckooVariant {
+  uint32_t fingerprint_bits = 12;
+  bool semi_sorted = false;
+  // "cuckoo" for the paper's packed f=12 filter, else cuckoo-p<f> / -ss<f>.
+  std::string Name() const {
+    if (!semi_sorted && fingerprint_bits == 12) return "cuckoo";
+    return absl::StrCat("cuckoo-", semi_sorted ? "ss" : "p", fingerprint_bits);
+  }
+};
+
 struct Options {
   bool small = false;
+  // The first sets the capacity (1 GiB or 16 MiB of its table) and the
+  // Bloom filters' memory and items.
+  std::vector<CuckooVariant> cuckoos = {{12, false}, {13, true}};
   uint64_t capacity = 0;  // 0: 1 GiB of cuckoo table, or 16 MiB with --small.
   uint64_t ops = 0;       // Queries per lookup measurement; 0: by mode.
   std::vector<int> threads = {1, 2};
   std::string json_path;
   bool only_cuckoo = false;
+};
+
+// Cuckoo-only facts about construction.
+struct CuckooFacts {
+  FilterShape shape;
+  double load = 0;  // After the single-key construction.
+  // Fill to first failure: the batch-built table, filled on one key at a time.
+  uint64_t fill_budget = 0;  // Keys it may try in all.
+  bool fill_failed = false;
+  uint64_t fill_items = 0;
+  double fill_load = 0;
+  double fill_bits_per_item = 0;
 };
 
 // Everything measured for one filter.
@@ -547,59 +576,53 @@ struct FilterReport {
   BuildResult build_batched;
   std::vector<LookupRow> lookups;
   std::vector<DeleteCell> deletes;  // Cuckoo only.
+  std::optional<CuckooFacts> cuckoo;
   double bits_per_item() const { return items ? 8.0 * bytes / items : 0; }
-};
-
-// Cuckoo-only facts about construction.
-struct CuckooFacts {
-  FilterShape shape;
-  double load = 0;  // After the single-key construction.
-  // Fill to first failure: the batch-built table, filled on one key at a time.
-  uint64_t fill_budget = 0;  // Keys it may try in all.
-  bool fill_failed = false;
-  uint64_t fill_items = 0;
-  double fill_load = 0;
-  double fill_bits_per_item = 0;
 };
 
 uint64_t CuckooTableBytes(const FilterShape& shape) {
   return shape.shards * CuckooTable::AllocationBytes(shape);
 }
 
-FilterOptions CuckooOptions(uint64_t capacity) {
+FilterOptions CuckooOptions(const CuckooVariant& v, uint64_t capacity) {
   return {.capacity = capacity,
-          .fingerprint_bits = kFingerprintBits,
+          .fingerprint_bits = v.fingerprint_bits,
           .bucket_size = kBucketSize,
-          .seed = kSeed};
+          .seed = kSeed,
+          .semi_sort = v.semi_sorted};
 }
 
 // Smallest round capacity whose cuckoo table takes at least `bytes`.
-uint64_t CapacityForBytes(uint64_t bytes) {
-  uint64_t capacity = bytes * 8 / 13 / 100'000 * 100'000;  // ~12.6 bits/item: a bit below.
+uint64_t CapacityForBytes(const CuckooVariant& v, uint64_t bytes) {
+  // A bit below: bits per item are about (bits per slot) / 0.95.
+  const uint32_t slot_bits = v.fingerprint_bits - (v.semi_sorted ? 1 : 0);
+  uint64_t capacity = bytes * 8 * 95 / 100 / (slot_bits + 1) / 100'000 * 100'000;
   while (true) {
-    absl::StatusOr<FilterShape> shape = ComputeShape(CuckooOptions(capacity));
+    absl::StatusOr<FilterShape> shape = ComputeShape(CuckooOptions(v, capacity));
     if (!shape.ok()) Fail(shape.status().ToString());
     if (CuckooTableBytes(*shape) >= bytes) return capacity;
     capacity += 100'000;
   }
 }
 
-std::unique_ptr<CuckooFilter> NewCuckoo(uint64_t capacity) {
-  absl::StatusOr<std::unique_ptr<CuckooFilter>> f = CuckooFilter::Create(CuckooOptions(capacity));
+std::unique_ptr<CuckooFilter> NewCuckoo(const CuckooVariant& v, uint64_t capacity) {
+  absl::StatusOr<std::unique_ptr<CuckooFilter>> f =
+      CuckooFilter::Create(CuckooOptions(v, capacity));
   if (!f.ok()) Fail(f.status().ToString());
   return *std::move(f);
 }
 
-FilterReport RunCuckoo(const Options& o, uint64_t capacity, uint64_t ops,
-                       const MemoryCeiling& ceiling, CuckooFacts& facts) {
-  FilterReport r{.name = "cuckoo"};
+FilterReport RunCuckoo(const Options& o, const CuckooVariant& v, uint64_t capacity, uint64_t ops,
+                       const MemoryCeiling& ceiling) {
+  FilterReport r{.name = v.Name()};
+  CuckooFacts& facts = r.cuckoo.emplace();
   const uint64_t huge_before = AnonHugePagesMiB();
-  std::unique_ptr<CuckooFilter> filter = NewCuckoo(capacity);
+  std::unique_ptr<CuckooFilter> filter = NewCuckoo(v, capacity);
   CuckooSubject s(filter.get());
   facts.shape = filter->shape();
-  absl::PrintF("cuckoo: %d shards x %d buckets, %.1f MiB; single-key construction...\n",
+  absl::PrintF("%s: %d shards x %d buckets, %s, %.1f MiB; single-key construction...\n", r.name,
                facts.shape.shards, facts.shape.buckets_per_shard,
-               filter->memory_bytes() / double{kMiB});
+               TableKindName(facts.shape.table_kind), filter->memory_bytes() / double{kMiB});
   std::fflush(stdout);
   r.build = BuildSingle(s, 0, capacity);
   r.huge_page_mib = AnonHugePagesMiB() - huge_before;
@@ -609,15 +632,16 @@ FilterReport RunCuckoo(const Options& o, uint64_t capacity, uint64_t ops,
   r.expected_fpr = st.expected_false_positive_rate;
   facts.load = st.load_factor;
   if (r.items != r.build.inserted) {
-    Fail(absl::StrFormat("cuckoo: Stats().items = %d after %d inserts", r.items, r.build.inserted));
+    Fail(absl::StrFormat("%s: Stats().items = %d after %d inserts", r.name, r.items,
+                         r.build.inserted));
   }
 
   // Batched construction on a second table of the same shape, which then
   // takes single keys past its capacity until the first one does not fit.
   {
-    absl::PrintF("cuckoo: batched construction, then fill to first failure...\n");
+    absl::PrintF("%s: batched construction, then fill to first failure...\n", r.name);
     std::fflush(stdout);
-    std::unique_ptr<CuckooFilter> b = NewCuckoo(capacity);
+    std::unique_ptr<CuckooFilter> b = NewCuckoo(v, capacity);
     CuckooSubject bs(b.get());
     r.build_batched = BuildBatched(bs, 0, capacity);
     facts.fill_budget = static_cast<uint64_t>(std::ceil(capacity * kFillBudget));
@@ -634,7 +658,7 @@ FilterReport RunCuckoo(const Options& o, uint64_t capacity, uint64_t ops,
   const uint64_t n = r.items;  // Keys [0, n) are in the filter.
   r.fpr_probes = std::max<uint64_t>(ops, 1'000'000);
   r.fpr = MeasureFpr(s, r.fpr_probes);
-  absl::PrintF("cuckoo: lookups...\n");
+  absl::PrintF("%s: lookups...\n", r.name);
   std::fflush(stdout);
   r.lookups = MeasureAllLookups(s, r.name, n, ops, o.threads, ceiling);
   // Deletes last (they empty the table), at most half the keys in all.
@@ -690,7 +714,8 @@ struct Machine {
 std::string Mode(bool batched) { return batched ? "batched" : "single"; }
 
 void PrintTables(const Options& o, const Machine& m, uint64_t ops,
-                 const std::vector<FilterReport>& reports, const CuckooFacts& facts) {
+                 const std::vector<FilterReport>& reports) {
+  const CuckooFacts& first = *reports[0].cuckoo;
   absl::PrintF("\n== machine\n");
   absl::PrintF("cpu             %s (%d hardware threads)\n", m.cpu, m.hardware_threads);
   absl::PrintF("THP enabled     %s\n", m.thp);
@@ -703,7 +728,7 @@ void PrintTables(const Options& o, const Machine& m, uint64_t ops,
   }
   absl::PrintF(
       "run             %s, cuckoo capacity %d, %d queries per lookup cell, batches of %d\n",
-      o.small ? "--small" : "full", facts.shape.capacity, ops, kBatch);
+      o.small ? "--small" : "full", first.shape.capacity, ops, kBatch);
 
   absl::PrintF("\nTable 3: space, accuracy, construction (one thread)\n");
   absl::PrintF("%-14s %10s %10s %9s %3s %8s %9s %10s %10s\n", "filter", "items (M)", "table MiB",
@@ -713,27 +738,34 @@ void PrintTables(const Options& o, const Machine& m, uint64_t ops,
                  r.bytes / double{kMiB}, r.bits_per_item(), r.k ? absl::StrCat(r.k) : "-",
                  100 * r.fpr, 100 * r.expected_fpr, r.build.mops(), r.build_batched.mops());
   }
-  const FilterReport& c = reports[0];
-  absl::PrintF("FPR over %d absent keys; expect = model at the measured load.\n", c.fpr_probes);
-  absl::PrintF(
-      "cuckoo construction: %s after %d keys, load %.2f%% (%d shards x %d buckets x %d slots)\n",
-      c.build.full ? "stopped at the first kFull" : "reached the planned capacity",
-      c.build.attempted, 100 * facts.load, facts.shape.shards, facts.shape.buckets_per_shard,
-      facts.shape.bucket_size);
-  absl::PrintF("cuckoo batched construction: %s after %d keys\n",
-               c.build_batched.full ? "stopped at the first kFull" : "reached the planned capacity",
-               c.build_batched.attempted);
-  if (facts.fill_failed) {
+  absl::PrintF("FPR over %d absent keys; expect = model at the measured load.\n",
+               reports[0].fpr_probes);
+  for (const FilterReport& c : reports) {
+    if (!c.cuckoo) continue;
+    const CuckooFacts& facts = *c.cuckoo;
     absl::PrintF(
-        "cuckoo fill to first failure (capacity %d, up to %d keys): first kFull at %d items, "
-        "load %.2f%%, %.2f bits/item\n",
-        facts.shape.capacity, facts.fill_budget, facts.fill_items, 100 * facts.fill_load,
-        facts.fill_bits_per_item);
-  } else {
+        "%s construction: %s after %d keys, load %.2f%% (%d shards x %d buckets x %d slots, "
+        "f=%d, %s)\n",
+        c.name, c.build.full ? "stopped at the first kFull" : "reached the planned capacity",
+        c.build.attempted, 100 * facts.load, facts.shape.shards, facts.shape.buckets_per_shard,
+        facts.shape.bucket_size, facts.shape.fingerprint_bits,
+        TableKindName(facts.shape.table_kind));
     absl::PrintF(
-        "cuckoo fill to first failure: no failure within %d keys (load %.2f%%); odd, expected "
-        "one near 95.8%%\n",
-        facts.fill_budget, 100 * facts.fill_load);
+        "%s batched construction: %s after %d keys\n", c.name,
+        c.build_batched.full ? "stopped at the first kFull" : "reached the planned capacity",
+        c.build_batched.attempted);
+    if (facts.fill_failed) {
+      absl::PrintF(
+          "%s fill to first failure (capacity %d, up to %d keys): first kFull at %d items, "
+          "load %.2f%%, %.2f bits/item\n",
+          c.name, facts.shape.capacity, facts.fill_budget, facts.fill_items, 100 * facts.fill_load,
+          facts.fill_bits_per_item);
+    } else {
+      absl::PrintF(
+          "%s fill to first failure: no failure within %d keys (load %.2f%%); odd, expected "
+          "one near 95.8%%\n",
+          c.name, facts.fill_budget, 100 * facts.fill_load);
+    }
   }
 
   absl::PrintF(
@@ -762,11 +794,12 @@ void PrintTables(const Options& o, const Machine& m, uint64_t ops,
       "50%%/ceil: the 50%% cell as a share of it.\n");
   absl::PrintF("(sink: %d positive answers in all; every 100%% cell answered all true)\n", sink);
 
-  if (!c.deletes.empty()) {
+  for (const FilterReport& c : reports) {
+    if (c.deletes.empty()) continue;
     absl::PrintF(
-        "\ncuckoo deletes of inserted keys, M ops/s (all threads); %d keys per cell, median of %d "
+        "\n%s deletes of inserted keys, M ops/s (all threads); %d keys per cell, median of %d "
         "rounds\n",
-        c.deletes[0].keys, kRounds);
+        c.name, c.deletes[0].keys, kRounds);
     absl::PrintF("%-8s %7s %8s\n", "mode", "threads", "M ops/s");
     for (const DeleteCell& d : c.deletes) {
       absl::PrintF("%-8s %7d %8.2f\n", Mode(d.batched), d.threads, d.mops);
@@ -790,15 +823,15 @@ std::string JsonBuild(const BuildResult& b) {
 }
 
 std::string Json(const Options& o, const Machine& m, uint64_t ops,
-                 const std::vector<FilterReport>& reports, const CuckooFacts& facts) {
+                 const std::vector<FilterReport>& reports) {
   std::string j = absl::StrFormat(
       R"({"machine":{"cpu":%s,"hardware_threads":%d,"thp_enabled":%s,"loadavg_at_start":%s,)"
       R"("loadavg_at_end":%s},)"
       R"("run":{"mode":"%s","capacity":%d,"queries_per_cell":%d,"batch":%d,"threads":[%s],)"
-      R"("fingerprint_bits":%d,"bucket_size":%d,"positive_percents":[%s]},"filters":[)",
+      R"("bucket_size":%d,"positive_percents":[%s]},"filters":[)",
       JsonString(m.cpu), m.hardware_threads, JsonString(m.thp), JsonString(m.loadavg_at_start),
-      JsonString(m.loadavg_at_end), o.small ? "small" : "full", facts.shape.capacity, ops, kBatch,
-      absl::StrJoin(o.threads, ","), kFingerprintBits, kBucketSize, absl::StrJoin(kPercents, ","));
+      JsonString(m.loadavg_at_end), o.small ? "small" : "full", reports[0].cuckoo->shape.capacity,
+      ops, kBatch, absl::StrJoin(o.threads, ","), kBucketSize, absl::StrJoin(kPercents, ","));
   for (size_t i = 0; i < reports.size(); ++i) {
     const FilterReport& r = reports[i];
     absl::StrAppendFormat(
@@ -808,12 +841,15 @@ std::string Json(const Options& o, const Machine& m, uint64_t ops,
         R"("build_batched":%s,)",
         i ? "," : "", r.name, r.items, r.bytes, r.bits_per_item(), r.k, r.fpr, r.expected_fpr,
         r.fpr_probes, r.huge_page_mib, JsonBuild(r.build), JsonBuild(r.build_batched));
-    if (i == 0) {
+    if (r.cuckoo) {
+      const CuckooFacts& facts = *r.cuckoo;
       absl::StrAppendFormat(
           &j,
-          R"("shards":%d,"buckets_per_shard":%d,"load":%.5f,)"
+          R"("fingerprint_bits":%d,"table_kind":"%s","shards":%d,"buckets_per_shard":%d,)"
+          R"("load":%.5f,)"
           R"("first_failure":{"budget":%d,"failed":%s,"items":%d,"load":%.5f,"bits_per_item":%.4f},)",
-          facts.shape.shards, facts.shape.buckets_per_shard, facts.load, facts.fill_budget,
+          facts.shape.fingerprint_bits, TableKindName(facts.shape.table_kind), facts.shape.shards,
+          facts.shape.buckets_per_shard, facts.load, facts.fill_budget,
           facts.fill_failed ? "true" : "false", facts.fill_items, facts.fill_load,
           facts.fill_bits_per_item);
     }
@@ -850,7 +886,7 @@ std::string Json(const Options& o, const Machine& m, uint64_t ops,
 
 constexpr char kUsage[] =
     "usage: filter_bench [--small] [--capacity=N] [--ops=N] [--threads=1,2] [--json=PATH] "
-    "[--only=cuckoo]\n";
+    "[--only=cuckoo] [--cuckoo=p12,ss13]\n";
 
 // Flags are parsed with absl::string_view: the distribution's Abseil is built
 // with its own string_view type, which its parsers require.
@@ -873,6 +909,17 @@ std::optional<Options> ParseArgs(int argc, char** argv) {
       ok = absl::SimpleAtoi(*v, &o.ops) && o.ops > 0;
     } else if (auto v = value("--json=")) {
       o.json_path = std::string(*v);
+    } else if (auto v = value("--cuckoo=")) {
+      o.cuckoos.clear();
+      for (absl::string_view spec : absl::StrSplit(*v, ',')) {
+        CuckooVariant c;
+        c.semi_sorted = absl::ConsumePrefix(&spec, "ss");
+        ok = ok && (c.semi_sorted || absl::ConsumePrefix(&spec, "p")) &&
+             absl::SimpleAtoi(spec, &c.fingerprint_bits) &&
+             c.fingerprint_bits >= (c.semi_sorted ? 5u : kMinFingerprintBits) &&
+             c.fingerprint_bits <= kMaxFingerprintBits;
+        o.cuckoos.push_back(c);
+      }
     } else if (auto v = value("--threads=")) {
       o.threads.clear();
       for (absl::string_view t : absl::StrSplit(*v, ',')) {
@@ -896,7 +943,7 @@ int Main(int argc, char** argv) {
   if (!parsed) return 2;
   const Options& o = *parsed;
   const uint64_t capacity =
-      o.capacity ? o.capacity : CapacityForBytes(o.small ? 16 * kMiB : 1024 * kMiB);
+      o.capacity ? o.capacity : CapacityForBytes(o.cuckoos[0], o.small ? 16 * kMiB : 1024 * kMiB);
   const uint64_t ops = o.ops ? o.ops : o.small ? 1'000'000 : 10'000'000;
   Machine machine{CpuModel(), std::thread::hardware_concurrency(),
                   FirstLine("/sys/kernel/mm/transparent_hugepage/enabled"), LoadAverages()};
@@ -906,11 +953,12 @@ int Main(int argc, char** argv) {
 
   const double t0 = Now();
   std::vector<FilterReport> reports;
-  CuckooFacts facts;
-  absl::StatusOr<FilterShape> shape = ComputeShape(CuckooOptions(capacity));
+  absl::StatusOr<FilterShape> shape = ComputeShape(CuckooOptions(o.cuckoos[0], capacity));
   if (!shape.ok()) Fail(shape.status().ToString());
   const MemoryCeiling ceiling(CuckooTableBytes(*shape));
-  reports.push_back(RunCuckoo(o, capacity, ops, ceiling, facts));
+  for (const CuckooVariant& v : o.cuckoos) {
+    reports.push_back(RunCuckoo(o, v, capacity, ops, ceiling));
+  }
   if (!o.only_cuckoo) {
     // Same memory and the same keys as the cuckoo filter.
     const uint64_t bytes = reports[0].bytes;
@@ -920,9 +968,9 @@ int Main(int argc, char** argv) {
   }
 
   machine.loadavg_at_end = LoadAverages();
-  PrintTables(o, machine, ops, reports, facts);
+  PrintTables(o, machine, ops, reports);
   absl::PrintF("\ntotal time %.1f s\n", Now() - t0);
-  std::string json = Json(o, machine, ops, reports, facts);
+  std::string json = Json(o, machine, ops, reports);
   absl::PrintF("\n%s\n", json);
   if (!o.json_path.empty()) {
     std::ofstream out(o.json_path);
