@@ -133,6 +133,8 @@ Filter:
   --create=CAPACITY     first create it (if_not_exists) for this many keys
   --fpr=RATE            with --create: its false-positive rate (default: the
                         server's, 0.002)
+  --semi-sort=BOOL      with --create: true for semi-sorted buckets, false for
+                        packed ones (default: the server's choice)
   --populate            insert keys 0..keyspace-1 before the run, measured as
                         a phase of its own (with if_absent if the filter is
                         not empty)
@@ -210,6 +212,7 @@ struct Options {
   std::string filter = "bench";
   uint64_t create = 0;  // 0: do not create.
   double fpr = 0;
+  std::optional<bool> semi_sort;
   bool populate = false;
   std::string json;
 
@@ -386,6 +389,11 @@ absl::Status ParseFlags(int argc, char** argv, Options* o, bool* help) {
         return UsageError("--%s=%s: must be a rate between 0 and 1, such as 0.001", name, v);
       }
       fpr_set = true;
+    } else if (name == "semi-sort") {
+      if (v != "true" && v != "false") {
+        return UsageError("--semi-sort=%s: must be true or false", v);
+      }
+      o->semi_sort = v == "true";
     } else if (name == "json") {
       if (v.empty()) return UsageError("--json is empty");
       o->json = v;
@@ -399,6 +407,9 @@ absl::Status ParseFlags(int argc, char** argv, Options* o, bool* help) {
   }
   if (fpr_set && o->create == 0) {
     return UsageError("--fpr only applies with --create");
+  }
+  if (o->semi_sort.has_value() && o->create == 0) {
+    return UsageError("--semi-sort only applies with --create");
   }
   if (o->threads > o->connections) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -1165,6 +1176,7 @@ int Main(int argc, char** argv) {
     req.set_name(o.filter);
     req.set_capacity(o.create);
     if (o.fpr > 0) req.set_false_positive_rate(o.fpr);
+    if (o.semi_sort.has_value()) req.set_semi_sort(*o.semi_sort);
     req.set_if_not_exists(true);
     absl::StatusOr<v1::CreateFilterResponse> created = admin->CreateFilter(req);
     if (!created.ok()) {
@@ -1231,6 +1243,7 @@ int Main(int argc, char** argv) {
   j.Num("warmup_s", absl::ToDoubleSeconds(o.warmup));
   j.Int("create", o.create);
   j.Num("fpr", o.fpr);
+  if (o.semi_sort.has_value()) j.Bool("semi_sort", *o.semi_sort);
   j.Bool("populate", o.populate);
   j.Int("seed", o.seed);
   j.End();
@@ -1416,6 +1429,9 @@ int Main(int argc, char** argv) {
     j.Int("items", after->items());
     j.Num("load_factor", after->load_factor());
     j.Num("expected_false_positive_rate", after->expected_false_positive_rate());
+    j.Int("fingerprint_bits", after->fingerprint_bits());
+    j.Bool("semi_sort", after->semi_sort());
+    j.Int("memory_bytes", after->memory_bytes());
     j.End();
   }
 

@@ -127,6 +127,25 @@ TEST(CuckooBenchTest, RequestsModeSendsExactlyThatManySingleKeyRequests) {
   EXPECT_EQ(Num(lookup, "false_negatives"), 0);
 }
 
+TEST(CuckooBenchTest, SemiSortFlagPicksTheCreatedFiltersTableKind) {
+  TempDir dir;
+  Cuckood server(dir.path());
+  ASSERT_TRUE(server.ready());
+  for (const char* kind : {"true", "false"}) {
+    SCOPED_TRACE(kind);
+    const std::string json = dir.path() + "/report-" + kind + ".json";
+    Result r = RunBench({"--target=" + server.address(), "--filter=f-" + std::string(kind),
+                         "--create=10000", "--semi-sort=" + std::string(kind), "--populate",
+                         "--keyspace=5000", "--requests=20", "--warmup=0", "--json=" + json});
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    const Struct report = ParseReport(ReadFile(json));
+    const Struct& filter = Obj(report, "filter");
+    EXPECT_EQ(filter.fields().at("semi_sort").bool_value(), std::string(kind) == "true");
+    EXPECT_EQ(Num(filter, "fingerprint_bits"), 12);
+    EXPECT_EQ(Num(Obj(Obj(Obj(report, "run"), "ops"), "lookup"), "false_negatives"), 0);
+  }
+}
+
 TEST(CuckooBenchTest, UnknownFilterWithoutCreateExitsOneWithNotFound) {
   TempDir dir;
   Cuckood server(dir.path());
@@ -139,8 +158,13 @@ TEST(CuckooBenchTest, UnknownFilterWithoutCreateExitsOneWithNotFound) {
 }
 
 TEST(CuckooBenchTest, UsageErrorsExitTwo) {
-  for (const std::vector<std::string>& flags : std::vector<std::vector<std::string>>{
-           {"--mix=scan:1"}, {"--depth=0"}, {"--duration=1s", "--requests=5"}, {"--bogus=1"}}) {
+  for (const std::vector<std::string>& flags :
+       std::vector<std::vector<std::string>>{{"--mix=scan:1"},
+                                             {"--depth=0"},
+                                             {"--duration=1s", "--requests=5"},
+                                             {"--bogus=1"},
+                                             {"--semi-sort=maybe", "--create=10"},
+                                             {"--semi-sort=true"}}) {
     Result r = RunBench(flags);
     EXPECT_EQ(r.code, 2) << flags[0] << "\n" << r.out << r.err;
     EXPECT_THAT(r.err, HasSubstr("--help")) << flags[0];
