@@ -28,7 +28,7 @@ TEST(FilterOptionsTest, DefaultsAreThePapersSemiSortedTwoFourFilter) {
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->fingerprint_bits, 12u);
   EXPECT_EQ(s->bucket_size, 4u);
-  EXPECT_EQ(s->max_kicks, 500u);
+  EXPECT_EQ(s->max_kicks, 2000u);
   EXPECT_EQ(s->hash_id, kHashIdXxh3V1);
   // The paper's (2,4) filter with semi-sorted buckets: 11 bits per slot.
   EXPECT_EQ(s->table_kind, TableKind::kSemiSorted);

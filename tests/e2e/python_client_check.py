@@ -129,7 +129,7 @@ class Checks:
         # Defaults: 0.002 -> 12 bits with 4-slot buckets, semi-sorted.
         b = c.create_filter("py-life-b", 1000)
         assert (b.fingerprint_bits, b.bucket_size, b.max_kicks, b.semi_sort) == \
-            (12, 4, 500, True), b
+            (12, 4, 2000, True), b
         names = [f.name for f in c.list_filters()]
         assert names == sorted(names), names
         assert {"py-life", "py-life-b", "py-seed0"} <= set(names), names

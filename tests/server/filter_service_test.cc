@@ -115,7 +115,7 @@ TEST_F(FilterServiceTest, CreateFilterReturnsTheShapeChosenFromCapacityAndRate) 
   EXPECT_EQ(info.capacity(), 10'000u);
   EXPECT_EQ(info.fingerprint_bits(), 13u);  // ceil(log2(2 * 4 / 0.001)).
   EXPECT_EQ(info.bucket_size(), 4u);
-  EXPECT_EQ(info.max_kicks(), 500u);
+  EXPECT_EQ(info.max_kicks(), 2000u);
   EXPECT_EQ(info.hash_id(), 1u);
   EXPECT_EQ(info.slots(), info.buckets_per_shard() * info.bucket_size() * info.shards());
   EXPECT_GE(info.slots(), 10'000u);

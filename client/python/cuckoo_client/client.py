@@ -380,7 +380,7 @@ class Client:
 
         Args left ``None`` take the server's defaults (see
         ``CreateFilterRequest`` in the proto): false-positive rate 0.002,
-        4-slot buckets, shards from the capacity, 500 kicks, a random seed,
+        4-slot buckets, shards from the capacity, 2000 kicks, a random seed,
         semi-sorted buckets when the rate picks the fingerprint size.
 
         Args:
