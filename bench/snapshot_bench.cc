@@ -6,7 +6,8 @@
 //   snapshot_bench                        10^8 items (158 MB file), ~1 minute
 //   snapshot_bench --restart-items=1e9    restart time of 10^9 items (1.6 GB)
 //   flags: --dir=D --items=N --fill=F --shards=S --reps=R --seconds=T
-//          --rounds=P --keep
+//          --rounds=P --keep --semi-sort (f=13 semi-sorted, same size as the
+//          default packed f=12; a load also checks every bucket)
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <sys/mman.h>
@@ -57,10 +58,11 @@ struct Options {
   double fill = 1.0;             // Share of the capacity inserted.
   uint32_t shards = 0;           // 0: the default for the capacity.
   int reps = 3;
-  double seconds = 3;    // Insert test: window length.
-  int rounds = 4;        // Insert test: pairs of windows (without, with snapshots).
-  bool keep = false;     // Keep the snapshot files.
-  bool restart = false;  // --restart-items: no insert test.
+  double seconds = 3;      // Insert test: window length.
+  int rounds = 4;          // Insert test: pairs of windows (without, with snapshots).
+  bool keep = false;       // Keep the snapshot files.
+  bool restart = false;    // --restart-items: no insert test.
+  bool semi_sort = false;  // f=13 semi-sorted instead of f=12 packed.
 };
 
 [[noreturn]] void Fail(absl::string_view msg) {
@@ -211,7 +213,10 @@ void PrintRows(const std::vector<Row>& rows, int reps) {
 }
 
 std::unique_ptr<CuckooFilter> NewFilter(const Options& o) {
-  FilterOptions opts{.capacity = o.items, .fingerprint_bits = 12, .bucket_size = 4};
+  FilterOptions opts{.capacity = o.items,
+                     .fingerprint_bits = o.semi_sort ? 13u : 12u,
+                     .bucket_size = 4,
+                     .semi_sort = o.semi_sort};
   opts.shards = o.shards;
   opts.seed = 7;
   auto f = CuckooFilter::Create(opts);
@@ -362,7 +367,7 @@ std::string FsType(const std::string& dir) {
 
 constexpr char kUsage[] =
     "snapshot_bench [--dir=D] [--items=N] [--fill=F] [--shards=S] [--reps=R] [--seconds=T] "
-    "[--rounds=P] [--restart-items=N] [--keep]";
+    "[--rounds=P] [--restart-items=N] [--keep] [--semi-sort]";
 
 bool ParseArgs(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
@@ -372,9 +377,11 @@ bool ParseArgs(int argc, char** argv, Options& o) {
     const absl::string_view v = eq == arg.npos ? "" : arg.substr(eq + 1);
     double d = 0;  // Counts may be written 1e9.
     const bool num = absl::SimpleAtod(v, &d) && d > 0 && d <= 1e13;
-    bool ok = num || flag == "--keep" || flag == "--dir";
+    bool ok = num || flag == "--keep" || flag == "--dir" || flag == "--semi-sort";
     if (flag == "--keep" && eq == arg.npos) {
       o.keep = true;
+    } else if (flag == "--semi-sort" && eq == arg.npos) {
+      o.semi_sort = true;
     } else if (flag == "--dir" && !v.empty()) {
       o.dir = std::string(v);
     } else if (flag == "--items" || flag == "--restart-items") {
@@ -414,9 +421,9 @@ int Main(int argc, char** argv) {
   const FilterShape& s = f->shape();
   absl::PrintF("snapshot_bench: dir %s (%s), %d cpus, load averages %s\n", o.dir, FsType(o.dir),
                std::thread::hardware_concurrency(), LoadAverages());
-  absl::PrintF("filter: capacity %d, f=%d b=%d, %d shards of %d bytes, table %.3f GB\n", o.items,
-               s.fingerprint_bits, s.bucket_size, s.shards, s.table_bytes_per_shard(),
-               f->memory_bytes() / 1e9);
+  absl::PrintF("filter: capacity %d, f=%d b=%d %s, %d shards of %d bytes, table %.3f GB\n", o.items,
+               s.fingerprint_bits, s.bucket_size, TableKindName(s.table_kind), s.shards,
+               s.table_bytes_per_shard(), f->memory_bytes() / 1e9);
   double t0 = Now();
   const uint64_t n = static_cast<uint64_t>(o.items * o.fill);
   const uint64_t full = Apply(*f, 0, n, 0, 2);

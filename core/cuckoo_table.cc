@@ -159,8 +159,16 @@ struct TableImpl {
           }
         }
       }
-      v[slot] = value;
-      Encode(bucket, v);
+      if (value == 0) {
+        // A delete: the entries below `slot` move up one place and the 0
+        // goes first, which keeps the bucket sorted without a sort.
+        for (; slot > 0; --slot) v[slot] = v[slot - 1];
+        v[0] = 0;
+        EncodeSorted(bucket, v);
+      } else {
+        v[slot] = value;
+        Encode(bucket, v);
+      }
     } else {
       SetBits((bucket * b() + slot) * f(), f(), value);
     }
@@ -262,6 +270,10 @@ struct TableImpl {
     order(0, 1);
     order(2, 3);
     order(1, 2);
+    EncodeSorted(bucket, v);
+  }
+  // Writes `v`, already ascending, as `bucket`.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void EncodeSorted(uint64_t bucket, const uint32_t v[4]) const {
     const uint32_t r = low_bits();
     const uint32_t code = semi_sort::Encode(v[0] >> r, v[1] >> r, v[2] >> r, v[3] >> r);
     const uint64_t base = bucket * bucket_bits();
