@@ -9,12 +9,14 @@
 
 #include "absl/strings/str_format.h"
 #include "core/semi_sort.h"
+#include "tests/core/table_bits.h"
 #include "tests/core/test_keys.h"
 
 namespace cuckoo {
 namespace {
 
 using testing::HashedKey;
+using testing::PutBits;
 
 constexpr uint64_t kInserted = 0;  // Key stream of inserted keys.
 constexpr uint64_t kAbsent = 1;    // Key stream never inserted.
@@ -482,18 +484,6 @@ TEST_P(SemiSortedTableTest, BucketBitsFollowTheDocumentedLayout) {
       const uint64_t low = bits(at + semi_sort::kCodeBits + j * low_bits, low_bits);
       const uint64_t fp = uint64_t{(nibbles >> (4 * j)) & 0xFu} << low_bits | low;
       ASSERT_EQ(t.SlotValue(bucket, j), fp) << "bucket " << bucket << " slot " << j;
-    }
-  }
-}
-
-// Writes the n-bit value v at table bit `at` (little-endian bit order).
-void PutBits(absl::Span<uint8_t> bytes, uint64_t at, uint32_t n, uint64_t v) {
-  for (uint32_t k = 0; k < n; ++k) {
-    const uint8_t bit = static_cast<uint8_t>(1u << ((at + k) % 8));
-    if ((v >> k) & 1) {
-      bytes[(at + k) / 8] |= bit;
-    } else {
-      bytes[(at + k) / 8] &= static_cast<uint8_t>(~bit);
     }
   }
 }

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_format.h"
 #include "tests/core/snapshot_layout.h"
+#include "tests/core/table_bits.h"
 #include "tests/core/test_keys.h"
 #include "tests/util/temp_dir.h"
 
@@ -501,15 +502,8 @@ class SemiSortedSnapshotTest : public ::testing::Test {
 
   // Writes the n-bit value v at bit `bit` of shard `shard`'s table.
   void PutBits(std::vector<uint8_t>& b, uint32_t shard, uint64_t bit, uint32_t n, uint64_t v) {
-    uint8_t* table = b.data() + kHeader + shard * section_ + kSectionHeader;
-    for (uint32_t k = 0; k < n; ++k) {
-      const uint8_t mask = static_cast<uint8_t>(1u << ((bit + k) % 8));
-      if ((v >> k) & 1) {
-        table[(bit + k) / 8] |= mask;
-      } else {
-        table[(bit + k) / 8] &= static_cast<uint8_t>(~mask);
-      }
-    }
+    const size_t table = kHeader + shard * section_ + kSectionHeader;
+    testing::PutBits(absl::MakeSpan(b).subspan(table), bit, n, v);
   }
 
   static void Put32(std::vector<uint8_t>& b, size_t at, uint32_t v) {
