@@ -234,8 +234,10 @@ struct TableImpl {
   // bits, smallest fingerprint first. Decode, Encode and the SWAR lane form.
   uint32_t low_bits() const { return f() - semi_sort::kNibbleBits; }
 
-  // The bucket's fingerprints, ascending (in a table we wrote).
-  ABSL_ATTRIBUTE_ALWAYS_INLINE void Decode(uint64_t bucket, uint32_t v[4]) const {
+  // The bucket's fingerprints, ascending (in a table we wrote), and in
+  // `*code_out` its 12-bit code if asked.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void Decode(uint64_t bucket, uint32_t v[4],
+                                           uint32_t* code_out = nullptr) const {
     const uint32_t r = low_bits();
     const uint64_t rmask = (uint64_t{1} << r) - 1;
     uint32_t code;
@@ -252,6 +254,7 @@ struct TableImpl {
         low[k] = Bits(base + semi_sort::kCodeBits + k * r, r) & rmask;
       }
     }
+    if (code_out != nullptr) *code_out = code & semi_sort::kCodeMask;
     const uint32_t nibbles = semi_sort::Decode(code);
     for (uint32_t k = 0; k < 4; ++k) {
       v[k] = static_cast<uint32_t>((((nibbles >> (4 * k)) & 0xF) << r) | low[k]);
@@ -369,13 +372,10 @@ struct TableImpl {
   // fingerprints in ascending order (so that it encodes to the same bits).
   bool ValidBucket(uint64_t bucket) const {
     if constexpr (kSemiSorted) {
-      const uint64_t bit = bucket * bucket_bits();
-      if ((Bits(bit, semi_sort::kCodeBits) & semi_sort::kCodeMask) >= semi_sort::kCodes) {
-        return false;
-      }
       uint32_t v[4];
-      Decode(bucket, v);
-      return v[0] <= v[1] && v[1] <= v[2] && v[2] <= v[3];
+      uint32_t code;
+      Decode(bucket, v, &code);
+      return code < semi_sort::kCodes && v[0] <= v[1] && v[1] <= v[2] && v[2] <= v[3];
     }
     return true;
   }

@@ -182,15 +182,10 @@ absl::StatusOr<FilterShape> ComputeShape(const FilterOptions& o) {
     }
     s.fingerprint_bits = FingerprintBitsForRate(eps, s.bucket_size);
   }
-  if (o.semi_sort.has_value()) {
-    if (*o.semi_sort) {
-      if (absl::Status st = CheckSemiSort(s.bucket_size, s.fingerprint_bits); !st.ok()) return st;
-      s.table_kind = TableKind::kSemiSorted;
-    }
-  } else if (o.fingerprint_bits == 0 && s.bucket_size == 4 && s.fingerprint_bits >= 5 &&
-             s.fingerprint_bits <= kMaxAutoSemiSortFingerprintBits) {
-    s.table_kind = TableKind::kSemiSorted;
-  }
+  // An explicit semi_sort that cannot be encoded fails in ValidateShape below.
+  const bool automatic = o.fingerprint_bits == 0 && s.bucket_size == 4 && s.fingerprint_bits >= 5 &&
+                         s.fingerprint_bits <= kMaxAutoSemiSortFingerprintBits;
+  if (o.semi_sort.value_or(automatic)) s.table_kind = TableKind::kSemiSorted;
   s.shards = o.shards == 0 ? DefaultShards(o.capacity) : o.shards;
   s.shard_bits = std::has_single_bit(s.shards) ? std::countr_zero(s.shards) : 0;
   s.max_kicks = o.max_kicks == 0 ? kDefaultMaxKicks : o.max_kicks;
