@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -30,23 +31,43 @@ absl::StatusOr<std::unique_ptr<CuckooFilter>> CuckooFilter::Create(const FilterO
   return FromShape(*shape);
 }
 
+// Per shard, besides the Shard itself: its two vector entries and the
+// heap's header and rounding for the Shard's allocation.
+constexpr uint64_t kShardOverheadBytes = 2 * sizeof(void*) + 32;
+
+uint64_t CuckooFilter::ShardStride(const FilterShape& shape) {
+  // Whole cache lines, so no two shards' tables share one.
+  return (CuckooTable::StorageBytes(shape) + 63) / 64 * 64;
+}
+
+uint64_t CuckooFilter::MemoryBytes(const FilterShape& shape) {
+  return PageBuffer::AllocationSize(shape.shards * ShardStride(shape)) +
+         uint64_t{shape.shards} * (sizeof(Shard) + kShardOverheadBytes) + sizeof(CuckooFilter);
+}
+
 absl::StatusOr<std::unique_ptr<CuckooFilter>> CuckooFilter::FromShape(const FilterShape& shape) {
   if (absl::Status s = ValidateShape(shape); !s.ok()) return s;
   std::unique_ptr<CuckooFilter> f(new CuckooFilter(shape));
+  const uint64_t stride = ShardStride(shape);
+  absl::StatusOr<PageBuffer> memory = PageBuffer::Allocate(shape.shards * stride);
+  if (!memory.ok()) return memory.status();
+  f->tables_memory_ = *std::move(memory);
   f->shards_.reserve(shape.shards);
+  f->tables_.reserve(shape.shards);
   for (uint32_t i = 0; i < shape.shards; ++i) {
     // Distinct, deterministic kick-victim streams per shard.
     absl::StatusOr<CuckooTable> t =
-        CuckooTable::Create(shape, shape.seed ^ (0x9E3779B97F4A7C15ull * (i + 1)));
+        CuckooTable::CreateIn(shape, shape.seed ^ (0x9E3779B97F4A7C15ull * (i + 1)),
+                              f->tables_memory_.data() + i * stride);
     if (!t.ok()) return t.status();
-    f->memory_bytes_ += t->allocated_bytes();
     f->shards_.push_back(std::make_unique<Shard>(*std::move(t)));
     f->tables_.push_back(&f->shards_.back()->table);
   }
+  f->memory_bytes_ = MemoryBytes(shape);
   return f;
 }
 
-// Calls fn(shard, run_hashes, run_results, lookahead) once per shard with
+// Calls fn(s, run_hashes, run_results, lookahead) once per shard s with
 // keys in the batch, then scatters the results back to request order. The
 // lookahead is the rest of the batch after the run, so each run's pipeline
 // keeps prefetching across shard boundaries: with many shards a run is only a
@@ -57,11 +78,11 @@ void CuckooFilter::ForEachShard(absl::Span<const uint64_t> hashes, absl::Span<Re
   const size_t n = hashes.size();
   const size_t num_shards = shards_.size();
   if (num_shards == 1) {
-    fn(*shards_[0], hashes, out, Lookahead{});
+    fn(0, hashes, out, Lookahead{});
     return;
   }
   if (n == 1) {
-    fn(*shards_[layout_.Shard(hashes[0])], hashes, out, Lookahead{});
+    fn(layout_.Shard(hashes[0]), hashes, out, Lookahead{});
     return;
   }
   // Counting sort of the batch by shard, keeping each key's position.
@@ -85,7 +106,7 @@ void CuckooFilter::ForEachShard(absl::Span<const uint64_t> hashes, absl::Span<Re
   for (size_t s = 0; s < num_shards; ++s) {
     uint32_t end = start[s];
     if (end > begin) {
-      fn(*shards_[s], absl::Span<const uint64_t>(sorted + begin, end - begin),
+      fn(s, absl::Span<const uint64_t>(sorted + begin, end - begin),
          absl::Span<Result>(tmp + begin, end - begin),
          Lookahead{sorted + end, bytes + end, n - end});
     }
@@ -94,13 +115,45 @@ void CuckooFilter::ForEachShard(absl::Span<const uint64_t> hashes, absl::Span<Re
   for (size_t k = 0; k < n; ++k) out[pos[k]] = tmp[k];
 }
 
+namespace {
+
+bool NeverStop() { return false; }
+
+// Runs part(begin, end) over [0, n) in parts of CuckooFilter::kBatchPartKeys,
+// asking `stop` between parts; returns where it stopped (n if it did not).
+template <typename Part>
+size_t InParts(size_t n, StopCheck stop, Part part) {
+  for (size_t begin = 0; begin < n; begin += CuckooFilter::kBatchPartKeys) {
+    if (begin > 0 && stop()) return begin;
+    part(begin, std::min(n, begin + CuckooFilter::kBatchPartKeys));
+  }
+  return n;
+}
+
+}  // namespace
+
+size_t CuckooFilter::InsertHashed(absl::Span<const uint64_t> hashes, bool if_absent,
+                                  absl::Span<InsertResult> out, StopCheck stop) {
+  // Per shard, whether a kick chain of this batch failed there, kept across
+  // the parts: the batch walks at most one failing chain per shard.
+  thread_local std::vector<uint8_t> full;
+  full.assign(shards_.size(), 0);
+  return InParts(hashes.size(), stop, [&](size_t begin, size_t end) {
+    ForEachShard(hashes.subspan(begin, end - begin), out.subspan(begin, end - begin),
+                 [&](size_t s, absl::Span<const uint64_t> h, absl::Span<InsertResult> r,
+                     const Lookahead& next) {
+                   shards_[s]->Write([&](CuckooTable& t) {
+                     bool shard_full = full[s] != 0;
+                     t.InsertBatch(h, if_absent, r, next, &shard_full);
+                     full[s] = shard_full;
+                   });
+                 });
+  });
+}
+
 void CuckooFilter::InsertHashed(absl::Span<const uint64_t> hashes, bool if_absent,
                                 absl::Span<InsertResult> out) {
-  ForEachShard(hashes, out,
-               [&](Shard& shard, absl::Span<const uint64_t> h, absl::Span<InsertResult> r,
-                   const Lookahead& next) {
-                 shard.Write([&](CuckooTable& t) { t.InsertBatch(h, if_absent, r, next); });
-               });
+  InsertHashed(hashes, if_absent, out, NeverStop);
 }
 
 void CuckooFilter::LookupHashed(absl::Span<const uint64_t> hashes, absl::Span<bool> out) const {
@@ -126,29 +179,36 @@ void CuckooFilter::LookupHashed(absl::Span<const uint64_t> hashes, absl::Span<bo
       if (unchanged) return;
     }
   }
-  ForEachShard(hashes, out,
-               [&](const Shard& shard, absl::Span<const uint64_t> h, absl::Span<bool> r,
-                   const Lookahead& next) {
-                 shard.Read([&](const CuckooTable& t) { t.LookupBatch(h, r, next); });
-               });
+  ForEachShard(
+      hashes, out,
+      [&](size_t s, absl::Span<const uint64_t> h, absl::Span<bool> r, const Lookahead& next) {
+        shards_[s]->Read([&](const CuckooTable& t) { t.LookupBatch(h, r, next); });
+      });
+}
+
+size_t CuckooFilter::DeleteHashed(absl::Span<const uint64_t> hashes, absl::Span<DeleteResult> out,
+                                  StopCheck stop) {
+  return InParts(hashes.size(), stop, [&](size_t begin, size_t end) {
+    ForEachShard(hashes.subspan(begin, end - begin), out.subspan(begin, end - begin),
+                 [&](size_t s, absl::Span<const uint64_t> h, absl::Span<DeleteResult> r,
+                     const Lookahead& next) {
+                   shards_[s]->Write([&](CuckooTable& t) { t.DeleteBatch(h, r, next); });
+                 });
+  });
 }
 
 void CuckooFilter::DeleteHashed(absl::Span<const uint64_t> hashes, absl::Span<DeleteResult> out) {
-  ForEachShard(hashes, out,
-               [&](Shard& shard, absl::Span<const uint64_t> h, absl::Span<DeleteResult> r,
-                   const Lookahead& next) {
-                 shard.Write([&](CuckooTable& t) { t.DeleteBatch(h, r, next); });
-               });
+  DeleteHashed(hashes, out, NeverStop);
 }
 
 void CuckooFilter::CountHashed(absl::Span<const uint64_t> hashes, absl::Span<uint32_t> out) const {
-  ForEachShard(hashes, out,
-               [&](const Shard& shard, absl::Span<const uint64_t> h, absl::Span<uint32_t> r,
-                   const Lookahead&) {
-                 shard.Read([&](const CuckooTable& t) {
-                   for (size_t i = 0; i < h.size(); ++i) r[i] = t.ApproximateCount(h[i]);
-                 });
-               });
+  ForEachShard(
+      hashes, out,
+      [&](size_t s, absl::Span<const uint64_t> h, absl::Span<uint32_t> r, const Lookahead&) {
+        shards_[s]->Read([&](const CuckooTable& t) {
+          for (size_t i = 0; i < h.size(); ++i) r[i] = t.ApproximateCount(h[i]);
+        });
+      });
 }
 
 namespace {
@@ -167,6 +227,11 @@ void CuckooFilter::InsertBatch(absl::Span<const std::string_view> keys, bool if_
   InsertHashed(HashAll(*this, keys), if_absent, out);
 }
 
+size_t CuckooFilter::InsertBatch(absl::Span<const std::string_view> keys, bool if_absent,
+                                 absl::Span<InsertResult> out, StopCheck stop) {
+  return InsertHashed(HashAll(*this, keys), if_absent, out, stop);
+}
+
 void CuckooFilter::LookupBatch(absl::Span<const std::string_view> keys,
                                absl::Span<bool> out) const {
   LookupHashed(HashAll(*this, keys), out);
@@ -175,6 +240,11 @@ void CuckooFilter::LookupBatch(absl::Span<const std::string_view> keys,
 void CuckooFilter::DeleteBatch(absl::Span<const std::string_view> keys,
                                absl::Span<DeleteResult> out) {
   DeleteHashed(HashAll(*this, keys), out);
+}
+
+size_t CuckooFilter::DeleteBatch(absl::Span<const std::string_view> keys,
+                                 absl::Span<DeleteResult> out, StopCheck stop) {
+  return DeleteHashed(HashAll(*this, keys), out, stop);
 }
 
 void CuckooFilter::CountBatch(absl::Span<const std::string_view> keys,
@@ -218,11 +288,6 @@ uint64_t CuckooFilter::changes() const {
   return n;
 }
 
-uint64_t CuckooFilter::unsnapshotted_changes() const {
-  SnapshotRecord r = last_snapshot();
-  return changes() - (r.exists ? r.changes : 0);
-}
-
 CuckooFilter::ShardState CuckooFilter::CopyShard(uint32_t i, uint8_t* dst) const {
   const Shard& shard = *shards_[i];
   ReaderLock lock(&shard.mu);
@@ -233,9 +298,20 @@ CuckooFilter::ShardState CuckooFilter::CopyShard(uint32_t i, uint8_t* dst) const
           .changes = shard.changes.load(std::memory_order_relaxed)};
 }
 
+void CuckooFilter::ReadShard(
+    uint32_t i, absl::FunctionRef<void(absl::Span<const uint8_t>, const ShardState&)> fn) const {
+  const Shard& shard = *shards_[i];
+  ReaderLock lock(&shard.mu);
+  fn(shard.table.bytes(), {.items = shard.table.items(),
+                           .rng_state = shard.table.rng_state(),
+                           .changes = shard.changes.load(std::memory_order_relaxed)});
+}
+
 absl::Span<uint8_t> CuckooFilter::MutableShardBytesForLoad(uint32_t i) {
   Shard& shard = *shards_[i];
   WriterLock lock(&shard.mu);  // Uncontended; keeps the lock annotations honest.
+  // The caller overwrites every byte: map the pages in one go.
+  tables_memory_.Prefault(i * ShardStride(shape_), shape_.table_bytes_per_shard());
   return shard.table.mutable_bytes();
 }
 

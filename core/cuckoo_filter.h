@@ -18,6 +18,12 @@
 // come back per key in request order; a batch is not atomic (another thread
 // may see part of it).
 //
+// Memory: all shards' tables live in one allocation (mapped when 64 KiB or
+// more), so dropping a filter returns its memory to the system at once;
+// MemoryBytes(shape) is everything a filter allocates. Long write batches
+// run in parts of kBatchPartKeys keys; a StopCheck between the parts lets
+// the caller end a batch early (a cancelled call, a deadline).
+//
 // Thread safety: every method may be called from any number of threads.
 // Inserts and deletes take shard locks exclusively; lookups and counts take no
 // lock unless they race a writer on the same shard (a sequence lock, below).
@@ -30,16 +36,16 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string_view>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "core/cuckoo_table.h"
 #include "core/filter_options.h"
 #include "core/hash.h"
+#include "core/page_buffer.h"
 #include "core/shared_mutex.h"
 
 namespace cuckoo {
@@ -59,12 +65,22 @@ struct FilterStats {
   double expected_false_positive_rate_at_capacity = 0;
 };
 
+// Asked between the parts of a long write batch (from the batch's thread)
+// whether to stop; true ends the batch there.
+using StopCheck = absl::FunctionRef<bool()>;
+
 class CuckooFilter {
  public:
+  // Write batches are applied in parts of this many keys, with a StopCheck
+  // between parts.
+  static constexpr size_t kBatchPartKeys = 4096;
+
   // INVALID_ARGUMENT for impossible options, RESOURCE_EXHAUSTED when the
   // tables cannot be allocated.
   static absl::StatusOr<std::unique_ptr<CuckooFilter>> Create(const FilterOptions& options);
   static absl::StatusOr<std::unique_ptr<CuckooFilter>> FromShape(const FilterShape& shape);
+  // Bytes FromShape(shape) allocates: the tables and the per-shard state.
+  static uint64_t MemoryBytes(const FilterShape& shape);
 
   const FilterShape& shape() const { return shape_; }
   uint64_t Hash(std::string_view key) const { return HashKey(key, shape_.seed); }
@@ -79,11 +95,23 @@ class CuckooFilter {
   uint32_t ApproximateCount(std::string_view key) const;
 
   // Batches of keys. `out` must be as long as `keys`; out[i] is keys[i]'s result.
+  // In an insert batch, once a key finds its shard full (its kick chain
+  // failed), the batch's later keys for that shard are placed only if a
+  // slot is free within two moves, else kFull: a batch costs at most one
+  // failed kick chain per shard (see CuckooTable).
   void InsertBatch(absl::Span<const std::string_view> keys, bool if_absent,
                    absl::Span<InsertResult> out);
   void LookupBatch(absl::Span<const std::string_view> keys, absl::Span<bool> out) const;
   void DeleteBatch(absl::Span<const std::string_view> keys, absl::Span<DeleteResult> out);
   void CountBatch(absl::Span<const std::string_view> keys, absl::Span<uint32_t> out) const;
+  // The same, asking `stop` between parts of kBatchPartKeys keys. Returns
+  // how many keys were applied: all, or, when `stop` ended the batch, the
+  // keys of the parts before, a prefix in request order (the results of the
+  // rest are unspecified).
+  size_t InsertBatch(absl::Span<const std::string_view> keys, bool if_absent,
+                     absl::Span<InsertResult> out, StopCheck stop);
+  size_t DeleteBatch(absl::Span<const std::string_view> keys, absl::Span<DeleteResult> out,
+                     StopCheck stop);
 
   // Batches of pre-hashed keys (`Hash(key)`), for callers that hash while
   // parsing their input.
@@ -92,13 +120,18 @@ class CuckooFilter {
   void LookupHashed(absl::Span<const uint64_t> hashes, absl::Span<bool> out) const;
   void DeleteHashed(absl::Span<const uint64_t> hashes, absl::Span<DeleteResult> out);
   void CountHashed(absl::Span<const uint64_t> hashes, absl::Span<uint32_t> out) const;
+  size_t InsertHashed(absl::Span<const uint64_t> hashes, bool if_absent,
+                      absl::Span<InsertResult> out, StopCheck stop);
+  size_t DeleteHashed(absl::Span<const uint64_t> hashes, absl::Span<DeleteResult> out,
+                      StopCheck stop);
 
   FilterStats Stats() const;
   uint64_t items() const;
   uint64_t memory_bytes() const { return memory_bytes_; }
 
   // Successful inserts plus successful deletes since the filter was created
-  // or loaded: a clock of changes, for "has this changed since its snapshot?".
+  // or loaded: a clock of changes, for "has this changed since its snapshot?"
+  // (the server's persistence keeps the value each snapshot holds).
   uint64_t changes() const;
 
   // --- Snapshot support (core/snapshot.h) ---
@@ -113,6 +146,11 @@ class CuckooFilter {
   // into `dst` holding only that shard's shared lock: writers to the other
   // shards go on; writers to shard `i` wait for the copy, not for any I/O.
   ShardState CopyShard(uint32_t i, uint8_t* dst) const;
+  // Runs fn(table bytes, counters) holding shard `i`'s shared lock: writers
+  // to shard `i` wait until fn returns (readers do not). For writing a shard
+  // too large to copy.
+  void ReadShard(uint32_t i,
+                 absl::FunctionRef<void(absl::Span<const uint8_t>, const ShardState&)> fn) const;
   // For a filter that no other thread can see yet (being loaded): shard
   // `i`'s table bytes to fill in, and its counters.
   absl::Span<uint8_t> MutableShardBytesForLoad(uint32_t i);
@@ -120,30 +158,6 @@ class CuckooFilter {
   // For a filter being loaded: the first bucket of shard `i` that its table
   // kind can never hold, or -1 (see CuckooTable::FirstInvalidBucket).
   int64_t FirstInvalidBucketForLoad(uint32_t i);
-
-  // The filter's latest snapshot, as recorded by core/snapshot.h.
-  struct SnapshotRecord {
-    bool exists = false;   // A snapshot of this filter is on disk.
-    absl::Time time;       // When it was taken (its first shard copied).
-    uint64_t bytes = 0;    // Its size.
-    uint64_t changes = 0;  // changes() it includes.
-  };
-  SnapshotRecord last_snapshot() const {
-    std::lock_guard<std::mutex> lock(record_mu_);
-    return record_;
-  }
-  void set_last_snapshot(const SnapshotRecord& r) const {
-    std::lock_guard<std::mutex> lock(record_mu_);
-    record_ = r;
-  }
-  // Changes not in the last snapshot (every one when there is none).
-  uint64_t unsnapshotted_changes() const;
-  // Held by whoever writes or removes this filter's snapshot file, so that
-  // a file being written and the filter's removal never interleave.
-  std::mutex& persist_mutex() const { return persist_mu_; }
-  // Set (under persist_mutex) when the filter's files have been removed: no
-  // snapshot of it may be written afterwards.
-  bool retired = false;
 
  private:
   // One table, its lock, and a sequence counter that lets lookups skip the
@@ -212,6 +226,9 @@ class CuckooFilter {
   explicit CuckooFilter(const FilterShape& shape)
       : shape_(shape), layout_(shape.fingerprint_bits, shape.shard_bits, shape.buckets_per_shard) {}
 
+  // Bytes between consecutive shards' tables in tables_memory_.
+  static uint64_t ShardStride(const FilterShape& shape);
+
   // Splits a batch into one run per shard; see the .cc.
   template <typename Result, typename Fn>
   void ForEachShard(absl::Span<const uint64_t> hashes, absl::Span<Result> out, Fn fn) const;
@@ -221,13 +238,12 @@ class CuckooFilter {
 
   const FilterShape shape_;
   const HashLayout layout_;
+  // Every shard's table, ShardStride() bytes apart.
+  PageBuffer tables_memory_;
   // &shards_[i]->table, fixed after creation, for CuckooTable::LookupAcross.
   std::vector<const CuckooTable*> tables_;
   uint64_t memory_bytes_ = 0;
   std::vector<std::unique_ptr<Shard>> shards_;
-  mutable std::mutex record_mu_;
-  mutable SnapshotRecord record_;  // Guarded by record_mu_.
-  mutable std::mutex persist_mu_;
 };
 
 }  // namespace cuckoo

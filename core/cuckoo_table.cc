@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstring>
+#include <vector>
 
 #include "absl/base/attributes.h"
 #include "absl/base/config.h"
@@ -94,8 +95,8 @@ struct TableImpl {
     return lo;
   }
 
-  const uint8_t* data() const { return t.buf_.data(); }
-  const uint64_t* words() const { return reinterpret_cast<const uint64_t*>(t.buf_.data()); }
+  const uint8_t* data() const { return t.data_; }
+  const uint64_t* words() const { return reinterpret_cast<const uint64_t*>(t.data_); }
   uint64_t* mutable_words() const { return const_cast<uint64_t*>(words()); }
 
   // Table bits [bit, bit + n), n <= 64, in the low bits of the result (higher
@@ -408,12 +409,22 @@ struct TableImpl {
     return Contains(p.i1, p.fp) | Contains(p.i2, p.fp);
   }
 
-  InsertResult Insert(const Place& p, bool if_absent) const {
+  // Inserts p's fingerprint. With `walk` false, only a slot free within two
+  // moves is taken (no random walk). Sets *walk_failed when a random walk
+  // reached max_kicks.
+  InsertResult Insert(const Place& p, bool if_absent, bool walk = true,
+                      bool* walk_failed = nullptr) const {
     CuckooTable& mt = const_cast<CuckooTable&>(t);
     if (if_absent && Lookup(p)) return InsertResult::kAlreadyPresent;
     if (TryPlace(p.i1, p.fp) || TryPlace(p.i2, p.fp)) {
       ++mt.items_;
       return InsertResult::kInserted;
+    }
+    // Both buckets hold only this fingerprint (the key inserted 2b times):
+    // every move would shuffle copies between them, so no chain can end.
+    if (Count(p.i1, p.fp) + (p.i2 != p.i1 ? Count(p.i2, p.fp) : 0) ==
+        (p.i2 != p.i1 ? 2 : 1) * b()) {
+      return InsertResult::kFull;
     }
     const HashLayout& l = t.layout_;
     // One breadth-first level first: often one of the 2b residents can move
@@ -473,10 +484,13 @@ struct TableImpl {
         }
       }
     }
+    if (!walk) return InsertResult::kFull;
     // Random-walk eviction (paper Alg. 1), logging each swap so that a chain
-    // that reaches max_kicks can be undone and no resident is lost.
-    auto& path = mt.kick_path_;
+    // that reaches max_kicks can be undone and no resident is lost. The log
+    // is per thread: a table holds no scratch of its own.
+    thread_local std::vector<CuckooTable::KickStep> path;
     path.clear();
+    path.reserve(t.max_kicks_);
     uint64_t cur = (mt.NextRandom() & 1) ? p.i2 : p.i1;
     uint32_t carry = p.fp;
     for (uint32_t kick = 0; kick < t.max_kicks_; ++kick) {
@@ -493,6 +507,7 @@ struct TableImpl {
     for (auto it = path.rbegin(); it != path.rend(); ++it) {
       Put(it->bucket, it->slot, it->placed, it->victim);
     }
+    if (walk_failed != nullptr) *walk_failed = true;
     return InsertResult::kFull;
   }
 
@@ -540,9 +555,9 @@ struct TableImpl {
   }
 
   // Entry points stored in CuckooTable::Ops.
-  static InsertResult InsertOne(CuckooTable& t, uint64_t h, bool if_absent) {
+  static InsertResult InsertOne(CuckooTable& t, uint64_t h, bool if_absent, bool* full) {
     TableImpl impl{t};
-    return impl.Insert(impl.Locate(h), if_absent);
+    return impl.Insert(impl.Locate(h), if_absent, full == nullptr || !*full, full);
   }
   static bool LookupOne(const CuckooTable& t, uint64_t h) {
     TableImpl impl{t};
@@ -553,10 +568,11 @@ struct TableImpl {
     return impl.Delete(impl.Locate(h));
   }
   static void InsertMany(CuckooTable& t, absl::Span<const uint64_t> hashes, bool if_absent,
-                         absl::Span<InsertResult> out, const Lookahead& next) {
+                         absl::Span<InsertResult> out, const Lookahead& next, bool* full) {
     TableImpl impl{t};
-    impl.Pipeline(hashes, next,
-                  [&](const Place& p, size_t k) { out[k] = impl.Insert(p, if_absent); });
+    impl.Pipeline(hashes, next, [&](const Place& p, size_t k) {
+      out[k] = impl.Insert(p, if_absent, /*walk=*/!*full, full);
+    });
   }
   static void LookupMany(const CuckooTable& t, absl::Span<const uint64_t> hashes,
                          absl::Span<bool> out, const Lookahead& next) {
@@ -582,8 +598,8 @@ struct TableImpl {
     auto start = [&](size_t k) {
       const CuckooTable* t = tables[l.Shard(hashes[k])];
       Place p = shape.Locate(hashes[k]);
-      shape.Prefetch(t->buf_.data(), p.i1);
-      shape.Prefetch(t->buf_.data(), p.i2);
+      shape.Prefetch(t->data_, p.i1);
+      shape.Prefetch(t->data_, p.i2);
       ring[k % kPrefetchDistance] = {p, t};
     };
     const size_t n = hashes.size();
@@ -649,11 +665,15 @@ const CuckooTable::Ops* CuckooTable::SelectOps(uint32_t f, uint32_t b, TableKind
   return &TableImpl<0, 0>::kOps;
 }
 
-uint64_t CuckooTable::AllocationBytes(const FilterShape& shape) {
-  return PageBuffer::AllocationSize(shape.table_bytes_per_shard() + kTailPadding);
+uint64_t CuckooTable::StorageBytes(const FilterShape& shape) {
+  return shape.table_bytes_per_shard() + kTailPadding;
 }
 
-absl::StatusOr<CuckooTable> CuckooTable::Create(const FilterShape& shape, uint64_t rng_seed) {
+uint64_t CuckooTable::AllocationBytes(const FilterShape& shape) {
+  return PageBuffer::AllocationSize(StorageBytes(shape));
+}
+
+absl::StatusOr<CuckooTable> CuckooTable::Init(const FilterShape& shape, uint64_t rng_seed) {
   if (absl::Status s = ValidateShape(shape); !s.ok()) return s;
   CuckooTable t;
   t.layout_ = HashLayout(shape.fingerprint_bits, shape.shard_bits, shape.buckets_per_shard);
@@ -663,11 +683,25 @@ absl::StatusOr<CuckooTable> CuckooTable::Create(const FilterShape& shape, uint64
   t.max_kicks_ = shape.max_kicks;
   t.rng_ = rng_seed | 1;  // xorshift state must be non-zero.
   t.byte_size_ = shape.table_bytes_per_shard();
-  absl::StatusOr<PageBuffer> buf = PageBuffer::Allocate(t.byte_size_ + kTailPadding);
-  if (!buf.ok()) return buf.status();
-  t.buf_ = *std::move(buf);
-  t.kick_path_.reserve(shape.max_kicks);
   t.ops_ = SelectOps(t.f_, t.b_, t.kind_);
+  return t;
+}
+
+absl::StatusOr<CuckooTable> CuckooTable::Create(const FilterShape& shape, uint64_t rng_seed) {
+  absl::StatusOr<CuckooTable> t = Init(shape, rng_seed);
+  if (!t.ok()) return t;
+  absl::StatusOr<PageBuffer> buf = PageBuffer::Allocate(StorageBytes(shape));
+  if (!buf.ok()) return buf.status();
+  t->buf_ = *std::move(buf);
+  t->data_ = t->buf_.data();
+  return t;
+}
+
+absl::StatusOr<CuckooTable> CuckooTable::CreateIn(const FilterShape& shape, uint64_t rng_seed,
+                                                  uint8_t* storage) {
+  absl::StatusOr<CuckooTable> t = Init(shape, rng_seed);
+  if (!t.ok()) return t;
+  t->data_ = storage;
   return t;
 }
 

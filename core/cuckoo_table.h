@@ -29,10 +29,20 @@
 //     probability about 2b * load / 2^f.
 //   - Insert never loses a resident fingerprint. When the kick chain reaches
 //     max_kicks the table is restored exactly as it was and kFull returned.
-//     Inserting one key more than 2b times fails (kFull) for that key only.
+//     Inserting one key more than 2b times fails (kFull) for that key only,
+//     at once (no kick chain: its 2b slots all hold its own copies).
+//   - In a batch, once one key's kick chain has failed (the table is full),
+//     the batch's later keys still take a free slot within two moves of
+//     their buckets but no longer walk a kick chain: they are kFull. A
+//     batch therefore costs at most one failed chain per table, however
+//     many of its keys do not fit.
 //   - Delete removes one copy of a matching fingerprint from either bucket.
 //     Deleting a key that was never inserted may remove a colliding key's
 //     fingerprint (a false negative for that key): only delete what you added.
+//
+// Memory: the slots, nothing else per table. The record of a kick chain
+// (to undo it when it fails) is per thread, shared by every table the thread
+// writes: at most kMaxMaxKicks steps (240 KiB) per thread.
 //
 // Thread safety: const methods may run concurrently with each other; other
 // methods need exclusive access (CuckooFilter holds a lock per table). A const
@@ -84,17 +94,27 @@ struct Lookahead {
 
 class CuckooTable {
  public:
-  // The table for one shard of `shape`. `rng_seed` seeds the choice of kick
-  // victims (deterministic for a given seed and insert order).
+  // The table for one shard of `shape`, owning its memory. `rng_seed` seeds
+  // the choice of kick victims (deterministic for a given seed and insert
+  // order).
   static absl::StatusOr<CuckooTable> Create(const FilterShape& shape, uint64_t rng_seed);
   // Bytes Create will allocate for one shard of `shape`.
   static uint64_t AllocationBytes(const FilterShape& shape);
+  // The same table in memory the caller owns: StorageBytes(shape) zeroed
+  // bytes, 8-byte aligned, that outlive the table (CuckooFilter puts all its
+  // shards in one mapping, so a dropped filter returns all of it at once).
+  static absl::StatusOr<CuckooTable> CreateIn(const FilterShape& shape, uint64_t rng_seed,
+                                              uint8_t* storage);
+  // Bytes a table of one shard of `shape` needs: the slots and tail padding.
+  static uint64_t StorageBytes(const FilterShape& shape);
 
   CuckooTable(CuckooTable&&) noexcept = default;
   CuckooTable& operator=(CuckooTable&&) noexcept = default;
 
-  InsertResult Insert(uint64_t hash, bool if_absent = false) {
-    return ops_->insert(*this, hash, if_absent);
+  // `full` as for InsertBatch below: a single-key insert that is part of a
+  // batch applied key by key.
+  InsertResult Insert(uint64_t hash, bool if_absent = false, bool* full = nullptr) {
+    return ops_->insert(*this, hash, if_absent, full);
   }
   bool MayContain(uint64_t hash) const { return ops_->lookup(*this, hash); }
   DeleteResult Delete(uint64_t hash) { return ops_->remove(*this, hash); }
@@ -106,9 +126,14 @@ class CuckooTable {
   // order, but prefetch both buckets of keys further ahead (continuing into
   // `next`) so the memory misses of many keys overlap. `out.size()` must equal
   // `hashes.size()`.
+  //
+  // InsertBatch's `full` carries "a kick chain failed" from one call to the
+  // next (a batch processed in parts): when *full is true no key walks a
+  // chain, and it is set when a chain fails. Null: this call alone.
   void InsertBatch(absl::Span<const uint64_t> hashes, bool if_absent, absl::Span<InsertResult> out,
-                   const Lookahead& next = {}) {
-    ops_->insert_batch(*this, hashes, if_absent, out, next);
+                   const Lookahead& next = {}, bool* full = nullptr) {
+    bool local = false;
+    ops_->insert_batch(*this, hashes, if_absent, out, next, full != nullptr ? full : &local);
   }
   void LookupBatch(absl::Span<const uint64_t> hashes, absl::Span<bool> out,
                    const Lookahead& next = {}) const {
@@ -136,21 +161,23 @@ class CuckooTable {
   uint64_t num_slots() const { return layout_.num_buckets() * b_; }
   uint64_t items() const { return items_; }
   double load_factor() const { return static_cast<double>(items_) / num_slots(); }
-  // Bytes really allocated for the slots (rounded to pages for large tables).
+  // Bytes the table allocated for its slots (rounded up to pages for large
+  // tables); 0 for a table in its caller's memory (CreateIn).
   uint64_t allocated_bytes() const { return buf_.allocated_bytes(); }
   bool huge_pages() const { return buf_.huge_pages(); }
 
   // The packed slots, ceil(m * b * f / 8) bytes, for snapshots.
-  absl::Span<const uint8_t> bytes() const { return {buf_.data(), byte_size_}; }
+  absl::Span<const uint8_t> bytes() const { return {data_, byte_size_}; }
   // For snapshots (core/snapshot.h): the kick-victim generator's state, and
   // the writable slots and counters of a table being restored, which no other
   // thread may be using.
   uint64_t rng_state() const { return rng_; }
-  // mutable_bytes() maps all of the table's pages first (see
-  // PageBuffer::Prefault): the caller is about to overwrite every byte.
+  // mutable_bytes() maps all of the pages of a table that owns its memory
+  // first (see PageBuffer::Prefault): the caller is about to overwrite every
+  // byte.
   absl::Span<uint8_t> mutable_bytes() {
     buf_.Prefault(0, byte_size_);
-    return {buf_.data(), byte_size_};
+    return {data_, byte_size_};
   }
   void RestoreCounters(uint64_t items, uint64_t rng_state) {
     items_ = items;
@@ -168,11 +195,11 @@ class CuckooTable {
 
  private:
   struct Ops {
-    InsertResult (*insert)(CuckooTable&, uint64_t, bool);
+    InsertResult (*insert)(CuckooTable&, uint64_t, bool, bool*);
     bool (*lookup)(const CuckooTable&, uint64_t);
     DeleteResult (*remove)(CuckooTable&, uint64_t);
     void (*insert_batch)(CuckooTable&, absl::Span<const uint64_t>, bool, absl::Span<InsertResult>,
-                         const Lookahead&);
+                         const Lookahead&, bool*);
     void (*lookup_batch)(const CuckooTable&, absl::Span<const uint64_t>, absl::Span<bool>,
                          const Lookahead&);
     void (*delete_batch)(CuckooTable&, absl::Span<const uint64_t>, absl::Span<DeleteResult>,
@@ -193,6 +220,8 @@ class CuckooTable {
   };
 
   CuckooTable() = default;
+  // Everything of Create and CreateIn but the memory.
+  static absl::StatusOr<CuckooTable> Init(const FilterShape& shape, uint64_t rng_seed);
   static const Ops* SelectOps(uint32_t fingerprint_bits, uint32_t bucket_size, TableKind kind);
   uint64_t NextRandom() {
     // xorshift64*: fast, and good enough to pick kick victims.
@@ -211,8 +240,8 @@ class CuckooTable {
   uint64_t items_ = 0;
   uint64_t rng_ = 0;
   uint64_t byte_size_ = 0;
-  PageBuffer buf_;
-  std::vector<KickStep> kick_path_;  // Scratch for rolling back a failed insert.
+  uint8_t* data_ = nullptr;  // The slots: in buf_, or in the caller's memory.
+  PageBuffer buf_;           // Empty for CreateIn.
 };
 
 }  // namespace cuckoo

@@ -26,7 +26,13 @@ inline constexpr uint32_t kDefaultBucketSize = 4;
 // one table of that size failed at 95.5-95.9% with 500 kicks and 97.1-97.2%
 // with 2000. Only inserts that need long chains pay for the longer limit.
 inline constexpr uint32_t kDefaultMaxKicks = 2000;
-inline constexpr uint32_t kMaxMaxKicks = 100000;
+// The longest kick chain a filter may ask for. A failing insert walks the
+// whole chain (and undoes it) holding its shard's lock: ~1-2 ms at this
+// length on a large table. Snapshots written when the ceiling was 100000
+// load with their max_kicks lowered to it.
+inline constexpr uint32_t kMaxMaxKicks = 10000;
+// The ceiling of earlier builds, which their snapshots may hold.
+inline constexpr uint32_t kMaxStoredMaxKicks = 100000;
 inline constexpr uint32_t kMaxShards = 4096;
 // Used when neither a false-positive rate nor fingerprint bits are given:
 // f = 12 at b = 4, the paper's (2,4) filter with 12.6 bits per item.

@@ -19,30 +19,31 @@ size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 }  // namespace
 
 size_t PageBuffer::AllocationSize(size_t bytes) {
-  return bytes >= kHugePageBytes ? RoundUp(bytes, kPageBytes)
-                                 : RoundUp(std::max<size_t>(bytes, 1), 64);
+  return bytes >= kMapBytes ? RoundUp(bytes, kPageBytes) : RoundUp(std::max<size_t>(bytes, 1), 64);
 }
 
 absl::StatusOr<PageBuffer> PageBuffer::Allocate(size_t bytes) {
   PageBuffer b;
   b.size_ = bytes;
-  if (bytes >= kHugePageBytes) {
+  if (bytes >= kMapBytes) {
     size_t len = AllocationSize(bytes);
-    // Over-reserve by one huge page, then trim, to get a 2 MiB aligned start.
-    size_t reserve = len + kHugePageBytes;
+    // Huge pages: over-reserve by one huge page, then trim, to get a 2 MiB
+    // aligned start.
+    const bool huge = len >= kHugePageBytes;
+    size_t reserve = huge ? len + kHugePageBytes : len;
     void* p = mmap(nullptr, reserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
       return absl::ResourceExhaustedError(
           absl::StrFormat("mmap of %u bytes failed: %s", reserve, std::strerror(errno)));
     }
     auto start = reinterpret_cast<uintptr_t>(p);
-    uintptr_t aligned = RoundUp(start, kHugePageBytes);
+    uintptr_t aligned = huge ? RoundUp(start, kHugePageBytes) : start;
     if (aligned > start) munmap(p, aligned - start);
     if (size_t tail = start + reserve - (aligned + len); tail > 0) {
       munmap(reinterpret_cast<void*>(aligned + len), tail);
     }
     // Best effort: without THP the table still works with 4 KiB pages.
-    madvise(reinterpret_cast<void*>(aligned), len, MADV_HUGEPAGE);
+    if (huge) madvise(reinterpret_cast<void*>(aligned), len, MADV_HUGEPAGE);
     b.data_ = reinterpret_cast<uint8_t*>(aligned);
     b.allocated_ = len;
     b.mapped_ = true;

@@ -1,6 +1,8 @@
 #include "core/registry.h"
 
 #include <algorithm>
+#include <atomic>
+#include <functional>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -10,9 +12,6 @@
 
 namespace cuckoo {
 namespace {
-
-// Table bytes a filter of this shape will allocate.
-uint64_t PlannedBytes(const FilterShape& s) { return CuckooTable::AllocationBytes(s) * s.shards; }
 
 // Settings of `have` that differ from what `want` asks for.
 std::vector<std::string> Differences(const FilterShape& have, const FilterShape& want,
@@ -57,18 +56,70 @@ absl::Status FilterRegistry::ValidateName(absl::string_view name) {
   return absl::OkStatus();
 }
 
-absl::Status FilterRegistry::CheckRoomLocked(absl::string_view name, uint64_t bytes) const {
-  if (filters_.size() >= limits_.max_filters) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "cannot create filter \"%s\": max filters %u reached", name, limits_.max_filters));
+// The memory budget: bytes reserved (for creations under way) or charged
+// (to filters not yet freed). Shared with the filters' charges, which may
+// outlive the registry.
+class FilterRegistry::Budget {
+ public:
+  explicit Budget(uint64_t limit) : limit_(limit) {}
+
+  // Reserves `bytes`, or says how much is free.
+  absl::Status Reserve(absl::string_view name, uint64_t bytes) {
+    uint64_t used = used_.load(std::memory_order_relaxed);
+    do {
+      if (bytes > limit_ - std::min(used, limit_)) {
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "cannot create filter \"%s\": needs %u bytes but only %u of the memory budget of "
+            "%u bytes are free",
+            name, bytes, limit_ - std::min(used, limit_), limit_));
+      }
+    } while (!used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
+    return absl::OkStatus();
   }
-  if (bytes > limits_.memory_budget_bytes - std::min(memory_bytes_, limits_.memory_budget_bytes)) {
+  // The same check, reserving nothing.
+  absl::Status Check(absl::string_view name, uint64_t bytes) const {
+    const uint64_t used = used_.load(std::memory_order_relaxed);
+    if (bytes <= limit_ - std::min(used, limit_)) return absl::OkStatus();
     return absl::ResourceExhaustedError(absl::StrFormat(
         "cannot create filter \"%s\": needs %u bytes but only %u of the memory budget of %u "
         "bytes are free",
-        name, bytes,
-        limits_.memory_budget_bytes - std::min(memory_bytes_, limits_.memory_budget_bytes),
-        limits_.memory_budget_bytes));
+        name, bytes, limit_ - std::min(used, limit_), limit_));
+  }
+  void Release(uint64_t bytes) { used_.fetch_sub(bytes, std::memory_order_relaxed); }
+  uint64_t used() const { return used_.load(std::memory_order_relaxed); }
+
+ private:
+  const uint64_t limit_;
+  std::atomic<uint64_t> used_{0};
+};
+
+namespace {
+
+// What the registry hands out: a filter, and its charge on the budget,
+// released after the filter is freed.
+struct ChargedFilter {
+  std::unique_ptr<CuckooFilter> filter;
+  std::function<void()> release;
+  ~ChargedFilter() {
+    filter.reset();
+    release();
+  }
+};
+
+}  // namespace
+
+FilterRegistry::FilterRegistry(RegistryLimits limits)
+    : limits_(limits), budget_(std::make_shared<Budget>(limits.memory_budget_bytes)) {}
+
+FilterRegistry::~FilterRegistry() = default;
+
+absl::Status FilterRegistry::CheckNameAndCountLocked(absl::string_view name) const {
+  if (filters_.contains(name)) {
+    return absl::AlreadyExistsError(absl::StrFormat("filter \"%s\" already exists", name));
+  }
+  if (filters_.size() >= limits_.max_filters) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "cannot create filter \"%s\": max filters %u reached", name, limits_.max_filters));
   }
   return absl::OkStatus();
 }
@@ -92,33 +143,54 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::Create(absl::strin
                        : absl::StrFormat("filter \"%s\" already exists with other settings: %s",
                                          name, absl::StrJoin(diff, ", ")));
     }
-    if (absl::Status s = CheckRoomLocked(name, PlannedBytes(*shape)); !s.ok()) return s;
+    if (absl::Status s = CheckNameAndCountLocked(name); !s.ok()) return s;
   }
-  // Allocate outside the lock (large tables take a while to map), then check
+  // The memory is reserved before it is allocated, so creations racing each
+  // other cannot together exceed the budget; it is allocated outside the
+  // lock (large tables take a while to map), then the name is checked
   // again: another creator may have won the race.
+  const uint64_t bytes = CuckooFilter::MemoryBytes(*shape);
+  if (absl::Status s = budget_->Reserve(name, bytes); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<CuckooFilter>> filter = CuckooFilter::FromShape(*shape);
-  if (!filter.ok()) return filter.status();
-  std::shared_ptr<CuckooFilter> shared = *std::move(filter);
-  if (absl::Status s = Add(name, shared); !s.ok()) {
-    if (absl::IsAlreadyExists(s) && if_not_exists) {
+  if (!filter.ok()) {
+    budget_->Release(bytes);
+    return filter.status();
+  }
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> added =
+      AddReserved(name, *std::move(filter), bytes);
+  if (!added.ok()) {
+    if (absl::IsAlreadyExists(added.status()) && if_not_exists) {
       return Create(name, options, if_not_exists, created);
     }
-    return s;
+    return added.status();
   }
   if (created != nullptr) *created = true;
-  return shared;
+  return added;
 }
 
-absl::Status FilterRegistry::Add(absl::string_view name, std::shared_ptr<CuckooFilter> filter) {
+absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::Add(
+    absl::string_view name, std::unique_ptr<CuckooFilter> filter) {
   if (absl::Status s = ValidateName(name); !s.ok()) return s;
-  WriterLock lock(&mu_);
-  if (filters_.contains(name)) {
-    return absl::AlreadyExistsError(absl::StrFormat("filter \"%s\" already exists", name));
+  {
+    ReaderLock lock(&mu_);
+    if (absl::Status s = CheckNameAndCountLocked(name); !s.ok()) return s;
   }
-  if (absl::Status s = CheckRoomLocked(name, filter->memory_bytes()); !s.ok()) return s;
-  memory_bytes_ += filter->memory_bytes();
-  filters_.emplace(name, std::move(filter));
-  return absl::OkStatus();
+  const uint64_t bytes = filter->memory_bytes();
+  if (absl::Status s = budget_->Reserve(name, bytes); !s.ok()) return s;
+  return AddReserved(name, std::move(filter), bytes);
+}
+
+absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::AddReserved(
+    absl::string_view name, std::unique_ptr<CuckooFilter> filter, uint64_t reserved) {
+  // From here the charge belongs to the filter: freed with it.
+  auto charged = std::make_shared<ChargedFilter>();
+  charged->filter = std::move(filter);
+  charged->release = [budget = budget_, reserved] { budget->Release(reserved); };
+  std::shared_ptr<CuckooFilter> shared(charged, charged->filter.get());
+  WriterLock lock(&mu_);
+  if (absl::Status s = CheckNameAndCountLocked(name); !s.ok()) return s;
+  filters_.emplace(name, shared);
+  return shared;
 }
 
 absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::Get(absl::string_view name) const {
@@ -131,11 +203,11 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::Get(absl::string_v
 }
 
 absl::Status FilterRegistry::CheckRoom(absl::string_view name, uint64_t bytes) const {
-  ReaderLock lock(&mu_);
-  if (filters_.contains(name)) {
-    return absl::AlreadyExistsError(absl::StrFormat("filter \"%s\" already exists", name));
+  {
+    ReaderLock lock(&mu_);
+    if (absl::Status s = CheckNameAndCountLocked(name); !s.ok()) return s;
   }
-  return CheckRoomLocked(name, bytes);
+  return budget_->Check(name, bytes);
 }
 
 absl::Status FilterRegistry::Drop(absl::string_view name, const CuckooFilter* only_if) {
@@ -144,7 +216,7 @@ absl::Status FilterRegistry::Drop(absl::string_view name, const CuckooFilter* on
   if (it == filters_.end() || (only_if != nullptr && it->second.get() != only_if)) {
     return absl::NotFoundError(absl::StrFormat("filter \"%s\" not found", absl::CHexEscape(name)));
   }
-  memory_bytes_ -= it->second->memory_bytes();
+  // The budget keeps the filter's charge until the filter is freed.
   filters_.erase(it);
   return absl::OkStatus();
 }
@@ -159,10 +231,7 @@ std::vector<std::pair<std::string, std::shared_ptr<CuckooFilter>>> FilterRegistr
   return out;
 }
 
-uint64_t FilterRegistry::memory_bytes() const {
-  ReaderLock lock(&mu_);
-  return memory_bytes_;
-}
+uint64_t FilterRegistry::memory_bytes() const { return budget_->used(); }
 
 size_t FilterRegistry::size() const {
   ReaderLock lock(&mu_);

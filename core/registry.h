@@ -2,12 +2,17 @@
 //
 // Names match [A-Za-z0-9][A-Za-z0-9._-]{0,127}: a name also becomes a file name
 // in the data directory, so it can never be a path ("..", "a/b") or hidden.
-// Creating a filter is checked against a memory budget for all tables and a
+// Creating a filter is checked against a memory budget for all filters and a
 // maximum number of filters.
 //
-// Thread safety: all methods are safe to call concurrently. Filters are handed
-// out as shared_ptr, so a filter dropped while a request uses it stays alive
-// until that request ends.
+// The budget is charged with every byte a filter allocates
+// (CuckooFilter::MemoryBytes) before the filter is allocated, and released
+// only when the filter is freed: filters are handed out as shared_ptr, so a
+// filter dropped while a request uses it stays alive, and charged, until the
+// last such request ends. The budget therefore bounds the memory of all
+// filters that exist, not only of those that have names.
+//
+// Thread safety: all methods are safe to call concurrently.
 #ifndef CUCKOO_CORE_REGISTRY_H_
 #define CUCKOO_CORE_REGISTRY_H_
 
@@ -34,7 +39,8 @@ struct RegistryLimits {
 
 class FilterRegistry {
  public:
-  explicit FilterRegistry(RegistryLimits limits = {}) : limits_(limits) {}
+  explicit FilterRegistry(RegistryLimits limits = {});
+  ~FilterRegistry();
 
   // INVALID_ARGUMENT with the reason when `name` is not a valid filter name.
   static absl::Status ValidateName(absl::string_view name);
@@ -50,8 +56,9 @@ class FilterRegistry {
                                                        bool if_not_exists = false,
                                                        bool* created = nullptr);
   // Adds an already-built filter (e.g. loaded from a snapshot) under `name`,
-  // with the same checks as Create.
-  absl::Status Add(absl::string_view name, std::shared_ptr<CuckooFilter> filter);
+  // with the same checks as Create; returns it as the registry hands it out.
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> Add(absl::string_view name,
+                                                    std::unique_ptr<CuckooFilter> filter);
 
   // NOT_FOUND when there is no such filter.
   absl::StatusOr<std::shared_ptr<CuckooFilter>> Get(absl::string_view name) const;
@@ -65,18 +72,29 @@ class FilterRegistry {
   // All filters, sorted by name.
   std::vector<std::pair<std::string, std::shared_ptr<CuckooFilter>>> List() const;
 
+  // Bytes charged to the memory budget now: every filter not yet freed
+  // (named or dropped but still in use) and creations under way.
   uint64_t memory_bytes() const;
   size_t size() const;
   const RegistryLimits& limits() const { return limits_; }
 
  private:
-  absl::Status CheckRoomLocked(absl::string_view name, uint64_t bytes) const
+  class Budget;
+
+  // RESOURCE_EXHAUSTED naming `name` when there is no room for one more
+  // filter; ALREADY_EXISTS when the name is taken.
+  absl::Status CheckNameAndCountLocked(absl::string_view name) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Charges `filter` to the budget (`reserved` bytes of it reserved
+  // already) and adds it under `name`.
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> AddReserved(absl::string_view name,
+                                                            std::unique_ptr<CuckooFilter> filter,
+                                                            uint64_t reserved);
 
   const RegistryLimits limits_;
+  const std::shared_ptr<Budget> budget_;
   mutable SharedMutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<CuckooFilter>> filters_ ABSL_GUARDED_BY(mu_);
-  uint64_t memory_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace cuckoo

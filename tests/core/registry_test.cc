@@ -41,13 +41,46 @@ TEST(RegistryTest, CreateGetListDrop) {
   EXPECT_EQ(list[0].first, "a-filter");
   EXPECT_EQ(list[1].first, "b-filter");
   EXPECT_EQ(reg.memory_bytes(), list[0].second->memory_bytes() + list[1].second->memory_bytes());
+  const uint64_t a_bytes = list[0].second->memory_bytes();
+  list.clear();
+  got = absl::NotFoundError("released");
   ASSERT_TRUE(reg.Drop("b-filter").ok());
   EXPECT_EQ(reg.Get("b-filter").status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(Message(reg.Drop("b-filter")), HasSubstr("\"b-filter\" not found"));
   EXPECT_EQ(reg.size(), 1u);
-  EXPECT_EQ(reg.memory_bytes(), list[0].second->memory_bytes());
-  // A dropped filter stays usable by whoever still holds it.
+  // A dropped filter stays usable by whoever still holds it, and charged.
   EXPECT_EQ((*a)->Insert("k"), InsertResult::kInserted);
+  EXPECT_EQ(reg.memory_bytes(), a_bytes + (*a)->memory_bytes());
+  a = absl::NotFoundError("released");
+  EXPECT_EQ(reg.memory_bytes(), a_bytes);
+}
+
+// The budget used to release a dropped filter's bytes at once, while calls
+// still running on it kept its memory: a create could then take the budget
+// twice over.
+TEST(RegistryTest, ADroppedFilterInUseStaysChargedUntilItsLastUserLetsGo) {
+  FilterRegistry reg({.memory_budget_bytes = 4 << 20, .max_filters = 10});
+  const FilterOptions big{.capacity = 2'000'000, .fingerprint_bits = 12, .shards = 1};
+  auto held = reg.Create("big", big);  // A call running on it.
+  ASSERT_TRUE(held.ok()) << held.status();
+  ASSERT_TRUE(reg.Drop("big").ok());
+  auto again = reg.Create("big", big);
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kResourceExhausted) << again.status();
+  EXPECT_THAT(Message(again.status()), HasSubstr("memory budget of 4194304 bytes"));
+  held = absl::CancelledError("the call ended");
+  EXPECT_EQ(reg.memory_bytes(), 0u);
+  EXPECT_TRUE(reg.Create("big", big).ok());
+}
+
+TEST(RegistryTest, TheBudgetIsChargedWithEveryByteAFilterAllocates) {
+  FilterRegistry reg;
+  // Many shards of tiny tables: the per-shard state is most of it.
+  auto f = reg.Create("many", {.capacity = 1024, .shards = 1024});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(reg.memory_bytes(), CuckooFilter::MemoryBytes((*f)->shape()));
+  EXPECT_EQ((*f)->memory_bytes(), CuckooFilter::MemoryBytes((*f)->shape()));
+  const uint64_t tables = (*f)->shape().table_bytes_per_shard() * 1024;
+  EXPECT_GT((*f)->memory_bytes(), tables + 1024 * 100) << "per-shard state is charged";
 }
 
 TEST(RegistryTest, DuplicateCreateWithOtherSettingsNamesTheDifference) {
