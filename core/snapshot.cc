@@ -17,6 +17,7 @@
 #include "core/hash.h"  // xxhash.h
 #include "core/page_buffer.h"
 #include "core/registry.h"
+#include "cuckoo_version.h"
 
 namespace cuckoo {
 namespace {
@@ -114,10 +115,6 @@ absl::Status SyncDirectory(absl::string_view dir) {
   return absl::OkStatus();
 }
 
-std::string TempPath(absl::string_view dir, absl::string_view name) {
-  return absl::StrCat(dir, "/.", name, kSnapshotSuffix, kSnapshotTempSuffix);
-}
-
 // Where a snapshot is read from.
 class Source {
  public:
@@ -169,24 +166,71 @@ class FileSource final : public Source {
   const std::string path_;
 };
 
-// Checks and decodes the fixed header.
+// "cuckood 0.1.0": what this build writes as a file's writer.
+std::string ThisBuild() { return absl::StrCat("cuckood ", kVersion); }
+
+// The writer recorded at bytes 16..47 of a file of format version 2 or
+// later: printable ASCII, NUL-padded, not empty. Empty if there is none.
+std::string RecordedWriter(const uint8_t* h) {
+  const auto* p = reinterpret_cast<const char*>(h + kSnapshotWriterOffset);
+  size_t n = 0;
+  while (n < kSnapshotWriterBytes && p[n] != '\0') ++n;
+  if (n == 0) return "";
+  for (size_t i = 0; i < kSnapshotWriterBytes; ++i) {
+    const bool ok = i < n ? (p[i] >= 0x20 && p[i] < 0x7F) : p[i] == '\0';
+    if (!ok) return "";
+  }
+  return std::string(p, n);
+}
+
+// Checks and decodes the fixed header. DATA_LOSS for a damaged header,
+// FAILED_PRECONDITION for an intact one this build cannot read.
 absl::StatusOr<SnapshotHeader> DecodeHeader(const uint8_t* h, uint64_t file_bytes,
                                             absl::string_view label,
                                             absl::string_view expected_name) {
   auto bad = [&](absl::string_view why) {
     return absl::DataLossError(absl::StrCat(label, ": ", why));
   };
+  // Intact, but beyond this build: never quarantined (a rollback to an older
+  // build must not lose the filters a newer one wrote).
+  auto newer = [&](absl::string_view why, absl::string_view writer) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        label, ": ", why, "; it was written by ", writer, ", and this build (", ThisBuild(),
+        ") cannot read it. Run that build or a newer one, or move the file out of the data "
+        "directory to start without this filter"));
+  };
   if (std::memcmp(h, kMagic, sizeof(kMagic)) != 0) {
     return bad("not a cuckood snapshot (bad magic number)");
   }
   const uint32_t version = Get32(h + 8);
   if (version != kSnapshotFormatVersion) {
-    return bad(absl::StrFormat("format version %u is not supported (this build reads version %u)",
-                               version, kSnapshotFormatVersion));
+    // A version-1 header whose version field alone is damaged still has a
+    // matching checksum with the field put back.
+    uint8_t v1[kHeaderBytes];
+    std::memcpy(v1, h, kHeaderBytes);
+    Put32(v1 + 8, kSnapshotFormatVersion);
+    if (XXH3_64bits(v1, kHeaderChecksumOffset) == Get64(h + kHeaderChecksumOffset)) {
+      return bad(absl::StrFormat(
+          "format version field is corrupt (%u; the rest is a valid version-%u header)", version,
+          kSnapshotFormatVersion));
+    }
+    const std::string writer = RecordedWriter(h);
+    if (version > kSnapshotFormatVersion && !writer.empty()) {
+      return newer(absl::StrFormat("format version %u (this build reads version %u)", version,
+                                   kSnapshotFormatVersion),
+                   writer);
+    }
+    return bad(absl::StrFormat(
+        "format version %u is not supported (this build reads version %u) and the file names no "
+        "writer: not a file any cuckood wrote",
+        version, kSnapshotFormatVersion));
   }
   if (XXH3_64bits(h, kHeaderChecksumOffset) != Get64(h + kHeaderChecksumOffset)) {
     return bad("header checksum mismatch (the header is corrupt)");
   }
+  // From here the header is exactly as some build wrote it (the checksum
+  // matches): a value this build does not know comes from a newer build.
+  constexpr char kNewerBuild[] = "a newer cuckood (version-1 files do not record which)";
   auto impossible = [&](absl::string_view why) {
     return bad(absl::StrCat("impossible settings in header: ", why));
   };
@@ -211,9 +255,21 @@ absl::StatusOr<SnapshotHeader> DecodeHeader(const uint8_t* h, uint64_t file_byte
   const int64_t taken_us = static_cast<int64_t>(Get64(h + 80));
   if (table_kind != static_cast<uint32_t>(TableKind::kPacked) &&
       table_kind != static_cast<uint32_t>(TableKind::kSemiSorted)) {
-    return impossible(absl::StrFormat("unknown table kind %u", table_kind));
+    return newer(absl::StrFormat("table kind %u is unknown (this build knows 0 packed and 1 "
+                                 "semi_sorted)",
+                                 table_kind),
+                 kNewerBuild);
   }
-  if (absl::Status st = ValidateShape(s); !st.ok()) return impossible(st.message());
+  if (s.hash_id != kHashIdXxh3V1) {
+    return newer(absl::StrFormat("hash id %u is unknown (this build knows %u, XXH3-64)", s.hash_id,
+                                 kHashIdXxh3V1),
+                 kNewerBuild);
+  }
+  // Files from builds whose ceiling was higher load with today's.
+  if (s.max_kicks > kMaxMaxKicks && s.max_kicks <= kMaxStoredMaxKicks) s.max_kicks = kMaxMaxKicks;
+  if (absl::Status st = ValidateShape(s); !st.ok()) {
+    return newer(absl::StrCat("settings this build cannot use: ", st.message()), kNewerBuild);
+  }
   if (table_bytes != s.table_bytes_per_shard()) {
     return impossible(absl::StrFormat("table bytes per shard %u, but the shape needs %u",
                                       table_bytes, s.table_bytes_per_shard()));
@@ -354,10 +410,6 @@ absl::StatusOr<LoadedSnapshot> Parse(Source& src, absl::string_view label,
   out.header = *std::move(header);
   out.items = items;
   out.filter = *std::move(filter);
-  out.filter->set_last_snapshot({.exists = true,
-                                 .time = out.header.taken,
-                                 .bytes = out.header.file_bytes,
-                                 .changes = out.filter->changes()});
   return out;
 }
 
@@ -367,15 +419,14 @@ std::string SnapshotPath(absl::string_view dir, absl::string_view name) {
   return absl::StrCat(dir, "/", name, kSnapshotSuffix);
 }
 
+std::string SnapshotTempPath(absl::string_view dir, absl::string_view name) {
+  return absl::StrCat(dir, "/.", name, kSnapshotSuffix, kSnapshotTempSuffix);
+}
+
 absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter,
-                                                      absl::string_view name,
-                                                      absl::string_view dir) {
+                                                      absl::string_view name, absl::string_view dir,
+                                                      const SnapshotWriteOptions& options) {
   if (absl::Status st = FilterRegistry::ValidateName(name); !st.ok()) return st;
-  std::lock_guard<std::mutex> persist(filter.persist_mutex());
-  if (filter.retired) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("filter \"%s\" has been dropped; not writing its snapshot", name));
-  }
   const absl::Time start = absl::Now();
   const FilterShape& shape = filter.shape();
   const uint64_t table_bytes = shape.table_bytes_per_shard();
@@ -383,7 +434,7 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
   result.path = SnapshotPath(dir, name);
   result.taken = start;
   result.bytes = FileBytes(shape);
-  const std::string tmp = TempPath(dir, name);
+  const std::string tmp = SnapshotTempPath(dir, name);
 
   uint8_t h[kHeaderBytes] = {};
   std::memcpy(h, kMagic, sizeof(kMagic));
@@ -405,12 +456,20 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
   std::memcpy(h + kHeaderNameOffset, name.data(), name.size());
   Put64(h + kHeaderChecksumOffset, XXH3_64bits(h, kHeaderChecksumOffset));
 
-  // One buffer for a shard's section, reused for every shard: the copy is
-  // made in place between the section header and its checksum.
+  // One buffer, reused for every shard. A section that fits is copied whole
+  // (the table in place between its header and checksum) under the shard's
+  // shared lock, which is then released before the checksum and the write.
+  // A larger one is written through the buffer in pieces while the lock is
+  // held, so the buffer never exceeds options.buffer_bytes.
   const size_t section_bytes = kSectionHeaderBytes + table_bytes + kSectionTrailerBytes;
-  absl::StatusOr<PageBuffer> buf = PageBuffer::Allocate(section_bytes);
+  const bool copy_whole = section_bytes <= options.buffer_bytes;
+  const size_t buffer_bytes =
+      copy_whole
+          ? section_bytes
+          : std::max<size_t>(options.buffer_bytes, kSectionHeaderBytes + kSectionTrailerBytes);
+  absl::StatusOr<PageBuffer> buf = PageBuffer::Allocate(buffer_bytes);
   if (!buf.ok()) return buf.status();
-  buf->Prefault(0, section_bytes);
+  buf->Prefault(0, buffer_bytes);
   uint8_t* sec = buf->data();
 
   FileWriter out;
@@ -418,26 +477,56 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
     if (absl::Status s = out.Open(tmp); !s.ok()) return s;
     if (absl::Status s = out.Write(h, sizeof(h)); !s.ok()) return s;
     XXH3_state_t* whole = XXH3_createState();
+    XXH3_state_t* section = XXH3_createState();
     struct Free {
-      XXH3_state_t* s;
-      ~Free() { XXH3_freeState(s); }
-    } free_state{whole};
+      XXH3_state_t* a;
+      XXH3_state_t* b;
+      ~Free() {
+        XXH3_freeState(a);
+        XXH3_freeState(b);
+      }
+    } free_states{whole, section};
     XXH3_64bits_reset(whole);
     XXH3_64bits_update(whole, h + kHeaderChecksumOffset, 8);
-    uint64_t changes = 0;
-    for (uint32_t i = 0; i < shape.shards; ++i) {
-      CuckooFilter::ShardState state = filter.CopyShard(i, sec + kSectionHeaderBytes);
+    auto section_header = [&](uint32_t i, const CuckooFilter::ShardState& state) {
       Put32(sec, i);
       Put32(sec + 4, 0);
       Put64(sec + 8, state.items);
       Put64(sec + 16, state.rng_state);
       Put64(sec + 24, table_bytes);
-      Put64(sec + kSectionHeaderBytes + table_bytes,
-            XXH3_64bits(sec, kSectionHeaderBytes + table_bytes));
-      XXH3_64bits_update(whole, sec + kSectionHeaderBytes + table_bytes, 8);
-      if (absl::Status s = out.Write(sec, section_bytes); !s.ok()) return s;
+    };
+    for (uint32_t i = 0; i < shape.shards; ++i) {
+      CuckooFilter::ShardState state;
+      uint8_t trailer[kSectionTrailerBytes];
+      if (copy_whole) {
+        state = filter.CopyShard(i, sec + kSectionHeaderBytes);
+        section_header(i, state);
+        Put64(trailer, XXH3_64bits(sec, kSectionHeaderBytes + table_bytes));
+        std::memcpy(sec + kSectionHeaderBytes + table_bytes, trailer, sizeof(trailer));
+        if (absl::Status s = out.Write(sec, section_bytes); !s.ok()) return s;
+      } else {
+        absl::Status write_status;
+        filter.ReadShard(
+            i, [&](absl::Span<const uint8_t> table, const CuckooFilter::ShardState& locked_state) {
+              state = locked_state;
+              section_header(i, state);
+              XXH3_64bits_reset(section);
+              XXH3_64bits_update(section, sec, kSectionHeaderBytes);
+              write_status = out.Write(sec, kSectionHeaderBytes);
+              for (size_t at = 0; at < table.size() && write_status.ok(); at += buffer_bytes) {
+                const size_t n = std::min(buffer_bytes, table.size() - at);
+                std::memcpy(sec, table.data() + at, n);
+                XXH3_64bits_update(section, sec, n);
+                write_status = out.Write(sec, n);
+              }
+            });
+        if (!write_status.ok()) return write_status;
+        Put64(trailer, XXH3_64bits_digest(section));
+        if (absl::Status s = out.Write(trailer, sizeof(trailer)); !s.ok()) return s;
+      }
+      XXH3_64bits_update(whole, trailer, sizeof(trailer));
       result.items += state.items;
-      changes += state.changes;
+      result.changes += state.changes;
     }
     uint8_t footer[kFooterBytes] = {};
     std::memcpy(footer, kFooterMagic, sizeof(kFooterMagic));
@@ -450,10 +539,7 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
     if (::rename(tmp.c_str(), result.path.c_str()) != 0) {
       return IoError(absl::StrCat("rename ", tmp, " to"), result.path, errno);
     }
-    if (absl::Status s = SyncDirectory(dir); !s.ok()) return s;
-    filter.set_last_snapshot(
-        {.exists = true, .time = start, .bytes = result.bytes, .changes = changes});
-    return absl::OkStatus();
+    return SyncDirectory(dir);
   }();
   if (!st.ok()) {
     ::unlink(tmp.c_str());
@@ -463,21 +549,14 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
   return result;
 }
 
-absl::Status RemoveSnapshotFile(CuckooFilter& filter, absl::string_view name,
-                                absl::string_view dir) {
-  std::lock_guard<std::mutex> persist(filter.persist_mutex());
-  const std::string path = SnapshotPath(dir, name);
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return IoError("remove", path, errno);
-  ::unlink(TempPath(dir, name).c_str());
-  if (absl::Status s = SyncDirectory(dir); !s.ok()) return s;
-  filter.retired = true;
-  return absl::OkStatus();
-}
+absl::Status SyncSnapshotDirectory(absl::string_view dir) { return SyncDirectory(dir); }
 
 absl::StatusOr<LoadedSnapshot> ReadSnapshotFile(const std::string& path,
                                                 absl::string_view expected_name,
                                                 const SnapshotAdmit& admit) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO (or a device) must not wait for a writer;
+  // it is rejected below. Reads of a regular file ignore the flag.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return IoError("open", path, errno);
   struct stat st;
   if (::fstat(fd, &st) != 0) {
@@ -487,7 +566,12 @@ absl::StatusOr<LoadedSnapshot> ReadSnapshotFile(const std::string& path,
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    return absl::FailedPreconditionError(absl::StrCat(path, ": not a regular file"));
+    const char* what = S_ISFIFO(st.st_mode)   ? "a FIFO"
+                       : S_ISDIR(st.st_mode)  ? "a directory"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "a device";
+    return absl::DataLossError(
+        absl::StrCat(path, ": not a regular file (", what, "), so not a snapshot"));
   }
   // Sequential read of the whole file: ask for aggressive readahead.
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);

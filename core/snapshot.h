@@ -10,18 +10,26 @@
 //
 // Writing copies one shard at a time under that shard's shared lock and
 // writes the copy with no lock held, so inserts into other shards go on and
-// inserts into the shard being copied wait only for a memcpy. The file is
-// written under a temporary name, fsync'ed, renamed over the old snapshot and
-// the directory fsync'ed: a crash at any instant leaves the old snapshot or
-// the new one, never a torn file.
+// inserts into the shard being copied wait only for a memcpy. A shard larger
+// than the write buffer (SnapshotWriteOptions) is written through the buffer
+// in pieces while its shared lock is held instead: memory stays bounded, and
+// inserts into that one shard wait for its write. The file is written under a
+// temporary name, fsync'ed, renamed over the old snapshot and the directory
+// fsync'ed: a crash at any instant leaves the old snapshot or the new one,
+// never a torn file.
 //
 // Reading checks everything before the filter is handed out: a file that
 // fails any check yields DATA_LOSS with a message naming the file and the
-// check, and no filter. Other statuses (NOT_FOUND, PERMISSION_DENIED,
-// INTERNAL for I/O errors) mean the file could not be read, not that it is bad.
+// check, and no filter. FAILED_PRECONDITION means the file is intact but
+// this build cannot read it (a newer format version, table kind, hash or
+// settings: written by a newer cuckood); the message says which and, when
+// the file records it, which build wrote it. Other statuses (NOT_FOUND,
+// PERMISSION_DENIED, INTERNAL for I/O errors) mean the file could not be
+// read, not that it is bad.
 //
 // Thread safety: WriteSnapshotFile may run concurrently with any use of the
-// filter; writers of the same filter serialise on its persist_mutex().
+// filter. Two writes of the same file at once are the caller's to prevent
+// (cuckood writes every file from one thread; server/persistence.h).
 #ifndef CUCKOO_CORE_SNAPSHOT_H_
 #define CUCKOO_CORE_SNAPSHOT_H_
 
@@ -39,6 +47,12 @@
 namespace cuckoo {
 
 inline constexpr uint32_t kSnapshotFormatVersion = 1;
+// Every format version after 1 starts with the same 16 bytes (magic,
+// version, header size) and then, at bytes 16..47, the name and version of
+// the build that wrote it (ASCII, NUL-padded), so that a build that cannot
+// read a file can still say which build wrote it (docs/SNAPSHOT_FORMAT.md).
+inline constexpr size_t kSnapshotWriterOffset = 16;
+inline constexpr size_t kSnapshotWriterBytes = 32;
 inline constexpr absl::string_view kSnapshotSuffix = ".cuckoo";
 // Temporary files are "." + name + kSnapshotSuffix + kSnapshotTempSuffix;
 // filter names never start with '.', so they cannot collide with a snapshot.
@@ -46,29 +60,35 @@ inline constexpr absl::string_view kSnapshotTempSuffix = ".tmp";
 
 // <dir>/<name>.cuckoo
 std::string SnapshotPath(absl::string_view dir, absl::string_view name);
+// <dir>/.<name>.cuckoo.tmp: where a snapshot is written before its rename.
+std::string SnapshotTempPath(absl::string_view dir, absl::string_view name);
 
 struct SnapshotWriteResult {
   std::string path;
-  uint64_t bytes = 0;  // File size.
-  uint64_t items = 0;  // Items in the snapshot (each shard's as it was copied).
-  absl::Time taken;    // When the first shard was copied.
+  uint64_t bytes = 0;    // File size.
+  uint64_t items = 0;    // Items in the snapshot (each shard's as it was copied).
+  uint64_t changes = 0;  // The filter's changes() the snapshot holds.
+  absl::Time taken;      // When the first shard was copied.
   absl::Duration duration;
 };
 
-// Writes `filter`'s snapshot to SnapshotPath(dir, name) and records it in the
-// filter (last_snapshot()). INTERNAL (RESOURCE_EXHAUSTED when the disk is
-// full) naming the file and the system error when it cannot be written; the
-// previous snapshot, if any, is then still in place. FAILED_PRECONDITION if
-// the filter has been retired (dropped).
-absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter,
-                                                      absl::string_view name,
-                                                      absl::string_view dir);
+struct SnapshotWriteOptions {
+  // The most memory the write may take for its buffer: a shard whose section
+  // fits is copied whole, a larger one written through it in pieces (above).
+  size_t buffer_bytes = size_t{64} << 20;
+};
 
-// Removes the filter's snapshot file (if any) and retires the filter so no
-// later write can bring the file back. INTERNAL naming the file when it
-// exists and cannot be removed; the filter is then not retired.
-absl::Status RemoveSnapshotFile(CuckooFilter& filter, absl::string_view name,
-                                absl::string_view dir);
+// Writes `filter`'s snapshot to SnapshotPath(dir, name). INTERNAL
+// (RESOURCE_EXHAUSTED when the disk is full) naming the file and the system
+// error when it cannot be written; the previous snapshot, if any, is then
+// still in place.
+absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter,
+                                                      absl::string_view name, absl::string_view dir,
+                                                      const SnapshotWriteOptions& options = {});
+
+// fsyncs directory `dir` (after a file in it was created, renamed or
+// removed). INTERNAL naming the directory and the system error.
+absl::Status SyncSnapshotDirectory(absl::string_view dir);
 
 // What a snapshot's header says, checked.
 struct SnapshotHeader {

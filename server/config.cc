@@ -73,6 +73,10 @@ ABSL_FLAG(absl::Duration, drain_timeout, kDefaults.drain_timeout,
 ABSL_FLAG(absl::Duration, snapshot_interval, kDefaults.snapshot_interval,
           "how often filters changed since their last snapshot are written to --data-dir; 0: "
           "only on the Snapshot RPC and at shutdown");
+ABSL_FLAG(cuckoo::server::ByteSizeFlag, snapshot_buffer, {kDefaults.snapshot_buffer_bytes},
+          "most memory one snapshot write buffers, e.g. 64MiB; a shard whose table is larger "
+          "is written while inserts into it wait; 0 (default): 1/16 of the available memory, "
+          "16MiB to 128MiB");
 ABSL_FLAG(std::string, log_level, kDefaults.log_level,
           "trace, debug, info, warn, error, critical or off");
 ABSL_FLAG(std::string, log_format, kDefaults.log_format, "text or json (one object per line)");
@@ -82,9 +86,9 @@ namespace {
 
 // Every flag of the server, for the environment fallback.
 constexpr const char* kFlagNames[] = {
-    "listen",        "admin_listen", "data_dir",      "max_batch_keys",
-    "max_key_bytes", "max_filters",  "memory_budget", "max_message_size",
-    "drain_timeout", "log_level",    "log_format",    "snapshot_interval",
+    "listen",      "admin_listen",      "data_dir",         "max_batch_keys", "max_key_bytes",
+    "max_filters", "memory_budget",     "max_message_size", "drain_timeout",  "log_level",
+    "log_format",  "snapshot_interval", "snapshot_buffer",
 };
 
 struct Unit {
@@ -204,6 +208,11 @@ uint64_t EffectiveMemoryBudget(const ServerConfig& config) {
                                          : AvailableMemoryBytes() / 4 * 3;
 }
 
+uint64_t EffectiveSnapshotBuffer(const ServerConfig& config) {
+  if (config.snapshot_buffer_bytes != 0) return config.snapshot_buffer_bytes;
+  return std::clamp<uint64_t>(AvailableMemoryBytes() / 16, uint64_t{16} << 20, uint64_t{128} << 20);
+}
+
 absl::Status ValidateConfig(const ServerConfig& c) {
   if (c.listen.empty() || c.listen.find(':') == std::string::npos) {
     return absl::InvalidArgumentError(
@@ -241,6 +250,11 @@ absl::Status ValidateConfig(const ServerConfig& c) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--snapshot-interval=%s must be 0 (off) or at least 1s",
                         absl::FormatDuration(c.snapshot_interval)));
+  }
+  if (c.snapshot_buffer_bytes != 0 && c.snapshot_buffer_bytes < 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--snapshot-buffer=%s must be 0 (automatic) or at least 4KiB",
+                        FormatByteSize(c.snapshot_buffer_bytes)));
   }
   static constexpr const char* kLevels[] = {"trace", "debug",    "info", "warn",
                                             "error", "critical", "off"};
@@ -340,6 +354,7 @@ absl::StatusOr<ServerConfig> ConfigFromCommandLine(int argc, char** argv) {
   c.max_message_bytes = absl::GetFlag(FLAGS_max_message_size).bytes;
   c.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   c.snapshot_interval = absl::GetFlag(FLAGS_snapshot_interval);
+  c.snapshot_buffer_bytes = absl::GetFlag(FLAGS_snapshot_buffer).bytes;
   c.log_level = absl::GetFlag(FLAGS_log_level);
   c.log_format = absl::GetFlag(FLAGS_log_format);
   if (absl::Status s = ValidateConfig(c); !s.ok()) return s;

@@ -44,6 +44,11 @@ struct ServerConfig {
   // zero: only on the Snapshot RPC and at shutdown. A crash loses at most
   // this much of the changes not covered by a Snapshot call.
   absl::Duration snapshot_interval = absl::Seconds(60);
+  // The most memory one snapshot write buffers; 0: 1/16 of the memory
+  // available to the process, at least 16 MiB and at most 128 MiB. A shard
+  // whose table fits is copied, then written with no lock held; a larger
+  // one is written in pieces while inserts into it wait (reads do not).
+  uint64_t snapshot_buffer_bytes = 0;
   // spdlog level name: trace, debug, info, warn, error, critical, off.
   std::string log_level = "info";
   // "text" or "json" (one JSON object per line).
@@ -60,6 +65,9 @@ uint64_t AvailableMemoryBytes();
 
 // The budget actually used: config.memory_budget_bytes, or the default above.
 uint64_t EffectiveMemoryBudget(const ServerConfig& config);
+// The snapshot buffer actually used: config.snapshot_buffer_bytes, or the
+// default above.
+uint64_t EffectiveSnapshotBuffer(const ServerConfig& config);
 
 // Parses "123", "64KiB", "1.5GiB", "10GB" into bytes. Whitespace between the
 // number and the unit is allowed; the unit is case-insensitive.

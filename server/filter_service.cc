@@ -76,7 +76,8 @@ class FilterServiceImpl::CallReactor final : public grpc::ServerUnaryReactor {
   const std::chrono::steady_clock::time_point start_;
 };
 
-void FillFilterInfo(const std::string& name, const CuckooFilter& filter, v1::FilterInfo* info) {
+void FillFilterInfo(const std::string& name, const CuckooFilter& filter, const SnapshotRecord& snap,
+                    v1::FilterInfo* info) {
   const FilterShape& shape = filter.shape();
   const FilterStats st = filter.Stats();
   info->set_name(name);
@@ -96,21 +97,12 @@ void FillFilterInfo(const std::string& name, const CuckooFilter& filter, v1::Fil
   info->set_bits_per_item(st.bits_per_item);
   info->set_expected_false_positive_rate(st.expected_false_positive_rate);
   info->set_false_positive_rate_at_capacity(st.expected_false_positive_rate_at_capacity);
-  const CuckooFilter::SnapshotRecord snap = filter.last_snapshot();
   if (snap.exists) {
     SetTimestamp(snap.time, info->mutable_last_snapshot_time());
     info->set_last_snapshot_bytes(snap.bytes);
   }
-  info->set_unsnapshotted_changes(filter.unsnapshotted_changes());
+  info->set_unsnapshotted_changes(filter.changes() - (snap.exists ? snap.changes : 0));
   info->set_has_unsnapshotted_changes(!snap.exists || info->unsnapshotted_changes() > 0);
-}
-
-bool FilterServiceImpl::WaitIdle(absl::Time deadline) const {
-  while (calls_in_flight() > 0) {
-    if (absl::Now() >= deadline) return false;
-    absl::SleepFor(absl::Milliseconds(2));
-  }
-  return true;
 }
 
 FilterServiceImpl::CallReactor* FilterServiceImpl::Accept(RpcMethod method, bool* accepted) {
@@ -128,11 +120,29 @@ FilterServiceImpl::CallReactor* FilterServiceImpl::Accept(RpcMethod method, bool
   return reactor;
 }
 
+namespace {
+
+// body()'s status; an exception it throws becomes a status too, so that a
+// call always finishes (and leaves the in-flight count) whatever happens.
+template <typename Body>
+absl::Status Guarded(Body body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        "the server ran out of memory handling this request; nothing of it was answered");
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("the server failed handling this request: ", e.what()));
+  }
+}
+
+}  // namespace
+
 template <typename Body>
 grpc::ServerUnaryReactor* FilterServiceImpl::Run(RpcMethod method, Body body) {
   bool accepted;
   CallReactor* reactor = Accept(method, &accepted);
-  if (accepted) reactor->Done(ToGrpcStatus(body()));
+  if (accepted) reactor->Done(ToGrpcStatus(Guarded(body)));
   return reactor;
 }
 
@@ -164,9 +174,9 @@ absl::Status FilterServiceImpl::CheckKeys(absl::Span<const std::string_view> key
 }
 
 template <typename Result, typename Apply, typename Encode>
-absl::Status FilterServiceImpl::DataPath(RpcMethod method, const grpc::ByteBuffer& request,
-                                         std::string_view message, grpc::ByteBuffer* response,
-                                         Apply apply, Encode encode) {
+absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::CallbackServerContext* ctx,
+                                         const grpc::ByteBuffer& request, std::string_view message,
+                                         grpc::ByteBuffer* response, Apply apply, Encode encode) {
   thread_local std::string storage;
   thread_local wire::KeysRequest req;
   grpc::Slice slice;
@@ -176,7 +186,25 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, const grpc::ByteBuffe
   if (!filter.ok()) return filter.status();
   if (s = CheckKeys(req.keys); !s.ok()) return s;
   absl::Span<Result> results = Scratch<Result>(req.keys.size());
-  apply(**filter, req, results);
+  // Between the parts of a long batch: is anyone still waiting for it?
+  const auto deadline = ctx->deadline();
+  absl::Status stopped;
+  auto stop = [&] {
+    if (abort_.load(std::memory_order_acquire)) {
+      stopped = absl::UnavailableError("cuckood is shutting down");
+    } else if (ctx->IsCancelled()) {
+      stopped = absl::CancelledError("the call was cancelled");
+    } else if (std::chrono::system_clock::now() > deadline) {
+      stopped = absl::DeadlineExceededError("the call's deadline passed");
+    }
+    return !stopped.ok();
+  };
+  if (const size_t applied = apply(**filter, req, results, stop); applied < req.keys.size()) {
+    return absl::Status(
+        stopped.code(),
+        absl::StrFormat("%s: the batch was cut short after its first %u of %u keys were applied",
+                        stopped.message(), applied, req.keys.size()));
+  }
   *response = encode(absl::Span<const Result>(results));
   if (metrics_ != nullptr) metrics_->RecordKeys(method, req.keys.size());
   return absl::OkStatus();
@@ -196,7 +224,8 @@ absl::Status FilterServiceImpl::DoCreateFilter(const v1::CreateFilterRequest& re
   absl::StatusOr<std::shared_ptr<CuckooFilter>> filter =
       registry_->Create(req.name(), options, req.if_not_exists(), &created);
   if (!filter.ok()) return filter.status();
-  FillFilterInfo(req.name(), **filter, resp->mutable_filter());
+  FillFilterInfo(req.name(), **filter, persistence_->Record(req.name(), **filter),
+                 resp->mutable_filter());
   resp->set_created(created);
   if (created) {
     const FilterShape& s = (*filter)->shape();
@@ -213,25 +242,15 @@ absl::Status FilterServiceImpl::DoGetFilter(const v1::GetFilterRequest& req,
                                             v1::GetFilterResponse* resp) {
   absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = FindFilter(req.name());
   if (!filter.ok()) return filter.status();
-  FillFilterInfo(req.name(), **filter, resp->mutable_filter());
+  FillFilterInfo(req.name(), **filter, persistence_->Record(req.name(), **filter),
+                 resp->mutable_filter());
   return absl::OkStatus();
 }
 
 absl::Status FilterServiceImpl::DoListFilters(v1::ListFiltersResponse* resp) {
   for (const auto& [name, filter] : registry_->List()) {
-    FillFilterInfo(name, *filter, resp->add_filters());
+    FillFilterInfo(name, *filter, persistence_->Record(name, *filter), resp->add_filters());
   }
-  return absl::OkStatus();
-}
-
-absl::Status FilterServiceImpl::DoDropFilter(const v1::DropFilterRequest& req,
-                                             v1::DropFilterResponse* resp) {
-  if (absl::Status s = FilterRegistry::ValidateName(req.name()); !s.ok()) return s;
-  absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = persistence_->Drop(req.name());
-  if (!filter.ok()) return filter.status();
-  resp->set_freed_bytes((*filter)->memory_bytes());
-  spdlog::info("dropped filter {}: {} items, {} bytes freed", req.name(), (*filter)->items(),
-               (*filter)->memory_bytes());
   return absl::OkStatus();
 }
 
@@ -270,56 +289,76 @@ grpc::ServerUnaryReactor* FilterServiceImpl::ListFilters(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* FilterServiceImpl::DropFilter(grpc::CallbackServerContext*,
                                                         const v1::DropFilterRequest* req,
                                                         v1::DropFilterResponse* resp) {
-  return Run(RpcMethod::kDropFilter, [&] { return DoDropFilter(*req, resp); });
+  bool accepted;
+  CallReactor* reactor = Accept(RpcMethod::kDropFilter, &accepted);
+  if (!accepted) return reactor;
+  if (absl::Status s = FilterRegistry::ValidateName(req->name()); !s.ok()) {
+    reactor->Done(ToGrpcStatus(s));
+    return reactor;
+  }
+  // The file is removed on the persistence thread, after any snapshot being
+  // written: never on one of gRPC's threads. gRPC keeps req and resp alive
+  // until the reactor finishes.
+  persistence_->DropAsync(
+      req->name(), [reactor, req, resp](absl::StatusOr<std::shared_ptr<CuckooFilter>> filter) {
+        reactor->Done(ToGrpcStatus(Guarded([&]() -> absl::Status {
+          if (!filter.ok()) return filter.status();
+          resp->set_freed_bytes((*filter)->memory_bytes());
+          spdlog::info("dropped filter {}: {} items, {} bytes freed", req->name(),
+                       (*filter)->items(), (*filter)->memory_bytes());
+          return absl::OkStatus();
+        })));
+      });
+  return reactor;
 }
 
-grpc::ServerUnaryReactor* FilterServiceImpl::Insert(grpc::CallbackServerContext*,
+grpc::ServerUnaryReactor* FilterServiceImpl::Insert(grpc::CallbackServerContext* ctx,
                                                     const grpc::ByteBuffer* req,
                                                     grpc::ByteBuffer* resp) {
   return Run(RpcMethod::kInsert, [&] {
     return DataPath<InsertResult>(
-        RpcMethod::kInsert, *req, "InsertRequest", resp,
-        [](CuckooFilter& f, const wire::KeysRequest& r, absl::Span<InsertResult> out) {
-          f.InsertBatch(r.keys, r.if_absent, out);
-        },
+        RpcMethod::kInsert, ctx, *req, "InsertRequest", resp,
+        [](CuckooFilter& f, const wire::KeysRequest& r, absl::Span<InsertResult> out,
+           StopCheck stop) { return f.InsertBatch(r.keys, r.if_absent, out, stop); },
         wire::InsertResponse);
   });
 }
 
-grpc::ServerUnaryReactor* FilterServiceImpl::Lookup(grpc::CallbackServerContext*,
+grpc::ServerUnaryReactor* FilterServiceImpl::Lookup(grpc::CallbackServerContext* ctx,
                                                     const grpc::ByteBuffer* req,
                                                     grpc::ByteBuffer* resp) {
   return Run(RpcMethod::kLookup, [&] {
     return DataPath<bool>(
-        RpcMethod::kLookup, *req, "LookupRequest", resp,
-        [](const CuckooFilter& f, const wire::KeysRequest& r, absl::Span<bool> out) {
+        RpcMethod::kLookup, ctx, *req, "LookupRequest", resp,
+        [](const CuckooFilter& f, const wire::KeysRequest& r, absl::Span<bool> out, StopCheck) {
           f.LookupBatch(r.keys, out);
+          return r.keys.size();
         },
         wire::LookupResponse);
   });
 }
 
-grpc::ServerUnaryReactor* FilterServiceImpl::Delete(grpc::CallbackServerContext*,
+grpc::ServerUnaryReactor* FilterServiceImpl::Delete(grpc::CallbackServerContext* ctx,
                                                     const grpc::ByteBuffer* req,
                                                     grpc::ByteBuffer* resp) {
   return Run(RpcMethod::kDelete, [&] {
     return DataPath<DeleteResult>(
-        RpcMethod::kDelete, *req, "DeleteRequest", resp,
-        [](CuckooFilter& f, const wire::KeysRequest& r, absl::Span<DeleteResult> out) {
-          f.DeleteBatch(r.keys, out);
-        },
+        RpcMethod::kDelete, ctx, *req, "DeleteRequest", resp,
+        [](CuckooFilter& f, const wire::KeysRequest& r, absl::Span<DeleteResult> out,
+           StopCheck stop) { return f.DeleteBatch(r.keys, out, stop); },
         wire::DeleteResponse);
   });
 }
 
-grpc::ServerUnaryReactor* FilterServiceImpl::Count(grpc::CallbackServerContext*,
+grpc::ServerUnaryReactor* FilterServiceImpl::Count(grpc::CallbackServerContext* ctx,
                                                    const grpc::ByteBuffer* req,
                                                    grpc::ByteBuffer* resp) {
   return Run(RpcMethod::kCount, [&] {
     return DataPath<uint32_t>(
-        RpcMethod::kCount, *req, "CountRequest", resp,
-        [](const CuckooFilter& f, const wire::KeysRequest& r, absl::Span<uint32_t> out) {
+        RpcMethod::kCount, ctx, *req, "CountRequest", resp,
+        [](const CuckooFilter& f, const wire::KeysRequest& r, absl::Span<uint32_t> out, StopCheck) {
           f.CountBatch(r.keys, out);
+          return r.keys.size();
         },
         wire::CountResponse);
   });
@@ -340,24 +379,23 @@ grpc::ServerUnaryReactor* FilterServiceImpl::Snapshot(grpc::CallbackServerContex
   // gRPC keeps req and resp alive until the reactor finishes.
   persistence_->SnapshotAsync(req->filter(), req->changed_only(),
                               [reactor, resp](absl::StatusOr<SnapshotRun> run) {
-                                if (!run.ok()) {
-                                  reactor->Done(ToGrpcStatus(run.status()));
-                                  return;
-                                }
-                                for (const auto& [name, w] : run->written) {
-                                  v1::SnapshotFile* f = resp->add_files();
-                                  f->set_filter(name);
-                                  f->set_path(w.path);
-                                  f->set_bytes(w.bytes);
-                                  f->set_items(w.items);
-                                  SetTimestamp(w.taken, f->mutable_time());
-                                  SetDuration(w.duration, f->mutable_duration());
-                                }
-                                for (const std::string& name : run->unchanged)
-                                  resp->add_unchanged(name);
-                                resp->set_bytes(run->bytes);
-                                SetDuration(run->duration, resp->mutable_duration());
-                                reactor->Done(grpc::Status::OK);
+                                reactor->Done(ToGrpcStatus(Guarded([&]() -> absl::Status {
+                                  if (!run.ok()) return run.status();
+                                  for (const auto& [name, w] : run->written) {
+                                    v1::SnapshotFile* f = resp->add_files();
+                                    f->set_filter(name);
+                                    f->set_path(w.path);
+                                    f->set_bytes(w.bytes);
+                                    f->set_items(w.items);
+                                    SetTimestamp(w.taken, f->mutable_time());
+                                    SetDuration(w.duration, f->mutable_duration());
+                                  }
+                                  for (const std::string& name : run->unchanged)
+                                    resp->add_unchanged(name);
+                                  resp->set_bytes(run->bytes);
+                                  SetDuration(run->duration, resp->mutable_duration());
+                                  return absl::OkStatus();
+                                })));
                               });
   return reactor;
 }

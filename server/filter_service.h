@@ -36,8 +36,9 @@ struct ServiceLimits {
   uint64_t max_message_bytes = uint64_t{64} << 20;
 };
 
-// Fills `info` with the filter's settings and current state.
-void FillFilterInfo(const std::string& name, const CuckooFilter& filter, v1::FilterInfo* info);
+// Fills `info` with the filter's settings, current state and latest snapshot.
+void FillFilterInfo(const std::string& name, const CuckooFilter& filter,
+                    const SnapshotRecord& snapshot, v1::FilterInfo* info);
 
 // The data-path RPCs (Insert, Lookup, Delete, Count) take their messages as
 // raw bytes and parse them with wire_format.h (no per-key allocation); the
@@ -60,11 +61,12 @@ class FilterServiceImpl final : public FilterServiceBase {
 
   // From now on every call fails with UNAVAILABLE ("shutting down").
   void StopAccepting() { accepting_.store(false, std::memory_order_release); }
+  // Insert and Delete batches still running stop at their next part (see
+  // CuckooFilter::kBatchPartKeys) and answer UNAVAILABLE, saying how many of
+  // their keys were applied. For a shutdown whose drain time is over.
+  void AbortRunning() { abort_.store(true, std::memory_order_release); }
   // Calls started and not yet done (their response not yet sent).
   int64_t calls_in_flight() const { return in_flight_.load(std::memory_order_acquire); }
-  // Waits until no call is in flight, or until `deadline`; returns whether
-  // none is.
-  bool WaitIdle(absl::Time deadline) const;
 
   grpc::ServerUnaryReactor* CreateFilter(grpc::CallbackServerContext* ctx,
                                          const v1::CreateFilterRequest* req,
@@ -102,15 +104,17 @@ class FilterServiceImpl final : public FilterServiceBase {
   absl::Status CheckKeys(absl::Span<const std::string_view> keys) const;
   // The shared body of the data-path RPCs: parses the request (message type
   // `message`), finds the filter, checks the keys, runs
-  // apply(filter, request, results) and encodes the results.
+  // apply(filter, request, results, stop) and encodes the results. `stop`
+  // says whether to end a long batch early (the call was cancelled or is
+  // past its deadline, or AbortRunning); apply returns false if it did.
   template <typename Result, typename Apply, typename Encode>
-  absl::Status DataPath(RpcMethod method, const grpc::ByteBuffer& request, std::string_view message,
+  absl::Status DataPath(RpcMethod method, grpc::CallbackServerContext* ctx,
+                        const grpc::ByteBuffer& request, std::string_view message,
                         grpc::ByteBuffer* response, Apply apply, Encode encode);
 
   absl::Status DoCreateFilter(const v1::CreateFilterRequest& req, v1::CreateFilterResponse* resp);
   absl::Status DoGetFilter(const v1::GetFilterRequest& req, v1::GetFilterResponse* resp);
   absl::Status DoListFilters(v1::ListFiltersResponse* resp);
-  absl::Status DoDropFilter(const v1::DropFilterRequest& req, v1::DropFilterResponse* resp);
   absl::Status DoGetServerInfo(v1::GetServerInfoResponse* resp);
 
   class CallReactor;
@@ -128,6 +132,7 @@ class FilterServiceImpl final : public FilterServiceBase {
   const ServiceLimits limits_;
   const absl::Duration snapshot_interval_;
   std::atomic<bool> accepting_{true};
+  std::atomic<bool> abort_{false};
   std::atomic<int64_t> in_flight_{0};
 };
 

@@ -21,6 +21,7 @@
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
+#include "server/persistence.h"
 
 namespace cuckoo::server {
 namespace {
@@ -342,7 +343,8 @@ std::string Metrics::Render(const ScrapeState& state) const {
     AddGauge(out, "cuckood_memory_budget_bytes",
              "Table memory all filters together may use (--memory-budget)",
              static_cast<double>(registry.limits().memory_budget_bytes));
-    AddGauge(out, "cuckood_memory_used_bytes", "Table memory of all filters",
+    AddGauge(out, "cuckood_memory_used_bytes",
+             "Memory of all filters (dropped ones until the last call using them ends)",
              static_cast<double>(registry.memory_bytes()));
 
     enum { kItems, kCapacity, kLoad, kBytes, kFpr, kAge, kChanges, kFamilies };
@@ -353,7 +355,8 @@ std::string Metrics::Render(const ScrapeState& state) const {
         Family("cuckood_filter_capacity", "Capacity asked for at creation", MetricType::Gauge));
     out.push_back(Family("cuckood_filter_load_factor", "Fraction of fingerprint slots in use",
                          MetricType::Gauge));
-    out.push_back(Family("cuckood_filter_memory_bytes", "Table memory", MetricType::Gauge));
+    out.push_back(Family("cuckood_filter_memory_bytes", "Memory of the filter's tables and shards",
+                         MetricType::Gauge));
     out.push_back(Family("cuckood_filter_expected_false_positive_rate",
                          "False-positive rate expected at the current load", MetricType::Gauge));
     out.push_back(Family("cuckood_filter_last_snapshot_age_seconds",
@@ -364,7 +367,9 @@ std::string Metrics::Render(const ScrapeState& state) const {
     const absl::Time now = absl::Now();
     for (const auto& [name, filter] : filters) {
       const FilterStats st = filter->Stats();
-      const CuckooFilter::SnapshotRecord snap = filter->last_snapshot();
+      const SnapshotRecord snap = state.persistence != nullptr
+                                      ? state.persistence->Record(name, *filter)
+                                      : SnapshotRecord{};
       auto gauge = [&, name = name](int family, double value) {
         Add(out[first + family], {{"filter", name}}).gauge.value = value;
       };
@@ -374,7 +379,7 @@ std::string Metrics::Render(const ScrapeState& state) const {
       gauge(kBytes, static_cast<double>(st.memory_bytes));
       gauge(kFpr, st.expected_false_positive_rate);
       if (snap.exists) gauge(kAge, std::max(0.0, absl::ToDoubleSeconds(now - snap.time)));
-      gauge(kChanges, static_cast<double>(filter->unsnapshotted_changes()));
+      gauge(kChanges, static_cast<double>(filter->changes() - (snap.exists ? snap.changes : 0)));
     }
   }
 

@@ -74,8 +74,12 @@ inline constexpr std::array<double, 11> kBatchKeysBuckets = {1,    5,    10,    
                                                              1000, 5000, 10000, 50000, 100000};
 
 // State read at scrape time.
+class Persistence;
+
 struct ScrapeState {
   const FilterRegistry* registry = nullptr;
+  // For each filter's latest snapshot (none if null).
+  const Persistence* persistence = nullptr;
   // Calls started and not yet done (FilterServiceImpl::calls_in_flight()).
   int64_t calls_in_flight = 0;
 };

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 #include <system_error>
 #include <utility>
@@ -28,37 +29,62 @@ std::string Ms(absl::Duration d) {
   return absl::StrFormat("%.1fms", absl::ToDoubleMilliseconds(d));
 }
 
-bool Changed(const CuckooFilter& f) {
-  return !f.last_snapshot().exists || f.unsnapshotted_changes() > 0;
+absl::Status ShuttingDown() {
+  return absl::UnavailableError(
+      "cuckood is shutting down; the final snapshot writes every changed filter (retry against "
+      "another replica or after the restart)");
 }
 
 }  // namespace
 
-Persistence::Persistence(FilterRegistry* registry, std::string data_dir, Metrics* metrics)
-    : registry_(registry), data_dir_(std::move(data_dir)), metrics_(metrics) {}
+// A queued Snapshot or DropFilter request.
+struct Persistence::Job {
+  enum Kind { kSnapshot, kDrop } kind;
+  std::string name;
+  bool changed_only = false;
+  std::vector<SnapshotDone> snapshot_done;  // kSnapshot: every merged request.
+  DropDone drop_done;                       // kDrop.
+};
+
+Persistence::Persistence(FilterRegistry* registry, std::string data_dir, Metrics* metrics,
+                         PersistenceOptions options)
+    : registry_(registry), data_dir_(std::move(data_dir)), metrics_(metrics), options_(options) {}
 
 Persistence::~Persistence() {
   Stop();
   if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
-void Persistence::Quarantine(const std::string& path, const absl::Status& why) {
+absl::Status Persistence::Quarantine(const std::string& path, const absl::Status& why) {
   const fs::path dir = fs::path(data_dir_) / kQuarantineDir;
   std::error_code ec;
   fs::create_directories(dir, ec);
   const std::string stamp = absl::FormatTime("%Y%m%dT%H%M%SZ", absl::Now(), absl::UTCTimeZone());
   fs::path target = dir / absl::StrCat(fs::path(path).filename().string(), ".", stamp);
-  for (int i = 1; fs::exists(target, ec); ++i) {
+  auto taken = [](const fs::path& p) {
+    std::error_code ignored;
+    return fs::symlink_status(p, ignored).type() != fs::file_type::not_found;
+  };
+  for (int i = 1; taken(target); ++i) {
     target = dir / absl::StrCat(fs::path(path).filename().string(), ".", stamp, ".", i);
   }
   if (!ec) fs::rename(path, target, ec);
+  if (!ec) {
+    if (absl::Status s = SyncSnapshotDirectory(data_dir_); !s.ok()) {
+      ec = std::make_error_code(std::errc::io_error);
+    }
+  }
   if (ec) {
-    spdlog::error("bad snapshot {} not loaded ({}); moving it to {} failed: {}", path,
-                  std::string(why.message()), target.string(), ec.message());
-    return;
+    // Left in place, a later snapshot of a new filter of this name would
+    // overwrite it: refuse to start instead.
+    return absl::InternalError(absl::StrFormat(
+        "bad snapshot %s (%s) could not be moved to %s: %s; move it out of the data directory "
+        "(or fix the permissions) and start again",
+        path, why.message(), target.string(), ec.message()));
   }
   spdlog::error("bad snapshot not loaded, moved to {}: {}", target.string(),
                 std::string(why.message()));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<LoadSummary> Persistence::LoadAll() {
@@ -111,16 +137,19 @@ absl::StatusOr<LoadSummary> Persistence::LoadAll() {
     const std::string file = p.filename().string();
     const std::string name = file.substr(0, file.size() - kSnapshotSuffix.size());
     if (absl::Status s = FilterRegistry::ValidateName(name); !s.ok()) {
-      Quarantine(path, absl::DataLossError(absl::StrCat(
-                           path, ": the file name is not <filter name>.cuckoo: ", s.message())));
+      if (absl::Status q = Quarantine(
+              path, absl::DataLossError(absl::StrCat(
+                        path, ": the file name is not <filter name>.cuckoo: ", s.message())));
+          !q.ok()) {
+        return q;
+      }
       ++summary.quarantined;
       continue;
     }
     const absl::Time t0 = absl::Now();
     absl::StatusOr<LoadedSnapshot> loaded =
         ReadSnapshotFile(path, name, [&](const SnapshotHeader& h) {
-          uint64_t bytes = CuckooTable::AllocationBytes(h.shape) * h.shape.shards;
-          absl::Status room = registry_->CheckRoom(name, bytes);
+          absl::Status room = registry_->CheckRoom(name, CuckooFilter::MemoryBytes(h.shape));
           if (room.ok()) return room;
           return absl::Status(room.code(),
                               absl::StrCat(path, ": ", room.message(),
@@ -129,16 +158,24 @@ absl::StatusOr<LoadSummary> Persistence::LoadAll() {
         });
     if (!loaded.ok()) {
       if (absl::IsDataLoss(loaded.status())) {
-        Quarantine(path, loaded.status());
+        if (absl::Status q = Quarantine(path, loaded.status()); !q.ok()) return q;
         ++summary.quarantined;
         continue;
       }
       return loaded.status();
     }
     const uint64_t memory = loaded->filter->memory_bytes();
-    if (absl::Status s = registry_->Add(name, std::move(loaded->filter)); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+    absl::StatusOr<std::shared_ptr<CuckooFilter>> added =
+        registry_->Add(name, std::move(loaded->filter));
+    if (!added.ok()) {
+      return absl::Status(added.status().code(),
+                          absl::StrCat(path, ": ", added.status().message()));
     }
+    SetRecord(name, *added,
+              {.exists = true,
+               .time = loaded->header.taken,
+               .bytes = loaded->header.file_bytes,
+               .changes = (*added)->changes()});
     const absl::Duration took = absl::Now() - t0;
     spdlog::info(
         "loaded filter {} from {}: {} items, {} on disk, {} in memory, in {} ({:.2f} GB/s)", name,
@@ -150,6 +187,25 @@ absl::StatusOr<LoadSummary> Persistence::LoadAll() {
   }
   summary.duration = absl::Now() - start;
   return summary;
+}
+
+void Persistence::SetRecord(absl::string_view name, const std::shared_ptr<CuckooFilter>& filter,
+                            const SnapshotRecord& record) {
+  std::lock_guard<std::mutex> lock(records_mu_);
+  records_[name] = Entry{.filter = filter, .record = record};
+}
+
+SnapshotRecord Persistence::Record(absl::string_view name, const CuckooFilter& filter) const {
+  std::lock_guard<std::mutex> lock(records_mu_);
+  auto it = records_.find(name);
+  if (it == records_.end() || it->second.filter.lock().get() != &filter) return {};
+  return it->second.record;
+}
+
+uint64_t Persistence::UnsnapshottedChanges(absl::string_view name,
+                                           const CuckooFilter& filter) const {
+  const SnapshotRecord r = Record(name, filter);
+  return filter.changes() - (r.exists ? r.changes : 0);
 }
 
 absl::StatusOr<SnapshotRun> Persistence::SnapshotNow(absl::string_view name, bool changed_only) {
@@ -165,20 +221,32 @@ absl::StatusOr<SnapshotRun> Persistence::SnapshotNow(absl::string_view name, boo
   SnapshotRun run;
   absl::Status first_error;
   for (auto& [filter_name, filter] : filters) {
-    if (changed_only && !Changed(*filter)) {
+    if (changed_only && Record(filter_name, *filter).exists &&
+        UnsnapshottedChanges(filter_name, *filter) == 0) {
       run.unchanged.push_back(filter_name);
       continue;
     }
-    absl::StatusOr<SnapshotWriteResult> w = WriteSnapshotFile(*filter, filter_name, data_dir_);
+    std::lock_guard<std::mutex> file_lock(file_mu_);
+    // Still the filter of that name? Drops also hold file_mu_, so it stays
+    // so until the file is written: a dropped filter's file never comes
+    // back, and a new filter's is never written as the old one's.
+    absl::StatusOr<std::shared_ptr<CuckooFilter>> current = registry_->Get(filter_name);
+    if (!current.ok() || current->get() != filter.get()) {
+      if (name.empty()) continue;  // Dropped since the list was taken.
+      return absl::NotFoundError(
+          absl::StrFormat("filter \"%s\" was dropped before its snapshot was written", name));
+    }
+    absl::StatusOr<SnapshotWriteResult> w = WriteSnapshotFile(
+        *filter, filter_name, data_dir_, {.buffer_bytes = options_.snapshot_buffer_bytes});
     if (!w.ok()) {
-      // Dropped since the list was taken: nothing to write.
-      if (absl::IsFailedPrecondition(w.status()) && name.empty()) continue;
       if (metrics_ != nullptr) metrics_->RecordSnapshotWrite(false, 0, absl::ZeroDuration());
       spdlog::error("snapshot of filter {} failed: {}", filter_name,
                     std::string(w.status().message()));
       if (first_error.ok()) first_error = w.status();
       continue;
     }
+    SetRecord(filter_name, filter,
+              {.exists = true, .time = w->taken, .bytes = w->bytes, .changes = w->changes});
     spdlog::info("snapshot of filter {}: {} items, {} to {} in {} ({:.2f} GB/s)", filter_name,
                  w->items, FormatByteSize(w->bytes), w->path, Ms(w->duration),
                  w->bytes / 1e9 / std::max(1e-9, absl::ToDoubleSeconds(w->duration)));
@@ -191,34 +259,130 @@ absl::StatusOr<SnapshotRun> Persistence::SnapshotNow(absl::string_view name, boo
   return run;
 }
 
-void Persistence::SnapshotAsync(std::string name, bool changed_only,
-                                std::function<void(absl::StatusOr<SnapshotRun>)> done) {
+absl::StatusOr<std::shared_ptr<CuckooFilter>> Persistence::DropNow(absl::string_view name) {
+  std::lock_guard<std::mutex> file_lock(file_mu_);
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = registry_->Get(name);
+  if (!filter.ok()) return filter.status();
+  const std::string path = SnapshotPath(data_dir_, name);
+  auto not_dropped = [&](absl::string_view why) {
+    return absl::InternalError(absl::StrCat("filter \"", name, "\" not dropped: ", why));
+  };
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return not_dropped(absl::StrFormat("remove %s: %s", path,
+                                       std::error_code(errno, std::generic_category()).message()));
+  }
+  ::unlink(SnapshotTempPath(data_dir_, name).c_str());
+  if (absl::Status s = SyncSnapshotDirectory(data_dir_); !s.ok()) {
+    // The file is gone, or will be after a crash: the filter is kept, so
+    // its snapshot must be written again.
+    SetRecord(name, *filter, {});
+    return not_dropped(
+        absl::StrCat(s.message(), "; its snapshot will be written again at the next snapshot"));
+  }
+  if (absl::Status s = registry_->Drop(name, filter->get()); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(records_mu_);
+  records_.erase(name);
+  return filter;
+}
+
+void Persistence::SnapshotAsync(std::string name, bool changed_only, SnapshotDone done) {
+  auto job = std::make_unique<Job>();
+  job->kind = Job::kSnapshot;
+  job->name = std::move(name);
+  job->changed_only = changed_only;
+  job->snapshot_done.push_back(std::move(done));
+  Enqueue(std::move(job));
+}
+
+void Persistence::DropAsync(std::string name, DropDone done) {
+  auto job = std::make_unique<Job>();
+  job->kind = Job::kDrop;
+  job->name = std::move(name);
+  job->drop_done = std::move(done);
+  Enqueue(std::move(job));
+}
+
+void Persistence::Finish(Job& job, const absl::Status& status) {
+  if (job.kind == Job::kDrop) {
+    job.drop_done(status);
+    return;
+  }
+  for (SnapshotDone& done : job.snapshot_done) done(status);
+}
+
+void Persistence::Enqueue(std::unique_ptr<Job> job) {
   {
-    std::lock_guard<std::mutex> lock(state_mu_);
-    if (running_) {
-      boost::asio::post(io_, [this, name = std::move(name), changed_only, done = std::move(done)] {
-        done(SnapshotNow(name, changed_only));
-      });
+    std::unique_lock<std::mutex> lock(state_mu_);
+    if (running_ && !cancelled_) {
+      if (job->kind == Job::kSnapshot) {
+        for (const std::unique_ptr<Job>& queued : queue_) {
+          if (queued->kind == Job::kSnapshot && queued->name == job->name) {
+            // Waiting already: one write answers both.
+            queued->changed_only = queued->changed_only && job->changed_only;
+            for (SnapshotDone& done : job->snapshot_done) {
+              queued->snapshot_done.push_back(std::move(done));
+            }
+            return;
+          }
+        }
+      }
+      if (queue_.size() < options_.max_queued) {
+        queue_.push_back(std::move(job));
+        boost::asio::post(io_, [this] { RunOne(); });
+        return;
+      }
+      lock.unlock();
+      Finish(*job, absl::ResourceExhaustedError(absl::StrFormat(
+                       "%u snapshot and drop requests are waiting already; retry later",
+                       options_.max_queued)));
+      return;
+    }
+    if (cancelled_) {
+      lock.unlock();
+      Finish(*job, ShuttingDown());
       return;
     }
   }
-  done(SnapshotNow(name, changed_only));
+  // Not started, or stopped: carry it out here.
+  if (job->kind == Job::kDrop) {
+    job->drop_done(DropNow(job->name));
+  } else {
+    absl::StatusOr<SnapshotRun> run = SnapshotNow(job->name, job->changed_only);
+    for (SnapshotDone& done : job->snapshot_done) done(run);
+  }
 }
 
-absl::StatusOr<std::shared_ptr<CuckooFilter>> Persistence::Drop(absl::string_view name) {
-  absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = registry_->Get(name);
-  if (!filter.ok()) return filter.status();
-  if (absl::Status s = RemoveSnapshotFile(**filter, name, data_dir_); !s.ok()) {
-    return absl::InternalError(absl::StrCat("filter \"", name, "\" not dropped: ", s.message()));
+void Persistence::RunOne() {
+  std::unique_ptr<Job> job;
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    if (queue_.empty()) return;  // Cancelled.
+    job = std::move(queue_.front());
+    queue_.pop_front();
   }
-  if (absl::Status s = registry_->Drop(name, filter->get()); !s.ok()) return s;
-  return filter;
+  if (job->kind == Job::kDrop) {
+    job->drop_done(DropNow(job->name));
+    return;
+  }
+  absl::StatusOr<SnapshotRun> run = SnapshotNow(job->name, job->changed_only);
+  for (SnapshotDone& done : job->snapshot_done) done(run);
+}
+
+void Persistence::CancelQueued() {
+  std::deque<std::unique_ptr<Job>> cancelled;
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    cancelled_ = true;
+    cancelled.swap(queue_);
+  }
+  for (std::unique_ptr<Job>& job : cancelled) Finish(*job, ShuttingDown());
 }
 
 void Persistence::Start(absl::Duration interval) {
   std::lock_guard<std::mutex> lock(state_mu_);
   if (running_) return;
   running_ = true;
+  cancelled_ = false;
   interval_ = interval;
   io_.restart();
   work_.emplace(io_.get_executor());
@@ -244,6 +408,10 @@ void Persistence::Stop() {
   {
     std::lock_guard<std::mutex> lock(state_mu_);
     if (!running_) return;
+  }
+  CancelQueued();
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
     running_ = false;
     // The timer belongs to the background thread: cancel it there.
     boost::asio::post(io_, [this] { timer_->cancel(); });
@@ -251,6 +419,8 @@ void Persistence::Stop() {
   }
   thread_.join();
   timer_.reset();
+  std::lock_guard<std::mutex> lock(state_mu_);
+  cancelled_ = false;  // From now on requests run in the caller.
 }
 
 }  // namespace cuckoo::server

@@ -1,35 +1,44 @@
 // Persistence: the server's snapshots in its data directory, over
-// core/snapshot.h.
+// core/snapshot.h, and the bookkeeping of what is on disk.
 //
 //   Persistence p(&registry, "/var/lib/cuckood");
 //   p.LoadAll();                        // at start-up, before serving
 //   p.Start(absl::Seconds(60));         // periodic snapshots of changed filters
 //   p.SnapshotAsync("users", false, done);  // the Snapshot RPC
-//   p.Stop();                           // at shutdown, then:
+//   p.DropAsync("users", done);             // the DropFilter RPC
+//   p.CancelQueued();                   // at shutdown: answer what has not started
+//   p.Stop();                           // then:
 //   p.SnapshotNow("", /*changed_only=*/true);
 //
 // Data directory layout: <name>.cuckoo per filter; .<name>.cuckoo.tmp while
 // one is being written (removed at start-up if a crash left one);
 // quarantine/ for files that failed their checks.
 //
-// Snapshot writes run on one background thread (Boost.Asio), which owns the
-// interval timer, so periodic and requested snapshots never run at once and
-// never block gRPC's threads. Dropping a filter removes its file under the
-// filter's persist mutex, so a snapshot being written finishes first and none
-// can follow.
+// Every file operation (a snapshot written, a filter's file removed) runs on
+// one background thread (Boost.Asio), which also owns the interval timer, or,
+// once that thread has stopped, in the caller; a mutex keeps them one at a
+// time either way. So gRPC's threads never wait for a disk, a snapshot and
+// the removal of the same file never interleave, and a drop of a name always
+// removes the file of the filter it takes out of the registry: the identity
+// of the filter is checked under that mutex. The Snapshot and DropFilter
+// RPCs wait in one queue, bounded, in which requests to snapshot the same
+// filter are merged.
 //
 // Thread safety: all methods may be called from any thread.
 #ifndef CUCKOO_SERVER_PERSISTENCE_H_
 #define CUCKOO_SERVER_PERSISTENCE_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
@@ -64,67 +73,133 @@ struct LoadSummary {
   absl::Duration duration;
 };
 
+// A filter's latest snapshot on disk.
+struct SnapshotRecord {
+  bool exists = false;   // A snapshot of this filter is on disk.
+  absl::Time time;       // When it was taken (its first shard copied).
+  uint64_t bytes = 0;    // Its size.
+  uint64_t changes = 0;  // The filter's changes() it holds.
+};
+
+struct PersistenceOptions {
+  // The most memory one snapshot write takes for its buffer (see
+  // SnapshotWriteOptions): part of the process's fixed overhead.
+  size_t snapshot_buffer_bytes = size_t{64} << 20;
+  // Snapshot and DropFilter requests that may wait at once; more get
+  // RESOURCE_EXHAUSTED.
+  size_t max_queued = 64;
+};
+
 class Persistence {
  public:
+  using SnapshotDone = std::function<void(absl::StatusOr<SnapshotRun>)>;
+  using DropDone = std::function<void(absl::StatusOr<std::shared_ptr<CuckooFilter>>)>;
+
   // Each snapshot file written or failed is counted in `metrics` (none if
   // null).
-  Persistence(FilterRegistry* registry, std::string data_dir, Metrics* metrics = nullptr);
+  Persistence(FilterRegistry* registry, std::string data_dir, Metrics* metrics = nullptr,
+              PersistenceOptions options = {});
   ~Persistence();  // Stop()s.
   Persistence(const Persistence&) = delete;
   Persistence& operator=(const Persistence&) = delete;
 
   const std::string& data_dir() const { return data_dir_; }
+  const PersistenceOptions& options() const { return options_; }
 
   // Locks the data directory (<data-dir>/LOCK) for this process until the
   // Persistence is destroyed, then loads every snapshot in it into the
-  // registry, logging a
-  // line per filter. A file that fails its checks is logged with the reason
-  // and moved to quarantine/; the rest still load. Fails (and the server
-  // must not start, or it would later overwrite data it did not load) when
-  // the directory cannot be read, a snapshot cannot be read for another
-  // reason (I/O, permissions), a snapshot does not fit the memory budget
-  // or filter limit, or another process holds the lock
-  // (FAILED_PRECONDITION): two servers writing one directory would destroy
-  // each other's snapshots.
+  // registry, logging a line per filter. A damaged file (DATA_LOSS: bad
+  // checksums or structure, or not a regular file) is logged with the reason
+  // and moved to quarantine/; the rest still load. Fails, and the server
+  // must not start (it would later overwrite data it did not load), when:
+  // the directory cannot be read; a snapshot cannot be read for another
+  // reason (I/O, permissions); a snapshot is intact but this build cannot
+  // read it (written by a newer cuckood: FAILED_PRECONDITION naming the
+  // writer); a damaged file cannot be moved to quarantine/; a snapshot does
+  // not fit the memory budget or filter limit; or another process holds the
+  // lock (FAILED_PRECONDITION): two servers writing one directory would
+  // destroy each other's snapshots.
   absl::StatusOr<LoadSummary> LoadAll();
+
+  // What is on disk for `filter` under `name`: its latest snapshot, or none
+  // (also when `name` now names another filter).
+  SnapshotRecord Record(absl::string_view name, const CuckooFilter& filter) const;
+  // Changes of `filter` that its latest snapshot does not hold (all of them
+  // when there is none).
+  uint64_t UnsnapshottedChanges(absl::string_view name, const CuckooFilter& filter) const;
 
   // Writes snapshots of filter `name` (all filters when empty) in the
   // calling thread. NOT_FOUND for an unknown filter. When some filters fail,
   // the others are still written and the first error is returned.
   absl::StatusOr<SnapshotRun> SnapshotNow(absl::string_view name, bool changed_only);
-  // SnapshotNow on the background thread; `done` runs there. After Stop()
-  // it runs in the calling thread.
-  void SnapshotAsync(std::string name, bool changed_only,
-                     std::function<void(absl::StatusOr<SnapshotRun>)> done);
+  // SnapshotNow on the background thread; `done` runs there. A request for a
+  // filter (or for all) that is already waiting is merged into it (written
+  // once, unless one of them asked for every filter and the other not).
+  // RESOURCE_EXHAUSTED at once when max_queued requests are waiting;
+  // UNAVAILABLE if the request is cancelled (CancelQueued). After Stop() it
+  // runs in the calling thread.
+  void SnapshotAsync(std::string name, bool changed_only, SnapshotDone done);
 
-  // Removes filter `name` and its snapshot file. NOT_FOUND for an unknown
-  // filter; the file's error (and the filter is kept) if it cannot be
-  // removed. Returns the dropped filter.
-  absl::StatusOr<std::shared_ptr<CuckooFilter>> Drop(absl::string_view name);
+  // Removes filter `name` and its snapshot file: NOT_FOUND for an unknown
+  // filter; INTERNAL naming the file if it cannot be removed, or if the
+  // directory cannot be synced after the removal (the filter is then kept,
+  // and its snapshot written again at the next periodic or final snapshot).
+  // Returns the dropped filter.
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> DropNow(absl::string_view name);
+  // DropNow on the background thread, queued like SnapshotAsync.
+  void DropAsync(std::string name, DropDone done);
 
   // Starts the background thread, with a snapshot of changed filters every
   // `interval` (none when zero).
   void Start(absl::Duration interval);
-  // Stops the timer and the thread after work already queued has run.
-  // Idempotent.
+  // Answers every queued request that has not started with UNAVAILABLE (the
+  // final snapshot writes every changed filter anyway); later requests are
+  // answered so at once. For shutdown, so that it waits at most for the one
+  // request being carried out.
+  void CancelQueued();
+  // Stops the timer and the thread after the request being carried out, if
+  // any; cancels the queued ones. Idempotent.
   void Stop();
 
  private:
+  struct Job;
+
   void ArmTimer();
-  // Moves a bad file to quarantine/, logging why.
-  void Quarantine(const std::string& path, const absl::Status& why);
+  // Queues `job` (merging it when it can), or answers it at once.
+  void Enqueue(std::unique_ptr<Job> job);
+  // Carries out the oldest queued job (on the background thread).
+  void RunOne();
+  static void Finish(Job& job, const absl::Status& status);
+  // Moves a bad file to quarantine/, logging why. Fails if it cannot.
+  absl::Status Quarantine(const std::string& path, const absl::Status& why);
+  void SetRecord(absl::string_view name, const std::shared_ptr<CuckooFilter>& filter,
+                 const SnapshotRecord& record);
 
   FilterRegistry* const registry_;
   const std::string data_dir_;
   Metrics* const metrics_;
+  const PersistenceOptions options_;
   absl::Duration interval_;
   boost::asio::io_context io_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
   std::unique_ptr<boost::asio::steady_timer> timer_;
   std::thread thread_;
   int lock_fd_ = -1;
+
+  // Held by every file operation: one at a time.
+  std::mutex file_mu_;
+
   std::mutex state_mu_;
-  bool running_ = false;  // Guarded by state_mu_.
+  bool running_ = false;                    // Guarded by state_mu_.
+  bool cancelled_ = false;                  // Guarded by state_mu_.
+  std::deque<std::unique_ptr<Job>> queue_;  // Guarded by state_mu_.
+
+  struct Entry {
+    std::weak_ptr<const CuckooFilter> filter;  // The filter the record is of.
+    SnapshotRecord record;
+  };
+  mutable std::mutex records_mu_;
+  absl::flat_hash_map<std::string, Entry> records_;  // Guarded by records_mu_.
 };
 
 }  // namespace cuckoo::server

@@ -184,7 +184,7 @@ int main(int argc, char** argv) {
   b = semi;
   b[20] = 2;  // Unknown table kind.
   cuckoo::testing::ResealSnapshot(b);
-  ok = WriteInvalid(dir, "table-kind-2", b, "unknown table kind 2") && ok;
+  ok = WriteInvalid(dir, "table-kind-2", b, "table kind 2 is unknown") && ok;
   if (!ok) return 1;
 
   uint64_t bytes = 0;

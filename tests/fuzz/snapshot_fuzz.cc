@@ -116,10 +116,13 @@ void ParseOne(absl::Span<const uint8_t> data) {
   if (r.ok()) {
     Exercise(*r, data);
   } else {
-    // A bad file is DATA_LOSS; only the admit budget or the allocator may say
-    // anything else (INTERNAL would mean a read past the end of the input).
+    // A bad file is DATA_LOSS, an intact one this build cannot read (a newer
+    // version, kind or settings) FAILED_PRECONDITION; only the admit budget
+    // or the allocator may say anything else (INTERNAL would mean a read
+    // past the end of the input).
     const absl::StatusCode code = r.status().code();
-    Check(code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kResourceExhausted);
+    Check(code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kFailedPrecondition ||
+          code == absl::StatusCode::kResourceExhausted);
     Check(!r.status().message().empty());
   }
 }
