@@ -1,17 +1,28 @@
 // cuckood: the server process. Reads the configuration (flags, then CUCKOOD_*
 // environment variables, then built-in defaults), starts the gRPC server (and
-// the admin HTTP server) and waits for SIGINT or SIGTERM, which Boost.Asio
-// delivers: health turns NOT_SERVING (/healthz and /readyz 503), new calls
-// are refused with UNAVAILABLE, calls in flight get --drain-timeout to
-// finish, changed filters are snapshotted, and the process exits 0.
+// the admin HTTP server) and waits for signals, which Boost.Asio delivers:
+//
+//   SIGTERM, SIGINT  shut down: health turns NOT_SERVING (/healthz and
+//                    /readyz 503), new calls are refused with UNAVAILABLE,
+//                    calls in flight get --drain-timeout to finish, changed
+//                    filters are snapshotted, and the process exits 0.
+//   a second one     ends the drain at once; the final snapshot is still
+//                    written.
+//   a third one      exits at once with code 1, without the final snapshot
+//                    (changes since the last snapshot are lost).
+//   SIGHUP           logged and ignored: cuckood has no configuration file
+//                    to reload, and a terminal that goes away must not take
+//                    the server (and its unsnapshotted changes) with it.
 //
 // Exit codes: 0 after a signal-initiated shutdown, 1 if the server cannot
-// start (e.g. the port is taken, a snapshot cannot be loaded) or the final
-// snapshot failed, 2 for a bad configuration.
+// start (e.g. the port is taken, a snapshot cannot be loaded), the final
+// snapshot failed or a third signal cut it short, 2 for a bad configuration.
 #include <signal.h>
 #include <string.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <thread>
 
 #include "absl/strings/str_format.h"
@@ -41,7 +52,7 @@ int Main(int argc, char** argv) {
 
   // Signals first, so a SIGTERM during start-up is not lost.
   boost::asio::io_context io;
-  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
 
   absl::StatusOr<std::unique_ptr<CuckooServer>> server = CuckooServer::Start(*config);
   if (!server.ok()) {
@@ -55,17 +66,45 @@ int Main(int argc, char** argv) {
       FormatByteSize((*server)->registry().limits().memory_budget_bytes), config->max_filters,
       config->max_batch_keys, config->max_key_bytes, FormatByteSize(config->max_message_bytes));
 
-  signals.async_wait([&](const boost::system::error_code& ec, int signo) {
-    if (ec) return;
-    spdlog::info("received {}: shutting down, draining calls in flight for up to {}",
-                 sigabbrev_np(signo), absl::FormatDuration(config->drain_timeout));
-    (*server)->Shutdown(config->drain_timeout);
-  });
+  // The shutdown runs on a thread of its own, so that this one stays free
+  // to take the next signal.
+  std::thread shutdown;
+  int stop_signals = 0;
+  std::function<void()> wait_for_signal = [&] {
+    signals.async_wait([&](const boost::system::error_code& ec, int signo) {
+      if (ec) return;
+      if (signo == SIGHUP) {
+        spdlog::info("received SIGHUP: cuckood has no configuration file to reload; ignored");
+      } else if (++stop_signals == 1) {
+        spdlog::info(
+            "received {}: shutting down, draining calls in flight for up to {} (send it again to "
+            "end the drain now)",
+            sigabbrev_np(signo), absl::FormatDuration(config->drain_timeout));
+        shutdown = std::thread([&] { (*server)->Shutdown(config->drain_timeout); });
+      } else if (stop_signals == 2) {
+        spdlog::warn(
+            "received {} again: ending the drain now; the final snapshot is still written (a "
+            "third signal exits at once without it)",
+            sigabbrev_np(signo));
+        (*server)->Hurry();
+      } else {
+        spdlog::critical(
+            "received {} a third time: exiting now without the final snapshot; changes since "
+            "each filter's last snapshot are lost",
+            sigabbrev_np(signo));
+        spdlog::default_logger()->flush();
+        std::_Exit(1);
+      }
+      wait_for_signal();
+    });
+  };
+  wait_for_signal();
   std::thread io_thread([&io] { io.run(); });
 
   (*server)->Wait();
   io.stop();
   io_thread.join();
+  if (shutdown.joinable()) shutdown.join();
   if (!(*server)->final_snapshot_status().ok()) {
     spdlog::critical(
         "stopped; the final snapshot failed, changes since the last good one are lost");

@@ -35,8 +35,9 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
   s->metrics_ = std::make_unique<Metrics>();
   s->registry_ = std::make_unique<FilterRegistry>(RegistryLimits{
       .memory_budget_bytes = EffectiveMemoryBudget(config), .max_filters = config.max_filters});
-  s->persistence_ =
-      std::make_unique<Persistence>(s->registry_.get(), config.data_dir, s->metrics_.get());
+  s->persistence_ = std::make_unique<Persistence>(
+      s->registry_.get(), config.data_dir, s->metrics_.get(),
+      PersistenceOptions{.snapshot_buffer_bytes = EffectiveSnapshotBuffer(config)});
   s->service_ = std::make_unique<FilterServiceImpl>(
       s->registry_.get(), s->persistence_.get(), s->metrics_.get(),
       ServiceLimits{.max_batch_keys = config.max_batch_keys,
@@ -125,12 +126,19 @@ AdminResponse CuckooServer::Readyz() const {
 AdminResponse CuckooServer::MetricsPage() const {
   return {.status = 200,
           .content_type = kPrometheusContentType,
-          .body = metrics_->Render(
-              {.registry = registry_.get(), .calls_in_flight = service_->calls_in_flight()})};
+          .body = metrics_->Render({.registry = registry_.get(),
+                                    .persistence = persistence_.get(),
+                                    .calls_in_flight = service_->calls_in_flight()})};
 }
+
+void CuckooServer::Hurry() { hurry_.store(true, std::memory_order_release); }
 
 void CuckooServer::Shutdown(absl::Duration drain) {
   std::call_once(shutdown_once_, [&] {
+    struct Done {
+      absl::Notification* n;
+      ~Done() { n->Notify(); }
+    } done{&shutdown_done_};
     // Not ready and not healthy from here on: load balancers stop sending.
     state_.store(State::kStopping, std::memory_order_release);
     if (grpc_server_ == nullptr) return;
@@ -138,12 +146,31 @@ void CuckooServer::Shutdown(absl::Duration drain) {
     health->SetServingStatus(false);
     health->SetServingStatus(kServiceName, false);
     service_->StopAccepting();
-    // Calls in flight get up to `drain`; then gRPC cancels whatever is left.
+    // Snapshot and DropFilter calls still waiting for the persistence
+    // thread answer now; the final snapshot writes every changed filter.
+    persistence_->CancelQueued();
+    // Calls in flight get up to `drain` (less if Hurry()). Then running
+    // batches stop at their next part and answer UNAVAILABLE, which clients
+    // retry, rather than being cancelled; what still runs a second later is.
     // (Passing the drain deadline to gRPC alone would also wait that long for
     // idle client connections to go away.)
-    if (!service_->WaitIdle(absl::Now() + drain)) {
-      spdlog::warn("{} calls still running after the drain time of {}; cancelling them",
-                   service_->calls_in_flight(), absl::FormatDuration(drain));
+    const absl::Time deadline = absl::Now() + drain;
+    auto idle_or = [&](absl::Time until, bool hurry_ends) {
+      while (service_->calls_in_flight() > 0) {
+        if (absl::Now() >= until || (hurry_ends && hurry_.load(std::memory_order_acquire))) {
+          return false;
+        }
+        absl::SleepFor(absl::Milliseconds(2));
+      }
+      return true;
+    };
+    if (!idle_or(deadline, /*hurry_ends=*/true)) {
+      spdlog::warn("{} calls still running {}; stopping them", service_->calls_in_flight(),
+                   hurry_.load()
+                       ? "when told to hurry"
+                       : absl::StrCat("after the drain time of ", absl::FormatDuration(drain)));
+      service_->AbortRunning();
+      idle_or(absl::Now() + absl::Seconds(1), /*hurry_ends=*/false);
     }
     grpc_server_->Shutdown(std::chrono::system_clock::now());
     grpc_server_->Wait();
@@ -159,10 +186,9 @@ void CuckooServer::Shutdown(absl::Duration drain) {
                  run->written.size(), FormatByteSize(run->bytes), run->unchanged.size(),
                  absl::FormatDuration(run->duration));
   });
+  shutdown_done_.WaitForNotification();
 }
 
-void CuckooServer::Wait() {
-  if (grpc_server_ != nullptr) grpc_server_->Wait();
-}
+void CuckooServer::Wait() { shutdown_done_.WaitForNotification(); }
 
 }  // namespace cuckoo::server

@@ -29,6 +29,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "core/registry.h"
 #include "server/admin_http.h"
@@ -70,14 +71,20 @@ class CuckooServer {
   const ServerConfig& config() const { return config_; }
 
   // Stops serving: /healthz and /readyz answer 503 and gRPC health turns
-  // NOT_SERVING, new calls fail with UNAVAILABLE,
-  // and calls in flight get up to `drain` to finish before they are
-  // cancelled. Then writes a final snapshot of every changed filter.
-  // Returns when the server has stopped. Idempotent.
+  // NOT_SERVING, new calls fail with UNAVAILABLE, queued Snapshot and
+  // DropFilter calls are answered UNAVAILABLE, and calls in flight get up to
+  // `drain` to finish. Insert and Delete batches still running then stop at
+  // their next part with UNAVAILABLE (Persistence, FilterServiceImpl), and
+  // whatever is left after another second is cancelled. Then writes a final
+  // snapshot of every changed filter. Returns when the server has stopped.
+  // Idempotent; a second call waits for the first.
   void Shutdown(absl::Duration drain);
+  // Ends a Shutdown's drain now (the final snapshot is still written): for
+  // an operator who signals again.
+  void Hurry();
   // After Shutdown: whether the final snapshot was written.
   absl::Status final_snapshot_status() const { return final_snapshot_status_; }
-  // Blocks until Shutdown has completed.
+  // Blocks until Shutdown has completed (final snapshot included).
   void Wait();
 
  private:
@@ -100,6 +107,8 @@ class CuckooServer {
   std::string address_;
   int port_ = 0;
   std::once_flag shutdown_once_;
+  std::atomic<bool> hurry_{false};
+  absl::Notification shutdown_done_;
   absl::Status final_snapshot_status_;
   // Last, so it stops first: its handlers read the members above.
   std::unique_ptr<AdminHttpServer> admin_;
