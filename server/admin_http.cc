@@ -31,10 +31,9 @@ namespace {
 
 constexpr size_t kMaxHeaderBytes = 8 << 10;
 constexpr size_t kMaxBodyBytes = 4 << 10;
-constexpr int kMaxSessions = 128;
-// How long a connection may take to send a request (or sit idle between
-// requests), and to take a response.
-constexpr std::chrono::seconds kTimeout(30);
+// How long a connection may take to send a request (or sit idle before it),
+// and to take a response. Probes and scrapes send their request at once.
+constexpr std::chrono::seconds kTimeout(10);
 constexpr std::chrono::seconds kLingerTime(2);
 
 const std::string kServerHeader = absl::StrCat("cuckood/", kVersion);
@@ -52,28 +51,40 @@ bool IsParseError(const beast::error_code& ec) {
 
 }  // namespace
 
-// One connection: read a request, answer it, repeat while keep-alive.
+// One connection: read a request, answer it, repeat while keep-alive. Lives
+// on the server's thread; registered with the server (Sessions) for the
+// connection limits.
 class AdminHttpServer::Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, const AdminHandlers* handlers,
-          std::shared_ptr<std::atomic<int>> sessions)
-      : stream_(std::move(socket)), handlers_(handlers), sessions_(std::move(sessions)) {
-    sessions_->fetch_add(1, std::memory_order_relaxed);
-  }
-  ~Session() { sessions_->fetch_sub(1, std::memory_order_relaxed); }
+  Session(tcp::socket socket, const AdminHandlers* handlers, Sessions* sessions, std::string peer)
+      : stream_(std::move(socket)),
+        handlers_(handlers),
+        sessions_(sessions),
+        peer_(std::move(peer)) {}
+  ~Session() { sessions_->Remove(this, peer_); }
+
+  const std::string& peer() const { return peer_; }
 
   void Read() {
     parser_.emplace();
     parser_->header_limit(kMaxHeaderBytes);
     parser_->body_limit(kMaxBodyBytes);
     stream_.expires_after(kTimeout);
+    sessions_->Waiting(shared_from_this());
     http::async_read(
         stream_, buffer_, *parser_,
         [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
   }
 
+  // Closes a connection waiting for a request, to make room for a new one.
+  void Evict() {
+    beast::error_code ignored;
+    stream_.socket().cancel(ignored);
+  }
+
  private:
   void OnRead(beast::error_code ec) {
+    sessions_->NotWaiting(this);
     if (ec) {
       // end_of_stream: the client closed between requests; timeout: it was
       // idle or too slow; anything else but a parse error: the socket failed.
@@ -156,8 +167,55 @@ class AdminHttpServer::Session : public std::enable_shared_from_this<Session> {
   http::response<http::string_body> res_;
   std::array<char, 4096> drain_;
   const AdminHandlers* const handlers_;
-  const std::shared_ptr<std::atomic<int>> sessions_;
+  Sessions* const sessions_;
+  const std::string peer_;
 };
+
+void AdminHttpServer::Sessions::Add(const std::string& peer) {
+  ++open_;
+  ++per_peer_[peer];
+}
+
+void AdminHttpServer::Sessions::Remove(Session* session, const std::string& peer) {
+  NotWaiting(session);
+  --open_;
+  if (auto it = per_peer_.find(peer); it != per_peer_.end() && --it->second == 0) {
+    per_peer_.erase(it);
+  }
+}
+
+void AdminHttpServer::Sessions::Waiting(const std::shared_ptr<Session>& session) {
+  NotWaiting(session.get());
+  waiting_.push_back(session);
+}
+
+void AdminHttpServer::Sessions::NotWaiting(Session* session) {
+  // Also drops the entries of sessions already gone.
+  waiting_.remove_if([session](const std::weak_ptr<Session>& w) {
+    std::shared_ptr<Session> s = w.lock();
+    return s == nullptr || s.get() == session;
+  });
+}
+
+bool AdminHttpServer::Sessions::MakeRoom(const std::string& peer) {
+  const bool peer_full = PeerCount(peer) >= kMaxSessionsPerPeer;
+  if (!peer_full && open_ < kMaxSessions) return true;
+  // Evict the connection that has waited longest for a request: from this
+  // peer when it is at its own limit, else from anyone.
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    std::shared_ptr<Session> s = it->lock();
+    if (s == nullptr || (peer_full && s->peer() != peer)) continue;
+    waiting_.erase(it);
+    s->Evict();
+    return true;
+  }
+  return false;
+}
+
+int AdminHttpServer::Sessions::PeerCount(const std::string& peer) const {
+  auto it = per_peer_.find(peer);
+  return it == per_peer_.end() ? 0 : it->second;
+}
 
 AdminHttpServer::AdminHttpServer(AdminHandlers handlers)
     : handlers_(std::move(handlers)), acceptor_(io_), retry_(io_) {}
@@ -215,11 +273,14 @@ void AdminHttpServer::Accept() {
       });
       return;
     }
-    if (sessions_->load(std::memory_order_relaxed) >= kMaxSessions) {
+    beast::error_code peer_ec;
+    const std::string peer = socket.remote_endpoint(peer_ec).address().to_string();
+    if (peer_ec || !sessions_.MakeRoom(peer)) {
       beast::error_code ignored;
-      socket.close(ignored);  // Too many connections: this one is refused.
+      socket.close(ignored);  // Every connection is busy: this one is refused.
     } else {
-      std::make_shared<Session>(std::move(socket), &handlers_, sessions_)->Read();
+      sessions_.Add(peer);
+      std::make_shared<Session>(std::move(socket), &handlers_, &sessions_, peer)->Read();
     }
     Accept();
   });

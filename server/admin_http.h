@@ -9,7 +9,11 @@
 // HEAD is answered like GET without the body; other methods get 405, other
 // paths 404, a request that does not parse 400, one with a body over 4 KiB
 // 413 and headers over 8 KiB 431. Connections are kept alive (HTTP/1.1) and
-// closed after 30 s without a request; at most 128 are open at once.
+// closed after 10 s without a request. At most 128 are open at once, 16 from
+// one peer address; a new connection beyond either limit closes the one
+// that has waited longest for a request (from that peer, at the per-peer
+// limit), so idle or stalled connections cannot lock probes out. It is
+// refused only when every connection is busy answering.
 //
 // One thread runs an Asio io_context with every connection on it, async
 // throughout: a slow or stalled client holds only its own connection. The
@@ -27,6 +31,8 @@
 
 #include <atomic>
 #include <functional>
+#include <list>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -74,21 +80,43 @@ class AdminHttpServer {
   // Idempotent.
   void Stop();
 
+  static constexpr int kMaxSessions = 128;
+  static constexpr int kMaxSessionsPerPeer = 16;
+
  private:
   class Session;
+  // The open connections, by peer, and those waiting for a request, oldest
+  // first. Used on the server's thread only.
+  class Sessions {
+   public:
+    void Add(const std::string& peer);
+    void Remove(Session* session, const std::string& peer);
+    void Waiting(const std::shared_ptr<Session>& session);
+    void NotWaiting(Session* session);
+    // Whether a new connection from `peer` may open, after evicting a
+    // waiting one if a limit is reached.
+    bool MakeRoom(const std::string& peer);
+
+   private:
+    int PeerCount(const std::string& peer) const;
+
+    int open_ = 0;
+    std::map<std::string, int> per_peer_;
+    std::list<std::weak_ptr<Session>> waiting_;
+  };
+
   explicit AdminHttpServer(AdminHandlers handlers);
   void Accept();
 
   const AdminHandlers handlers_;
+  // Before io_: sessions left in io_ when it is destroyed unregister here.
+  Sessions sessions_;
   boost::asio::io_context io_;
   boost::asio::ip::tcp::acceptor acceptor_;
   // Paces accepting again after an accept error.
   boost::asio::steady_timer retry_;
   std::string address_;
   int port_ = 0;
-  // Connections open now; shared with them (they may outlive a Stop()ped
-  // server only inside io_'s destructor).
-  std::shared_ptr<std::atomic<int>> sessions_ = std::make_shared<std::atomic<int>>(0);
   std::thread thread_;
   std::atomic<bool> stopped_{false};
 };
