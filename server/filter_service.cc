@@ -167,10 +167,11 @@ template <typename Result, typename Apply, typename Encode>
 absl::Status FilterServiceImpl::DataPath(RpcMethod method, const grpc::ByteBuffer& request,
                                          std::string_view message, grpc::ByteBuffer* response,
                                          Apply apply, Encode encode) {
-  thread_local std::string storage;
   thread_local wire::KeysRequest req;
-  grpc::Slice slice;
-  absl::Status s = wire::ParseKeysRequest(wire::Flatten(request, &slice, &storage), message, &req);
+  std::vector<grpc::Slice> slices;
+  std::vector<std::string_view> chunks;
+  absl::Status s = wire::Slices(request, &slices, &chunks);
+  if (s.ok()) s = wire::ParseKeysRequest(chunks, message, wire::kNoLimits, &req);
   if (!s.ok()) return s;
   absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = FindFilter(req.filter);
   if (!filter.ok()) return filter.status();
