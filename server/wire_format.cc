@@ -288,11 +288,10 @@ class Parser {
           }
           if (len < limits.min_key_bytes) {
             return absl::InvalidArgumentError(
-                len == 0 && limits.min_key_bytes == 1
-                    ? absl::StrFormat("keys[%u] is empty; keys must be 1 to %u bytes", index,
-                                      limits.max_key_bytes)
-                    : absl::StrFormat("keys[%u] is %u bytes; keys must be %u to %u bytes", index,
-                                      len, limits.min_key_bytes, limits.max_key_bytes));
+                len == 0 ? absl::StrFormat("keys[%u] is empty; keys must be %u to %u bytes", index,
+                                           limits.min_key_bytes, limits.max_key_bytes)
+                         : absl::StrFormat("keys[%u] is %u bytes; keys must be %u to %u bytes",
+                                           index, len, limits.min_key_bytes, limits.max_key_bytes));
           }
           if (len > limits.max_key_bytes) {
             return absl::InvalidArgumentError(

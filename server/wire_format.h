@@ -124,8 +124,8 @@ struct KeysRequest {
 //     for input the generated parser rejects (offset into the whole message);
 //   "batch has more than N keys; the server's limit (--max-batch-keys) is N:
 //     split the batch" at the (max_keys + 1)-th key;
-//   "keys[i] is empty; keys must be 1 to M bytes" (or "keys[i] is L bytes;
-//     keys must be m to M bytes" when min_key_bytes > 1);
+//   "keys[i] is empty; keys must be m to M bytes" (or "keys[i] is L bytes;
+//     keys must be m to M bytes" for a short key when min_key_bytes > 1);
 //   "keys[i] is L bytes; the server's limit (--max-key-bytes) is M";
 //   "filter name is L bytes; at most M are allowed", for any occurrence of
 //     the filter field.

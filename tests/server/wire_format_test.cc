@@ -552,6 +552,8 @@ TEST(WireFormatTest, KeyAndFilterLimitsNameTheFirstOffenderInWireOrder) {
   three.min_key_bytes = 3;
   EXPECT_EQ(error(Field(2, 2, "abc") + Field(2, 2, "ab"), three),
             "keys[1] is 2 bytes; keys must be 3 to 64 bytes");
+  // Found by wire_fuzz: an empty key is "empty" whatever the minimum.
+  EXPECT_EQ(error(Field(2, 2, ""), three), "keys[0] is empty; keys must be 3 to 64 bytes");
   // Malformed before the offender: the malformation is reported.
   EXPECT_THAT(error(S("\x0f", 1) + Field(2, 2, "")), StartsWith("request is not a valid"));
   // Keys in an unknown group are not keys, so not checked.
