@@ -87,9 +87,15 @@ int main(int argc, char** argv) {
   const std::string unknown = S("\x48\x96\x01", 3) + S("\x49", 1) + std::string(8, '\x07') +
                               S("\x4a\x03xyz", 5) + S("\x4d\x01\x02\x03\x04", 5) +
                               S("\x4b\x12\x01k\x4c", 5) + S("\x10\x05", 2);
-  std::string nested;
-  for (int i = 0; i < 10; ++i) nested += static_cast<char>(((5 + i % 2) << 3) | 3);
-  for (int i = 9; i >= 0; --i) nested += static_cast<char>(((5 + i % 2) << 3) | 4);
+  // Groups of fields 5 and 6 nested `depth` deep; the generated parser
+  // allows 100.
+  auto nest = [](int depth) {
+    std::string s;
+    for (int i = 0; i < depth; ++i) s += static_cast<char>(((5 + i % 2) << 3) | 3);
+    for (int i = depth - 1; i >= 0; --i) s += static_cast<char>(((5 + i % 2) << 3) | 4);
+    return s;
+  };
+  const std::string nested = nest(10);
 
   const std::vector<Seed> seeds = {
       {"empty", "", true},
@@ -101,6 +107,8 @@ int main(int argc, char** argv) {
       {"merged", some + Request("other", {"dave"}, false).SerializeAsString(), true},
       {"unknown-fields", unknown + some + unknown, true},
       {"nested-groups", nested + some, true},
+      {"groups-100-deep", some + nest(100), true},
+      {"groups-101-deep", some + nest(101), false},
       {"ten-byte-varint", S("\x18\x80\x80\x80\x80\x80\x80\x80\x80\x80\x02", 11), true},
       {"five-byte-tag", S("\x92\x80\x80\x80\x70\x01k", 7), true},
       {"truncated", some.substr(0, some.size() - 4), false},  // Inside "carol".
