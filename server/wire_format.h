@@ -128,7 +128,9 @@ struct KeysRequest {
 //     keys must be m to M bytes" for a short key when min_key_bytes > 1);
 //   "keys[i] is L bytes; the server's limit (--max-key-bytes) is M";
 //   "filter name is L bytes; at most M are allowed", for any occurrence of
-//     the filter field.
+//     the filter field;
+//   "cuckoo.v1.<message> is too large" past INT_MAX bytes (which the
+//     generated parser cannot take either).
 // A field too long for a limit is refused from its length prefix (once that
 // is known to fit in the message), before any of it is copied.
 absl::Status ParseKeysRequest(absl::Span<const std::string_view> chunks, std::string_view message,

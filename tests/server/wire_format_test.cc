@@ -290,14 +290,15 @@ TEST(WireFormatTest, TrailingZeroTagIsRejected) {
 }
 
 TEST(WireFormatTest, TagsAreAtMostFiveBytesAndDropBitsPastThirtyTwo) {
-  ExpectBoth(true, S("\x92\x00\x01k", 4));                   // Tag 18 in two bytes.
-  ExpectBoth(true, S("\x92\x80\x80\x80\x00\x01k", 7));       // In five.
-  ExpectBoth(true, S("\x92\x80\x80\x80\x70\x01k", 7));       // Bits 32-34 set: still 18.
-  ExpectBoth(false, S("\x92\x80\x80\x80\x80\x00\x01k", 8));  // Six bytes.
-  ExpectBoth(false, S("\x92", 1));                           // Truncated.
-  ExpectBoth(true, S("\xf8\xff\xff\xff\x0f\x00", 6));        // Largest field number, varint.
+  ExpectBoth(true, S("\x92\x00\x01k", 4));                     // Tag 18 in two bytes.
+  ExpectBoth(true, S("\x92\x80\x80\x80\x00\x01k", 7));         // In five.
+  ExpectBoth(true, S("\x92\x80\x80\x80\x70\x01k", 7));         // Bits 32-34 set: still 18.
+  ExpectBoth(false, S("\x92\x80\x80\x80\x80\x00\x01k", 8));    // Six bytes.
+  ExpectBoth(false, S("\x92", 1));                             // Truncated.
+  ExpectBoth(true, S("\xf8\xff\xff\xff\x0f\x00", 6));          // Largest field number, varint.
+  const std::string five = S("\x92\x80\x80\x80\x70\x01k", 7);  // The views point into it.
   KeysRequest r;
-  ASSERT_TRUE(ParseKeysRequest(S("\x92\x80\x80\x80\x70\x01k", 7), "X", kNoLimits, &r).ok());
+  ASSERT_TRUE(ParseKeysRequest(five, "X", kNoLimits, &r).ok());
   EXPECT_THAT(r.keys, ElementsAre("k"));
 }
 
