@@ -1,25 +1,34 @@
 #!/usr/bin/env bash
-# Fuzzes the snapshot reader (tests/fuzz/snapshot_fuzz.cc) for a while:
-#   scripts/fuzz.sh [seconds]        (default 45)
+# Fuzzes the snapshot reader (tests/fuzz/snapshot_fuzz.cc) and the data
+# path's request parser (tests/fuzz/wire_fuzz.cc, differential against the
+# generated protobuf parser), each for a while:
+#   scripts/fuzz.sh [snapshot-seconds] [wire-seconds]    (defaults 45 and 30;
+#                                                         0 skips that fuzzer)
 #
-# Builds snapshot_fuzz and the seed corpus generator with clang + libFuzzer,
-# ASan and UBSan into build/fuzz, writes the seed corpus into build/fuzz/corpus
-# (inputs the fuzzer finds are kept there too, so later runs start from them;
-# past 1000 files it is merged down to the inputs that add coverage)
-# and runs the fuzzer for the given time. Quiet on success apart from a
-# one-line summary; on a crash prints the fuzzer's report, leaves the input in
-# build/fuzz/artifacts/ and exits non-zero.
+# Builds both fuzzers and their seed corpus generators with clang + libFuzzer,
+# ASan and UBSan into build/fuzz. Each fuzzer has its own corpus directory,
+# build/fuzz/corpus (snapshot) and build/fuzz/wire-corpus, seeded by its
+# generator; inputs the fuzzer finds are kept there too, so later runs start
+# from them, and past 1000 files a corpus is merged down to the inputs that
+# add coverage. Quiet on success apart from one summary line per fuzzer; on a
+# crash prints that fuzzer's report, leaves the input in
+# build/fuzz/artifacts/ (named <fuzzer>-crash-...) and exits non-zero after
+# the other fuzzer has run.
 #
 # Without clang++ or libFuzzer (Debian: clang, libclang-rt-14-dev) it prints a
-# notice and falls back to the g++ ASan+UBSan corpus replay instead
-# (snapshot_fuzz_replay over the seed corpus in build/asan, via CTest), which
-# checks the seeds but does not fuzz; it fails only if that replay fails.
+# notice and falls back to the g++ ASan+UBSan corpus replays instead
+# (snapshot_fuzz_replay and wire_fuzz_replay over their seed corpora in
+# build/asan, via CTest), which check the seeds but do not fuzz; it fails only
+# if a replay fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds=${1:-45}
-case "$seconds" in
-  '' | *[!0-9]*) echo "usage: $0 [seconds]" >&2; exit 2 ;;
-esac
+snapshot_seconds=${1:-45}
+wire_seconds=${2:-30}
+for s in "$snapshot_seconds" "$wire_seconds"; do
+  case "$s" in
+    '' | *[!0-9]*) echo "usage: $0 [snapshot-seconds] [wire-seconds]" >&2; exit 2 ;;
+  esac
+done
 out=build/fuzz
 mkdir -p "$out"
 log=$out/fuzz.log
@@ -34,52 +43,74 @@ have_libfuzzer() {
 
 if ! have_libfuzzer; then
   echo "fuzz: clang++ with libFuzzer not found (install clang and libclang-rt-14-dev);" \
-    "falling back to the g++ ASan corpus replay, no fuzzing" >&2
-  bash scripts/build.sh asan snapshot_fuzz_replay >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
-  ctest --test-dir build/asan --output-on-failure -R '^snapshot_fuzz_' >>"$log" 2>&1 ||
+    "falling back to the g++ ASan corpus replays, no fuzzing" >&2
+  bash scripts/build.sh asan snapshot_fuzz_replay wire_fuzz_replay >"$log" 2>&1 ||
     { cat "$log" >&2; exit 1; }
-  echo "fuzz: corpus replay (g++ ASan+UBSan) passed"
+  ctest --test-dir build/asan --output-on-failure -R '^(snapshot|wire)_fuzz_' >>"$log" 2>&1 ||
+    { cat "$log" >&2; exit 1; }
+  echo "fuzz: corpus replays (g++ ASan+UBSan) passed"
   exit 0
 fi
 
 # Debug (asserts on) at -O1, every target instrumented for coverage, ASan and
-# UBSan; the fuzzer's own link flag is set on snapshot_fuzz only.
+# UBSan; the fuzzer's own link flag is set on the fuzz targets only.
 CC=clang CXX=clang++ cmake -S . -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
   -DCMAKE_CXX_FLAGS="-O1 -fsanitize=fuzzer-no-link" -DCUCKOO_SANITIZE=address \
   -DCUCKOO_BUILD_BENCH=OFF >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
-ninja -C "$out" snapshot_fuzz make_snapshot_corpus >>"$log" 2>&1 || { cat "$log" >&2; exit 1; }
-fuzzer=$out/tests/fuzz/snapshot_fuzz
-# Inputs found by earlier runs stay in the corpus; once there are many,
-# keep only those that add coverage (libFuzzer's merge) so it cannot grow
-# without bound.
-if [ -d "$out/corpus" ] && [ "$(find "$out/corpus" -type f | wc -l)" -gt 1000 ]; then
-  rm -rf "$out/corpus.merged"
-  mkdir "$out/corpus.merged"
-  "$fuzzer" -merge=1 -max_len=16384 -rss_limit_mb=2048 "$out/corpus.merged" "$out/corpus" \
-    >>"$log" 2>&1 || { cat "$log" >&2; exit 1; }
-  rm -rf "$out/corpus"
-  mv "$out/corpus.merged" "$out/corpus"
-fi
-"$out/tests/fuzz/make_snapshot_corpus" "$out/corpus" >>"$log" 2>&1 || { cat "$log" >&2; exit 1; }
+targets=()
+[ "$snapshot_seconds" -gt 0 ] && targets+=(snapshot_fuzz make_snapshot_corpus)
+[ "$wire_seconds" -gt 0 ] && targets+=(wire_fuzz make_wire_corpus)
+[ "${#targets[@]}" -gt 0 ] || exit 0
+ninja -C "$out" "${targets[@]}" >>"$log" 2>&1 || { cat "$log" >&2; exit 1; }
 
-mkdir -p "$out/artifacts"
-status=0
-ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1}" \
-  UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" \
-  "$fuzzer" -max_total_time="$seconds" -max_len=16384 \
-  -rss_limit_mb=2048 -timeout=20 -print_final_stats=1 \
-  -artifact_prefix="$out/artifacts/" "$out/corpus" >"$log" 2>&1 || status=$?
-if [ "$status" -ne 0 ]; then
-  cat "$log" >&2
-  echo "fuzz: snapshot_fuzz FAILED (exit $status); the input is in $out/artifacts/;" \
-    "reproduce with $fuzzer <input>" >&2
-  exit 1
+# run_fuzzer NAME SECONDS CORPUS_DIR CORPUS_TOOL MAX_LEN
+run_fuzzer() {
+  local name=$1 seconds=$2 corpus=$3 tool=$4 max_len=$5
+  local fuzzer=$out/tests/fuzz/$name flog=$out/$name.log status=0
+  # Inputs found by earlier runs stay in the corpus; once there are many,
+  # keep only those that add coverage (libFuzzer's merge) so it cannot grow
+  # without bound.
+  if [ -d "$corpus" ] && [ "$(find "$corpus" -type f | wc -l)" -gt 1000 ]; then
+    rm -rf "$corpus.merged"
+    mkdir "$corpus.merged"
+    "$fuzzer" -merge=1 -max_len="$max_len" -rss_limit_mb=2048 "$corpus.merged" "$corpus" \
+      >"$flog" 2>&1 || { cat "$flog" >&2; return 1; }
+    rm -rf "$corpus"
+    mv "$corpus.merged" "$corpus"
+  fi
+  "$out/tests/fuzz/$tool" "$corpus" >"$flog" 2>&1 || { cat "$flog" >&2; return 1; }
+
+  mkdir -p "$out/artifacts"
+  ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1}" \
+    UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" \
+    "$fuzzer" -max_total_time="$seconds" -max_len="$max_len" \
+    -rss_limit_mb=2048 -timeout=20 -print_final_stats=1 \
+    -artifact_prefix="$out/artifacts/$name-" "$corpus" >"$flog" 2>&1 || status=$?
+  if [ "$status" -ne 0 ]; then
+    cat "$flog" >&2
+    local artifact
+    artifact=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$flog" | tail -n 1)
+    echo "fuzz: $name FAILED (exit $status); the input is ${artifact:-in $out/artifacts/};" \
+      "reproduce with $fuzzer <input>" >&2
+    return 1
+  fi
+  # "stat::number_of_executed_units: N" and the last status line,
+  # "#N DONE cov: C ft: F corp: K/S lim: L exec/s: E rss: R".
+  local runs last corp
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$flog" | tail -n 1)
+  last=$(grep -E '^#[0-9]+' "$flog" | tail -n 1)
+  field() { sed -n "s|.* $1: \\([^ ]*\\).*|\\1|p" <<<"$last"; }
+  corp=$(field corp)
+  echo "fuzz: $name ok: ${runs:-?} execs in ${seconds}s ($(field exec/s) exec/s)," \
+    "coverage $(field cov) edges, $(field ft) features, corpus ${corp%%/*} inputs (${corp#*/})"
+}
+
+failed=0
+if [ "$snapshot_seconds" -gt 0 ]; then
+  run_fuzzer snapshot_fuzz "$snapshot_seconds" "$out/corpus" make_snapshot_corpus 16384 ||
+    failed=1
 fi
-# "stat::number_of_executed_units: N" and the last status line,
-# "#N DONE cov: C ft: F corp: K/S lim: L exec/s: E rss: R".
-runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
-last=$(grep -E '^#[0-9]+' "$log" | tail -n 1)
-field() { sed -n "s|.* $1: \\([^ ]*\\).*|\\1|p" <<<"$last"; }
-corp=$(field corp)
-echo "fuzz: snapshot_fuzz ok: ${runs:-?} execs in ${seconds}s ($(field exec/s) exec/s)," \
-  "coverage $(field cov) edges, $(field ft) features, corpus ${corp%%/*} inputs (${corp#*/})"
+if [ "$wire_seconds" -gt 0 ]; then
+  run_fuzzer wire_fuzz "$wire_seconds" "$out/wire-corpus" make_wire_corpus 4096 || failed=1
+fi
+exit "$failed"

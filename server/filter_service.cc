@@ -153,38 +153,35 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterServiceImpl::FindFilter(
   return registry_->Get(n);
 }
 
-absl::Status FilterServiceImpl::CheckKeys(absl::Span<const std::string_view> keys) const {
-  if (keys.size() > limits_.max_batch_keys) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "batch has %u keys; the server's limit (--max-batch-keys) is %u: split the batch",
-        keys.size(), limits_.max_batch_keys));
-  }
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (keys[i].empty()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "keys[%u] is empty; keys must be 1 to %u bytes", i, limits_.max_key_bytes));
-    }
-    if (keys[i].size() > limits_.max_key_bytes) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("keys[%u] is %u bytes; the server's limit (--max-key-bytes) is %u", i,
-                          keys[i].size(), limits_.max_key_bytes));
-    }
-  }
-  return absl::OkStatus();
-}
-
 template <typename Result, typename Apply, typename Encode>
 absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::CallbackServerContext* ctx,
                                          const grpc::ByteBuffer& request, std::string_view message,
                                          grpc::ByteBuffer* response, Apply apply, Encode encode) {
-  thread_local std::string storage;
+  // The request is read where gRPC holds it, its slices, and the limits
+  // are enforced while it is parsed: a request pins at most max_batch_keys
+  // key views, however many keys it carries, and is rejected at the first
+  // key over a limit, before the filter is even looked up.
   thread_local wire::KeysRequest req;
-  grpc::Slice slice;
-  absl::Status s = wire::ParseKeysRequest(wire::Flatten(request, &slice, &storage), message, &req);
+  thread_local std::vector<grpc::Slice> slices;
+  thread_local std::vector<std::string_view> chunks;
+  struct Unref {  // The slices' references go with the call.
+    ~Unref() {
+      slices.clear();
+      chunks.clear();
+    }
+  } unref;
+  absl::Status s = wire::Slices(request, &slices, &chunks);
+  if (s.ok()) {
+    s = wire::ParseKeysRequest(chunks, message,
+                               {.max_keys = limits_.max_batch_keys,
+                                .min_key_bytes = 1,
+                                .max_key_bytes = limits_.max_key_bytes,
+                                .max_filter_bytes = kMaxFilterNameBytes},
+                               &req);
+  }
   if (!s.ok()) return s;
   absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = FindFilter(req.filter);
   if (!filter.ok()) return filter.status();
-  if (s = CheckKeys(req.keys); !s.ok()) return s;
   absl::Span<Result> results = Scratch<Result>(req.keys.size());
   // Between the parts of a long batch: is anyone still waiting for it?
   const auto deadline = ctx->deadline();

@@ -100,8 +100,6 @@ class FilterServiceImpl final : public FilterServiceBase {
   // The filter a request names: INVALID_ARGUMENT for a malformed name,
   // NOT_FOUND for an unknown one.
   absl::StatusOr<std::shared_ptr<CuckooFilter>> FindFilter(std::string_view name) const;
-  // Checks the batch size and every key against the limits.
-  absl::Status CheckKeys(absl::Span<const std::string_view> keys) const;
   // The shared body of the data-path RPCs: parses the request (message type
   // `message`), finds the filter, checks the keys, runs
   // apply(filter, request, results, stop) and encodes the results. `stop`
