@@ -67,7 +67,11 @@ ABSL_FLAG(cuckoo::server::ByteSizeFlag, memory_budget, {},
           "table memory all filters together may use, e.g. 8GiB; 0 (default): 75% of the "
           "memory available to the process (cgroup limit, else RAM)");
 ABSL_FLAG(cuckoo::server::ByteSizeFlag, max_message_size, {kDefaults.max_message_bytes},
-          "largest request or response message, e.g. 64MiB");
+          "largest request or response message, e.g. 16MiB");
+ABSL_FLAG(cuckoo::server::ByteSizeFlag, transport_memory, {kDefaults.transport_memory_bytes},
+          "memory gRPC may use for connections and messages in transit, e.g. 128MiB; past it "
+          "gRPC resets streams (RESOURCE_EXHAUSTED); 0 (default): 1/16 of the available memory, "
+          "at least 32MiB and twice --max-message-size, at most 1GiB");
 ABSL_FLAG(absl::Duration, drain_timeout, kDefaults.drain_timeout,
           "on SIGTERM/SIGINT, how long in-flight requests may take to finish");
 ABSL_FLAG(absl::Duration, snapshot_interval, kDefaults.snapshot_interval,
@@ -86,9 +90,9 @@ namespace {
 
 // Every flag of the server, for the environment fallback.
 constexpr const char* kFlagNames[] = {
-    "listen",      "admin_listen",      "data_dir",         "max_batch_keys", "max_key_bytes",
-    "max_filters", "memory_budget",     "max_message_size", "drain_timeout",  "log_level",
-    "log_format",  "snapshot_interval", "snapshot_buffer",
+    "listen",      "admin_listen",      "data_dir",         "max_batch_keys",   "max_key_bytes",
+    "max_filters", "memory_budget",     "max_message_size", "drain_timeout",    "log_level",
+    "log_format",  "snapshot_interval", "snapshot_buffer",  "transport_memory",
 };
 
 struct Unit {
@@ -213,6 +217,13 @@ uint64_t EffectiveSnapshotBuffer(const ServerConfig& config) {
   return std::clamp<uint64_t>(AvailableMemoryBytes() / 16, uint64_t{16} << 20, uint64_t{128} << 20);
 }
 
+uint64_t EffectiveTransportMemory(const ServerConfig& config) {
+  if (config.transport_memory_bytes != 0) return config.transport_memory_bytes;
+  return std::max(
+      std::clamp<uint64_t>(AvailableMemoryBytes() / 16, uint64_t{32} << 20, uint64_t{1} << 30),
+      2 * config.max_message_bytes);
+}
+
 absl::Status ValidateConfig(const ServerConfig& c) {
   if (c.listen.empty() || c.listen.find(':') == std::string::npos) {
     return absl::InvalidArgumentError(
@@ -250,6 +261,12 @@ absl::Status ValidateConfig(const ServerConfig& c) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--snapshot-interval=%s must be 0 (off) or at least 1s",
                         absl::FormatDuration(c.snapshot_interval)));
+  }
+  if (c.transport_memory_bytes != 0 && c.transport_memory_bytes < 2 * c.max_message_bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--transport-memory=%s must be 0 (automatic) or at least twice --max-message-size (%s), "
+        "or a message of the largest size could not be received",
+        FormatByteSize(c.transport_memory_bytes), FormatByteSize(c.max_message_bytes)));
   }
   if (c.snapshot_buffer_bytes != 0 && c.snapshot_buffer_bytes < 4096) {
     return absl::InvalidArgumentError(
@@ -355,6 +372,7 @@ absl::StatusOr<ServerConfig> ConfigFromCommandLine(int argc, char** argv) {
   c.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   c.snapshot_interval = absl::GetFlag(FLAGS_snapshot_interval);
   c.snapshot_buffer_bytes = absl::GetFlag(FLAGS_snapshot_buffer).bytes;
+  c.transport_memory_bytes = absl::GetFlag(FLAGS_transport_memory).bytes;
   c.log_level = absl::GetFlag(FLAGS_log_level);
   c.log_format = absl::GetFlag(FLAGS_log_format);
   if (absl::Status s = ValidateConfig(c); !s.ok()) return s;

@@ -37,7 +37,12 @@ struct ServerConfig {
   // the process (its cgroup's limit, else the machine's RAM).
   uint64_t memory_budget_bytes = 0;
   // Largest request or response message.
-  uint64_t max_message_bytes = uint64_t{64} << 20;
+  uint64_t max_message_bytes = uint64_t{16} << 20;
+  // Memory gRPC may use for connections and the messages it is receiving
+  // or sending (a grpc::ResourceQuota); 0: 1/16 of the memory available to
+  // the process, at least 32 MiB and 2 * max_message_bytes, at most 1 GiB.
+  // Past it, gRPC resets streams (RESOURCE_EXHAUSTED) instead of growing.
+  uint64_t transport_memory_bytes = 0;
   // How long in-flight requests may take to finish on shutdown.
   absl::Duration drain_timeout = absl::Seconds(10);
   // How often filters changed since their last snapshot are snapshotted;
@@ -68,6 +73,9 @@ uint64_t EffectiveMemoryBudget(const ServerConfig& config);
 // The snapshot buffer actually used: config.snapshot_buffer_bytes, or the
 // default above.
 uint64_t EffectiveSnapshotBuffer(const ServerConfig& config);
+// gRPC's memory quota actually used: config.transport_memory_bytes, or the
+// default above.
+uint64_t EffectiveTransportMemory(const ServerConfig& config);
 
 // Parses "123", "64KiB", "1.5GiB", "10GB" into bytes. Whitespace between the
 // number and the unit is allowed; the unit is case-insensitive.

@@ -2,6 +2,7 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
@@ -78,6 +79,20 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
   // gRPC sets SO_REUSEPORT by default, which lets a second cuckood bind the
   // same port and silently take half the traffic; refuse instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // gRPC 1.51 inflates a compressed message whole before it checks its size
+  // against the limit: 64 KiB of gzip can become 64 MiB, and a 64 MiB
+  // message 64 GiB. cuckood therefore takes no compressed requests: a client
+  // that sends one gets UNIMPLEMENTED naming the algorithm (and the
+  // grpc-accept-encoding header says what is accepted). Keys are mostly
+  // random bytes that compress poorly anyway.
+  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_DEFLATE, false);
+  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP, false);
+  // gRPC's buffers (connections, messages being received or sent) within a
+  // quota: many large requests at once get some of their streams reset
+  // instead of growing the process without bound.
+  s->transport_quota_ = std::make_unique<grpc::ResourceQuota>("cuckood-transport");
+  s->transport_quota_->Resize(EffectiveTransportMemory(config));
+  builder.SetResourceQuota(*s->transport_quota_);
   builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &s->port_);
   builder.RegisterService(s->service_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));

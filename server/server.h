@@ -21,6 +21,7 @@
 #ifndef CUCKOO_SERVER_SERVER_H_
 #define CUCKOO_SERVER_SERVER_H_
 
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/server.h>
 
 #include <atomic>
@@ -103,6 +104,7 @@ class CuckooServer {
   std::unique_ptr<Persistence> persistence_;
   LoadSummary loaded_;
   std::unique_ptr<FilterServiceImpl> service_;
+  std::unique_ptr<grpc::ResourceQuota> transport_quota_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::string address_;
   int port_ = 0;
