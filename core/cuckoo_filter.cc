@@ -6,25 +6,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/scratch.h"
 
 namespace cuckoo {
-namespace {
-
-// A per-thread growable array reused across batches (no allocation per call
-// once warm). One instance per element type.
-template <typename T>
-T* Scratch(size_t n, int which) {
-  thread_local std::unique_ptr<T[]> buf[3];
-  thread_local size_t cap[3] = {0, 0, 0};
-  if (cap[which] < n) {
-    buf[which] = std::make_unique_for_overwrite<T[]>(n);
-    cap[which] = n;
-  }
-  return buf[which].get();
-}
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<CuckooFilter>> CuckooFilter::Create(const FilterOptions& options) {
   absl::StatusOr<FilterShape> shape = ComputeShape(options);
   if (!shape.ok()) return shape.status();
@@ -86,14 +70,14 @@ void CuckooFilter::ForEachShard(absl::Span<const uint64_t> hashes, absl::Span<Re
     return;
   }
   // Counting sort of the batch by shard, keeping each key's position.
-  uint32_t* start = Scratch<uint32_t>(num_shards + 1, 0);
-  std::fill(start, start + num_shards + 1, 0);
+  ScratchArray<uint32_t, 0> start(num_shards + 1);
+  std::fill(start.data(), start.data() + num_shards + 1, 0);
   for (uint64_t h : hashes) ++start[layout_.Shard(h) + 1];
   for (size_t s = 0; s < num_shards; ++s) start[s + 1] += start[s];
-  uint64_t* sorted = Scratch<uint64_t>(n, 0);
-  uint32_t* pos = Scratch<uint32_t>(n, 1);
-  const uint8_t** bytes = Scratch<const uint8_t*>(n, 0);
-  Result* tmp = Scratch<Result>(n, 2);
+  ScratchArray<uint64_t, 0> sorted(n);
+  ScratchArray<uint32_t, 1> pos(n);
+  ScratchArray<const uint8_t*, 0> bytes(n);
+  ScratchArray<Result, 2> tmp(n);
   for (size_t i = 0; i < n; ++i) {
     uint32_t shard = layout_.Shard(hashes[i]);
     uint32_t k = start[shard]++;
@@ -106,9 +90,9 @@ void CuckooFilter::ForEachShard(absl::Span<const uint64_t> hashes, absl::Span<Re
   for (size_t s = 0; s < num_shards; ++s) {
     uint32_t end = start[s];
     if (end > begin) {
-      fn(s, absl::Span<const uint64_t>(sorted + begin, end - begin),
-         absl::Span<Result>(tmp + begin, end - begin),
-         Lookahead{sorted + end, bytes + end, n - end});
+      fn(s, absl::Span<const uint64_t>(sorted.data() + begin, end - begin),
+         absl::Span<Result>(tmp.data() + begin, end - begin),
+         Lookahead{sorted.data() + end, bytes.data() + end, n - end});
     }
     begin = end;
   }
@@ -213,43 +197,50 @@ void CuckooFilter::CountHashed(absl::Span<const uint64_t> hashes, absl::Span<uin
 
 namespace {
 
-// Hashes a batch of keys into per-thread scratch.
-absl::Span<const uint64_t> HashAll(const CuckooFilter& f, absl::Span<const std::string_view> keys) {
-  uint64_t* h = Scratch<uint64_t>(keys.size(), 2);
-  for (size_t i = 0; i < keys.size(); ++i) h[i] = f.Hash(keys[i]);
-  return {h, keys.size()};
+// The keys' hashes, in scratch of the calling thread.
+using Hashes = ScratchArray<uint64_t, 2>;
+void HashAll(const CuckooFilter& f, absl::Span<const std::string_view> keys, Hashes& out) {
+  for (size_t i = 0; i < keys.size(); ++i) out[i] = f.Hash(keys[i]);
 }
 
 }  // namespace
 
 void CuckooFilter::InsertBatch(absl::Span<const std::string_view> keys, bool if_absent,
                                absl::Span<InsertResult> out) {
-  InsertHashed(HashAll(*this, keys), if_absent, out);
+  InsertBatch(keys, if_absent, out, NeverStop);
 }
 
 size_t CuckooFilter::InsertBatch(absl::Span<const std::string_view> keys, bool if_absent,
                                  absl::Span<InsertResult> out, StopCheck stop) {
-  return InsertHashed(HashAll(*this, keys), if_absent, out, stop);
+  Hashes h(keys.size());
+  HashAll(*this, keys, h);
+  return InsertHashed(h.span(), if_absent, out, stop);
 }
 
 void CuckooFilter::LookupBatch(absl::Span<const std::string_view> keys,
                                absl::Span<bool> out) const {
-  LookupHashed(HashAll(*this, keys), out);
+  Hashes h(keys.size());
+  HashAll(*this, keys, h);
+  LookupHashed(h.span(), out);
 }
 
 void CuckooFilter::DeleteBatch(absl::Span<const std::string_view> keys,
                                absl::Span<DeleteResult> out) {
-  DeleteHashed(HashAll(*this, keys), out);
+  DeleteBatch(keys, out, NeverStop);
 }
 
 size_t CuckooFilter::DeleteBatch(absl::Span<const std::string_view> keys,
                                  absl::Span<DeleteResult> out, StopCheck stop) {
-  return DeleteHashed(HashAll(*this, keys), out, stop);
+  Hashes h(keys.size());
+  HashAll(*this, keys, h);
+  return DeleteHashed(h.span(), out, stop);
 }
 
 void CuckooFilter::CountBatch(absl::Span<const std::string_view> keys,
                               absl::Span<uint32_t> out) const {
-  CountHashed(HashAll(*this, keys), out);
+  Hashes h(keys.size());
+  HashAll(*this, keys, h);
+  CountHashed(h.span(), out);
 }
 
 InsertResult CuckooFilter::Insert(std::string_view key, bool if_absent) {

@@ -9,6 +9,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "core/scratch.h"
 #include "cuckoo_version.h"
 #include "server/status.h"
 #include "server/wire_format.h"
@@ -16,19 +17,6 @@
 
 namespace cuckoo::server {
 namespace {
-
-// Per-thread buffers reused across requests (gRPC runs handlers on a small
-// pool of threads), so a batch costs no allocation once warm.
-template <typename T>
-absl::Span<T> Scratch(size_t n) {
-  thread_local std::unique_ptr<T[]> buf;
-  thread_local size_t capacity = 0;
-  if (capacity < n) {
-    buf = std::make_unique_for_overwrite<T[]>(n);
-    capacity = n;
-  }
-  return absl::Span<T>(buf.get(), n);
-}
 
 void SetTimestamp(absl::Time t, google::protobuf::Timestamp* out) {
   const int64_t ns = absl::ToUnixNanos(t);
@@ -164,12 +152,13 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::CallbackServerC
   thread_local wire::KeysRequest req;
   thread_local std::vector<grpc::Slice> slices;
   thread_local std::vector<std::string_view> chunks;
-  struct Unref {  // The slices' references go with the call.
-    ~Unref() {
+  struct Release {  // The slices' references, and any large buffers, go with the call.
+    ~Release() {
       slices.clear();
       chunks.clear();
+      req.Release();
     }
-  } unref;
+  } release;
   absl::Status s = wire::Slices(request, &slices, &chunks);
   if (s.ok()) {
     s = wire::ParseKeysRequest(chunks, message,
@@ -182,7 +171,7 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::CallbackServerC
   if (!s.ok()) return s;
   absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = FindFilter(req.filter);
   if (!filter.ok()) return filter.status();
-  absl::Span<Result> results = Scratch<Result>(req.keys.size());
+  ScratchArray<Result, 3> results(req.keys.size());
   // Between the parts of a long batch: is anyone still waiting for it?
   const auto deadline = ctx->deadline();
   absl::Status stopped;
@@ -196,13 +185,14 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::CallbackServerC
     }
     return !stopped.ok();
   };
-  if (const size_t applied = apply(**filter, req, results, stop); applied < req.keys.size()) {
+  if (const size_t applied = apply(**filter, req, results.span(), stop);
+      applied < req.keys.size()) {
     return absl::Status(
         stopped.code(),
         absl::StrFormat("%s: the batch was cut short after its first %u of %u keys were applied",
                         stopped.message(), applied, req.keys.size()));
   }
-  *response = encode(absl::Span<const Result>(results));
+  *response = encode(absl::Span<const Result>(results.span()));
   if (metrics_ != nullptr) metrics_->RecordKeys(method, req.keys.size());
   return absl::OkStatus();
 }
