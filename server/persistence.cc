@@ -236,6 +236,7 @@ absl::StatusOr<SnapshotRun> Persistence::SnapshotNow(absl::string_view name, boo
       return absl::NotFoundError(
           absl::StrFormat("filter \"%s\" was dropped before its snapshot was written", name));
     }
+    if (options_.before_file_operation) options_.before_file_operation("write", filter_name);
     absl::StatusOr<SnapshotWriteResult> w = WriteSnapshotFile(
         *filter, filter_name, data_dir_, {.buffer_bytes = options_.snapshot_buffer_bytes});
     if (!w.ok()) {
@@ -261,6 +262,7 @@ absl::StatusOr<SnapshotRun> Persistence::SnapshotNow(absl::string_view name, boo
 
 absl::StatusOr<std::shared_ptr<CuckooFilter>> Persistence::DropNow(absl::string_view name) {
   std::lock_guard<std::mutex> file_lock(file_mu_);
+  if (options_.before_file_operation) options_.before_file_operation("remove", name);
   absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = registry_->Get(name);
   if (!filter.ok()) return filter.status();
   const std::string path = SnapshotPath(data_dir_, name);
@@ -272,7 +274,9 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> Persistence::DropNow(absl::string_
                                        std::error_code(errno, std::generic_category()).message()));
   }
   ::unlink(SnapshotTempPath(data_dir_, name).c_str());
-  if (absl::Status s = SyncSnapshotDirectory(data_dir_); !s.ok()) {
+  if (absl::Status s = options_.sync_directory ? options_.sync_directory(data_dir_)
+                                               : SyncSnapshotDirectory(data_dir_);
+      !s.ok()) {
     // The file is gone, or will be after a crash: the filter is kept, so
     // its snapshot must be written again.
     SetRecord(name, *filter, {});

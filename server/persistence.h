@@ -88,6 +88,12 @@ struct PersistenceOptions {
   // Snapshot and DropFilter requests that may wait at once; more get
   // RESOURCE_EXHAUSTED.
   size_t max_queued = 64;
+
+  // Fault injection, for tests. Runs before each file operation, holding the
+  // lock that orders them: op is "write" or "remove", name the filter's.
+  std::function<void(absl::string_view op, absl::string_view name)> before_file_operation;
+  // Replaces the directory fsync after a drop removed a file.
+  std::function<absl::Status(absl::string_view dir)> sync_directory;
 };
 
 class Persistence {

@@ -24,6 +24,11 @@ constexpr char kServiceName[] = "cuckoo.v1.FilterService";
 CuckooServer::CuckooServer(const ServerConfig& config) : config_(config) {}
 
 absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerConfig& config) {
+  return Start(config, PersistenceOptions{});
+}
+
+absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerConfig& config,
+                                                                  const PersistenceOptions& hooks) {
   if (absl::Status s = ValidateConfig(config); !s.ok()) return s;
   std::error_code ec;
   std::filesystem::create_directories(config.data_dir, ec);
@@ -36,9 +41,10 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
   s->metrics_ = std::make_unique<Metrics>();
   s->registry_ = std::make_unique<FilterRegistry>(RegistryLimits{
       .memory_budget_bytes = EffectiveMemoryBudget(config), .max_filters = config.max_filters});
-  s->persistence_ = std::make_unique<Persistence>(
-      s->registry_.get(), config.data_dir, s->metrics_.get(),
-      PersistenceOptions{.snapshot_buffer_bytes = EffectiveSnapshotBuffer(config)});
+  PersistenceOptions persistence = hooks;
+  persistence.snapshot_buffer_bytes = EffectiveSnapshotBuffer(config);
+  s->persistence_ = std::make_unique<Persistence>(s->registry_.get(), config.data_dir,
+                                                  s->metrics_.get(), persistence);
   s->service_ = std::make_unique<FilterServiceImpl>(
       s->registry_.get(), s->persistence_.get(), s->metrics_.get(),
       ServiceLimits{.max_batch_keys = config.max_batch_keys,

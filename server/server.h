@@ -48,6 +48,10 @@ class CuckooServer {
   // the snapshot's error if one cannot be loaded for a reason other than a
   // bad file (bad files are quarantined), e.g. the memory budget.
   static absl::StatusOr<std::unique_ptr<CuckooServer>> Start(const ServerConfig& config);
+  // The same with the persistence's fault-injection hooks (tests):
+  // PersistenceOptions::before_file_operation and sync_directory.
+  static absl::StatusOr<std::unique_ptr<CuckooServer>> Start(const ServerConfig& config,
+                                                             const PersistenceOptions& hooks);
 
   CuckooServer(const CuckooServer&) = delete;
   CuckooServer& operator=(const CuckooServer&) = delete;
@@ -66,6 +70,7 @@ class CuckooServer {
   // shutting down.
   bool ready() const { return state_.load(std::memory_order_acquire) == State::kServing; }
   FilterRegistry& registry() { return *registry_; }
+  FilterServiceImpl& service() { return *service_; }
   Persistence& persistence() { return *persistence_; }
   // What start-up loaded.
   const LoadSummary& loaded() const { return loaded_; }

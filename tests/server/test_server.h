@@ -40,9 +40,11 @@ class ServerTest : public ::testing::Test {
 
   // Replaces the running server, if any (stopping it first: it holds the
   // data directory's lock).
-  void StartServer(const server::ServerConfig& config) {
+  void StartServer(const server::ServerConfig& config,
+                   const server::PersistenceOptions& hooks = {}) {
     server_.reset();
-    absl::StatusOr<std::unique_ptr<server::CuckooServer>> s = server::CuckooServer::Start(config);
+    absl::StatusOr<std::unique_ptr<server::CuckooServer>> s =
+        server::CuckooServer::Start(config, hooks);
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = *std::move(s);
     channel_ = grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
