@@ -108,24 +108,6 @@ FilterServiceImpl::CallReactor* FilterServiceImpl::Accept(RpcMethod method, bool
   return reactor;
 }
 
-namespace {
-
-// body()'s status; an exception it throws becomes a status too, so that a
-// call always finishes (and leaves the in-flight count) whatever happens.
-template <typename Body>
-absl::Status Guarded(Body body) {
-  try {
-    return body();
-  } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(
-        "the server ran out of memory handling this request; nothing of it was answered");
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("the server failed handling this request: ", e.what()));
-  }
-}
-
-}  // namespace
-
 template <typename Body>
 grpc::ServerUnaryReactor* FilterServiceImpl::Run(RpcMethod method, Body body) {
   bool accepted;

@@ -407,6 +407,9 @@ TEST_F(FilterServiceTest, ImpossibleSettingsAreInvalidArgumentNamingTheSetting) 
       {[](v1::CreateFilterRequest& r) { r.set_shards(3); }, "shards=3"},
       {[](v1::CreateFilterRequest& r) { r.set_shards(8192); }, "shards=8192"},
       {[](v1::CreateFilterRequest& r) { r.set_max_kicks(1'000'000); }, "max_kicks=1000000"},
+      // Past the ceiling a failing insert holds its shard too long.
+      {[](v1::CreateFilterRequest& r) { r.set_max_kicks(10'001); },
+       "max_kicks=10001 is outside [1, 10000]"},
   };
   for (const Case& c : cases) {
     v1::CreateFilterRequest req;
@@ -636,6 +639,113 @@ grpc::health::v1::HealthCheckResponse::ServingStatus Health(grpc::Channel* chann
   grpc::health::v1::HealthCheckResponse resp;
   *status = stub->Check(&ctx, req, &resp);
   return resp.status();
+}
+
+// --- Hostile and careless requests.
+
+// A request with 30 million empty keys (60 MB, or 61 KB gzip-compressed)
+// pinned 16 bytes per key before --max-batch-keys was checked, even for a
+// filter that does not exist. The parser now stops at the first bad key.
+TEST_F(FilterServiceTest, ARequestOfManyEmptyKeysIsRejectedAtTheFirstBeforeTheFilterIsLookedUp) {
+  auto r = Lookup("no-such-filter", std::vector<std::string>(100'000, ""));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("keys[0] is empty"));
+  auto many = Lookup("no-such-filter", std::vector<std::string>(50'000, "k"));
+  EXPECT_EQ(many.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(many.status.error_message(), HasSubstr("batch has more than 1000 keys"));
+}
+
+// gRPC 1.51 inflates a compressed request whole, whatever it inflates to,
+// before it checks the size limit.
+TEST_F(FilterServiceTest, ACompressedRequestIsRefusedAsUnimplemented) {
+  ASSERT_TRUE(Create("f", 1000).status.ok());
+  for (grpc_compression_algorithm algorithm : {GRPC_COMPRESS_GZIP, GRPC_COMPRESS_DEFLATE}) {
+    grpc::ClientContext ctx;
+    ctx.set_compression_algorithm(algorithm);
+    v1::LookupResponse resp;
+    grpc::Status st =
+        stub_->Lookup(&ctx, WithKeys<v1::LookupRequest>("f", {std::string(1000, 'z')}), &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNIMPLEMENTED) << algorithm;
+    EXPECT_THAT(st.error_message(), HasSubstr("is disabled"));
+  }
+  EXPECT_TRUE(Lookup("f", {"k"}).status.ok()) << "uncompressed requests still work";
+}
+
+// A filter of capacity 1024 in 1024 shards at max_kicks=100000 was charged
+// 64 KiB and reached 2.3 GiB RSS (kick scratch per shard), and a failing
+// 12,288-key insert took 101 s of CPU (a whole failing chain per key).
+TEST_F(FilterServiceTest, ManyTinyShardsAreChargedInFullAndAFullBatchWalksOneChainPerShard) {
+  v1::CreateFilterRequest req;
+  req.set_name("tiny");
+  req.set_capacity(1024);
+  req.set_shards(1024);
+  req.set_max_kicks(10'000);
+  auto created = Call(&v1::FilterService::Stub::CreateFilter, req);
+  ASSERT_TRUE(created.status.ok()) << created.status.error_message();
+  const v1::FilterInfo& info = created.response.filter();
+  EXPECT_GT(info.memory_bytes(), 1024u * 200) << "every shard's state is charged";
+  EXPECT_EQ(server_->registry().memory_bytes(), info.memory_bytes());
+  // 12 requests of 1000 keys: 12,000 keys into 4,096 slots.
+  uint64_t full = 0, inserted = 0;
+  for (uint64_t b = 0; b < 12; ++b) {
+    auto r = Insert("tiny", Keys(b, 1000));
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    full += r.response.full();
+    inserted += r.response.inserted();
+  }
+  EXPECT_EQ(inserted + full, 12'000u);
+  EXPECT_LE(inserted, info.slots());
+  EXPECT_GT(full, 12'000u - info.slots());
+  EXPECT_EQ(Get("tiny").response.filter().items(), inserted);
+  // Every inserted key is still there (no resident lost).
+  uint64_t present = 0;
+  for (uint64_t b = 0; b < 12; ++b) {
+    auto r = Lookup("tiny", Keys(b, 1000));
+    present += r.response.present_count();
+  }
+  EXPECT_GE(present, inserted);
+}
+
+// A batch running at SIGTERM past the drain time was cancelled by gRPC:
+// CANCELLED, which most clients do not retry. It now stops at its next
+// part and answers UNAVAILABLE, saying how much of it was applied.
+TEST_F(FilterServiceTest, ABatchCutShortByShutdownAnswersUnavailableNamingWhatWasApplied) {
+  server::ServerConfig config = testing::TestConfig(dir_.path());
+  config.max_batch_keys = 10'000;
+  config.max_message_bytes = 4 << 20;
+  StartServer(config);
+  ASSERT_TRUE(Create("f", 100'000).status.ok());
+  server_->service().AbortRunning();
+  auto r = Insert("f", Keys(1, 10'000));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(r.status.error_message(),
+              HasSubstr("the batch was cut short after its first 4096 of 10000 keys were applied"));
+  EXPECT_EQ(Get("f").response.filter().items(), 4096u);
+  auto applied = Lookup("f", std::vector<std::string>(Keys(1, 4096)));
+  EXPECT_EQ(applied.response.present_count(), 4096u);
+  // Deletes too; a batch of one part, and lookups, are not cut.
+  auto d = Delete("f", Keys(1, 10'000));
+  EXPECT_EQ(d.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_TRUE(Insert("f", Keys(2, 4096)).status.ok());
+  EXPECT_TRUE(Lookup("f", Keys(2, 10'000)).status.ok());
+}
+
+TEST_F(FilterServiceTest, ABatchPastItsDeadlineStopsAtTheNextPart) {
+  server::ServerConfig config = testing::TestConfig(dir_.path());
+  config.max_batch_keys = 200'000;
+  config.max_message_bytes = 16 << 20;
+  StartServer(config);
+  ASSERT_TRUE(Create("f", 400'000).status.ok());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(20));
+  v1::InsertResponse resp;
+  grpc::Status st = stub_->Insert(&ctx, WithKeys<v1::InsertRequest>("f", Keys(3, 200'000)), &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  // Whatever ran is a prefix of whole parts, and not the whole batch.
+  absl::SleepFor(absl::Milliseconds(200));
+  const uint64_t items = Get("f").response.filter().items();
+  EXPECT_LT(items, 200'000u);
+  EXPECT_EQ(items % CuckooFilter::kBatchPartKeys, 0u) << items;
 }
 
 TEST_F(FilterServiceTest, HealthIsServingAndCallsFailUnavailableAfterShutdown) {
