@@ -325,6 +325,42 @@ TEST_F(AdminHttpTest, StalledClientsDoNotBlockOthers) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
+// 128 idle connections held every slot for 30 s at a time: probes were
+// refused, and an orchestrator restarted a healthy server.
+TEST_F(AdminHttpTest, IdleConnectionsFromOnePeerCannotLockProbesOut) {
+  std::vector<std::unique_ptr<HttpConnection>> idle;
+  for (int i = 0; i < 200; ++i) {
+    idle.push_back(std::make_unique<HttpConnection>(port()));
+    ASSERT_TRUE(idle.back()->connected());
+  }
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(HttpGet(port(), "/healthz").status, 200);
+  // One peer holds at most 16: the oldest of the others were closed.
+  EXPECT_TRUE(idle.front()->ClosedByPeer(std::chrono::seconds(5)));
+  EXPECT_FALSE(idle.back()->ClosedByPeer(std::chrono::milliseconds(100)));
+}
+
+TEST_F(AdminHttpTest, ManyPeersAtTheLimitMakeRoomForANewOne) {
+  // 16 peers x 8 connections: all 128 slots, none over a peer's limit.
+  std::vector<std::unique_ptr<HttpConnection>> idle;
+  for (int peer = 2; peer < 18; ++peer) {
+    const std::string source = "127.0.0." + std::to_string(peer);
+    for (int i = 0; i < 8; ++i) {
+      idle.push_back(std::make_unique<HttpConnection>(port(), source.c_str()));
+      ASSERT_TRUE(idle.back()->connected()) << source;
+    }
+  }
+  absl::SleepFor(absl::Milliseconds(200));  // All accepted.
+  EXPECT_EQ(HttpGet(port(), "/healthz", "127.0.0.1").status, 200);
+  EXPECT_EQ(HttpGet(port(), "/readyz", "127.0.0.99").status, 200);
+  EXPECT_TRUE(idle.front()->ClosedByPeer(std::chrono::seconds(5))) << "the longest waiting";
+}
+
+TEST_F(AdminHttpTest, AConnectionThatSendsNoRequestIsClosedAfterTenSeconds) {
+  HttpConnection c(port());
+  EXPECT_FALSE(c.ClosedByPeer(std::chrono::seconds(5)));
+  EXPECT_TRUE(c.ClosedByPeer(std::chrono::seconds(10)));
+}
+
 TEST_F(AdminHttpTest, ShutdownTurnsHealthzAndReadyzTo503) {
   ASSERT_TRUE(Create("f").ok());
   server_->Shutdown(absl::Seconds(1));

@@ -22,11 +22,23 @@
 
 namespace cuckoo::testing {
 
-// A connected TCP socket to 127.0.0.1:port, closed on destruction.
+// A connected TCP socket to 127.0.0.1:port, closed on destruction; from
+// `source` (another loopback address, e.g. "127.0.0.2", to be another peer)
+// if given.
 class HttpConnection {
  public:
-  explicit HttpConnection(int port) {
+  explicit HttpConnection(int port, const char* source = nullptr) {
     fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    if (source != nullptr) {
+      sockaddr_in from{};
+      from.sin_family = AF_INET;
+      inet_pton(AF_INET, source, &from.sin_addr);
+      if (bind(fd_, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0) {
+        close(fd_);
+        fd_ = -1;
+        return;
+      }
+    }
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -43,6 +55,22 @@ class HttpConnection {
   }
 
   bool connected() const { return fd_ >= 0; }
+  // Whether the server has closed the connection (without sending
+  // anything), waiting up to `timeout` for it.
+  bool ClosedByPeer(std::chrono::milliseconds timeout) {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    std::string ignored;
+    while (true) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          until - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{.fd = fd_, .events = POLLIN, .revents = 0};
+      if (poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
+      char buf[4096];
+      ssize_t n = recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) return true;
+    }
+  }
 
   bool Send(std::string_view data) {
     while (!data.empty()) {
@@ -136,15 +164,16 @@ inline HttpResponse ParseHttpResponse(const std::string& raw) {
 }
 
 // One request on a new connection ("Connection: close").
-inline HttpResponse HttpRequest(int port, const std::string& method, const std::string& path) {
-  HttpConnection c(port);
+inline HttpResponse HttpRequest(int port, const std::string& method, const std::string& path,
+                                const char* source = nullptr) {
+  HttpConnection c(port, source);
   if (!c.connected()) return {};
   c.Send(method + " " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
   return ParseHttpResponse(c.ReadToEnd());
 }
 
-inline HttpResponse HttpGet(int port, const std::string& path) {
-  return HttpRequest(port, "GET", path);
+inline HttpResponse HttpGet(int port, const std::string& path, const char* source = nullptr) {
+  return HttpRequest(port, "GET", path, source);
 }
 
 // The Prometheus text format, parsed: each sample's name, labels and value.
