@@ -29,7 +29,7 @@ namespace cuckoo {
 template <typename T, int kSlot>
 class ScratchArray {
  public:
-  static constexpr size_t kKeepBytes = size_t{256} << 10;
+  static constexpr size_t kKeepBytes = size_t{64} << 10;
 
   explicit ScratchArray(size_t n) : n_(n) {
     if (n * sizeof(T) > kKeepBytes) {

@@ -70,7 +70,7 @@ ABSL_FLAG(cuckoo::server::ByteSizeFlag, max_message_size, {kDefaults.max_message
           "largest request or response message, e.g. 16MiB");
 ABSL_FLAG(cuckoo::server::ByteSizeFlag, transport_memory, {kDefaults.transport_memory_bytes},
           "memory gRPC may use for connections and messages in transit, e.g. 128MiB; past it "
-          "gRPC resets streams (RESOURCE_EXHAUSTED); 0 (default): 1/16 of the available memory, "
+          "gRPC resets streams (RESOURCE_EXHAUSTED); 0 (default): 1/32 of the available memory, "
           "at least 32MiB and twice --max-message-size, at most 1GiB");
 ABSL_FLAG(absl::Duration, drain_timeout, kDefaults.drain_timeout,
           "on SIGTERM/SIGINT, how long in-flight requests may take to finish");
@@ -220,8 +220,14 @@ uint64_t EffectiveSnapshotBuffer(const ServerConfig& config) {
 uint64_t EffectiveTransportMemory(const ServerConfig& config) {
   if (config.transport_memory_bytes != 0) return config.transport_memory_bytes;
   return std::max(
-      std::clamp<uint64_t>(AvailableMemoryBytes() / 16, uint64_t{32} << 20, uint64_t{1} << 30),
+      std::clamp<uint64_t>(AvailableMemoryBytes() / 32, uint64_t{32} << 20, uint64_t{1} << 30),
       2 * config.max_message_bytes);
+}
+
+uint64_t StatedMemoryOverhead(const ServerConfig& config) {
+  const uint64_t cpus = std::max<long>(1, sysconf(_SC_NPROCESSORS_ONLN));
+  return (uint64_t{32} << 20) + cpus * (uint64_t{2} << 20) + 3 * EffectiveTransportMemory(config) +
+         EffectiveSnapshotBuffer(config);
 }
 
 absl::Status ValidateConfig(const ServerConfig& c) {

@@ -39,7 +39,7 @@ struct ServerConfig {
   // Largest request or response message.
   uint64_t max_message_bytes = uint64_t{16} << 20;
   // Memory gRPC may use for connections and the messages it is receiving
-  // or sending (a grpc::ResourceQuota); 0: 1/16 of the memory available to
+  // or sending (a grpc::ResourceQuota); 0: 1/32 of the memory available to
   // the process, at least 32 MiB and 2 * max_message_bytes, at most 1 GiB.
   // Past it, gRPC resets streams (RESOURCE_EXHAUSTED) instead of growing.
   uint64_t transport_memory_bytes = 0;
@@ -76,6 +76,15 @@ uint64_t EffectiveSnapshotBuffer(const ServerConfig& config);
 // gRPC's memory quota actually used: config.transport_memory_bytes, or the
 // default above.
 uint64_t EffectiveTransportMemory(const ServerConfig& config);
+
+// The memory cuckood may use besides its filters (--memory-budget), whatever
+// clients send within the limits: 32 MiB (code, libraries, idle threads),
+// 2 MiB per CPU (a handler thread's kept scratch; gRPC runs about two per
+// CPU), three times --transport-memory (gRPC enforces its quota after the
+// fact, by resetting streams: 2.2 times was the worst measured) and one
+// --snapshot-buffer. Logged at start-up and measured by
+// tests/e2e/hostile_client_test.cc.
+uint64_t StatedMemoryOverhead(const ServerConfig& config);
 
 // Parses "123", "64KiB", "1.5GiB", "10GB" into bytes. Whitespace between the
 // number and the unit is allowed; the unit is case-insensitive.

@@ -69,12 +69,14 @@ int Main(int argc, char** argv) {
   }
   spdlog::info(
       "cuckood {} serving on {} (data dir {}, memory budget {}, max filters {}, max batch keys "
-      "{}, max key bytes {}, max message {}, transport memory {}, snapshot buffer {})",
+      "{}, max key bytes {}, max message {}, transport memory {}, snapshot buffer {}; memory "
+      "at most the budget plus {})",
       kVersion, (*server)->address(), config->data_dir,
       FormatByteSize((*server)->registry().limits().memory_budget_bytes), config->max_filters,
       config->max_batch_keys, config->max_key_bytes, FormatByteSize(config->max_message_bytes),
       FormatByteSize(EffectiveTransportMemory(*config)),
-      FormatByteSize(EffectiveSnapshotBuffer(*config)));
+      FormatByteSize(EffectiveSnapshotBuffer(*config)),
+      FormatByteSize(StatedMemoryOverhead(*config)));
 
   // The shutdown runs on a thread of its own, so that this one stays free
   // to take the next signal.

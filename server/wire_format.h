@@ -110,7 +110,7 @@ struct KeysRequest {
   // over kKeepKeys, arena over StraddleArena::kKeepBytes).
   void Release();
 
-  static constexpr size_t kKeepKeys = 64 << 10;
+  static constexpr size_t kKeepKeys = 16 << 10;
   StraddleArena arena;
 };
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,11 @@ TEST(ConfigTest, InvalidValuesNameTheFlag) {
        "--snapshot-interval=-1s must be 0 (off) or at least 1s"},
       {[](ServerConfig& c) { c.snapshot_interval = absl::Milliseconds(500); },
        "--snapshot-interval=500ms"},
+      {[](ServerConfig& c) { c.snapshot_buffer_bytes = 100; },
+       "--snapshot-buffer=100B must be 0 (automatic) or at least 4KiB"},
+      {[](ServerConfig& c) { c.transport_memory_bytes = 20 << 20; },
+       "--transport-memory=20MiB must be 0 (automatic) or at least twice --max-message-size "
+       "(16MiB)"},
   };
   for (const Case& k : cases) {
     ServerConfig c;
@@ -84,6 +90,22 @@ TEST(ConfigTest, InvalidValuesNameTheFlag) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << k.message;
     EXPECT_THAT(std::string(s.message()), HasSubstr(k.message));
   }
+}
+
+TEST(ConfigTest, MemoryDefaultsFollowTheAvailableMemoryAndTheOverheadIsStated) {
+  ServerConfig c;
+  const uint64_t available = AvailableMemoryBytes();
+  EXPECT_EQ(EffectiveSnapshotBuffer(c),
+            std::clamp<uint64_t>(available / 16, uint64_t{16} << 20, uint64_t{128} << 20));
+  EXPECT_EQ(EffectiveTransportMemory(c),
+            std::clamp<uint64_t>(available / 32, uint64_t{32} << 20, uint64_t{1} << 30));
+  c.max_message_bytes = uint64_t{1} << 30;  // The quota always holds two messages.
+  EXPECT_EQ(EffectiveTransportMemory(c), uint64_t{2} << 30);
+  c.transport_memory_bytes = uint64_t{64} << 20;
+  c.snapshot_buffer_bytes = uint64_t{16} << 20;
+  EXPECT_EQ(EffectiveTransportMemory(c), uint64_t{64} << 20);
+  EXPECT_GE(StatedMemoryOverhead(c),
+            (uint64_t{32} << 20) + 3 * (uint64_t{64} << 20) + (uint64_t{16} << 20));
 }
 
 absl::StatusOr<ServerConfig> Parse(std::vector<std::string> args) {
