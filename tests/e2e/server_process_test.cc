@@ -3,6 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <string_view>
+#include <thread>
+#include <vector>
+
 #include "client/cuckoo_client.h"
 #include "tests/e2e/process.h"
 
@@ -25,6 +30,65 @@ TEST(ServerProcessTest, SigtermDrainsAndExitsZero) {
   std::string log = server.process().out();
   EXPECT_THAT(log, HasSubstr("received TERM"));
   EXPECT_THAT(log, HasSubstr("stopped"));
+}
+
+// SIGHUP's default action killed the process, without a final snapshot,
+// when its terminal went away.
+TEST(ServerProcessTest, SighupIsLoggedAndIgnored) {
+  TempDir dir;
+  Cuckood server(dir.path());
+  ASSERT_TRUE(server.ready());
+  server.process().Signal(SIGHUP);
+  EXPECT_EQ(server.process().Wait(std::chrono::milliseconds(500)), -1) << "still running";
+  auto client = client::Client::Connect(server.address());
+  EXPECT_TRUE(client->ServerInfo().ok());
+  EXPECT_THAT(server.process().out(), HasSubstr("received SIGHUP"));
+  server.process().Signal(SIGTERM);
+  EXPECT_EQ(server.process().Wait(), 0);
+}
+
+// Filters whose final snapshot takes a while: four of 32 MiB, written through
+// a 4 KiB buffer.
+void CreateSlowToSnapshotFilters(const std::string& address) {
+  auto client = client::Client::Connect(address);
+  for (int i = 0; i < 4; ++i) {
+    v1::CreateFilterRequest req;
+    req.set_name("f" + std::to_string(i));
+    req.set_capacity(20'000'000);
+    req.set_shards(1);
+    ASSERT_TRUE(client->CreateFilter(req).ok());
+    std::vector<std::string_view> keys = {"k"};
+    ASSERT_TRUE(client->Insert(req.name(), keys).ok());
+  }
+}
+
+// A second SIGTERM during the final snapshot used to be swallowed.
+TEST(ServerProcessTest, ASecondSignalEndsTheDrainAndTheFinalSnapshotIsStillWritten) {
+  TempDir dir;
+  Cuckood server(dir.path(), {"--drain-timeout=60s", "--snapshot-buffer=4KiB"});
+  ASSERT_TRUE(server.ready());
+  CreateSlowToSnapshotFilters(server.address());
+  server.process().Signal(SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  server.process().Signal(SIGTERM);
+  EXPECT_EQ(server.process().Wait(), 0);
+  const std::string log = server.process().out();
+  EXPECT_THAT(log, HasSubstr("received TERM again: ending the drain now"));
+  EXPECT_THAT(log, HasSubstr("final snapshot: 4 filters written"));
+}
+
+TEST(ServerProcessTest, AThirdSignalExitsAtOnceWithCodeOne) {
+  TempDir dir;
+  Cuckood server(dir.path(), {"--drain-timeout=60s", "--snapshot-buffer=4KiB"});
+  ASSERT_TRUE(server.ready());
+  CreateSlowToSnapshotFilters(server.address());
+  for (int i = 0; i < 3; ++i) {
+    server.process().Signal(SIGINT);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(server.process().Wait(), 1);
+  EXPECT_THAT(server.process().out(),
+              HasSubstr("received INT a third time: exiting now without the final snapshot"));
 }
 
 TEST(ServerProcessTest, SigintExitsZero) {
