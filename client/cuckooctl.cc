@@ -209,7 +209,7 @@ and whether it was created.
                         default) picks 5 to 16 bits with 4-slot buckets
   --shards=S            independent shards, a power of two from 1 to 4096
                         (default: chosen from the capacity)
-  --max-kicks=K         longest eviction chain per insert, 1 to 100000 (default 2000)
+  --max-kicks=K         longest eviction chain per insert, 1 to 10000 (default 2000)
   --seed=N              64-bit hash seed (default random); filters with the same
                         settings and seed give identical answers
   --if-not-exists       if NAME exists with the same settings, print it

@@ -391,7 +391,7 @@ class Client:
             fingerprint_bits: explicit fingerprint size, 4 to 32; overrides the rate.
             bucket_size: slots per bucket: 2, 4 or 8.
             shards: independent shards, a power of two from 1 to 4096.
-            max_kicks: longest eviction chain an insert tries, 1 to 100000.
+            max_kicks: longest eviction chain an insert tries, 1 to 10000.
             seed: hash seed (0 is a seed like any other).
             if_not_exists: if the filter exists with the same settings, return
                 it (with ``created=False``) instead of failing.
