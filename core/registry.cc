@@ -67,28 +67,27 @@ class FilterRegistry::Budget {
   absl::Status Reserve(absl::string_view name, uint64_t bytes) {
     uint64_t used = used_.load(std::memory_order_relaxed);
     do {
-      if (bytes > limit_ - std::min(used, limit_)) {
-        return absl::ResourceExhaustedError(absl::StrFormat(
-            "cannot create filter \"%s\": needs %u bytes but only %u of the memory budget of "
-            "%u bytes are free",
-            name, bytes, limit_ - std::min(used, limit_), limit_));
-      }
+      if (absl::Status s = Fits(name, bytes, used); !s.ok()) return s;
     } while (!used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
     return absl::OkStatus();
   }
   // The same check, reserving nothing.
   absl::Status Check(absl::string_view name, uint64_t bytes) const {
-    const uint64_t used = used_.load(std::memory_order_relaxed);
-    if (bytes <= limit_ - std::min(used, limit_)) return absl::OkStatus();
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "cannot create filter \"%s\": needs %u bytes but only %u of the memory budget of %u "
-        "bytes are free",
-        name, bytes, limit_ - std::min(used, limit_), limit_));
+    return Fits(name, bytes, used_.load(std::memory_order_relaxed));
   }
   void Release(uint64_t bytes) { used_.fetch_sub(bytes, std::memory_order_relaxed); }
   uint64_t used() const { return used_.load(std::memory_order_relaxed); }
 
  private:
+  absl::Status Fits(absl::string_view name, uint64_t bytes, uint64_t used) const {
+    const uint64_t free = limit_ - std::min(used, limit_);
+    if (bytes <= free) return absl::OkStatus();
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "cannot create filter \"%s\": needs %u bytes but only %u of the memory budget of %u "
+        "bytes are free",
+        name, bytes, free, limit_));
+  }
+
   const uint64_t limit_;
   std::atomic<uint64_t> used_{0};
 };

@@ -89,7 +89,7 @@ void FillFilterInfo(const std::string& name, const CuckooFilter& filter, const S
     SetTimestamp(snap.time, info->mutable_last_snapshot_time());
     info->set_last_snapshot_bytes(snap.bytes);
   }
-  info->set_unsnapshotted_changes(filter.changes() - (snap.exists ? snap.changes : 0));
+  info->set_unsnapshotted_changes(snap.UnsnapshottedChanges(filter));
   info->set_has_unsnapshotted_changes(!snap.exists || info->unsnapshotted_changes() > 0);
 }
 

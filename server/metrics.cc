@@ -379,7 +379,7 @@ std::string Metrics::Render(const ScrapeState& state) const {
       gauge(kBytes, static_cast<double>(st.memory_bytes));
       gauge(kFpr, st.expected_false_positive_rate);
       if (snap.exists) gauge(kAge, std::max(0.0, absl::ToDoubleSeconds(now - snap.time)));
-      gauge(kChanges, static_cast<double>(filter->changes() - (snap.exists ? snap.changes : 0)));
+      gauge(kChanges, static_cast<double>(snap.UnsnapshottedChanges(*filter)));
     }
   }
 

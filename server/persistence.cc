@@ -202,12 +202,6 @@ SnapshotRecord Persistence::Record(absl::string_view name, const CuckooFilter& f
   return it->second.record;
 }
 
-uint64_t Persistence::UnsnapshottedChanges(absl::string_view name,
-                                           const CuckooFilter& filter) const {
-  const SnapshotRecord r = Record(name, filter);
-  return filter.changes() - (r.exists ? r.changes : 0);
-}
-
 absl::StatusOr<SnapshotRun> Persistence::SnapshotNow(absl::string_view name, bool changed_only) {
   const absl::Time start = absl::Now();
   std::vector<std::pair<std::string, std::shared_ptr<CuckooFilter>>> filters;
@@ -221,8 +215,8 @@ absl::StatusOr<SnapshotRun> Persistence::SnapshotNow(absl::string_view name, boo
   SnapshotRun run;
   absl::Status first_error;
   for (auto& [filter_name, filter] : filters) {
-    if (changed_only && Record(filter_name, *filter).exists &&
-        UnsnapshottedChanges(filter_name, *filter) == 0) {
+    if (const SnapshotRecord r = Record(filter_name, *filter);
+        changed_only && r.exists && r.UnsnapshottedChanges(*filter) == 0) {
       run.unchanged.push_back(filter_name);
       continue;
     }

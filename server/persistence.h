@@ -79,6 +79,12 @@ struct SnapshotRecord {
   absl::Time time;       // When it was taken (its first shard copied).
   uint64_t bytes = 0;    // Its size.
   uint64_t changes = 0;  // The filter's changes() it holds.
+
+  // Changes of `filter` (the filter this is the record of) that the
+  // snapshot does not hold: all of them when there is none.
+  uint64_t UnsnapshottedChanges(const CuckooFilter& filter) const {
+    return filter.changes() - (exists ? changes : 0);
+  }
 };
 
 struct PersistenceOptions {
@@ -130,9 +136,6 @@ class Persistence {
   // What is on disk for `filter` under `name`: its latest snapshot, or none
   // (also when `name` now names another filter).
   SnapshotRecord Record(absl::string_view name, const CuckooFilter& filter) const;
-  // Changes of `filter` that its latest snapshot does not hold (all of them
-  // when there is none).
-  uint64_t UnsnapshottedChanges(absl::string_view name, const CuckooFilter& filter) const;
 
   // Writes snapshots of filter `name` (all filters when empty) in the
   // calling thread. NOT_FOUND for an unknown filter. When some filters fail,

@@ -103,6 +103,9 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
   builder.RegisterService(s->service_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
+  // The persistence thread first: Snapshot and DropFilter calls are queued
+  // for it from the first call on.
+  s->persistence_->Start(config.snapshot_interval);
   s->grpc_server_ = builder.BuildAndStart();
   if (s->grpc_server_ == nullptr || s->port_ == 0) {
     return absl::UnavailableError(absl::StrFormat(
@@ -112,7 +115,6 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
   if (absl::EndsWith(s->address_, ":0")) {
     s->address_ = absl::StrCat(s->address_.substr(0, s->address_.size() - 1), s->port_);
   }
-  s->persistence_->Start(config.snapshot_interval);
   grpc::HealthCheckServiceInterface* health = s->grpc_server_->GetHealthCheckService();
   health->SetServingStatus(true);
   health->SetServingStatus(kServiceName, true);
