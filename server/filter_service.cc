@@ -265,18 +265,29 @@ grpc::ServerUnaryReactor* FilterServiceImpl::DropFilter(grpc::CallbackServerCont
     reactor->Done(ToGrpcStatus(s));
     return reactor;
   }
+  // An unknown name is answered here, so retries for filters gone already
+  // never fill the persistence queue.
+  if (absl::StatusOr<std::shared_ptr<CuckooFilter>> f = registry_->Get(req->name()); !f.ok()) {
+    reactor->Done(ToGrpcStatus(f.status()));
+    return reactor;
+  }
   // The file is removed on the persistence thread, after any snapshot being
   // written: never on one of gRPC's threads. gRPC keeps req and resp alive
   // until the reactor finishes.
   persistence_->DropAsync(
       req->name(), [reactor, req, resp](absl::StatusOr<std::shared_ptr<CuckooFilter>> filter) {
-        reactor->Done(ToGrpcStatus(Guarded([&]() -> absl::Status {
+        const absl::Status status = Guarded([&]() -> absl::Status {
           if (!filter.ok()) return filter.status();
           resp->set_freed_bytes((*filter)->memory_bytes());
           spdlog::info("dropped filter {}: {} items, {} bytes freed", req->name(),
                        (*filter)->items(), (*filter)->memory_bytes());
           return absl::OkStatus();
-        })));
+        });
+        // The last reference goes before the answer (unless a running call
+        // still holds the filter): a client told the bytes are freed can
+        // use them at once.
+        if (filter.ok()) filter->reset();
+        reactor->Done(ToGrpcStatus(status));
       });
   return reactor;
 }
@@ -342,6 +353,11 @@ grpc::ServerUnaryReactor* FilterServiceImpl::Snapshot(grpc::CallbackServerContex
   if (!req->filter().empty()) {
     if (absl::Status s = FilterRegistry::ValidateName(req->filter()); !s.ok()) {
       reactor->Done(ToGrpcStatus(s));
+      return reactor;
+    }
+    // As in DropFilter: unknown names never take a place in the queue.
+    if (absl::StatusOr<std::shared_ptr<CuckooFilter>> f = registry_->Get(req->filter()); !f.ok()) {
+      reactor->Done(ToGrpcStatus(f.status()));
       return reactor;
     }
   }

@@ -289,8 +289,9 @@ class Attacks:
             t.start()
         for t in threads:
             t.join()
-        allowed = {"Snapshot OK", "Snapshot RESOURCE_EXHAUSTED", "DropFilter NOT_FOUND",
-                   "DropFilter RESOURCE_EXHAUSTED"}
+        # Drops of unknown names are answered without queueing: never
+        # RESOURCE_EXHAUSTED, however many wait.
+        allowed = {"Snapshot OK", "Snapshot RESOURCE_EXHAUSTED", "DropFilter NOT_FOUND"}
         assert set(seen) <= allowed, seen
         return [f"{k} x{v}" for k, v in sorted(seen.items())]
 
@@ -313,8 +314,9 @@ class Attacks:
             time.sleep(0.2)
             rounds.append(rss_kib(self.pid) // 1024)
         # A filter's memory is its own mapping, returned when it is dropped:
-        # the second and third rounds end where the first did.
-        assert rounds[2] <= rounds[0] + 16, rounds
+        # the second and third rounds end where the first did. (Not under a
+        # sanitizer, whose quarantine keeps freed memory for a while.)
+        assert self.slow or rounds[2] <= rounds[0] + 16, rounds
         return [f"RSS after each round {rounds} MiB"]
 
 
@@ -324,7 +326,8 @@ def main():
     parser.add_argument("--pid", type=int, required=True)
     parser.add_argument("--bound-mib", type=float, required=True)
     parser.add_argument("--slow", action="store_true",
-                        help="a sanitizer build: allow for the server's speed")
+                        help="a sanitizer build: allow for the server's speed, and do not "
+                             "judge its memory")
     args = parser.parse_args()
     attacks = Attacks(args.target, args.pid, slow=args.slow)
     monitor = Monitor(args.target, args.pid)

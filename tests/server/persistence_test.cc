@@ -609,14 +609,17 @@ TEST_F(PersistenceTest, SnapshotRequestsOfOneFilterWaitingTogetherAreWrittenOnce
 
 TEST_F(PersistenceTest, TheSnapshotAndDropQueueIsBoundedAndShutdownAnswersWhatWaits) {
   Gate gate;
-  StartServer(testing::TestConfig(dir_.path()), gate.Hooks());
+  server::ServerConfig config = testing::TestConfig(dir_.path());
+  config.max_filters = 70;
+  StartServer(config, gate.Hooks());
   Connect();
   CreateFilter("a", 1000);
+  for (int i = 0; i <= 64; ++i) CreateFilter("q" + std::to_string(i), 100);
   gate.Close();
   auto running = std::async(std::launch::async,
                             [&] { return client_->Snapshot("a", false, absl::Seconds(60)); });
   gate.WaitForSomeoneWaiting();
-  // 64 waiting drops of filters that do not exist fill the queue.
+  // 64 waiting drops fill the queue.
   std::vector<std::future<absl::StatusOr<uint64_t>>> queued;
   for (int i = 0; i < 64; ++i) {
     queued.push_back(std::async(std::launch::async, [&, i] {
@@ -624,9 +627,14 @@ TEST_F(PersistenceTest, TheSnapshotAndDropQueueIsBoundedAndShutdownAnswersWhatWa
     }));
   }
   absl::SleepFor(absl::Milliseconds(500));
-  auto over = client_->DropFilter("one-too-many");
+  auto over = client_->DropFilter("q64");
   EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted) << over.status();
   EXPECT_THAT(over.status().message(), HasSubstr("64 snapshot and drop requests are waiting"));
+  // Unknown names are answered without the queue: retries of drops that
+  // finished already cannot fill it.
+  EXPECT_EQ(client_->DropFilter("none").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(client_->Snapshot("none", false, absl::Seconds(5)).status().code(),
+            absl::StatusCode::kNotFound);
   // Shutdown answers the waiting ones at once: UNAVAILABLE, while the
   // running snapshot still holds the gate.
   auto shutdown = std::async(std::launch::async, [&] { server_->Shutdown(absl::Seconds(30)); });
