@@ -6,6 +6,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <system_error>
 #include <utility>
 
@@ -21,6 +23,17 @@
 
 namespace cuckoo {
 namespace {
+
+// An xxHash streaming state, freed when it goes out of scope.
+struct XxhStateFree {
+  void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
+};
+using XxhState = std::unique_ptr<XXH3_state_t, XxhStateFree>;
+XxhState NewXxhState() {
+  XxhState s(XXH3_createState());
+  if (s == nullptr) throw std::bad_alloc();
+  return s;
+}
 
 // Layout; docs/SNAPSHOT_FORMAT.md is the specification.
 constexpr char kMagic[8] = {'\x89', 'C', 'U', 'C', 'K', 'O', 'O', '\n'};
@@ -329,16 +342,10 @@ absl::StatusOr<LoadedSnapshot> Parse(Source& src, absl::string_view label,
   absl::StatusOr<std::unique_ptr<CuckooFilter>> filter = CuckooFilter::FromShape(shape);
   if (!filter.ok()) return filter.status();
 
-  XXH3_state_t* whole = XXH3_createState();
-  XXH3_state_t* section = XXH3_createState();
-  struct Free {
-    XXH3_state_t* a;
-    XXH3_state_t* b;
-    ~Free() {
-      XXH3_freeState(a);
-      XXH3_freeState(b);
-    }
-  } free_states{whole, section};
+  const XxhState whole_state = NewXxhState();
+  const XxhState section_state = NewXxhState();
+  XXH3_state_t* whole = whole_state.get();
+  XXH3_state_t* section = section_state.get();
   XXH3_64bits_reset(whole);
   XXH3_64bits_update(whole, h + kHeaderChecksumOffset, 8);
 
@@ -476,16 +483,10 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
   absl::Status st = [&]() -> absl::Status {
     if (absl::Status s = out.Open(tmp); !s.ok()) return s;
     if (absl::Status s = out.Write(h, sizeof(h)); !s.ok()) return s;
-    XXH3_state_t* whole = XXH3_createState();
-    XXH3_state_t* section = XXH3_createState();
-    struct Free {
-      XXH3_state_t* a;
-      XXH3_state_t* b;
-      ~Free() {
-        XXH3_freeState(a);
-        XXH3_freeState(b);
-      }
-    } free_states{whole, section};
+    const XxhState whole_state = NewXxhState();
+    const XxhState section_state = NewXxhState();
+    XXH3_state_t* whole = whole_state.get();
+    XXH3_state_t* section = section_state.get();
     XXH3_64bits_reset(whole);
     XXH3_64bits_update(whole, h + kHeaderChecksumOffset, 8);
     auto section_header = [&](uint32_t i, const CuckooFilter::ShardState& state) {
