@@ -208,8 +208,13 @@ uint64_t AvailableMemoryBytes() {
 }
 
 uint64_t EffectiveMemoryBudget(const ServerConfig& config) {
-  return config.memory_budget_bytes != 0 ? config.memory_budget_bytes
-                                         : AvailableMemoryBytes() / 4 * 3;
+  if (config.memory_budget_bytes != 0) return config.memory_budget_bytes;
+  // 75%, less if the stated overhead would not fit beside it (many CPUs in
+  // a small container).
+  const uint64_t available = AvailableMemoryBytes();
+  const uint64_t overhead = StatedMemoryOverhead(config);
+  const uint64_t room = available > overhead ? available - overhead : 0;
+  return std::max(std::min(available / 4 * 3, room), available / 8);
 }
 
 uint64_t EffectiveSnapshotBuffer(const ServerConfig& config) {
@@ -226,7 +231,7 @@ uint64_t EffectiveTransportMemory(const ServerConfig& config) {
 
 uint64_t StatedMemoryOverhead(const ServerConfig& config) {
   const uint64_t cpus = std::max<long>(1, sysconf(_SC_NPROCESSORS_ONLN));
-  return (uint64_t{32} << 20) + cpus * (uint64_t{2} << 20) + 3 * EffectiveTransportMemory(config) +
+  return (uint64_t{32} << 20) + cpus * (uint64_t{4} << 20) + 3 * EffectiveTransportMemory(config) +
          EffectiveSnapshotBuffer(config);
 }
 

@@ -34,7 +34,9 @@ struct ServerConfig {
   // Most filters the server holds.
   uint32_t max_filters = 1024;
   // Table memory of all filters together; 0: 75% of the memory available to
-  // the process (its cgroup's limit, else the machine's RAM).
+  // the process (its cgroup's limit, else the machine's RAM), less when the
+  // stated overhead (StatedMemoryOverhead) would not fit beside that, but
+  // at least 1/8 of it.
   uint64_t memory_budget_bytes = 0;
   // Largest request or response message.
   uint64_t max_message_bytes = uint64_t{16} << 20;
@@ -79,8 +81,8 @@ uint64_t EffectiveTransportMemory(const ServerConfig& config);
 
 // The memory cuckood may use besides its filters (--memory-budget), whatever
 // clients send within the limits: 32 MiB (code, libraries, idle threads),
-// 2 MiB per CPU (a handler thread's kept scratch; gRPC runs about two per
-// CPU), three times --transport-memory (gRPC enforces its quota after the
+// 4 MiB per CPU (a handler thread keeps up to ~1.5 MiB of scratch; gRPC
+// runs about two per CPU), three times --transport-memory (gRPC enforces its quota after the
 // fact, by resetting streams: 2.2 times was the worst measured) and one
 // --snapshot-buffer. Logged at start-up and measured by
 // tests/e2e/hostile_client_test.cc.

@@ -136,8 +136,7 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::CallbackServerC
   thread_local std::vector<std::string_view> chunks;
   struct Release {  // The slices' references, and any large buffers, go with the call.
     ~Release() {
-      slices.clear();
-      chunks.clear();
+      wire::ReleaseSlices(&slices, &chunks);
       req.Release();
     }
   } release;

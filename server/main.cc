@@ -77,6 +77,15 @@ int Main(int argc, char** argv) {
       FormatByteSize(EffectiveTransportMemory(*config)),
       FormatByteSize(EffectiveSnapshotBuffer(*config)),
       FormatByteSize(StatedMemoryOverhead(*config)));
+  if (const uint64_t most =
+          (*server)->registry().limits().memory_budget_bytes + StatedMemoryOverhead(*config);
+      most > AvailableMemoryBytes()) {
+    spdlog::warn(
+        "the memory budget plus the stated overhead, {}, is more than the {} this process may "
+        "use (its cgroup's limit, else RAM): filled up, it may be killed for memory; lower "
+        "--memory-budget, --transport-memory or --snapshot-buffer, or give it more memory",
+        FormatByteSize(most), FormatByteSize(AvailableMemoryBytes()));
+  }
 
   // The shutdown runs on a thread of its own, so that this one stays free
   // to take the next signal.

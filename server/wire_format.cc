@@ -444,6 +444,19 @@ absl::Status Slices(const grpc::ByteBuffer& buffer, std::vector<grpc::Slice>* sl
   return absl::OkStatus();
 }
 
+void ReleaseSlices(std::vector<grpc::Slice>* slices, std::vector<std::string_view>* views) {
+  if (slices->capacity() > kKeepSlices) {
+    std::vector<grpc::Slice>().swap(*slices);
+  } else {
+    slices->clear();
+  }
+  if (views->capacity() > kKeepSlices) {
+    std::vector<std::string_view>().swap(*views);
+  } else {
+    views->clear();
+  }
+}
+
 grpc::ByteBuffer InsertResponse(absl::Span<const InsertResult> results) {
   uint64_t n[3] = {0, 0, 0};
   for (InsertResult r : results) ++n[static_cast<int>(r)];

@@ -149,6 +149,13 @@ absl::Status ParseKeysRequest(std::string_view bytes, std::string_view message,
 absl::Status Slices(const grpc::ByteBuffer& buffer, std::vector<grpc::Slice>* slices,
                     std::vector<std::string_view>* views);
 
+// Empties what Slices filled, giving back the vectors' memory when they grew
+// past kKeepSlices entries: a client decides how many slices a message
+// arrives in (one per HTTP/2 DATA frame or read), and reused per-thread
+// vectors must not keep one request's worth for good.
+inline constexpr size_t kKeepSlices = 1024;
+void ReleaseSlices(std::vector<grpc::Slice>* slices, std::vector<std::string_view>* views);
+
 // Serialized responses, as generated code would write them (fields with
 // default values omitted).
 grpc::ByteBuffer InsertResponse(absl::Span<const InsertResult> results);

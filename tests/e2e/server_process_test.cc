@@ -9,12 +9,14 @@
 #include <vector>
 
 #include "client/cuckoo_client.h"
+#include "server/config.h"
 #include "tests/e2e/process.h"
 
 namespace cuckoo::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(ServerProcessTest, SigtermDrainsAndExitsZero) {
   TempDir dir;
@@ -89,6 +91,25 @@ TEST(ServerProcessTest, AThirdSignalExitsAtOnceWithCodeOne) {
   EXPECT_EQ(server.process().Wait(), 1);
   EXPECT_THAT(server.process().out(),
               HasSubstr("received INT a third time: exiting now without the final snapshot"));
+}
+
+// A budget that cannot fit with the overhead beside it is allowed (the
+// operator may know better) but said at start-up.
+TEST(ServerProcessTest, ABudgetPlusOverheadOverTheMemoryAvailableIsWarnedOf) {
+  TempDir dir;
+  Cuckood server(dir.path(), {"--memory-budget=100000GiB"});
+  ASSERT_TRUE(server.ready()) << server.process().out() << server.process().err();
+  EXPECT_THAT(
+      server.process().out(),
+      HasSubstr("is more than the " + server::FormatByteSize(server::AvailableMemoryBytes()) +
+                " this process may use"));
+  server.process().Signal(SIGTERM);
+  EXPECT_EQ(server.process().Wait(), 0);
+
+  TempDir quiet_dir;
+  Cuckood quiet(quiet_dir.path(), {"--memory-budget=64MiB"});
+  ASSERT_TRUE(quiet.ready());
+  EXPECT_THAT(quiet.process().out(), Not(HasSubstr("this process may use")));
 }
 
 TEST(ServerProcessTest, SigintExitsZero) {

@@ -108,6 +108,19 @@ TEST(ConfigTest, MemoryDefaultsFollowTheAvailableMemoryAndTheOverheadIsStated) {
             (uint64_t{32} << 20) + 3 * (uint64_t{64} << 20) + (uint64_t{16} << 20));
 }
 
+// On a host of many CPUs in a small container, 75% of the limit plus the
+// overhead was more than the limit: the default budget leaves it room.
+TEST(ConfigTest, TheDefaultBudgetLeavesRoomForTheStatedOverhead) {
+  ServerConfig c;
+  const uint64_t available = AvailableMemoryBytes();
+  c.transport_memory_bytes = available / 8;  // Counted three times.
+  EXPECT_LT(EffectiveMemoryBudget(c), available / 4 * 3);
+  EXPECT_LE(EffectiveMemoryBudget(c) + StatedMemoryOverhead(c), available);
+  // An overhead larger than everything still leaves a usable budget.
+  c.transport_memory_bytes = available;
+  EXPECT_EQ(EffectiveMemoryBudget(c), available / 8);
+}
+
 absl::StatusOr<ServerConfig> Parse(std::vector<std::string> args) {
   args.insert(args.begin(), "cuckood");
   std::vector<char*> argv;

@@ -715,6 +715,27 @@ TEST(WireFormatTest, SlicesHandsOutGrpcsBytesWithoutCopying) {
   EXPECT_TRUE(views.empty());
 }
 
+// A message sent as many tiny HTTP/2 frames arrives as as many slices: the
+// per-thread vectors that held them must not keep that size for good.
+TEST(WireFormatTest, AMessageOfManySlicesLeavesNoLargeVectorsBehind) {
+  // (Of 64 bytes: gRPC merges small inlined slices as they are added.)
+  std::vector<grpc::Slice> parts(20000, grpc::Slice(std::string(64, 'k')));
+  grpc::ByteBuffer buffer(parts.data(), parts.size());
+  std::vector<grpc::Slice> slices;
+  std::vector<std::string_view> views;
+  ASSERT_TRUE(Slices(buffer, &slices, &views).ok());
+  ASSERT_EQ(views.size(), parts.size());
+  ReleaseSlices(&slices, &views);
+  EXPECT_TRUE(slices.empty());
+  EXPECT_LE(slices.capacity(), kKeepSlices);
+  EXPECT_LE(views.capacity(), kKeepSlices);
+  // A usual message keeps its vectors for the next call on the thread.
+  grpc::Slice few[] = {grpc::Slice(std::string(64, 'a')), grpc::Slice(std::string(64, 'b'))};
+  ASSERT_TRUE(Slices(grpc::ByteBuffer(few, 2), &slices, &views).ok());
+  ReleaseSlices(&slices, &views);
+  EXPECT_GE(views.capacity(), 2u);
+}
+
 TEST(WireFormatTest, ResponsesAreByteForByteWhatGeneratedCodeWrites) {
   std::mt19937_64 rng(3);
   for (size_t n : {size_t{0}, size_t{1}, size_t{127}, size_t{128}, size_t{1000}, size_t{20000}}) {
