@@ -101,7 +101,7 @@ struct ChargedFilter {
   std::function<void()> release;
   ~ChargedFilter() {
     filter.reset();
-    release();
+    if (release) release();
   }
 };
 
@@ -131,6 +131,24 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::Create(absl::strin
   if (absl::Status s = ValidateName(name); !s.ok()) return s;
   absl::StatusOr<FilterShape> shape = ComputeShape(options);
   if (!shape.ok()) return shape.status();
+  // Wait for a creation of this name already under way: its outcome is this
+  // call's starting point.
+  {
+    std::unique_lock<std::mutex> lock(creating_mu_);
+    creating_cv_.wait(lock, [&] { return !creating_.contains(name); });
+    creating_.emplace(name);
+  }
+  struct Done {
+    FilterRegistry* r;
+    absl::string_view name;
+    ~Done() {
+      {
+        std::lock_guard<std::mutex> lock(r->creating_mu_);
+        r->creating_.erase(name);
+      }
+      r->creating_cv_.notify_all();
+    }
+  } done{this, name};
   {
     ReaderLock lock(&mu_);
     if (auto it = filters_.find(name); it != filters_.end()) {
@@ -157,12 +175,7 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::Create(absl::strin
   }
   absl::StatusOr<std::shared_ptr<CuckooFilter>> added =
       AddReserved(name, *std::move(filter), bytes);
-  if (!added.ok()) {
-    if (absl::IsAlreadyExists(added.status()) && if_not_exists) {
-      return Create(name, options, if_not_exists, created);
-    }
-    return added.status();
-  }
+  if (!added.ok()) return added.status();
   if (created != nullptr) *created = true;
   return added;
 }
@@ -181,10 +194,17 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::Add(
 
 absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::AddReserved(
     absl::string_view name, std::unique_ptr<CuckooFilter> filter, uint64_t reserved) {
-  // From here the charge belongs to the filter: freed with it.
-  auto charged = std::make_shared<ChargedFilter>();
+  // From here the charge belongs to the filter: freed with it. (Until it
+  // does, an allocation failing here gives it back.)
+  std::shared_ptr<ChargedFilter> charged;
+  try {
+    charged = std::make_shared<ChargedFilter>();
+    charged->release = [budget = budget_, reserved] { budget->Release(reserved); };
+  } catch (...) {
+    budget_->Release(reserved);
+    throw;
+  }
   charged->filter = std::move(filter);
-  charged->release = [budget = budget_, reserved] { budget->Release(reserved); };
   std::shared_ptr<CuckooFilter> shared(charged, charged->filter.get());
   WriterLock lock(&mu_);
   if (absl::Status s = CheckNameAndCountLocked(name); !s.ok()) return s;

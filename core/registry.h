@@ -16,13 +16,16 @@
 #ifndef CUCKOO_CORE_REGISTRY_H_
 #define CUCKOO_CORE_REGISTRY_H_
 
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "core/cuckoo_filter.h"
@@ -95,6 +98,13 @@ class FilterRegistry {
   const std::shared_ptr<Budget> budget_;
   mutable SharedMutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<CuckooFilter>> filters_ ABSL_GUARDED_BY(mu_);
+
+  // Names a Create is working on: one creation of a name at a time, so a
+  // racing idempotent create gets the filter, not a budget error caused by
+  // the memory its twin holds.
+  std::mutex creating_mu_;
+  std::condition_variable creating_cv_;
+  absl::flat_hash_set<std::string> creating_ ABSL_GUARDED_BY(creating_mu_);
 };
 
 }  // namespace cuckoo

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <thread>
+
 namespace cuckoo {
 namespace {
 
@@ -122,6 +124,27 @@ TEST(RegistryTest, IfNotExistsWithSameSettingsReturnsTheExistingFilter) {
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ(second->get(), first->get());
   EXPECT_TRUE((*second)->MayContain("kept"));
+}
+
+// Two idempotent creates of one name whose budget holds one such filter:
+// the loser used to get RESOURCE_EXHAUSTED for the memory its twin had
+// reserved, instead of the twin's filter.
+TEST(RegistryTest, RacingIdempotentCreatesOfANameBothGetTheOneFilter) {
+  FilterRegistry reg({.memory_budget_bytes = 4 << 20, .max_filters = 10});
+  const FilterOptions options = {.capacity = 2'000'000, .fingerprint_bits = 12, .shards = 1};
+  for (int round = 0; round < 50; ++round) {
+    absl::StatusOr<std::shared_ptr<CuckooFilter>> got[2];
+    bool created[2] = {false, false};
+    std::thread twin([&] { got[1] = reg.Create("f", options, true, &created[1]); });
+    got[0] = reg.Create("f", options, true, &created[0]);
+    twin.join();
+    ASSERT_TRUE(got[0].ok()) << got[0].status();
+    ASSERT_TRUE(got[1].ok()) << got[1].status();
+    EXPECT_EQ(got[0]->get(), got[1]->get());
+    EXPECT_EQ(created[0] + created[1], 1);
+    got[0] = got[1] = absl::StatusOr<std::shared_ptr<CuckooFilter>>();
+    ASSERT_TRUE(reg.Drop("f").ok());
+  }
 }
 
 TEST(RegistryTest, MemoryBudgetIsEnforcedWithAClearMessage) {
