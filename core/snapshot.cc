@@ -7,7 +7,6 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
-#include <new>
 #include <system_error>
 #include <utility>
 
@@ -29,10 +28,9 @@ struct XxhStateFree {
   void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
 };
 using XxhState = std::unique_ptr<XXH3_state_t, XxhStateFree>;
-XxhState NewXxhState() {
-  XxhState s(XXH3_createState());
-  if (s == nullptr) throw std::bad_alloc();
-  return s;
+XxhState NewXxhState() { return XxhState(XXH3_createState()); }
+absl::Status NoMemoryForChecksums() {
+  return absl::ResourceExhaustedError("out of memory for a checksum state");
 }
 
 // Layout; docs/SNAPSHOT_FORMAT.md is the specification.
@@ -344,6 +342,7 @@ absl::StatusOr<LoadedSnapshot> Parse(Source& src, absl::string_view label,
 
   const XxhState whole_state = NewXxhState();
   const XxhState section_state = NewXxhState();
+  if (whole_state == nullptr || section_state == nullptr) return NoMemoryForChecksums();
   XXH3_state_t* whole = whole_state.get();
   XXH3_state_t* section = section_state.get();
   XXH3_64bits_reset(whole);
@@ -485,6 +484,7 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
     if (absl::Status s = out.Write(h, sizeof(h)); !s.ok()) return s;
     const XxhState whole_state = NewXxhState();
     const XxhState section_state = NewXxhState();
+    if (whole_state == nullptr || section_state == nullptr) return NoMemoryForChecksums();
     XXH3_state_t* whole = whole_state.get();
     XXH3_state_t* section = section_state.get();
     XXH3_64bits_reset(whole);

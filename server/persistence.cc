@@ -18,6 +18,7 @@
 #include "boost/asio/post.hpp"
 #include "server/config.h"
 #include "server/metrics.h"
+#include "server/status.h"
 #include "spdlog/spdlog.h"
 
 namespace cuckoo::server {
@@ -358,11 +359,14 @@ void Persistence::RunOne() {
     job = std::move(queue_.front());
     queue_.pop_front();
   }
+  // Whatever happens (std::bad_alloc), the job is answered and this thread
+  // goes on.
   if (job->kind == Job::kDrop) {
-    job->drop_done(DropNow(job->name));
+    job->drop_done(Guarded([&] { return DropNow(job->name); }));
     return;
   }
-  absl::StatusOr<SnapshotRun> run = SnapshotNow(job->name, job->changed_only);
+  absl::StatusOr<SnapshotRun> run =
+      Guarded([&] { return SnapshotNow(job->name, job->changed_only); });
   for (SnapshotDone& done : job->snapshot_done) done(run);
 }
 

@@ -26,7 +26,7 @@ inline grpc::Status ToGrpcStatus(const absl::Status& s) {
 // leaves the count of calls in flight that shutdown waits for, whatever
 // happens in it.
 template <typename Body>
-absl::Status Guarded(Body body) {
+auto Guarded(Body body) -> decltype(body()) {  // absl::Status or absl::StatusOr.
   try {
     return body();
   } catch (const std::bad_alloc&) {

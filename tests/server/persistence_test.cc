@@ -648,6 +648,25 @@ TEST_F(PersistenceTest, TheSnapshotAndDropQueueIsBoundedAndShutdownAnswersWhatWa
   shutdown.get();
 }
 
+// An exception on the persistence thread (std::bad_alloc, say) escaped its
+// event loop and ended the process; the call was never answered.
+TEST_F(PersistenceTest, ASnapshotOrDropThatThrowsIsAnsweredAndTheNextOneRuns) {
+  std::atomic<int> throws{2};
+  server::PersistenceOptions hooks;
+  hooks.before_file_operation = [&](absl::string_view, absl::string_view) {
+    if (throws.fetch_sub(1) > 0) throw std::bad_alloc();
+  };
+  StartServer(testing::TestConfig(dir_.path()), hooks);
+  Connect();
+  CreateFilter("a", 1000);
+  auto snapshot = client_->Snapshot("a", false, absl::Seconds(10));
+  EXPECT_EQ(snapshot.status().code(), absl::StatusCode::kResourceExhausted) << snapshot.status();
+  auto drop = client_->DropFilter("a");
+  EXPECT_EQ(drop.status().code(), absl::StatusCode::kResourceExhausted) << drop.status();
+  EXPECT_TRUE(client_->Snapshot("a", false, absl::Seconds(10)).ok());
+  EXPECT_TRUE(client_->DropFilter("a").ok());
+}
+
 // A failed directory fsync after the unlink left a live filter whose file
 // was gone but whose record said it was on disk: never written again, it
 // vanished at the next restart.

@@ -6,6 +6,8 @@
 #include <new>
 #include <stdexcept>
 
+#include "absl/status/statusor.h"
+
 namespace cuckoo::server {
 namespace {
 
@@ -31,6 +33,10 @@ TEST(StatusTest, AHandlerThatThrowsStillFinishesItsCallWithAStatus) {
   absl::Status odd = Guarded([]() -> absl::Status { throw 42; });
   EXPECT_EQ(odd.code(), absl::StatusCode::kInternal);
   EXPECT_TRUE(Guarded([] { return absl::OkStatus(); }).ok());
+  // The same for bodies that return a value.
+  absl::StatusOr<int> value = Guarded([]() -> absl::StatusOr<int> { throw std::bad_alloc(); });
+  EXPECT_EQ(value.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(*Guarded([]() -> absl::StatusOr<int> { return 7; }), 7);
 }
 
 }  // namespace
