@@ -71,7 +71,7 @@ ABSL_FLAG(cuckoo::server::ByteSizeFlag, max_message_size, {kDefaults.max_message
 ABSL_FLAG(cuckoo::server::ByteSizeFlag, transport_memory, {kDefaults.transport_memory_bytes},
           "memory gRPC may use for connections and messages in transit, e.g. 128MiB; past it "
           "gRPC resets streams (RESOURCE_EXHAUSTED); 0 (default): 1/32 of the available memory, "
-          "at least 32MiB and twice --max-message-size, at most 1GiB");
+          "between 32MiB and 1GiB, and at least twice --max-message-size");
 ABSL_FLAG(absl::Duration, drain_timeout, kDefaults.drain_timeout,
           "on SIGTERM/SIGINT, how long in-flight requests may take to finish");
 ABSL_FLAG(absl::Duration, snapshot_interval, kDefaults.snapshot_interval,

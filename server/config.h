@@ -42,7 +42,7 @@ struct ServerConfig {
   uint64_t max_message_bytes = uint64_t{16} << 20;
   // Memory gRPC may use for connections and the messages it is receiving
   // or sending (a grpc::ResourceQuota); 0: 1/32 of the memory available to
-  // the process, at least 32 MiB and 2 * max_message_bytes, at most 1 GiB.
+  // the process, between 32 MiB and 1 GiB, and at least 2 * max_message_bytes.
   // Past it, gRPC resets streams (RESOURCE_EXHAUSTED) instead of growing.
   uint64_t transport_memory_bytes = 0;
   // How long in-flight requests may take to finish on shutdown.
@@ -53,8 +53,9 @@ struct ServerConfig {
   absl::Duration snapshot_interval = absl::Seconds(60);
   // The most memory one snapshot write buffers; 0: 1/16 of the memory
   // available to the process, at least 16 MiB and at most 128 MiB. A shard
-  // whose table fits is copied, then written with no lock held; a larger
-  // one is written in pieces while inserts into it wait (reads do not).
+  // whose section (header, table and checksum) fits is copied, then
+  // written with no lock held; a larger one is written in pieces while
+  // inserts into it wait (reads do not).
   uint64_t snapshot_buffer_bytes = 0;
   // spdlog level name: trace, debug, info, warn, error, critical, off.
   std::string log_level = "info";
