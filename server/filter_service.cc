@@ -266,15 +266,19 @@ grpc::ServerUnaryReactor* FilterServiceImpl::DropFilter(grpc::CallbackServerCont
   }
   // An unknown name is answered here, so retries for filters gone already
   // never fill the persistence queue.
-  if (absl::StatusOr<std::shared_ptr<CuckooFilter>> f = registry_->Get(req->name()); !f.ok()) {
-    reactor->Done(ToGrpcStatus(f.status()));
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> found = registry_->Get(req->name());
+  if (!found.ok()) {
+    reactor->Done(ToGrpcStatus(found.status()));
     return reactor;
   }
   // The file is removed on the persistence thread, after any snapshot being
   // written: never on one of gRPC's threads. gRPC keeps req and resp alive
   // until the reactor finishes.
+  // Only the filter found here: if the name is dropped and created again
+  // while this call waits, the new filter stays.
   persistence_->DropAsync(
-      req->name(), [reactor, req, resp](absl::StatusOr<std::shared_ptr<CuckooFilter>> filter) {
+      req->name(), std::weak_ptr<CuckooFilter>(*found),
+      [reactor, req, resp](absl::StatusOr<std::shared_ptr<CuckooFilter>> filter) {
         const absl::Status status = Guarded([&]() -> absl::Status {
           if (!filter.ok()) return filter.status();
           resp->set_freed_bytes((*filter)->memory_bytes());

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -43,8 +44,9 @@ struct Persistence::Job {
   enum Kind { kSnapshot, kDrop } kind;
   std::string name;
   bool changed_only = false;
-  std::vector<SnapshotDone> snapshot_done;  // kSnapshot: every merged request.
-  DropDone drop_done;                       // kDrop.
+  std::vector<SnapshotDone> snapshot_done;          // kSnapshot: every merged request.
+  DropDone drop_done;                               // kDrop.
+  std::optional<std::weak_ptr<CuckooFilter>> only;  // kDrop: the filter it is for.
 };
 
 Persistence::Persistence(FilterRegistry* registry, std::string data_dir, Metrics* metrics,
@@ -255,11 +257,18 @@ absl::StatusOr<SnapshotRun> Persistence::SnapshotNow(absl::string_view name, boo
   return run;
 }
 
-absl::StatusOr<std::shared_ptr<CuckooFilter>> Persistence::DropNow(absl::string_view name) {
+absl::StatusOr<std::shared_ptr<CuckooFilter>> Persistence::DropNow(
+    absl::string_view name, const std::optional<std::weak_ptr<CuckooFilter>>& only) {
   std::lock_guard<std::mutex> file_lock(file_mu_);
   if (options_.before_file_operation) options_.before_file_operation("remove", name);
   absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = registry_->Get(name);
   if (!filter.ok()) return filter.status();
+  if (only.has_value() && only->lock() != *filter) {
+    return absl::NotFoundError(absl::StrFormat(
+        "filter \"%s\" not found: it was dropped while this call waited (a filter of that name "
+        "created since is kept)",
+        absl::CHexEscape(name)));
+  }
   const std::string path = SnapshotPath(data_dir_, name);
   auto not_dropped = [&](absl::string_view why) {
     return absl::InternalError(absl::StrCat("filter \"", name, "\" not dropped: ", why));
@@ -293,10 +302,11 @@ void Persistence::SnapshotAsync(std::string name, bool changed_only, SnapshotDon
   Enqueue(std::move(job));
 }
 
-void Persistence::DropAsync(std::string name, DropDone done) {
+void Persistence::DropAsync(std::string name, std::weak_ptr<CuckooFilter> only, DropDone done) {
   auto job = std::make_unique<Job>();
   job->kind = Job::kDrop;
   job->name = std::move(name);
+  job->only = std::move(only);
   job->drop_done = std::move(done);
   Enqueue(std::move(job));
 }
@@ -344,7 +354,7 @@ void Persistence::Enqueue(std::unique_ptr<Job> job) {
   }
   // Not started, or stopped: carry it out here.
   if (job->kind == Job::kDrop) {
-    job->drop_done(DropNow(job->name));
+    job->drop_done(DropNow(job->name, job->only));
   } else {
     absl::StatusOr<SnapshotRun> run = SnapshotNow(job->name, job->changed_only);
     for (SnapshotDone& done : job->snapshot_done) done(run);
@@ -362,7 +372,7 @@ void Persistence::RunOne() {
   // Whatever happens (std::bad_alloc), the job is answered and this thread
   // goes on.
   if (job->kind == Job::kDrop) {
-    job->drop_done(Guarded([&] { return DropNow(job->name); }));
+    job->drop_done(Guarded([&] { return DropNow(job->name, job->only); }));
     return;
   }
   absl::StatusOr<SnapshotRun> run =

@@ -5,7 +5,7 @@
 //   p.LoadAll();                        // at start-up, before serving
 //   p.Start(absl::Seconds(60));         // periodic snapshots of changed filters
 //   p.SnapshotAsync("users", false, done);  // the Snapshot RPC
-//   p.DropAsync("users", done);             // the DropFilter RPC
+//   p.DropAsync("users", filter, done);     // the DropFilter RPC
 //   p.CancelQueued();                   // at shutdown: answer what has not started
 //   p.Stop();                           // then:
 //   p.SnapshotNow("", /*changed_only=*/true);
@@ -153,10 +153,14 @@ class Persistence {
   // filter; INTERNAL naming the file if it cannot be removed, or if the
   // directory cannot be synced after the removal (the filter is then kept,
   // and its snapshot written again at the next periodic or final snapshot).
-  // Returns the dropped filter.
-  absl::StatusOr<std::shared_ptr<CuckooFilter>> DropNow(absl::string_view name);
+  // Returns the dropped filter. With `only` set, drops only that filter:
+  // NOT_FOUND if the name has meanwhile been dropped, or dropped and
+  // created again (a DropFilter waiting in the queue when a client
+  // recreated the name must not take the new filter).
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> DropNow(
+      absl::string_view name, const std::optional<std::weak_ptr<CuckooFilter>>& only = {});
   // DropNow on the background thread, queued like SnapshotAsync.
-  void DropAsync(std::string name, DropDone done);
+  void DropAsync(std::string name, std::weak_ptr<CuckooFilter> only, DropDone done);
 
   // Starts the background thread, with a snapshot of changed filters every
   // `interval` (none when zero).

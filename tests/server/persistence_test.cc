@@ -648,6 +648,54 @@ TEST_F(PersistenceTest, TheSnapshotAndDropQueueIsBoundedAndShutdownAnswersWhatWa
   shutdown.get();
 }
 
+// A retried DropFilter waiting in the queue used to drop whatever filter
+// held the name when its turn came: a filter a client had created again
+// after the first drop went too.
+TEST_F(PersistenceTest, AStaleDropWaitingInTheQueueLeavesAFilterCreatedAgainUnderItsName) {
+  std::mutex mu;
+  std::condition_variable cv;
+  int reached = 0, allowed = 0;  // Removals at the hook, and let through.
+  server::PersistenceOptions hooks;
+  hooks.before_file_operation = [&](absl::string_view op, absl::string_view) {
+    if (op != "remove") return;
+    std::unique_lock<std::mutex> lock(mu);
+    const int me = ++reached;
+    cv.notify_all();
+    cv.wait(lock, [&] { return allowed >= me; });
+  };
+  auto wait_for = [&](int n) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return reached >= n; });
+  };
+  auto allow = [&](int n) {
+    std::lock_guard<std::mutex> lock(mu);
+    allowed = n;
+    cv.notify_all();
+  };
+  StartServer(testing::TestConfig(dir_.path()), hooks);
+  Connect();
+  CreateFilter("a", 1000);
+  auto first = std::async(std::launch::async, [&] {
+    return std::make_unique<client::Client>(channel_)->DropFilter("a");
+  });
+  wait_for(1);
+  auto retry = std::async(std::launch::async, [&] {
+    return std::make_unique<client::Client>(channel_)->DropFilter("a");
+  });
+  absl::SleepFor(absl::Milliseconds(500));  // The retry is queued.
+  allow(1);
+  ASSERT_TRUE(first.get().ok());
+  wait_for(2);  // The retry's turn; before it looks, the name is taken again.
+  CreateFilter("a", 2000);
+  allow(2);
+  absl::StatusOr<uint64_t> stale = retry.get();
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kNotFound) << stale.status();
+  EXPECT_THAT(stale.status().message(), HasSubstr("dropped while this call waited"));
+  auto info = client_->GetFilter("a");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_GE(info->capacity(), 2000u);
+}
+
 // An exception on the persistence thread (std::bad_alloc, say) escaped its
 // event loop and ended the process; the call was never answered.
 TEST_F(PersistenceTest, ASnapshotOrDropThatThrowsIsAnsweredAndTheNextOneRuns) {
