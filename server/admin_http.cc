@@ -76,15 +76,20 @@ class AdminHttpServer::Session : public std::enable_shared_from_this<Session> {
         [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
   }
 
-  // Closes a connection waiting for a request, to make room for a new one.
+  // Closes a connection waiting for a request, to make room for a new one:
+  // at once, without the linger of Close() (it has sent nothing to be
+  // answered), so its descriptor goes with it and a peer opening
+  // connections fast cannot keep more than its limit open.
   void Evict() {
+    evicted_ = true;
     beast::error_code ignored;
-    stream_.socket().cancel(ignored);
+    stream_.socket().close(ignored);
   }
 
  private:
   void OnRead(beast::error_code ec) {
     sessions_->NotWaiting(this);
+    if (evicted_) return;
     if (ec) {
       // end_of_stream: the client closed between requests; timeout: it was
       // idle or too slow; anything else but a parse error: the socket failed.
@@ -169,6 +174,7 @@ class AdminHttpServer::Session : public std::enable_shared_from_this<Session> {
   const AdminHandlers* const handlers_;
   Sessions* const sessions_;
   const std::string peer_;
+  bool evicted_ = false;
 };
 
 void AdminHttpServer::Sessions::Add(const std::string& peer) {

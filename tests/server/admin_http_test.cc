@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -337,6 +338,27 @@ TEST_F(AdminHttpTest, IdleConnectionsFromOnePeerCannotLockProbesOut) {
   // One peer holds at most 16: the oldest of the others were closed.
   EXPECT_TRUE(idle.front()->ClosedByPeer(std::chrono::seconds(5)));
   EXPECT_FALSE(idle.back()->ClosedByPeer(std::chrono::milliseconds(100)));
+}
+
+int OpenDescriptors() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+// An evicted connection used to linger for 2 s, its descriptor held, while
+// the new one took its slot: a peer opening connections fast kept far more
+// than its 16 open, toward the process's descriptor limit.
+TEST_F(AdminHttpTest, AnEvictedConnectionsDescriptorIsClosedAtOnce) {
+  const int before = OpenDescriptors();
+  std::vector<std::unique_ptr<HttpConnection>> idle;  // Never closed by us.
+  for (int i = 0; i < 200; ++i) {
+    idle.push_back(std::make_unique<HttpConnection>(port()));
+    ASSERT_TRUE(idle.back()->connected());
+  }
+  EXPECT_EQ(HttpGet(port(), "/healthz").status, 200);  // Every accept handled.
+  // Our 200 client sockets, and the server's side of at most 16 of them.
+  EXPECT_LE(OpenDescriptors() - before, 200 + 16 + 4);
 }
 
 TEST_F(AdminHttpTest, ManyPeersAtTheLimitMakeRoomForANewOne) {
