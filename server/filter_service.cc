@@ -157,7 +157,12 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::CallbackServerC
   const auto deadline = ctx->deadline();
   absl::Status stopped;
   auto stop = [&] {
-    if (abort_.load(std::memory_order_acquire)) {
+    // Shutdown cuts Inserts short, whose kick chains can take long, but
+    // never a Delete (no kicks, so it ends soon anyway): UNAVAILABLE, which
+    // clients and gRPC retry policies retry, then always means that none of
+    // a Delete was applied. Deleting a prefix twice could remove the
+    // fingerprint of another key that shares it.
+    if (method != RpcMethod::kDelete && abort_.load(std::memory_order_acquire)) {
       stopped = absl::UnavailableError("cuckood is shutting down");
     } else if (ctx->IsCancelled()) {
       stopped = absl::CancelledError("the call was cancelled");
