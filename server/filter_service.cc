@@ -265,22 +265,18 @@ grpc::ServerUnaryReactor* FilterServiceImpl::DropFilter(grpc::CallbackServerCont
   bool accepted;
   CallReactor* reactor = Accept(RpcMethod::kDropFilter, &accepted);
   if (!accepted) return reactor;
-  if (absl::Status s = FilterRegistry::ValidateName(req->name()); !s.ok()) {
-    reactor->Done(ToGrpcStatus(s));
-    return reactor;
-  }
   // An unknown name is answered here, so retries for filters gone already
   // never fill the persistence queue.
-  absl::StatusOr<std::shared_ptr<CuckooFilter>> found = registry_->Get(req->name());
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> found = FindFilter(req->name());
   if (!found.ok()) {
     reactor->Done(ToGrpcStatus(found.status()));
     return reactor;
   }
   // The file is removed on the persistence thread, after any snapshot being
-  // written: never on one of gRPC's threads. gRPC keeps req and resp alive
-  // until the reactor finishes.
-  // Only the filter found here: if the name is dropped and created again
-  // while this call waits, the new filter stays.
+  // written: never on one of gRPC's threads. Only the filter found here is
+  // dropped: if the name is dropped and created again while this call
+  // waits, the new filter stays. gRPC keeps req and resp alive until the
+  // reactor finishes.
   persistence_->DropAsync(
       req->name(), std::weak_ptr<CuckooFilter>(*found),
       [reactor, req, resp](absl::StatusOr<std::shared_ptr<CuckooFilter>> filter) {
@@ -359,12 +355,8 @@ grpc::ServerUnaryReactor* FilterServiceImpl::Snapshot(grpc::CallbackServerContex
   CallReactor* reactor = Accept(RpcMethod::kSnapshot, &accepted);
   if (!accepted) return reactor;
   if (!req->filter().empty()) {
-    if (absl::Status s = FilterRegistry::ValidateName(req->filter()); !s.ok()) {
-      reactor->Done(ToGrpcStatus(s));
-      return reactor;
-    }
     // As in DropFilter: unknown names never take a place in the queue.
-    if (absl::StatusOr<std::shared_ptr<CuckooFilter>> f = registry_->Get(req->filter()); !f.ok()) {
+    if (absl::StatusOr<std::shared_ptr<CuckooFilter>> f = FindFilter(req->filter()); !f.ok()) {
       reactor->Done(ToGrpcStatus(f.status()));
       return reactor;
     }

@@ -44,9 +44,9 @@ struct Persistence::Job {
   enum Kind { kSnapshot, kDrop } kind;
   std::string name;
   bool changed_only = false;
-  std::vector<SnapshotDone> snapshot_done;          // kSnapshot: every merged request.
-  DropDone drop_done;                               // kDrop.
-  std::optional<std::weak_ptr<CuckooFilter>> only;  // kDrop: the filter it is for.
+  std::vector<SnapshotDone> snapshot_done;  // kSnapshot: every merged request.
+  DropDone drop_done;                       // kDrop.
+  std::weak_ptr<CuckooFilter> only;         // kDrop: the filter it is for.
 };
 
 Persistence::Persistence(FilterRegistry* registry, std::string data_dir, Metrics* metrics,
@@ -218,10 +218,12 @@ absl::StatusOr<SnapshotRun> Persistence::SnapshotNow(absl::string_view name, boo
   SnapshotRun run;
   absl::Status first_error;
   for (auto& [filter_name, filter] : filters) {
-    if (const SnapshotRecord r = Record(filter_name, *filter);
-        changed_only && r.exists && r.UnsnapshottedChanges(*filter) == 0) {
-      run.unchanged.push_back(filter_name);
-      continue;
+    if (changed_only) {
+      const SnapshotRecord r = Record(filter_name, *filter);
+      if (r.exists && r.UnsnapshottedChanges(*filter) == 0) {
+        run.unchanged.push_back(filter_name);
+        continue;
+      }
     }
     std::lock_guard<std::mutex> file_lock(file_mu_);
     // Still the filter of that name? Drops also hold file_mu_, so it stays
@@ -258,12 +260,12 @@ absl::StatusOr<SnapshotRun> Persistence::SnapshotNow(absl::string_view name, boo
 }
 
 absl::StatusOr<std::shared_ptr<CuckooFilter>> Persistence::DropNow(
-    absl::string_view name, const std::optional<std::weak_ptr<CuckooFilter>>& only) {
+    absl::string_view name, const std::weak_ptr<CuckooFilter>& only) {
   std::lock_guard<std::mutex> file_lock(file_mu_);
   if (options_.before_file_operation) options_.before_file_operation("remove", name);
   absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = registry_->Get(name);
   if (!filter.ok()) return filter.status();
-  if (only.has_value() && only->lock() != *filter) {
+  if (only.lock() != *filter) {
     return absl::NotFoundError(absl::StrFormat(
         "filter \"%s\" not found: it was dropped while this call waited (a filter of that name "
         "created since is kept)",

@@ -153,12 +153,12 @@ class Persistence {
   // filter; INTERNAL naming the file if it cannot be removed, or if the
   // directory cannot be synced after the removal (the filter is then kept,
   // and its snapshot written again at the next periodic or final snapshot).
-  // Returns the dropped filter. With `only` set, drops only that filter:
-  // NOT_FOUND if the name has meanwhile been dropped, or dropped and
-  // created again (a DropFilter waiting in the queue when a client
-  // recreated the name must not take the new filter).
-  absl::StatusOr<std::shared_ptr<CuckooFilter>> DropNow(
-      absl::string_view name, const std::optional<std::weak_ptr<CuckooFilter>>& only = {});
+  // Returns the dropped filter. Drops only `only`, the filter the caller
+  // found under `name`: NOT_FOUND if the name has meanwhile been dropped,
+  // or dropped and created again (a DropFilter waiting in the queue when a
+  // client recreated the name must not take the new filter).
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> DropNow(absl::string_view name,
+                                                        const std::weak_ptr<CuckooFilter>& only);
   // DropNow on the background thread, queued like SnapshotAsync.
   void DropAsync(std::string name, std::weak_ptr<CuckooFilter> only, DropDone done);
 

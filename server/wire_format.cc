@@ -392,14 +392,24 @@ void StraddleArena::Reset() {
   used_ = 0;
 }
 
+namespace {
+
+// Empties `v`, and gives its memory back when it grew past `keep` entries.
+template <typename T>
+void ClearKeeping(std::vector<T>* v, size_t keep) {
+  if (v->capacity() > keep) {
+    std::vector<T>().swap(*v);
+  } else {
+    v->clear();
+  }
+}
+
+}  // namespace
+
 void KeysRequest::Release() {
   filter = {};
   if_absent = false;
-  if (keys.capacity() > kKeepKeys) {
-    std::vector<std::string_view>().swap(keys);
-  } else {
-    keys.clear();
-  }
+  ClearKeeping(&keys, kKeepKeys);
   arena.Reset();
 }
 
@@ -445,16 +455,8 @@ absl::Status Slices(const grpc::ByteBuffer& buffer, std::vector<grpc::Slice>* sl
 }
 
 void ReleaseSlices(std::vector<grpc::Slice>* slices, std::vector<std::string_view>* views) {
-  if (slices->capacity() > kKeepSlices) {
-    std::vector<grpc::Slice>().swap(*slices);
-  } else {
-    slices->clear();
-  }
-  if (views->capacity() > kKeepSlices) {
-    std::vector<std::string_view>().swap(*views);
-  } else {
-    views->clear();
-  }
+  ClearKeeping(slices, kKeepSlices);
+  ClearKeeping(views, kKeepSlices);
 }
 
 grpc::ByteBuffer InsertResponse(absl::Span<const InsertResult> results) {

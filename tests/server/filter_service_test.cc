@@ -51,6 +51,16 @@ class FilterServiceTest : public ServerTest {
     return Call(&v1::FilterService::Stub::CreateFilter, req);
   }
 
+  // A server taking 10,000-key batches (more than one part of 4096), and a
+  // filter "f" with room for them.
+  void StartForBatchesOfTenThousand() {
+    server::ServerConfig config = testing::TestConfig(dir_.path());
+    config.max_batch_keys = 10'000;
+    config.max_message_bytes = 4 << 20;
+    StartServer(config);
+    ASSERT_TRUE(Create("f", 100'000).status.ok());
+  }
+
   template <typename Request>
   static Request WithKeys(const std::string& filter, const std::vector<std::string>& keys) {
     Request req;
@@ -710,11 +720,7 @@ TEST_F(FilterServiceTest, ManyTinyShardsAreChargedInFullAndAFullBatchWalksOneCha
 // CANCELLED, which most clients do not retry. It now stops at its next
 // part and answers UNAVAILABLE, saying how much of it was applied.
 TEST_F(FilterServiceTest, ABatchCutShortByShutdownAnswersUnavailableNamingWhatWasApplied) {
-  server::ServerConfig config = testing::TestConfig(dir_.path());
-  config.max_batch_keys = 10'000;
-  config.max_message_bytes = 4 << 20;
-  StartServer(config);
-  ASSERT_TRUE(Create("f", 100'000).status.ok());
+  ASSERT_NO_FATAL_FAILURE(StartForBatchesOfTenThousand());
   server_->service().AbortRunning();
   auto r = Insert("f", Keys(1, 10'000));
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
@@ -733,11 +739,7 @@ TEST_F(FilterServiceTest, ABatchCutShortByShutdownAnswersUnavailableNamingWhatWa
 // those keys twice, and a second delete of a fingerprint can take another
 // key's copy: a false negative. Shutdown therefore never cuts a Delete.
 TEST_F(FilterServiceTest, ShutdownNeverCutsADeleteShortSoItsRetryCannotDeleteTwice) {
-  server::ServerConfig config = testing::TestConfig(dir_.path());
-  config.max_batch_keys = 10'000;
-  config.max_message_bytes = 4 << 20;
-  StartServer(config);
-  ASSERT_TRUE(Create("f", 100'000).status.ok());
+  ASSERT_NO_FATAL_FAILURE(StartForBatchesOfTenThousand());
   ASSERT_TRUE(Insert("f", Keys(1, 10'000)).status.ok());
   server_->service().AbortRunning();
   auto d = Delete("f", Keys(1, 10'000));
