@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_format.h"
 #include "core/scratch.h"
 
 namespace cuckoo {
@@ -116,8 +117,9 @@ size_t InParts(size_t n, StopCheck stop, Part part) {
 
 }  // namespace
 
-size_t CuckooFilter::InsertHashed(absl::Span<const uint64_t> hashes, bool if_absent,
-                                  absl::Span<InsertResult> out, StopCheck stop) {
+size_t CuckooFilter::InsertHashedImpl(absl::Span<const uint64_t> hashes, bool if_absent,
+                                      absl::Span<InsertResult> out, StopCheck stop,
+                                      const WriteLog* log) {
   // Per shard, whether a kick chain of this batch failed there, kept across
   // the parts: the batch walks at most one failing chain per shard.
   thread_local std::vector<uint8_t> full;
@@ -126,13 +128,31 @@ size_t CuckooFilter::InsertHashed(absl::Span<const uint64_t> hashes, bool if_abs
     ForEachShard(hashes.subspan(begin, end - begin), out.subspan(begin, end - begin),
                  [&](size_t s, absl::Span<const uint64_t> h, absl::Span<InsertResult> r,
                      const Lookahead& next) {
-                   shards_[s]->Write([&](CuckooTable& t) {
-                     bool shard_full = full[s] != 0;
+                   shards_[s]->Write([&](CuckooTable& t, uint64_t& position) {
+                     const bool full_before = full[s] != 0;
+                     bool shard_full = full_before;
                      t.InsertBatch(h, if_absent, r, next, &shard_full);
                      full[s] = shard_full;
+                     if (log != nullptr) {
+                       position = (*log)({.kind = ShardWrite::kInsert,
+                                          .shard = static_cast<uint32_t>(s),
+                                          .if_absent = if_absent,
+                                          .full_before = full_before,
+                                          .hashes = h});
+                     }
                    });
                  });
   });
+}
+
+size_t CuckooFilter::InsertHashed(absl::Span<const uint64_t> hashes, bool if_absent,
+                                  absl::Span<InsertResult> out, StopCheck stop) {
+  return InsertHashedImpl(hashes, if_absent, out, stop, nullptr);
+}
+
+size_t CuckooFilter::InsertHashed(absl::Span<const uint64_t> hashes, bool if_absent,
+                                  absl::Span<InsertResult> out, StopCheck stop, WriteLog log) {
+  return InsertHashedImpl(hashes, if_absent, out, stop, &log);
 }
 
 void CuckooFilter::InsertHashed(absl::Span<const uint64_t> hashes, bool if_absent,
@@ -170,14 +190,63 @@ void CuckooFilter::LookupHashed(absl::Span<const uint64_t> hashes, absl::Span<bo
       });
 }
 
+size_t CuckooFilter::DeleteHashedImpl(absl::Span<const uint64_t> hashes,
+                                      absl::Span<DeleteResult> out, StopCheck stop,
+                                      const WriteLog* log) {
+  return InParts(hashes.size(), stop, [&](size_t begin, size_t end) {
+    ForEachShard(
+        hashes.subspan(begin, end - begin), out.subspan(begin, end - begin),
+        [&](size_t s, absl::Span<const uint64_t> h, absl::Span<DeleteResult> r,
+            const Lookahead& next) {
+          shards_[s]->Write([&](CuckooTable& t, uint64_t& position) {
+            t.DeleteBatch(h, r, next);
+            if (log != nullptr) {
+              position = (*log)(
+                  {.kind = ShardWrite::kDelete, .shard = static_cast<uint32_t>(s), .hashes = h});
+            }
+          });
+        });
+  });
+}
+
 size_t CuckooFilter::DeleteHashed(absl::Span<const uint64_t> hashes, absl::Span<DeleteResult> out,
                                   StopCheck stop) {
-  return InParts(hashes.size(), stop, [&](size_t begin, size_t end) {
-    ForEachShard(hashes.subspan(begin, end - begin), out.subspan(begin, end - begin),
-                 [&](size_t s, absl::Span<const uint64_t> h, absl::Span<DeleteResult> r,
-                     const Lookahead& next) {
-                   shards_[s]->Write([&](CuckooTable& t) { t.DeleteBatch(h, r, next); });
-                 });
+  return DeleteHashedImpl(hashes, out, stop, nullptr);
+}
+
+size_t CuckooFilter::DeleteHashed(absl::Span<const uint64_t> hashes, absl::Span<DeleteResult> out,
+                                  StopCheck stop, WriteLog log) {
+  return DeleteHashedImpl(hashes, out, stop, &log);
+}
+
+absl::StatusOr<bool> CuckooFilter::ApplyShardWrite(const ShardWrite& write, uint64_t position) {
+  if (write.shard >= shards_.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "write to shard %u of a filter with %u shards", write.shard, shards_.size()));
+  }
+  for (uint64_t h : write.hashes) {
+    if (layout_.Shard(h) != write.shard) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "a key hash of shard %u in a write to shard %u", layout_.Shard(h), write.shard));
+    }
+  }
+  if (write.kind != ShardWrite::kInsert && write.kind != ShardWrite::kDelete) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("unknown write kind %d", static_cast<int>(write.kind)));
+  }
+  return shards_[write.shard]->Write([&](CuckooTable& t, uint64_t& shard_position) {
+    if (shard_position >= position) return false;
+    const size_t n = write.hashes.size();
+    if (write.kind == ShardWrite::kInsert) {
+      ScratchArray<InsertResult, 2> results(n);
+      bool full = write.full_before;
+      t.InsertBatch(write.hashes, write.if_absent, results.span(), Lookahead{}, &full);
+    } else {
+      ScratchArray<DeleteResult, 2> results(n);
+      t.DeleteBatch(write.hashes, results.span(), Lookahead{});
+    }
+    shard_position = position;
+    return true;
   });
 }
 
@@ -236,6 +305,20 @@ size_t CuckooFilter::DeleteBatch(absl::Span<const std::string_view> keys,
   return DeleteHashed(h.span(), out, stop);
 }
 
+size_t CuckooFilter::InsertBatch(absl::Span<const std::string_view> keys, bool if_absent,
+                                 absl::Span<InsertResult> out, StopCheck stop, WriteLog log) {
+  Hashes h(keys.size());
+  HashAll(*this, keys, h);
+  return InsertHashedImpl(h.span(), if_absent, out, stop, &log);
+}
+
+size_t CuckooFilter::DeleteBatch(absl::Span<const std::string_view> keys,
+                                 absl::Span<DeleteResult> out, StopCheck stop, WriteLog log) {
+  Hashes h(keys.size());
+  HashAll(*this, keys, h);
+  return DeleteHashedImpl(h.span(), out, stop, &log);
+}
+
 void CuckooFilter::CountBatch(absl::Span<const std::string_view> keys,
                               absl::Span<uint32_t> out) const {
   Hashes h(keys.size());
@@ -286,7 +369,8 @@ CuckooFilter::ShardState CuckooFilter::CopyShard(uint32_t i, uint8_t* dst) const
   std::memcpy(dst, bytes.data(), bytes.size());
   return {.items = shard.table.items(),
           .rng_state = shard.table.rng_state(),
-          .changes = shard.changes.load(std::memory_order_relaxed)};
+          .changes = shard.changes.load(std::memory_order_relaxed),
+          .position = shard.position};
 }
 
 void CuckooFilter::ReadShard(
@@ -295,7 +379,8 @@ void CuckooFilter::ReadShard(
   ReaderLock lock(&shard.mu);
   fn(shard.table.bytes(), {.items = shard.table.items(),
                            .rng_state = shard.table.rng_state(),
-                           .changes = shard.changes.load(std::memory_order_relaxed)});
+                           .changes = shard.changes.load(std::memory_order_relaxed),
+                           .position = shard.position});
 }
 
 absl::Span<uint8_t> CuckooFilter::MutableShardBytesForLoad(uint32_t i) {
@@ -306,11 +391,23 @@ absl::Span<uint8_t> CuckooFilter::MutableShardBytesForLoad(uint32_t i) {
   return shard.table.mutable_bytes();
 }
 
-void CuckooFilter::RestoreShardForLoad(uint32_t i, uint64_t items, uint64_t rng_state) {
+void CuckooFilter::RestoreShardForLoad(uint32_t i, uint64_t items, uint64_t rng_state,
+                                       uint64_t position) {
   Shard& shard = *shards_[i];
   WriterLock lock(&shard.mu);
   shard.table.RestoreCounters(items, rng_state);
+  shard.position = position;
   shard.items.store(items, std::memory_order_relaxed);
+}
+
+std::vector<uint64_t> CuckooFilter::ShardPositions() const {
+  std::vector<uint64_t> positions;
+  positions.reserve(shards_.size());
+  for (const auto& shard : shards_) {
+    ReaderLock lock(&shard->mu);
+    positions.push_back(shard->position);
+  }
+  return positions;
 }
 
 int64_t CuckooFilter::FirstInvalidBucketForLoad(uint32_t i) {

@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <memory>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
@@ -68,6 +69,28 @@ struct FilterStats {
 // Asked between the parts of a long write batch (from the batch's thread)
 // whether to stop; true ends the batch there.
 using StopCheck = absl::FunctionRef<bool()>;
+
+// One shard's part of an Insert or Delete batch, as it was applied: what a
+// log records so that CuckooFilter::ApplyShardWrite, given the same shard
+// state, reproduces the shard exactly (table bytes, counters and kick-victim
+// generator state).
+struct ShardWrite {
+  enum Kind : uint8_t { kInsert = 1, kDelete = 2 };
+  Kind kind = kInsert;
+  uint32_t shard = 0;
+  bool if_absent = false;  // kInsert: InsertBatch's if_absent.
+  // kInsert: a kick chain of an earlier part of the same batch had failed in
+  // this shard (see InsertBatch), so this part walks no chain.
+  bool full_before = false;
+  absl::Span<const uint64_t> hashes;  // In the order they were applied.
+};
+
+// Called with each shard's part of a write batch right after it was
+// applied, still holding the shard's lock, so one shard's calls come in the
+// order its writes happened. Returns the position the caller's log gave the
+// write (cuckood: its log sequence number), which becomes the shard's
+// position (ShardState::position). Must not fail or throw.
+using WriteLog = absl::FunctionRef<uint64_t(const ShardWrite&)>;
 
 class CuckooFilter {
  public:
@@ -125,6 +148,32 @@ class CuckooFilter {
   size_t DeleteHashed(absl::Span<const uint64_t> hashes, absl::Span<DeleteResult> out,
                       StopCheck stop);
 
+  // --- Logged writes and deterministic apply ---
+
+  // The batch forms above, also handing each shard's part to `log` as it is
+  // applied (see WriteLog). Applying the logged parts of any number of
+  // concurrent batches with ApplyShardWrite, in the order of their
+  // positions, to the filter as it was before them reproduces it exactly.
+  size_t InsertBatch(absl::Span<const std::string_view> keys, bool if_absent,
+                     absl::Span<InsertResult> out, StopCheck stop, WriteLog log);
+  size_t DeleteBatch(absl::Span<const std::string_view> keys, absl::Span<DeleteResult> out,
+                     StopCheck stop, WriteLog log);
+  size_t InsertHashed(absl::Span<const uint64_t> hashes, bool if_absent,
+                      absl::Span<InsertResult> out, StopCheck stop, WriteLog log);
+  size_t DeleteHashed(absl::Span<const uint64_t> hashes, absl::Span<DeleteResult> out,
+                      StopCheck stop, WriteLog log);
+  // Applies a logged shard write at `position` (replay): false, changing
+  // nothing, when the shard's position is already `position` or later (the
+  // shard holds the write, e.g. it was loaded from a snapshot taken after
+  // it). INVALID_ARGUMENT when the write cannot belong to this filter (shard
+  // out of range, a hash of another shard).
+  absl::StatusOr<bool> ApplyShardWrite(const ShardWrite& write, uint64_t position);
+
+  // An identifier the owner gives the filter, saved in its snapshots
+  // (cuckood: the log position of the filter's creation). 0 until set.
+  uint64_t id() const { return id_.load(std::memory_order_acquire); }
+  void set_id(uint64_t id) { id_.store(id, std::memory_order_release); }
+
   FilterStats Stats() const;
   uint64_t items() const;
   uint64_t memory_bytes() const { return memory_bytes_; }
@@ -141,6 +190,9 @@ class CuckooFilter {
     uint64_t items = 0;
     uint64_t rng_state = 0;
     uint64_t changes = 0;
+    // The position of the last logged write applied to the shard (WriteLog,
+    // ApplyShardWrite); 0 when none was.
+    uint64_t position = 0;
   };
   // Copies shard `i`'s packed table (shape().table_bytes_per_shard() bytes)
   // into `dst` holding only that shard's shared lock: writers to the other
@@ -154,7 +206,9 @@ class CuckooFilter {
   // For a filter that no other thread can see yet (being loaded): shard
   // `i`'s table bytes to fill in, and its counters.
   absl::Span<uint8_t> MutableShardBytesForLoad(uint32_t i);
-  void RestoreShardForLoad(uint32_t i, uint64_t items, uint64_t rng_state);
+  void RestoreShardForLoad(uint32_t i, uint64_t items, uint64_t rng_state, uint64_t position = 0);
+  // Every shard's position (ShardState::position), in shard order.
+  std::vector<uint64_t> ShardPositions() const;
   // For a filter being loaded: the first bucket of shard `i` that its table
   // kind can never hold, or -1 (see CuckooTable::FirstInvalidBucket).
   int64_t FirstInvalidBucketForLoad(uint32_t i);
@@ -171,7 +225,8 @@ class CuckooFilter {
   struct Shard {
     explicit Shard(CuckooTable t) : table_bytes(t.bytes().data()), table(std::move(t)) {}
 
-    // Runs fn(table) with the table to itself; returns fn's result.
+    // Runs fn(table), or fn(table, position), with the table (and its
+    // position) to itself; returns fn's result.
     template <typename Fn>
     auto Write(Fn fn) {
       WriterLock lock(&mu);
@@ -192,7 +247,11 @@ class CuckooFilter {
           shard->seq.store(next, std::memory_order_release);
         }
       } publish{this, s + 2, table.items()};
-      return fn(table);
+      if constexpr (std::is_invocable_v<Fn, CuckooTable&, uint64_t&>) {
+        return fn(table, position);
+      } else {
+        return fn(table);
+      }
     }
 
     // Runs fn(table) for reading, lock-free unless a writer interferes, in
@@ -221,7 +280,15 @@ class CuckooFilter {
     std::atomic<uint64_t> items{0};
     // Keys inserted or deleted so far (see changes()).
     std::atomic<uint64_t> changes{0};
+    // See ShardState::position.
+    uint64_t position ABSL_GUARDED_BY(mu) = 0;
   };
+
+  // The batch forms' bodies; `log` may be null.
+  size_t InsertHashedImpl(absl::Span<const uint64_t> hashes, bool if_absent,
+                          absl::Span<InsertResult> out, StopCheck stop, const WriteLog* log);
+  size_t DeleteHashedImpl(absl::Span<const uint64_t> hashes, absl::Span<DeleteResult> out,
+                          StopCheck stop, const WriteLog* log);
 
   explicit CuckooFilter(const FilterShape& shape)
       : shape_(shape), layout_(shape.fingerprint_bits, shape.shard_bits, shape.buckets_per_shard) {}
@@ -244,6 +311,7 @@ class CuckooFilter {
   std::vector<const CuckooTable*> tables_;
   uint64_t memory_bytes_ = 0;
   std::vector<std::unique_ptr<Shard>> shards_;
+  std::atomic<uint64_t> id_{0};
 };
 
 }  // namespace cuckoo
