@@ -81,6 +81,17 @@ ABSL_FLAG(cuckoo::server::ByteSizeFlag, snapshot_buffer, {kDefaults.snapshot_buf
           "most memory one snapshot write buffers, e.g. 64MiB; a shard whose table is larger "
           "is written while inserts into it wait; 0 (default): 1/16 of the available memory, "
           "16MiB to 128MiB");
+ABSL_FLAG(std::string, durability, "sync",
+          "when a write is acknowledged: sync (its log record is on disk: group commit, the "
+          "default), interval (written; fdatasync every --wal-sync-interval: a power cut loses "
+          "at most about that much) or none (written; the OS flushes when it likes)");
+ABSL_FLAG(absl::Duration, wal_sync_interval, kDefaults.wal_sync_interval,
+          "with --durability=interval, how often the log is fdatasync'ed");
+ABSL_FLAG(cuckoo::server::ByteSizeFlag, wal_segment_size, {kDefaults.wal_segment_bytes},
+          "size of one write-ahead log segment file in <data-dir>/wal, e.g. 64MiB");
+ABSL_FLAG(cuckoo::server::ByteSizeFlag, wal_max_size, {kDefaults.wal_max_bytes},
+          "when the write-ahead log holds more than this, changed filters are snapshotted early "
+          "so that it can be truncated (bounds its size and the replay at start-up), e.g. 1GiB");
 ABSL_FLAG(std::string, log_level, kDefaults.log_level,
           "trace, debug, info, warn, error, critical or off");
 ABSL_FLAG(std::string, log_format, kDefaults.log_format, "text or json (one object per line)");
@@ -90,9 +101,11 @@ namespace {
 
 // Every flag of the server, for the environment fallback.
 constexpr const char* kFlagNames[] = {
-    "listen",      "admin_listen",      "data_dir",         "max_batch_keys",   "max_key_bytes",
-    "max_filters", "memory_budget",     "max_message_size", "drain_timeout",    "log_level",
-    "log_format",  "snapshot_interval", "snapshot_buffer",  "transport_memory",
+    "listen",           "admin_listen",     "data_dir",      "max_batch_keys",
+    "max_key_bytes",    "max_filters",      "memory_budget", "max_message_size",
+    "drain_timeout",    "log_level",        "log_format",    "snapshot_interval",
+    "snapshot_buffer",  "transport_memory", "durability",    "wal_sync_interval",
+    "wal_segment_size", "wal_max_size",
 };
 
 struct Unit {
@@ -267,6 +280,21 @@ absl::Status ValidateConfig(const ServerConfig& c) {
     return absl::InvalidArgumentError(absl::StrFormat("--drain-timeout=%s must not be negative",
                                                       absl::FormatDuration(c.drain_timeout)));
   }
+  if (c.wal_sync_interval < absl::Milliseconds(10) || c.wal_sync_interval > absl::Hours(1)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--wal-sync-interval=%s must be between 10ms and 1h",
+                        absl::FormatDuration(c.wal_sync_interval)));
+  }
+  if (c.wal_segment_bytes < kWalMinSegmentBytes || c.wal_segment_bytes > (uint64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--wal-segment-size=%s must be between %s and 1GiB",
+        FormatByteSizeExactly(c.wal_segment_bytes), FormatByteSizeExactly(kWalMinSegmentBytes)));
+  }
+  if (c.wal_max_bytes < 2 * c.wal_segment_bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--wal-max-size=%s must be at least twice --wal-segment-size=%s",
+        FormatByteSizeExactly(c.wal_max_bytes), FormatByteSizeExactly(c.wal_segment_bytes)));
+  }
   if (c.snapshot_interval < absl::ZeroDuration() ||
       (c.snapshot_interval > absl::ZeroDuration() && c.snapshot_interval < absl::Seconds(1))) {
     return absl::InvalidArgumentError(
@@ -386,6 +414,15 @@ absl::StatusOr<ServerConfig> ConfigFromCommandLine(int argc, char** argv) {
   c.transport_memory_bytes = absl::GetFlag(FLAGS_transport_memory).bytes;
   c.log_level = absl::GetFlag(FLAGS_log_level);
   c.log_format = absl::GetFlag(FLAGS_log_format);
+  absl::StatusOr<Durability> durability = ParseDurability(absl::GetFlag(FLAGS_durability));
+  if (!durability.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--durability: ", durability.status().message()));
+  }
+  c.durability = *durability;
+  c.wal_sync_interval = absl::GetFlag(FLAGS_wal_sync_interval);
+  c.wal_segment_bytes = absl::GetFlag(FLAGS_wal_segment_size).bytes;
+  c.wal_max_bytes = absl::GetFlag(FLAGS_wal_max_size).bytes;
   if (absl::Status s = ValidateConfig(c); !s.ok()) return s;
   return c;
 }

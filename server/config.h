@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "server/wal.h"
 
 namespace cuckoo::server {
 
@@ -57,6 +58,17 @@ struct ServerConfig {
   // written with no lock held; a larger one is written in pieces while
   // inserts into it wait (reads do not).
   uint64_t snapshot_buffer_bytes = 0;
+  // When a write is acknowledged (server/wal.h): kSync once its log record
+  // is fdatasync'ed (group commit); kInterval once written, with an
+  // fdatasync every wal_sync_interval; kNone once written.
+  Durability durability = Durability::kSync;
+  absl::Duration wal_sync_interval = absl::Seconds(1);
+  // Size of one write-ahead log segment file (preallocated).
+  uint64_t wal_segment_bytes = uint64_t{64} << 20;
+  // When the log's segments hold more than this, changed filters are
+  // snapshotted early so that the log can be truncated: it bounds the log's
+  // size and the replay time at start-up.
+  uint64_t wal_max_bytes = uint64_t{1} << 30;
   // spdlog level name: trace, debug, info, warn, error, critical, off.
   std::string log_level = "info";
   // "text" or "json" (one JSON object per line).

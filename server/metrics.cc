@@ -22,6 +22,7 @@
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
 #include "server/persistence.h"
+#include "server/wal.h"
 
 namespace cuckoo::server {
 namespace {
@@ -206,6 +207,29 @@ Metrics::Metrics()
                       .Help("Bad snapshot files moved to quarantine/ at start-up")
                       .Register(*registry_)
                       .Add({});
+  wal_bytes_ = &prometheus::BuildCounter()
+                    .Name("cuckood_wal_written_bytes_total")
+                    .Help("Bytes of records written to the write-ahead log")
+                    .Register(*registry_)
+                    .Add({});
+  wal_writes_ = &prometheus::BuildCounter()
+                     .Name("cuckood_wal_writes_total")
+                     .Help("Group commits: writes of the records appended since the last one")
+                     .Register(*registry_)
+                     .Add({});
+  wal_group_records_ = &prometheus::BuildHistogram()
+                            .Name("cuckood_wal_group_records")
+                            .Help("Records (shard parts of write batches) per group commit")
+                            .Register(*registry_)
+                            .Add({}, prometheus::Histogram::BucketBoundaries{
+                                         1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096});
+  wal_sync_duration_ = &prometheus::BuildHistogram()
+                            .Name("cuckood_wal_fdatasync_duration_seconds")
+                            .Help("Time one fdatasync of the write-ahead log took")
+                            .Register(*registry_)
+                            .Add({}, prometheus::Histogram::BucketBoundaries{
+                                         50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3,
+                                         25e-3, 50e-3, 100e-3, 250e-3, 1});
   const ProcStat st = ReadProcStat();
   start_time_seconds_ =
       st.ok && st.start_time_seconds > 0 ? st.start_time_seconds : absl::ToUnixSeconds(absl::Now());
@@ -249,6 +273,16 @@ void Metrics::RecordSnapshotWrite(bool ok, uint64_t bytes, absl::Duration durati
   snapshots_ok_->Increment();
   snapshot_bytes_->Increment(static_cast<double>(bytes));
   snapshot_duration_->Observe(absl::ToDoubleSeconds(duration));
+}
+
+void Metrics::RecordWalWrite(uint64_t bytes, uint64_t records) {
+  wal_bytes_->Increment(static_cast<double>(bytes));
+  wal_writes_->Increment();
+  wal_group_records_->Observe(static_cast<double>(records));
+}
+
+void Metrics::RecordWalSync(absl::Duration duration) {
+  wal_sync_duration_->Observe(absl::ToDoubleSeconds(duration));
 }
 
 void Metrics::RecordLoad(const LoadSummary& loaded) {
@@ -381,6 +415,22 @@ std::string Metrics::Render(const ScrapeState& state) const {
       if (snap.exists) gauge(kAge, std::max(0.0, absl::ToDoubleSeconds(now - snap.time)));
       gauge(kChanges, static_cast<double>(snap.UnsnapshottedChanges(*filter)));
     }
+  }
+
+  if (state.wal != nullptr) {
+    const WalStats w = state.wal->Stats();
+    AddGauge(out, "cuckood_wal_segments",
+             "Write-ahead log segment files, the prepared one included",
+             static_cast<double>(w.segments));
+    AddGauge(out, "cuckood_wal_disk_bytes", "Size of the write-ahead log's segment files",
+             static_cast<double>(w.disk_bytes));
+    AddGauge(out, "cuckood_wal_appended_lsn", "Log sequence number of the last record appended",
+             static_cast<double>(w.appended_lsn));
+    AddGauge(out, "cuckood_wal_durable_lsn",
+             "Log sequence number up to which writes are acknowledged (per --durability)",
+             static_cast<double>(w.durable_lsn));
+    AddGauge(out, "cuckood_wal_failed", "1 once an append or fdatasync of the log failed",
+             state.wal->health().ok() ? 0 : 1);
   }
 
   // Snapshots and start-up.

@@ -75,6 +75,7 @@ inline constexpr std::array<double, 11> kBatchKeysBuckets = {1,    5,    10,    
 
 // State read at scrape time.
 class Persistence;
+class Wal;
 
 struct ScrapeState {
   const FilterRegistry* registry = nullptr;
@@ -82,6 +83,8 @@ struct ScrapeState {
   const Persistence* persistence = nullptr;
   // Calls started and not yet done (FilterServiceImpl::calls_in_flight()).
   int64_t calls_in_flight = 0;
+  // The write-ahead log's state (none if null).
+  const Wal* wal = nullptr;
 };
 
 class Metrics {
@@ -103,6 +106,12 @@ class Metrics {
   void RecordSnapshotWrite(bool ok, uint64_t bytes, absl::Duration duration);
   // What start-up loaded.
   void RecordLoad(const LoadSummary& loaded);
+
+  // One group commit of the write-ahead log: bytes and records written
+  // with one write.
+  void RecordWalWrite(uint64_t bytes, uint64_t records);
+  // One fdatasync of the log, and how long it took.
+  void RecordWalSync(absl::Duration duration);
 
   // The whole exposition: the counters above, plus gauges computed now from
   // `state` and /proc/self.
@@ -137,6 +146,10 @@ class Metrics {
   prometheus::Gauge* loaded_filters_;
   prometheus::Gauge* loaded_bytes_;
   prometheus::Gauge* quarantined_;
+  prometheus::Counter* wal_bytes_;
+  prometheus::Counter* wal_writes_;
+  prometheus::Histogram* wal_group_records_;
+  prometheus::Histogram* wal_sync_duration_;
 };
 
 }  // namespace cuckoo::server

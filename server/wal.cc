@@ -1,0 +1,515 @@
+#include "server/wal.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "server/metrics.h"
+#include "spdlog/spdlog.h"
+
+namespace cuckoo::server {
+
+absl::string_view DurabilityName(Durability d) {
+  switch (d) {
+    case Durability::kSync:
+      return "sync";
+    case Durability::kInterval:
+      return "interval";
+    case Durability::kNone:
+      return "none";
+  }
+  return "?";
+}
+
+absl::StatusOr<Durability> ParseDurability(absl::string_view s) {
+  if (s == "sync") return Durability::kSync;
+  if (s == "interval") return Durability::kInterval;
+  if (s == "none") return Durability::kNone;
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "durability \"%s\" is not one of sync (every acknowledged write is on disk), interval "
+      "(fdatasync every --wal-sync-interval) or none (the OS flushes)",
+      s));
+}
+
+uint64_t WalBytesForBatch(size_t keys, uint32_t shards) {
+  // One record per shard and part of CuckooFilter::kBatchPartKeys keys at
+  // most, never more than one per key.
+  const uint64_t parts = (keys + CuckooFilter::kBatchPartKeys - 1) / CuckooFilter::kBatchPartKeys;
+  const uint64_t records = std::min<uint64_t>(keys, parts * std::max<uint32_t>(shards, 1));
+  return WalShardWriteBytes(0) * records + 8 * uint64_t{keys};
+}
+
+namespace {
+
+uint32_t RecordLength(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+uint64_t RecordLsn(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p + 8, 8);
+  return v;
+}
+
+// What a waiter gets when the log failed: the system error, and what it
+// means for this process.
+absl::Status FailureStatus(const absl::Status& io) {
+  const std::string msg = absl::StrCat(
+      "the write-ahead log failed (", io.message(),
+      "); this cuckood acknowledges no more writes and restarts, and replaying the log "
+      "recovers every write acknowledged before; retry after the restart");
+  return absl::IsResourceExhausted(io) ? absl::ResourceExhaustedError(msg)
+                                       : absl::UnavailableError(msg);
+}
+
+}  // namespace
+
+Wal::Wal(WalOptions options)
+    : options_(std::move(options)), env_(options_.env != nullptr ? options_.env : PosixWalEnv()) {}
+
+absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(WalOptions options, const WalScan& scan,
+                                               uint64_t at_least) {
+  if (options.segment_bytes < kWalMinSegmentBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("log segments of %u bytes are too small (at least %u)",
+                        options.segment_bytes, kWalMinSegmentBytes));
+  }
+  std::unique_ptr<Wal> wal(new Wal(std::move(options)));
+  WalEnv* env = wal->env_;
+  const std::string& dir = wal->options_.dir;
+  if (absl::Status s = env->CreateDir(dir); !s.ok()) return s;
+  for (const std::string& path : scan.unused) {
+    if (absl::Status s = env->Remove(path); !s.ok()) return s;
+  }
+  if (!scan.unused.empty()) {
+    if (absl::Status s = env->SyncDir(dir); !s.ok()) return s;
+  }
+  const uint64_t last = std::max(scan.last_lsn, at_least > 0 ? at_least - 1 : 0);
+  std::lock_guard<std::mutex> lock(wal->mu_);
+  wal->appended_lsn_ = wal->written_lsn_ = wal->synced_lsn_ = last;
+  uint64_t next_sequence = 1;
+  for (const WalSegmentInfo& s : scan.segments) {
+    wal->segments_.push_back({.sequence = s.sequence,
+                              .first_lsn = s.first_lsn,
+                              .last_lsn = s.last_lsn,
+                              .path = s.path,
+                              .file_bytes = s.file_bytes});
+    next_sequence = s.sequence + 1;
+  }
+  wal->next_sequence_ = next_sequence;
+  if (!scan.segments.empty()) {
+    const WalSegmentInfo& tail = scan.segments.back();
+    absl::StatusOr<std::unique_ptr<WalFile>> f = env->Open(tail.path);
+    if (!f.ok()) return f.status();
+    if (!scan.cut.empty() && tail.end < tail.file_bytes) {
+      // Zero what a torn write left after the last valid record, so that
+      // what is appended next is never followed by stale bytes.
+      std::vector<uint8_t> zeros(std::min<uint64_t>(tail.file_bytes - tail.end, 1 << 20), 0);
+      for (uint64_t off = tail.end; off < tail.file_bytes; off += zeros.size()) {
+        const size_t n = std::min<uint64_t>(zeros.size(), tail.file_bytes - off);
+        if (absl::Status s = (*f)->Write(off, absl::MakeConstSpan(zeros.data(), n)); !s.ok()) {
+          return s;
+        }
+      }
+    }
+    // Whatever an earlier process wrote and did not sync is durable from
+    // here on.
+    if (absl::Status s = (*f)->Sync(); !s.ok()) return s;
+    // Appending goes on in this segment only if the lsns continue there.
+    if (tail.last_lsn == last) {
+      wal->current_ = *std::move(f);
+      wal->current_end_ = tail.end;
+      wal->current_bytes_ = tail.file_bytes;
+    }
+  }
+  wal->committer_ = std::thread([w = wal.get()] { w->Run(); });
+  wal->preparer_ = std::thread([w = wal.get()] { w->Prepare(); });
+  wal->PrepareNextLocked();
+  return wal;
+}
+
+Wal::~Wal() { Close(); }
+
+void Wal::PrepareNextLocked() {
+  if (prepared_ != nullptr || preparing_ || closing_) return;
+  preparing_ = true;
+  prepare_cv_.notify_one();
+}
+
+void Wal::Prepare() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    prepare_cv_.wait(lock, [&] { return preparing_ || closing_; });
+    if (closing_) return;
+    const std::string path = WalSegmentPath(options_.dir, next_sequence_);
+    lock.unlock();
+    // A leftover of a preparation that failed halfway (a crash) is replaced.
+    (void)env_->Remove(path);
+    absl::StatusOr<std::unique_ptr<WalFile>> f = env_->Create(path, options_.segment_bytes);
+    absl::Status s = f.status();
+    if (s.ok()) s = env_->SyncDir(options_.dir);
+    if (!s.ok() && f.ok()) {
+      f->reset();
+      (void)env_->Remove(path);
+    }
+    lock.lock();
+    preparing_ = false;
+    if (s.ok()) {
+      prepared_ = *std::move(f);
+      prepare_error_ = absl::OkStatus();
+    } else {
+      prepare_error_ = s;
+      prepare_failed_at_ = absl::Now();
+      spdlog::error("could not prepare the next write-ahead log segment: {}",
+                    std::string(s.message()));
+    }
+    done_cv_.notify_all();
+  }
+}
+
+uint64_t Wal::RoomLocked() const {
+  const uint64_t slack = kWalMaxRecordBytes;
+  uint64_t room = 0;
+  if (current_ != nullptr) {
+    const uint64_t left = current_bytes_ - current_end_;
+    room += left > slack ? left - slack : 0;
+  }
+  if (prepared_ != nullptr) room += options_.segment_bytes - kWalSegmentHeaderBytes - slack;
+  const uint64_t pending = buffer_.size() + in_write_;
+  return room > pending ? room - pending : 0;
+}
+
+absl::Status Wal::Reserve(uint64_t bytes) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const absl::Time give_up = absl::Now() + absl::Seconds(5);
+  while (true) {
+    if (!failure_.ok()) return failure_;
+    if (closing_) return absl::UnavailableError("cuckood is shutting down");
+    if (reserved_ + bytes <= RoomLocked()) {
+      reserved_ += bytes;
+      return absl::OkStatus();
+    }
+    if (prepared_ == nullptr && !preparing_) {
+      if (!prepare_error_.ok() && absl::Now() - prepare_failed_at_ < absl::Seconds(1)) {
+        // Asked again at most once a second: the disk may have room again.
+        return absl::ResourceExhaustedError(
+            absl::StrCat("no room for the write-ahead log (", prepare_error_.message(),
+                         "); nothing of this request was applied; free space in ", options_.dir,
+                         " (or let snapshots truncate the log) and retry"));
+      }
+      PrepareNextLocked();
+    }
+    if (absl::Now() > give_up) {
+      return absl::UnavailableError(
+          "the write-ahead log had no room for this request within 5 s; nothing of it was "
+          "applied; retry");
+    }
+    done_cv_.wait_for(lock, std::chrono::milliseconds(100));
+  }
+}
+
+void Wal::Unreserve(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  reserved_ -= std::min(reserved_, bytes);
+}
+
+uint64_t Wal::Append(size_t bytes,
+                     const std::function<void(uint64_t, uint64_t, uint8_t*)>& encode) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t lsn = ++appended_lsn_;
+  if (closed_ || !failure_.ok()) return lsn;
+  if (buffer_.empty()) buffered_first_lsn_ = lsn;
+  const size_t at = buffer_.size();
+  buffer_.resize(at + bytes);
+  encode(lsn, synced_lsn_, buffer_.data() + at);
+  work_cv_.notify_one();
+  return lsn;
+}
+
+uint64_t Wal::AppendShardWrite(uint64_t filter_id, const ShardWrite& write) {
+  return Append(WalShardWriteBytes(write.hashes.size()),
+                [&](uint64_t lsn, uint64_t synced, uint8_t* out) {
+                  EncodeShardWrite(lsn, synced, filter_id, write, out);
+                });
+}
+
+uint64_t Wal::AppendCreateFilter(absl::string_view name, const FilterShape& shape) {
+  return Append(WalCreateFilterBytes(name), [&](uint64_t lsn, uint64_t synced, uint8_t* out) {
+    EncodeCreateFilter(lsn, synced, name, shape, out);
+  });
+}
+
+uint64_t Wal::AppendDropFilter(uint64_t filter_id) {
+  return Append(kWalDropFilterBytes, [&](uint64_t lsn, uint64_t synced, uint8_t* out) {
+    EncodeDropFilter(lsn, synced, filter_id, out);
+  });
+}
+
+uint64_t Wal::DurableLsnLocked() const {
+  return options_.durability == Durability::kSync ? synced_lsn_ : written_lsn_;
+}
+
+void Wal::WhenDurable(uint64_t lsn, Done done) {
+  absl::Status now;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failure_.ok() && lsn > DurableLsnLocked()) {
+      if (closed_) {
+        now = absl::UnavailableError("the write-ahead log is closed (cuckood is shutting down)");
+      } else {
+        waiters_.emplace(lsn, std::move(done));
+        return;
+      }
+    } else {
+      now = lsn <= DurableLsnLocked() ? absl::OkStatus() : failure_;
+    }
+  }
+  done(now);
+}
+
+absl::Status Wal::WaitDurable(uint64_t lsn) {
+  std::mutex m;
+  std::condition_variable cv;
+  bool finished = false;
+  absl::Status result;
+  WhenDurable(lsn, [&](absl::Status s) {
+    std::lock_guard<std::mutex> lock(m);
+    result = std::move(s);
+    finished = true;
+    cv.notify_one();
+  });
+  std::unique_lock<std::mutex> lock(m);
+  cv.wait(lock, [&] { return finished; });
+  return result;
+}
+
+absl::Status Wal::SyncTo(uint64_t lsn) {
+  std::unique_lock<std::mutex> lock(mu_);
+  sync_wanted_lsn_ = std::max(sync_wanted_lsn_, lsn);
+  work_cv_.notify_one();
+  done_cv_.wait(lock, [&] { return synced_lsn_ >= lsn || !failure_.ok() || closed_; });
+  if (synced_lsn_ >= lsn) return absl::OkStatus();
+  if (!failure_.ok()) return failure_;
+  return absl::UnavailableError("the write-ahead log is closed (cuckood is shutting down)");
+}
+
+void Wal::AnswerLocked(std::vector<std::pair<Done, absl::Status>>* out) {
+  const uint64_t durable = DurableLsnLocked();
+  while (!waiters_.empty()) {
+    auto it = waiters_.begin();
+    if (failure_.ok() && it->first > durable && !closed_) break;
+    absl::Status s = it->first <= durable ? absl::OkStatus()
+                     : !failure_.ok()     ? failure_
+                                          : absl::UnavailableError(
+                                                "the write-ahead log is closed (cuckood is shutting "
+                                                    "down)");
+    out->emplace_back(std::move(it->second), std::move(s));
+    waiters_.erase(it);
+  }
+}
+
+absl::Status Wal::StartSegment(uint64_t first_lsn) {
+  std::unique_ptr<WalFile> next;
+  Segment seg;
+  uint64_t prev_last_lsn = 0;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    PrepareNextLocked();
+    done_cv_.wait(lock, [&] { return prepared_ != nullptr || !preparing_; });
+    if (prepared_ == nullptr) {
+      return prepare_error_.ok() ? absl::UnavailableError("no log segment could be prepared")
+                                 : prepare_error_;
+    }
+    next = std::move(prepared_);
+    prev_last_lsn = segments_.empty() ? 0 : segments_.back().last_lsn;
+    seg = {.sequence = next_sequence_++,
+           .first_lsn = first_lsn,
+           .last_lsn = first_lsn - 1,
+           .path = next->path(),
+           .file_bytes = options_.segment_bytes};
+  }
+  // The segment being left is complete: make it durable before the log goes
+  // on elsewhere (a later segment must never hold records past a hole).
+  if (current_ != nullptr && options_.durability != Durability::kNone) {
+    if (absl::Status s = current_->Sync(); !s.ok()) return s;
+  }
+  uint8_t header[kWalSegmentHeaderBytes];
+  EncodeSegmentHeader({.sequence = seg.sequence,
+                       .first_lsn = first_lsn,
+                       .prev_last_lsn = prev_last_lsn,
+                       .segment_bytes = options_.segment_bytes,
+                       .created = absl::Now()},
+                      header);
+  if (absl::Status s = next->Write(0, absl::MakeConstSpan(header)); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  current_ = std::move(next);
+  current_bytes_ = options_.segment_bytes;
+  current_end_ = kWalSegmentHeaderBytes;
+  segments_.push_back(std::move(seg));
+  PrepareNextLocked();
+  return absl::OkStatus();
+}
+
+absl::Status Wal::WriteOut(const std::vector<uint8_t>& data, uint64_t* records) {
+  size_t pos = 0;
+  while (pos < data.size()) {
+    uint64_t end, bytes;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      end = current_end_;
+      bytes = current_ != nullptr ? current_bytes_ : 0;
+    }
+    // The longest run of whole records that fits in the current segment.
+    size_t run = 0;
+    uint64_t last_lsn = 0;
+    while (pos + run < data.size()) {
+      const uint32_t len = RecordLength(data.data() + pos + run);
+      if (current_ == nullptr || end + run + len > bytes) break;
+      last_lsn = RecordLsn(data.data() + pos + run);
+      run += len;
+      ++*records;
+    }
+    if (run == 0) {
+      if (absl::Status s = StartSegment(RecordLsn(data.data() + pos)); !s.ok()) return s;
+      continue;
+    }
+    if (absl::Status s = current_->Write(end, absl::MakeConstSpan(data.data() + pos, run));
+        !s.ok()) {
+      return s;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    current_end_ += run;
+    segments_.back().last_lsn = last_lsn;
+    in_write_ -= run;
+    pos += run;
+  }
+  return absl::OkStatus();
+}
+
+void Wal::Run() {
+  std::vector<uint8_t> data;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    const bool interval = options_.durability == Durability::kInterval;
+    const bool interval_due = interval && synced_lsn_ < written_lsn_ &&
+                              absl::Now() >= last_sync_ + options_.sync_interval;
+    const bool sync_wanted = sync_wanted_lsn_ > synced_lsn_;
+    if (buffer_.empty() && !sync_wanted && !interval_due && !closing_) {
+      if (interval && synced_lsn_ < written_lsn_) {
+        work_cv_.wait_for(
+            lock, absl::ToChronoNanoseconds(std::max(
+                      absl::ZeroDuration(), last_sync_ + options_.sync_interval - absl::Now())));
+      } else {
+        work_cv_.wait(lock);
+      }
+      continue;
+    }
+    if (closing_ && buffer_.empty() && (!failure_.ok() || synced_lsn_ >= written_lsn_)) break;
+    data.clear();
+    data.swap(buffer_);
+    const uint64_t upto = appended_lsn_;
+    in_write_ = data.size();
+    const bool sync = failure_.ok() && (options_.durability == Durability::kSync || sync_wanted ||
+                                        interval_due || closing_);
+    absl::Status s = failure_;
+    lock.unlock();
+    uint64_t records = 0;
+    absl::Duration sync_took;
+    if (s.ok() && !data.empty()) s = WriteOut(data, &records);
+    if (s.ok() && sync && current_ != nullptr) {
+      const absl::Time t0 = absl::Now();
+      s = current_->Sync();
+      sync_took = absl::Now() - t0;
+      last_sync_ = absl::Now();
+    }
+    if (options_.metrics != nullptr && s.ok()) {
+      if (!data.empty()) options_.metrics->RecordWalWrite(data.size(), records);
+      if (sync) options_.metrics->RecordWalSync(sync_took);
+    }
+    lock.lock();
+    in_write_ = 0;
+    bool report = false;
+    if (!s.ok() && failure_.ok()) {
+      spdlog::critical("write-ahead log: {}", std::string(s.message()));
+      failure_ = FailureStatus(s);
+      report = true;
+    }
+    if (failure_.ok()) {
+      written_lsn_ = upto;
+      if (sync) synced_lsn_ = upto;
+      bytes_written_ += data.size();
+    }
+    std::vector<std::pair<Done, absl::Status>> answers;
+    AnswerLocked(&answers);
+    done_cv_.notify_all();
+    if (!answers.empty() || report) {
+      lock.unlock();
+      for (auto& [done, status] : answers) done(status);
+      if (report && options_.on_failure) options_.on_failure(s);
+      lock.lock();
+    }
+  }
+  closed_ = true;
+  std::vector<std::pair<Done, absl::Status>> answers;
+  AnswerLocked(&answers);
+  done_cv_.notify_all();
+  lock.unlock();
+  for (auto& [done, status] : answers) done(status);
+}
+
+void Wal::Close() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closing_ = true;
+    work_cv_.notify_one();
+    prepare_cv_.notify_one();
+  }
+  if (committer_.joinable()) committer_.join();
+  if (preparer_.joinable()) preparer_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  closed_ = true;
+  current_.reset();
+}
+
+absl::Status Wal::Truncate(uint64_t needed_lsn) {
+  std::vector<std::string> remove;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Only a prefix, and never the segment being written.
+    while (segments_.size() > 1 && segments_.front().last_lsn < needed_lsn) {
+      remove.push_back(segments_.front().path);
+      segments_.erase(segments_.begin());
+    }
+  }
+  if (remove.empty()) return absl::OkStatus();
+  for (const std::string& path : remove) {
+    if (absl::Status s = env_->Remove(path); !s.ok()) return s;
+  }
+  return env_->SyncDir(options_.dir);
+}
+
+WalStats Wal::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  WalStats st;
+  st.appended_lsn = appended_lsn_;
+  st.durable_lsn = DurableLsnLocked();
+  st.synced_lsn = synced_lsn_;
+  st.segments = segments_.size() + (prepared_ != nullptr ? 1 : 0);
+  for (const Segment& s : segments_) st.disk_bytes += s.file_bytes;
+  if (prepared_ != nullptr) st.disk_bytes += options_.segment_bytes;
+  st.bytes_written = bytes_written_;
+  st.first_needed_segment_lsn = segments_.empty() ? 0 : segments_.front().first_lsn;
+  return st;
+}
+
+absl::Status Wal::health() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
+}
+
+}  // namespace cuckoo::server

@@ -1,0 +1,136 @@
+// The write-ahead log's on-disk format (docs/WAL_FORMAT.md): segment
+// headers, framed records, and the reader that finds where a log ends and
+// tells a write torn by a crash from damage.
+//
+//   uint8_t buf[WalShardWriteBytes(n)];
+//   EncodeShardWrite(lsn, synced_lsn, filter_id, write, buf);
+//   ...
+//   absl::StatusOr<WalScan> scan = ScanWal(env, dir, [&](const WalRecord& r) {
+//     return Apply(r);  // every valid record, in log order
+//   });
+//
+// Thread safety: functions only; ScanWal calls its callback on the calling
+// thread.
+#ifndef CUCKOO_SERVER_WAL_FORMAT_H_
+#define CUCKOO_SERVER_WAL_FORMAT_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "core/cuckoo_filter.h"
+#include "core/filter_options.h"
+#include "server/wal_env.h"
+
+namespace cuckoo::server {
+
+inline constexpr uint32_t kWalFormatVersion = 1;
+inline constexpr size_t kWalSegmentHeaderBytes = 64;
+inline constexpr size_t kWalRecordHeaderBytes = 32;
+inline constexpr size_t kWalRecordTrailerBytes = 8;  // The checksum.
+// No record is longer (a shard write holds at most CuckooFilter::kBatchPartKeys
+// hashes, 32 KiB).
+inline constexpr size_t kWalMaxRecordBytes = size_t{1} << 20;
+// Segment files are <16 hex digits of their sequence number>.wal.
+inline constexpr absl::string_view kWalSegmentSuffix = ".wal";
+
+enum class WalRecordType : uint8_t {
+  kCreateFilter = 1,
+  kDropFilter = 2,
+  kInsert = 3,
+  kDelete = 4,
+};
+
+// A decoded record. For kInsert and kDelete, `write` (its hashes in
+// `hashes`); for kCreateFilter, `name` and `shape` (the filter's id is the
+// record's lsn); kDropFilter has only the header.
+struct WalRecord {
+  WalRecordType type = WalRecordType::kInsert;
+  uint64_t lsn = 0;
+  // Every record up to this one was durable when this one was written.
+  uint64_t synced_lsn = 0;
+  uint64_t filter_id = 0;
+  ShardWrite write;
+  std::vector<uint64_t> hashes;
+  std::string name;
+  FilterShape shape;
+};
+
+struct WalSegmentHeader {
+  uint64_t sequence = 0;
+  uint64_t first_lsn = 0;
+  // The last lsn of the segment before this one (0 if none): a reader
+  // continues into this segment only from exactly there.
+  uint64_t prev_last_lsn = 0;
+  uint64_t segment_bytes = 0;
+  absl::Time created;
+};
+
+// <dir>/<16 hex digits>.wal
+std::string WalSegmentPath(absl::string_view dir, uint64_t sequence);
+
+void EncodeSegmentHeader(const WalSegmentHeader& h, uint8_t out[kWalSegmentHeaderBytes]);
+
+// Record sizes and encoders: each writes exactly that many bytes to `out`.
+inline constexpr size_t WalShardWriteBytes(size_t keys) {
+  return kWalRecordHeaderBytes + 8 + 8 * keys + kWalRecordTrailerBytes;
+}
+size_t WalCreateFilterBytes(absl::string_view name);
+inline constexpr size_t kWalDropFilterBytes = kWalRecordHeaderBytes + kWalRecordTrailerBytes;
+void EncodeShardWrite(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id, const ShardWrite& w,
+                      uint8_t* out);
+void EncodeCreateFilter(uint64_t lsn, uint64_t synced_lsn, absl::string_view name,
+                        const FilterShape& shape, uint8_t* out);
+void EncodeDropFilter(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id, uint8_t* out);
+
+// Decodes the record at the start of `data`. kRecord: *out and *length
+// set. kEnd: the length field is zero (no record was written here). kBad:
+// *why says what is wrong (too short, bad length, checksum, structure).
+enum class WalParse { kRecord, kEnd, kBad };
+WalParse ParseWalRecord(absl::Span<const uint8_t> data, WalRecord* out, size_t* length,
+                        std::string* why);
+
+// A segment as ScanWal found it.
+struct WalSegmentInfo {
+  std::string path;
+  uint64_t sequence = 0;
+  uint64_t first_lsn = 0;
+  uint64_t last_lsn = 0;  // first_lsn - 1 when it holds no record.
+  uint64_t end = 0;       // Offset after its last valid record.
+  uint64_t file_bytes = 0;
+};
+
+struct WalScan {
+  // The segments that hold the log, in order; the last is where appending
+  // resumes (at its `end`).
+  std::vector<WalSegmentInfo> segments;
+  // Files to delete: segments after the end of the log (never written, or
+  // after a cut).
+  std::vector<std::string> unused;
+  uint64_t last_lsn = 0;  // 0 for an empty log.
+  uint64_t records = 0;
+  uint64_t bytes = 0;
+  // Set when the log ended in a torn write that was cut off: where, and why.
+  std::string cut;
+};
+
+// Reads the log in `dir` from its first segment, calling `apply` with
+// every valid record in order; a non-OK status from `apply` stops the scan
+// and is returned. The log ends at the first place where no valid record
+// with the next LSN is (docs/WAL_FORMAT.md, "Where a log ends"). That is a
+// torn write, cut off (WalScan::cut), unless a later valid record says the
+// missing one had been made durable: then it is damage, and the result is
+// DATA_LOSS naming the segment and offset, and what to do. Segment files
+// with bad names or headers before the end are DATA_LOSS too. I/O errors
+// are returned as is.
+absl::StatusOr<WalScan> ScanWal(WalEnv* env, const std::string& dir,
+                                const std::function<absl::Status(const WalRecord&)>& apply);
+
+}  // namespace cuckoo::server
+
+#endif  // CUCKOO_SERVER_WAL_FORMAT_H_

@@ -1,0 +1,450 @@
+// The write-ahead log: framing, where a log ends (torn tails and damage),
+// rotation and truncation, group commit, and what survives a power cut or
+// an I/O error (through FaultWalEnv).
+#include "server/wal.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/time/clock.h"
+#include "server/wal_format.h"
+#include "tests/server/fault_wal_env.h"
+#include "tests/util/temp_dir.h"
+
+namespace cuckoo::server {
+namespace {
+
+namespace fs = std::filesystem;
+using cuckoo::testing::TempDir;
+using testing::FaultWalEnv;
+
+constexpr uint64_t kSegment = kWalMinSegmentBytes;
+
+FilterShape SomeShape() {
+  absl::StatusOr<FilterShape> s = ComputeShape({.capacity = 1000, .shards = 2, .seed = 5});
+  return *s;
+}
+
+// Scans `dir`, collecting every record.
+absl::StatusOr<WalScan> Scan(WalEnv* env, const std::string& dir, std::vector<WalRecord>* out) {
+  return ScanWal(env, dir, [&](const WalRecord& r) {
+    if (out != nullptr) out->push_back(r);
+    return absl::OkStatus();
+  });
+}
+
+std::unique_ptr<Wal> OpenWal(const std::string& dir, WalEnv* env, Durability d = Durability::kSync,
+                             std::function<void(const absl::Status&)> on_failure = nullptr,
+                             absl::Duration interval = absl::Seconds(1)) {
+  absl::StatusOr<WalScan> scan = Scan(env, dir, nullptr);
+  if (!scan.ok()) {
+    ADD_FAILURE() << scan.status();
+    return nullptr;
+  }
+  absl::StatusOr<std::unique_ptr<Wal>> wal = Wal::Open({.dir = dir,
+                                                        .durability = d,
+                                                        .sync_interval = interval,
+                                                        .segment_bytes = kSegment,
+                                                        .env = env,
+                                                        .on_failure = std::move(on_failure)},
+                                                       *scan, 0);
+  if (!wal.ok()) {
+    ADD_FAILURE() << wal.status();
+    return nullptr;
+  }
+  return *std::move(wal);
+}
+
+uint64_t AppendInsert(Wal& wal, uint64_t filter_id, uint64_t first_hash, size_t n) {
+  std::vector<uint64_t> hashes(n);
+  for (size_t i = 0; i < n; ++i) hashes[i] = first_hash + i;
+  return wal.AppendShardWrite(filter_id, {.kind = ShardWrite::kInsert,
+                                          .shard = 1,
+                                          .if_absent = true,
+                                          .full_before = first_hash % 2 == 0,
+                                          .hashes = hashes});
+}
+
+TEST(WalTest, RecordsRoundTripInOrder) {
+  TempDir dir;
+  const std::string wal_dir = dir.path() + "/wal";
+  {
+    auto wal = OpenWal(wal_dir, PosixWalEnv());
+    ASSERT_NE(wal, nullptr);
+    const uint64_t id = wal->AppendCreateFilter("users", SomeShape());
+    EXPECT_EQ(id, 1u);
+    AppendInsert(*wal, id, 100, 3);
+    const uint64_t hashes[] = {7, 8};
+    wal->AppendShardWrite(id, {.kind = ShardWrite::kDelete, .shard = 0, .hashes = hashes});
+    const uint64_t last = wal->AppendDropFilter(id);
+    ASSERT_TRUE(wal->WaitDurable(last).ok());
+  }
+  std::vector<WalRecord> records;
+  absl::StatusOr<WalScan> scan = Scan(PosixWalEnv(), wal_dir, &records);
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  EXPECT_TRUE(scan->cut.empty()) << scan->cut;
+  ASSERT_EQ(records.size(), 4u);
+  EXPECT_EQ(records[0].type, WalRecordType::kCreateFilter);
+  EXPECT_EQ(records[0].name, "users");
+  EXPECT_EQ(records[0].shape, SomeShape());
+  EXPECT_EQ(records[1].type, WalRecordType::kInsert);
+  EXPECT_EQ(records[1].filter_id, 1u);
+  EXPECT_EQ(records[1].hashes, (std::vector<uint64_t>{100, 101, 102}));
+  EXPECT_TRUE(records[1].write.if_absent);
+  EXPECT_TRUE(records[1].write.full_before);
+  EXPECT_EQ(records[1].write.shard, 1u);
+  EXPECT_EQ(records[2].type, WalRecordType::kDelete);
+  EXPECT_EQ(records[2].hashes, (std::vector<uint64_t>{7, 8}));
+  EXPECT_EQ(records[3].type, WalRecordType::kDropFilter);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(records[i].lsn, i + 1);
+  EXPECT_EQ(scan->last_lsn, 4u);
+}
+
+TEST(WalTest, ReopenedLogContinuesTheLsnsAndKeepsEveryRecord) {
+  TempDir dir;
+  const std::string wal_dir = dir.path() + "/wal";
+  for (int round = 0; round < 3; ++round) {
+    auto wal = OpenWal(wal_dir, PosixWalEnv());
+    ASSERT_NE(wal, nullptr);
+    uint64_t lsn = 0;
+    for (int i = 0; i < 10; ++i) lsn = AppendInsert(*wal, 1, round * 100 + i, 4);
+    EXPECT_EQ(lsn, uint64_t(round + 1) * 10);
+    ASSERT_TRUE(wal->WaitDurable(lsn).ok());
+  }
+  std::vector<WalRecord> records;
+  absl::StatusOr<WalScan> scan = Scan(PosixWalEnv(), wal_dir, &records);
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  ASSERT_EQ(records.size(), 30u);
+  for (size_t i = 0; i < records.size(); ++i) EXPECT_EQ(records[i].lsn, i + 1);
+}
+
+// Writes a log of `n` records synced one by one, so that each record after
+// the first says the ones before it were durable; returns the segment path.
+std::string WriteSyncedLog(const std::string& wal_dir, int n) {
+  auto wal = OpenWal(wal_dir, PosixWalEnv());
+  for (int i = 0; i < n; ++i) {
+    EXPECT_TRUE(wal->WaitDurable(AppendInsert(*wal, 1, 10 * i, 5)).ok());
+  }
+  return WalSegmentPath(wal_dir, 1);
+}
+
+std::vector<uint8_t> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+void WriteFile(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
+}
+
+TEST(WalTest, TornTailAtEveryByteOffsetOfTheLastRecordIsCutOff) {
+  TempDir dir;
+  const std::string wal_dir = dir.path() + "/wal";
+  const std::string segment = WriteSyncedLog(wal_dir, 5);
+  const std::vector<uint8_t> good = ReadFile(segment);
+  const size_t record = WalShardWriteBytes(5);
+  const size_t last_begin = kWalSegmentHeaderBytes + 4 * record;
+  for (size_t cut = last_begin; cut < last_begin + record; ++cut) {
+    for (uint8_t fill : {uint8_t{0}, uint8_t{0xA5}}) {
+      // The last record's bytes from `cut` on never reached the disk:
+      // zeros (preallocated) or garbage.
+      std::vector<uint8_t> torn = good;
+      for (size_t i = cut; i < last_begin + record; ++i) torn[i] = fill;
+      WriteFile(segment, torn);
+      std::vector<WalRecord> records;
+      absl::StatusOr<WalScan> scan = Scan(PosixWalEnv(), wal_dir, &records);
+      ASSERT_TRUE(scan.ok()) << "cut at " << cut << ": " << scan.status();
+      ASSERT_EQ(records.size(), 4u) << "cut at " << cut;
+      EXPECT_EQ(scan->last_lsn, 4u);
+      if (cut == last_begin && fill == 0) {
+        EXPECT_TRUE(scan->cut.empty()) << "nothing of the record was written: a clean end";
+      } else {
+        EXPECT_TRUE(absl::StrContains(scan->cut, segment)) << scan->cut;
+        EXPECT_TRUE(absl::StrContains(scan->cut, absl::StrCat("offset ", last_begin))) << scan->cut;
+      }
+    }
+  }
+  // Opening the torn log zeroes the tail; what is appended next reads back
+  // after record 4, and nothing stale follows it.
+  std::vector<uint8_t> torn = good;
+  for (size_t i = last_begin + 9; i < last_begin + record; ++i) torn[i] = 0xA5;
+  WriteFile(segment, torn);
+  {
+    auto wal = OpenWal(wal_dir, PosixWalEnv());
+    ASSERT_NE(wal, nullptr);
+    const uint64_t lsn = AppendInsert(*wal, 1, 999, 1);
+    EXPECT_EQ(lsn, 5u);
+    ASSERT_TRUE(wal->WaitDurable(lsn).ok());
+  }
+  std::vector<WalRecord> records;
+  absl::StatusOr<WalScan> scan = Scan(PosixWalEnv(), wal_dir, &records);
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  EXPECT_TRUE(scan->cut.empty()) << scan->cut;
+  ASSERT_EQ(records.size(), 5u);
+  EXPECT_EQ(records[4].hashes, std::vector<uint64_t>{999});
+}
+
+TEST(WalTest, ChecksumMismatchBeforeTheTailIsAStartupErrorNamingSegmentAndOffset) {
+  TempDir dir;
+  const std::string wal_dir = dir.path() + "/wal";
+  const std::string segment = WriteSyncedLog(wal_dir, 10);
+  std::vector<uint8_t> bytes = ReadFile(segment);
+  const size_t record = WalShardWriteBytes(5);
+  const size_t third = kWalSegmentHeaderBytes + 2 * record;
+  bytes[third + 40] ^= 0x10;  // A hash of record 3.
+  WriteFile(segment, bytes);
+  absl::StatusOr<WalScan> scan = Scan(PosixWalEnv(), wal_dir, nullptr);
+  ASSERT_TRUE(absl::IsDataLoss(scan.status())) << scan.status();
+  EXPECT_TRUE(absl::StrContains(scan.status().message(), segment)) << scan.status();
+  EXPECT_TRUE(absl::StrContains(scan.status().message(), absl::StrCat("offset ", third)))
+      << scan.status();
+  EXPECT_TRUE(absl::StrContains(scan.status().message(), "checksum")) << scan.status();
+  EXPECT_TRUE(absl::StrContains(scan.status().message(), "move")) << "says what to do";
+}
+
+TEST(WalTest, SegmentsRotateAndTruncationRemovesOnlyWhatNoOneNeeds) {
+  TempDir dir;
+  const std::string wal_dir = dir.path() + "/wal";
+  auto wal = OpenWal(wal_dir, PosixWalEnv());
+  ASSERT_NE(wal, nullptr);
+  // ~8 KiB records, 256 KiB segments: ~30 records per segment.
+  uint64_t lsn = 0;
+  for (int i = 0; i < 200; ++i) lsn = AppendInsert(*wal, 1, i * 1000, 1000);
+  ASSERT_TRUE(wal->WaitDurable(lsn).ok());
+  WalStats st = wal->Stats();
+  EXPECT_GE(st.segments, 7u);
+  std::vector<WalRecord> records;
+  absl::StatusOr<WalScan> scan = Scan(PosixWalEnv(), wal_dir, &records);
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  ASSERT_EQ(records.size(), 200u);
+  ASSERT_GE(scan->segments.size(), 7u);
+
+  // Everything from lsn 120 on is needed: the segments before the one
+  // holding 120 go, that one stays.
+  ASSERT_TRUE(wal->Truncate(120).ok());
+  records.clear();
+  scan = Scan(PosixWalEnv(), wal_dir, &records);
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  ASSERT_FALSE(records.empty());
+  EXPECT_LE(records.front().lsn, 120u);
+  EXPECT_GT(records.front().lsn, 120u - 40);
+  EXPECT_EQ(records.back().lsn, 200u);
+  EXPECT_LT(wal->Stats().segments, st.segments);
+
+  // Even with nothing needed, the segment being written stays.
+  ASSERT_TRUE(wal->Truncate(1'000'000).ok());
+  EXPECT_GE(wal->Stats().segments, 1u);
+  lsn = AppendInsert(*wal, 1, 5, 1);
+  ASSERT_TRUE(wal->WaitDurable(lsn).ok());
+  wal.reset();
+  records.clear();
+  scan = Scan(PosixWalEnv(), wal_dir, &records);
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  ASSERT_FALSE(records.empty());
+  EXPECT_EQ(records.back().lsn, 201u);
+}
+
+TEST(WalTest, ConcurrentWritersAreGroupCommittedAndAllAcknowledged) {
+  TempDir dir;
+  const std::string wal_dir = dir.path() + "/wal";
+  auto wal = OpenWal(wal_dir, PosixWalEnv());
+  ASSERT_NE(wal, nullptr);
+  std::atomic<int> acked{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        if (wal->WaitDurable(AppendInsert(*wal, 1, t * 10000 + i, 3)).ok()) ++acked;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(acked.load(), 1600);
+  const WalStats st = wal->Stats();
+  EXPECT_EQ(st.durable_lsn, 1600u);
+  EXPECT_EQ(st.synced_lsn, 1600u);
+}
+
+// The power-cut tests: what was acknowledged survives, whatever else of the
+// unsynced tail the disk kept.
+TEST(WalTest, PowerCutInSyncModeKeepsEveryAcknowledgedRecord) {
+  for (double keep : {0.0, 0.5}) {
+    TempDir dir;
+    const std::string wal_dir = dir.path() + "/wal";
+    FaultWalEnv env;
+    uint64_t acked_up_to = 0;
+    {
+      auto wal = OpenWal(wal_dir, &env);
+      ASSERT_NE(wal, nullptr);
+      for (int i = 0; i < 100; ++i) {
+        const uint64_t lsn = AppendInsert(*wal, 1, i * 100, 50);
+        if (i % 10 == 9) {
+          ASSERT_TRUE(wal->WaitDurable(lsn).ok());
+          acked_up_to = lsn;
+        }
+      }
+      // The power goes while the rest may still be in flight.
+      env.PowerCut(keep, 7);
+    }
+    env.Revive();
+    std::vector<WalRecord> records;
+    absl::StatusOr<WalScan> scan = Scan(&env, wal_dir, &records);
+    ASSERT_TRUE(scan.ok()) << scan.status();
+    EXPECT_GE(scan->last_lsn, acked_up_to);
+    for (size_t i = 0; i < records.size(); ++i) ASSERT_EQ(records[i].lsn, i + 1);
+  }
+}
+
+TEST(WalTest, PowerCutInIntervalModeLosesAtMostTheLastInterval) {
+  TempDir dir;
+  const std::string wal_dir = dir.path() + "/wal";
+  FaultWalEnv env;
+  const absl::Duration interval = absl::Milliseconds(200);
+  std::vector<std::pair<uint64_t, absl::Time>> acked;
+  absl::Time cut_at;
+  {
+    auto wal = OpenWal(wal_dir, &env, Durability::kInterval, nullptr, interval);
+    ASSERT_NE(wal, nullptr);
+    const absl::Time end = absl::Now() + absl::Seconds(1);
+    for (int i = 0; absl::Now() < end; ++i) {
+      const uint64_t lsn = AppendInsert(*wal, 1, i, 4);
+      ASSERT_TRUE(wal->WaitDurable(lsn).ok());
+      acked.emplace_back(lsn, absl::Now());
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    cut_at = absl::Now();
+    env.PowerCut();
+  }
+  env.Revive();
+  absl::StatusOr<WalScan> scan = Scan(&env, wal_dir, nullptr);
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  uint64_t lost = 0;
+  absl::Time oldest_lost = absl::InfiniteFuture();
+  for (const auto& [lsn, t] : acked) {
+    if (lsn > scan->last_lsn) {
+      ++lost;
+      oldest_lost = std::min(oldest_lost, t);
+    }
+  }
+  std::cout << "interval " << absl::FormatDuration(interval) << ": lost " << lost << " of "
+            << acked.size() << " acknowledged records, the oldest acknowledged "
+            << absl::FormatDuration(cut_at - oldest_lost) << " before the power cut\n";
+  if (lost > 0) {
+    // One interval, plus the fdatasync itself and scheduling slack.
+    EXPECT_LE(cut_at - oldest_lost, interval + absl::Milliseconds(150));
+  }
+  EXPECT_GT(scan->last_lsn, 0u) << "interval syncs ran";
+}
+
+TEST(WalTest, EnospcOnAppendFailsTheWaitersAndTheLogNeverAcknowledgesAgain) {
+  TempDir dir;
+  const std::string wal_dir = dir.path() + "/wal";
+  FaultWalEnv env;
+  std::atomic<int> failures{0};
+  auto wal = OpenWal(wal_dir, &env, Durability::kSync,
+                     [&](const absl::Status&) { failures.fetch_add(1); });
+  ASSERT_NE(wal, nullptr);
+  ASSERT_TRUE(wal->WaitDurable(AppendInsert(*wal, 1, 1, 1)).ok());
+  env.SetFail([](const std::string& op, const std::string&) { return op == "write" ? ENOSPC : 0; });
+  absl::Status s = wal->WaitDurable(AppendInsert(*wal, 1, 2, 1));
+  EXPECT_TRUE(absl::IsResourceExhausted(s)) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "No space left on device")) << s;
+  env.SetFail(nullptr);  // The disk has room again: the log stays failed.
+  s = wal->WaitDurable(AppendInsert(*wal, 1, 3, 1));
+  EXPECT_FALSE(s.ok());
+  EXPECT_FALSE(wal->Reserve(100).ok());
+  EXPECT_FALSE(wal->health().ok());
+  EXPECT_EQ(failures.load(), 1);
+}
+
+TEST(WalTest, EioOnFdatasyncIsUnavailableAndNeverRetried) {
+  TempDir dir;
+  const std::string wal_dir = dir.path() + "/wal";
+  FaultWalEnv env;
+  std::atomic<int> failures{0};
+  auto wal = OpenWal(wal_dir, &env, Durability::kSync,
+                     [&](const absl::Status&) { failures.fetch_add(1); });
+  ASSERT_NE(wal, nullptr);
+  std::atomic<int> syncs_after_failure{0};
+  std::atomic<bool> failed{false};
+  env.SetFail([&](const std::string& op, const std::string&) {
+    if (op != "sync") return 0;
+    if (failed.exchange(true)) ++syncs_after_failure;
+    return EIO;
+  });
+  absl::Status s = wal->WaitDurable(AppendInsert(*wal, 1, 2, 1));
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "Input/output error")) << s;
+  env.SetFail(nullptr);
+  EXPECT_FALSE(wal->WaitDurable(AppendInsert(*wal, 1, 3, 1)).ok());
+  EXPECT_FALSE(wal->SyncTo(wal->Stats().appended_lsn).ok());
+  EXPECT_EQ(syncs_after_failure.load(), 0);
+  EXPECT_EQ(failures.load(), 1);
+}
+
+TEST(WalTest, FullDiskWhenPreparingASegmentRefusesReservationsBeforeAnythingIsApplied) {
+  TempDir dir;
+  const std::string wal_dir = dir.path() + "/wal";
+  FaultWalEnv env;
+  std::atomic<bool> full{true};
+  env.SetFail([&](const std::string& op, const std::string&) {
+    return op == "create" && full.load() ? ENOSPC : 0;
+  });
+  auto wal = OpenWal(wal_dir, &env);
+  ASSERT_NE(wal, nullptr);
+  absl::Status s = wal->Reserve(WalBytesForBatch(1000, 16));
+  for (int i = 0; i < 50 && s.ok(); ++i) {
+    wal->Unreserve(WalBytesForBatch(1000, 16));
+    absl::SleepFor(absl::Milliseconds(20));
+    s = wal->Reserve(WalBytesForBatch(1000, 16));
+  }
+  EXPECT_TRUE(absl::IsResourceExhausted(s)) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "nothing of this request was applied")) << s;
+  EXPECT_TRUE(wal->health().ok()) << "a refused reservation does not fail the log";
+  // Room again: after at most a second the log prepares its segment.
+  full = false;
+  absl::SleepFor(absl::Milliseconds(1100));
+  ASSERT_TRUE(wal->Reserve(WalBytesForBatch(1000, 16)).ok());
+  const uint64_t lsn = AppendInsert(*wal, 1, 1, 1000);
+  wal->Unreserve(WalBytesForBatch(1000, 16));
+  EXPECT_TRUE(wal->WaitDurable(lsn).ok());
+}
+
+TEST(WalTest, ClosingWritesAndSyncsEverythingAppended) {
+  TempDir dir;
+  const std::string wal_dir = dir.path() + "/wal";
+  FaultWalEnv env;
+  {
+    auto wal = OpenWal(wal_dir, &env, Durability::kNone);
+    ASSERT_NE(wal, nullptr);
+    for (int i = 0; i < 10; ++i) AppendInsert(*wal, 1, i, 2);
+    wal->Close();
+  }
+  env.PowerCut();
+  env.Revive();
+  absl::StatusOr<WalScan> scan = Scan(&env, wal_dir, nullptr);
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  EXPECT_EQ(scan->last_lsn, 10u);
+}
+
+TEST(WalTest, DurabilityParsesItsThreeModesAndNamesTheChoicesOtherwise) {
+  EXPECT_EQ(*ParseDurability("sync"), Durability::kSync);
+  EXPECT_EQ(*ParseDurability("interval"), Durability::kInterval);
+  EXPECT_EQ(*ParseDurability("none"), Durability::kNone);
+  absl::StatusOr<Durability> bad = ParseDurability("always");
+  ASSERT_TRUE(absl::IsInvalidArgument(bad.status()));
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "always"));
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "interval"));
+}
+
+}  // namespace
+}  // namespace cuckoo::server
