@@ -691,6 +691,10 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
     Put64(footer + 24, XXH3_64bits_digest(whole));
     if (absl::Status s = out.Write(footer, sizeof(footer)); !s.ok()) return s;
     if (absl::Status s = out.SyncAndClose(); !s.ok()) return s;
+    if (options.before_commit) {
+      result.duration = absl::Now() - start;
+      if (absl::Status s = options.before_commit(result); !s.ok()) return s;
+    }
     if (::rename(tmp.c_str(), result.path.c_str()) != 0) {
       return IoError(absl::StrCat("rename ", tmp, " to"), result.path, errno);
     }

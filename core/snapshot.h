@@ -82,20 +82,28 @@ struct SnapshotWriteResult {
   // min_position, and none after max_position.
   uint64_t min_position = 0;
   uint64_t max_position = 0;
-  absl::Time taken;  // When the first shard was copied.
-  absl::Duration duration;
+  absl::Time taken;         // When the first shard was copied.
+  absl::Duration duration;  // So far, when before_commit sees it.
 };
 
 struct SnapshotWriteOptions {
   // The most memory the write may take for its buffer: a shard whose section
   // fits is copied whole, a larger one written through it in pieces (above).
   size_t buffer_bytes = size_t{64} << 20;
+  // When set, called once the new file is completely written and fsync'ed
+  // under its temporary name, before it replaces the previous snapshot,
+  // with the result filled in. A non-OK status aborts the write: the
+  // temporary file is removed, the previous snapshot stays, and the write
+  // returns that status. (cuckood waits here until its log is durable up to
+  // max_position, so that no snapshot on disk is ahead of the log.)
+  std::function<absl::Status(const SnapshotWriteResult&)> before_commit;
 };
 
 // Writes `filter`'s snapshot (format version kSnapshotFormatVersion) to
 // SnapshotPath(dir, name). INTERNAL (RESOURCE_EXHAUSTED when the disk is
-// full) naming the file and the system error when it cannot be written; the
-// previous snapshot, if any, is then still in place.
+// full) naming the file and the system error when it cannot be written, or
+// before_commit's status; the previous snapshot, if any, is then still in
+// place.
 absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter,
                                                       absl::string_view name, absl::string_view dir,
                                                       const SnapshotWriteOptions& options = {});

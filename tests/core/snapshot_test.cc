@@ -440,6 +440,81 @@ TEST(SnapshotTest, FailedWriteKeepsThePreviousSnapshot) {
   EXPECT_EQ(r->items, 100u);
 }
 
+// cuckood makes its log durable up to max_position before the new snapshot
+// replaces the old one; when it cannot, the old snapshot must stay.
+TEST(SnapshotTest, BeforeCommitFailureKeepsThePreviousSnapshot) {
+  TempDir dir;
+  auto f = MakeFilter({.capacity = 10'000, .shards = 2, .seed = 5});
+  InsertAll(*f, Keys(0, 100));
+  ASSERT_TRUE(WriteSnapshotFile(*f, "keep", dir.path()).ok());
+  const std::string path = dir.path() + "/keep.cuckoo";
+  const std::string tmp = dir.path() + "/.keep.cuckoo.tmp";
+  const std::vector<uint8_t> before = ReadBytes(path);
+  InsertAll(*f, Keys(1, 100));
+  for (const size_t buffer : {size_t{64} << 20, size_t{64}}) {
+    int calls = 0;
+    auto w = WriteSnapshotFile(
+        *f, "keep", dir.path(),
+        {.buffer_bytes = buffer, .before_commit = [&](const SnapshotWriteResult&) {
+           ++calls;
+           EXPECT_TRUE(std::filesystem::exists(tmp));
+           return absl::UnavailableError("the log is not durable");
+         }});
+    EXPECT_EQ(calls, 1);
+    ASSERT_FALSE(w.ok());
+    EXPECT_EQ(w.status(), absl::UnavailableError("the log is not durable"));
+    EXPECT_FALSE(std::filesystem::exists(tmp)) << "the temporary file is removed";
+    EXPECT_EQ(ReadBytes(path), before) << "the previous snapshot stays";
+  }
+  auto r = ReadSnapshotFile(path, "keep");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->items, 100u);
+}
+
+TEST(SnapshotTest, BeforeCommitSeesTheResultAndTheWholeNewFileBeforeItReplacesTheOld) {
+  TempDir dir;
+  auto f = MakeFilter({.capacity = 10'000, .shards = 4, .seed = 5});
+  f->set_id(21);
+  uint64_t position = 21;
+  InsertLogged(*f, Keys(0, 300), &position);
+  ASSERT_TRUE(WriteSnapshotFile(*f, "bc", dir.path()).ok());
+  const std::string path = dir.path() + "/bc.cuckoo";
+  InsertLogged(*f, Keys(1, 50), &position);
+  const std::vector<uint64_t> positions = f->ShardPositions();
+  for (const size_t buffer : {size_t{64} << 20, size_t{64}}) {
+    const std::vector<uint8_t> old = ReadBytes(path);
+    SnapshotWriteResult seen;
+    int calls = 0;
+    auto w = WriteSnapshotFile(
+        *f, "bc", dir.path(),
+        {.buffer_bytes = buffer, .before_commit = [&](const SnapshotWriteResult& result) {
+           ++calls;
+           seen = result;
+           EXPECT_EQ(ReadBytes(path), old) << "not replaced yet";
+           // The temporary file is complete: it loads.
+           const std::vector<uint8_t> tmp = ReadBytes(dir.path() + "/.bc.cuckoo.tmp");
+           EXPECT_EQ(tmp.size(), result.bytes);
+           auto r = ParseSnapshot(tmp, "tmp", "bc");
+           EXPECT_TRUE(r.ok()) << r.status();
+           if (r.ok()) EXPECT_EQ(r->filter->ShardPositions(), positions);
+           return absl::OkStatus();
+         }});
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_EQ(calls, 1);
+    EXPECT_EQ(seen.path, path);
+    EXPECT_EQ(seen.bytes, w->bytes);
+    EXPECT_EQ(seen.items, 350u);
+    EXPECT_EQ(seen.changes, 350u);
+    EXPECT_EQ(seen.filter_id, 21u);
+    EXPECT_EQ(seen.min_position, *std::min_element(positions.begin(), positions.end()));
+    EXPECT_EQ(seen.max_position, position);
+    EXPECT_EQ(seen.taken, w->taken);
+    EXPECT_EQ(w->min_position, seen.min_position);
+    EXPECT_EQ(w->max_position, seen.max_position);
+    EXPECT_NE(ReadBytes(path), old) << "replaced after before_commit";
+  }
+}
+
 TEST(SnapshotTest, WriteToMissingDirectoryNamesThePath) {
   auto f = MakeFilter({.capacity = 1000, .seed = 5});
   auto w = WriteSnapshotFile(*f, "x", "/nonexistent-cuckoo-dir");
