@@ -4,8 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <system_error>
 #include <utility>
@@ -36,13 +39,84 @@ absl::Status NoMemoryForChecksums() {
 // Layout; docs/SNAPSHOT_FORMAT.md is the specification.
 constexpr char kMagic[8] = {'\x89', 'C', 'U', 'C', 'K', 'O', 'O', '\n'};
 constexpr char kFooterMagic[8] = {'\x89', 'C', 'K', 'F', 'E', 'N', 'D', '\n'};
-constexpr size_t kHeaderBytes = 256;
-constexpr size_t kHeaderNameOffset = 88;
-constexpr size_t kHeaderReservedOffset = kHeaderNameOffset + kMaxFilterNameBytes;  // 216
-constexpr size_t kHeaderChecksumOffset = kHeaderBytes - 8;
-constexpr size_t kSectionHeaderBytes = 32;
+
+// Where a format version puts the parts of its header, and how long its
+// section headers are. Bytes 0..15 (magic, version, header size) are the
+// same in every version.
+struct HeaderLayout {
+  uint32_t version;
+  size_t header_bytes;
+  size_t fields;     // The settings, kFieldsBytes bytes (below), the same in every version.
+  size_t name;       // kMaxFilterNameBytes bytes.
+  size_t filter_id;  // 0: the version has none.
+  size_t reserved;   // Zeros from here to the checksum.
+  size_t checksum;   // The header's last 8 bytes.
+  size_t section_header_bytes;
+  bool has_writer() const { return version >= 2; }  // At kSnapshotWriterOffset.
+  bool has_positions() const { return version >= 2; }
+};
+constexpr HeaderLayout kVersion1 = {.version = 1,
+                                    .header_bytes = 256,
+                                    .fields = 16,
+                                    .name = 88,
+                                    .filter_id = 0,
+                                    .reserved = 216,
+                                    .checksum = 248,
+                                    .section_header_bytes = 32};
+constexpr HeaderLayout kVersion2 = {.version = 2,
+                                    .header_bytes = 320,
+                                    .fields = 48,
+                                    .name = 120,
+                                    .filter_id = 248,
+                                    .reserved = 256,
+                                    .checksum = 312,
+                                    .section_header_bytes = 40};
+constexpr HeaderLayout kLayouts[] = {kVersion1, kVersion2};
+// What WriteSnapshotFile writes.
+constexpr const HeaderLayout& kWriteLayout = kVersion2;
+constexpr size_t kMinHeaderBytes = kVersion1.header_bytes;
+constexpr size_t kMaxHeaderBytes = kVersion2.header_bytes;
+constexpr size_t kMaxSectionHeaderBytes = kVersion2.section_header_bytes;
+static_assert(kWriteLayout.version == kSnapshotFormatVersion);
+static_assert(kVersion1.name + kMaxFilterNameBytes == kVersion1.reserved);
+static_assert(kVersion1.checksum == kVersion1.header_bytes - 8);
+static_assert(kVersion2.fields == kSnapshotWriterOffset + kSnapshotWriterBytes);
+static_assert(kVersion2.name + kMaxFilterNameBytes == kVersion2.filter_id);
+static_assert(kVersion2.filter_id + 8 == kVersion2.reserved);
+static_assert(kVersion2.checksum == kVersion2.header_bytes - 8);
+
+// The settings, at these offsets from HeaderLayout::fields.
+constexpr size_t kHashId = 0;
+constexpr size_t kTableKind = 4;
+constexpr size_t kFingerprintBits = 8;
+constexpr size_t kBucketSize = 12;
+constexpr size_t kShards = 16;
+constexpr size_t kShardBits = 20;
+constexpr size_t kMaxKicks = 24;
+constexpr size_t kNameLength = 28;
+constexpr size_t kSeed = 32;
+constexpr size_t kCapacity = 40;
+constexpr size_t kBucketsPerShard = 48;
+constexpr size_t kTableBytes = 56;
+constexpr size_t kTakenUnixMicros = 64;
+constexpr size_t kFieldsBytes = 72;
+static_assert(kVersion1.fields + kFieldsBytes == kVersion1.name);
+static_assert(kVersion2.fields + kFieldsBytes == kVersion2.name);
+
+// A section header: shard_index u32, reserved u32, items, rng_state,
+// table_bytes, and from version 2 on log_position (u64 each).
+constexpr size_t kSectionPosition = 32;
 constexpr size_t kSectionTrailerBytes = 8;
 constexpr size_t kFooterBytes = 32;
+
+// The layout of format version `version`, or null for a version this build
+// does not know.
+const HeaderLayout* LayoutOf(uint32_t version) {
+  for (const HeaderLayout& layout : kLayouts) {
+    if (layout.version == version) return &layout;
+  }
+  return nullptr;
+}
 
 void Put32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
 void Put64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
@@ -67,11 +141,11 @@ absl::Status IoError(absl::string_view op, absl::string_view path, int err) {
   return absl::InternalError(msg);
 }
 
-// Bytes a file of this shape must have.
-uint64_t FileBytes(const FilterShape& s) {
-  return kHeaderBytes +
+// Bytes a file of this shape and format version must have.
+uint64_t FileBytes(const FilterShape& s, const HeaderLayout& layout) {
+  return layout.header_bytes +
          uint64_t{s.shards} *
-             (kSectionHeaderBytes + s.table_bytes_per_shard() + kSectionTrailerBytes) +
+             (layout.section_header_bytes + s.table_bytes_per_shard() + kSectionTrailerBytes) +
          kFooterBytes;
 }
 
@@ -178,7 +252,10 @@ class FileSource final : public Source {
 };
 
 // "cuckood 0.1.0": what this build writes as a file's writer.
-std::string ThisBuild() { return absl::StrCat("cuckood ", kVersion); }
+constexpr absl::string_view kWriterName = "cuckood ";
+static_assert(kWriterName.size() + sizeof(kVersion) - 1 <= kSnapshotWriterBytes,
+              "the build's name does not fit a snapshot's writer field");
+std::string ThisBuild() { return absl::StrCat(kWriterName, kVersion); }
 
 // The writer recorded at bytes 16..47 of a file of format version 2 or
 // later: printable ASCII, NUL-padded, not empty. Empty if there is none.
@@ -194,11 +271,38 @@ std::string RecordedWriter(const uint8_t* h) {
   return std::string(p, n);
 }
 
-// Checks and decodes the fixed header. DATA_LOSS for a damaged header,
+bool HeaderChecksumMatches(const uint8_t* h, const HeaderLayout& layout) {
+  return XXH3_64bits(h, layout.checksum) == Get64(h + layout.checksum);
+}
+
+// The known format version other than `version` whose header, with the
+// version field put back, matches the checksum of the first `have` bytes
+// of `h`; 0 if none does. Such a file is intact but for the version field.
+uint32_t VersionWithMatchingChecksum(const uint8_t* h, size_t have, uint32_t version) {
+  for (const HeaderLayout& layout : kLayouts) {
+    if (layout.version == version || layout.header_bytes > have) continue;
+    uint8_t copy[kMaxHeaderBytes];
+    std::memcpy(copy, h, layout.header_bytes);
+    Put32(copy + 8, layout.version);
+    if (HeaderChecksumMatches(copy, layout)) return layout.version;
+  }
+  return 0;
+}
+
+struct DecodedHeader {
+  SnapshotHeader header;
+  const HeaderLayout* layout = nullptr;
+  uint64_t filter_id = 0;
+};
+
+// Checks and decodes the fixed header, of which `h` holds the first `have`
+// bytes: the whole header of a version this build knows, and for a header
+// that fails (an unknown version or a checksum mismatch) as much of the file
+// as the longest known header. DATA_LOSS for a damaged header,
 // FAILED_PRECONDITION for an intact one this build cannot read.
-absl::StatusOr<SnapshotHeader> DecodeHeader(const uint8_t* h, uint64_t file_bytes,
-                                            absl::string_view label,
-                                            absl::string_view expected_name) {
+absl::StatusOr<DecodedHeader> DecodeHeader(const uint8_t* h, size_t have, uint64_t file_bytes,
+                                           absl::string_view label,
+                                           absl::string_view expected_name) {
   auto bad = [&](absl::string_view why) {
     return absl::DataLossError(absl::StrCat(label, ": ", why));
   };
@@ -210,76 +314,86 @@ absl::StatusOr<SnapshotHeader> DecodeHeader(const uint8_t* h, uint64_t file_byte
         ") cannot read it. Run that build or a newer one, or move the file out of the data "
         "directory to start without this filter"));
   };
-  if (std::memcmp(h, kMagic, sizeof(kMagic)) != 0) {
-    return bad("not a cuckood snapshot (bad magic number)");
-  }
   const uint32_t version = Get32(h + 8);
-  if (version != kSnapshotFormatVersion) {
-    // A version-1 header whose version field alone is damaged still has a
-    // matching checksum with the field put back.
-    uint8_t v1[kHeaderBytes];
-    std::memcpy(v1, h, kHeaderBytes);
-    Put32(v1 + 8, kSnapshotFormatVersion);
-    if (XXH3_64bits(v1, kHeaderChecksumOffset) == Get64(h + kHeaderChecksumOffset)) {
-      return bad(absl::StrFormat(
-          "format version field is corrupt (%u; the rest is a valid version-%u header)", version,
-          kSnapshotFormatVersion));
-    }
+  const HeaderLayout* const layout = LayoutOf(version);
+  // A header of a known version whose version field alone is damaged still
+  // has a matching checksum with the field put back.
+  auto corrupt_version = [&]() -> absl::Status {
+    const uint32_t real = VersionWithMatchingChecksum(h, have, version);
+    if (real == 0) return absl::OkStatus();
+    return bad(absl::StrFormat(
+        "format version field is corrupt (%u; the rest is a valid version-%u header)", version,
+        real));
+  };
+  if (layout == nullptr) {
+    if (absl::Status st = corrupt_version(); !st.ok()) return st;
     const std::string writer = RecordedWriter(h);
     if (version > kSnapshotFormatVersion && !writer.empty()) {
-      return newer(absl::StrFormat("format version %u (this build reads version %u)", version,
-                                   kSnapshotFormatVersion),
+      return newer(absl::StrFormat("format version %u (this build reads versions 1 and %u)",
+                                   version, kSnapshotFormatVersion),
                    writer);
     }
     return bad(absl::StrFormat(
-        "format version %u is not supported (this build reads version %u) and the file names no "
-        "writer: not a file any cuckood wrote",
+        "format version %u is not supported (this build reads versions 1 and %u) and the file "
+        "names no writer: not a file any cuckood wrote",
         version, kSnapshotFormatVersion));
   }
-  if (XXH3_64bits(h, kHeaderChecksumOffset) != Get64(h + kHeaderChecksumOffset)) {
+  if (!HeaderChecksumMatches(h, *layout)) {
+    if (absl::Status st = corrupt_version(); !st.ok()) return st;
     return bad("header checksum mismatch (the header is corrupt)");
   }
   // From here the header is exactly as some build wrote it (the checksum
   // matches): a value this build does not know comes from a newer build.
-  constexpr char kNewerBuild[] = "a newer cuckood (version-1 files do not record which)";
   auto impossible = [&](absl::string_view why) {
     return bad(absl::StrCat("impossible settings in header: ", why));
   };
-  if (Get32(h + 12) != kHeaderBytes) {
-    return impossible(absl::StrFormat("header size %u (expected %u)", Get32(h + 12), kHeaderBytes));
+  if (Get32(h + 12) != layout->header_bytes) {
+    return impossible(absl::StrFormat("header size %u (expected %u for version %u)", Get32(h + 12),
+                                      layout->header_bytes, version));
   }
-  SnapshotHeader out;
-  FilterShape& s = out.shape;
-  s.hash_id = Get32(h + 16);
-  const uint32_t table_kind = Get32(h + 20);
+  std::string newer_build = "a newer cuckood (version-1 files do not record which)";
+  if (layout->has_writer()) {
+    newer_build = RecordedWriter(h);
+    if (newer_build.empty()) {
+      return impossible(
+          absl::StrFormat("the writer (bytes %u..%u) is not printable ASCII padded with zero bytes",
+                          kSnapshotWriterOffset, kSnapshotWriterOffset + kSnapshotWriterBytes - 1));
+    }
+  }
+  const uint8_t* const f = h + layout->fields;
+  DecodedHeader out;
+  out.layout = layout;
+  FilterShape& s = out.header.shape;
+  s.hash_id = Get32(f + kHashId);
+  const uint32_t table_kind = Get32(f + kTableKind);
   s.table_kind = static_cast<TableKind>(table_kind);
-  s.fingerprint_bits = Get32(h + 24);
-  s.bucket_size = Get32(h + 28);
-  s.shards = Get32(h + 32);
-  s.shard_bits = Get32(h + 36);
-  s.max_kicks = Get32(h + 40);
-  const uint32_t name_length = Get32(h + 44);
-  s.seed = Get64(h + 48);
-  s.capacity = Get64(h + 56);
-  s.buckets_per_shard = Get64(h + 64);
-  const uint64_t table_bytes = Get64(h + 72);
-  const int64_t taken_us = static_cast<int64_t>(Get64(h + 80));
+  s.fingerprint_bits = Get32(f + kFingerprintBits);
+  s.bucket_size = Get32(f + kBucketSize);
+  s.shards = Get32(f + kShards);
+  s.shard_bits = Get32(f + kShardBits);
+  s.max_kicks = Get32(f + kMaxKicks);
+  const uint32_t name_length = Get32(f + kNameLength);
+  s.seed = Get64(f + kSeed);
+  s.capacity = Get64(f + kCapacity);
+  s.buckets_per_shard = Get64(f + kBucketsPerShard);
+  const uint64_t table_bytes = Get64(f + kTableBytes);
+  const int64_t taken_us = static_cast<int64_t>(Get64(f + kTakenUnixMicros));
   if (table_kind != static_cast<uint32_t>(TableKind::kPacked) &&
       table_kind != static_cast<uint32_t>(TableKind::kSemiSorted)) {
     return newer(absl::StrFormat("table kind %u is unknown (this build knows 0 packed and 1 "
                                  "semi_sorted)",
                                  table_kind),
-                 kNewerBuild);
+                 newer_build);
   }
   if (s.hash_id != kHashIdXxh3V1) {
     return newer(absl::StrFormat("hash id %u is unknown (this build knows %u, XXH3-64)", s.hash_id,
                                  kHashIdXxh3V1),
-                 kNewerBuild);
+                 newer_build);
   }
   // Files from builds whose ceiling was higher load with today's.
   if (s.max_kicks > kMaxMaxKicks && s.max_kicks <= kMaxStoredMaxKicks) s.max_kicks = kMaxMaxKicks;
   if (absl::Status st = ValidateShape(s); !st.ok()) {
-    return newer(absl::StrCat("settings this build cannot use: ", st.message()), kNewerBuild);
+    return newer(absl::StrCat("settings this build cannot use: ", st.message()), newer_build);
   }
   if (table_bytes != s.table_bytes_per_shard()) {
     return impossible(absl::StrFormat("table bytes per shard %u, but the shape needs %u",
@@ -288,26 +402,29 @@ absl::StatusOr<SnapshotHeader> DecodeHeader(const uint8_t* h, uint64_t file_byte
   if (name_length == 0 || name_length > kMaxFilterNameBytes) {
     return impossible(absl::StrFormat("filter name length %u", name_length));
   }
-  for (size_t i = kHeaderNameOffset + name_length; i < kHeaderChecksumOffset; ++i) {
+  // The name's padding, and the reserved bytes (after the filter id, if any).
+  for (size_t i = layout->name + name_length; i < layout->checksum; ++i) {
+    if (layout->filter_id != 0 && i >= layout->filter_id && i < layout->filter_id + 8) continue;
     if (h[i] != 0) return impossible(absl::StrFormat("reserved header byte %u is not zero", i));
   }
-  out.name.assign(reinterpret_cast<const char*>(h + kHeaderNameOffset), name_length);
-  if (absl::Status st = FilterRegistry::ValidateName(out.name); !st.ok()) {
+  if (layout->filter_id != 0) out.filter_id = Get64(h + layout->filter_id);
+  out.header.name.assign(reinterpret_cast<const char*>(h + layout->name), name_length);
+  if (absl::Status st = FilterRegistry::ValidateName(out.header.name); !st.ok()) {
     return impossible(st.message());
   }
-  if (!expected_name.empty() && out.name != expected_name) {
-    return bad(absl::StrFormat("holds filter \"%s\", but its file name says \"%s\"", out.name,
-                               absl::CHexEscape(expected_name)));
+  if (!expected_name.empty() && out.header.name != expected_name) {
+    return bad(absl::StrFormat("holds filter \"%s\", but its file name says \"%s\"",
+                               out.header.name, absl::CHexEscape(expected_name)));
   }
-  out.taken = absl::FromUnixMicros(taken_us);
-  out.file_bytes = FileBytes(s);
-  if (file_bytes < out.file_bytes) {
+  out.header.taken = absl::FromUnixMicros(taken_us);
+  out.header.file_bytes = FileBytes(s, *layout);
+  if (file_bytes < out.header.file_bytes) {
     return bad(absl::StrFormat("truncated: the file is %u bytes, its settings need %u", file_bytes,
-                               out.file_bytes));
+                               out.header.file_bytes));
   }
-  if (file_bytes > out.file_bytes) {
+  if (file_bytes > out.header.file_bytes) {
     return bad(absl::StrFormat("%u unexpected bytes after the end of the snapshot (%u bytes)",
-                               file_bytes - out.file_bytes, out.file_bytes));
+                               file_bytes - out.header.file_bytes, out.header.file_bytes));
   }
   return out;
 }
@@ -318,25 +435,40 @@ absl::StatusOr<LoadedSnapshot> Parse(Source& src, absl::string_view label,
     return absl::DataLossError(absl::StrCat(label, ": ", why));
   };
   if (src.size() == 0) return bad("empty file (0 bytes)");
-  if (src.size() < kHeaderBytes) {
-    // Say "bad magic" for short files that are not snapshots at all.
-    uint8_t head[kHeaderBytes];
-    size_t n = static_cast<size_t>(src.size());
-    if (absl::Status st = src.Read(head, n); !st.ok()) return st;
-    if (std::memcmp(head, kMagic, std::min(n, sizeof(kMagic))) != 0) {
-      return bad("not a cuckood snapshot (bad magic number)");
-    }
+  // The header's length depends on its version: read the shortest first.
+  uint8_t h[kMaxHeaderBytes] = {};
+  size_t have = 0;
+  auto read_header_to = [&](uint64_t n) -> absl::Status {
+    n = std::min<uint64_t>({n, src.size(), kMaxHeaderBytes});
+    if (n <= have) return absl::OkStatus();
+    absl::Status st = src.Read(h + have, static_cast<size_t>(n) - have);
+    if (st.ok()) have = static_cast<size_t>(n);
+    return st;
+  };
+  if (absl::Status st = read_header_to(kMinHeaderBytes); !st.ok()) return st;
+  // Say "bad magic" for short files that are not snapshots at all.
+  if (std::memcmp(h, kMagic, std::min(have, sizeof(kMagic))) != 0) {
+    return bad("not a cuckood snapshot (bad magic number)");
+  }
+  const HeaderLayout* layout = have >= 12 ? LayoutOf(Get32(h + 8)) : nullptr;
+  const size_t header_bytes = layout != nullptr ? layout->header_bytes : kMinHeaderBytes;
+  if (src.size() < header_bytes) {
     return bad(absl::StrFormat("truncated: the file is %u bytes, shorter than the %u-byte header",
-                               n, kHeaderBytes));
+                               src.size(), header_bytes));
   }
-  uint8_t h[kHeaderBytes];
-  if (absl::Status st = src.Read(h, kHeaderBytes); !st.ok()) return st;
-  absl::StatusOr<SnapshotHeader> header = DecodeHeader(h, src.size(), label, expected_name);
-  if (!header.ok()) return header.status();
+  if (absl::Status st = read_header_to(header_bytes); !st.ok()) return st;
+  if (layout == nullptr || !HeaderChecksumMatches(h, *layout)) {
+    // The header fails: read as much as the longest header, to tell a
+    // damaged version field of any known version (DecodeHeader).
+    if (absl::Status st = read_header_to(kMaxHeaderBytes); !st.ok()) return st;
+  }
+  absl::StatusOr<DecodedHeader> decoded = DecodeHeader(h, have, src.size(), label, expected_name);
+  if (!decoded.ok()) return decoded.status();
+  layout = decoded->layout;
   if (admit) {
-    if (absl::Status st = admit(*header); !st.ok()) return st;
+    if (absl::Status st = admit(decoded->header); !st.ok()) return st;
   }
-  const FilterShape& shape = header->shape;
+  const FilterShape& shape = decoded->header.shape;
   absl::StatusOr<std::unique_ptr<CuckooFilter>> filter = CuckooFilter::FromShape(shape);
   if (!filter.ok()) return filter.status();
 
@@ -346,22 +478,25 @@ absl::StatusOr<LoadedSnapshot> Parse(Source& src, absl::string_view label,
   XXH3_state_t* whole = whole_state.get();
   XXH3_state_t* section = section_state.get();
   XXH3_64bits_reset(whole);
-  XXH3_64bits_update(whole, h + kHeaderChecksumOffset, 8);
+  XXH3_64bits_update(whole, h + layout->checksum, 8);
 
+  const size_t section_header_bytes = layout->section_header_bytes;
   const uint64_t table_bytes = shape.table_bytes_per_shard();
   const uint64_t slots_per_shard = shape.buckets_per_shard * shape.bucket_size;
   const uint32_t used_bits = UsedBitsInLastByte(shape);
-  uint64_t offset = kHeaderBytes;
+  uint64_t offset = layout->header_bytes;
   uint64_t items = 0;
+  uint64_t min_position = std::numeric_limits<uint64_t>::max();
+  uint64_t max_position = 0;
   for (uint32_t i = 0; i < shape.shards; ++i) {
-    uint8_t sh[kSectionHeaderBytes];
-    if (absl::Status st = src.Read(sh, sizeof(sh)); !st.ok()) return st;
+    uint8_t sh[kMaxSectionHeaderBytes];
+    if (absl::Status st = src.Read(sh, section_header_bytes); !st.ok()) return st;
     absl::Span<uint8_t> table = (*filter)->MutableShardBytesForLoad(i);
     if (absl::Status st = src.Read(table.data(), table.size()); !st.ok()) return st;
     uint8_t trailer[kSectionTrailerBytes];
     if (absl::Status st = src.Read(trailer, sizeof(trailer)); !st.ok()) return st;
     XXH3_64bits_reset(section);
-    XXH3_64bits_update(section, sh, sizeof(sh));
+    XXH3_64bits_update(section, sh, section_header_bytes);
     XXH3_64bits_update(section, table.data(), table.size());
     if (XXH3_64bits_digest(section) != Get64(trailer)) {
       return bad(
@@ -389,10 +524,13 @@ absl::StatusOr<LoadedSnapshot> Parse(Source& src, absl::string_view label,
           "bucket %u is not a valid %s bucket (code 3876 or more, or entries out of order)", bucket,
           TableKindName(shape.table_kind)));
     }
-    (*filter)->RestoreShardForLoad(i, shard_items, Get64(sh + 16));
+    const uint64_t position = layout->has_positions() ? Get64(sh + kSectionPosition) : 0;
+    (*filter)->RestoreShardForLoad(i, shard_items, Get64(sh + 16), position);
+    min_position = std::min(min_position, position);
+    max_position = std::max(max_position, position);
     items += shard_items;
     XXH3_64bits_update(whole, trailer, sizeof(trailer));
-    offset += kSectionHeaderBytes + table_bytes + kSectionTrailerBytes;
+    offset += section_header_bytes + table_bytes + kSectionTrailerBytes;
   }
 
   uint8_t footer[kFooterBytes];
@@ -404,17 +542,22 @@ absl::StatusOr<LoadedSnapshot> Parse(Source& src, absl::string_view label,
   if (XXH3_64bits_digest(whole) != Get64(footer + 24)) {
     return bad("file checksum mismatch (sections from different snapshots, or a corrupt footer)");
   }
-  if (Get64(footer + 8) != header->file_bytes) {
+  if (Get64(footer + 8) != decoded->header.file_bytes) {
     return bad(absl::StrFormat("footer gives a file size of %u, expected %u", Get64(footer + 8),
-                               header->file_bytes));
+                               decoded->header.file_bytes));
   }
   if (Get64(footer + 16) != items) {
     return bad(
         absl::StrFormat("footer counts %u items, the shards hold %u", Get64(footer + 16), items));
   }
+  (*filter)->set_id(decoded->filter_id);
   LoadedSnapshot out;
-  out.header = *std::move(header);
+  out.header = std::move(decoded->header);
+  out.format_version = layout->version;
   out.items = items;
+  out.filter_id = decoded->filter_id;
+  out.min_position = min_position;
+  out.max_position = max_position;
   out.filter = *std::move(filter);
   return out;
 }
@@ -439,34 +582,41 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
   SnapshotWriteResult result;
   result.path = SnapshotPath(dir, name);
   result.taken = start;
-  result.bytes = FileBytes(shape);
+  result.bytes = FileBytes(shape, kWriteLayout);
+  result.filter_id = filter.id();
   const std::string tmp = SnapshotTempPath(dir, name);
 
-  uint8_t h[kHeaderBytes] = {};
+  constexpr const HeaderLayout& layout = kWriteLayout;
+  uint8_t h[layout.header_bytes] = {};
   std::memcpy(h, kMagic, sizeof(kMagic));
-  Put32(h + 8, kSnapshotFormatVersion);
-  Put32(h + 12, kHeaderBytes);
-  Put32(h + 16, shape.hash_id);
-  Put32(h + 20, static_cast<uint32_t>(shape.table_kind));
-  Put32(h + 24, shape.fingerprint_bits);
-  Put32(h + 28, shape.bucket_size);
-  Put32(h + 32, shape.shards);
-  Put32(h + 36, shape.shard_bits);
-  Put32(h + 40, shape.max_kicks);
-  Put32(h + 44, static_cast<uint32_t>(name.size()));
-  Put64(h + 48, shape.seed);
-  Put64(h + 56, shape.capacity);
-  Put64(h + 64, shape.buckets_per_shard);
-  Put64(h + 72, table_bytes);
-  Put64(h + 80, static_cast<uint64_t>(absl::ToUnixMicros(start)));
-  std::memcpy(h + kHeaderNameOffset, name.data(), name.size());
-  Put64(h + kHeaderChecksumOffset, XXH3_64bits(h, kHeaderChecksumOffset));
+  Put32(h + 8, layout.version);
+  Put32(h + 12, layout.header_bytes);
+  const std::string writer = ThisBuild();
+  std::memcpy(h + kSnapshotWriterOffset, writer.data(), writer.size());
+  uint8_t* const f = h + layout.fields;
+  Put32(f + kHashId, shape.hash_id);
+  Put32(f + kTableKind, static_cast<uint32_t>(shape.table_kind));
+  Put32(f + kFingerprintBits, shape.fingerprint_bits);
+  Put32(f + kBucketSize, shape.bucket_size);
+  Put32(f + kShards, shape.shards);
+  Put32(f + kShardBits, shape.shard_bits);
+  Put32(f + kMaxKicks, shape.max_kicks);
+  Put32(f + kNameLength, static_cast<uint32_t>(name.size()));
+  Put64(f + kSeed, shape.seed);
+  Put64(f + kCapacity, shape.capacity);
+  Put64(f + kBucketsPerShard, shape.buckets_per_shard);
+  Put64(f + kTableBytes, table_bytes);
+  Put64(f + kTakenUnixMicros, static_cast<uint64_t>(absl::ToUnixMicros(start)));
+  std::memcpy(h + layout.name, name.data(), name.size());
+  Put64(h + layout.filter_id, result.filter_id);
+  Put64(h + layout.checksum, XXH3_64bits(h, layout.checksum));
 
   // One buffer, reused for every shard. A section that fits is copied whole
   // (the table in place between its header and checksum) under the shard's
   // shared lock, which is then released before the checksum and the write.
   // A larger one is written through the buffer in pieces while the lock is
   // held, so the buffer never exceeds options.buffer_bytes.
+  constexpr size_t kSectionHeaderBytes = layout.section_header_bytes;
   const size_t section_bytes = kSectionHeaderBytes + table_bytes + kSectionTrailerBytes;
   const bool copy_whole = section_bytes <= options.buffer_bytes;
   const size_t buffer_bytes =
@@ -488,14 +638,16 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
     XXH3_state_t* whole = whole_state.get();
     XXH3_state_t* section = section_state.get();
     XXH3_64bits_reset(whole);
-    XXH3_64bits_update(whole, h + kHeaderChecksumOffset, 8);
+    XXH3_64bits_update(whole, h + layout.checksum, 8);
     auto section_header = [&](uint32_t i, const CuckooFilter::ShardState& state) {
       Put32(sec, i);
       Put32(sec + 4, 0);
       Put64(sec + 8, state.items);
       Put64(sec + 16, state.rng_state);
       Put64(sec + 24, table_bytes);
+      Put64(sec + kSectionPosition, state.position);
     };
+    result.min_position = std::numeric_limits<uint64_t>::max();
     for (uint32_t i = 0; i < shape.shards; ++i) {
       CuckooFilter::ShardState state;
       uint8_t trailer[kSectionTrailerBytes];
@@ -528,6 +680,8 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
       XXH3_64bits_update(whole, trailer, sizeof(trailer));
       result.items += state.items;
       result.changes += state.changes;
+      result.min_position = std::min(result.min_position, state.position);
+      result.max_position = std::max(result.max_position, state.position);
     }
     uint8_t footer[kFooterBytes] = {};
     std::memcpy(footer, kFooterMagic, sizeof(kFooterMagic));
@@ -537,6 +691,10 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
     Put64(footer + 24, XXH3_64bits_digest(whole));
     if (absl::Status s = out.Write(footer, sizeof(footer)); !s.ok()) return s;
     if (absl::Status s = out.SyncAndClose(); !s.ok()) return s;
+    if (options.before_commit) {
+      result.duration = absl::Now() - start;
+      if (absl::Status s = options.before_commit(result); !s.ok()) return s;
+    }
     if (::rename(tmp.c_str(), result.path.c_str()) != 0) {
       return IoError(absl::StrCat("rename ", tmp, " to"), result.path, errno);
     }

@@ -18,6 +18,12 @@
 // fsync'ed: a crash at any instant leaves the old snapshot or the new one,
 // never a torn file.
 //
+// A snapshot also carries what a write-ahead log needs to resume after it:
+// the filter's id() and, per shard, the log position of the last write the
+// shard's copy holds (CuckooFilter::ShardState::position). Start-up replays
+// the log after each shard's position. Files of format version 1, which
+// hold neither, still load, with id 0 and every position 0.
+//
 // Reading checks everything before the filter is handed out: a file that
 // fails any check yields DATA_LOSS with a message naming the file and the
 // check, and no filter. FAILED_PRECONDITION means the file is intact but
@@ -46,7 +52,9 @@
 
 namespace cuckoo {
 
-inline constexpr uint32_t kSnapshotFormatVersion = 1;
+// The format version WriteSnapshotFile writes. Readers read this one and
+// every earlier one (1 and 2).
+inline constexpr uint32_t kSnapshotFormatVersion = 2;
 // Every format version after 1 starts with the same 16 bytes (magic,
 // version, header size) and then, at bytes 16..47, the name and version of
 // the build that wrote it (ASCII, NUL-padded), so that a build that cannot
@@ -65,23 +73,37 @@ std::string SnapshotTempPath(absl::string_view dir, absl::string_view name);
 
 struct SnapshotWriteResult {
   std::string path;
-  uint64_t bytes = 0;    // File size.
-  uint64_t items = 0;    // Items in the snapshot (each shard's as it was copied).
-  uint64_t changes = 0;  // The filter's changes() the snapshot holds.
-  absl::Time taken;      // When the first shard was copied.
-  absl::Duration duration;
+  uint64_t bytes = 0;      // File size.
+  uint64_t items = 0;      // Items in the snapshot (each shard's as it was copied).
+  uint64_t changes = 0;    // The filter's changes() the snapshot holds.
+  uint64_t filter_id = 0;  // The filter's id() the snapshot holds.
+  // The least and the greatest of the shards' log positions, each as its
+  // table was copied: the snapshot holds every logged write up to
+  // min_position, and none after max_position.
+  uint64_t min_position = 0;
+  uint64_t max_position = 0;
+  absl::Time taken;         // When the first shard was copied.
+  absl::Duration duration;  // So far, when before_commit sees it.
 };
 
 struct SnapshotWriteOptions {
   // The most memory the write may take for its buffer: a shard whose section
   // fits is copied whole, a larger one written through it in pieces (above).
   size_t buffer_bytes = size_t{64} << 20;
+  // When set, called once the new file is completely written and fsync'ed
+  // under its temporary name, before it replaces the previous snapshot,
+  // with the result filled in. A non-OK status aborts the write: the
+  // temporary file is removed, the previous snapshot stays, and the write
+  // returns that status. (cuckood waits here until its log is durable up to
+  // max_position, so that no snapshot on disk is ahead of the log.)
+  std::function<absl::Status(const SnapshotWriteResult&)> before_commit;
 };
 
-// Writes `filter`'s snapshot to SnapshotPath(dir, name). INTERNAL
-// (RESOURCE_EXHAUSTED when the disk is full) naming the file and the system
-// error when it cannot be written; the previous snapshot, if any, is then
-// still in place.
+// Writes `filter`'s snapshot (format version kSnapshotFormatVersion) to
+// SnapshotPath(dir, name). INTERNAL (RESOURCE_EXHAUSTED when the disk is
+// full) naming the file and the system error when it cannot be written, or
+// before_commit's status; the previous snapshot, if any, is then still in
+// place.
 absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter,
                                                       absl::string_view name, absl::string_view dir,
                                                       const SnapshotWriteOptions& options = {});
@@ -100,7 +122,15 @@ struct SnapshotHeader {
 
 struct LoadedSnapshot {
   SnapshotHeader header;
+  uint32_t format_version = 0;  // The file's: 1 or 2.
   uint64_t items = 0;
+  // The filter's id (0 in a version-1 file); filter->id() returns it.
+  uint64_t filter_id = 0;
+  // The least and the greatest of the shards' log positions (0 in a
+  // version-1 file); each shard of `filter` has its own position restored
+  // (CuckooFilter::ShardPositions).
+  uint64_t min_position = 0;
+  uint64_t max_position = 0;
   std::unique_ptr<CuckooFilter> filter;
 };
 

@@ -1,7 +1,9 @@
 // The snapshot layout of docs/SNAPSHOT_FORMAT.md, restated independently of
 // core/snapshot.cc, for tests and the fuzzer that build deliberately odd
-// files: the section sizes, and ResealSnapshot, which recomputes every
-// checksum as a writer of such a file would.
+// files: where each format version puts its header fields and how long its
+// sections are; ResealSnapshot, which recomputes every checksum as a writer
+// of such a file would; and SnapshotToVersion1, which turns a file this
+// build wrote into the version-1 file an older build would have written.
 #ifndef CUCKOO_TESTS_CORE_SNAPSHOT_LAYOUT_H_
 #define CUCKOO_TESTS_CORE_SNAPSHOT_LAYOUT_H_
 
@@ -13,12 +15,6 @@
 
 namespace cuckoo::testing {
 
-inline constexpr size_t kSnapshotHeader = 256;
-inline constexpr size_t kSnapshotHeaderChecksum = kSnapshotHeader - 8;
-inline constexpr size_t kSnapshotSectionHeader = 32;
-inline constexpr size_t kSnapshotSectionTrailer = 8;
-inline constexpr size_t kSnapshotFooter = 32;
-
 inline uint32_t SnapshotGet32(const uint8_t* p) {
   uint32_t v;
   std::memcpy(&v, p, 4);
@@ -29,31 +25,154 @@ inline uint64_t SnapshotGet64(const uint8_t* p) {
   std::memcpy(&v, p, 8);
   return v;
 }
+inline void SnapshotPut32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
 inline void SnapshotPut64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
 
-// Recomputes the header, section and whole-file checksums of `b`, for as
-// many sections as its header announces (shards at byte 32, table bytes at
-// 72) and the file holds; the footer's only if every section and the footer
-// are there.
-inline void ResealSnapshot(std::vector<uint8_t>& b) {
-  if (b.size() < kSnapshotHeader) return;
-  SnapshotPut64(b.data() + kSnapshotHeaderChecksum, XXH3_64bits(b.data(), kSnapshotHeaderChecksum));
-  const uint32_t shards = SnapshotGet32(b.data() + 32);
-  const uint64_t table_bytes = SnapshotGet64(b.data() + 72);
+// The same in every version.
+inline constexpr size_t kSnapshotSectionTrailer = 8;
+inline constexpr size_t kSnapshotFooter = 32;
+
+// One format version's layout. Bytes 0..15 (magic, version, header size)
+// are the same in every version.
+struct SnapshotLayout {
+  uint32_t version;
+  size_t header;            // Header bytes.
+  size_t fields;            // Offset of the settings (hash_id ... taken_unix_micros), below.
+  size_t name;              // Offset of the 128-byte name.
+  size_t filter_id;         // Offset of the filter id; 0: none.
+  size_t reserved;          // Zeros from here to the header checksum.
+  size_t header_checksum;   // The header's last 8 bytes.
+  size_t section_header;    // Bytes of a section's header.
+  size_t section_position;  // Offset of log_position in a section header; 0: none.
+
+  // The offset of the setting at `field` (kSnapshotHashId, ...).
+  size_t at(size_t field) const { return fields + field; }
+  // The length of a file of this version.
+  uint64_t FileBytes(uint32_t shards, uint64_t table_bytes) const {
+    return header + shards * (section_header + table_bytes + kSnapshotSectionTrailer) +
+           kSnapshotFooter;
+  }
+};
+
+inline constexpr SnapshotLayout kSnapshotV1 = {.version = 1,
+                                               .header = 256,
+                                               .fields = 16,
+                                               .name = 88,
+                                               .filter_id = 0,
+                                               .reserved = 216,
+                                               .header_checksum = 248,
+                                               .section_header = 32,
+                                               .section_position = 0};
+inline constexpr SnapshotLayout kSnapshotV2 = {.version = 2,
+                                               .header = 320,
+                                               .fields = 48,
+                                               .name = 120,
+                                               .filter_id = 248,
+                                               .reserved = 256,
+                                               .header_checksum = 312,
+                                               .section_header = 40,
+                                               .section_position = 32};
+// The version this build writes.
+inline constexpr const SnapshotLayout& kSnapshotWritten = kSnapshotV2;
+
+// The settings, as offsets from SnapshotLayout::fields (SnapshotLayout::at).
+inline constexpr size_t kSnapshotHashId = 0;
+inline constexpr size_t kSnapshotTableKind = 4;
+inline constexpr size_t kSnapshotFingerprintBits = 8;
+inline constexpr size_t kSnapshotBucketSize = 12;
+inline constexpr size_t kSnapshotShards = 16;
+inline constexpr size_t kSnapshotShardBits = 20;
+inline constexpr size_t kSnapshotMaxKicks = 24;
+inline constexpr size_t kSnapshotNameLength = 28;
+inline constexpr size_t kSnapshotSeed = 32;
+inline constexpr size_t kSnapshotCapacity = 40;
+inline constexpr size_t kSnapshotBucketsPerShard = 48;
+inline constexpr size_t kSnapshotTableBytes = 56;
+inline constexpr size_t kSnapshotTaken = 64;
+inline constexpr size_t kSnapshotFieldsBytes = 72;
+
+// Section header fields: shard_index, reserved, items, rng_state,
+// table_bytes, and (version 2) log_position.
+inline constexpr size_t kSnapshotSectionItems = 8;
+inline constexpr size_t kSnapshotSectionRng = 16;
+inline constexpr size_t kSnapshotSectionTableBytes = 24;
+
+// The layout of `b`'s format version (bytes 8..11), or null for a version
+// this build does not know or a file too short to say.
+inline const SnapshotLayout* SnapshotLayoutOf(const std::vector<uint8_t>& b) {
+  if (b.size() < 12) return nullptr;
+  switch (SnapshotGet32(b.data() + 8)) {
+    case 1:
+      return &kSnapshotV1;
+    case 2:
+      return &kSnapshotV2;
+    default:
+      return nullptr;
+  }
+}
+
+// Recomputes the header, section and whole-file checksums of `b` laid out
+// as `layout`, for as many sections as its header announces and the file
+// holds; the footer's only if every section and the footer are there.
+inline void ResealSnapshot(std::vector<uint8_t>& b, const SnapshotLayout& layout) {
+  if (b.size() < layout.header) return;
+  SnapshotPut64(b.data() + layout.header_checksum, XXH3_64bits(b.data(), layout.header_checksum));
+  const uint32_t shards = SnapshotGet32(b.data() + layout.at(kSnapshotShards));
+  const uint64_t table_bytes = SnapshotGet64(b.data() + layout.at(kSnapshotTableBytes));
   if (table_bytes > b.size()) return;
-  const uint64_t section = kSnapshotSectionHeader + table_bytes + kSnapshotSectionTrailer;
-  std::vector<uint8_t> chain(b.begin() + kSnapshotHeaderChecksum, b.begin() + kSnapshotHeader);
-  uint64_t offset = kSnapshotHeader;
+  const uint64_t section = layout.section_header + table_bytes + kSnapshotSectionTrailer;
+  std::vector<uint8_t> chain(b.begin() + layout.header_checksum, b.begin() + layout.header);
+  uint64_t offset = layout.header;
   for (uint32_t i = 0; i < shards; ++i) {
     if (b.size() - offset < section) return;
-    uint8_t* trailer = b.data() + offset + kSnapshotSectionHeader + table_bytes;
-    SnapshotPut64(trailer, XXH3_64bits(b.data() + offset, kSnapshotSectionHeader + table_bytes));
+    uint8_t* trailer = b.data() + offset + layout.section_header + table_bytes;
+    SnapshotPut64(trailer, XXH3_64bits(b.data() + offset, layout.section_header + table_bytes));
     chain.insert(chain.end(), trailer, trailer + kSnapshotSectionTrailer);
     offset += section;
   }
   if (b.size() - offset < kSnapshotFooter) return;
   chain.insert(chain.end(), b.begin() + offset, b.begin() + offset + kSnapshotFooter - 8);
   SnapshotPut64(b.data() + offset + kSnapshotFooter - 8, XXH3_64bits(chain.data(), chain.size()));
+}
+
+// The same, laid out as its format version says; as the version this build
+// writes if the version is unknown.
+inline void ResealSnapshot(std::vector<uint8_t>& b) {
+  const SnapshotLayout* layout = SnapshotLayoutOf(b);
+  ResealSnapshot(b, layout != nullptr ? *layout : kSnapshotWritten);
+}
+
+// The version-1 file holding what the version-2 file `v2` holds, except
+// its filter id and log positions, which version 1 cannot hold: what an
+// older build wrote for the same filter. Empty if `v2` is not a whole
+// version-2 file.
+inline std::vector<uint8_t> SnapshotToVersion1(const std::vector<uint8_t>& v2) {
+  const SnapshotLayout& from = kSnapshotV2;
+  const SnapshotLayout& to = kSnapshotV1;
+  if (SnapshotLayoutOf(v2) != &kSnapshotV2 || v2.size() < from.header) return {};
+  const uint32_t shards = SnapshotGet32(v2.data() + from.at(kSnapshotShards));
+  const uint64_t table_bytes = SnapshotGet64(v2.data() + from.at(kSnapshotTableBytes));
+  if (v2.size() != from.FileBytes(shards, table_bytes)) return {};
+  std::vector<uint8_t> v1(to.FileBytes(shards, table_bytes));
+  std::memcpy(v1.data(), v2.data(), 8);  // Magic.
+  SnapshotPut32(v1.data() + 8, to.version);
+  SnapshotPut32(v1.data() + 12, static_cast<uint32_t>(to.header));
+  std::memcpy(v1.data() + to.fields, v2.data() + from.fields, kSnapshotFieldsBytes);
+  std::memcpy(v1.data() + to.name, v2.data() + from.name, to.reserved - to.name);
+  uint64_t in = from.header;
+  uint64_t out = to.header;
+  for (uint32_t i = 0; i < shards; ++i) {
+    // The section header without its log position, then the table.
+    std::memcpy(v1.data() + out, v2.data() + in, to.section_header);
+    std::memcpy(v1.data() + out + to.section_header, v2.data() + in + from.section_header,
+                table_bytes);
+    in += from.section_header + table_bytes + kSnapshotSectionTrailer;
+    out += to.section_header + table_bytes + kSnapshotSectionTrailer;
+  }
+  std::memcpy(v1.data() + out, v2.data() + in, kSnapshotFooter);
+  SnapshotPut64(v1.data() + out + 8, v1.size());
+  ResealSnapshot(v1, to);
+  return v1;
 }
 
 }  // namespace cuckoo::testing

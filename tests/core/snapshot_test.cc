@@ -12,7 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "cuckoo_version.h"
 #include "tests/core/snapshot_layout.h"
 #include "tests/core/table_bits.h"
 #include "tests/core/test_keys.h"
@@ -29,9 +32,14 @@ using ::testing::HasSubstr;
 using testing::Key;
 using testing::TempDir;
 
+using testing::kSnapshotV1;
+using testing::kSnapshotV2;
 using testing::ResealSnapshot;
-constexpr size_t kHeader = testing::kSnapshotHeader;
-constexpr size_t kSectionHeader = testing::kSnapshotSectionHeader;
+using testing::SnapshotLayout;
+using testing::SnapshotToVersion1;
+// Files this build writes: version 2.
+constexpr size_t kHeader = kSnapshotV2.header;
+constexpr size_t kSectionHeader = kSnapshotV2.section_header;
 constexpr size_t kFooter = testing::kSnapshotFooter;
 
 std::unique_ptr<CuckooFilter> MakeFilter(const FilterOptions& o) {
@@ -67,6 +75,19 @@ std::vector<uint8_t> ShardBytes(const CuckooFilter& f, uint32_t i) {
   f.CopyShard(i, b.data());
   return b;
 }
+
+// Inserts `keys` with the logged batch form, giving each shard write the
+// next position after *position.
+void InsertLogged(CuckooFilter& f, const std::vector<std::string>& keys, uint64_t* position) {
+  std::vector<std::string_view> v(keys.begin(), keys.end());
+  std::vector<InsertResult> r(v.size());
+  f.InsertBatch(
+      v, false, absl::MakeSpan(r), [] { return false; },
+      [&](const ShardWrite&) { return ++*position; });
+}
+
+// "cuckood X.Y.Z", the writer this build records.
+std::string ThisBuild() { return absl::StrCat("cuckood ", kVersion); }
 
 struct RoundTripCase {
   uint32_t f;
@@ -108,12 +129,14 @@ TEST_P(SnapshotRoundTripTest, LoadedFilterIsBitIdenticalAndAnswersTheSame) {
   EXPECT_EQ(w->path, dir.path() + "/rt.cuckoo");
   EXPECT_EQ(w->bytes, std::filesystem::file_size(w->path));
   EXPECT_EQ(w->items, original->items());
-  // The header's table_kind (offset 20): 0 packed, as before semi-sorting; 1 semi-sorted.
-  EXPECT_EQ(testing::SnapshotGet32(ReadBytes(w->path).data() + 20), c.semi ? 1u : 0u);
+  // The header's table_kind: 0 packed, as before semi-sorting; 1 semi-sorted.
+  EXPECT_EQ(testing::SnapshotGet32(copied.data() + kSnapshotV2.at(testing::kSnapshotTableKind)),
+            c.semi ? 1u : 0u);
 
   absl::StatusOr<LoadedSnapshot> r = ReadSnapshotFile(w->path, "rt");
   ASSERT_TRUE(r.ok()) << r.status();
   CuckooFilter& loaded = *r->filter;
+  EXPECT_EQ(r->format_version, 2u);
   EXPECT_EQ(r->header.name, "rt");
   EXPECT_EQ(loaded.shape(), original->shape());
   EXPECT_EQ(loaded.shape().table_kind, original->shape().table_kind);
@@ -133,6 +156,51 @@ TEST_P(SnapshotRoundTripTest, LoadedFilterIsBitIdenticalAndAnswersTheSame) {
   for (const std::string& k : present) ASSERT_TRUE(loaded.MayContain(k)) << k;
   // The kick-victim generator was restored too: later inserts land
   // identically, so the two filters stay bit-identical.
+  std::vector<std::string> more = Keys(2, 1'500);
+  InsertAll(loaded, more);
+  InsertAll(*original, more);
+  for (uint32_t i = 0; i < c.shards; ++i) {
+    EXPECT_EQ(ShardBytes(loaded, i), ShardBytes(*original, i)) << "shard " << i;
+  }
+}
+
+// Files of builds before format version 2 still load, bit for bit, with no
+// filter id or log positions (version 1 holds none).
+TEST_P(SnapshotRoundTripTest, VersionOneFileLoadsBitIdenticalWithIdAndPositionsZero) {
+  const RoundTripCase c = GetParam();
+  TempDir dir;
+  auto original = MakeFilter({.capacity = 20'000,
+                              .fingerprint_bits = c.f,
+                              .bucket_size = c.b,
+                              .shards = c.shards,
+                              .seed = 77,
+                              .semi_sort = c.semi});
+  original->set_id(12);
+  uint64_t position = 100;
+  InsertLogged(*original, Keys(0, 18'000), &position);
+  absl::StatusOr<SnapshotWriteResult> w = WriteSnapshotFile(*original, "old", dir.path());
+  ASSERT_TRUE(w.ok()) << w.status();
+  const std::vector<uint8_t> v1 = SnapshotToVersion1(ReadBytes(w->path));
+  ASSERT_EQ(v1.size(), kSnapshotV1.FileBytes(c.shards, original->shape().table_bytes_per_shard()));
+  ASSERT_EQ(testing::SnapshotGet32(v1.data() + 8), 1u);
+
+  absl::StatusOr<LoadedSnapshot> r = ParseSnapshot(v1, "old.cuckoo", "old");
+  ASSERT_TRUE(r.ok()) << r.status();
+  CuckooFilter& loaded = *r->filter;
+  EXPECT_EQ(r->format_version, 1u);
+  EXPECT_EQ(r->header.file_bytes, v1.size());
+  EXPECT_EQ(absl::ToUnixMicros(r->header.taken), absl::ToUnixMicros(w->taken));
+  EXPECT_EQ(loaded.shape(), original->shape());
+  EXPECT_EQ(r->items, original->items());
+  EXPECT_EQ(r->filter_id, 0u);
+  EXPECT_EQ(loaded.id(), 0u);
+  EXPECT_EQ(r->min_position, 0u);
+  EXPECT_EQ(r->max_position, 0u);
+  EXPECT_EQ(loaded.ShardPositions(), std::vector<uint64_t>(c.shards, 0));
+  for (uint32_t i = 0; i < c.shards; ++i) {
+    EXPECT_EQ(ShardBytes(loaded, i), ShardBytes(*original, i)) << "shard " << i;
+  }
+  // The kick-victim generators too: later inserts land identically.
   std::vector<std::string> more = Keys(2, 1'500);
   InsertAll(loaded, more);
   InsertAll(*original, more);
@@ -164,6 +232,133 @@ TEST(SnapshotTest, EmptyFilterRoundTrips) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->items, 0u);
   EXPECT_EQ(r->filter->shape(), original->shape());
+}
+
+// The filter id and every shard's log position, which a write-ahead log
+// resumes from, survive a round trip, through a buffer that holds a whole
+// section and through one that does not.
+TEST(SnapshotTest, FilterIdAndEveryShardPositionSurviveARoundTrip) {
+  TempDir dir;
+  auto made =
+      CuckooFilter::FromShape(MakeFilter({.capacity = 10'000, .shards = 8, .seed = 5})->shape());
+  ASSERT_TRUE(made.ok()) << made.status();
+  CuckooFilter& f = **made;
+  const std::vector<uint64_t> positions = {7, 0, 1'000'000'007, 42, uint64_t{1} << 63, 3, 9, 8};
+  for (uint32_t i = 0; i < 8; ++i) f.RestoreShardForLoad(i, 0, 1 + i, positions[i]);
+  f.set_id(0xC0FFEE'0000'0001);
+  InsertAll(f, Keys(0, 500));  // Unlogged: the positions stay.
+  ASSERT_EQ(f.ShardPositions(), positions);
+  for (const size_t buffer : {size_t{64} << 20, size_t{100}}) {
+    absl::StatusOr<SnapshotWriteResult> w =
+        WriteSnapshotFile(f, "pos", dir.path(), {.buffer_bytes = buffer});
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_EQ(w->filter_id, 0xC0FFEE'0000'0001u) << buffer;
+    EXPECT_EQ(w->min_position, 0u) << buffer;
+    EXPECT_EQ(w->max_position, uint64_t{1} << 63) << buffer;
+    absl::StatusOr<LoadedSnapshot> r = ReadSnapshotFile(w->path, "pos");
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->format_version, 2u);
+    EXPECT_EQ(r->filter_id, 0xC0FFEE'0000'0001u);
+    EXPECT_EQ(r->filter->id(), 0xC0FFEE'0000'0001u);
+    EXPECT_EQ(r->filter->ShardPositions(), positions) << buffer;
+    EXPECT_EQ(r->min_position, 0u);
+    EXPECT_EQ(r->max_position, uint64_t{1} << 63);
+    EXPECT_EQ(r->items, 500u);
+  }
+}
+
+// Positions given by the logged write path are the ones saved, each shard's
+// as its table was copied.
+TEST(SnapshotTest, PositionsOfLoggedWritesAreSavedPerShard) {
+  TempDir dir;
+  auto f = MakeFilter({.capacity = 50'000, .shards = 16, .seed = 6});
+  f->set_id(3);
+  uint64_t position = 3;
+  InsertLogged(*f, Keys(0, 20'000), &position);
+  InsertLogged(*f, Keys(1, 7), &position);  // Only some shards move on.
+  const std::vector<uint64_t> positions = f->ShardPositions();
+  const auto [min, max] = std::minmax_element(positions.begin(), positions.end());
+  ASSERT_LT(*min, *max);
+  ASSERT_EQ(*max, position);
+  absl::StatusOr<SnapshotWriteResult> w = WriteSnapshotFile(*f, "logged", dir.path());
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->min_position, *min);
+  EXPECT_EQ(w->max_position, *max);
+  EXPECT_EQ(w->filter_id, 3u);
+  absl::StatusOr<LoadedSnapshot> r = ReadSnapshotFile(w->path, "logged");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->filter->ShardPositions(), positions);
+  EXPECT_EQ(r->min_position, *min);
+  EXPECT_EQ(r->max_position, *max);
+  EXPECT_EQ(r->filter->id(), 3u);
+}
+
+// The bytes of docs/SNAPSHOT_FORMAT.md's version 2, which other code reads.
+TEST(SnapshotTest, WrittenFileHasTheVersionTwoLayout) {
+  TempDir dir;
+  auto made =
+      CuckooFilter::FromShape(MakeFilter({.capacity = 3'000, .shards = 4, .seed = 8})->shape());
+  ASSERT_TRUE(made.ok()) << made.status();
+  CuckooFilter& f = **made;
+  for (uint32_t i = 0; i < 4; ++i) f.RestoreShardForLoad(i, 0, 11 + i, 1000 + i);
+  f.set_id(77);
+  InsertAll(f, Keys(0, 1'000));
+  absl::StatusOr<SnapshotWriteResult> w = WriteSnapshotFile(f, "layout", dir.path());
+  ASSERT_TRUE(w.ok()) << w.status();
+  const std::vector<uint8_t> b = ReadBytes(w->path);
+  const FilterShape& shape = f.shape();
+  const uint64_t t = shape.table_bytes_per_shard();
+  ASSERT_EQ(b.size(), 320 + 4 * (40 + t + 8) + 32);
+  EXPECT_EQ(w->bytes, b.size());
+  auto u32 = [&](size_t at) { return testing::SnapshotGet32(b.data() + at); };
+  auto u64 = [&](size_t at) { return testing::SnapshotGet64(b.data() + at); };
+  EXPECT_EQ(std::string(b.begin(), b.begin() + 8),
+            "\x89"
+            "CUCKOO\n");
+  EXPECT_EQ(u32(8), 2u);
+  EXPECT_EQ(u32(12), 320u);
+  std::string writer(b.begin() + 16, b.begin() + 48);
+  EXPECT_EQ(writer, ThisBuild() + std::string(32 - ThisBuild().size(), '\0'));
+  EXPECT_EQ(u32(48), shape.hash_id);
+  EXPECT_EQ(u32(52), static_cast<uint32_t>(shape.table_kind));
+  EXPECT_EQ(u32(56), shape.fingerprint_bits);
+  EXPECT_EQ(u32(60), shape.bucket_size);
+  EXPECT_EQ(u32(64), 4u);
+  EXPECT_EQ(u32(68), 2u);
+  EXPECT_EQ(u32(72), shape.max_kicks);
+  EXPECT_EQ(u32(76), 6u);  // "layout"
+  EXPECT_EQ(u64(80), shape.seed);
+  EXPECT_EQ(u64(88), shape.capacity);
+  EXPECT_EQ(u64(96), shape.buckets_per_shard);
+  EXPECT_EQ(u64(104), t);
+  EXPECT_EQ(static_cast<int64_t>(u64(112)), absl::ToUnixMicros(w->taken));
+  EXPECT_EQ(std::string(b.begin() + 120, b.begin() + 248), "layout" + std::string(122, '\0'));
+  EXPECT_EQ(u64(248), 77u);
+  EXPECT_EQ(std::vector<uint8_t>(b.begin() + 256, b.begin() + 312), std::vector<uint8_t>(56, 0));
+  EXPECT_EQ(u64(312), XXH3_64bits(b.data(), 312));
+  uint64_t items = 0;
+  for (uint32_t i = 0; i < 4; ++i) {
+    const size_t at = 320 + i * (40 + t + 8);
+    CuckooFilter::ShardState state;
+    std::vector<uint8_t> table(t);
+    state = f.CopyShard(i, table.data());
+    EXPECT_EQ(u32(at), i);
+    EXPECT_EQ(u32(at + 4), 0u);
+    EXPECT_EQ(u64(at + 8), state.items);
+    EXPECT_EQ(u64(at + 16), state.rng_state);
+    EXPECT_EQ(u64(at + 24), t);
+    EXPECT_EQ(u64(at + 32), 1000 + i);
+    EXPECT_EQ(std::vector<uint8_t>(b.begin() + at + 40, b.begin() + at + 40 + t), table);
+    EXPECT_EQ(u64(at + 40 + t), XXH3_64bits(b.data() + at, 40 + t));
+    items += state.items;
+  }
+  const size_t footer = b.size() - 32;
+  EXPECT_EQ(std::string(b.begin() + footer, b.begin() + footer + 8),
+            "\x89"
+            "CKFEND\n");
+  EXPECT_EQ(u64(footer + 8), b.size());
+  EXPECT_EQ(u64(footer + 16), items);
+  EXPECT_EQ(items, 1'000u);
 }
 
 TEST(SnapshotTest, WriteReportsTheChangesItHolds) {
@@ -245,6 +440,81 @@ TEST(SnapshotTest, FailedWriteKeepsThePreviousSnapshot) {
   EXPECT_EQ(r->items, 100u);
 }
 
+// cuckood makes its log durable up to max_position before the new snapshot
+// replaces the old one; when it cannot, the old snapshot must stay.
+TEST(SnapshotTest, BeforeCommitFailureKeepsThePreviousSnapshot) {
+  TempDir dir;
+  auto f = MakeFilter({.capacity = 10'000, .shards = 2, .seed = 5});
+  InsertAll(*f, Keys(0, 100));
+  ASSERT_TRUE(WriteSnapshotFile(*f, "keep", dir.path()).ok());
+  const std::string path = dir.path() + "/keep.cuckoo";
+  const std::string tmp = dir.path() + "/.keep.cuckoo.tmp";
+  const std::vector<uint8_t> before = ReadBytes(path);
+  InsertAll(*f, Keys(1, 100));
+  for (const size_t buffer : {size_t{64} << 20, size_t{64}}) {
+    int calls = 0;
+    auto w = WriteSnapshotFile(
+        *f, "keep", dir.path(),
+        {.buffer_bytes = buffer, .before_commit = [&](const SnapshotWriteResult&) {
+           ++calls;
+           EXPECT_TRUE(std::filesystem::exists(tmp));
+           return absl::UnavailableError("the log is not durable");
+         }});
+    EXPECT_EQ(calls, 1);
+    ASSERT_FALSE(w.ok());
+    EXPECT_EQ(w.status(), absl::UnavailableError("the log is not durable"));
+    EXPECT_FALSE(std::filesystem::exists(tmp)) << "the temporary file is removed";
+    EXPECT_EQ(ReadBytes(path), before) << "the previous snapshot stays";
+  }
+  auto r = ReadSnapshotFile(path, "keep");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->items, 100u);
+}
+
+TEST(SnapshotTest, BeforeCommitSeesTheResultAndTheWholeNewFileBeforeItReplacesTheOld) {
+  TempDir dir;
+  auto f = MakeFilter({.capacity = 10'000, .shards = 4, .seed = 5});
+  f->set_id(21);
+  uint64_t position = 21;
+  InsertLogged(*f, Keys(0, 300), &position);
+  ASSERT_TRUE(WriteSnapshotFile(*f, "bc", dir.path()).ok());
+  const std::string path = dir.path() + "/bc.cuckoo";
+  InsertLogged(*f, Keys(1, 50), &position);
+  const std::vector<uint64_t> positions = f->ShardPositions();
+  for (const size_t buffer : {size_t{64} << 20, size_t{64}}) {
+    const std::vector<uint8_t> old = ReadBytes(path);
+    SnapshotWriteResult seen;
+    int calls = 0;
+    auto w = WriteSnapshotFile(
+        *f, "bc", dir.path(),
+        {.buffer_bytes = buffer, .before_commit = [&](const SnapshotWriteResult& result) {
+           ++calls;
+           seen = result;
+           EXPECT_EQ(ReadBytes(path), old) << "not replaced yet";
+           // The temporary file is complete: it loads.
+           const std::vector<uint8_t> tmp = ReadBytes(dir.path() + "/.bc.cuckoo.tmp");
+           EXPECT_EQ(tmp.size(), result.bytes);
+           auto r = ParseSnapshot(tmp, "tmp", "bc");
+           EXPECT_TRUE(r.ok()) << r.status();
+           if (r.ok()) EXPECT_EQ(r->filter->ShardPositions(), positions);
+           return absl::OkStatus();
+         }});
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_EQ(calls, 1);
+    EXPECT_EQ(seen.path, path);
+    EXPECT_EQ(seen.bytes, w->bytes);
+    EXPECT_EQ(seen.items, 350u);
+    EXPECT_EQ(seen.changes, 350u);
+    EXPECT_EQ(seen.filter_id, 21u);
+    EXPECT_EQ(seen.min_position, *std::min_element(positions.begin(), positions.end()));
+    EXPECT_EQ(seen.max_position, position);
+    EXPECT_EQ(seen.taken, w->taken);
+    EXPECT_EQ(w->min_position, seen.min_position);
+    EXPECT_EQ(w->max_position, seen.max_position);
+    EXPECT_NE(ReadBytes(path), old) << "replaced after before_commit";
+  }
+}
+
 TEST(SnapshotTest, WriteToMissingDirectoryNamesThePath) {
   auto f = MakeFilter({.capacity = 1000, .seed = 5});
   auto w = WriteSnapshotFile(*f, "x", "/nonexistent-cuckoo-dir");
@@ -290,27 +560,52 @@ TEST(SnapshotTest, AdmitSeesTheHeaderAndCanRefuseBeforeAllocation) {
 
 // --- Corruption: every kind is DATA_LOSS with a message naming the file and why.
 
+struct CorruptionCase {
+  TableKind kind;
+  uint32_t version;  // Of the file: 2 as this build writes it, 1 as older builds did.
+};
+
+void PrintTo(const CorruptionCase& c, std::ostream* os) {
+  *os << TableKindName(c.kind) << " v" << c.version;
+}
+
 // Every corruption test runs on a packed file (table_kind 0: the format as it
-// was before semi-sorted tables) and on a semi-sorted one (table_kind 1).
-class SnapshotCorruptionTest : public ::testing::TestWithParam<TableKind> {
+// was before semi-sorted tables) and on a semi-sorted one (table_kind 1), each
+// in format version 2 (this build's) and version 1 (earlier builds').
+class SnapshotCorruptionTest : public ::testing::TestWithParam<CorruptionCase> {
  protected:
-  static bool Semi() { return GetParam() == TableKind::kSemiSorted; }
+  static bool Semi() { return GetParam().kind == TableKind::kSemiSorted; }
+  static bool V1() { return GetParam().version == 1; }
+  // The layout of the file under test.
+  static const SnapshotLayout& L() { return V1() ? kSnapshotV1 : kSnapshotV2; }
+  // The offset of a header setting (testing::kSnapshotHashId, ...).
+  static size_t At(size_t field) { return L().at(field); }
   // `o` with the table kind under test.
   static FilterOptions With(FilterOptions o) {
     o.semi_sort = Semi();
     return o;
   }
+  // A file this build wrote, in the version under test.
+  static std::vector<uint8_t> InVersion(std::vector<uint8_t> written) {
+    return V1() ? SnapshotToVersion1(written) : written;
+  }
+  // What a header this build cannot read says about the build that wrote it.
+  static std::string WrittenBy() {
+    return V1() ? "written by a newer cuckood (version-1 files do not record which)"
+                : "it was written by " + ThisBuild();
+  }
 
   void SetUp() override {
     auto f = MakeFilter(With({.capacity = 4'000, .shards = 2, .seed = 11}));
-    ASSERT_EQ(f->shape().table_kind, GetParam());
+    ASSERT_EQ(f->shape().table_kind, GetParam().kind);
     InsertAll(*f, Keys(0, 3'000));
     auto w = WriteSnapshotFile(*f, "c", dir_.path());
     ASSERT_TRUE(w.ok()) << w.status();
-    good_ = ReadBytes(w->path);
+    good_ = InVersion(ReadBytes(w->path));
+    header_ = L().header;
     table_ = f->shape().table_bytes_per_shard();
-    section_ = kSectionHeader + table_ + 8;
-    ASSERT_EQ(good_.size(), kHeader + 2 * section_ + kFooter);
+    section_ = L().section_header + table_ + 8;
+    ASSERT_EQ(good_.size(), header_ + 2 * section_ + kFooter);
   }
 
   // Parses `bytes`; expects DATA_LOSS whose message has `why` and the label.
@@ -334,9 +629,14 @@ class SnapshotCorruptionTest : public ::testing::TestWithParam<TableKind> {
   static void Put64(std::vector<uint8_t>& b, size_t at, uint64_t v) {
     std::memcpy(b.data() + at, &v, 8);
   }
+  static void PutWriter(std::vector<uint8_t>& b, const std::string& writer) {
+    std::memset(b.data() + kSnapshotWriterOffset, 0, kSnapshotWriterBytes);
+    std::memcpy(b.data() + kSnapshotWriterOffset, writer.data(), writer.size());
+  }
 
   TempDir dir_;
   std::vector<uint8_t> good_;
+  size_t header_ = 0;
   size_t table_ = 0;
   size_t section_ = 0;
 };
@@ -345,6 +645,7 @@ TEST_P(SnapshotCorruptionTest, IntactFileLoads) {
   auto r = ParseSnapshot(good_, "snap.cuckoo", "c");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->items, 3'000u);
+  EXPECT_EQ(r->format_version, GetParam().version);
 }
 
 TEST_P(SnapshotCorruptionTest, FlippedByteInEverySectionIsRejected) {
@@ -352,13 +653,13 @@ TEST_P(SnapshotCorruptionTest, FlippedByteInEverySectionIsRejected) {
     size_t from, to;
     std::string why;
   };
-  const size_t footer = kHeader + 2 * section_;
+  const size_t footer = header_ + 2 * section_;
   const std::vector<Region> regions = {
       {0, 8, "bad magic number"},
       {8, 12, "format version"},
-      {12, kHeader, "header checksum mismatch"},
-      {kHeader, kHeader + section_, "shard 0 checksum mismatch"},
-      {kHeader + section_, footer, "shard 1 checksum mismatch"},
+      {12, header_, "header checksum mismatch"},
+      {header_, header_ + section_, "shard 0 checksum mismatch"},
+      {header_ + section_, footer, "shard 1 checksum mismatch"},
       {footer, footer + 8, "bad footer magic"},
       {footer + 8, footer + kFooter, "file checksum mismatch"},
   };
@@ -381,6 +682,10 @@ TEST_P(SnapshotCorruptionTest, TruncationAtAnyOffsetIsRejected) {
     std::vector<uint8_t> bad(good_.begin(), good_.begin() + len);
     ExpectRejected(bad, "truncated", absl::StrFormat("length %u", len));
   }
+  // Between the shortest header and this one's.
+  std::vector<uint8_t> bad(good_.begin(), good_.begin() + 300);
+  ExpectRejected(bad, V1() ? "the file is 300 bytes, its settings need"
+                           : "the file is 300 bytes, shorter than the 320-byte header");
 }
 
 TEST_P(SnapshotCorruptionTest, TrailingBytesAreRejected) {
@@ -390,69 +695,92 @@ TEST_P(SnapshotCorruptionTest, TrailingBytesAreRejected) {
 }
 
 TEST_P(SnapshotCorruptionTest, OtherVersionsThatNameNoWriterAreDataLoss) {
-  for (uint32_t v : {0u, 2u, 0xFFFFFFFFu}) {
+  for (uint32_t v : {0u, 3u, 0xFFFFFFFFu}) {
     std::vector<uint8_t> bad = good_;
     Put32(bad, 8, v);
-    ResealSnapshot(bad);
-    ExpectRejected(bad, absl::StrFormat("format version %u is not supported", v));
+    if (!V1()) PutWriter(bad, "");
+    ResealSnapshot(bad, L());
+    ExpectRejected(bad, absl::StrFormat("format version %u is not supported (this build reads "
+                                        "versions 1 and 2)",
+                                        v));
     ExpectRejected(bad, "names no writer");
   }
 }
 
-TEST_P(SnapshotCorruptionTest, ADamagedVersionFieldOfAVersionOneFileIsDataLoss) {
-  std::vector<uint8_t> bad = good_;
-  Put32(bad, 8, 3);  // Not resealed: the header checksum is version 1's.
-  ExpectRejected(bad, "format version field is corrupt (3; the rest is a valid version-1 header)");
+// The header checksum of a file whose version field alone is damaged
+// matches with the field put back, whichever version the file is.
+TEST_P(SnapshotCorruptionTest, ADamagedVersionFieldIsDataLossNamingTheVersionOfTheRest) {
+  const uint32_t other_known = V1() ? 2 : 1;
+  for (uint32_t v : {0u, 3u, 0x100u | GetParam().version, 0xFFFFFFFFu, other_known}) {
+    std::vector<uint8_t> bad = good_;
+    Put32(bad, 8, v);  // Not resealed: the header checksum is the real version's.
+    ExpectRejected(bad, absl::StrFormat("format version field is corrupt (%u; the rest is a valid "
+                                        "version-%u header)",
+                                        v, GetParam().version));
+  }
 }
 
 // A file a newer build wrote is intact: refusing it (FAILED_PRECONDITION)
 // keeps it in place, where a rollback's quarantine would lose the filter.
 TEST_P(SnapshotCorruptionTest, ANewerFormatIsRefusedNamingTheBuildThatWroteIt) {
-  std::vector<uint8_t> newer = good_;
-  Put32(newer, 8, 2);
-  std::memset(newer.data() + kSnapshotWriterOffset, 0, kSnapshotWriterBytes);
-  std::memcpy(newer.data() + kSnapshotWriterOffset, "cuckood 0.9.3", 13);
-  auto r = ParseSnapshot(newer, "snap.cuckoo", "c");
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
-  EXPECT_THAT(r.status().message(),
-              HasSubstr("snap.cuckoo: format version 2 (this build reads version 1); it was "
-                        "written by cuckood 0.9.3, and this build (cuckood "));
-  EXPECT_THAT(r.status().message(), HasSubstr("move the file out of the data directory"));
-  // Not a writer: control characters.
-  newer[kSnapshotWriterOffset + 2] = '\n';
-  ExpectRejected(newer, "names no writer");
+  for (uint32_t version : {3u, 0xFFFFFFFFu}) {
+    std::vector<uint8_t> newer = good_;
+    Put32(newer, 8, version);
+    PutWriter(newer, "cuckood 0.9.3");
+    auto r = ParseSnapshot(newer, "snap.cuckoo", "c");
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+    EXPECT_THAT(r.status().message(),
+                HasSubstr(absl::StrFormat(
+                    "snap.cuckoo: format version %u (this build reads versions 1 and 2); it was "
+                    "written by cuckood 0.9.3, and this build (%s) cannot read it",
+                    version, ThisBuild())));
+    EXPECT_THAT(r.status().message(), HasSubstr("move the file out of the data directory"));
+    // Not a writer: control characters.
+    newer[kSnapshotWriterOffset + 2] = '\n';
+    ExpectRejected(newer, "names no writer");
+  }
 }
 
 TEST_P(SnapshotCorruptionTest, UnknownKindsHashesAndSettingsWithValidChecksumsAreRefusedNotLost) {
   struct Case {
-    size_t at;
+    size_t field;
     uint32_t value;
     std::string why;
   };
   const std::vector<Case> cases = {
-      {16, 9, "hash id 9 is unknown"},
-      {20, 2, "table kind 2 is unknown"},
-      {20, 0xFFFFFFFF, "table kind 4294967295 is unknown"},
-      {24, 0, "fingerprint_bits=0"},
-      {24, 33, "fingerprint_bits=33"},
-      {28, 3, "bucket_size=3"},
-      {32, 3, "shards=3"},
-      {36, 5, "shard_bits=5"},
-      {40, 0, "max_kicks=0"},
-      {40, kMaxStoredMaxKicks + 1, absl::StrFormat("max_kicks=%u", kMaxStoredMaxKicks + 1)},
+      {testing::kSnapshotHashId, 9, "hash id 9 is unknown"},
+      {testing::kSnapshotTableKind, 2, "table kind 2 is unknown"},
+      {testing::kSnapshotTableKind, 0xFFFFFFFF, "table kind 4294967295 is unknown"},
+      {testing::kSnapshotFingerprintBits, 0, "fingerprint_bits=0"},
+      {testing::kSnapshotFingerprintBits, 33, "fingerprint_bits=33"},
+      {testing::kSnapshotBucketSize, 3, "bucket_size=3"},
+      {testing::kSnapshotShards, 3, "shards=3"},
+      {testing::kSnapshotShardBits, 5, "shard_bits=5"},
+      {testing::kSnapshotMaxKicks, 0, "max_kicks=0"},
+      {testing::kSnapshotMaxKicks, kMaxStoredMaxKicks + 1,
+       absl::StrFormat("max_kicks=%u", kMaxStoredMaxKicks + 1)},
   };
   for (const Case& c : cases) {
     std::vector<uint8_t> newer = good_;
-    Put32(newer, c.at, c.value);
-    ResealSnapshot(newer);
+    Put32(newer, At(c.field), c.value);
+    ResealSnapshot(newer, L());
     auto r = ParseSnapshot(newer, "snap.cuckoo", "c");
     EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << c.why << r.status();
     EXPECT_THAT(r.status().message(), HasSubstr(c.why));
-    EXPECT_THAT(r.status().message(), HasSubstr("written by a newer cuckood"));
+    EXPECT_THAT(r.status().message(), HasSubstr(WrittenBy()));
+    if (!V1()) {
+      // A version-2 file names the build that wrote it.
+      PutWriter(newer, "cuckood 0.9.3");
+      ResealSnapshot(newer, L());
+      r = ParseSnapshot(newer, "snap.cuckoo", "c");
+      EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << c.why << r.status();
+      EXPECT_THAT(r.status().message(), HasSubstr(c.why));
+      EXPECT_THAT(r.status().message(), HasSubstr("; it was written by cuckood 0.9.3, and this"));
+    }
   }
   std::vector<uint8_t> newer = good_;
-  Put64(newer, 56, 0);  // capacity
-  ResealSnapshot(newer);
+  Put64(newer, At(testing::kSnapshotCapacity), 0);
+  ResealSnapshot(newer, L());
   EXPECT_EQ(ParseSnapshot(newer, "snap.cuckoo", "c").status().code(),
             absl::StatusCode::kFailedPrecondition);
 }
@@ -460,8 +788,8 @@ TEST_P(SnapshotCorruptionTest, UnknownKindsHashesAndSettingsWithValidChecksumsAr
 TEST_P(SnapshotCorruptionTest, MaxKicksAboveTodaysCeilingLoadsAtTheCeiling) {
   // Files from builds that allowed up to 100000 kicks.
   std::vector<uint8_t> old = good_;
-  Put32(old, 40, kMaxStoredMaxKicks);
-  ResealSnapshot(old);
+  Put32(old, At(testing::kSnapshotMaxKicks), kMaxStoredMaxKicks);
+  ResealSnapshot(old, L());
   auto r = ParseSnapshot(old, "snap.cuckoo", "c");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->filter->shape().max_kicks, kMaxMaxKicks);
@@ -482,33 +810,83 @@ TEST_P(SnapshotCorruptionTest, ImpossibleSettingsAreRejectedEvenWithValidChecksu
     std::string why;
   };
   const std::vector<Case> cases = {
-      {12, 128, "header size 128"},
-      {44, 0, "filter name length 0"},
-      {44, 129, "filter name length 129"},
-      {44, 2, "has character"},
-      {216, 1, "reserved header byte 216"},
-      {kHeader + 0, 1, "section is for shard 1"},
-      {kHeader + 4, 1, "reserved field is not zero"},
-      {kHeader + 24, 5, "table of 5 bytes"},
+      {12, 128, absl::StrFormat("header size 128 (expected %u", header_)},
+      {12, V1() ? 320u : 256u, "header size"},
+      {At(testing::kSnapshotNameLength), 0, "filter name length 0"},
+      {At(testing::kSnapshotNameLength), 129, "filter name length 129"},
+      {At(testing::kSnapshotNameLength), 2, "has character"},
+      {L().reserved, 1, absl::StrFormat("reserved header byte %u", L().reserved)},
+      {header_ + 0, 1, "section is for shard 1"},
+      {header_ + 4, 1, "reserved field is not zero"},
+      {header_ + 24, 5, "table of 5 bytes"},
   };
   for (const Case& c : cases) {
     std::vector<uint8_t> bad = good_;
     Put32(bad, c.at, c.value);
-    ResealSnapshot(bad);
+    ResealSnapshot(bad, L());
     ExpectRejected(bad, c.why, absl::StrFormat("u32 %u at %u", c.value, c.at));
   }
   std::vector<uint8_t> bad = good_;
-  Put64(bad, 64, Get64(good_, 64) + 1);  // buckets per shard, without the bytes
-  ResealSnapshot(bad);
+  // Buckets per shard, without the bytes.
+  Put64(bad, At(testing::kSnapshotBucketsPerShard),
+        Get64(good_, At(testing::kSnapshotBucketsPerShard)) + 1);
+  ResealSnapshot(bad, L());
   ExpectRejected(bad, "table bytes per shard");
   bad = good_;
-  Put64(bad, kHeader + 8, uint64_t{1} << 40);  // shard items
-  ResealSnapshot(bad);
+  Put64(bad, header_ + 8, uint64_t{1} << 40);  // shard items
+  ResealSnapshot(bad, L());
   ExpectRejected(bad, "items in a table of");
   bad = good_;
-  bad[88] = '.';  // name ".": not a valid filter name
-  ResealSnapshot(bad);
+  bad[L().name] = '.';  // name ".": not a valid filter name
+  ResealSnapshot(bad, L());
   ExpectRejected(bad, "must start with a letter or digit");
+}
+
+// Reserved bytes are for later versions to use; a version that does not
+// know them reads non-zero ones as damage. The filter id (version 2) is not
+// reserved: any value loads.
+TEST_P(SnapshotCorruptionTest, NonZeroReservedHeaderBytesAreDataLoss) {
+  // After the name "c": its padding, then (version 2) the filter id, then
+  // the reserved bytes.
+  for (size_t at = L().name + 1; at < L().header_checksum; ++at) {
+    std::vector<uint8_t> bad = good_;
+    bad[at] = 0x40;
+    ResealSnapshot(bad, L());
+    if (L().filter_id != 0 && at >= L().filter_id && at < L().filter_id + 8) {
+      auto r = ParseSnapshot(bad, "snap.cuckoo", "c");
+      ASSERT_TRUE(r.ok()) << at << r.status();
+      EXPECT_EQ(r->filter_id, uint64_t{0x40} << (8 * (at - L().filter_id)));
+      EXPECT_EQ(r->filter->id(), r->filter_id);
+      continue;
+    }
+    ExpectRejected(bad, absl::StrFormat("reserved header byte %u is not zero", at),
+                   absl::StrFormat("byte %u", at));
+  }
+}
+
+// A version-2 writer must be printable ASCII, NUL-padded: a file that says
+// otherwise was not written by any cuckood.
+TEST_P(SnapshotCorruptionTest, AVersionTwoWriterThatIsNotPrintableAsciiIsDataLoss) {
+  if (V1()) GTEST_SKIP() << "version 1 has no writer";
+  const std::vector<std::string> writers = {
+      std::string(),                       // Empty.
+      std::string("cuckood\n0.1.0"),       // A control character.
+      std::string("cuckood \xC3\xA9"),     // Not ASCII.
+      std::string("cuckood\0 0.1.0", 14),  // Not padding: text after a NUL.
+      std::string(32, 'x').replace(31, 1, "\x7F"),
+  };
+  for (const std::string& writer : writers) {
+    std::vector<uint8_t> bad = good_;
+    PutWriter(bad, writer);
+    ResealSnapshot(bad, L());
+    ExpectRejected(bad, "the writer (bytes 16..47) is not printable ASCII padded with zero bytes",
+                   absl::CHexEscape(writer));
+  }
+  // A full 32 bytes of name, with no padding, is a writer.
+  std::vector<uint8_t> ok = good_;
+  PutWriter(ok, std::string(32, 'x'));
+  ResealSnapshot(ok, L());
+  EXPECT_TRUE(ParseSnapshot(ok, "snap.cuckoo", "c").ok());
 }
 
 TEST_P(SnapshotCorruptionTest, NameMustMatchTheFileName) {
@@ -524,9 +902,9 @@ TEST_P(SnapshotCorruptionTest, SectionsSwappedBetweenSnapshotsAreRejected) {
   InsertAll(*f, Keys(0, 3'100));
   auto w = WriteSnapshotFile(*f, "c", dir_.path());
   ASSERT_TRUE(w.ok());
-  std::vector<uint8_t> other = ReadBytes(w->path);
+  std::vector<uint8_t> other = InVersion(ReadBytes(w->path));
   std::vector<uint8_t> mixed = good_;
-  std::copy(other.begin() + kHeader, other.begin() + kHeader + section_, mixed.begin() + kHeader);
+  std::copy(other.begin() + header_, other.begin() + header_ + section_, mixed.begin() + header_);
   ExpectRejected(mixed, "file checksum mismatch");
 }
 
@@ -548,24 +926,29 @@ TEST_P(SnapshotCorruptionTest, NonZeroBitsAfterTheLastSlotAreRejected) {
   InsertAll(*f, Keys(0, 500));
   auto w = WriteSnapshotFile(*f, "c", dir_.path());
   ASSERT_TRUE(w.ok());
-  std::vector<uint8_t> bad = ReadBytes(w->path);
+  std::vector<uint8_t> bad = InVersion(ReadBytes(w->path));
   const size_t table = f->shape().table_bytes_per_shard();
-  bad[kHeader + kSectionHeader + table - 1] |= 0x80;
-  ResealSnapshot(bad);
+  bad[header_ + L().section_header + table - 1] |= 0x80;
+  ResealSnapshot(bad, L());
   ExpectRejected(bad, "bits set after the last slot");
 }
 
 TEST_P(SnapshotCorruptionTest, FileOfTheOtherTableKindIsRejected) {
   // Same f and b, but the other kind needs 4 bits per bucket more or less.
   std::vector<uint8_t> bad = good_;
-  Put32(bad, 20, Semi() ? 0 : 1);
-  ResealSnapshot(bad);
+  Put32(bad, At(testing::kSnapshotTableKind), Semi() ? 0 : 1);
+  ResealSnapshot(bad, L());
   ExpectRejected(bad, "table bytes per shard");
 }
 
-INSTANTIATE_TEST_SUITE_P(Kinds, SnapshotCorruptionTest,
-                         ::testing::Values(TableKind::kPacked, TableKind::kSemiSorted),
-                         [](const auto& p) { return std::string(TableKindName(p.param)); });
+INSTANTIATE_TEST_SUITE_P(KindsAndVersions, SnapshotCorruptionTest,
+                         ::testing::Values(CorruptionCase{TableKind::kPacked, 2},
+                                           CorruptionCase{TableKind::kSemiSorted, 2},
+                                           CorruptionCase{TableKind::kPacked, 1},
+                                           CorruptionCase{TableKind::kSemiSorted, 1}),
+                         [](const auto& p) {
+                           return absl::StrCat(TableKindName(p.param.kind), "_v", p.param.version);
+                         });
 
 // --- Semi-sorted files: tables a writer never produces.
 
@@ -602,7 +985,7 @@ class SemiSortedSnapshotTest : public ::testing::Test {
 };
 
 TEST_F(SemiSortedSnapshotTest, IntactFileLoadsAsSemiSorted) {
-  ASSERT_EQ(testing::SnapshotGet32(good_.data() + 20), 1u);
+  ASSERT_EQ(testing::SnapshotGet32(good_.data() + kSnapshotV2.at(testing::kSnapshotTableKind)), 1u);
   auto r = ParseSnapshot(good_, "snap.cuckoo", "c");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->filter->shape().table_kind, TableKind::kSemiSorted);
@@ -657,23 +1040,23 @@ TEST_F(SemiSortedSnapshotTest, BucketWithEntriesOutOfOrderIsDataLoss) {
 
 TEST_F(SemiSortedSnapshotTest, SemiSortedHeaderWithAShapeThisBuildCannotEncodeIsRefused) {
   struct Case {
-    size_t at;
+    size_t field;
     uint32_t value;
     std::string why;
   };
   const std::vector<Case> cases = {
-      {28, 2, "bucket_size"},
-      {28, 8, "bucket_size"},
-      {24, 4, "fingerprint_bits"},
-      {20, 2, "table kind 2 is unknown"},
+      {testing::kSnapshotBucketSize, 2, "bucket_size"},
+      {testing::kSnapshotBucketSize, 8, "bucket_size"},
+      {testing::kSnapshotFingerprintBits, 4, "fingerprint_bits"},
+      {testing::kSnapshotTableKind, 2, "table kind 2 is unknown"},
   };
   for (const Case& c : cases) {
     std::vector<uint8_t> bad = good_;
-    Put32(bad, c.at, c.value);
+    Put32(bad, kSnapshotV2.at(c.field), c.value);
     ResealSnapshot(bad);
     const absl::Status st = Parse(bad);
     EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << c.why << st;
-    EXPECT_THAT(st.message(), HasSubstr("written by a newer cuckood")) << c.why;
+    EXPECT_THAT(st.message(), HasSubstr("it was written by " + ThisBuild())) << c.why;
     EXPECT_THAT(st.message(), HasSubstr(c.why));
   }
 }

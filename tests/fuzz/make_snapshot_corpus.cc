@@ -1,14 +1,17 @@
 // Writes the seed corpus of the snapshot fuzzer (tests/fuzz/snapshot_fuzz.cc)
 // into a directory: small valid snapshots of assorted shapes (fingerprint
 // bits, bucket sizes, shard counts, packed and semi-sorted tables; empty,
-// partly and nearly full) and a few invalid files derived from them. About
-// 40 KB in all; generated at build or test time, never committed.
+// partly and nearly full; with filter ids and shard log positions), a few of
+// them also as the version-1 files older builds wrote, and a few invalid
+// files derived from them. About 60 KB in all; generated at build or test
+// time, never committed.
 //
 //   make_snapshot_corpus <dir>
 //
 // Every valid file is read back and every invalid one must be refused, so a
 // change in the format that breaks the corpus fails here, not silently in
 // the fuzzer. Exits non-zero on any failure.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -32,6 +35,7 @@ namespace {
 
 using cuckoo::CuckooFilter;
 using cuckoo::FilterOptions;
+using cuckoo::testing::kSnapshotV2;
 
 struct Seed {
   const char* name;
@@ -63,18 +67,47 @@ std::vector<uint8_t> WriteSeed(const Seed& s, const std::string& dir) {
     return {};
   }
   const uint64_t n = static_cast<uint64_t>(static_cast<double>(s.options.capacity) * s.fill);
-  for (uint64_t i = 0; i < n; ++i) (*f)->Insert(cuckoo::testing::Key(0, i));
+  // Through the logged write path, so that the shards have distinct log
+  // positions and the file has a filter id, as cuckood's do.
+  std::vector<std::string> keys;
+  for (uint64_t i = 0; i < n; ++i) keys.push_back(cuckoo::testing::Key(0, i));
+  std::vector<std::string_view> views(keys.begin(), keys.end());
+  std::vector<cuckoo::InsertResult> results(views.size());
+  uint64_t position = s.options.seed.value_or(0) * 1000;
+  (*f)->set_id(position);
+  for (size_t at = 0; at < views.size(); at += 7) {  // Small batches: many positions.
+    const size_t len = std::min<size_t>(7, views.size() - at);
+    (*f)->InsertBatch(
+        absl::MakeConstSpan(views).subspan(at, len), false,
+        absl::MakeSpan(results).subspan(at, len), [] { return false; },
+        [&](const cuckoo::ShardWrite&) { return ++position; });
+  }
   absl::StatusOr<cuckoo::SnapshotWriteResult> w = cuckoo::WriteSnapshotFile(**f, s.name, dir);
   if (!w.ok()) {
     Fail(absl::StrCat(s.name, ": ", w.status().ToString()));
     return {};
   }
   absl::StatusOr<cuckoo::LoadedSnapshot> r = cuckoo::ReadSnapshotFile(w->path, s.name);
-  if (!r.ok() || r->items != (*f)->items()) {
+  if (!r.ok() || r->items != (*f)->items() || r->filter_id != (*f)->id() ||
+      r->filter->ShardPositions() != (*f)->ShardPositions()) {
     Fail(absl::StrCat(w->path, " does not read back: ", r.status().ToString()));
     return {};
   }
   return ReadBytes(w->path);
+}
+
+// Writes `v2` as the version-1 file an older build would have written.
+bool WriteVersion1(const std::string& dir, const std::string& name,
+                   const std::vector<uint8_t>& v2) {
+  const std::vector<uint8_t> v1 = cuckoo::testing::SnapshotToVersion1(v2);
+  const std::string path = absl::StrCat(dir, "/v1-", name, ".bin");
+  absl::StatusOr<cuckoo::LoadedSnapshot> r = cuckoo::ParseSnapshot(v1, path, name);
+  absl::StatusOr<cuckoo::LoadedSnapshot> r2 = cuckoo::ParseSnapshot(v2, path, name);
+  if (!r.ok() || !r2.ok() || r->format_version != 1 || r->items != r2->items) {
+    return Fail(absl::StrCat(path, " does not read back: ", r.status().ToString()));
+  }
+  if (!WriteBytes(path, v1)) return Fail(absl::StrCat("cannot write ", path));
+  return true;
 }
 
 // Writes an invalid variant, which ParseSnapshot must refuse (with a message
@@ -141,8 +174,9 @@ int main(int argc, char** argv) {
   for (const Seed& s : seeds) {
     valid.push_back(WriteSeed(s, dir));
     if (valid.back().empty()) return 1;
-    // The header's table_kind (offset 20) is the one asked for.
-    const uint32_t kind = cuckoo::testing::SnapshotGet32(valid.back().data() + 20);
+    // The header's table_kind is the one asked for.
+    const uint32_t kind = cuckoo::testing::SnapshotGet32(
+        valid.back().data() + kSnapshotV2.at(cuckoo::testing::kSnapshotTableKind));
     const bool semi = std::string_view(s.name).starts_with("semi-");
     if (kind != (semi ? 1u : 0u)) {
       Fail(absl::StrCat(s.name, ": table_kind ", kind));
@@ -150,10 +184,15 @@ int main(int argc, char** argv) {
     }
   }
 
+  // Version-1 files, as builds before version 2 wrote them.
+  bool ok = true;
+  for (const size_t i : {size_t{1}, size_t{2}, size_t{6}, size_t{8}})
+    ok = WriteVersion1(dir, seeds[i].name, valid[i]) && ok;
+
   // Invalid files, each failing a different check.
   const std::vector<uint8_t>& base = valid[2];  // Four shards, mostly full.
   std::vector<uint8_t> b;
-  bool ok = WriteInvalid(dir, "empty", {});
+  ok = WriteInvalid(dir, "empty", {}) && ok;
   ok = WriteInvalid(dir, "magic-only", std::vector<uint8_t>(base.begin(), base.begin() + 8)) && ok;
   ok = WriteInvalid(dir, "truncated",
                     std::vector<uint8_t>(base.begin(), base.begin() + base.size() / 2)) &&
@@ -162,8 +201,8 @@ int main(int argc, char** argv) {
   b[base.size() / 2] ^= 0x10;  // Inside a table: that shard's checksum.
   ok = WriteInvalid(dir, "table-bit-flip", b) && ok;
   b = base;
-  b[100] ^= 0x01;  // Inside the name: the header checksum.
-  ok = WriteInvalid(dir, "header-bit-flip", b) && ok;
+  b[kSnapshotV2.name + 1] ^= 0x01;  // Inside the name: the header checksum.
+  ok = WriteInvalid(dir, "header-bit-flip", b, "header checksum mismatch") && ok;
   b = base;
   b.insert(b.end(), {0, 1, 2, 3});
   ok = WriteInvalid(dir, "trailing-bytes", b) && ok;
@@ -171,18 +210,38 @@ int main(int argc, char** argv) {
   b[b.size() - 32] ^= 0xff;  // Footer magic.
   ok = WriteInvalid(dir, "footer-magic", b) && ok;
   b = base;
-  b[8] = 2;  // Format version.
-  ok = WriteInvalid(dir, "version-2", b) && ok;
+  b[8] = 3;  // Format version, the checksum still version 2's.
+  ok = WriteInvalid(dir, "version-field-3", b,
+                    "format version field is corrupt (3; the rest is a valid version-2 header)") &&
+       ok;
+  b = cuckoo::testing::SnapshotToVersion1(base);
+  b[8] = 2;
+  ok = WriteInvalid(dir, "v1-version-field-2", b,
+                    "format version field is corrupt (2; the rest is a valid version-1 header)") &&
+       ok;
+  b = base;
+  b[8] = 3;  // A newer version, naming the build that wrote it.
+  cuckoo::testing::ResealSnapshot(b, kSnapshotV2);
+  ok = WriteInvalid(dir, "version-3", b, "format version 3 (this build reads versions 1 and 2)") &&
+       ok;
+  b = base;
+  b[kSnapshotV2.reserved + 10] = 1;
+  cuckoo::testing::ResealSnapshot(b);
+  ok = WriteInvalid(dir, "reserved-byte", b, "reserved header byte 266 is not zero") && ok;
+  b = base;
+  b[cuckoo::kSnapshotWriterOffset + 3] = '\t';
+  cuckoo::testing::ResealSnapshot(b);
+  ok = WriteInvalid(dir, "writer-control-character", b, "the writer (bytes 16..47)") && ok;
   // Semi-sorted: bucket 0 of shard 0 with code 4095 (>= 3876), checksums
   // recomputed so the reader gets as far as the bucket check.
   const std::vector<uint8_t>& semi = valid[8];  // semi-f12-b4-s2
   b = semi;
-  b[cuckoo::testing::kSnapshotHeader + cuckoo::testing::kSnapshotSectionHeader] = 0xFF;
-  b[cuckoo::testing::kSnapshotHeader + cuckoo::testing::kSnapshotSectionHeader + 1] |= 0x0F;
+  b[kSnapshotV2.header + kSnapshotV2.section_header] = 0xFF;
+  b[kSnapshotV2.header + kSnapshotV2.section_header + 1] |= 0x0F;
   cuckoo::testing::ResealSnapshot(b);
   ok = WriteInvalid(dir, "semi-bad-code", b, "bucket 0 is not a valid semi_sorted") && ok;
   b = semi;
-  b[20] = 2;  // Unknown table kind.
+  b[kSnapshotV2.at(cuckoo::testing::kSnapshotTableKind)] = 2;  // Unknown table kind.
   cuckoo::testing::ResealSnapshot(b);
   ok = WriteInvalid(dir, "table-kind-2", b, "table kind 2 is unknown") && ok;
   if (!ok) return 1;

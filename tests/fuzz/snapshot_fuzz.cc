@@ -8,7 +8,8 @@
 //      the checksums: header fields, section headers, the tail bits of a table, the footer.
 // When a parse succeeds the loaded filter must be usable and consistent: its
 // item count is the snapshot's, its tables are the file's bytes bit for bit,
-// and batch and single-key lookups agree. Any violation is __builtin_trap().
+// its id and shard positions are the file's (0 in a version-1 file), and
+// batch and single-key lookups agree. Any violation is __builtin_trap().
 //
 // Built with -fsanitize=fuzzer,address,undefined by clang (scripts/fuzz.sh),
 // or with tests/fuzz/standalone_main.cc as a corpus replay under g++.
@@ -31,10 +32,12 @@
 namespace {
 
 using cuckoo::testing::ResealSnapshot;
+using cuckoo::testing::SnapshotGet32;
 using cuckoo::testing::SnapshotGet64;
-constexpr size_t kHeader = cuckoo::testing::kSnapshotHeader;
-constexpr size_t kSectionHeader = cuckoo::testing::kSnapshotSectionHeader;
+using cuckoo::testing::SnapshotLayout;
 constexpr size_t kSectionTrailer = cuckoo::testing::kSnapshotSectionTrailer;
+// The shortest header of any version: below it nothing is worth resealing.
+constexpr size_t kMinHeader = cuckoo::testing::kSnapshotV1.header;
 
 // Larger snapshots are refused before their tables are allocated.
 constexpr uint64_t kMaxAdmittedFileBytes = uint64_t{64} << 20;
@@ -52,19 +55,40 @@ void Exercise(const cuckoo::LoadedSnapshot& loaded, absl::Span<const uint8_t> da
   Check(loaded.header.file_bytes == data.size());
   Check(filter.items() == loaded.items);
   Check(filter.Stats().items == loaded.items);
+  Check(loaded.format_version == 1 || loaded.format_version == 2);
+  const SnapshotLayout& layout =
+      loaded.format_version == 1 ? cuckoo::testing::kSnapshotV1 : cuckoo::testing::kSnapshotV2;
+  Check(SnapshotGet32(data.data() + 8) == layout.version);
+  Check(filter.id() == loaded.filter_id);
+  Check(loaded.filter_id ==
+        (layout.filter_id != 0 ? SnapshotGet64(data.data() + layout.filter_id) : 0));
 
-  // The tables are the file's bytes, and the shard counters sum to items.
+  // The tables are the file's bytes, the shard counters sum to items, and
+  // the shard positions are the file's.
   const uint64_t table_bytes = shape.table_bytes_per_shard();
   std::vector<uint8_t> copy(table_bytes);
-  uint64_t offset = kHeader;
+  const std::vector<uint64_t> positions = filter.ShardPositions();
+  Check(positions.size() == shape.shards);
+  uint64_t offset = layout.header;
   uint64_t items = 0;
+  uint64_t min_position = positions[0];
+  uint64_t max_position = positions[0];
   for (uint32_t i = 0; i < shape.shards; ++i) {
     cuckoo::CuckooFilter::ShardState st = filter.CopyShard(i, copy.data());
-    Check(std::memcmp(copy.data(), data.data() + offset + kSectionHeader, table_bytes) == 0);
+    Check(std::memcmp(copy.data(), data.data() + offset + layout.section_header, table_bytes) == 0);
+    const uint64_t position = layout.section_position != 0
+                                  ? SnapshotGet64(data.data() + offset + layout.section_position)
+                                  : 0;
+    Check(st.position == position);
+    Check(positions[i] == position);
+    min_position = std::min(min_position, position);
+    max_position = std::max(max_position, position);
     items += st.items;
-    offset += kSectionHeader + table_bytes + kSectionTrailer;
+    offset += layout.section_header + table_bytes + kSectionTrailer;
   }
   Check(items == loaded.items);
+  Check(loaded.min_position == min_position);
+  Check(loaded.max_position == max_position);
 
   // Lookups: string keys and pre-hashed ones (hashes taken from the input so
   // that some land on whatever fingerprints the tables hold), single and batched.
@@ -131,7 +155,7 @@ void ParseOne(absl::Span<const uint8_t> data) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ParseOne(absl::MakeConstSpan(data, size));
-  if (size >= kHeader) {
+  if (size >= kMinHeader) {
     // Exactly `size` bytes on the heap, so ASan sees reads past the end.
     std::vector<uint8_t> fixed(data, data + size);
     ResealSnapshot(fixed);

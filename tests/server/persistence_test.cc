@@ -283,7 +283,7 @@ TEST_F(PersistenceTest, CorruptSnapshotIsQuarantinedAndTheOthersServe) {
   server_->Shutdown(absl::Seconds(5));
   {
     std::fstream f(SnapshotFile("bad"), std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(300);
+    f.seekp(testing::kSnapshotWritten.header + 44);  // In shard 0's section.
     f.put('\x55');
   }
   StartServer(testing::TestConfig(dir_.path()));
@@ -411,24 +411,24 @@ TEST_F(PersistenceTest, ASnapshotFromANewerBuildStopsStartUpNamingItAndStaysInPl
   server_.reset();
   const std::vector<uint8_t> good = ReadBytes(SnapshotFile("newer"));
 
-  // Format version 2, whose bytes 16..47 name the build that wrote it.
-  std::vector<uint8_t> v2 = good;
-  v2[8] = 2;
-  std::memset(v2.data() + kSnapshotWriterOffset, 0, kSnapshotWriterBytes);
-  std::memcpy(v2.data() + kSnapshotWriterOffset, "cuckood 0.4.1", 13);
-  WriteBytes(SnapshotFile("newer"), v2);
+  // Format version 3, whose bytes 16..47 name the build that wrote it.
+  std::vector<uint8_t> v3 = good;
+  v3[8] = 3;
+  std::memset(v3.data() + kSnapshotWriterOffset, 0, kSnapshotWriterBytes);
+  std::memcpy(v3.data() + kSnapshotWriterOffset, "cuckood 0.4.1", 13);
+  WriteBytes(SnapshotFile("newer"), v3);
   auto s = server::CuckooServer::Start(testing::TestConfig(dir_.path()));
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition) << s.status();
   EXPECT_THAT(s.status().message(), HasSubstr(SnapshotFile("newer")));
   EXPECT_THAT(s.status().message(), HasSubstr("written by cuckood 0.4.1"));
-  EXPECT_EQ(ReadBytes(SnapshotFile("newer")), v2) << "left in place, unchanged";
+  EXPECT_EQ(ReadBytes(SnapshotFile("newer")), v3) << "left in place, unchanged";
   EXPECT_FALSE(fs::exists(dir_.path() + "/quarantine"));
 
-  // A version-1 file of a table kind this build does not know.
+  // A file of a table kind this build does not know.
   WriteBytes(SnapshotFile("newer"), good);
   std::vector<uint8_t> kind = ReadBytes(SnapshotFile("kind"));
-  kind[20] = 7;
+  kind[testing::kSnapshotWritten.at(testing::kSnapshotTableKind)] = 7;
   testing::ResealSnapshot(kind);
   WriteBytes(SnapshotFile("kind"), kind);
   s = server::CuckooServer::Start(testing::TestConfig(dir_.path()));
@@ -452,7 +452,7 @@ TEST_F(PersistenceTest, ABadSnapshotThatCannotBeQuarantinedStopsStartUp) {
   server_->Shutdown(absl::Seconds(5));
   server_.reset();
   std::vector<uint8_t> bad = ReadBytes(SnapshotFile("bad"));
-  bad[300] ^= 0x55;
+  bad[testing::kSnapshotWritten.header + 44] ^= 0x55;  // In shard 0's section.
   WriteBytes(SnapshotFile("bad"), bad);
   std::ofstream(dir_.path() + "/quarantine") << "a file where the directory should be";
   auto s = server::CuckooServer::Start(testing::TestConfig(dir_.path()));
