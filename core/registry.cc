@@ -123,10 +123,9 @@ absl::Status FilterRegistry::CheckNameAndCountLocked(absl::string_view name) con
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::Create(absl::string_view name,
-                                                                     const FilterOptions& options,
-                                                                     bool if_not_exists,
-                                                                     bool* created) {
+absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::Create(
+    absl::string_view name, const FilterOptions& options, bool if_not_exists, bool* created,
+    const BeforePublish& before_publish) {
   if (created != nullptr) *created = false;
   if (absl::Status s = ValidateName(name); !s.ok()) return s;
   absl::StatusOr<FilterShape> shape = ComputeShape(options);
@@ -174,7 +173,7 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::Create(absl::strin
     return filter.status();
   }
   absl::StatusOr<std::shared_ptr<CuckooFilter>> added =
-      AddReserved(name, *std::move(filter), bytes);
+      AddReserved(name, *std::move(filter), bytes, before_publish);
   if (!added.ok()) return added.status();
   if (created != nullptr) *created = true;
   return added;
@@ -193,7 +192,8 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::Add(
 }
 
 absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::AddReserved(
-    absl::string_view name, std::unique_ptr<CuckooFilter> filter, uint64_t reserved) {
+    absl::string_view name, std::unique_ptr<CuckooFilter> filter, uint64_t reserved,
+    const BeforePublish& before_publish) {
   // From here the charge belongs to the filter: freed with it. (Until it
   // does, an allocation failing here gives it back.)
   std::shared_ptr<ChargedFilter> charged;
@@ -208,6 +208,9 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::AddReserved(
   std::shared_ptr<CuckooFilter> shared(charged, charged->filter.get());
   WriterLock lock(&mu_);
   if (absl::Status s = CheckNameAndCountLocked(name); !s.ok()) return s;
+  if (before_publish) {
+    if (absl::Status s = before_publish(*shared); !s.ok()) return s;
+  }
   filters_.emplace(name, shared);
   return shared;
 }

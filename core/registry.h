@@ -18,6 +18,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -54,10 +55,17 @@ class FilterRegistry {
   // RESOURCE_EXHAUSTED when the memory budget or filter count would be
   // exceeded; INVALID_ARGUMENT for bad names or options. `created`, if given,
   // tells whether the returned filter is new.
+  //
+  // `before_publish`, if given, runs with a new filter just before it gets
+  // its name, under the registry's lock (keep it short: a log append); a
+  // non-OK status abandons the creation and is returned. cuckood logs the
+  // creation there, so that the log holds it before any write to the filter.
+  using BeforePublish = std::function<absl::Status(CuckooFilter&)>;
   absl::StatusOr<std::shared_ptr<CuckooFilter>> Create(absl::string_view name,
                                                        const FilterOptions& options,
                                                        bool if_not_exists = false,
-                                                       bool* created = nullptr);
+                                                       bool* created = nullptr,
+                                                       const BeforePublish& before_publish = {});
   // Adds an already-built filter (e.g. loaded from a snapshot) under `name`,
   // with the same checks as Create; returns it as the registry hands it out.
   absl::StatusOr<std::shared_ptr<CuckooFilter>> Add(absl::string_view name,
@@ -90,9 +98,9 @@ class FilterRegistry {
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Charges `filter` to the budget (`reserved` bytes of it reserved
   // already) and adds it under `name`.
-  absl::StatusOr<std::shared_ptr<CuckooFilter>> AddReserved(absl::string_view name,
-                                                            std::unique_ptr<CuckooFilter> filter,
-                                                            uint64_t reserved);
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> AddReserved(
+      absl::string_view name, std::unique_ptr<CuckooFilter> filter, uint64_t reserved,
+      const BeforePublish& before_publish = {});
 
   const RegistryLimits limits_;
   const std::shared_ptr<Budget> budget_;

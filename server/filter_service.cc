@@ -116,6 +116,25 @@ grpc::ServerUnaryReactor* FilterServiceImpl::Run(RpcMethod method, Body body) {
   return reactor;
 }
 
+template <typename Body>
+grpc::ServerUnaryReactor* FilterServiceImpl::RunDataPath(RpcMethod method, Body body) {
+  bool accepted;
+  CallReactor* reactor = Accept(method, &accepted);
+  if (!accepted) return reactor;
+  uint64_t lsn = 0;
+  const absl::Status s = Guarded([&] { return body(&lsn); });
+  if (!s.ok() || lsn == 0) {
+    reactor->Done(ToGrpcStatus(s));
+    return reactor;
+  }
+  // A write is answered once its log records are durable (per
+  // --durability): by the log's committer thread, or here if they are
+  // already. The call stays in flight until then, so shutdown waits for it.
+  persistence_->wal()->WhenDurable(
+      lsn, [reactor](absl::Status durable) { reactor->Done(ToGrpcStatus(durable)); });
+  return reactor;
+}
+
 absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterServiceImpl::FindFilter(
     std::string_view name) const {
   const absl::string_view n(name.data(), name.size());
@@ -126,7 +145,8 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterServiceImpl::FindFilter(
 template <typename Result, typename Apply, typename Encode>
 absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::CallbackServerContext* ctx,
                                          const grpc::ByteBuffer& request, std::string_view message,
-                                         grpc::ByteBuffer* response, Apply apply, Encode encode) {
+                                         grpc::ByteBuffer* response, Apply apply, Encode encode,
+                                         uint64_t* wait_lsn) {
   // The request is read where gRPC holds it, its slices, and the limits
   // are enforced while it is parsed: a request pins at most max_batch_keys
   // key views, however many keys it carries, and is rejected at the first
@@ -171,8 +191,31 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::CallbackServerC
     }
     return !stopped.ok();
   };
-  if (const size_t applied = apply(**filter, req, results.span(), stop);
-      applied < req.keys.size()) {
+  // Writes reserve room in the log before they touch the filter (a full
+  // disk refuses the batch, applying nothing), and log each shard's part as
+  // it is applied.
+  Wal* wal =
+      method == RpcMethod::kInsert || method == RpcMethod::kDelete ? persistence_->wal() : nullptr;
+  uint64_t reserved = 0;
+  if (wal != nullptr) {
+    reserved = WalBytesForBatch(req.keys.size(), (*filter)->shape().shards);
+    if (absl::Status r = wal->Reserve(reserved); !r.ok()) return r;
+  }
+  struct Unreserve {
+    Wal* wal;
+    uint64_t bytes;
+    ~Unreserve() {
+      if (wal != nullptr) wal->Unreserve(bytes);
+    }
+  } unreserve{wal, reserved};
+  const uint64_t filter_id = (*filter)->id();
+  uint64_t last_lsn = 0;
+  auto append = [&](const ShardWrite& w) { return last_lsn = wal->AppendShardWrite(filter_id, w); };
+  const WriteLog log(append);
+  const size_t applied =
+      apply(**filter, req, results.span(), stop, wal != nullptr ? &log : nullptr);
+  *wait_lsn = last_lsn;
+  if (applied < req.keys.size()) {
     return absl::Status(
         stopped.code(),
         absl::StrFormat("%s: the batch was cut short after its first %u of %u keys were applied",
@@ -194,9 +237,23 @@ absl::Status FilterServiceImpl::DoCreateFilter(const v1::CreateFilterRequest& re
   if (req.has_seed()) options.seed = req.seed();
   if (req.has_semi_sort()) options.semi_sort = req.semi_sort();
   bool created = false;
-  absl::StatusOr<std::shared_ptr<CuckooFilter>> filter =
-      registry_->Create(req.name(), options, req.if_not_exists(), &created);
+  // The creation is logged before the filter gets its name, so that the log
+  // holds it before any write to it; the call is answered once the record
+  // is durable.
+  Wal* wal = persistence_->wal();
+  const uint64_t reserved = wal != nullptr ? WalCreateFilterBytes(req.name()) : 0;
+  if (wal != nullptr) {
+    if (absl::Status s = wal->Reserve(reserved); !s.ok()) return s;
+  }
+  uint64_t lsn = 0;
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = registry_->Create(
+      req.name(), options, req.if_not_exists(), &created,
+      [&](CuckooFilter& f) { return persistence_->LogCreate(req.name(), f, &lsn); });
+  if (wal != nullptr) wal->Unreserve(reserved);
   if (!filter.ok()) return filter.status();
+  if (created && wal != nullptr) {
+    if (absl::Status s = wal->WaitDurable(lsn); !s.ok()) return s;
+  }
   FillFilterInfo(req.name(), **filter, persistence_->Record(req.name(), **filter),
                  resp->mutable_filter());
   resp->set_created(created);
@@ -238,6 +295,10 @@ absl::Status FilterServiceImpl::DoGetServerInfo(v1::GetServerInfoResponse* resp)
   resp->set_filters(static_cast<uint32_t>(registry_->size()));
   resp->set_data_dir(persistence_->data_dir());
   SetDuration(snapshot_interval_, resp->mutable_snapshot_interval());
+  if (const Wal* wal = persistence_->wal(); wal != nullptr) {
+    resp->set_durability(std::string(DurabilityName(wal->options().durability)));
+    SetDuration(wal->options().sync_interval, resp->mutable_wal_sync_interval());
+  }
   return absl::OkStatus();
 }
 
@@ -299,52 +360,60 @@ grpc::ServerUnaryReactor* FilterServiceImpl::DropFilter(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* FilterServiceImpl::Insert(grpc::CallbackServerContext* ctx,
                                                     const grpc::ByteBuffer* req,
                                                     grpc::ByteBuffer* resp) {
-  return Run(RpcMethod::kInsert, [&] {
+  return RunDataPath(RpcMethod::kInsert, [&](uint64_t* lsn) {
     return DataPath<InsertResult>(
         RpcMethod::kInsert, ctx, *req, "InsertRequest", resp,
         [](CuckooFilter& f, const wire::KeysRequest& r, absl::Span<InsertResult> out,
-           StopCheck stop) { return f.InsertBatch(r.keys, r.if_absent, out, stop); },
-        wire::InsertResponse);
+           StopCheck stop, const WriteLog* log) {
+          return log != nullptr ? f.InsertBatch(r.keys, r.if_absent, out, stop, *log)
+                                : f.InsertBatch(r.keys, r.if_absent, out, stop);
+        },
+        wire::InsertResponse, lsn);
   });
 }
 
 grpc::ServerUnaryReactor* FilterServiceImpl::Lookup(grpc::CallbackServerContext* ctx,
                                                     const grpc::ByteBuffer* req,
                                                     grpc::ByteBuffer* resp) {
-  return Run(RpcMethod::kLookup, [&] {
+  return RunDataPath(RpcMethod::kLookup, [&](uint64_t* lsn) {
     return DataPath<bool>(
         RpcMethod::kLookup, ctx, *req, "LookupRequest", resp,
-        [](const CuckooFilter& f, const wire::KeysRequest& r, absl::Span<bool> out, StopCheck) {
+        [](const CuckooFilter& f, const wire::KeysRequest& r, absl::Span<bool> out, StopCheck,
+           const WriteLog*) {
           f.LookupBatch(r.keys, out);
           return r.keys.size();
         },
-        wire::LookupResponse);
+        wire::LookupResponse, lsn);
   });
 }
 
 grpc::ServerUnaryReactor* FilterServiceImpl::Delete(grpc::CallbackServerContext* ctx,
                                                     const grpc::ByteBuffer* req,
                                                     grpc::ByteBuffer* resp) {
-  return Run(RpcMethod::kDelete, [&] {
+  return RunDataPath(RpcMethod::kDelete, [&](uint64_t* lsn) {
     return DataPath<DeleteResult>(
         RpcMethod::kDelete, ctx, *req, "DeleteRequest", resp,
         [](CuckooFilter& f, const wire::KeysRequest& r, absl::Span<DeleteResult> out,
-           StopCheck stop) { return f.DeleteBatch(r.keys, out, stop); },
-        wire::DeleteResponse);
+           StopCheck stop, const WriteLog* log) {
+          return log != nullptr ? f.DeleteBatch(r.keys, out, stop, *log)
+                                : f.DeleteBatch(r.keys, out, stop);
+        },
+        wire::DeleteResponse, lsn);
   });
 }
 
 grpc::ServerUnaryReactor* FilterServiceImpl::Count(grpc::CallbackServerContext* ctx,
                                                    const grpc::ByteBuffer* req,
                                                    grpc::ByteBuffer* resp) {
-  return Run(RpcMethod::kCount, [&] {
+  return RunDataPath(RpcMethod::kCount, [&](uint64_t* lsn) {
     return DataPath<uint32_t>(
         RpcMethod::kCount, ctx, *req, "CountRequest", resp,
-        [](const CuckooFilter& f, const wire::KeysRequest& r, absl::Span<uint32_t> out, StopCheck) {
+        [](const CuckooFilter& f, const wire::KeysRequest& r, absl::Span<uint32_t> out, StopCheck,
+           const WriteLog*) {
           f.CountBatch(r.keys, out);
           return r.keys.size();
         },
-        wire::CountResponse);
+        wire::CountResponse, lsn);
   });
 }
 

@@ -104,11 +104,14 @@ class FilterServiceImpl final : public FilterServiceBase {
   // `message`), finds the filter, checks the keys, runs
   // apply(filter, request, results, stop) and encodes the results. `stop`
   // says whether to end a long batch early (the call was cancelled or is
-  // past its deadline, or AbortRunning); apply returns false if it did.
+  // past its deadline, or AbortRunning); apply returns how many keys it
+  // applied. Inserts and Deletes reserve room in the write-ahead log first
+  // and log what they apply (`apply`'s WriteLog, null for reads);
+  // *wait_lsn is then the lsn to wait for before answering (0: none).
   template <typename Result, typename Apply, typename Encode>
   absl::Status DataPath(RpcMethod method, grpc::CallbackServerContext* ctx,
                         const grpc::ByteBuffer& request, std::string_view message,
-                        grpc::ByteBuffer* response, Apply apply, Encode encode);
+                        grpc::ByteBuffer* response, Apply apply, Encode encode, uint64_t* wait_lsn);
 
   absl::Status DoCreateFilter(const v1::CreateFilterRequest& req, v1::CreateFilterResponse* resp);
   absl::Status DoGetFilter(const v1::GetFilterRequest& req, v1::GetFilterResponse* resp);
@@ -120,6 +123,10 @@ class FilterServiceImpl final : public FilterServiceBase {
   // with its status.
   template <typename Body>
   grpc::ServerUnaryReactor* Run(RpcMethod method, Body body);
+  // Run for the data path: body(&lsn) returns the status and sets the lsn
+  // the answer waits for (Wal::WhenDurable), if any.
+  template <typename Body>
+  grpc::ServerUnaryReactor* RunDataPath(RpcMethod method, Body body);
   // A counted reactor for a new call of `method`; already finished with
   // UNAVAILABLE (and *accepted false) when the server is shutting down.
   CallReactor* Accept(RpcMethod method, bool* accepted);

@@ -9,14 +9,17 @@
 //   a second one     ends the drain at once; the final snapshot is still
 //                    written.
 //   a third one      exits at once with code 1, without the final snapshot
-//                    (changes since the last snapshot are lost).
+//                    (nothing acknowledged is lost: the write-ahead log
+//                    holds it; the next start replays it).
 //   SIGHUP           logged and ignored: cuckood has no configuration file
 //                    to reload, and a terminal that goes away must not take
 //                    the server (and its unsnapshotted changes) with it.
 //
 // Exit codes: 0 after a signal-initiated shutdown, 1 if the server cannot
 // start (e.g. the port is taken, a snapshot cannot be loaded), the final
-// snapshot failed or a third signal cut it short, 2 for a bad configuration.
+// snapshot failed or a third signal cut it short, 2 for a bad configuration,
+// 3 after the write-ahead log failed (an I/O error or a full disk while a
+// write was being made durable; see server/wal.h).
 #include <malloc.h>
 #include <signal.h>
 #include <string.h>
@@ -110,8 +113,8 @@ int Main(int argc, char** argv) {
         (*server)->Hurry();
       } else {
         spdlog::critical(
-            "received {} a third time: exiting now without the final snapshot; changes since "
-            "each filter's last snapshot are lost",
+            "received {} a third time: exiting now without the final snapshot; the next start "
+            "replays the write-ahead log (every acknowledged write is in it)",
             sigabbrev_np(signo));
         spdlog::default_logger()->flush();
         std::_Exit(1);

@@ -126,7 +126,7 @@ absl::StatusOr<LoadSummary> Persistence::LoadAll() {
     }
     if (absl::EndsWith(file, kSnapshotSuffix)) {
       snapshots.push_back(p);
-    } else if (file != kQuarantineDir && file != kLockFile) {
+    } else if (file != kQuarantineDir && file != kLockFile && file != kWalDir) {
       spdlog::warn("ignoring {}: not a snapshot (*{})", p.string(), std::string(kSnapshotSuffix));
     }
   }
@@ -178,7 +178,9 @@ absl::StatusOr<LoadSummary> Persistence::LoadAll() {
               {.exists = true,
                .time = loaded->header.taken,
                .bytes = loaded->header.file_bytes,
-               .changes = (*added)->changes()});
+               .changes = (*added)->changes(),
+               .filter_id = loaded->filter_id,
+               .min_position = loaded->min_position});
     const absl::Duration took = absl::Now() - t0;
     spdlog::info(
         "loaded filter {} from {}: {} items, {} on disk, {} in memory, in {} ({:.2f} GB/s)", name,
@@ -188,8 +190,184 @@ absl::StatusOr<LoadSummary> Persistence::LoadAll() {
     summary.items += loaded->items;
     summary.bytes += loaded->header.file_bytes;
   }
+  if (absl::Status s = ReplayAndOpenLog(&summary); !s.ok()) return s;
   summary.duration = absl::Now() - start;
   return summary;
+}
+
+absl::Status Persistence::ReplayAndOpenLog(LoadSummary* summary) {
+  WalOptions wal_options = options_.wal;
+  wal_options.dir = (fs::path(data_dir_) / kWalDir).string();
+  WalEnv* env = wal_options.env != nullptr ? wal_options.env : PosixWalEnv();
+  struct Live {
+    std::string name;
+    std::shared_ptr<CuckooFilter> filter;
+  };
+  absl::flat_hash_map<uint64_t, Live> live;
+  // Appending goes on past every position a snapshot holds.
+  uint64_t at_least = 1;
+  for (auto& [name, filter] : registry_->List()) {
+    const uint64_t id = filter->id();
+    if (id != 0) live[id] = {name, filter};
+    at_least = std::max(at_least, id + 1);
+    for (uint64_t p : filter->ShardPositions()) at_least = std::max(at_least, p + 1);
+  }
+  const absl::Time t0 = absl::Now();
+  bool removed_files = false;
+  absl::StatusOr<WalScan> scan =
+      ScanWal(env, wal_options.dir, [&](const WalRecord& r) -> absl::Status {
+        switch (r.type) {
+          case WalRecordType::kCreateFilter: {
+            if (live.contains(r.lsn)) return absl::OkStatus();  // Loaded from its snapshot.
+            absl::StatusOr<std::shared_ptr<CuckooFilter>> existing = registry_->Get(r.name);
+            if (existing.ok()) {
+              const uint64_t id = (*existing)->id();
+              if (id == 0) {
+                // The record that gave a filter loaded from a version-1
+                // snapshot its id: from here the log holds its writes.
+                (*existing)->set_id(r.lsn);
+                live[r.lsn] = {r.name, *existing};
+                ++summary->log_applied;
+                return absl::OkStatus();
+              }
+              // An earlier filter of this name, dropped before the one
+              // whose snapshot was loaded was created.
+              if (id > r.lsn) return absl::OkStatus();
+              return absl::DataLossError(absl::StrFormat(
+                  "the write-ahead log creates filter \"%s\" at lsn %u, but the filter of that "
+                  "name created at lsn %u (loaded from %s) was never dropped: the log in %s and "
+                  "the snapshots do not belong together",
+                  r.name, r.lsn, id, SnapshotPath(data_dir_, r.name), wal_options.dir));
+            }
+            if (absl::Status room =
+                    registry_->CheckRoom(r.name, CuckooFilter::MemoryBytes(r.shape));
+                !room.ok()) {
+              return absl::Status(room.code(),
+                                  absl::StrCat("replaying the write-ahead log (filter \"", r.name,
+                                               "\" created at lsn ", r.lsn, "): ", room.message(),
+                                               "; raise --memory-budget / --max-filters"));
+            }
+            absl::StatusOr<std::unique_ptr<CuckooFilter>> f = CuckooFilter::FromShape(r.shape);
+            if (!f.ok()) return f.status();
+            (*f)->set_id(r.lsn);
+            absl::StatusOr<std::shared_ptr<CuckooFilter>> added =
+                registry_->Add(r.name, *std::move(f));
+            if (!added.ok()) return added.status();
+            live[r.lsn] = {r.name, *added};
+            ++summary->log_applied;
+            return absl::OkStatus();
+          }
+          case WalRecordType::kDropFilter: {
+            auto it = live.find(r.filter_id);
+            if (it == live.end()) return absl::OkStatus();
+            (void)registry_->Drop(it->second.name, it->second.filter.get());
+            {
+              std::lock_guard<std::mutex> lock(records_mu_);
+              records_.erase(it->second.name);
+            }
+            // A drop whose file removal a crash cut short.
+            ::unlink(SnapshotPath(data_dir_, it->second.name).c_str());
+            removed_files = true;
+            live.erase(it);
+            ++summary->log_applied;
+            return absl::OkStatus();
+          }
+          case WalRecordType::kInsert:
+          case WalRecordType::kDelete: {
+            auto it = live.find(r.filter_id);
+            if (it == live.end()) return absl::OkStatus();  // Of a filter dropped since.
+            absl::StatusOr<bool> applied = it->second.filter->ApplyShardWrite(r.write, r.lsn);
+            if (!applied.ok()) {
+              return absl::DataLossError(absl::StrFormat(
+                  "write-ahead log record lsn %u cannot be applied to filter \"%s\": %s", r.lsn,
+                  it->second.name, applied.status().message()));
+            }
+            summary->log_applied += *applied ? 1 : 0;
+            return absl::OkStatus();
+          }
+        }
+        return absl::OkStatus();
+      });
+  if (!scan.ok()) return scan.status();
+  if (removed_files) {
+    if (absl::Status s = SyncSnapshotDirectory(data_dir_); !s.ok()) return s;
+  }
+  if (!scan->cut.empty()) {
+    spdlog::warn(
+        "write-ahead log: cut off a write torn by a crash at {} (records after it were never "
+        "acknowledged in sync mode)",
+        scan->cut);
+  }
+  summary->log_records = scan->records;
+  summary->log_bytes = scan->bytes;
+  summary->log_duration = absl::Now() - t0;
+  if (scan->records > 0) {
+    spdlog::info("replayed the write-ahead log: {} records ({} applied), {} in {}", scan->records,
+                 summary->log_applied, FormatByteSize(scan->bytes), Ms(summary->log_duration));
+  }
+  absl::StatusOr<std::unique_ptr<Wal>> wal = Wal::Open(wal_options, *scan, at_least);
+  if (!wal.ok()) return wal.status();
+  wal_ = *std::move(wal);
+  // Filters loaded from version-1 snapshots (written before the log
+  // existed) get an id now: a create record, which a replay before their
+  // next snapshot adopts them by (above). They count as not snapshotted, so
+  // that the next snapshot writes them in the current format.
+  for (auto& [name, filter] : registry_->List()) {
+    if (filter->id() != 0) continue;
+    const uint64_t lsn = wal_->AppendCreateFilter(name, filter->shape());
+    filter->set_id(lsn);
+    if (absl::Status s = wal_->SyncTo(lsn); !s.ok()) return s;
+    SetRecord(name, filter, {});
+    spdlog::info(
+        "filter {} was loaded from a version-1 snapshot; from now on its writes are logged", name);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Persistence::LogCreate(absl::string_view name, CuckooFilter& filter, uint64_t* lsn) {
+  if (wal_ == nullptr) return absl::OkStatus();
+  *lsn = wal_->AppendCreateFilter(name, filter.shape());
+  filter.set_id(*lsn);
+  return absl::OkStatus();
+}
+
+absl::Status Persistence::RemoveSnapshotFile(absl::string_view name) {
+  const std::string path = SnapshotPath(data_dir_, name);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return absl::InternalError(absl::StrFormat(
+        "remove %s: %s", path, std::error_code(errno, std::generic_category()).message()));
+  }
+  ::unlink(SnapshotTempPath(data_dir_, name).c_str());
+  return options_.sync_directory ? options_.sync_directory(data_dir_)
+                                 : SyncSnapshotDirectory(data_dir_);
+}
+
+void Persistence::TruncateLogLocked() {
+  if (wal_ == nullptr) return;
+  for (auto it = pending_removals_.begin(); it != pending_removals_.end();) {
+    absl::StatusOr<std::shared_ptr<CuckooFilter>> now = registry_->Get(*it);
+    // A new filter of the name whose snapshot replaced the file, or the
+    // file removed now.
+    if ((now.ok() && Record(*it, **now).exists) || RemoveSnapshotFile(*it).ok()) {
+      it = pending_removals_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (!pending_removals_.empty()) return;
+  // The lsn is read before the list: a filter created after it has a
+  // larger id, and one created before is in the list (creations log and
+  // publish under the registry's lock).
+  uint64_t needed = wal_->Stats().appended_lsn + 1;
+  for (const auto& [name, filter] : registry_->List()) {
+    const uint64_t id = filter->id();
+    const SnapshotRecord r = Record(name, *filter);
+    needed = std::min(
+        needed, r.exists && r.filter_id == id && id != 0 ? std::max(r.min_position, id) + 1 : id);
+  }
+  if (absl::Status s = wal_->Truncate(needed); !s.ok()) {
+    spdlog::error("could not truncate the write-ahead log: {}", std::string(s.message()));
+  }
 }
 
 void Persistence::SetRecord(absl::string_view name, const std::shared_ptr<CuckooFilter>& filter,
@@ -236,8 +414,15 @@ absl::StatusOr<SnapshotRun> Persistence::SnapshotNow(absl::string_view name, boo
           absl::StrFormat("filter \"%s\" was dropped before its snapshot was written", name));
     }
     if (options_.before_file_operation) options_.before_file_operation("write", filter_name);
+    // A snapshot replaces the old one only once every log record it holds
+    // is durable: after a crash the filter is then always a prefix of its
+    // log, whatever the durability mode.
     absl::StatusOr<SnapshotWriteResult> w = WriteSnapshotFile(
-        *filter, filter_name, data_dir_, {.buffer_bytes = options_.snapshot_buffer_bytes});
+        *filter, filter_name, data_dir_,
+        {.buffer_bytes = options_.snapshot_buffer_bytes,
+         .before_commit = [this](const SnapshotWriteResult& r) {
+           return wal_ != nullptr ? wal_->SyncTo(r.max_position) : absl::OkStatus();
+         }});
     if (!w.ok()) {
       if (metrics_ != nullptr) metrics_->RecordSnapshotWrite(false, 0, absl::ZeroDuration());
       spdlog::error("snapshot of filter {} failed: {}", filter_name,
@@ -246,13 +431,22 @@ absl::StatusOr<SnapshotRun> Persistence::SnapshotNow(absl::string_view name, boo
       continue;
     }
     SetRecord(filter_name, filter,
-              {.exists = true, .time = w->taken, .bytes = w->bytes, .changes = w->changes});
+              {.exists = true,
+               .time = w->taken,
+               .bytes = w->bytes,
+               .changes = w->changes,
+               .filter_id = w->filter_id,
+               .min_position = w->min_position});
     spdlog::info("snapshot of filter {}: {} items, {} to {} in {} ({:.2f} GB/s)", filter_name,
                  w->items, FormatByteSize(w->bytes), w->path, Ms(w->duration),
                  w->bytes / 1e9 / std::max(1e-9, absl::ToDoubleSeconds(w->duration)));
     if (metrics_ != nullptr) metrics_->RecordSnapshotWrite(true, w->bytes, w->duration);
     run.bytes += w->bytes;
     run.written.emplace_back(filter_name, *std::move(w));
+  }
+  {
+    std::lock_guard<std::mutex> file_lock(file_mu_);
+    TruncateLogLocked();
   }
   if (!first_error.ok()) return first_error;
   run.duration = absl::Now() - start;
@@ -271,27 +465,43 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> Persistence::DropNow(
         "created since is kept)",
         absl::CHexEscape(name)));
   }
-  const std::string path = SnapshotPath(data_dir_, name);
-  auto not_dropped = [&](absl::string_view why) {
-    return absl::InternalError(absl::StrCat("filter \"", name, "\" not dropped: ", why));
+  auto not_dropped = [&](const absl::Status& why) {
+    return absl::Status(why.code() == absl::StatusCode::kInternal ||
+                                why.code() == absl::StatusCode::kResourceExhausted ||
+                                why.code() == absl::StatusCode::kUnavailable
+                            ? why.code()
+                            : absl::StatusCode::kInternal,
+                        absl::StrCat("filter \"", name, "\" not dropped: ", why.message()));
   };
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-    return not_dropped(absl::StrFormat("remove %s: %s", path,
-                                       std::error_code(errno, std::generic_category()).message()));
-  }
-  ::unlink(SnapshotTempPath(data_dir_, name).c_str());
-  if (absl::Status s = options_.sync_directory ? options_.sync_directory(data_dir_)
-                                               : SyncSnapshotDirectory(data_dir_);
-      !s.ok()) {
-    // The file is gone, or will be after a crash: the filter is kept, so
-    // its snapshot must be written again.
-    SetRecord(name, *filter, {});
-    return not_dropped(
-        absl::StrCat(s.message(), "; its snapshot will be written again at the next snapshot"));
+  if (wal_ == nullptr) {
+    // No log: the file goes first, and the filter stays if it cannot.
+    if (absl::Status s = RemoveSnapshotFile(name); !s.ok()) {
+      SetRecord(name, *filter, {});
+      return not_dropped(s);
+    }
+  } else {
+    // With the log, the drop is done once its record is on disk (whatever
+    // the durability mode: a snapshot file removed for a drop the log then
+    // lost would take the filter's older writes with it).
+    if (absl::Status s = wal_->Reserve(kWalDropFilterBytes); !s.ok()) return not_dropped(s);
+    const uint64_t lsn = wal_->AppendDropFilter((*filter)->id());
+    wal_->Unreserve(kWalDropFilterBytes);
+    if (absl::Status s = wal_->SyncTo(lsn); !s.ok()) return not_dropped(s);
   }
   if (absl::Status s = registry_->Drop(name, filter->get()); !s.ok()) return s;
-  std::lock_guard<std::mutex> lock(records_mu_);
-  records_.erase(name);
+  {
+    std::lock_guard<std::mutex> lock(records_mu_);
+    records_.erase(name);
+  }
+  if (absl::Status s = wal_ != nullptr ? RemoveSnapshotFile(name) : absl::OkStatus(); !s.ok()) {
+    // Dropped (the log says so); the file goes at the next attempt, and a
+    // restart before that replays the drop and removes it.
+    spdlog::error(
+        "dropped filter {}, but its snapshot file is not gone yet: {}; retried before "
+        "the log is next truncated",
+        std::string(name), std::string(s.message()));
+    pending_removals_.emplace_back(name);
+  }
   return filter;
 }
 
@@ -402,6 +612,8 @@ void Persistence::Start(absl::Duration interval) {
   work_.emplace(io_.get_executor());
   timer_ = std::make_unique<boost::asio::steady_timer>(io_);
   if (interval_ > absl::ZeroDuration()) ArmTimer();
+  log_timer_ = std::make_unique<boost::asio::steady_timer>(io_);
+  ArmLogCheck();
   thread_ = std::thread([this] { io_.run(); });
 }
 
@@ -418,6 +630,36 @@ void Persistence::ArmTimer() {
   });
 }
 
+void Persistence::ArmLogCheck() {
+  log_timer_->expires_after(std::chrono::seconds(1));
+  log_timer_->async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;  // Cancelled by Stop().
+    if (wal_ != nullptr && wal_->Stats().disk_bytes > options_.wal_max_bytes &&
+        absl::Now() - last_early_snapshot_ >= absl::Seconds(5)) {
+      last_early_snapshot_ = absl::Now();
+      spdlog::info(
+          "the write-ahead log holds {} (more than --wal-max-size={}): snapshotting changed "
+          "filters so that it can be truncated",
+          FormatByteSize(wal_->Stats().disk_bytes), FormatByteSize(options_.wal_max_bytes));
+      absl::StatusOr<SnapshotRun> run = Guarded([&] { return SnapshotNow("", true); });
+      if (!run.ok()) {
+        spdlog::error("early snapshot: {}", std::string(run.status().message()));
+      }
+    }
+    std::lock_guard<std::mutex> lock(state_mu_);
+    if (running_) ArmLogCheck();
+  });
+}
+
+void Persistence::CloseLog() {
+  if (wal_ == nullptr) return;
+  {
+    std::lock_guard<std::mutex> file_lock(file_mu_);
+    TruncateLogLocked();
+  }
+  wal_->Close();
+}
+
 void Persistence::Stop() {
   {
     std::lock_guard<std::mutex> lock(state_mu_);
@@ -428,11 +670,15 @@ void Persistence::Stop() {
     std::lock_guard<std::mutex> lock(state_mu_);
     running_ = false;
     // The timer belongs to the background thread: cancel it there.
-    boost::asio::post(io_, [this] { timer_->cancel(); });
+    boost::asio::post(io_, [this] {
+      timer_->cancel();
+      log_timer_->cancel();
+    });
     work_.reset();
   }
   thread_.join();
   timer_.reset();
+  log_timer_.reset();
   std::lock_guard<std::mutex> lock(state_mu_);
   cancelled_ = false;  // From now on requests run in the caller.
 }

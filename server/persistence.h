@@ -47,12 +47,15 @@
 #include "boost/asio/steady_timer.hpp"
 #include "core/registry.h"
 #include "core/snapshot.h"
+#include "server/wal.h"
 
 namespace cuckoo::server {
 
 class Metrics;
 
 inline constexpr char kQuarantineDir[] = "quarantine";
+// The write-ahead log's directory.
+inline constexpr char kWalDir[] = "wal";
 // Locked (flock) by the cuckood using the directory.
 inline constexpr char kLockFile[] = "LOCK";
 
@@ -70,6 +73,12 @@ struct LoadSummary {
   size_t quarantined = 0;
   uint64_t items = 0;
   uint64_t bytes = 0;
+  // The write-ahead log's replay: records read, applied (the rest were
+  // held by snapshots already, or were of filters dropped later), bytes.
+  uint64_t log_records = 0;
+  uint64_t log_applied = 0;
+  uint64_t log_bytes = 0;
+  absl::Duration log_duration;
   absl::Duration duration;
 };
 
@@ -79,6 +88,11 @@ struct SnapshotRecord {
   absl::Time time;       // When it was taken (its first shard copied).
   uint64_t bytes = 0;    // Its size.
   uint64_t changes = 0;  // The filter's changes() it holds.
+  // The filter id it records (0: a version-1 file, which records none) and
+  // the lowest of its shards' log positions: the log is needed from
+  // max(min_position, filter_id) + 1 on.
+  uint64_t filter_id = 0;
+  uint64_t min_position = 0;
 
   // Changes of `filter` (the filter this is the record of) that the
   // snapshot does not hold: all of them when there is none.
@@ -100,6 +114,11 @@ struct PersistenceOptions {
   std::function<void(absl::string_view op, absl::string_view name)> before_file_operation;
   // Replaces the directory fsync after a drop removed a file.
   std::function<absl::Status(absl::string_view dir)> sync_directory;
+
+  // The write-ahead log, in <data-dir>/wal (wal.dir is set by Persistence).
+  WalOptions wal;
+  // Log size past which changed filters are snapshotted early.
+  uint64_t wal_max_bytes = uint64_t{1} << 30;
 };
 
 class Persistence {
@@ -116,6 +135,9 @@ class Persistence {
   Persistence& operator=(const Persistence&) = delete;
 
   const std::string& data_dir() const { return data_dir_; }
+  // The write-ahead log: null until LoadAll has replayed it and opened it
+  // for appending.
+  Wal* wal() const { return wal_.get(); }
   const PersistenceOptions& options() const { return options_; }
 
   // Locks the data directory (<data-dir>/LOCK) for this process until the
@@ -173,6 +195,14 @@ class Persistence {
   // Stops the timer and the thread after the request being carried out, if
   // any; cancels the queued ones. Idempotent.
   void Stop();
+  // After Stop and the final snapshot: truncates the log and closes it
+  // (every record appended is written and synced). Idempotent.
+  void CloseLog();
+
+  // Logs the creation of `filter` named `name` (a FilterRegistry
+  // BeforePublish hook) and sets its id; *lsn is the record's lsn, to wait
+  // for before answering.
+  absl::Status LogCreate(absl::string_view name, CuckooFilter& filter, uint64_t* lsn);
 
  private:
   struct Job;
@@ -187,6 +217,14 @@ class Persistence {
   absl::Status Quarantine(const std::string& path, const absl::Status& why);
   void SetRecord(absl::string_view name, const std::shared_ptr<CuckooFilter>& filter,
                  const SnapshotRecord& record);
+  // Replays the log over the loaded snapshots and opens it for appending.
+  absl::Status ReplayAndOpenLog(LoadSummary* summary);
+  // Deletes the log segments no filter needs any more (after snapshots),
+  // first retrying the removal of dropped filters' files. Holds file_mu_.
+  void TruncateLogLocked();
+  // Removes a dropped filter's snapshot file and syncs the directory.
+  absl::Status RemoveSnapshotFile(absl::string_view name);
+  void ArmLogCheck();
 
   FilterRegistry* const registry_;
   const std::string data_dir_;
@@ -201,6 +239,14 @@ class Persistence {
 
   // Held by every file operation: one at a time.
   std::mutex file_mu_;
+  std::unique_ptr<Wal> wal_;
+  // Checks the log's size every second (on the background thread).
+  std::unique_ptr<boost::asio::steady_timer> log_timer_;
+  absl::Time last_early_snapshot_ = absl::InfinitePast();  // Background thread only.
+  // Names of dropped filters whose snapshot file could not be removed (or
+  // the removal not synced): the log is not truncated until they are gone,
+  // so that a restart still replays their drop.
+  std::vector<std::string> pending_removals_;  // Guarded by file_mu_.
 
   std::mutex state_mu_;
   bool running_ = false;                    // Guarded by state_mu_.

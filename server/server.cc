@@ -43,6 +43,25 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
       .memory_budget_bytes = EffectiveMemoryBudget(config), .max_filters = config.max_filters});
   PersistenceOptions persistence = hooks;
   persistence.snapshot_buffer_bytes = EffectiveSnapshotBuffer(config);
+  persistence.wal.durability = config.durability;
+  persistence.wal.sync_interval = config.wal_sync_interval;
+  persistence.wal.segment_bytes = config.wal_segment_bytes;
+  persistence.wal.metrics = s->metrics_.get();
+  persistence.wal_max_bytes = config.wal_max_bytes;
+  if (!persistence.wal.on_failure) {
+    // Linux may have dropped the pages of a failed fdatasync: this process
+    // can never again be sure what is on disk. Exit, and let the restart
+    // replay the log, which holds every write acknowledged (the waiting
+    // ones were answered with the error).
+    persistence.wal.on_failure = [](const absl::Status& s) {
+      spdlog::critical(
+          "the write-ahead log failed ({}): exiting with code {} so that a restart replays it; no "
+          "acknowledged write is lost",
+          std::string(s.message()), kExitWalFailed);
+      spdlog::shutdown();
+      std::_Exit(kExitWalFailed);
+    };
+  }
   s->persistence_ = std::make_unique<Persistence>(s->registry_.get(), config.data_dir,
                                                   s->metrics_.get(), persistence);
   s->service_ = std::make_unique<FilterServiceImpl>(
@@ -72,6 +91,18 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
   if (!loaded.ok()) return loaded.status();
   s->loaded_ = *loaded;
   s->metrics_->RecordLoad(*loaded);
+  spdlog::info(
+      "durability {}{}: a write is acknowledged {}; write-ahead log in {}/{} ({} segments, early "
+      "snapshots past {})",
+      std::string(DurabilityName(config.durability)),
+      config.durability == Durability::kInterval
+          ? absl::StrCat(" (fdatasync every ", absl::FormatDuration(config.wal_sync_interval), ")")
+          : std::string(),
+      config.durability == Durability::kSync ? "once its log record is fdatasync'ed"
+                                             : "once its log record is written (a power cut may "
+                                               "lose the writes not yet synced)",
+      config.data_dir, kWalDir, FormatByteSize(config.wal_segment_bytes),
+      FormatByteSize(config.wal_max_bytes));
   spdlog::info("loaded {} filters ({} items, {}) from {} in {}{}", loaded->loaded, loaded->items,
                FormatByteSize(loaded->bytes), config.data_dir,
                absl::FormatDuration(loaded->duration),
@@ -151,7 +182,8 @@ AdminResponse CuckooServer::MetricsPage() const {
           .content_type = kPrometheusContentType,
           .body = metrics_->Render({.registry = registry_.get(),
                                     .persistence = persistence_.get(),
-                                    .calls_in_flight = service_->calls_in_flight()})};
+                                    .calls_in_flight = service_->calls_in_flight(),
+                                    .wal = persistence_->wal()})};
 }
 
 void CuckooServer::Hurry() { hurry_.store(true, std::memory_order_release); }
@@ -200,6 +232,9 @@ void CuckooServer::Shutdown(absl::Duration drain) {
     // No more changes can come in: the final snapshot holds every one.
     persistence_->Stop();
     absl::StatusOr<SnapshotRun> run = persistence_->SnapshotNow("", /*changed_only=*/true);
+    // The log holds every write either way; it is truncated as far as the
+    // snapshots allow, and closed.
+    persistence_->CloseLog();
     if (!run.ok()) {
       final_snapshot_status_ = run.status();
       spdlog::error("final snapshot failed: {}", std::string(run.status().message()));

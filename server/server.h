@@ -41,6 +41,9 @@
 
 namespace cuckoo::server {
 
+// The exit code after the write-ahead log failed (see Wal).
+inline constexpr int kExitWalFailed = 3;
+
 class CuckooServer {
  public:
   // UNAVAILABLE if the address (or the admin address) cannot be bound; INVALID_ARGUMENT for a bad
