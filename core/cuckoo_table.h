@@ -181,7 +181,10 @@ class CuckooTable {
   }
   void RestoreCounters(uint64_t items, uint64_t rng_state) {
     items_ = items;
-    rng_ = rng_state | 1;  // xorshift state must be non-zero.
+    // Exactly the state saved (an even state is as valid as an odd one: a
+    // replay after a load must draw the victims the live run drew); only 0,
+    // which xorshift never reaches, is replaced.
+    rng_ = rng_state != 0 ? rng_state : 1;
   }
   // Fingerprint in `slot` of `bucket` (0 = empty). For tests and tools. In a
   // semi-sorted table a bucket's slots are in ascending order.

@@ -111,7 +111,7 @@ class WalCrashTest : public ::testing::Test {
       ASSERT_TRUE(server->ready()) << server->process().out() << server->process().err();
       auto client = client::Client::Connect(server->address());
       if (round == 0) {
-        for (auto [name, capacity] : {std::pair{"big", 400'000}, std::pair{"tiny", 3'000}}) {
+        for (auto [name, capacity] : {std::pair{"big", 4'000'000}, std::pair{"tiny", 3'000}}) {
           v1::CreateFilterRequest create;
           create.set_name(name);
           create.set_capacity(capacity);
