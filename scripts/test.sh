@@ -3,8 +3,8 @@
 #   1. clang-format check of every C++ file;
 #   2. release build: all tests, plus the benchmark in --small mode as a smoke run;
 #   3. AddressSanitizer + UBSan build: all tests;
-#   4. ThreadSanitizer build: the engine's concurrency tests (CTest label
-#      "concurrency");
+#   4. ThreadSanitizer build: the engine's concurrency tests and the
+#      write-ahead log's (CTest label "concurrency");
 #   5. the libFuzzer targets, built with clang: the snapshot reader for 45 s
 #      and the data path's wire parser (differential against the generated
 #      parser) for 30 s (scripts/fuzz.sh);
@@ -33,10 +33,10 @@ bash scripts/build.sh asan
 ctest --test-dir build/asan --output-on-failure -j "$jobs"
 
 echo "== TSan build + concurrency tests"
-# Only the engine's concurrency tests: TSan cannot see the synchronisation
+# Only the engine's and the write-ahead log's concurrency tests: TSan cannot see the synchronisation
 # inside Debian's (uninstrumented) gRPC and abseil, so server tests report
 # races there that are not real; they run under ASan and in release instead.
-bash scripts/build.sh tsan concurrency_test
+bash scripts/build.sh tsan concurrency_test wal_test
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   ctest --test-dir build/tsan --output-on-failure -j "$jobs" -L concurrency
 echo "== fuzzing: snapshot reader, wire parser"

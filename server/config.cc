@@ -285,9 +285,10 @@ absl::Status ValidateConfig(const ServerConfig& c) {
         absl::StrFormat("--wal-sync-interval=%s must be between 10ms and 1h",
                         absl::FormatDuration(c.wal_sync_interval)));
   }
-  if (c.wal_segment_bytes < kWalMinSegmentBytes || c.wal_segment_bytes > (uint64_t{1} << 30)) {
+  if (c.wal_segment_bytes < kWalMinSegmentBytes || c.wal_segment_bytes > (uint64_t{1} << 30) ||
+      c.wal_segment_bytes % 4096 != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "--wal-segment-size=%s must be between %s and 1GiB",
+        "--wal-segment-size=%s must be a multiple of 4KiB between %s and 1GiB",
         FormatByteSizeExactly(c.wal_segment_bytes), FormatByteSizeExactly(kWalMinSegmentBytes)));
   }
   if (c.wal_max_bytes < 2 * c.wal_segment_bytes) {

@@ -294,8 +294,8 @@ absl::Status Persistence::ReplayAndOpenLog(LoadSummary* summary) {
   }
   if (!scan->cut.empty()) {
     spdlog::warn(
-        "write-ahead log: cut off a write torn by a crash at {} (records after it were never "
-        "acknowledged in sync mode)",
+        "write-ahead log: cut off a write torn by a crash at {} (what followed had not been made "
+        "durable when the process or machine stopped)",
         scan->cut);
   }
   summary->log_records = scan->records;
@@ -635,7 +635,7 @@ void Persistence::ArmLogCheck() {
   log_timer_->async_wait([this](const boost::system::error_code& ec) {
     if (ec) return;  // Cancelled by Stop().
     if (wal_ != nullptr && wal_->Stats().disk_bytes > options_.wal_max_bytes &&
-        absl::Now() - last_early_snapshot_ >= absl::Seconds(5)) {
+        absl::Now() - last_early_snapshot_ >= absl::Seconds(2)) {
       last_early_snapshot_ = absl::Now();
       spdlog::info(
           "the write-ahead log holds {} (more than --wal-max-size={}): snapshotting changed "

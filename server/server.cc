@@ -46,18 +46,26 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
   persistence.wal.durability = config.durability;
   persistence.wal.sync_interval = config.wal_sync_interval;
   persistence.wal.segment_bytes = config.wal_segment_bytes;
-  persistence.wal.metrics = s->metrics_.get();
+  Metrics* metrics = s->metrics_.get();
+  persistence.wal.on_write = [metrics](uint64_t bytes, uint64_t records) {
+    metrics->RecordWalWrite(bytes, records);
+  };
+  persistence.wal.on_sync = [metrics](absl::Duration d) { metrics->RecordWalSync(d); };
   persistence.wal_max_bytes = config.wal_max_bytes;
   if (!persistence.wal.on_failure) {
     // Linux may have dropped the pages of a failed fdatasync: this process
     // can never again be sure what is on disk. Exit, and let the restart
     // replay the log, which holds every write acknowledged (the waiting
     // ones were answered with the error).
-    persistence.wal.on_failure = [](const absl::Status& s) {
+    const bool sync = config.durability == Durability::kSync;
+    persistence.wal.on_failure = [sync](const absl::Status& s) {
       spdlog::critical(
-          "the write-ahead log failed ({}): exiting with code {} so that a restart replays it; no "
-          "acknowledged write is lost",
-          std::string(s.message()), kExitWalFailed);
+          "the write-ahead log failed ({}): exiting with code {} so that a restart "
+          "replays it; {}",
+          std::string(s.message()), kExitWalFailed,
+          sync ? "no acknowledged write is lost"
+               : "writes acknowledged since its last fdatasync may be lost if the "
+                 "disk lost them too");
       spdlog::shutdown();
       std::_Exit(kExitWalFailed);
     };

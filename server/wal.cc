@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "server/metrics.h"
 #include "spdlog/spdlog.h"
 
 namespace cuckoo::server {
@@ -136,7 +135,7 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(WalOptions options, const WalScan
 Wal::~Wal() { Close(); }
 
 void Wal::PrepareNextLocked() {
-  if (prepared_ != nullptr || preparing_ || closing_) return;
+  if (prepared_ != nullptr || preparing_ || stop_preparer_) return;
   preparing_ = true;
   prepare_cv_.notify_one();
 }
@@ -144,8 +143,14 @@ void Wal::PrepareNextLocked() {
 void Wal::Prepare() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    prepare_cv_.wait(lock, [&] { return preparing_ || closing_; });
-    if (closing_) return;
+    // It stops only after the committer (Close): the committer may need a
+    // segment for the last records.
+    prepare_cv_.wait(lock, [&] { return preparing_ || stop_preparer_; });
+    if (stop_preparer_) {
+      preparing_ = false;
+      done_cv_.notify_all();
+      return;
+    }
     const std::string path = WalSegmentPath(options_.dir, next_sequence_);
     lock.unlock();
     // A leftover of a preparation that failed halfway (a crash) is replaced.
@@ -173,13 +178,13 @@ void Wal::Prepare() {
 }
 
 uint64_t Wal::RoomLocked() const {
+  // A segment's last record-sized stretch may go unused (records never span
+  // segments).
   const uint64_t slack = kWalMaxRecordBytes;
+  auto usable = [&](uint64_t bytes) { return bytes > slack ? bytes - slack : 0; };
   uint64_t room = 0;
-  if (current_ != nullptr) {
-    const uint64_t left = current_bytes_ - current_end_;
-    room += left > slack ? left - slack : 0;
-  }
-  if (prepared_ != nullptr) room += options_.segment_bytes - kWalSegmentHeaderBytes - slack;
+  if (current_ != nullptr) room += usable(current_bytes_ - current_end_);
+  if (prepared_ != nullptr) room += usable(options_.segment_bytes - kWalSegmentHeaderBytes);
   const uint64_t pending = buffer_.size() + in_write_;
   return room > pending ? room - pending : 0;
 }
@@ -334,8 +339,10 @@ absl::Status Wal::StartSegment(uint64_t first_lsn) {
            .file_bytes = options_.segment_bytes};
   }
   // The segment being left is complete: make it durable before the log goes
-  // on elsewhere (a later segment must never hold records past a hole).
-  if (current_ != nullptr && options_.durability != Durability::kNone) {
+  // on elsewhere, in every mode (once per segment): a later segment must
+  // never hold records past a hole, and from here only the current segment
+  // can hold records not yet synced, which is all SyncTo and Close sync.
+  if (current_ != nullptr) {
     if (absl::Status s = current_->Sync(); !s.ok()) return s;
   }
   uint8_t header[kWalSegmentHeaderBytes];
@@ -427,9 +434,9 @@ void Wal::Run() {
       sync_took = absl::Now() - t0;
       last_sync_ = absl::Now();
     }
-    if (options_.metrics != nullptr && s.ok()) {
-      if (!data.empty()) options_.metrics->RecordWalWrite(data.size(), records);
-      if (sync) options_.metrics->RecordWalSync(sync_took);
+    if (s.ok()) {
+      if (!data.empty() && options_.on_write) options_.on_write(data.size(), records);
+      if (sync && options_.on_sync) options_.on_sync(sync_took);
     }
     lock.lock();
     in_write_ = 0;
@@ -470,6 +477,11 @@ void Wal::Close() {
     prepare_cv_.notify_one();
   }
   if (committer_.joinable()) committer_.join();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_preparer_ = true;
+    prepare_cv_.notify_one();
+  }
   if (preparer_.joinable()) preparer_.join();
   std::lock_guard<std::mutex> lock(mu_);
   closed_ = true;

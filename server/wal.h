@@ -61,8 +61,6 @@
 
 namespace cuckoo::server {
 
-class Metrics;
-
 enum class Durability { kSync, kInterval, kNone };
 // "sync", "interval", "none".
 absl::string_view DurabilityName(Durability d);
@@ -75,7 +73,10 @@ struct WalOptions {
   absl::Duration sync_interval = absl::Seconds(1);  // kInterval.
   uint64_t segment_bytes = uint64_t{64} << 20;
   WalEnv* env = nullptr;  // PosixWalEnv() when null.
-  Metrics* metrics = nullptr;
+  // Observers for metrics, called on the committer thread: each group
+  // commit's bytes and records, and each fdatasync's duration.
+  std::function<void(uint64_t bytes, uint64_t records)> on_write;
+  std::function<void(absl::Duration)> on_sync;
   // Runs once, on the committer thread, after a write or fdatasync failed
   // and the waiters were answered.
   std::function<void(const absl::Status&)> on_failure;
@@ -190,6 +191,7 @@ class Wal {
   uint64_t sync_wanted_lsn_ ABSL_GUARDED_BY(mu_) = 0;  // SyncTo.
   uint64_t reserved_ ABSL_GUARDED_BY(mu_) = 0;
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_preparer_ ABSL_GUARDED_BY(mu_) = false;  // Set once the committer has stopped.
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   std::multimap<uint64_t, Done> waiters_ ABSL_GUARDED_BY(mu_);

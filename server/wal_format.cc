@@ -148,8 +148,9 @@ WalParse ParseWalRecord(absl::Span<const uint8_t> data, WalRecord* out, size_t* 
     *why = "record checksum mismatch";
     return WalParse::kBad;
   }
-  // From here the bytes are as a writer wrote them; a structure error means
-  // a writer wrote a record this build cannot read.
+  // From here the bytes are as a writer wrote them: what this build does
+  // not know was written by a newer one (kUnknown), and what no build would
+  // write is damage (kBad).
   const uint8_t type = p[4];
   const uint8_t flags = p[5];
   out->lsn = Get64(p + 8);
@@ -160,6 +161,10 @@ WalParse ParseWalRecord(absl::Span<const uint8_t> data, WalRecord* out, size_t* 
   auto bad = [&](std::string reason) {
     *why = std::move(reason);
     return WalParse::kBad;
+  };
+  auto unknown = [&](std::string reason) {
+    *why = std::move(reason);
+    return WalParse::kUnknown;
   };
   if (Get32(p + 4) >> 16 != 0) return bad("non-zero reserved bytes in a record header");
   if (out->lsn == 0 || out->synced_lsn >= out->lsn) {
@@ -177,7 +182,7 @@ WalParse ParseWalRecord(absl::Span<const uint8_t> data, WalRecord* out, size_t* 
       }
       const bool insert = type == static_cast<uint8_t>(WalRecordType::kInsert);
       if ((flags & ~(insert ? (kFlagIfAbsent | kFlagFullBefore) : 0)) != 0) {
-        return bad(absl::StrFormat("unknown record flags %#x", flags));
+        return unknown(absl::StrFormat("unknown record flags %#x", flags));
       }
       out->type = insert ? WalRecordType::kInsert : WalRecordType::kDelete;
       out->hashes.resize(count);
@@ -190,7 +195,7 @@ WalParse ParseWalRecord(absl::Span<const uint8_t> data, WalRecord* out, size_t* 
       break;
     }
     case static_cast<uint8_t>(WalRecordType::kCreateFilter): {
-      if (flags != 0) return bad(absl::StrFormat("unknown record flags %#x", flags));
+      if (flags != 0) return unknown(absl::StrFormat("unknown record flags %#x", flags));
       if (payload_bytes < kCreateFixed) return bad("a create record too short for a filter");
       const uint32_t name_len = Get32(payload);
       if (name_len == 0 || name_len > kMaxFilterNameBytes ||
@@ -228,7 +233,7 @@ WalParse ParseWalRecord(absl::Span<const uint8_t> data, WalRecord* out, size_t* 
       out->type = WalRecordType::kDropFilter;
       break;
     default:
-      return bad(absl::StrFormat("unknown record type %u", type));
+      return unknown(absl::StrFormat("unknown record type %u", type));
   }
   *length = len;
   return WalParse::kRecord;
@@ -236,7 +241,7 @@ WalParse ParseWalRecord(absl::Span<const uint8_t> data, WalRecord* out, size_t* 
 
 namespace {
 
-enum class HeaderState { kOk, kZero, kBad };
+enum class HeaderState { kOk, kZero, kBad, kNewer };
 
 HeaderState ParseSegmentHeader(absl::Span<const uint8_t> data, WalSegmentHeader* h,
                                std::string* why) {
@@ -259,10 +264,10 @@ HeaderState ParseSegmentHeader(absl::Span<const uint8_t> data, WalSegmentHeader*
   }
   if (Get32(p + 8) != kWalFormatVersion || Get32(p + 12) != kWalSegmentHeaderBytes) {
     *why = absl::StrFormat(
-        "segment format version %u is not one this build reads (version %u): written by a newer "
-        "cuckood",
+        "segment format version %u is not one this build reads (version %u): a newer cuckood "
+        "wrote it",
         Get32(p + 8), kWalFormatVersion);
-    return HeaderState::kBad;
+    return HeaderState::kNewer;
   }
   h->sequence = Get64(p + 16);
   h->first_lsn = Get64(p + 24);
@@ -270,7 +275,8 @@ HeaderState ParseSegmentHeader(absl::Span<const uint8_t> data, WalSegmentHeader*
   h->created = absl::FromUnixMicros(static_cast<int64_t>(Get64(p + 40)));
   h->prev_last_lsn = Get64(p + 48);
   if (h->first_lsn == 0 || h->prev_last_lsn >= h->first_lsn) {
-    *why = "segment header with first lsn 0";
+    *why = absl::StrFormat("impossible segment header (first lsn %u, previous segment's last %u)",
+                           h->first_lsn, h->prev_last_lsn);
     return HeaderState::kBad;
   }
   return HeaderState::kOk;
@@ -339,7 +345,10 @@ absl::StatusOr<WalScan> ScanWal(WalEnv* env, const std::string& dir,
     uint64_t seq;
     const absl::string_view stem =
         absl::string_view(name).substr(0, name.size() - kWalSegmentSuffix.size());
-    if (stem.size() != 16 || !absl::SimpleHexAtoi(stem, &seq)) {
+    if (stem.size() != 16 ||
+        !std::all_of(stem.begin(), stem.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }) ||
+        !absl::SimpleHexAtoi(stem, &seq)) {
       return absl::DataLossError(
           absl::StrFormat("%s/%s: not a log segment name (<16 hex digits>.wal); move it out of %s",
                           dir, name, dir));
@@ -362,6 +371,13 @@ absl::StatusOr<WalScan> ScanWal(WalEnv* env, const std::string& dir,
     const absl::Span<const uint8_t> data(*bytes);
     WalSegmentHeader h;
     const HeaderState hs = ParseSegmentHeader(data, &h, &why);
+    auto newer = [&](size_t offset) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s at offset %u: %s; this build cannot replay the write-ahead log in %s: run the newer "
+          "cuckood again",
+          path, offset, why, dir));
+    };
+    if (hs == HeaderState::kNewer) return newer(0);
     // Where the log ends, if it ends in this file, and what is there
     // instead of the next record ("" when only zeros are).
     size_t end_at = 0;
@@ -377,19 +393,17 @@ absl::StatusOr<WalScan> ScanWal(WalEnv* env, const std::string& dir,
     } else if (hs != HeaderState::kOk) {
       // Prepared but never used (zeros), or a header torn by a crash while
       // the segment was being started.
-      if (hs == HeaderState::kBad) end_why = why;
+      if (hs == HeaderState::kBad) {
+        end_why = why;
+      } else if (!all_zero(data)) {
+        end_why = "a segment without a header holds written bytes";
+      }
     } else {
       if (h.sequence != files[i].first) {
         return absl::DataLossError(absl::StrFormat(
             "%s: the segment header says it is segment %u; the log in %s is damaged (was a file "
             "copied or renamed?)",
             path, h.sequence, dir));
-      }
-      if (expected != 0 && h.first_lsn < expected) {
-        return absl::DataLossError(absl::StrFormat(
-            "%s: the segment starts at lsn %u, but the one before ends at lsn %u; the log in %s "
-            "is damaged",
-            path, h.first_lsn, expected - 1, dir));
       }
       expected = h.first_lsn;
       WalSegmentInfo info{.path = path,
@@ -403,6 +417,7 @@ absl::StatusOr<WalScan> ScanWal(WalEnv* env, const std::string& dir,
       while (off < data.size()) {
         size_t len = 0;
         const WalParse p = ParseWalRecord(data.subspan(off), &record, &len, &why);
+        if (p == WalParse::kUnknown) return newer(off);
         if (p == WalParse::kRecord && record.lsn != expected) {
           why = absl::StrFormat("a record with lsn %u where lsn %u was next", record.lsn, expected);
         }

@@ -33,9 +33,11 @@ inline constexpr uint32_t kWalFormatVersion = 1;
 inline constexpr size_t kWalSegmentHeaderBytes = 64;
 inline constexpr size_t kWalRecordHeaderBytes = 32;
 inline constexpr size_t kWalRecordTrailerBytes = 8;  // The checksum.
-// No record is longer (a shard write holds at most CuckooFilter::kBatchPartKeys
-// hashes, 32 KiB).
-inline constexpr size_t kWalMaxRecordBytes = size_t{1} << 20;
+// No record is longer: a shard write holds at most CuckooFilter::kBatchPartKeys
+// hashes (32 KiB).
+inline constexpr size_t kWalMaxRecordBytes = size_t{64} << 10;
+static_assert(kWalMaxRecordBytes >= kWalRecordHeaderBytes + 8 + 8 * CuckooFilter::kBatchPartKeys +
+                                        kWalRecordTrailerBytes);
 // Segment files are <16 hex digits of their sequence number>.wal.
 inline constexpr absl::string_view kWalSegmentSuffix = ".wal";
 
@@ -91,7 +93,9 @@ void EncodeDropFilter(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id, uin
 // Decodes the record at the start of `data`. kRecord: *out and *length
 // set. kEnd: the length field is zero (no record was written here). kBad:
 // *why says what is wrong (too short, bad length, checksum, structure).
-enum class WalParse { kRecord, kEnd, kBad };
+// kUnknown: the checksum matches, but the record holds a type, flags or
+// filter settings this build does not know (a newer cuckood wrote it).
+enum class WalParse { kRecord, kEnd, kBad, kUnknown };
 WalParse ParseWalRecord(absl::Span<const uint8_t> data, WalRecord* out, size_t* length,
                         std::string* why);
 
@@ -126,8 +130,10 @@ struct WalScan {
 // torn write, cut off (WalScan::cut), unless a later valid record says the
 // missing one had been made durable: then it is damage, and the result is
 // DATA_LOSS naming the segment and offset, and what to do. Segment files
-// with bad names or headers before the end are DATA_LOSS too. I/O errors
-// are returned as is.
+// with bad names or headers before the end are DATA_LOSS too. A segment or
+// record this build cannot read although its checksum matches (written by a
+// newer cuckood) is FAILED_PRECONDITION naming it. I/O errors are returned
+// as is.
 absl::StatusOr<WalScan> ScanWal(WalEnv* env, const std::string& dir,
                                 const std::function<absl::Status(const WalRecord&)>& apply);
 

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
+#include "core/hash.h"
 #include "server/wal_format.h"
 #include "tests/server/fault_wal_env.h"
 #include "tests/util/temp_dir.h"
@@ -211,6 +213,38 @@ TEST(WalTest, ChecksumMismatchBeforeTheTailIsAStartupErrorNamingSegmentAndOffset
   EXPECT_TRUE(absl::StrContains(scan.status().message(), "move")) << "says what to do";
 }
 
+// A log this build cannot read, although intact, was written by a newer
+// cuckood: refused (FAILED_PRECONDITION), never cut off or skipped.
+TEST(WalTest, NewerSegmentVersionOrRecordTypeIsRefusedNotCut) {
+  TempDir dir;
+  const std::string wal_dir = dir.path() + "/wal";
+  const std::string segment = WriteSyncedLog(wal_dir, 3);
+  const std::vector<uint8_t> good = ReadFile(segment);
+
+  std::vector<uint8_t> newer = good;
+  newer[8] = 2;  // Segment format version 2, header checksum resealed.
+  const uint64_t sum = XXH3_64bits(newer.data(), 56);
+  std::memcpy(newer.data() + 56, &sum, 8);
+  WriteFile(segment, newer);
+  absl::StatusOr<WalScan> scan = Scan(PosixWalEnv(), wal_dir, nullptr);
+  EXPECT_TRUE(absl::IsFailedPrecondition(scan.status())) << scan.status();
+  EXPECT_TRUE(absl::StrContains(scan.status().message(), "newer cuckood")) << scan.status();
+
+  std::vector<uint8_t> unknown = good;
+  const size_t second = kWalSegmentHeaderBytes + WalShardWriteBytes(5);
+  unknown[second + 4] = 99;  // Record type 99, record checksum resealed.
+  const size_t len = WalShardWriteBytes(5);
+  const uint64_t rsum = XXH3_64bits(unknown.data() + second, len - 8);
+  std::memcpy(unknown.data() + second + len - 8, &rsum, 8);
+  WriteFile(segment, unknown);
+  scan = Scan(PosixWalEnv(), wal_dir, nullptr);
+  EXPECT_TRUE(absl::IsFailedPrecondition(scan.status())) << scan.status();
+  EXPECT_TRUE(absl::StrContains(scan.status().message(), "unknown record type 99"))
+      << scan.status();
+  EXPECT_TRUE(absl::StrContains(scan.status().message(), absl::StrCat("offset ", second)))
+      << scan.status();
+}
+
 TEST(WalTest, SegmentsRotateAndTruncationRemovesOnlyWhatNoOneNeeds) {
   TempDir dir;
   const std::string wal_dir = dir.path() + "/wal";
@@ -363,6 +397,8 @@ TEST(WalTest, EnospcOnAppendFailsTheWaitersAndTheLogNeverAcknowledgesAgain) {
   EXPECT_FALSE(s.ok());
   EXPECT_FALSE(wal->Reserve(100).ok());
   EXPECT_FALSE(wal->health().ok());
+  // on_failure runs after the waiters are answered.
+  for (int i = 0; i < 100 && failures.load() == 0; ++i) absl::SleepFor(absl::Milliseconds(10));
   EXPECT_EQ(failures.load(), 1);
 }
 
@@ -388,6 +424,7 @@ TEST(WalTest, EioOnFdatasyncIsUnavailableAndNeverRetried) {
   EXPECT_FALSE(wal->WaitDurable(AppendInsert(*wal, 1, 3, 1)).ok());
   EXPECT_FALSE(wal->SyncTo(wal->Stats().appended_lsn).ok());
   EXPECT_EQ(syncs_after_failure.load(), 0);
+  for (int i = 0; i < 100 && failures.load() == 0; ++i) absl::SleepFor(absl::Milliseconds(10));
   EXPECT_EQ(failures.load(), 1);
 }
 
