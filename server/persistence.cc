@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
+#include <deque>
 #include <filesystem>
 #include <system_error>
 #include <utility>
@@ -36,6 +38,109 @@ absl::Status ShuttingDown() {
       "cuckood is shutting down; the final snapshot writes every changed filter (retry against "
       "another replica or after the restart)");
 }
+
+// Replays shard writes on several threads. A shard's writes always go to
+// the same worker and are applied in the order they were queued (the log's),
+// so every shard sees exactly the log's order; different shards (and
+// filters) proceed in parallel. Queued records are bounded in bytes.
+class ParallelApplier {
+ public:
+  explicit ParallelApplier(size_t workers) : workers_(std::max<size_t>(1, workers)) {
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      workers_[i].thread = std::thread([this, i] { Run(workers_[i]); });
+    }
+  }
+  ~ParallelApplier() {
+    for (Worker& w : workers_) {
+      {
+        std::lock_guard<std::mutex> lock(w.mu);
+        w.stop = true;
+      }
+      w.cv.notify_one();
+    }
+    for (Worker& w : workers_) w.thread.join();
+  }
+
+  // Queues record `r` of filter `f` (named `name`), waiting while too much
+  // is queued.
+  void Apply(const std::shared_ptr<CuckooFilter>& f, const std::string& name, const WalRecord& r) {
+    Task t{.filter = f, .name = name, .lsn = r.lsn, .write = r.write, .hashes = r.hashes};
+    const uint64_t bytes = 64 + 8 * t.hashes.size();
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      room_cv_.wait(lock, [&] { return queued_bytes_ + bytes <= kMaxQueuedBytes; });
+      queued_bytes_ += bytes;
+    }
+    Worker& w =
+        workers_[(reinterpret_cast<uintptr_t>(f.get()) / 64 + r.write.shard) % workers_.size()];
+    {
+      std::lock_guard<std::mutex> lock(w.mu);
+      w.tasks.push_back(std::move(t));
+    }
+    w.cv.notify_one();
+  }
+
+  // Waits until everything queued is applied; the first error, and how many
+  // records changed a shard.
+  absl::Status Drain(uint64_t* applied) {
+    std::unique_lock<std::mutex> lock(mu_);
+    room_cv_.wait(lock, [&] { return queued_bytes_ == 0; });
+    *applied = applied_;
+    return error_;
+  }
+
+ private:
+  static constexpr uint64_t kMaxQueuedBytes = uint64_t{64} << 20;
+  struct Task {
+    std::shared_ptr<CuckooFilter> filter;
+    std::string name;  // For the error message.
+    uint64_t lsn;
+    ShardWrite write;
+    std::vector<uint64_t> hashes;
+  };
+  struct Worker {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Task> tasks;  // Guarded by mu.
+    bool stop = false;       // Guarded by mu.
+    std::thread thread;
+  };
+
+  void Run(Worker& w) {
+    while (true) {
+      Task t;
+      {
+        std::unique_lock<std::mutex> lock(w.mu);
+        w.cv.wait(lock, [&] { return w.stop || !w.tasks.empty(); });
+        if (w.tasks.empty()) return;
+        t = std::move(w.tasks.front());
+        w.tasks.pop_front();
+      }
+      t.write.hashes = t.hashes;
+      absl::StatusOr<bool> applied = t.filter->ApplyShardWrite(t.write, t.lsn);
+      const uint64_t bytes = 64 + 8 * t.hashes.size();
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!applied.ok()) {
+        if (error_.ok()) {
+          error_ = absl::DataLossError(absl::StrFormat(
+              "write-ahead log record lsn %u cannot be applied to filter \"%s\": %s", t.lsn, t.name,
+              applied.status().message()));
+        }
+      } else if (*applied) {
+        ++applied_;
+      }
+      queued_bytes_ -= bytes;
+      room_cv_.notify_all();
+    }
+  }
+
+  std::vector<Worker> workers_;
+  std::mutex mu_;
+  std::condition_variable room_cv_;
+  uint64_t queued_bytes_ = 0;  // Guarded by mu_.
+  uint64_t applied_ = 0;       // Guarded by mu_.
+  absl::Status error_;         // Guarded by mu_.
+};
 
 }  // namespace
 
@@ -214,6 +319,11 @@ absl::Status Persistence::ReplayAndOpenLog(LoadSummary* summary) {
   }
   const absl::Time t0 = absl::Now();
   bool removed_files = false;
+  // Shard writes are applied by these workers while this thread reads the
+  // log; creations and drops here. A drop needs no wait for the writes
+  // queued before it: they are applied to the dropped filter, which the
+  // workers hold until then.
+  ParallelApplier applier(std::max(2u, std::thread::hardware_concurrency()));
   absl::StatusOr<WalScan> scan =
       ScanWal(env, wal_options.dir, [&](const WalRecord& r) -> absl::Status {
         switch (r.type) {
@@ -276,19 +386,17 @@ absl::Status Persistence::ReplayAndOpenLog(LoadSummary* summary) {
           case WalRecordType::kDelete: {
             auto it = live.find(r.filter_id);
             if (it == live.end()) return absl::OkStatus();  // Of a filter dropped since.
-            absl::StatusOr<bool> applied = it->second.filter->ApplyShardWrite(r.write, r.lsn);
-            if (!applied.ok()) {
-              return absl::DataLossError(absl::StrFormat(
-                  "write-ahead log record lsn %u cannot be applied to filter \"%s\": %s", r.lsn,
-                  it->second.name, applied.status().message()));
-            }
-            summary->log_applied += *applied ? 1 : 0;
+            applier.Apply(it->second.filter, it->second.name, r);
             return absl::OkStatus();
           }
         }
         return absl::OkStatus();
       });
+  uint64_t writes_applied = 0;
+  const absl::Status applied = applier.Drain(&writes_applied);
+  summary->log_applied += writes_applied;
   if (!scan.ok()) return scan.status();
+  if (!applied.ok()) return applied;
   if (removed_files) {
     if (absl::Status s = SyncSnapshotDirectory(data_dir_); !s.ok()) return s;
   }
@@ -308,6 +416,7 @@ absl::Status Persistence::ReplayAndOpenLog(LoadSummary* summary) {
   absl::StatusOr<std::unique_ptr<Wal>> wal = Wal::Open(wal_options, *scan, at_least);
   if (!wal.ok()) return wal.status();
   wal_ = *std::move(wal);
+  wal_published_.store(wal_.get(), std::memory_order_release);
   // Filters loaded from version-1 snapshots (written before the log
   // existed) get an id now: a create record, which a replay before their
   // next snapshot adopts them by (above). They count as not snapshotted, so
@@ -421,7 +530,9 @@ absl::StatusOr<SnapshotRun> Persistence::SnapshotNow(absl::string_view name, boo
         *filter, filter_name, data_dir_,
         {.buffer_bytes = options_.snapshot_buffer_bytes,
          .before_commit = [this](const SnapshotWriteResult& r) {
-           return wal_ != nullptr ? wal_->SyncTo(r.max_position) : absl::OkStatus();
+           // The creation record too (a filter never written has positions 0).
+           return wal_ != nullptr ? wal_->SyncTo(std::max(r.max_position, r.filter_id))
+                                  : absl::OkStatus();
          }});
     if (!w.ok()) {
       if (metrics_ != nullptr) metrics_->RecordSnapshotWrite(false, 0, absl::ZeroDuration());

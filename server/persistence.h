@@ -28,6 +28,7 @@
 #ifndef CUCKOO_SERVER_PERSISTENCE_H_
 #define CUCKOO_SERVER_PERSISTENCE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -137,7 +138,7 @@ class Persistence {
   const std::string& data_dir() const { return data_dir_; }
   // The write-ahead log: null until LoadAll has replayed it and opened it
   // for appending.
-  Wal* wal() const { return wal_.get(); }
+  Wal* wal() const { return wal_published_.load(std::memory_order_acquire); }
   const PersistenceOptions& options() const { return options_; }
 
   // Locks the data directory (<data-dir>/LOCK) for this process until the
@@ -240,6 +241,9 @@ class Persistence {
   // Held by every file operation: one at a time.
   std::mutex file_mu_;
   std::unique_ptr<Wal> wal_;
+  // wal_.get() once it is open, for other threads (the admin server's
+  // scrapes run while LoadAll replays).
+  std::atomic<Wal*> wal_published_{nullptr};
   // Checks the log's size every second (on the background thread).
   std::unique_ptr<boost::asio::steady_timer> log_timer_;
   absl::Time last_early_snapshot_ = absl::InfinitePast();  // Background thread only.

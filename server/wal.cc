@@ -189,7 +189,15 @@ uint64_t Wal::RoomLocked() const {
   return room > pending ? room - pending : 0;
 }
 
+uint64_t Wal::MaxReservation() const {
+  // A batch larger than one segment's room reserves that much: its records
+  // go out a segment at a time, each prepared ahead as the one before fills.
+  const uint64_t segment = options_.segment_bytes - kWalSegmentHeaderBytes;
+  return segment > kWalMaxRecordBytes ? segment - kWalMaxRecordBytes : segment;
+}
+
 absl::Status Wal::Reserve(uint64_t bytes) {
+  bytes = std::min(bytes, MaxReservation());
   std::unique_lock<std::mutex> lock(mu_);
   const absl::Time give_up = absl::Now() + absl::Seconds(5);
   while (true) {
@@ -219,6 +227,7 @@ absl::Status Wal::Reserve(uint64_t bytes) {
 }
 
 void Wal::Unreserve(uint64_t bytes) {
+  bytes = std::min(bytes, MaxReservation());
   std::lock_guard<std::mutex> lock(mu_);
   reserved_ -= std::min(reserved_, bytes);
 }

@@ -112,10 +112,11 @@ class Wal {
 
   const WalOptions& options() const { return options_; }
 
-  // Reserves room for `bytes` of records (see WalBytesFor*): OK, or
-  // RESOURCE_EXHAUSTED when the disk has no room for the log (nothing may be
-  // applied then), or the log's failure. Unreserve once the records are
-  // appended (or were not needed).
+  // Reserves room for `bytes` of records (see WalBytesForBatch; at most one
+  // segment's worth is held): OK, or RESOURCE_EXHAUSTED when the disk has no
+  // room for the log (nothing may be applied then), or the log's failure.
+  // Unreserve the same amount once the records are appended (or were not
+  // needed).
   absl::Status Reserve(uint64_t bytes);
   void Unreserve(uint64_t bytes);
 
@@ -170,6 +171,8 @@ class Wal {
   // Makes the prepared segment the current one, its first record `first_lsn`.
   absl::Status StartSegment(uint64_t first_lsn);
   uint64_t DurableLsnLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The most one Reserve holds (see Reserve).
+  uint64_t MaxReservation() const;
   // Bytes the log can still take without another segment being prepared.
   uint64_t RoomLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Answers the waiters that are durable now (or all, with the failure).

@@ -456,6 +456,27 @@ TEST(WalTest, FullDiskWhenPreparingASegmentRefusesReservationsBeforeAnythingIsAp
   EXPECT_TRUE(wal->WaitDurable(lsn).ok());
 }
 
+// A batch whose records need more than a segment (100000 keys on 256 KiB
+// segments) is admitted, and its records span segments.
+TEST(WalTest, ABatchLargerThanASegmentIsAdmittedAndSpansSegments) {
+  TempDir dir;
+  const std::string wal_dir = dir.path() + "/wal";
+  auto wal = OpenWal(wal_dir, PosixWalEnv());
+  ASSERT_NE(wal, nullptr);
+  const uint64_t bound = WalBytesForBatch(100'000, 16);
+  ASSERT_GT(bound, kSegment);
+  ASSERT_TRUE(wal->Reserve(bound).ok());
+  uint64_t lsn = 0;
+  for (int i = 0; i < 25; ++i) lsn = AppendInsert(*wal, 1, i * 4096, 4096);
+  wal->Unreserve(bound);
+  ASSERT_TRUE(wal->WaitDurable(lsn).ok());
+  EXPECT_GE(wal->Stats().segments, 3u);
+  std::vector<WalRecord> records;
+  absl::StatusOr<WalScan> scan = Scan(PosixWalEnv(), wal_dir, &records);
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  EXPECT_EQ(records.size(), 25u);
+}
+
 TEST(WalTest, ClosingWritesAndSyncsEverythingAppended) {
   TempDir dir;
   const std::string wal_dir = dir.path() + "/wal";
