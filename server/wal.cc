@@ -44,17 +44,6 @@ uint64_t WalBytesForBatch(size_t keys, uint32_t shards) {
 
 namespace {
 
-uint32_t RecordLength(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-uint64_t RecordLsn(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p + 8, 8);
-  return v;
-}
-
 // What a waiter gets when the log failed: the system error, and what it
 // means for this process.
 absl::Status FailureStatus(const absl::Status& io) {
@@ -384,14 +373,14 @@ absl::Status Wal::WriteOut(const std::vector<uint8_t>& data, uint64_t* records) 
     size_t run = 0;
     uint64_t last_lsn = 0;
     while (pos + run < data.size()) {
-      const uint32_t len = RecordLength(data.data() + pos + run);
+      const uint32_t len = WalRecordLength(data.data() + pos + run);
       if (current_ == nullptr || end + run + len > bytes) break;
-      last_lsn = RecordLsn(data.data() + pos + run);
+      last_lsn = WalRecordLsn(data.data() + pos + run);
       run += len;
       ++*records;
     }
     if (run == 0) {
-      if (absl::Status s = StartSegment(RecordLsn(data.data() + pos)); !s.ok()) return s;
+      if (absl::Status s = StartSegment(WalRecordLsn(data.data() + pos)); !s.ok()) return s;
       continue;
     }
     if (absl::Status s = current_->Write(end, absl::MakeConstSpan(data.data() + pos, run));

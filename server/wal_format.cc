@@ -77,6 +77,9 @@ void EncodeSegmentHeader(const WalSegmentHeader& h, uint8_t out[kWalSegmentHeade
   Put64(out + 56, XXH3_64bits(out, 56));
 }
 
+uint32_t WalRecordLength(const uint8_t* record) { return Get32(record); }
+uint64_t WalRecordLsn(const uint8_t* record) { return Get64(record + 8); }
+
 size_t WalCreateFilterBytes(absl::string_view name) {
   return kWalRecordHeaderBytes + kCreateFixed + Pad8(name.size()) + kWalRecordTrailerBytes;
 }
@@ -132,7 +135,7 @@ WalParse ParseWalRecord(absl::Span<const uint8_t> data, WalRecord* out, size_t* 
     *why = "a record header cut off by the end of the segment";
     return WalParse::kBad;
   }
-  const uint32_t len = Get32(data.data());
+  const uint32_t len = WalRecordLength(data.data());
   if (len == 0) return WalParse::kEnd;
   if (len < kWalRecordHeaderBytes + kWalRecordTrailerBytes || len % 8 != 0 ||
       len > kWalMaxRecordBytes) {
@@ -153,7 +156,7 @@ WalParse ParseWalRecord(absl::Span<const uint8_t> data, WalRecord* out, size_t* 
   // write is damage (kBad).
   const uint8_t type = p[4];
   const uint8_t flags = p[5];
-  out->lsn = Get64(p + 8);
+  out->lsn = WalRecordLsn(p);
   out->synced_lsn = Get64(p + 16);
   out->filter_id = Get64(p + 24);
   const uint8_t* payload = p + kWalRecordHeaderBytes;

@@ -90,6 +90,11 @@ void EncodeCreateFilter(uint64_t lsn, uint64_t synced_lsn, absl::string_view nam
                         const FilterShape& shape, uint8_t* out);
 void EncodeDropFilter(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id, uint8_t* out);
 
+// The length and lsn fields of the (framed, checked) record at `record`: for
+// the writer, which walks the records it framed without decoding them.
+uint32_t WalRecordLength(const uint8_t* record);
+uint64_t WalRecordLsn(const uint8_t* record);
+
 // Decodes the record at the start of `data`. kRecord: *out and *length
 // set. kEnd: the length field is zero (no record was written here). kBad:
 // *why says what is wrong (too short, bad length, checksum, structure).
