@@ -73,6 +73,12 @@ TEST(ConfigTest, InvalidValuesNameTheFlag) {
       {[](ServerConfig& c) { c.log_level = "loud"; }, "--log-level=\"loud\""},
       {[](ServerConfig& c) { c.log_format = "xml"; }, "--log-format=\"xml\""},
       {[](ServerConfig& c) { c.drain_timeout = absl::Seconds(-1); }, "--drain-timeout=-1s"},
+      {[](ServerConfig& c) { c.wal_sync_interval = absl::Milliseconds(1); },
+       "--wal-sync-interval=1ms must be between 10ms and 1h"},
+      {[](ServerConfig& c) { c.wal_segment_bytes = (uint64_t{1} << 20) + 8; },
+       "--wal-segment-size=1048584 must be a multiple of 4KiB"},
+      {[](ServerConfig& c) { c.wal_max_bytes = uint64_t{64} << 20; },
+       "--wal-max-size=64MiB must be at least twice --wal-segment-size=64MiB"},
       {[](ServerConfig& c) { c.snapshot_interval = absl::Seconds(-1); },
        "--snapshot-interval=-1s must be 0 (off) or at least 1s"},
       {[](ServerConfig& c) { c.snapshot_interval = absl::Milliseconds(500); },
@@ -138,6 +144,23 @@ TEST(ConfigTest, FlagsTakeDashesOrUnderscoresAndUnits) {
   EXPECT_EQ(c->memory_budget_bytes, uint64_t{2} << 30);
   EXPECT_EQ(c->drain_timeout, absl::Seconds(3));
   EXPECT_EQ(c->listen, "127.0.0.1:6000");
+}
+
+TEST(ConfigTest, DurabilityComesFromFlagOrEnvironmentAndNamesTheChoicesWhenWrong) {
+  EXPECT_EQ(Parse({})->durability, Durability::kSync);
+  setenv("CUCKOOD_DURABILITY", "interval", 1);
+  auto c = Parse({"--wal-sync-interval=250ms"});
+  unsetenv("CUCKOOD_DURABILITY");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->durability, Durability::kInterval);
+  EXPECT_EQ(c->wal_sync_interval, absl::Milliseconds(250));
+  auto bad = Parse({"--durability=always"});
+  ASSERT_TRUE(absl::IsInvalidArgument(bad.status()));
+  EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("--durability"));
+  EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("\"always\""));
+  EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("interval"));
+  // Flags are process-wide: put the defaults back for the tests after this.
+  ASSERT_TRUE(Parse({"--durability=sync", "--wal-sync-interval=1s"}).ok());
 }
 
 TEST(ConfigTest, EnvironmentSetsFlagsAndTheCommandLineWins) {
