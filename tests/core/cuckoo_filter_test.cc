@@ -148,8 +148,8 @@ class CuckooFilterKindTest : public ::testing::TestWithParam<TableKind> {
 TEST(CuckooFilterTest, RestoredFilterContinuesExactlyLikeTheOriginal) {
   int even_states_seen = 0;
   for (int round = 0; round < 40; ++round) {
-    auto a = CuckooFilter::Create({.capacity = 2000, .shards = 1, .max_kicks = 50,
-                                   .seed = static_cast<uint64_t>(round)});
+    auto a = CuckooFilter::Create(
+        {.capacity = 2000, .shards = 1, .max_kicks = 50, .seed = static_cast<uint64_t>(round)});
     ASSERT_TRUE(a.ok());
     std::vector<std::string> keys;
     for (int i = 0; i < 2100; ++i) keys.push_back(Key(round, i));
