@@ -305,7 +305,7 @@ class MemoryCeiling {
                       [&](uint64_t begin, uint64_t end, Tally& t) {
                         for (uint64_t q = begin; q < end; ++q) {
                           auto [a, b] = Place(q);
-                          t.positives += (Read(a) == q) | (Read(b) == q);
+                          t.positives += int{Read(a) == q} | int{Read(b) == q};
                         }
                       })
         .first;
@@ -325,7 +325,7 @@ class MemoryCeiling {
                         for (uint64_t q = begin; q < end; ++q) {
                           auto [a, b] = ring[q % kAhead];
                           if (q + kAhead < end) start(q + kAhead);
-                          t.positives += (Read(a) == q) | (Read(b) == q);
+                          t.positives += int{Read(a) == q} | int{Read(b) == q};
                         }
                       })
         .first;

@@ -101,7 +101,7 @@ absl::StatusOr<v1::GetServerInfoResponse> Client::ServerInfo() {
 }
 
 absl::StatusOr<Client::Limits> Client::BatchLimits() {
-  std::lock_guard<std::mutex> lock(limits_mu_);
+  MutexLock lock(&limits_mu_);
   if (limits_) return *limits_;
   Limits limits{options_.max_batch_keys, options_.max_batch_bytes};
   if (limits.keys == 0 || limits.bytes == 0) {

@@ -32,16 +32,17 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "core/mutex.h"
 #include "cuckoo/v1/filter_service.grpc.pb.h"
 
 namespace cuckoo::client {
@@ -121,8 +122,8 @@ class Client {
   ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::FilterService::Stub> stub_;
-  std::mutex limits_mu_;
-  std::optional<Limits> limits_;  // Guarded by limits_mu_.
+  Mutex limits_mu_;
+  std::optional<Limits> limits_ ABSL_GUARDED_BY(limits_mu_);
 };
 
 // grpc::Status -> absl::Status, same code and message.

@@ -405,8 +405,9 @@ struct TableImpl {
 
   ABSL_ATTRIBUTE_ALWAYS_INLINE bool Lookup(const Place& p) const {
     // Both buckets, no short circuit: the two loads overlap and the branch on
-    // a 50/50 outcome goes away.
-    return Contains(p.i1, p.fp) | Contains(p.i2, p.fp);
+    // a 50/50 outcome goes away. (`|` promotes bools to int anyway; spelled
+    // out, clang knows the `|` is meant.)
+    return int{Contains(p.i1, p.fp)} | int{Contains(p.i2, p.fp)};
   }
 
   // Inserts p's fingerprint. With `walk` false, only a slot free within two

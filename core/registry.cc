@@ -133,8 +133,8 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::Create(
   // Wait for a creation of this name already under way: its outcome is this
   // call's starting point.
   {
-    std::unique_lock<std::mutex> lock(creating_mu_);
-    creating_cv_.wait(lock, [&] { return !creating_.contains(name); });
+    MutexLock lock(&creating_mu_);
+    while (creating_.contains(name)) creating_mu_.Wait(&creating_cv_);
     creating_.emplace(name);
   }
   struct Done {
@@ -142,7 +142,7 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::Create(
     absl::string_view name;
     ~Done() {
       {
-        std::lock_guard<std::mutex> lock(r->creating_mu_);
+        MutexLock lock(&r->creating_mu_);
         r->creating_.erase(name);
       }
       r->creating_cv_.notify_all();

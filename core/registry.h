@@ -20,7 +20,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "core/cuckoo_filter.h"
+#include "core/mutex.h"
 #include "core/shared_mutex.h"
 
 namespace cuckoo {
@@ -110,7 +110,7 @@ class FilterRegistry {
   // Names a Create is working on: one creation of a name at a time, so a
   // racing idempotent create gets the filter, not a budget error caused by
   // the memory its twin holds.
-  std::mutex creating_mu_;
+  Mutex creating_mu_;
   std::condition_variable creating_cv_;
   absl::flat_hash_set<std::string> creating_ ABSL_GUARDED_BY(creating_mu_);
 };

@@ -247,7 +247,7 @@ Metrics::MethodCounters& Metrics::Counters(RpcMethod method) {
 void Metrics::RecordRpc(RpcMethod method, grpc::StatusCode code, std::chrono::nanoseconds elapsed) {
   MethodCounters& c = Counters(method);
   const auto code_index = static_cast<size_t>(code);
-  c.calls[code_index < c.calls.size() ? code_index : grpc::StatusCode::UNKNOWN].fetch_add(
+  c.calls[code_index < c.calls.size() ? code_index : size_t{grpc::StatusCode::UNKNOWN}].fetch_add(
       1, std::memory_order_relaxed);
   const int64_t ns = std::max<int64_t>(0, elapsed.count());
   const size_t bucket = std::lower_bound(kDurationBucketsNs.begin(), kDurationBucketsNs.end(), ns) -

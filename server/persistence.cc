@@ -372,7 +372,7 @@ absl::Status Persistence::ReplayAndOpenLog(LoadSummary* summary) {
             if (it == live.end()) return absl::OkStatus();
             (void)registry_->Drop(it->second.name, it->second.filter.get());
             {
-              std::lock_guard<std::mutex> lock(records_mu_);
+              MutexLock lock(&records_mu_);
               records_.erase(it->second.name);
             }
             // A drop whose file removal a crash cut short.
@@ -481,12 +481,12 @@ void Persistence::TruncateLogLocked() {
 
 void Persistence::SetRecord(absl::string_view name, const std::shared_ptr<CuckooFilter>& filter,
                             const SnapshotRecord& record) {
-  std::lock_guard<std::mutex> lock(records_mu_);
+  MutexLock lock(&records_mu_);
   records_[name] = Entry{.filter = filter, .record = record};
 }
 
 SnapshotRecord Persistence::Record(absl::string_view name, const CuckooFilter& filter) const {
-  std::lock_guard<std::mutex> lock(records_mu_);
+  MutexLock lock(&records_mu_);
   auto it = records_.find(name);
   if (it == records_.end() || it->second.filter.lock().get() != &filter) return {};
   return it->second.record;
@@ -512,7 +512,7 @@ absl::StatusOr<SnapshotRun> Persistence::SnapshotNow(absl::string_view name, boo
         continue;
       }
     }
-    std::lock_guard<std::mutex> file_lock(file_mu_);
+    MutexLock file_lock(&file_mu_);
     // Still the filter of that name? Drops also hold file_mu_, so it stays
     // so until the file is written: a dropped filter's file never comes
     // back, and a new filter's is never written as the old one's.
@@ -556,7 +556,7 @@ absl::StatusOr<SnapshotRun> Persistence::SnapshotNow(absl::string_view name, boo
     run.written.emplace_back(filter_name, *std::move(w));
   }
   {
-    std::lock_guard<std::mutex> file_lock(file_mu_);
+    MutexLock file_lock(&file_mu_);
     TruncateLogLocked();
   }
   if (!first_error.ok()) return first_error;
@@ -566,7 +566,7 @@ absl::StatusOr<SnapshotRun> Persistence::SnapshotNow(absl::string_view name, boo
 
 absl::StatusOr<std::shared_ptr<CuckooFilter>> Persistence::DropNow(
     absl::string_view name, const std::weak_ptr<CuckooFilter>& only) {
-  std::lock_guard<std::mutex> file_lock(file_mu_);
+  MutexLock file_lock(&file_mu_);
   if (options_.before_file_operation) options_.before_file_operation("remove", name);
   absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = registry_->Get(name);
   if (!filter.ok()) return filter.status();
@@ -601,7 +601,7 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> Persistence::DropNow(
   }
   if (absl::Status s = registry_->Drop(name, filter->get()); !s.ok()) return s;
   {
-    std::lock_guard<std::mutex> lock(records_mu_);
+    MutexLock lock(&records_mu_);
     records_.erase(name);
   }
   if (absl::Status s = wal_ != nullptr ? RemoveSnapshotFile(name) : absl::OkStatus(); !s.ok()) {
@@ -644,7 +644,7 @@ void Persistence::Finish(Job& job, const absl::Status& status) {
 
 void Persistence::Enqueue(std::unique_ptr<Job> job) {
   {
-    std::unique_lock<std::mutex> lock(state_mu_);
+    MutexLock lock(&state_mu_);
     if (running_ && !cancelled_) {
       if (job->kind == Job::kSnapshot) {
         for (const std::unique_ptr<Job>& queued : queue_) {
@@ -663,14 +663,14 @@ void Persistence::Enqueue(std::unique_ptr<Job> job) {
         boost::asio::post(io_, [this] { RunOne(); });
         return;
       }
-      lock.unlock();
+      lock.Unlock();
       Finish(*job, absl::ResourceExhaustedError(absl::StrFormat(
                        "%u snapshot and drop requests are waiting already; retry later",
                        options_.max_queued)));
       return;
     }
     if (cancelled_) {
-      lock.unlock();
+      lock.Unlock();
       Finish(*job, ShuttingDown());
       return;
     }
@@ -687,7 +687,7 @@ void Persistence::Enqueue(std::unique_ptr<Job> job) {
 void Persistence::RunOne() {
   std::unique_ptr<Job> job;
   {
-    std::lock_guard<std::mutex> lock(state_mu_);
+    MutexLock lock(&state_mu_);
     if (queue_.empty()) return;  // Cancelled.
     job = std::move(queue_.front());
     queue_.pop_front();
@@ -706,7 +706,7 @@ void Persistence::RunOne() {
 void Persistence::CancelQueued() {
   std::deque<std::unique_ptr<Job>> cancelled;
   {
-    std::lock_guard<std::mutex> lock(state_mu_);
+    MutexLock lock(&state_mu_);
     cancelled_ = true;
     cancelled.swap(queue_);
   }
@@ -714,7 +714,7 @@ void Persistence::CancelQueued() {
 }
 
 void Persistence::Start(absl::Duration interval) {
-  std::lock_guard<std::mutex> lock(state_mu_);
+  MutexLock lock(&state_mu_);
   if (running_) return;
   running_ = true;
   cancelled_ = false;
@@ -736,7 +736,7 @@ void Persistence::ArmTimer() {
     if (!run.ok()) {
       spdlog::error("periodic snapshot: {}", std::string(run.status().message()));
     }
-    std::lock_guard<std::mutex> lock(state_mu_);
+    MutexLock lock(&state_mu_);
     if (running_) ArmTimer();
   });
 }
@@ -757,7 +757,7 @@ void Persistence::ArmLogCheck() {
         spdlog::error("early snapshot: {}", std::string(run.status().message()));
       }
     }
-    std::lock_guard<std::mutex> lock(state_mu_);
+    MutexLock lock(&state_mu_);
     if (running_) ArmLogCheck();
   });
 }
@@ -765,7 +765,7 @@ void Persistence::ArmLogCheck() {
 void Persistence::CloseLog() {
   if (wal_ == nullptr) return;
   {
-    std::lock_guard<std::mutex> file_lock(file_mu_);
+    MutexLock file_lock(&file_mu_);
     TruncateLogLocked();
   }
   wal_->Close();
@@ -773,12 +773,12 @@ void Persistence::CloseLog() {
 
 void Persistence::Stop() {
   {
-    std::lock_guard<std::mutex> lock(state_mu_);
+    MutexLock lock(&state_mu_);
     if (!running_) return;
   }
   CancelQueued();
   {
-    std::lock_guard<std::mutex> lock(state_mu_);
+    MutexLock lock(&state_mu_);
     running_ = false;
     // The timer belongs to the background thread: cancel it there.
     boost::asio::post(io_, [this] {
@@ -790,7 +790,7 @@ void Persistence::Stop() {
   thread_.join();
   timer_.reset();
   log_timer_.reset();
-  std::lock_guard<std::mutex> lock(state_mu_);
+  MutexLock lock(&state_mu_);
   cancelled_ = false;  // From now on requests run in the caller.
 }
 

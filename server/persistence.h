@@ -33,12 +33,12 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -46,6 +46,7 @@
 #include "boost/asio/executor_work_guard.hpp"
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/steady_timer.hpp"
+#include "core/mutex.h"
 #include "core/registry.h"
 #include "core/snapshot.h"
 #include "server/wal.h"
@@ -222,7 +223,7 @@ class Persistence {
   absl::Status ReplayAndOpenLog(LoadSummary* summary);
   // Deletes the log segments no filter needs any more (after snapshots),
   // first retrying the removal of dropped filters' files. Holds file_mu_.
-  void TruncateLogLocked();
+  void TruncateLogLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(file_mu_);
   // Removes a dropped filter's snapshot file and syncs the directory.
   absl::Status RemoveSnapshotFile(absl::string_view name);
   void ArmLogCheck();
@@ -239,7 +240,7 @@ class Persistence {
   int lock_fd_ = -1;
 
   // Held by every file operation: one at a time.
-  std::mutex file_mu_;
+  Mutex file_mu_;
   std::unique_ptr<Wal> wal_;
   // wal_.get() once it is open, for other threads (the admin server's
   // scrapes run while LoadAll replays).
@@ -250,19 +251,19 @@ class Persistence {
   // Names of dropped filters whose snapshot file could not be removed (or
   // the removal not synced): the log is not truncated until they are gone,
   // so that a restart still replays their drop.
-  std::vector<std::string> pending_removals_;  // Guarded by file_mu_.
+  std::vector<std::string> pending_removals_ ABSL_GUARDED_BY(file_mu_);
 
-  std::mutex state_mu_;
-  bool running_ = false;                    // Guarded by state_mu_.
-  bool cancelled_ = false;                  // Guarded by state_mu_.
-  std::deque<std::unique_ptr<Job>> queue_;  // Guarded by state_mu_.
+  Mutex state_mu_;
+  bool running_ ABSL_GUARDED_BY(state_mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(state_mu_) = false;
+  std::deque<std::unique_ptr<Job>> queue_ ABSL_GUARDED_BY(state_mu_);
 
   struct Entry {
     std::weak_ptr<const CuckooFilter> filter;  // The filter the record is of.
     SnapshotRecord record;
   };
-  mutable std::mutex records_mu_;
-  absl::flat_hash_map<std::string, Entry> records_;  // Guarded by records_mu_.
+  mutable Mutex records_mu_;
+  absl::flat_hash_map<std::string, Entry> records_ ABSL_GUARDED_BY(records_mu_);
 };
 
 }  // namespace cuckoo::server

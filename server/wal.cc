@@ -78,7 +78,7 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(WalOptions options, const WalScan
     if (absl::Status s = env->SyncDir(dir); !s.ok()) return s;
   }
   const uint64_t last = std::max(scan.last_lsn, at_least > 0 ? at_least - 1 : 0);
-  std::lock_guard<std::mutex> lock(wal->mu_);
+  MutexLock lock(&wal->mu_);
   wal->appended_lsn_ = wal->written_lsn_ = wal->synced_lsn_ = last;
   uint64_t next_sequence = 1;
   for (const WalSegmentInfo& s : scan.segments) {
@@ -130,18 +130,18 @@ void Wal::PrepareNextLocked() {
 }
 
 void Wal::Prepare() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (true) {
     // It stops only after the committer (Close): the committer may need a
     // segment for the last records.
-    prepare_cv_.wait(lock, [&] { return preparing_ || stop_preparer_; });
+    while (!(preparing_ || stop_preparer_)) mu_.Wait(&prepare_cv_);
     if (stop_preparer_) {
       preparing_ = false;
       done_cv_.notify_all();
       return;
     }
     const std::string path = WalSegmentPath(options_.dir, next_sequence_);
-    lock.unlock();
+    lock.Unlock();
     // A leftover of a preparation that failed halfway (a crash) is replaced.
     (void)env_->Remove(path);
     absl::StatusOr<std::unique_ptr<WalFile>> f = env_->Create(path, options_.segment_bytes);
@@ -151,7 +151,7 @@ void Wal::Prepare() {
       f->reset();
       (void)env_->Remove(path);
     }
-    lock.lock();
+    lock.Lock();
     preparing_ = false;
     if (s.ok()) {
       prepared_ = *std::move(f);
@@ -187,7 +187,7 @@ uint64_t Wal::MaxReservation() const {
 
 absl::Status Wal::Reserve(uint64_t bytes) {
   bytes = std::min(bytes, MaxReservation());
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const absl::Time give_up = absl::Now() + absl::Seconds(5);
   while (true) {
     if (!failure_.ok()) return failure_;
@@ -211,19 +211,19 @@ absl::Status Wal::Reserve(uint64_t bytes) {
           "the write-ahead log had no room for this request within 5 s; nothing of it was "
           "applied; retry");
     }
-    done_cv_.wait_for(lock, std::chrono::milliseconds(100));
+    mu_.WaitFor(&done_cv_, std::chrono::milliseconds(100));
   }
 }
 
 void Wal::Unreserve(uint64_t bytes) {
   bytes = std::min(bytes, MaxReservation());
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   reserved_ -= std::min(reserved_, bytes);
 }
 
 uint64_t Wal::Append(size_t bytes,
                      const std::function<void(uint64_t, uint64_t, uint8_t*)>& encode) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const uint64_t lsn = ++appended_lsn_;
   if (closed_ || !failure_.ok()) return lsn;
   if (buffer_.empty()) buffered_first_lsn_ = lsn;
@@ -260,7 +260,7 @@ uint64_t Wal::DurableLsnLocked() const {
 void Wal::WhenDurable(uint64_t lsn, Done done) {
   absl::Status now;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (failure_.ok() && lsn > DurableLsnLocked()) {
       if (closed_) {
         now = absl::UnavailableError("the write-ahead log is closed (cuckood is shutting down)");
@@ -292,10 +292,10 @@ absl::Status Wal::WaitDurable(uint64_t lsn) {
 }
 
 absl::Status Wal::SyncTo(uint64_t lsn) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   sync_wanted_lsn_ = std::max(sync_wanted_lsn_, lsn);
   work_cv_.notify_one();
-  done_cv_.wait(lock, [&] { return synced_lsn_ >= lsn || !failure_.ok() || closed_; });
+  while (!(synced_lsn_ >= lsn || !failure_.ok() || closed_)) mu_.Wait(&done_cv_);
   if (synced_lsn_ >= lsn) return absl::OkStatus();
   if (!failure_.ok()) return failure_;
   return absl::UnavailableError("the write-ahead log is closed (cuckood is shutting down)");
@@ -321,9 +321,9 @@ absl::Status Wal::StartSegment(uint64_t first_lsn) {
   Segment seg;
   uint64_t prev_last_lsn = 0;
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     PrepareNextLocked();
-    done_cv_.wait(lock, [&] { return prepared_ != nullptr || !preparing_; });
+    while (!(prepared_ != nullptr || !preparing_)) mu_.Wait(&done_cv_);
     if (prepared_ == nullptr) {
       return prepare_error_.ok() ? absl::UnavailableError("no log segment could be prepared")
                                  : prepare_error_;
@@ -351,7 +351,7 @@ absl::Status Wal::StartSegment(uint64_t first_lsn) {
                        .created = absl::Now()},
                       header);
   if (absl::Status s = next->Write(0, absl::MakeConstSpan(header)); !s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   current_ = std::move(next);
   current_bytes_ = options_.segment_bytes;
   current_end_ = kWalSegmentHeaderBytes;
@@ -365,7 +365,7 @@ absl::Status Wal::WriteOut(const std::vector<uint8_t>& data, uint64_t* records) 
   while (pos < data.size()) {
     uint64_t end, bytes;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       end = current_end_;
       bytes = current_ != nullptr ? current_bytes_ : 0;
     }
@@ -387,7 +387,7 @@ absl::Status Wal::WriteOut(const std::vector<uint8_t>& data, uint64_t* records) 
         !s.ok()) {
       return s;
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     current_end_ += run;
     segments_.back().last_lsn = last_lsn;
     in_write_ -= run;
@@ -398,7 +398,7 @@ absl::Status Wal::WriteOut(const std::vector<uint8_t>& data, uint64_t* records) 
 
 void Wal::Run() {
   std::vector<uint8_t> data;
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (true) {
     const bool interval = options_.durability == Durability::kInterval;
     const bool interval_due = interval && synced_lsn_ < written_lsn_ &&
@@ -406,11 +406,11 @@ void Wal::Run() {
     const bool sync_wanted = sync_wanted_lsn_ > synced_lsn_;
     if (buffer_.empty() && !sync_wanted && !interval_due && !closing_) {
       if (interval && synced_lsn_ < written_lsn_) {
-        work_cv_.wait_for(
-            lock, absl::ToChronoNanoseconds(std::max(
-                      absl::ZeroDuration(), last_sync_ + options_.sync_interval - absl::Now())));
+        mu_.WaitFor(&work_cv_,
+                    absl::ToChronoNanoseconds(std::max(
+                        absl::ZeroDuration(), last_sync_ + options_.sync_interval - absl::Now())));
       } else {
-        work_cv_.wait(lock);
+        mu_.Wait(&work_cv_);
       }
       continue;
     }
@@ -422,7 +422,7 @@ void Wal::Run() {
     const bool sync = failure_.ok() && (options_.durability == Durability::kSync || sync_wanted ||
                                         interval_due || closing_);
     absl::Status s = failure_;
-    lock.unlock();
+    lock.Unlock();
     uint64_t records = 0;
     absl::Duration sync_took;
     if (s.ok() && !data.empty()) s = WriteOut(data, &records);
@@ -436,7 +436,7 @@ void Wal::Run() {
       if (!data.empty() && options_.on_write) options_.on_write(data.size(), records);
       if (sync && options_.on_sync) options_.on_sync(sync_took);
     }
-    lock.lock();
+    lock.Lock();
     in_write_ = 0;
     bool report = false;
     if (!s.ok() && failure_.ok()) {
@@ -453,35 +453,35 @@ void Wal::Run() {
     AnswerLocked(&answers);
     done_cv_.notify_all();
     if (!answers.empty() || report) {
-      lock.unlock();
+      lock.Unlock();
       for (auto& [done, status] : answers) done(status);
       if (report && options_.on_failure) options_.on_failure(s);
-      lock.lock();
+      lock.Lock();
     }
   }
   closed_ = true;
   std::vector<std::pair<Done, absl::Status>> answers;
   AnswerLocked(&answers);
   done_cv_.notify_all();
-  lock.unlock();
+  lock.Unlock();
   for (auto& [done, status] : answers) done(status);
 }
 
 void Wal::Close() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     closing_ = true;
     work_cv_.notify_one();
     prepare_cv_.notify_one();
   }
   if (committer_.joinable()) committer_.join();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_preparer_ = true;
     prepare_cv_.notify_one();
   }
   if (preparer_.joinable()) preparer_.join();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   closed_ = true;
   current_.reset();
 }
@@ -489,7 +489,7 @@ void Wal::Close() {
 absl::Status Wal::Truncate(uint64_t needed_lsn) {
   std::vector<std::string> remove;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     // Only a prefix, and never the segment being written.
     while (segments_.size() > 1 && segments_.front().last_lsn < needed_lsn) {
       remove.push_back(segments_.front().path);
@@ -504,7 +504,7 @@ absl::Status Wal::Truncate(uint64_t needed_lsn) {
 }
 
 WalStats Wal::Stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   WalStats st;
   st.appended_lsn = appended_lsn_;
   st.durable_lsn = DurableLsnLocked();
@@ -518,7 +518,7 @@ WalStats Wal::Stats() const {
 }
 
 absl::Status Wal::health() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return failure_;
 }
 

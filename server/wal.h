@@ -56,6 +56,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "core/mutex.h"
 #include "server/wal_env.h"
 #include "server/wal_format.h"
 
@@ -182,7 +183,7 @@ class Wal {
   const WalOptions options_;
   WalEnv* const env_;
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable work_cv_;     // To the committer: something to do.
   std::condition_variable done_cv_;     // From the committer and preparer: progress.
   std::condition_variable prepare_cv_;  // To the preparer.

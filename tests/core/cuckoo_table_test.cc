@@ -295,7 +295,9 @@ TEST_P(CuckooTableTest, DeletingAbsentKeyReportsNotFoundAndChangesNothing) {
   for (uint64_t i = 0; i < 100; ++i)
     deleted += t.Delete(HashedKey(kAbsent, i)) == DeleteResult::kDeleted;
   EXPECT_EQ(t.items(), n - deleted);
-  if (deleted == 0) EXPECT_TRUE(std::equal(before.begin(), before.end(), t.bytes().begin()));
+  if (deleted == 0) {
+    EXPECT_TRUE(std::equal(before.begin(), before.end(), t.bytes().begin()));
+  }
 }
 
 TEST_P(CuckooTableTest, SlotsHoldExactlyTheInsertedFingerprints) {
@@ -349,7 +351,9 @@ TEST_P(CuckooTableTest, ApproximateCountCountsCopiesAndEachDeleteRemovesExactlyO
     excess += count - copies(i);
   }
   // Collisions need equal fingerprints in a shared bucket: rare for f >= 8.
-  if (p.f >= 8) EXPECT_LE(excess, 4u);
+  if (p.f >= 8) {
+    EXPECT_LE(excess, 4u);
+  }
   for (uint64_t i = 0; i < kKeys; ++i) {
     const uint64_t h = HashedKey(kInserted, i);
     for (uint32_t c = copies(i); c > 0; --c) {
@@ -396,7 +400,9 @@ TEST_P(CuckooTableTest, LookupAcrossTablesMatchesEachTablesOwnLookup) {
   CuckooTable::LookupAcross(ptrs, hashes, absl::Span<bool>(out.get(), hashes.size()));
   for (size_t i = 0; i < hashes.size(); ++i) {
     const CuckooTable& own = tables[l.Shard(hashes[i])];
-    if (present[i]) ASSERT_TRUE(out[i]) << "false negative at " << i;
+    if (present[i]) {
+      ASSERT_TRUE(out[i]) << "false negative at " << i;
+    }
     ASSERT_EQ(out[i], own.MayContain(hashes[i])) << i;
   }
 }

@@ -65,11 +65,6 @@ std::vector<uint8_t> ReadBytes(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-void WriteBytes(const std::string& path, const std::vector<uint8_t>& b) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-}
-
 std::vector<uint8_t> ShardBytes(const CuckooFilter& f, uint32_t i) {
   std::vector<uint8_t> b(f.shape().table_bytes_per_shard());
   f.CopyShard(i, b.data());
@@ -496,7 +491,9 @@ TEST(SnapshotTest, BeforeCommitSeesTheResultAndTheWholeNewFileBeforeItReplacesTh
            EXPECT_EQ(tmp.size(), result.bytes);
            auto r = ParseSnapshot(tmp, "tmp", "bc");
            EXPECT_TRUE(r.ok()) << r.status();
-           if (r.ok()) EXPECT_EQ(r->filter->ShardPositions(), positions);
+           if (r.ok()) {
+             EXPECT_EQ(r->filter->ShardPositions(), positions);
+           }
            return absl::OkStatus();
          }});
     ASSERT_TRUE(w.ok()) << w.status();
