@@ -751,7 +751,7 @@ void AddFilterInfoText(TextFields& t, const v1::FilterInfo& f) {
       .Add("unsnapshotted_changes",
            absl::StrFormat(
                "%u%s", f.unsnapshotted_changes(),
-               f.has_unsnapshotted_changes() ? " (a restart now would lose changes)" : ""));
+               f.has_unsnapshotted_changes() ? " (only in the write-ahead log: a restart replays them)" : ""));
 }
 
 // ---------------------------------------------------------------------------

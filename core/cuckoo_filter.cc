@@ -219,7 +219,7 @@ size_t CuckooFilter::DeleteHashed(absl::Span<const uint64_t> hashes, absl::Span<
   return DeleteHashedImpl(hashes, out, stop, &log);
 }
 
-absl::StatusOr<bool> CuckooFilter::ApplyShardWrite(const ShardWrite& write, uint64_t position) {
+absl::Status CuckooFilter::CheckShardWrite(const ShardWrite& write) const {
   if (write.shard >= shards_.size()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "write to shard %u of a filter with %u shards", write.shard, shards_.size()));
@@ -234,20 +234,74 @@ absl::StatusOr<bool> CuckooFilter::ApplyShardWrite(const ShardWrite& write, uint
     return absl::InvalidArgumentError(
         absl::StrFormat("unknown write kind %d", static_cast<int>(write.kind)));
   }
+  return absl::OkStatus();
+}
+
+bool CuckooFilter::ApplyCheckedShardWrite(const ShardWrite& write, uint64_t position,
+                                          const Lookahead& next) {
   return shards_[write.shard]->Write([&](CuckooTable& t, uint64_t& shard_position) {
     if (shard_position >= position) return false;
     const size_t n = write.hashes.size();
     if (write.kind == ShardWrite::kInsert) {
       ScratchArray<InsertResult, 2> results(n);
       bool full = write.full_before;
-      t.InsertBatch(write.hashes, write.if_absent, results.span(), Lookahead{}, &full);
+      t.InsertBatch(write.hashes, write.if_absent, results.span(), next, &full);
     } else {
       ScratchArray<DeleteResult, 2> results(n);
-      t.DeleteBatch(write.hashes, results.span(), Lookahead{});
+      t.DeleteBatch(write.hashes, results.span(), next);
     }
     shard_position = position;
     return true;
   });
+}
+
+absl::StatusOr<bool> CuckooFilter::ApplyShardWrite(const ShardWrite& write, uint64_t position) {
+  if (absl::Status s = CheckShardWrite(write); !s.ok()) return s;
+  return ApplyCheckedShardWrite(write, position, Lookahead{});
+}
+
+absl::StatusOr<size_t> CuckooFilter::ApplyShardWrites(absl::Span<const ShardWrite> writes,
+                                                      absl::Span<const uint64_t> positions) {
+  if (positions.size() != writes.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%u writes but %u positions", writes.size(), positions.size()));
+  }
+  const size_t n = writes.size();
+  // ahead[i]: the hashes after writes[i] in memory that are the next writes'
+  // (a run of writes whose hashes are contiguous), and their tables.
+  ScratchArray<size_t, 0> run_end(n);  // Hashes from writes[i]'s start to its run's end.
+  for (size_t i = n; i-- > 0;) {
+    run_end[i] = writes[i].hashes.size();
+    if (i + 1 < n &&
+        writes[i + 1].hashes.data() == writes[i].hashes.data() + writes[i].hashes.size()) {
+      run_end[i] += run_end[i + 1];
+    }
+  }
+  size_t total = 0;
+  for (const ShardWrite& w : writes) total += w.hashes.size();
+  ScratchArray<const uint8_t*, 0> tables(total);
+  ScratchArray<size_t, 1> first(n);  // writes[i]'s first entry in `tables`.
+  size_t applied = 0;
+  for (size_t i = 0, at = 0; i < n; ++i) {
+    first[i] = at;
+    if (absl::Status s = CheckShardWrite(writes[i]); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("write ", i, ": ", s.message()));
+    }
+    const uint8_t* bytes = shards_[writes[i].shard]->table_bytes;
+    for (size_t k = 0; k < writes[i].hashes.size(); ++k) tables[at + k] = bytes;
+    at += writes[i].hashes.size();
+  }
+  for (size_t i = 0; i < n; ++i) {
+    Lookahead next;
+    if (i + 1 < n) {
+      const ShardWrite& w = writes[i + 1];
+      const bool contiguous = run_end[i] > writes[i].hashes.size();
+      next = {w.hashes.data(), tables.data() + first[i + 1],
+              contiguous ? run_end[i] - writes[i].hashes.size() : w.hashes.size()};
+    }
+    if (ApplyCheckedShardWrite(writes[i], positions[i], next)) ++applied;
+  }
+  return applied;
 }
 
 void CuckooFilter::DeleteHashed(absl::Span<const uint64_t> hashes, absl::Span<DeleteResult> out) {

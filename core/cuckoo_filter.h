@@ -168,6 +168,16 @@ class CuckooFilter {
   // it). INVALID_ARGUMENT when the write cannot belong to this filter (shard
   // out of range, a hash of another shard).
   absl::StatusOr<bool> ApplyShardWrite(const ShardWrite& write, uint64_t position);
+  // Applies writes[i] at positions[i] for every i, in order, each exactly as
+  // ApplyShardWrite does, but with one prefetch pipeline across them: the
+  // buckets of the next writes' keys are requested from memory while the
+  // current write runs (a shard's part of a batch is often shorter than the
+  // pipeline). Writes whose hashes follow each other in memory are looked
+  // ahead into together. Returns how many changed a shard; when any write
+  // is invalid, INVALID_ARGUMENT naming the first one's index, and none is
+  // applied.
+  absl::StatusOr<size_t> ApplyShardWrites(absl::Span<const ShardWrite> writes,
+                                          absl::Span<const uint64_t> positions);
 
   // An identifier the owner gives the filter, saved in its snapshots
   // (cuckood: the log position of the filter's creation). 0 until set.
@@ -299,6 +309,9 @@ class CuckooFilter {
   // Splits a batch into one run per shard; see the .cc.
   template <typename Result, typename Fn>
   void ForEachShard(absl::Span<const uint64_t> hashes, absl::Span<Result> out, Fn fn) const;
+  // ApplyShardWrite's checks, and the write itself once checked.
+  absl::Status CheckShardWrite(const ShardWrite& write) const;
+  bool ApplyCheckedShardWrite(const ShardWrite& write, uint64_t position, const Lookahead& next);
 
   // Shard counts up to this use the lock-free, unsorted batch lookup.
   static constexpr size_t kMaxShardsForLookupAcross = 64;

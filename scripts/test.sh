@@ -36,7 +36,7 @@ echo "== TSan build + concurrency tests"
 # Only the engine's and the write-ahead log's concurrency tests: TSan cannot see the synchronisation
 # inside Debian's (uninstrumented) gRPC and abseil, so server tests report
 # races there that are not real; they run under ASan and in release instead.
-bash scripts/build.sh tsan concurrency_test wal_test
+bash scripts/build.sh tsan concurrency_test wal_test wal_apply_test
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   ctest --test-dir build/tsan --output-on-failure -j "$jobs" -L concurrency
 echo "== fuzzing: snapshot reader, wire parser"

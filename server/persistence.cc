@@ -22,6 +22,7 @@
 #include "server/config.h"
 #include "server/metrics.h"
 #include "server/status.h"
+#include "server/wal_apply.h"
 #include "spdlog/spdlog.h"
 
 namespace cuckoo::server {
@@ -38,109 +39,6 @@ absl::Status ShuttingDown() {
       "cuckood is shutting down; the final snapshot writes every changed filter (retry against "
       "another replica or after the restart)");
 }
-
-// Replays shard writes on several threads. A shard's writes always go to
-// the same worker and are applied in the order they were queued (the log's),
-// so every shard sees exactly the log's order; different shards (and
-// filters) proceed in parallel. Queued records are bounded in bytes.
-class ParallelApplier {
- public:
-  explicit ParallelApplier(size_t workers) : workers_(std::max<size_t>(1, workers)) {
-    for (size_t i = 0; i < workers_.size(); ++i) {
-      workers_[i].thread = std::thread([this, i] { Run(workers_[i]); });
-    }
-  }
-  ~ParallelApplier() {
-    for (Worker& w : workers_) {
-      {
-        std::lock_guard<std::mutex> lock(w.mu);
-        w.stop = true;
-      }
-      w.cv.notify_one();
-    }
-    for (Worker& w : workers_) w.thread.join();
-  }
-
-  // Queues record `r` of filter `f` (named `name`), waiting while too much
-  // is queued.
-  void Apply(const std::shared_ptr<CuckooFilter>& f, const std::string& name, const WalRecord& r) {
-    Task t{.filter = f, .name = name, .lsn = r.lsn, .write = r.write, .hashes = r.hashes};
-    const uint64_t bytes = 64 + 8 * t.hashes.size();
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      room_cv_.wait(lock, [&] { return queued_bytes_ + bytes <= kMaxQueuedBytes; });
-      queued_bytes_ += bytes;
-    }
-    Worker& w =
-        workers_[(reinterpret_cast<uintptr_t>(f.get()) / 64 + r.write.shard) % workers_.size()];
-    {
-      std::lock_guard<std::mutex> lock(w.mu);
-      w.tasks.push_back(std::move(t));
-    }
-    w.cv.notify_one();
-  }
-
-  // Waits until everything queued is applied; the first error, and how many
-  // records changed a shard.
-  absl::Status Drain(uint64_t* applied) {
-    std::unique_lock<std::mutex> lock(mu_);
-    room_cv_.wait(lock, [&] { return queued_bytes_ == 0; });
-    *applied = applied_;
-    return error_;
-  }
-
- private:
-  static constexpr uint64_t kMaxQueuedBytes = uint64_t{64} << 20;
-  struct Task {
-    std::shared_ptr<CuckooFilter> filter;
-    std::string name;  // For the error message.
-    uint64_t lsn;
-    ShardWrite write;
-    std::vector<uint64_t> hashes;
-  };
-  struct Worker {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::deque<Task> tasks;  // Guarded by mu.
-    bool stop = false;       // Guarded by mu.
-    std::thread thread;
-  };
-
-  void Run(Worker& w) {
-    while (true) {
-      Task t;
-      {
-        std::unique_lock<std::mutex> lock(w.mu);
-        w.cv.wait(lock, [&] { return w.stop || !w.tasks.empty(); });
-        if (w.tasks.empty()) return;
-        t = std::move(w.tasks.front());
-        w.tasks.pop_front();
-      }
-      t.write.hashes = t.hashes;
-      absl::StatusOr<bool> applied = t.filter->ApplyShardWrite(t.write, t.lsn);
-      const uint64_t bytes = 64 + 8 * t.hashes.size();
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!applied.ok()) {
-        if (error_.ok()) {
-          error_ = absl::DataLossError(absl::StrFormat(
-              "write-ahead log record lsn %u cannot be applied to filter \"%s\": %s", t.lsn, t.name,
-              applied.status().message()));
-        }
-      } else if (*applied) {
-        ++applied_;
-      }
-      queued_bytes_ -= bytes;
-      room_cv_.notify_all();
-    }
-  }
-
-  std::vector<Worker> workers_;
-  std::mutex mu_;
-  std::condition_variable room_cv_;
-  uint64_t queued_bytes_ = 0;  // Guarded by mu_.
-  uint64_t applied_ = 0;       // Guarded by mu_.
-  absl::Status error_;         // Guarded by mu_.
-};
 
 }  // namespace
 
@@ -304,26 +202,28 @@ absl::Status Persistence::ReplayAndOpenLog(LoadSummary* summary) {
   WalOptions wal_options = options_.wal;
   wal_options.dir = (fs::path(data_dir_) / kWalDir).string();
   WalEnv* env = wal_options.env != nullptr ? wal_options.env : PosixWalEnv();
-  struct Live {
-    std::string name;
-    std::shared_ptr<CuckooFilter> filter;
+  // The filters the log writes to, by id; stable addresses for the applier.
+  using Live = WalApplier::Target;
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Live>> live;
+  auto add_live = [&](uint64_t id, std::string name, std::shared_ptr<CuckooFilter> filter) {
+    live[id] = std::make_unique<Live>(Live{std::move(filter), std::move(name)});
   };
-  absl::flat_hash_map<uint64_t, Live> live;
   // Appending goes on past every position a snapshot holds.
   uint64_t at_least = 1;
   for (auto& [name, filter] : registry_->List()) {
     const uint64_t id = filter->id();
-    if (id != 0) live[id] = {name, filter};
+    if (id != 0) add_live(id, name, filter);
     at_least = std::max(at_least, id + 1);
     for (uint64_t p : filter->ShardPositions()) at_least = std::max(at_least, p + 1);
   }
   const absl::Time t0 = absl::Now();
   bool removed_files = false;
   // Shard writes are applied by these workers while this thread reads the
-  // log; creations and drops here. A drop needs no wait for the writes
-  // queued before it: they are applied to the dropped filter, which the
-  // workers hold until then.
-  ParallelApplier applier(std::max(2u, std::thread::hardware_concurrency()));
+  // log; creations and drops here. A drop first waits for the writes queued
+  // before it (drops are rare), so that the dropped filter's memory is
+  // given back before the log creates more.
+  WalApplier applier(std::max(2u, std::thread::hardware_concurrency()));
+  uint64_t writes_applied = 0;
   absl::StatusOr<WalScan> scan =
       ScanWal(env, wal_options.dir, [&](const WalRecord& r) -> absl::Status {
         switch (r.type) {
@@ -336,7 +236,7 @@ absl::Status Persistence::ReplayAndOpenLog(LoadSummary* summary) {
                 // The record that gave a filter loaded from a version-1
                 // snapshot its id: from here the log holds its writes.
                 (*existing)->set_id(r.lsn);
-                live[r.lsn] = {r.name, *existing};
+                add_live(r.lsn, r.name, *existing);
                 ++summary->log_applied;
                 return absl::OkStatus();
               }
@@ -363,20 +263,22 @@ absl::Status Persistence::ReplayAndOpenLog(LoadSummary* summary) {
             absl::StatusOr<std::shared_ptr<CuckooFilter>> added =
                 registry_->Add(r.name, *std::move(f));
             if (!added.ok()) return added.status();
-            live[r.lsn] = {r.name, *added};
+            add_live(r.lsn, r.name, *added);
             ++summary->log_applied;
             return absl::OkStatus();
           }
           case WalRecordType::kDropFilter: {
             auto it = live.find(r.filter_id);
             if (it == live.end()) return absl::OkStatus();
-            (void)registry_->Drop(it->second.name, it->second.filter.get());
+            if (absl::Status s = applier.Drain(&writes_applied); !s.ok()) return s;
+            const Live& dropped = *it->second;
+            (void)registry_->Drop(dropped.name, dropped.filter.get());
             {
               MutexLock lock(&records_mu_);
-              records_.erase(it->second.name);
+              records_.erase(dropped.name);
             }
             // A drop whose file removal a crash cut short.
-            ::unlink(SnapshotPath(data_dir_, it->second.name).c_str());
+            ::unlink(SnapshotPath(data_dir_, dropped.name).c_str());
             removed_files = true;
             live.erase(it);
             ++summary->log_applied;
@@ -386,13 +288,12 @@ absl::Status Persistence::ReplayAndOpenLog(LoadSummary* summary) {
           case WalRecordType::kDelete: {
             auto it = live.find(r.filter_id);
             if (it == live.end()) return absl::OkStatus();  // Of a filter dropped since.
-            applier.Apply(it->second.filter, it->second.name, r);
+            applier.Apply(it->second.get(), r);
             return absl::OkStatus();
           }
         }
         return absl::OkStatus();
       });
-  uint64_t writes_applied = 0;
   const absl::Status applied = applier.Drain(&writes_applied);
   summary->log_applied += writes_applied;
   if (!scan.ok()) return scan.status();

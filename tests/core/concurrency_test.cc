@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "core/cuckoo_filter.h"
 #include "core/registry.h"
 #include "core/snapshot.h"
@@ -341,32 +342,104 @@ TEST_P(ConcurrencyKindTest, ReplayingLoggedShardWritesReproducesConcurrentBatche
   for (std::thread& t : threads) t.join();
   EXPECT_GT(full.load(), 0u) << "the filter never filled; the test does not cover kFull";
 
+  std::vector<CuckooFilter::ShardState> live_states;
+  const std::vector<uint8_t> live_bytes = AllTableBytes(**live, &live_states);
+  auto expect_same = [&](const CuckooFilter& replayed, const char* how) {
+    std::vector<CuckooFilter::ShardState> states;
+    EXPECT_TRUE(AllTableBytes(replayed, &states) == live_bytes) << how;
+    for (uint32_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(live_states[i].items, states[i].items) << how << ", shard " << i;
+      EXPECT_EQ(live_states[i].rng_state, states[i].rng_state) << how << ", shard " << i;
+      EXPECT_EQ(live_states[i].position, states[i].position) << how << ", shard " << i;
+    }
+  };
+  auto write_of = [](const LoggedWrite& w, absl::Span<const uint64_t> hashes) {
+    return ShardWrite{.kind = w.kind,
+                      .shard = w.shard,
+                      .if_absent = w.if_absent,
+                      .full_before = w.full_before,
+                      .hashes = hashes};
+  };
+
+  // One write at a time. The log vector is in position order (positions
+  // were taken under its lock).
   auto replayed = CuckooFilter::FromShape((*live)->shape());
   ASSERT_TRUE(replayed.ok());
-  // The log vector is in position order (positions were taken under its lock).
   for (const LoggedWrite& w : log) {
-    absl::StatusOr<bool> applied = (*replayed)->ApplyShardWrite({.kind = w.kind,
-                                                                 .shard = w.shard,
-                                                                 .if_absent = w.if_absent,
-                                                                 .full_before = w.full_before,
-                                                                 .hashes = w.hashes},
-                                                                w.position);
+    absl::StatusOr<bool> applied = (*replayed)->ApplyShardWrite(write_of(w, w.hashes), w.position);
     ASSERT_TRUE(applied.ok()) << applied.status();
     ASSERT_TRUE(*applied);
   }
-  std::vector<CuckooFilter::ShardState> live_states, replayed_states;
-  EXPECT_TRUE(AllTableBytes(**live, &live_states) == AllTableBytes(**replayed, &replayed_states));
-  for (uint32_t i = 0; i < 4; ++i) {
-    EXPECT_EQ(live_states[i].items, replayed_states[i].items) << "shard " << i;
-    EXPECT_EQ(live_states[i].rng_state, replayed_states[i].rng_state) << "shard " << i;
-    EXPECT_EQ(live_states[i].position, replayed_states[i].position) << "shard " << i;
+  expect_same(**replayed, "ApplyShardWrite");
+
+  // Many at a time, as the server's replay does: runs of writes whose
+  // hashes lie back to back in one buffer (the prefetch pipeline looks
+  // ahead across them), and runs of separate vectors.
+  auto batched = CuckooFilter::FromShape((*live)->shape());
+  ASSERT_TRUE(batched.ok());
+  std::vector<uint64_t> joined;
+  std::vector<size_t> offsets;
+  for (const LoggedWrite& w : log) {
+    offsets.push_back(joined.size());
+    joined.insert(joined.end(), w.hashes.begin(), w.hashes.end());
   }
+  size_t total_applied = 0;
+  for (size_t begin = 0, run = 1; begin < log.size(); begin += run, run = run * 3 % 17 + 1) {
+    const size_t end = std::min(log.size(), begin + run);
+    std::vector<ShardWrite> writes;
+    std::vector<uint64_t> positions;
+    for (size_t i = begin; i < end; ++i) {
+      const bool contiguous = (begin / 7) % 2 == 0;
+      writes.push_back(write_of(
+          log[i], contiguous ? absl::MakeConstSpan(joined).subspan(offsets[i], log[i].hashes.size())
+                             : absl::MakeConstSpan(log[i].hashes)));
+      positions.push_back(log[i].position);
+    }
+    absl::StatusOr<size_t> applied = (*batched)->ApplyShardWrites(writes, positions);
+    ASSERT_TRUE(applied.ok()) << applied.status();
+    total_applied += *applied;
+  }
+  EXPECT_EQ(total_applied, log.size());
+  expect_same(**batched, "ApplyShardWrites");
+
   // Applying a write the shard holds already changes nothing.
   const LoggedWrite& last = log.back();
   absl::StatusOr<bool> again = (*replayed)->ApplyShardWrite(
       {.kind = last.kind, .shard = last.shard, .hashes = last.hashes}, last.position);
   ASSERT_TRUE(again.ok());
   EXPECT_FALSE(*again);
+}
+
+TEST(ApplyShardWriteTest, ABadWriteAmongManyIsNamedAndNoneIsApplied) {
+  auto f = CuckooFilter::Create({.capacity = 10'000, .shards = 4, .seed = 1});
+  ASSERT_TRUE(f.ok());
+  const uint64_t h = (*f)->Hash("k");
+  const uint64_t hashes[] = {h};
+  // The key's shard: the one a filter of the same shape accepts it in.
+  uint32_t shard = 0;
+  auto probe = CuckooFilter::FromShape((*f)->shape());
+  ASSERT_TRUE(probe.ok());
+  while (!(*probe)->ApplyShardWrite({.shard = shard, .hashes = hashes}, 1).ok()) ++shard;
+  const ShardWrite good{.shard = shard, .hashes = absl::MakeConstSpan(hashes)};
+  const ShardWrite wrong_shard{.shard = (shard + 1) % 4, .hashes = absl::MakeConstSpan(hashes)};
+  const ShardWrite writes[] = {good, wrong_shard};
+  const uint64_t positions[] = {1, 2};
+  absl::StatusOr<size_t> r = (*f)->ApplyShardWrites(writes, positions);
+  ASSERT_TRUE(absl::IsInvalidArgument(r.status())) << r.status();
+  EXPECT_TRUE(absl::StartsWith(r.status().message(), "write 1: ")) << r.status();
+  EXPECT_FALSE((*f)->MayContain("k"));
+  EXPECT_EQ((*f)->ShardPositions()[shard], 0u);
+  // Positions must pair with writes.
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      (*f)->ApplyShardWrites(writes, absl::MakeConstSpan(positions, 1)).status()));
+  // The good one alone goes in; again, it changes nothing.
+  r = (*f)->ApplyShardWrites(absl::MakeConstSpan(writes, 1), absl::MakeConstSpan(positions, 1));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, 1u);
+  EXPECT_TRUE((*f)->MayContain("k"));
+  r = (*f)->ApplyShardWrites(absl::MakeConstSpan(writes, 1), absl::MakeConstSpan(positions, 1));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, 0u);
 }
 
 TEST(ApplyShardWriteTest, RejectsWritesThatCannotBelongToTheFilter) {

@@ -144,7 +144,8 @@ class FilterInfo:
     expected_false_positive_rate: float
     false_positive_rate_at_capacity: float
     #: Persistence: the latest snapshot on disk (``None``: there is none), its
-    #: size, and the changes a restart now would lose.
+    #: size, and the changes since it (only in the write-ahead log: a restart
+    #: replays them).
     last_snapshot_bytes: int = 0
     unsnapshotted_changes: int = 0
     has_unsnapshotted_changes: bool = False
