@@ -749,9 +749,10 @@ void AddFilterInfoText(TextFields& t, const v1::FilterInfo& f) {
       .Add("last_snapshot_bytes",
            absl::StrFormat("%u (%s)", f.last_snapshot_bytes(), HumanBytes(f.last_snapshot_bytes())))
       .Add("unsnapshotted_changes",
-           absl::StrFormat(
-               "%u%s", f.unsnapshotted_changes(),
-               f.has_unsnapshotted_changes() ? " (only in the write-ahead log: a restart replays them)" : ""));
+           absl::StrFormat("%u%s", f.unsnapshotted_changes(),
+                           f.has_unsnapshotted_changes()
+                               ? " (only in the write-ahead log: a restart replays them)"
+                               : ""));
 }
 
 // ---------------------------------------------------------------------------

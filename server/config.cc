@@ -26,7 +26,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
+#include "core/filter_options.h"
 #include "cuckoo_version.h"
+#include "server/wal_apply.h"
+#include "server/wal_format.h"
 
 namespace cuckoo::server {
 
@@ -242,10 +245,19 @@ uint64_t EffectiveTransportMemory(const ServerConfig& config) {
       2 * config.max_message_bytes);
 }
 
+uint64_t WalMemoryOverhead(const ServerConfig& config) {
+  const uint64_t cpus = std::max<long>(1, sysconf(_SC_NPROCESSORS_ONLN));
+  const uint64_t batch_bytes = WalBytesForBatch(config.max_batch_keys, kMaxShards);
+  // Start-up (replay) and running (the pending buffer) never overlap.
+  return std::max(
+      WalMemoryBound(kWalDefaultMaxPendingBytes, batch_bytes),
+      WalApplier::ReplayMemoryBound(config.wal_segment_bytes, std::max<uint64_t>(2, cpus)));
+}
+
 uint64_t StatedMemoryOverhead(const ServerConfig& config) {
   const uint64_t cpus = std::max<long>(1, sysconf(_SC_NPROCESSORS_ONLN));
   return (uint64_t{32} << 20) + cpus * (uint64_t{4} << 20) + 3 * EffectiveTransportMemory(config) +
-         EffectiveSnapshotBuffer(config);
+         EffectiveSnapshotBuffer(config) + WalMemoryOverhead(config);
 }
 
 absl::Status ValidateConfig(const ServerConfig& c) {

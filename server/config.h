@@ -96,10 +96,15 @@ uint64_t EffectiveTransportMemory(const ServerConfig& config);
 // clients send within the limits: 32 MiB (code, libraries, idle threads),
 // 4 MiB per CPU (a handler thread keeps up to ~1.5 MiB of scratch; gRPC
 // runs about two per CPU), three times --transport-memory (gRPC enforces its quota after the
-// fact, by resetting streams: 2.2 times was the worst measured) and one
-// --snapshot-buffer. Logged at start-up and measured by
-// tests/e2e/hostile_client_test.cc.
+// fact, by resetting streams: 2.2 times was the worst measured), one
+// --snapshot-buffer, and the write-ahead log's (WalMemoryOverhead). Logged
+// at start-up and measured by tests/e2e/hostile_client_test.cc.
 uint64_t StatedMemoryOverhead(const ServerConfig& config);
+// The larger of the log's buffers while running (WalMemoryBound: 2 x 16 MiB
+// plus two batches' records) and a start-up replay's
+// (WalApplier::ReplayMemoryBound: one --wal-segment-size segment, a 16 MiB
+// queue and ~1 MiB per worker): 82 MiB on 2 CPUs with the defaults.
+uint64_t WalMemoryOverhead(const ServerConfig& config);
 
 // Parses "123", "64KiB", "1.5GiB", "10GB" into bytes. Whitespace between the
 // number and the unit is allowed; the unit is case-insensitive.

@@ -67,6 +67,11 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(WalOptions options, const WalScan
         absl::StrFormat("log segments of %u bytes are too small (at least %u)",
                         options.segment_bytes, kWalMinSegmentBytes));
   }
+  if (options.max_pending_bytes < 4 * kWalMaxRecordBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("a pending-bytes bound of %u is too small (at least %u)",
+                        options.max_pending_bytes, 4 * kWalMaxRecordBytes));
+  }
   std::unique_ptr<Wal> wal(new Wal(std::move(options)));
   WalEnv* env = wal->env_;
   const std::string& dir = wal->options_.dir;
@@ -174,15 +179,18 @@ uint64_t Wal::RoomLocked() const {
   uint64_t room = 0;
   if (current_ != nullptr) room += usable(current_bytes_ - current_end_);
   if (prepared_ != nullptr) room += usable(options_.segment_bytes - kWalSegmentHeaderBytes);
+  room = std::min(room, options_.max_pending_bytes);
   const uint64_t pending = buffer_.size() + in_write_;
   return room > pending ? room - pending : 0;
 }
 
 uint64_t Wal::MaxReservation() const {
-  // A batch larger than one segment's room reserves that much: its records
-  // go out a segment at a time, each prepared ahead as the one before fills.
+  // A batch larger than one segment's room (or max_pending_bytes) reserves
+  // that much: its records go out a segment at a time, each prepared ahead
+  // as the one before fills.
   const uint64_t segment = options_.segment_bytes - kWalSegmentHeaderBytes;
-  return segment > kWalMaxRecordBytes ? segment - kWalMaxRecordBytes : segment;
+  return std::min(options_.max_pending_bytes,
+                  segment > kWalMaxRecordBytes ? segment - kWalMaxRecordBytes : segment);
 }
 
 absl::Status Wal::Reserve(uint64_t bytes) {

@@ -68,11 +68,17 @@ absl::string_view DurabilityName(Durability d);
 // INVALID_ARGUMENT naming the value and the choices.
 absl::StatusOr<Durability> ParseDurability(absl::string_view s);
 
+inline constexpr uint64_t kWalDefaultMaxPendingBytes = uint64_t{16} << 20;
+
 struct WalOptions {
   std::string dir;  // <data-dir>/wal
   Durability durability = Durability::kSync;
   absl::Duration sync_interval = absl::Seconds(1);  // kInterval.
   uint64_t segment_bytes = uint64_t{64} << 20;
+  // Records appended and not yet written, with the reservations for more,
+  // are held to this: Reserve waits while it is reached. It bounds the log's
+  // memory (WalMemoryBound); a group commit is far smaller.
+  uint64_t max_pending_bytes = kWalDefaultMaxPendingBytes;
   WalEnv* env = nullptr;  // PosixWalEnv() when null.
   // Observers for metrics, called on the committer thread: each group
   // commit's bytes and records, and each fdatasync's duration.
@@ -85,6 +91,15 @@ struct WalOptions {
 
 // Smallest segment_bytes accepted.
 inline constexpr uint64_t kWalMinSegmentBytes = uint64_t{256} << 10;
+
+// The most memory the log holds while running: the pending buffer and the
+// committer's copy of it, each up to max_pending_bytes plus one batch's
+// records beyond its reservation (`batch_bytes`, a batch's largest log
+// size). Start-up replay is bounded separately
+// (WalApplier::ReplayMemoryBound).
+inline constexpr uint64_t WalMemoryBound(uint64_t max_pending_bytes, uint64_t batch_bytes) {
+  return 2 * (max_pending_bytes + batch_bytes);
+}
 
 struct WalStats {
   uint64_t appended_lsn = 0;              // The last lsn given out.

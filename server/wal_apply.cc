@@ -7,6 +7,13 @@
 
 namespace cuckoo::server {
 
+uint64_t WalApplier::ReplayMemoryBound(uint64_t segment_bytes, size_t workers) {
+  const Options defaults;
+  // A batch: its hashes, and at most one item per hash.
+  const uint64_t batch = defaults.batch_hashes * (8 + sizeof(Item));
+  return segment_bytes + defaults.max_queued_bytes + std::max<size_t>(1, workers) * batch;
+}
+
 WalApplier::WalApplier(size_t workers, Options options) : options_(options) {
   workers = std::max<size_t>(1, workers);
   for (size_t i = 0; i < workers; ++i) workers_.push_back(std::make_unique<Worker>());

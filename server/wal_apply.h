@@ -50,8 +50,14 @@ class WalApplier {
   struct Options {
     // A batch goes to its worker once it holds this many key hashes.
     size_t batch_hashes = 16384;
-    uint64_t max_queued_bytes = uint64_t{64} << 20;
+    uint64_t max_queued_bytes = uint64_t{16} << 20;
   };
+
+  // The most memory a start-up replay holds besides the filters: the
+  // segment ScanWal has read (segment_bytes), and an applier with
+  // default Options and `workers` workers: its queue and a batch being
+  // filled per worker.
+  static uint64_t ReplayMemoryBound(uint64_t segment_bytes, size_t workers);
 
   explicit WalApplier(size_t workers) : WalApplier(workers, Options{}) {}
   WalApplier(size_t workers, Options options);

@@ -457,6 +457,9 @@ absl::StatusOr<WalScan> ScanWal(WalEnv* env, const std::string& dir,
     bool written_after = !end_why.empty();
     bool proven = ProvesDurable(data, end_at, missing);
     if (!continues) scan.unused.push_back(path);
+    // This segment's bytes are not needed past here: one segment in memory
+    // at a time (WalApplier::ReplayMemoryBound).
+    *bytes = std::vector<uint8_t>();
     for (size_t j = i + 1; j < files.size(); ++j) {
       absl::StatusOr<std::vector<uint8_t>> later = ReadAll(env, files[j].second);
       if (!later.ok()) return later.status();

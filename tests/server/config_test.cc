@@ -114,6 +114,19 @@ TEST(ConfigTest, MemoryDefaultsFollowTheAvailableMemoryAndTheOverheadIsStated) {
             (uint64_t{32} << 20) + 3 * (uint64_t{64} << 20) + (uint64_t{16} << 20));
 }
 
+// The log's memory is part of the stated overhead: a start-up replay reads
+// a segment whole, so a larger --wal-segment-size states more.
+TEST(ConfigTest, StatedOverheadCountsTheWriteAheadLogsBuffers) {
+  ServerConfig c;
+  const uint64_t overhead = StatedMemoryOverhead(c);
+  const uint64_t wal = WalMemoryOverhead(c);
+  EXPECT_GE(wal, c.wal_segment_bytes);
+  EXPECT_GE(overhead, wal + (uint64_t{32} << 20));
+  c.wal_segment_bytes *= 4;
+  EXPECT_EQ(WalMemoryOverhead(c) - wal, 3 * (c.wal_segment_bytes / 4));
+  EXPECT_EQ(StatedMemoryOverhead(c) - overhead, WalMemoryOverhead(c) - wal);
+}
+
 // On a host of many CPUs in a small container, 75% of the limit plus the
 // overhead was more than the limit: the default budget leaves it room.
 TEST(ConfigTest, TheDefaultBudgetLeavesRoomForTheStatedOverhead) {

@@ -477,6 +477,38 @@ TEST(WalTest, ABatchLargerThanASegmentIsAdmittedAndSpansSegments) {
   EXPECT_EQ(records.size(), 25u);
 }
 
+TEST(WalTest, ReservationsWaitWhilePendingBytesAreAtTheirBound) {
+  TempDir dir;
+  const std::string wal_dir = dir.path() + "/wal";
+  absl::StatusOr<WalScan> scan = Scan(PosixWalEnv(), wal_dir, nullptr);
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  const uint64_t bound = 4 * kWalMaxRecordBytes;
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      Wal::Open(
+          {.dir = wal_dir, .segment_bytes = uint64_t{4} << 20, .max_pending_bytes = bound - 1},
+          *scan, 0)
+          .status()));
+  absl::StatusOr<std::unique_ptr<Wal>> wal = Wal::Open(
+      {.dir = wal_dir, .segment_bytes = uint64_t{4} << 20, .max_pending_bytes = bound}, *scan, 0);
+  ASSERT_TRUE(wal.ok()) << wal.status();
+  // The segment has room for both; the bound does not.
+  const uint64_t part = bound * 3 / 4;
+  ASSERT_TRUE((*wal)->Reserve(part).ok());
+  std::atomic<bool> released{false};
+  std::thread release([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    released = true;
+    (*wal)->Unreserve(part);
+  });
+  EXPECT_TRUE((*wal)->Reserve(part).ok());
+  EXPECT_TRUE(released.load()) << "the second reservation did not wait for the first";
+  release.join();
+  // A batch larger than the bound reserves the bound, and is admitted.
+  (*wal)->Unreserve(part);
+  ASSERT_TRUE((*wal)->Reserve(10 * bound).ok());
+  (*wal)->Unreserve(10 * bound);
+}
+
 TEST(WalTest, ClosingWritesAndSyncsEverythingAppended) {
   TempDir dir;
   const std::string wal_dir = dir.path() + "/wal";
