@@ -267,9 +267,10 @@ absl::StatusOr<size_t> CuckooFilter::ApplyShardWrites(absl::Span<const ShardWrit
         absl::StrFormat("%u writes but %u positions", writes.size(), positions.size()));
   }
   const size_t n = writes.size();
-  // ahead[i]: the hashes after writes[i] in memory that are the next writes'
-  // (a run of writes whose hashes are contiguous), and their tables.
-  ScratchArray<size_t, 0> run_end(n);  // Hashes from writes[i]'s start to its run's end.
+  // run_end[i]: the hashes from writes[i]'s first to the end of the run of
+  // writes whose hashes follow each other in memory; a write's pipeline
+  // looks ahead over the rest of its run (tables[] says whose table each is).
+  ScratchArray<size_t, 0> run_end(n);
   for (size_t i = n; i-- > 0;) {
     run_end[i] = writes[i].hashes.size();
     if (i + 1 < n &&
