@@ -9,9 +9,8 @@ namespace cuckoo::server {
 
 uint64_t WalApplier::ReplayMemoryBound(uint64_t segment_bytes, size_t workers) {
   const Options defaults;
-  // A batch: its hashes, and at most one item per hash.
-  const uint64_t batch = defaults.batch_hashes * (8 + sizeof(Item));
-  return segment_bytes + defaults.max_queued_bytes + std::max<size_t>(1, workers) * batch;
+  return segment_bytes + defaults.max_queued_bytes +
+         std::max<size_t>(1, workers) * Batch::CapacityBytes(defaults);
 }
 
 WalApplier::WalApplier(size_t workers, Options options) : options_(options) {
@@ -37,6 +36,7 @@ void WalApplier::Apply(const Target* target, const WalRecord& r) {
       (reinterpret_cast<uintptr_t>(target) / alignof(Target) + r.write.shard) % workers_.size();
   Worker& w = *workers_[slot];
   Batch& b = w.filling;
+  if (b.items.empty()) b.Reserve(options_);
   b.items.push_back({.target = target,
                      .lsn = r.lsn,
                      .write = {.kind = r.write.kind,
@@ -46,7 +46,11 @@ void WalApplier::Apply(const Target* target, const WalRecord& r) {
                      .offset = b.hashes.size(),
                      .count = r.hashes.size()});
   b.hashes.insert(b.hashes.end(), r.hashes.begin(), r.hashes.end());
-  if (b.hashes.size() >= options_.batch_hashes) Hand(w);
+  // Records without keys (none the writer makes) count too: a batch never
+  // outgrows what Reserve gave it.
+  if (b.hashes.size() >= options_.batch_hashes || b.items.size() >= options_.batch_hashes) {
+    Hand(w);
+  }
 }
 
 void WalApplier::Hand(Worker& w) {

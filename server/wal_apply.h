@@ -89,7 +89,21 @@ class WalApplier {
   struct Batch {
     std::vector<Item> items;
     std::vector<uint64_t> hashes;
-    uint64_t Bytes() const { return items.size() * sizeof(Item) + hashes.size() * 8; }
+    // Handed over once either holds batch_hashes; one record more can follow
+    // (at most kWalMaxRecordBytes / 8 hashes), so reserving this much up
+    // front means the vectors never grow by doubling.
+    static uint64_t ItemCapacity(const Options& o) { return o.batch_hashes; }
+    static uint64_t HashCapacity(const Options& o) {
+      return o.batch_hashes + kWalMaxRecordBytes / 8;
+    }
+    static uint64_t CapacityBytes(const Options& o) {
+      return ItemCapacity(o) * sizeof(Item) + HashCapacity(o) * 8;
+    }
+    void Reserve(const Options& o) {
+      items.reserve(ItemCapacity(o));
+      hashes.reserve(HashCapacity(o));
+    }
+    uint64_t Bytes() const { return items.capacity() * sizeof(Item) + hashes.capacity() * 8; }
   };
   struct Worker {
     Mutex mu;
