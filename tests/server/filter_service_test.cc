@@ -707,7 +707,9 @@ TEST_F(FilterServiceTest, ManyTinyShardsAreChargedInFullAndAFullBatchWalksOneCha
   }
   EXPECT_EQ(inserted + full, 12'000u);
   EXPECT_LE(inserted, info.slots());
-  EXPECT_GT(full, 12'000u - info.slots());
+  // Each shard is one bucket of 4 slots: when every shard got 4 keys or
+  // more (about 1 seed in 20), all slots fill and `full` is exactly that.
+  EXPECT_GE(full, 12'000u - info.slots());
   EXPECT_EQ(Get("tiny").response.filter().items(), inserted);
   // Every inserted key is still there (no resident lost).
   uint64_t present = 0;
