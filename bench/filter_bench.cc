@@ -43,6 +43,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "absl/types/span.h"
+#include "bench/bench_util.h"
 #include "bench/bloom.h"
 #include "core/cuckoo_filter.h"
 #include "core/cuckoo_table.h"
@@ -68,13 +69,6 @@ constexpr double kFillBudget = 1.03;
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 
 // ---------------------------------------------------------------- keys
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // Key i: splitmix64(i) as 8 little-endian bytes written into `buf`.
 std::string_view MakeKey(uint64_t i, char* buf) {
@@ -159,10 +153,6 @@ class BloomSubject {
   std::fflush(stdout);
   absl::FPrintF(stderr, "filter_bench: %s\n", msg);
   std::exit(1);
-}
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // What one thread of a measurement saw. Padded so threads never share a line.
@@ -921,12 +911,7 @@ std::optional<Options> ParseArgs(int argc, char** argv) {
         o.cuckoos.push_back(c);
       }
     } else if (auto v = value("--threads=")) {
-      o.threads.clear();
-      for (absl::string_view t : absl::StrSplit(*v, ',')) {
-        int n = 0;
-        ok = ok && absl::SimpleAtoi(t, &n) && n > 0 && n <= 256;
-        o.threads.push_back(n);
-      }
+      ok = ParseCountList(*v, &o.threads);
     } else {
       ok = false;
     }

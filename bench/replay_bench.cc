@@ -18,7 +18,6 @@
 //   replay_bench [--capacity=N] [--fill=0.95] [--ops=N] [--batch=1000]
 //                [--window=N] [--workers=1,2]
 //   (defaults: 200M capacity, ops = capacity / 5, window = capacity / 50)
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -30,9 +29,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "bench/bench_util.h"
 #include "core/cuckoo_filter.h"
 #include "core/filter_options.h"
 #include "server/wal_apply.h"
@@ -46,17 +45,6 @@ constexpr uint64_t kSeed = 0xC0FFEE5EED;
 [[noreturn]] void Fail(const std::string& msg) {
   absl::FPrintF(stderr, "replay_bench: %s\n", msg);
   std::exit(1);
-}
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
 }
 
 struct Options {
@@ -129,12 +117,7 @@ std::optional<Options> ParseArgs(int argc, char** argv) {
     } else if (auto v = value("--window=")) {
       ok = absl::SimpleAtoi(*v, &o.window) && o.window > 0;
     } else if (auto v = value("--workers=")) {
-      o.workers.clear();
-      for (absl::string_view w : absl::StrSplit(*v, ',')) {
-        size_t n = 0;
-        ok = ok && absl::SimpleAtoi(w, &n) && n > 0 && n <= 256;
-        o.workers.push_back(n);
-      }
+      ok = ParseCountList(*v, &o.workers);
     } else {
       ok = false;
     }
