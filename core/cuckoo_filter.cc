@@ -219,6 +219,46 @@ size_t CuckooFilter::DeleteHashed(absl::Span<const uint64_t> hashes, absl::Span<
   return DeleteHashedImpl(hashes, out, stop, &log);
 }
 
+void CuckooFilter::InsertHashedAt(absl::Span<const uint64_t> hashes, bool if_absent,
+                                  absl::Span<InsertResult> out, uint64_t position,
+                                  size_t* skipped) {
+  size_t skipped_keys = 0;
+  ForEachShard(hashes, out,
+               [&](size_t s, absl::Span<const uint64_t> h, absl::Span<InsertResult> r,
+                   const Lookahead& next) {
+                 shards_[s]->Write([&](CuckooTable& t, uint64_t& shard_position) {
+                   if (shard_position >= position) {
+                     skipped_keys += h.size();
+                     std::fill(r.begin(), r.end(), InsertResult::kInserted);
+                     return;
+                   }
+                   bool shard_full = false;
+                   t.InsertBatch(h, if_absent, r, next, &shard_full);
+                   shard_position = position;
+                 });
+               });
+  if (skipped != nullptr) *skipped = skipped_keys;
+}
+
+void CuckooFilter::DeleteHashedAt(absl::Span<const uint64_t> hashes, absl::Span<DeleteResult> out,
+                                  uint64_t position, size_t* skipped) {
+  size_t skipped_keys = 0;
+  ForEachShard(hashes, out,
+               [&](size_t s, absl::Span<const uint64_t> h, absl::Span<DeleteResult> r,
+                   const Lookahead& next) {
+                 shards_[s]->Write([&](CuckooTable& t, uint64_t& shard_position) {
+                   if (shard_position >= position) {
+                     skipped_keys += h.size();
+                     std::fill(r.begin(), r.end(), DeleteResult::kDeleted);
+                     return;
+                   }
+                   t.DeleteBatch(h, r, next);
+                   shard_position = position;
+                 });
+               });
+  if (skipped != nullptr) *skipped = skipped_keys;
+}
+
 absl::Status CuckooFilter::CheckShardWrite(const ShardWrite& write) const {
   if (write.shard >= shards_.size()) {
     return absl::InvalidArgumentError(absl::StrFormat(

@@ -179,6 +179,25 @@ class CuckooFilter {
   absl::StatusOr<size_t> ApplyShardWrites(absl::Span<const ShardWrite> writes,
                                           absl::Span<const uint64_t> positions);
 
+  // --- Whole batches at a log position (a replicated log) ---
+
+  // Applies a batch that a log holds as one entry at `position` (cuckood's
+  // cluster mode: a JetStream message), with InsertHashed's / DeleteHashed's
+  // batch semantics and results, except that each shard's keys are applied
+  // in one write section: a snapshot (CopyShard) then sees all of an entry's
+  // keys of a shard or none, and the shard's position says which. A shard
+  // whose position is already `position` or later holds the entry (it was
+  // loaded from a snapshot taken after it) and is skipped: its keys'
+  // results, which this call cannot know, are set to kInserted (kDeleted),
+  // and *skipped (if given) counts them.
+  // Applying the same entries in the same order to the same state gives the
+  // same tables, counters and results on every replica; the results equal
+  // those of InsertHashed / DeleteHashed on the same state.
+  void InsertHashedAt(absl::Span<const uint64_t> hashes, bool if_absent,
+                      absl::Span<InsertResult> out, uint64_t position, size_t* skipped = nullptr);
+  void DeleteHashedAt(absl::Span<const uint64_t> hashes, absl::Span<DeleteResult> out,
+                      uint64_t position, size_t* skipped = nullptr);
+
   // An identifier the owner gives the filter, saved in its snapshots
   // (cuckood: the log position of the filter's creation). 0 until set.
   uint64_t id() const { return id_.load(std::memory_order_acquire); }

@@ -123,6 +123,27 @@ absl::Status FilterRegistry::CheckNameAndCountLocked(absl::string_view name) con
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::ExistingLocked(
+    const std::shared_ptr<CuckooFilter>& existing, absl::string_view name, const FilterShape& shape,
+    bool seed_given, bool if_not_exists) const {
+  std::vector<std::string> diff = Differences(existing->shape(), shape, seed_given);
+  if (if_not_exists && diff.empty()) return existing;
+  return absl::AlreadyExistsError(
+      diff.empty() ? absl::StrFormat("filter \"%s\" already exists", name)
+                   : absl::StrFormat("filter \"%s\" already exists with other settings: %s", name,
+                                     absl::StrJoin(diff, ", ")));
+}
+
+absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::CheckExisting(
+    absl::string_view name, const FilterShape& shape, bool seed_given, bool if_not_exists) const {
+  ReaderLock lock(&mu_);
+  auto it = filters_.find(name);
+  if (it == filters_.end()) {
+    return absl::NotFoundError(absl::StrFormat("filter \"%s\" not found", name));
+  }
+  return ExistingLocked(it->second, name, shape, seed_given, if_not_exists);
+}
+
 absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::Create(
     absl::string_view name, const FilterOptions& options, bool if_not_exists, bool* created,
     const BeforePublish& before_publish) {
@@ -151,13 +172,7 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::Create(
   {
     ReaderLock lock(&mu_);
     if (auto it = filters_.find(name); it != filters_.end()) {
-      std::vector<std::string> diff =
-          Differences(it->second->shape(), *shape, options.seed.has_value());
-      if (if_not_exists && diff.empty()) return it->second;
-      return absl::AlreadyExistsError(
-          diff.empty() ? absl::StrFormat("filter \"%s\" already exists", name)
-                       : absl::StrFormat("filter \"%s\" already exists with other settings: %s",
-                                         name, absl::StrJoin(diff, ", ")));
+      return ExistingLocked(it->second, name, *shape, options.seed.has_value(), if_not_exists);
     }
     if (absl::Status s = CheckNameAndCountLocked(name); !s.ok()) return s;
   }

@@ -66,6 +66,15 @@ class FilterRegistry {
                                                        bool if_not_exists = false,
                                                        bool* created = nullptr,
                                                        const BeforePublish& before_publish = {});
+  // Create's handling of a name that is taken, without creating: NOT_FOUND
+  // when there is no filter `name`; the filter when if_not_exists and it
+  // has the settings of `shape` (the seed compared only if `seed_given`);
+  // else ALREADY_EXISTS naming the differences. For callers that create
+  // through a log (cuckood's cluster mode).
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> CheckExisting(absl::string_view name,
+                                                              const FilterShape& shape,
+                                                              bool seed_given,
+                                                              bool if_not_exists) const;
   // Adds an already-built filter (e.g. loaded from a snapshot) under `name`,
   // with the same checks as Create; returns it as the registry hands it out.
   absl::StatusOr<std::shared_ptr<CuckooFilter>> Add(absl::string_view name,
@@ -95,6 +104,11 @@ class FilterRegistry {
   // RESOURCE_EXHAUSTED naming `name` when there is no room for one more
   // filter; ALREADY_EXISTS when the name is taken.
   absl::Status CheckNameAndCountLocked(absl::string_view name) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Create's answer for a taken name (see CheckExisting).
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> ExistingLocked(
+      const std::shared_ptr<CuckooFilter>& existing, absl::string_view name,
+      const FilterShape& shape, bool seed_given, bool if_not_exists) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Charges `filter` to the budget (`reserved` bytes of it reserved
   // already) and adds it under `name`.

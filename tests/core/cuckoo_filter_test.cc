@@ -281,6 +281,96 @@ TEST_P(CuckooFilterKindTest, SameSeedGivesSameAnswersAcrossInstances) {
   for (const auto& k : Keys(1, 20'000)) ASSERT_EQ(a->MayContain(k), b->MayContain(k));
 }
 
+// Every shard's table bytes and counters, for comparing two filters.
+std::vector<uint8_t> AllShards(const CuckooFilter& f, std::vector<uint64_t>* counters) {
+  const uint64_t t = f.shape().table_bytes_per_shard();
+  std::vector<uint8_t> bytes(t * f.shape().shards);
+  counters->clear();
+  for (uint32_t i = 0; i < f.shape().shards; ++i) {
+    const CuckooFilter::ShardState st = f.CopyShard(i, bytes.data() + i * t);
+    counters->insert(counters->end(), {st.items, st.rng_state, st.position});
+  }
+  return bytes;
+}
+
+// The cluster's apply: whole batches at stream positions, past full, with
+// deletes, must give InsertHashed's results and the same table on a twin,
+// and a copy restored from a mid-run snapshot must skip exactly what it
+// holds and end identical.
+TEST_P(CuckooFilterKindTest, BatchesAppliedAtPositionsMatchTheLiveBatchPathAndSkipWhatIsHeld) {
+  const FilterOptions o = With({.capacity = 3000, .shards = 8, .max_kicks = 64, .seed = 9});
+  auto at = MakeFilter(o);
+  auto live = MakeFilter(o);
+  std::unique_ptr<CuckooFilter> restored;
+  std::vector<std::vector<uint64_t>> batches;
+  for (int b = 0; b < 12; ++b) {
+    std::vector<uint64_t> h;
+    for (const std::string& k : Keys(b, 600)) h.push_back(at->Hash(k));
+    batches.push_back(std::move(h));
+  }
+  for (size_t b = 0; b < batches.size(); ++b) {
+    const uint64_t position = 100 + 10 * b;
+    const auto& h = batches[b];
+    if (b % 3 == 2) {
+      std::vector<DeleteResult> x(h.size() / 2), y(h.size() / 2);
+      const auto half = absl::MakeConstSpan(batches[b - 1]).subspan(0, h.size() / 2);
+      at->DeleteHashedAt(half, absl::MakeSpan(x), position);
+      live->DeleteHashed(half, absl::MakeSpan(y), [] { return false; });
+      ASSERT_TRUE(x == y) << "batch " << b;
+    } else {
+      std::vector<InsertResult> x(h.size()), y(h.size());
+      size_t skipped = 1;
+      at->InsertHashedAt(h, b % 2 == 0, absl::MakeSpan(x), position, &skipped);
+      live->InsertHashed(h, b % 2 == 0, absl::MakeSpan(y), [] { return false; });
+      EXPECT_EQ(skipped, 0u);
+      ASSERT_TRUE(x == y) << "batch " << b;
+    }
+    if (b == 6) {
+      // A snapshot after batch 6 (positions up to 160), restored into a
+      // new filter as start-up does.
+      auto copy = CuckooFilter::FromShape(at->shape());
+      ASSERT_TRUE(copy.ok());
+      restored = *std::move(copy);
+      const uint64_t t = at->shape().table_bytes_per_shard();
+      std::vector<uint8_t> bytes(t);
+      for (uint32_t i = 0; i < at->shape().shards; ++i) {
+        const CuckooFilter::ShardState st = at->CopyShard(i, bytes.data());
+        std::copy(bytes.begin(), bytes.end(), restored->MutableShardBytesForLoad(i).begin());
+        restored->RestoreShardForLoad(i, st.items, st.rng_state, st.position);
+      }
+    }
+  }
+  std::vector<uint64_t> ca, cl;
+  const std::vector<uint8_t> a_bytes = AllShards(*at, &ca);
+  const std::vector<uint8_t> l_bytes = AllShards(*live, &cl);
+  EXPECT_TRUE(a_bytes == l_bytes);
+  // Replaying every batch (positions <= 160 are held) onto the copy.
+  size_t total_skipped = 0;
+  for (size_t b = 0; b < batches.size(); ++b) {
+    const uint64_t position = 100 + 10 * b;
+    size_t skipped = 0;
+    if (b % 3 == 2) {
+      std::vector<DeleteResult> x(batches[b].size() / 2);
+      restored->DeleteHashedAt(absl::MakeConstSpan(batches[b - 1]).subspan(0, x.size()),
+                               absl::MakeSpan(x), position, &skipped);
+    } else {
+      std::vector<InsertResult> x(batches[b].size());
+      restored->InsertHashedAt(batches[b], b % 2 == 0, absl::MakeSpan(x), position, &skipped);
+    }
+    if (b <= 6) {
+      EXPECT_EQ(skipped, b % 3 == 2 ? batches[b].size() / 2 : batches[b].size()) << b;
+    } else {
+      EXPECT_EQ(skipped, 0u) << b;
+    }
+    total_skipped += skipped;
+  }
+  EXPECT_GT(total_skipped, 0u);
+  std::vector<uint64_t> cr;
+  EXPECT_TRUE(AllShards(*restored, &cr) == a_bytes);
+  EXPECT_EQ(cr, ca);
+  EXPECT_GT(at->Stats().load_factor, 0.9);  // The run went past full.
+}
+
 INSTANTIATE_TEST_SUITE_P(Kinds, CuckooFilterKindTest,
                          ::testing::Values(TableKind::kPacked, TableKind::kSemiSorted),
                          [](const auto& p) { return std::string(TableKindName(p.param)); });
