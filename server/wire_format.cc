@@ -33,6 +33,8 @@ constexpr uint32_t Tag(int field, WireFormatLite::WireType type) {
 constexpr uint32_t kFilterTag = Tag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
 constexpr uint32_t kKeysTag = Tag(2, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
 constexpr uint32_t kIfAbsentTag = Tag(3, WireFormatLite::WIRETYPE_VARINT);
+constexpr uint32_t kRequestIdTag = Tag(4, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+constexpr uint32_t kMinLogPositionTag = Tag(5, WireFormatLite::WIRETYPE_VARINT);
 
 // Protobuf 3.21's limits (parse_context.h and .cc, checked by
 // wire_format_test): a tag is a varint of at most 5 bytes whose bits past
@@ -309,6 +311,32 @@ class Parser {
           out->if_absent = v != 0;
           break;
         }
+        case kRequestIdTag: {
+          size_t len;
+          if (Read r = in_.Length(&len); r != Read::kOk) {
+            return Failed(r, at, "request_id", "length over 2 GiB");
+          }
+          if (len > limits.max_request_id_bytes) {
+            return absl::InvalidArgumentError(
+                absl::StrFormat("request_id is %u bytes; at most %u are allowed", len,
+                                limits.max_request_id_bytes));
+          }
+          const std::string_view id = in_.Take(len, &out->arena);
+          if (!google::protobuf::internal::IsStructurallyValidUTF8(id.data(),
+                                                                   static_cast<int>(id.size()))) {
+            return Malformed(at, "request_id is not valid UTF-8");
+          }
+          out->request_id = id;
+          break;
+        }
+        case kMinLogPositionTag: {
+          uint64_t v;
+          if (Read r = in_.Varint(kMaxVarintBytes, &v); r != Read::kOk) {
+            return Failed(r, at, "min_log_position", "varint over 10 bytes");
+          }
+          out->min_log_position = v;
+          break;
+        }
         default:
           // Unknown fields, and known ones with another wire type.
           if (absl::Status s = SkipUnknown(tag, at); !s.ok()) return s;
@@ -409,6 +437,8 @@ void ClearKeeping(std::vector<T>* v, size_t keep) {
 void KeysRequest::Release() {
   filter = {};
   if_absent = false;
+  request_id = {};
+  min_log_position = 0;
   ClearKeeping(&keys, kKeepKeys);
   arena.Reset();
 }
@@ -427,6 +457,8 @@ absl::Status ParseKeysRequest(absl::Span<const std::string_view> chunks, std::st
     out->filter = {};
     out->keys.clear();
     out->if_absent = false;
+    out->request_id = {};
+    out->min_log_position = 0;
   }
   return s;
 }
@@ -459,28 +491,28 @@ void ReleaseSlices(std::vector<grpc::Slice>* slices, std::vector<std::string_vie
   ClearKeeping(views, kKeepSlices);
 }
 
-grpc::ByteBuffer InsertResponse(absl::Span<const InsertResult> results) {
+grpc::ByteBuffer InsertResponse(absl::Span<const InsertResult> results, uint64_t log_position) {
   uint64_t n[3] = {0, 0, 0};
   for (InsertResult r : results) ++n[static_cast<int>(r)];
   return PackedResponse(results, [](InsertResult r) { return static_cast<uint64_t>(r) + 1; },
-                        {n[0], n[1], n[2]});
+                        {n[0], n[1], n[2], log_position});
 }
 
-grpc::ByteBuffer LookupResponse(absl::Span<const bool> present) {
+grpc::ByteBuffer LookupResponse(absl::Span<const bool> present, uint64_t log_position) {
   uint64_t n = 0;
   for (bool p : present) n += p;
-  return PackedResponse(present, [](bool p) { return uint64_t{p}; }, {n});
+  return PackedResponse(present, [](bool p) { return uint64_t{p}; }, {n, log_position});
 }
 
-grpc::ByteBuffer DeleteResponse(absl::Span<const DeleteResult> results) {
+grpc::ByteBuffer DeleteResponse(absl::Span<const DeleteResult> results, uint64_t log_position) {
   uint64_t deleted = 0;
   for (DeleteResult r : results) deleted += r == DeleteResult::kDeleted;
   return PackedResponse(results, [](DeleteResult r) { return static_cast<uint64_t>(r) + 1; },
-                        {deleted, results.size() - deleted});
+                        {deleted, results.size() - deleted, log_position});
 }
 
-grpc::ByteBuffer CountResponse(absl::Span<const uint32_t> counts) {
-  return PackedResponse(counts, [](uint32_t c) { return uint64_t{c}; }, {});
+grpc::ByteBuffer CountResponse(absl::Span<const uint32_t> counts, uint64_t log_position) {
+  return PackedResponse(counts, [](uint32_t c) { return uint64_t{c}; }, {log_position});
 }
 
 }  // namespace cuckoo::server::wire

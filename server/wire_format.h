@@ -10,7 +10,10 @@
 // their generated code unchanged.
 //
 // The four requests share their field numbers:
-//   string filter = 1; repeated bytes keys = 2; bool if_absent = 3 (Insert).
+//   string filter = 1; repeated bytes keys = 2; bool if_absent = 3 (Insert);
+//   string request_id = 4 (Insert, Delete); uint64 min_log_position = 5.
+// (A Lookup or Count carrying field 4 or 5 is read the same way; the
+// service ignores what its method does not use.)
 // ParseKeysRequest accepts exactly the bytes that the generated parser of
 // protobuf 3.21 (InsertRequest::ParseFromArray) accepts and reads the same
 // values from them: unknown fields (groups included) and fields of an
@@ -52,10 +55,11 @@ struct KeysRequestLimits {
   uint32_t min_key_bytes;     // 1 on the server; 0 for pure protobuf semantics
   uint32_t max_key_bytes;     // --max-key-bytes
   uint32_t max_filter_bytes;  // 128 on the server (longer names are invalid anyway)
+  uint32_t max_request_id_bytes = UINT32_MAX;  // 128 on the server
 };
 
 // No limits: ParseKeysRequest then accepts exactly what protobuf accepts.
-inline constexpr KeysRequestLimits kNoLimits = {UINT32_MAX, 0, UINT32_MAX, UINT32_MAX};
+inline constexpr KeysRequestLimits kNoLimits = {UINT32_MAX, 0, UINT32_MAX, UINT32_MAX, UINT32_MAX};
 
 // Holds the bytes of fields that straddle chunk boundaries. Blocks never
 // move once allocated, so a view into one stays valid until Reset().
@@ -105,6 +109,8 @@ struct KeysRequest {
   std::string_view filter;
   std::vector<std::string_view> keys;
   bool if_absent = false;
+  std::string_view request_id;
+  uint64_t min_log_position = 0;
 
   // Clears the request and frees buffers above the thresholds (keys capacity
   // over kKeepKeys, arena over StraddleArena::kKeepBytes).
@@ -128,7 +134,7 @@ struct KeysRequest {
 //     keys must be m to M bytes" for a short key when min_key_bytes > 1);
 //   "keys[i] is L bytes; the server's limit (--max-key-bytes) is M";
 //   "filter name is L bytes; at most M are allowed", for any occurrence of
-//     the filter field;
+//     the filter field (and "request_id is L bytes; ..." likewise);
 //   "cuckoo.v1.<message> is too large" past INT_MAX bytes (which the
 //     generated parser cannot take either).
 // A field too long for a limit is refused from its length prefix (once that
@@ -157,11 +163,11 @@ inline constexpr size_t kKeepSlices = 1024;
 void ReleaseSlices(std::vector<grpc::Slice>* slices, std::vector<std::string_view>* views);
 
 // Serialized responses, as generated code would write them (fields with
-// default values omitted).
-grpc::ByteBuffer InsertResponse(absl::Span<const InsertResult> results);
-grpc::ByteBuffer LookupResponse(absl::Span<const bool> present);
-grpc::ByteBuffer DeleteResponse(absl::Span<const DeleteResult> results);
-grpc::ByteBuffer CountResponse(absl::Span<const uint32_t> counts);
+// default values omitted); `log_position` is the response's log_position.
+grpc::ByteBuffer InsertResponse(absl::Span<const InsertResult> results, uint64_t log_position = 0);
+grpc::ByteBuffer LookupResponse(absl::Span<const bool> present, uint64_t log_position = 0);
+grpc::ByteBuffer DeleteResponse(absl::Span<const DeleteResult> results, uint64_t log_position = 0);
+grpc::ByteBuffer CountResponse(absl::Span<const uint32_t> counts, uint64_t log_position = 0);
 
 }  // namespace cuckoo::server::wire
 

@@ -95,6 +95,14 @@ inline std::string CompareValues(const v1::InsertRequest& want,
   if (got.if_absent != want.if_absent()) {
     return absl::StrCat("if_absent ", got.if_absent, ", generated ", want.if_absent());
   }
+  if (got.request_id != want.request_id()) {
+    return absl::StrCat("request_id ", Show(got.request_id), ", generated ",
+                        Show(want.request_id()));
+  }
+  if (got.min_log_position != want.min_log_position()) {
+    return absl::StrCat("min_log_position ", got.min_log_position, ", generated ",
+                        want.min_log_position());
+  }
   return "";
 }
 
@@ -156,6 +164,9 @@ inline std::string DiffWithLimits(std::string_view bytes, const std::vector<size
   if (s.ok()) {
     if (!key_error.empty()) return absl::StrCat("ours accepts, expected ", key_error);
     if (want.filter().size() > limits.max_filter_bytes) return "ours accepts an oversize filter";
+    if (want.request_id().size() > limits.max_request_id_bytes) {
+      return "ours accepts an oversize request_id";
+    }
     return CompareValues(want, *ours);
   }
   if (s.code() != absl::StatusCode::kInvalidArgument) return s.ToString();
@@ -165,6 +176,15 @@ inline std::string DiffWithLimits(std::string_view bytes, const std::vector<size
     if (std::sscanf(std::string(s.message()).c_str(), "filter name is %u", &len) != 1 ||
         len <= limits.max_filter_bytes) {
       return absl::StrCat("wrong filter error: ", s.ToString());
+    }
+    return "";
+  }
+  if (absl::StartsWith(s.message(), "request_id is ")) {
+    // As for the filter: some occurrence was too long.
+    uint32_t len = 0;
+    if (std::sscanf(std::string(s.message()).c_str(), "request_id is %u", &len) != 1 ||
+        len <= limits.max_request_id_bytes) {
+      return absl::StrCat("wrong request_id error: ", s.ToString());
     }
     return "";
   }

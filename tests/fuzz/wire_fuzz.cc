@@ -39,7 +39,8 @@ KeysRequestLimits LimitsFrom(uint8_t b) {
   return {.max_keys = b & 7u,
           .min_key_bytes = (b & 0x80) != 0 ? 0u : 1u + ((b >> 6) & 1u),
           .max_key_bytes = 1u + ((b >> 3) & 7u) * 3u,
-          .max_filter_bytes = (b & 0x40) != 0 ? 3u : 128u};
+          .max_filter_bytes = (b & 0x40) != 0 ? 3u : 128u,
+          .max_request_id_bytes = (b & 0x20) != 0 ? 2u : 128u};
 }
 
 void Check(const std::string& diff, const char* what, std::string_view message,

@@ -101,6 +101,8 @@ v1::InsertRequest RandomRequest(std::mt19937_64& rng) {
   const size_t n = rng() % 300;
   for (size_t i = 0; i < n; ++i) req.add_keys(RandomBytes(rng, rng() % 16 == 0 ? 5000 : 24));
   req.set_if_absent(rng() % 2 == 0);
+  if (rng() % 2 == 0) req.set_request_id("req-" + std::to_string(rng()));
+  if (rng() % 2 == 0) req.set_min_log_position(rng() >> (rng() % 64));
   return req;
 }
 
@@ -768,7 +770,42 @@ TEST(WireFormatTest, ResponsesAreByteForByteWhatGeneratedCodeWrites) {
     EXPECT_EQ(Bytes(LookupResponse(absl::MakeConstSpan(present.get(), n))), el.SerializeAsString())
         << n;
     EXPECT_EQ(Bytes(CountResponse(counts)), ec.SerializeAsString()) << n;
+    // With a log position (the last field of each).
+    const uint64_t position = n == 0 ? 1 : rng() >> (rng() % 64);
+    ei.set_log_position(position);
+    ed.set_log_position(position);
+    el.set_log_position(position);
+    ec.set_log_position(position);
+    EXPECT_EQ(Bytes(InsertResponse(ins, position)), ei.SerializeAsString()) << n;
+    EXPECT_EQ(Bytes(DeleteResponse(del, position)), ed.SerializeAsString()) << n;
+    EXPECT_EQ(Bytes(LookupResponse(absl::MakeConstSpan(present.get(), n), position)),
+              el.SerializeAsString())
+        << n;
+    EXPECT_EQ(Bytes(CountResponse(counts, position)), ec.SerializeAsString()) << n;
   }
+}
+
+TEST(WireFormatTest, RequestIdAndMinLogPositionAreReadAndLimited) {
+  v1::InsertRequest req;
+  req.set_filter("f");
+  req.add_keys("k");
+  req.set_request_id("retry-me-7");
+  req.set_min_log_position(uint64_t{1} << 40);
+  const std::string bytes = req.SerializeAsString();
+  KeysRequest r;
+  ASSERT_TRUE(ParseKeysRequest(bytes, "InsertRequest", kNoLimits, &r).ok());
+  EXPECT_EQ(r.request_id, "retry-me-7");
+  EXPECT_EQ(r.min_log_position, uint64_t{1} << 40);
+  KeysRequestLimits limits{.max_keys = 10,
+                           .min_key_bytes = 1,
+                           .max_key_bytes = 10,
+                           .max_filter_bytes = 10,
+                           .max_request_id_bytes = 4};
+  const absl::Status s = ParseKeysRequest(bytes, "InsertRequest", limits, &r);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("request_id is 10 bytes; at most 4"));
+  EXPECT_TRUE(r.request_id.empty());
+  EXPECT_EQ(r.min_log_position, 0u);
 }
 
 }  // namespace
