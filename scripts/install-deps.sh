@@ -12,6 +12,7 @@ PACKAGES=(
   python3 python3-grpcio
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
+  libnats-dev nats-server
 )
 
 missing=()

@@ -25,6 +25,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "core/filter_options.h"
 #include "cuckoo_version.h"
@@ -95,6 +96,29 @@ ABSL_FLAG(cuckoo::server::ByteSizeFlag, wal_segment_size, {kDefaults.wal_segment
 ABSL_FLAG(cuckoo::server::ByteSizeFlag, wal_max_size, {kDefaults.wal_max_bytes},
           "when the write-ahead log holds more than this, changed filters are snapshotted early "
           "so that it can be truncated (bounds its size and the replay at start-up), e.g. 1GiB");
+ABSL_FLAG(std::string, nats, "",
+          "cluster mode: comma-separated NATS server URLs (nats://host:4222,...) whose JetStream "
+          "stream is the replicated log; empty (default): a single node with its local "
+          "write-ahead log");
+ABSL_FLAG(std::string, nats_stream, kDefaults.nats_stream,
+          "cluster mode: the JetStream stream that is the log (created if missing; subject "
+          "cuckood.<stream>.log)");
+ABSL_FLAG(uint32_t, nats_replicas, kDefaults.nats_replicas,
+          "cluster mode: the stream's replication factor when this replica creates it; 0 "
+          "(default): 3 when the NATS cluster has 3 or more servers, else 1");
+ABSL_FLAG(std::string, replica_id, "", "cluster mode: this replica's name; default: the host name");
+ABSL_FLAG(absl::Duration, dedup_window, kDefaults.dedup_window,
+          "an Insert or Delete repeating a request_id within this long gets the first one's "
+          "results and is not applied again");
+ABSL_FLAG(absl::Duration, max_read_wait, kDefaults.max_read_wait,
+          "the longest a read with min_log_position waits for this server to apply that far "
+          "(less if the call's deadline is sooner); then UNAVAILABLE");
+ABSL_FLAG(absl::Duration, cluster_write_timeout, kDefaults.cluster_write_timeout,
+          "cluster mode: a write not acknowledged by the stream and applied here within this "
+          "fails with UNAVAILABLE (retry with the same request_id)");
+ABSL_FLAG(uint64_t, ready_max_lag, kDefaults.ready_max_lag,
+          "cluster mode: /readyz is 200 only while this replica is at most this many log "
+          "entries behind the stream");
 ABSL_FLAG(std::string, log_level, kDefaults.log_level,
           "trace, debug, info, warn, error, critical or off");
 ABSL_FLAG(std::string, log_format, kDefaults.log_format, "text or json (one object per line)");
@@ -104,11 +128,32 @@ namespace {
 
 // Every flag of the server, for the environment fallback.
 constexpr const char* kFlagNames[] = {
-    "listen",           "admin_listen",     "data_dir",      "max_batch_keys",
-    "max_key_bytes",    "max_filters",      "memory_budget", "max_message_size",
-    "drain_timeout",    "log_level",        "log_format",    "snapshot_interval",
-    "snapshot_buffer",  "transport_memory", "durability",    "wal_sync_interval",
-    "wal_segment_size", "wal_max_size",
+    "listen",
+    "admin_listen",
+    "data_dir",
+    "max_batch_keys",
+    "max_key_bytes",
+    "max_filters",
+    "memory_budget",
+    "max_message_size",
+    "drain_timeout",
+    "log_level",
+    "log_format",
+    "snapshot_interval",
+    "snapshot_buffer",
+    "transport_memory",
+    "durability",
+    "wal_sync_interval",
+    "wal_segment_size",
+    "wal_max_size",
+    "nats",
+    "nats_stream",
+    "nats_replicas",
+    "replica_id",
+    "dedup_window",
+    "max_read_wait",
+    "cluster_write_timeout",
+    "ready_max_lag",
 };
 
 struct Unit {
@@ -331,6 +376,31 @@ absl::Status ValidateConfig(const ServerConfig& c) {
     return absl::InvalidArgumentError(absl::StrFormat("--log-level=\"%s\" must be one of: %s",
                                                       c.log_level, absl::StrJoin(kLevels, ", ")));
   }
+  for (const std::string& url : c.nats_urls) {
+    if (url.empty() || url.find("://") == std::string::npos || url.find(',') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--nats: \"%s\" is not a NATS URL; expected nats://host:port[,nats://host:port...]",
+          url));
+    }
+  }
+  if (c.nats_replicas > 5) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--nats-replicas=%u: JetStream replicates a stream to 1 to 5 servers (0: automatic)",
+        c.nats_replicas));
+  }
+  if (c.dedup_window < absl::Seconds(1) || c.dedup_window > absl::Hours(24)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--dedup-window=%s must be between 1s and 24h", absl::FormatDuration(c.dedup_window)));
+  }
+  if (c.max_read_wait < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrFormat("--max-read-wait=%s must not be negative",
+                                                      absl::FormatDuration(c.max_read_wait)));
+  }
+  if (c.cluster_write_timeout < absl::Milliseconds(100)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--cluster-write-timeout=%s must be at least 100ms",
+                        absl::FormatDuration(c.cluster_write_timeout)));
+  }
   if (c.log_format != "text" && c.log_format != "json") {
     return absl::InvalidArgumentError(
         absl::StrFormat("--log-format=\"%s\" must be text or json", c.log_format));
@@ -436,6 +506,17 @@ absl::StatusOr<ServerConfig> ConfigFromCommandLine(int argc, char** argv) {
   c.wal_sync_interval = absl::GetFlag(FLAGS_wal_sync_interval);
   c.wal_segment_bytes = absl::GetFlag(FLAGS_wal_segment_size).bytes;
   c.wal_max_bytes = absl::GetFlag(FLAGS_wal_max_size).bytes;
+  for (absl::string_view url :
+       absl::StrSplit(absl::GetFlag(FLAGS_nats), ',', absl::SkipWhitespace())) {
+    c.nats_urls.emplace_back(absl::StripAsciiWhitespace(url));
+  }
+  c.nats_stream = absl::GetFlag(FLAGS_nats_stream);
+  c.nats_replicas = absl::GetFlag(FLAGS_nats_replicas);
+  c.replica_id = absl::GetFlag(FLAGS_replica_id);
+  c.dedup_window = absl::GetFlag(FLAGS_dedup_window);
+  c.max_read_wait = absl::GetFlag(FLAGS_max_read_wait);
+  c.cluster_write_timeout = absl::GetFlag(FLAGS_cluster_write_timeout);
+  c.ready_max_lag = absl::GetFlag(FLAGS_ready_max_lag);
   if (absl::Status s = ValidateConfig(c); !s.ok()) return s;
   return c;
 }

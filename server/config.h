@@ -69,6 +69,27 @@ struct ServerConfig {
   // snapshotted early so that the log can be truncated: it bounds the log's
   // size and the replay time at start-up.
   uint64_t wal_max_bytes = uint64_t{1} << 30;
+  // Cluster mode (server/cluster/cluster.h): the NATS servers whose
+  // JetStream stream is the log; empty: a single node with its local log.
+  std::vector<std::string> nats_urls;
+  // The stream's name, and its replication factor when this replica creates
+  // it (0: 3 when the NATS cluster has 3 or more servers, else 1).
+  std::string nats_stream = "CUCKOOD";
+  uint32_t nats_replicas = 0;
+  // This replica's name; empty: the host name.
+  std::string replica_id;
+  // Repeats of an Insert's or Delete's request_id within this long get the
+  // first one's results (JetStream's duplicate window in a cluster).
+  absl::Duration dedup_window = absl::Minutes(2);
+  // The longest a read with min_log_position waits for this replica to
+  // apply that far (less if the call's deadline is sooner).
+  absl::Duration max_read_wait = absl::Seconds(5);
+  // Cluster: a write not acknowledged and applied within this fails with
+  // UNAVAILABLE.
+  absl::Duration cluster_write_timeout = absl::Seconds(10);
+  // Cluster: /readyz is 200 only while the replica is at most this many log
+  // entries behind the stream.
+  uint64_t ready_max_lag = 1000;
   // spdlog level name: trace, debug, info, warn, error, critical, off.
   std::string log_level = "info";
   // "text" or "json" (one JSON object per line).

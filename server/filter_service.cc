@@ -14,6 +14,7 @@
 #include "server/status.h"
 #include "server/wire_format.h"
 #include "spdlog/spdlog.h"
+#include "xxhash.h"
 
 namespace cuckoo::server {
 namespace {
@@ -117,22 +118,96 @@ grpc::ServerUnaryReactor* FilterServiceImpl::Run(RpcMethod method, Body body) {
 }
 
 template <typename Body>
-grpc::ServerUnaryReactor* FilterServiceImpl::RunDataPath(RpcMethod method, Body body) {
+grpc::ServerUnaryReactor* FilterServiceImpl::RunAsync(RpcMethod method,
+                                                      grpc::CallbackServerContext* ctx, Body body) {
   bool accepted;
   CallReactor* reactor = Accept(method, &accepted);
-  if (!accepted) return reactor;
-  uint64_t lsn = 0;
-  const absl::Status s = Guarded([&] { return body(&lsn); });
-  if (!s.ok() || lsn == 0) {
+  if (accepted) Continue(reactor, ctx, std::move(body));
+  return reactor;
+}
+
+template <typename Body>
+void FilterServiceImpl::Continue(CallReactor* reactor, grpc::CallbackServerContext* ctx,
+                                 Body body) {
+  Next next;
+  const absl::Status s = Guarded([&] { return body(reactor, &next); });
+  if (!s.ok()) {
+    if (!next.window_key.empty()) window_.Abort(next.window_key, s);
     reactor->Done(ToGrpcStatus(s));
-    return reactor;
+    return;
+  }
+  if (next.answered) return;
+  if (next.min_position != 0) {
+    // Not applied this far yet: wait (bounded by the call's deadline and
+    // --max-read-wait), then run the body again.
+    const absl::Time deadline =
+        std::min(absl::FromChrono(ctx->deadline()), absl::Now() + limits_.max_read_wait);
+    cluster_->WhenApplied(next.min_position, deadline,
+                          [this, reactor, ctx, body = std::move(body)](absl::Status applied) {
+                            if (!applied.ok()) {
+                              reactor->Done(ToGrpcStatus(applied));
+                              return;
+                            }
+                            Continue(reactor, ctx, body);
+                          });
+    return;
+  }
+  if (next.durable_lsn == 0) {
+    if (!next.window_key.empty()) window_.Finish(next.window_key, std::move(next.outcome));
+    reactor->Done(grpc::Status::OK);
+    return;
   }
   // A write is answered once its log records are durable (per
   // --durability): by the log's committer thread, or here if they are
   // already. The call stays in flight until then, so shutdown waits for it.
   persistence_->wal()->WhenDurable(
-      lsn, [reactor](absl::Status durable) { reactor->Done(ToGrpcStatus(durable)); });
-  return reactor;
+      next.durable_lsn, [this, reactor, key = std::move(next.window_key),
+                         outcome = std::move(next.outcome)](absl::Status durable) mutable {
+        if (!key.empty()) {
+          if (durable.ok()) {
+            window_.Finish(key, std::move(outcome));
+          } else {
+            window_.Abort(key, durable);
+          }
+        }
+        reactor->Done(ToGrpcStatus(durable));
+      });
+}
+
+absl::Status ValidateRequestId(std::string_view id) {
+  if (id.size() > kMaxRequestIdBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "request_id is %u bytes; at most %u are allowed", id.size(), kMaxRequestIdBytes));
+  }
+  for (size_t i = 0; i < id.size(); ++i) {
+    if (id[i] < '!' || id[i] > '~') {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("request_id has byte 0x%02x at %u; it must be printable ASCII (! to ~)",
+                          static_cast<unsigned char>(id[i]), i));
+    }
+  }
+  return absl::OkStatus();
+}
+
+uint64_t FilterServiceImpl::AppliedPosition() const {
+  if (cluster_ != nullptr) return cluster_->AppliedPosition();
+  const Wal* wal = persistence_->wal();
+  return wal != nullptr ? wal->AppendedLsn() : 0;
+}
+
+absl::Status FilterServiceImpl::CheckMinPosition(uint64_t min_position, Next* next) const {
+  if (min_position == 0) return absl::OkStatus();
+  const uint64_t applied = AppliedPosition();
+  if (min_position <= applied) return absl::OkStatus();
+  if (cluster_ != nullptr) {
+    next->min_position = min_position;
+    return absl::OkStatus();
+  }
+  return absl::OutOfRangeError(absl::StrFormat(
+      "min_log_position %u is past this server's log, which ends at %u: the position did not "
+      "come from this server (a single node answers every write it acknowledged from its own "
+      "state)",
+      min_position, applied));
 }
 
 absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterServiceImpl::FindFilter(
@@ -142,11 +217,110 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterServiceImpl::FindFilter(
   return registry_->Get(n);
 }
 
+namespace {
+
+// Per-key results as RequestWindow and Cluster keep them, and back.
+template <typename Result>
+std::vector<uint8_t> ResultBytes(absl::Span<const Result> results) {
+  std::vector<uint8_t> out(results.size());
+  for (size_t i = 0; i < results.size(); ++i) out[i] = static_cast<uint8_t>(results[i]);
+  return out;
+}
+// (Not a std::vector: Result may be bool.)
+template <typename Result>
+class TypedResults {
+ public:
+  explicit TypedResults(const std::vector<uint8_t>& bytes)
+      : data_(new Result[bytes.size()]), size_(bytes.size()) {
+    for (size_t i = 0; i < size_; ++i) data_[i] = static_cast<Result>(bytes[i]);
+  }
+  absl::Span<const Result> span() const { return absl::Span<const Result>(data_.get(), size_); }
+  size_t size() const { return size_; }
+
+ private:
+  std::unique_ptr<Result[]> data_;
+  size_t size_;
+};
+
+// What makes two requests with the same request_id the same request: the
+// filter, the keys and if_absent.
+uint64_t RequestDigest(const wire::KeysRequest& req) {
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  XXH3_64bits_update(state, req.filter.data(), req.filter.size());
+  const uint8_t flags = req.if_absent ? 1 : 0;
+  XXH3_64bits_update(state, &flags, 1);
+  for (std::string_view k : req.keys) {
+    const uint64_t len = k.size();
+    XXH3_64bits_update(state, &len, sizeof(len));
+    XXH3_64bits_update(state, k.data(), k.size());
+  }
+  const uint64_t digest = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return digest;
+}
+
+}  // namespace
+
+template <typename Result, typename Encode>
+void FilterServiceImpl::ClusterWrite(RpcMethod method, const std::shared_ptr<CuckooFilter>& filter,
+                                     std::string_view filter_name,
+                                     absl::Span<const std::string_view> keys, bool if_absent,
+                                     std::string_view request_id, grpc::ByteBuffer* response,
+                                     Encode encode, CallReactor* reactor) {
+  // The log carries the keys' hashes, split into entries that fit a NATS
+  // message: every replica applies exactly what this one would.
+  std::vector<uint64_t> hashes(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) hashes[i] = filter->Hash(keys[i]);
+  const size_t per_entry = cluster_->max_hashes_per_entry();
+  std::vector<std::string> entries;
+  const absl::Span<const uint64_t> all(hashes);
+  for (size_t begin = 0; begin < hashes.size() || begin == 0; begin += per_entry) {
+    const absl::Span<const uint64_t> part =
+        all.subspan(begin, std::min(per_entry, hashes.size() - begin));
+    const absl::string_view name(filter_name.data(), filter_name.size());
+    entries.push_back(method == RpcMethod::kInsert
+                          ? EncodeInsertEntry(filter->id(), name, if_absent, part)
+                          : EncodeDeleteEntry(filter->id(), name, part));
+    if (hashes.empty()) break;
+  }
+  std::string id;
+  if (!request_id.empty()) {
+    // The same id on another method, or with other content, is another
+    // request: the content's digest is part of the message id.
+    XXH3_state_t* state = XXH3_createState();
+    XXH3_64bits_reset(state);
+    for (const std::string& e : entries) XXH3_64bits_update(state, e.data(), e.size());
+    id = absl::StrFormat("%s/%s/%016x", method == RpcMethod::kInsert ? "i" : "d", request_id,
+                         XXH3_64bits_digest(state));
+    XXH3_freeState(state);
+  }
+  const size_t n = keys.size();
+  Metrics* metrics = metrics_;
+  cluster_->Publish(
+      std::move(entries), id,
+      [reactor, response, encode, n, method, metrics](Cluster::WriteResult r) {
+        if (!r.status.ok()) {
+          reactor->Done(ToGrpcStatus(r.status));
+          return;
+        }
+        if (r.results.size() != n) {
+          reactor->Done(ToGrpcStatus(absl::InternalError(absl::StrFormat(
+              "the log applied %u results for a batch of %u keys", r.results.size(), n))));
+          return;
+        }
+        const TypedResults<Result> typed(r.results);
+        *response = encode(typed.span(), r.position);
+        if (metrics != nullptr) metrics->RecordKeys(method, n);
+        reactor->Done(grpc::Status::OK);
+      });
+}
+
 template <typename Result, typename Apply, typename Encode>
 absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::CallbackServerContext* ctx,
                                          const grpc::ByteBuffer& request, std::string_view message,
                                          grpc::ByteBuffer* response, Apply apply, Encode encode,
-                                         uint64_t* wait_lsn) {
+                                         CallReactor* reactor, Next* next) {
   // The request is read where gRPC holds it, its slices, and the limits
   // are enforced while it is parsed: a request pins at most max_batch_keys
   // key views, however many keys it carries, and is rejected at the first
@@ -166,12 +340,66 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::CallbackServerC
                                {.max_keys = limits_.max_batch_keys,
                                 .min_key_bytes = 1,
                                 .max_key_bytes = limits_.max_key_bytes,
-                                .max_filter_bytes = kMaxFilterNameBytes},
+                                .max_filter_bytes = kMaxFilterNameBytes,
+                                .max_request_id_bytes = kMaxRequestIdBytes},
                                &req);
   }
   if (!s.ok()) return s;
+  const bool write = method == RpcMethod::kInsert || method == RpcMethod::kDelete;
+  if (write) {
+    if (absl::Status id = ValidateRequestId(req.request_id); !id.ok()) return id;
+  }
+  if (absl::Status m = CheckMinPosition(req.min_log_position, next);
+      !m.ok() || next->min_position != 0) {
+    return m;
+  }
   absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = FindFilter(req.filter);
   if (!filter.ok()) return filter.status();
+  if (write && cluster_ != nullptr) {
+    next->answered = true;
+    ClusterWrite<Result>(method, *filter, req.filter, req.keys, req.if_absent, req.request_id,
+                         response, encode, reactor);
+    return absl::OkStatus();
+  }
+  if (write && !req.request_id.empty()) {
+    // A repeat of a request this node took (a retry after a lost response)
+    // gets the first one's answer, and is not applied again.
+    // The same id on another method, or with other content, is another
+    // request: the content's digest is part of the key.
+    const std::string key = absl::StrFormat("%s/%s/%016x", method == RpcMethod::kInsert ? "i" : "d",
+                                            req.request_id, RequestDigest(req));
+    RequestWindow::Outcome first;
+    const size_t n = req.keys.size();
+    switch (window_.Start(
+        key, &first,
+        [reactor, response, encode](const absl::Status& status, const RequestWindow::Outcome& o) {
+          if (!status.ok()) {
+            reactor->Done(ToGrpcStatus(
+                absl::UnavailableError(absl::StrCat("the first try of this request_id failed (",
+                                                    status.message(), "); send it again"))));
+            return;
+          }
+          const TypedResults<Result> typed(o.results);
+          *response = encode(typed.span(), o.position);
+          reactor->Done(grpc::Status::OK);
+        })) {
+      case RequestWindow::Begin::kAnswered: {
+        const TypedResults<Result> typed(first.results);
+        if (typed.size() != n) {
+          return absl::InternalError("a remembered request has another number of keys");
+        }
+        *response = encode(typed.span(), first.position);
+        return absl::OkStatus();
+      }
+      case RequestWindow::Begin::kWaiting:
+        next->answered = true;
+        return absl::OkStatus();
+      case RequestWindow::Begin::kNew:
+        next->window_key = key;
+        break;
+    }
+  }
+  const uint64_t read_position = write ? 0 : AppliedPosition();
   ScratchArray<Result, 3> results(req.keys.size());
   // Between the parts of a long batch: is anyone still waiting for it?
   const auto deadline = ctx->deadline();
@@ -194,8 +422,7 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::CallbackServerC
   // Writes reserve room in the log before they touch the filter (a full
   // disk refuses the batch, applying nothing), and log each shard's part as
   // it is applied.
-  Wal* wal =
-      method == RpcMethod::kInsert || method == RpcMethod::kDelete ? persistence_->wal() : nullptr;
+  Wal* wal = write ? persistence_->wal() : nullptr;
   uint64_t reserved = 0;
   if (wal != nullptr) {
     reserved = WalBytesForBatch(req.keys.size(), (*filter)->shape().shards);
@@ -214,20 +441,26 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::CallbackServerC
   const WriteLog log(append);
   const size_t applied =
       apply(**filter, req, results.span(), stop, wal != nullptr ? &log : nullptr);
-  *wait_lsn = last_lsn;
+  next->durable_lsn = last_lsn;
   if (applied < req.keys.size()) {
     return absl::Status(
         stopped.code(),
         absl::StrFormat("%s: the batch was cut short after its first %u of %u keys were applied",
                         stopped.message(), applied, req.keys.size()));
   }
-  *response = encode(absl::Span<const Result>(results.span()));
+  const uint64_t position = write ? (last_lsn != 0 ? last_lsn : AppliedPosition()) : read_position;
+  const absl::Span<const Result> done(results.span());
+  *response = encode(done, position);
+  if (!next->window_key.empty()) {
+    next->outcome = {.position = position, .results = ResultBytes(done)};
+  }
   if (metrics_ != nullptr) metrics_->RecordKeys(method, req.keys.size());
   return absl::OkStatus();
 }
 
 absl::Status FilterServiceImpl::DoCreateFilter(const v1::CreateFilterRequest& req,
-                                               v1::CreateFilterResponse* resp) {
+                                               v1::CreateFilterResponse* resp, CallReactor* reactor,
+                                               Next* next) {
   FilterOptions options{.capacity = req.capacity(),
                         .false_positive_rate = req.false_positive_rate(),
                         .fingerprint_bits = req.fingerprint_bits(),
@@ -236,6 +469,55 @@ absl::Status FilterServiceImpl::DoCreateFilter(const v1::CreateFilterRequest& re
                         .max_kicks = req.max_kicks()};
   if (req.has_seed()) options.seed = req.seed();
   if (req.has_semi_sort()) options.semi_sort = req.semi_sort();
+  if (cluster_ != nullptr) {
+    // Through the log: the shape (seed included) is fixed here, and every
+    // replica creates the same filter when it applies the entry.
+    if (absl::Status s = FilterRegistry::ValidateName(req.name()); !s.ok()) return s;
+    absl::StatusOr<FilterShape> shape = ComputeShape(options);
+    if (!shape.ok()) return shape.status();
+    absl::StatusOr<std::shared_ptr<CuckooFilter>> existing =
+        registry_->CheckExisting(req.name(), *shape, req.has_seed(), req.if_not_exists());
+    if (existing.ok()) {
+      FillFilterInfo(req.name(), **existing, persistence_->Record(req.name(), **existing),
+                     resp->mutable_filter());
+      resp->set_created(false);
+      resp->set_log_position(AppliedPosition());
+      return absl::OkStatus();
+    }
+    if (!absl::IsNotFound(existing.status())) return existing.status();
+    if (absl::Status room = registry_->CheckRoom(req.name(), CuckooFilter::MemoryBytes(*shape));
+        !room.ok()) {
+      return room;
+    }
+    next->answered = true;
+    cluster_->Publish(
+        {EncodeCreateEntry(req.name(), *shape)}, "",
+        [this, reactor, &req, resp, shape = *shape](Cluster::WriteResult r) {
+          reactor->Done(ToGrpcStatus(Guarded([&]() -> absl::Status {
+            if (absl::IsAlreadyExists(r.status)) {
+              // Created meanwhile through another replica: if_not_exists
+              // decides, as on a single node.
+              absl::StatusOr<std::shared_ptr<CuckooFilter>> now =
+                  registry_->CheckExisting(req.name(), shape, req.has_seed(), req.if_not_exists());
+              if (!now.ok()) return now.status();
+              FillFilterInfo(req.name(), **now, persistence_->Record(req.name(), **now),
+                             resp->mutable_filter());
+              resp->set_created(false);
+              resp->set_log_position(r.position);
+              return absl::OkStatus();
+            }
+            if (!r.status.ok()) return r.status;
+            absl::StatusOr<std::shared_ptr<CuckooFilter>> made = registry_->Get(req.name());
+            if (!made.ok()) return made.status();
+            FillFilterInfo(req.name(), **made, persistence_->Record(req.name(), **made),
+                           resp->mutable_filter());
+            resp->set_created(r.created);
+            resp->set_log_position(r.position);
+            return absl::OkStatus();
+          })));
+        });
+    return absl::OkStatus();
+  }
   bool created = false;
   // The creation is logged before the filter gets its name, so that the log
   // holds it before any write to it; the call is answered once the record
@@ -257,6 +539,7 @@ absl::Status FilterServiceImpl::DoCreateFilter(const v1::CreateFilterRequest& re
   FillFilterInfo(req.name(), **filter, persistence_->Record(req.name(), **filter),
                  resp->mutable_filter());
   resp->set_created(created);
+  resp->set_log_position(created && lsn != 0 ? lsn : AppliedPosition());
   if (created) {
     const FilterShape& s = (*filter)->shape();
     spdlog::info(
@@ -268,19 +551,76 @@ absl::Status FilterServiceImpl::DoCreateFilter(const v1::CreateFilterRequest& re
   return absl::OkStatus();
 }
 
+absl::Status FilterServiceImpl::DoDropFilter(const v1::DropFilterRequest& req,
+                                             v1::DropFilterResponse* resp, CallReactor* reactor,
+                                             Next* next) {
+  // An unknown name is answered here, so retries for filters gone already
+  // never fill the persistence queue.
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> found = FindFilter(req.name());
+  if (!found.ok()) return found.status();
+  next->answered = true;
+  if (cluster_ != nullptr) {
+    cluster_->Publish({EncodeDropEntry((*found)->id(), req.name())}, "",
+                      [reactor, resp](Cluster::WriteResult r) {
+                        if (r.status.ok()) {
+                          resp->set_freed_bytes(r.freed_bytes);
+                          resp->set_log_position(r.position);
+                        }
+                        reactor->Done(ToGrpcStatus(r.status));
+                      });
+    return absl::OkStatus();
+  }
+  // The file is removed on the persistence thread, after any snapshot being
+  // written: never on one of gRPC's threads. Only the filter found here is
+  // dropped: if the name is dropped and created again while this call
+  // waits, the new filter stays. gRPC keeps req and resp alive until the
+  // reactor finishes.
+  persistence_->DropAsync(
+      req.name(), std::weak_ptr<CuckooFilter>(*found),
+      [this, reactor, &req, resp](absl::StatusOr<std::shared_ptr<CuckooFilter>> filter) {
+        const absl::Status status = Guarded([&]() -> absl::Status {
+          if (!filter.ok()) return filter.status();
+          resp->set_freed_bytes((*filter)->memory_bytes());
+          resp->set_log_position(AppliedPosition());
+          spdlog::info("dropped filter {}: {} items, {} bytes freed", req.name(),
+                       (*filter)->items(), (*filter)->memory_bytes());
+          return absl::OkStatus();
+        });
+        // The last reference goes before the answer (unless a running call
+        // still holds the filter): a client told the bytes are freed can
+        // use them at once.
+        if (filter.ok()) filter->reset();
+        reactor->Done(ToGrpcStatus(status));
+      });
+  return absl::OkStatus();
+}
+
 absl::Status FilterServiceImpl::DoGetFilter(const v1::GetFilterRequest& req,
-                                            v1::GetFilterResponse* resp) {
+                                            v1::GetFilterResponse* resp, Next* next) {
+  if (absl::Status m = CheckMinPosition(req.min_log_position(), next);
+      !m.ok() || next->min_position != 0) {
+    return m;
+  }
+  const uint64_t position = AppliedPosition();
   absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = FindFilter(req.name());
   if (!filter.ok()) return filter.status();
   FillFilterInfo(req.name(), **filter, persistence_->Record(req.name(), **filter),
                  resp->mutable_filter());
+  resp->set_log_position(position);
   return absl::OkStatus();
 }
 
-absl::Status FilterServiceImpl::DoListFilters(v1::ListFiltersResponse* resp) {
+absl::Status FilterServiceImpl::DoListFilters(const v1::ListFiltersRequest& req,
+                                              v1::ListFiltersResponse* resp, Next* next) {
+  if (absl::Status m = CheckMinPosition(req.min_log_position(), next);
+      !m.ok() || next->min_position != 0) {
+    return m;
+  }
+  const uint64_t position = AppliedPosition();
   for (const auto& [name, filter] : registry_->List()) {
     FillFilterInfo(name, *filter, persistence_->Record(name, *filter), resp->add_filters());
   }
+  resp->set_log_position(position);
   return absl::OkStatus();
 }
 
@@ -299,121 +639,115 @@ absl::Status FilterServiceImpl::DoGetServerInfo(v1::GetServerInfoResponse* resp)
     resp->set_durability(std::string(DurabilityName(wal->options().durability)));
     SetDuration(wal->options().sync_interval, resp->mutable_wal_sync_interval());
   }
+  resp->set_mode(cluster_ != nullptr ? "cluster" : "single");
+  resp->set_applied_log_position(AppliedPosition());
+  SetDuration(limits_.dedup_window, resp->mutable_dedup_window());
+  if (cluster_ != nullptr) {
+    const ClusterStatus st = cluster_->Status();
+    v1::ClusterInfo* c = resp->mutable_cluster();
+    c->set_replica_id(st.replica_id);
+    c->set_nats_status(st.nats_status);
+    c->set_nats_server(st.nats_server);
+    c->set_stream(st.stream);
+    c->set_stream_replicas(st.stream_replicas);
+    c->set_stream_last_position(st.stream_last);
+    c->set_stream_first_position(st.stream_first);
+    c->set_lag(st.lag);
+    // Acknowledged in the stream, so durable on its replicas.
+    resp->set_durability("cluster");
+  }
   return absl::OkStatus();
 }
 
-grpc::ServerUnaryReactor* FilterServiceImpl::CreateFilter(grpc::CallbackServerContext*,
+grpc::ServerUnaryReactor* FilterServiceImpl::CreateFilter(grpc::CallbackServerContext* ctx,
                                                           const v1::CreateFilterRequest* req,
                                                           v1::CreateFilterResponse* resp) {
-  return Run(RpcMethod::kCreateFilter, [&] { return DoCreateFilter(*req, resp); });
+  return RunAsync(RpcMethod::kCreateFilter, ctx, [this, req, resp](CallReactor* r, Next* next) {
+    return DoCreateFilter(*req, resp, r, next);
+  });
 }
 
-grpc::ServerUnaryReactor* FilterServiceImpl::GetFilter(grpc::CallbackServerContext*,
+grpc::ServerUnaryReactor* FilterServiceImpl::GetFilter(grpc::CallbackServerContext* ctx,
                                                        const v1::GetFilterRequest* req,
                                                        v1::GetFilterResponse* resp) {
-  return Run(RpcMethod::kGetFilter, [&] { return DoGetFilter(*req, resp); });
+  return RunAsync(RpcMethod::kGetFilter, ctx, [this, req, resp](CallReactor*, Next* next) {
+    return DoGetFilter(*req, resp, next);
+  });
 }
 
-grpc::ServerUnaryReactor* FilterServiceImpl::ListFilters(grpc::CallbackServerContext*,
-                                                         const v1::ListFiltersRequest*,
+grpc::ServerUnaryReactor* FilterServiceImpl::ListFilters(grpc::CallbackServerContext* ctx,
+                                                         const v1::ListFiltersRequest* req,
                                                          v1::ListFiltersResponse* resp) {
-  return Run(RpcMethod::kListFilters, [&] { return DoListFilters(resp); });
+  return RunAsync(RpcMethod::kListFilters, ctx, [this, req, resp](CallReactor*, Next* next) {
+    return DoListFilters(*req, resp, next);
+  });
 }
 
-grpc::ServerUnaryReactor* FilterServiceImpl::DropFilter(grpc::CallbackServerContext*,
+grpc::ServerUnaryReactor* FilterServiceImpl::DropFilter(grpc::CallbackServerContext* ctx,
                                                         const v1::DropFilterRequest* req,
                                                         v1::DropFilterResponse* resp) {
-  bool accepted;
-  CallReactor* reactor = Accept(RpcMethod::kDropFilter, &accepted);
-  if (!accepted) return reactor;
-  // An unknown name is answered here, so retries for filters gone already
-  // never fill the persistence queue.
-  absl::StatusOr<std::shared_ptr<CuckooFilter>> found = FindFilter(req->name());
-  if (!found.ok()) {
-    reactor->Done(ToGrpcStatus(found.status()));
-    return reactor;
-  }
-  // The file is removed on the persistence thread, after any snapshot being
-  // written: never on one of gRPC's threads. Only the filter found here is
-  // dropped: if the name is dropped and created again while this call
-  // waits, the new filter stays. gRPC keeps req and resp alive until the
-  // reactor finishes.
-  persistence_->DropAsync(
-      req->name(), std::weak_ptr<CuckooFilter>(*found),
-      [reactor, req, resp](absl::StatusOr<std::shared_ptr<CuckooFilter>> filter) {
-        const absl::Status status = Guarded([&]() -> absl::Status {
-          if (!filter.ok()) return filter.status();
-          resp->set_freed_bytes((*filter)->memory_bytes());
-          spdlog::info("dropped filter {}: {} items, {} bytes freed", req->name(),
-                       (*filter)->items(), (*filter)->memory_bytes());
-          return absl::OkStatus();
-        });
-        // The last reference goes before the answer (unless a running call
-        // still holds the filter): a client told the bytes are freed can
-        // use them at once.
-        if (filter.ok()) filter->reset();
-        reactor->Done(ToGrpcStatus(status));
-      });
-  return reactor;
+  return RunAsync(RpcMethod::kDropFilter, ctx, [this, req, resp](CallReactor* r, Next* next) {
+    return DoDropFilter(*req, resp, r, next);
+  });
 }
 
 grpc::ServerUnaryReactor* FilterServiceImpl::Insert(grpc::CallbackServerContext* ctx,
                                                     const grpc::ByteBuffer* req,
                                                     grpc::ByteBuffer* resp) {
-  return RunDataPath(RpcMethod::kInsert, [&](uint64_t* lsn) {
+  return RunAsync(RpcMethod::kInsert, ctx, [this, ctx, req, resp](CallReactor* r, Next* next) {
     return DataPath<InsertResult>(
         RpcMethod::kInsert, ctx, *req, "InsertRequest", resp,
-        [](CuckooFilter& f, const wire::KeysRequest& r, absl::Span<InsertResult> out,
+        [](CuckooFilter& f, const wire::KeysRequest& q, absl::Span<InsertResult> out,
            StopCheck stop, const WriteLog* log) {
-          return log != nullptr ? f.InsertBatch(r.keys, r.if_absent, out, stop, *log)
-                                : f.InsertBatch(r.keys, r.if_absent, out, stop);
+          return log != nullptr ? f.InsertBatch(q.keys, q.if_absent, out, stop, *log)
+                                : f.InsertBatch(q.keys, q.if_absent, out, stop);
         },
-        wire::InsertResponse, lsn);
+        wire::InsertResponse, r, next);
   });
 }
 
 grpc::ServerUnaryReactor* FilterServiceImpl::Lookup(grpc::CallbackServerContext* ctx,
                                                     const grpc::ByteBuffer* req,
                                                     grpc::ByteBuffer* resp) {
-  return RunDataPath(RpcMethod::kLookup, [&](uint64_t* lsn) {
+  return RunAsync(RpcMethod::kLookup, ctx, [this, ctx, req, resp](CallReactor* r, Next* next) {
     return DataPath<bool>(
         RpcMethod::kLookup, ctx, *req, "LookupRequest", resp,
-        [](const CuckooFilter& f, const wire::KeysRequest& r, absl::Span<bool> out, StopCheck,
+        [](const CuckooFilter& f, const wire::KeysRequest& q, absl::Span<bool> out, StopCheck,
            const WriteLog*) {
-          f.LookupBatch(r.keys, out);
-          return r.keys.size();
+          f.LookupBatch(q.keys, out);
+          return q.keys.size();
         },
-        wire::LookupResponse, lsn);
+        wire::LookupResponse, r, next);
   });
 }
 
 grpc::ServerUnaryReactor* FilterServiceImpl::Delete(grpc::CallbackServerContext* ctx,
                                                     const grpc::ByteBuffer* req,
                                                     grpc::ByteBuffer* resp) {
-  return RunDataPath(RpcMethod::kDelete, [&](uint64_t* lsn) {
+  return RunAsync(RpcMethod::kDelete, ctx, [this, ctx, req, resp](CallReactor* r, Next* next) {
     return DataPath<DeleteResult>(
         RpcMethod::kDelete, ctx, *req, "DeleteRequest", resp,
-        [](CuckooFilter& f, const wire::KeysRequest& r, absl::Span<DeleteResult> out,
+        [](CuckooFilter& f, const wire::KeysRequest& q, absl::Span<DeleteResult> out,
            StopCheck stop, const WriteLog* log) {
-          return log != nullptr ? f.DeleteBatch(r.keys, out, stop, *log)
-                                : f.DeleteBatch(r.keys, out, stop);
+          return log != nullptr ? f.DeleteBatch(q.keys, out, stop, *log)
+                                : f.DeleteBatch(q.keys, out, stop);
         },
-        wire::DeleteResponse, lsn);
+        wire::DeleteResponse, r, next);
   });
 }
 
 grpc::ServerUnaryReactor* FilterServiceImpl::Count(grpc::CallbackServerContext* ctx,
                                                    const grpc::ByteBuffer* req,
                                                    grpc::ByteBuffer* resp) {
-  return RunDataPath(RpcMethod::kCount, [&](uint64_t* lsn) {
+  return RunAsync(RpcMethod::kCount, ctx, [this, ctx, req, resp](CallReactor* r, Next* next) {
     return DataPath<uint32_t>(
         RpcMethod::kCount, ctx, *req, "CountRequest", resp,
-        [](const CuckooFilter& f, const wire::KeysRequest& r, absl::Span<uint32_t> out, StopCheck,
+        [](const CuckooFilter& f, const wire::KeysRequest& q, absl::Span<uint32_t> out, StopCheck,
            const WriteLog*) {
-          f.CountBatch(r.keys, out);
-          return r.keys.size();
+          f.CountBatch(q.keys, out);
+          return q.keys.size();
         },
-        wire::CountResponse, lsn);
+        wire::CountResponse, r, next);
   });
 }
 

@@ -10,6 +10,13 @@
 // Every call is counted in `metrics` (method, status code, duration; keys
 // for the data path) when it finishes.
 //
+// Single node: writes are applied, logged in the write-ahead log, and
+// answered once durable; their log_position is the log's sequence number.
+// Cluster mode (`cluster` set): writes are published to the cluster's log
+// and answered with the results of this replica's apply (Cluster::Publish);
+// reads are served from this replica's copy, after waiting for
+// min_log_position if the request has one.
+//
 // Thread safety: all handlers may run concurrently; the registry and the
 // filters synchronise themselves.
 #ifndef CUCKOO_SERVER_FILTER_SERVICE_H_
@@ -25,8 +32,10 @@
 #include "absl/types/span.h"
 #include "core/registry.h"
 #include "cuckoo/v1/filter_service.grpc.pb.h"
+#include "server/cluster/cluster.h"
 #include "server/metrics.h"
 #include "server/persistence.h"
+#include "server/request_window.h"
 
 namespace cuckoo::server {
 
@@ -34,7 +43,19 @@ struct ServiceLimits {
   uint32_t max_batch_keys = 100'000;
   uint32_t max_key_bytes = 4096;
   uint64_t max_message_bytes = uint64_t{64} << 20;
+  // How long a request id's results are kept (--dedup-window).
+  absl::Duration dedup_window = absl::Minutes(2);
+  // Most memory those results take on a single node.
+  uint64_t max_dedup_bytes = uint64_t{64} << 20;
+  // Longest wait for min_log_position (--max-read-wait).
+  absl::Duration max_read_wait = absl::Seconds(5);
 };
+
+// Longest request_id.
+inline constexpr size_t kMaxRequestIdBytes = 128;
+// INVALID_ARGUMENT unless `id` is empty or 1 to 128 printable ASCII
+// characters (! to ~).
+absl::Status ValidateRequestId(std::string_view id);
 
 // Fills `info` with the filter's settings, current state and latest snapshot.
 void FillFilterInfo(const std::string& name, const CuckooFilter& filter,
@@ -50,14 +71,21 @@ using FilterServiceBase = v1::FilterService::WithRawCallbackMethod_Insert<
 class FilterServiceImpl final : public FilterServiceBase {
  public:
   // `persistence` writes and removes the filters' snapshot files; calls are
-  // counted in `metrics` (none if null).
+  // counted in `metrics` (none if null); `cluster` is null on a single node.
   FilterServiceImpl(FilterRegistry* registry, Persistence* persistence, Metrics* metrics,
-                    const ServiceLimits& limits, absl::Duration snapshot_interval)
+                    const ServiceLimits& limits, absl::Duration snapshot_interval,
+                    Cluster* cluster = nullptr)
       : registry_(registry),
         persistence_(persistence),
         metrics_(metrics),
         limits_(limits),
-        snapshot_interval_(snapshot_interval) {}
+        snapshot_interval_(snapshot_interval),
+        cluster_(cluster),
+        window_(limits.dedup_window, limits.max_dedup_bytes) {}
+
+  // The log position this server has applied: the cluster's, or the last
+  // write-ahead log record appended (0 with neither).
+  uint64_t AppliedPosition() const;
 
   // From now on every call fails with UNAVAILABLE ("shutting down").
   void StopAccepting() { accepting_.store(false, std::memory_order_release); }
@@ -97,9 +125,28 @@ class FilterServiceImpl final : public FilterServiceBase {
                                      v1::SnapshotResponse* resp) override;
 
  private:
+  class CallReactor;
+
+  // How a call goes on after its handler's body returned OK.
+  struct Next {
+    // Answer once the write-ahead log has this lsn durable (single node).
+    uint64_t durable_lsn = 0;
+    // Run the body again once this replica has applied the log this far.
+    uint64_t min_position = 0;
+    // The body handed the reactor on: it is answered elsewhere.
+    bool answered = false;
+    // A write with a request id (single node): remembered once durable.
+    std::string window_key;
+    RequestWindow::Outcome outcome;
+  };
+
   // The filter a request names: INVALID_ARGUMENT for a malformed name,
   // NOT_FOUND for an unknown one.
   absl::StatusOr<std::shared_ptr<CuckooFilter>> FindFilter(std::string_view name) const;
+  // A read's min_log_position: OK to go on (next->min_position left 0), or
+  // next->min_position set (wait for it), or OUT_OF_RANGE on a single node
+  // asked for a position past its log.
+  absl::Status CheckMinPosition(uint64_t min_position, Next* next) const;
   // The shared body of the data-path RPCs: parses the request (message type
   // `message`), finds the filter, checks the keys, runs
   // apply(filter, request, results, stop) and encodes the results. `stop`
@@ -108,25 +155,43 @@ class FilterServiceImpl final : public FilterServiceBase {
   // applied. Inserts and Deletes reserve room in the write-ahead log first
   // and log what they apply (`apply`'s WriteLog, null for reads);
   // *wait_lsn is then the lsn to wait for before answering (0: none).
+  // Writes (Insert, Delete) carry `request_id`s: a repeat is answered with
+  // the first try's results (RequestWindow), and in cluster mode they are
+  // published instead of applied here (ClusterWrite).
   template <typename Result, typename Apply, typename Encode>
   absl::Status DataPath(RpcMethod method, grpc::CallbackServerContext* ctx,
                         const grpc::ByteBuffer& request, std::string_view message,
-                        grpc::ByteBuffer* response, Apply apply, Encode encode, uint64_t* wait_lsn);
+                        grpc::ByteBuffer* response, Apply apply, Encode encode,
+                        CallReactor* reactor, Next* next);
+  // Cluster mode's Insert and Delete, once parsed and checked: publishes
+  // the hashes and answers from the apply's results.
+  template <typename Result, typename Encode>
+  void ClusterWrite(RpcMethod method, const std::shared_ptr<CuckooFilter>& filter,
+                    std::string_view filter_name, absl::Span<const std::string_view> keys,
+                    bool if_absent, std::string_view request_id, grpc::ByteBuffer* response,
+                    Encode encode, CallReactor* reactor);
 
-  absl::Status DoCreateFilter(const v1::CreateFilterRequest& req, v1::CreateFilterResponse* resp);
-  absl::Status DoGetFilter(const v1::GetFilterRequest& req, v1::GetFilterResponse* resp);
-  absl::Status DoListFilters(v1::ListFiltersResponse* resp);
+  absl::Status DoCreateFilter(const v1::CreateFilterRequest& req, v1::CreateFilterResponse* resp,
+                              CallReactor* reactor, Next* next);
+  absl::Status DoDropFilter(const v1::DropFilterRequest& req, v1::DropFilterResponse* resp,
+                            CallReactor* reactor, Next* next);
+  absl::Status DoGetFilter(const v1::GetFilterRequest& req, v1::GetFilterResponse* resp,
+                           Next* next);
+  absl::Status DoListFilters(const v1::ListFiltersRequest& req, v1::ListFiltersResponse* resp,
+                             Next* next);
   absl::Status DoGetServerInfo(v1::GetServerInfoResponse* resp);
 
-  class CallReactor;
   // Runs `body` unless the server is shutting down, and finishes the call
   // with its status.
   template <typename Body>
   grpc::ServerUnaryReactor* Run(RpcMethod method, Body body);
-  // Run for the data path: body(&lsn) returns the status and sets the lsn
-  // the answer waits for (Wal::WhenDurable), if any.
+  // Runs body(reactor, &next) unless the server is shutting down, then goes
+  // on as `next` says (Continue). The body must capture nothing that dies
+  // with the handler's frame: it may run again, later, on another thread.
   template <typename Body>
-  grpc::ServerUnaryReactor* RunDataPath(RpcMethod method, Body body);
+  grpc::ServerUnaryReactor* RunAsync(RpcMethod method, grpc::CallbackServerContext* ctx, Body body);
+  template <typename Body>
+  void Continue(CallReactor* reactor, grpc::CallbackServerContext* ctx, Body body);
   // A counted reactor for a new call of `method`; already finished with
   // UNAVAILABLE (and *accepted false) when the server is shutting down.
   CallReactor* Accept(RpcMethod method, bool* accepted);
@@ -136,6 +201,8 @@ class FilterServiceImpl final : public FilterServiceBase {
   Metrics* const metrics_;
   const ServiceLimits limits_;
   const absl::Duration snapshot_interval_;
+  Cluster* const cluster_;
+  RequestWindow window_;
   std::atomic<bool> accepting_{true};
   std::atomic<bool> abort_{false};
   std::atomic<int64_t> in_flight_{0};

@@ -21,6 +21,7 @@
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
+#include "server/cluster/cluster.h"
 #include "server/persistence.h"
 #include "server/wal.h"
 
@@ -431,6 +432,39 @@ std::string Metrics::Render(const ScrapeState& state) const {
              static_cast<double>(w.durable_lsn));
     AddGauge(out, "cuckood_wal_failed", "1 once an append or fdatasync of the log failed",
              state.wal->health().ok() ? 0 : 1);
+  }
+
+  if (state.cluster != nullptr) {
+    const ClusterStatus& c = *state.cluster;
+    MetricFamily& nats = out.emplace_back(Family(
+        "cuckood_cluster_nats_connected",
+        "1 while connected to NATS; the label says the connection's state", MetricType::Gauge));
+    Add(nats, {{"state", c.nats_status}}).gauge.value = c.nats_status == "connected" ? 1 : 0;
+    AddGauge(out, "cuckood_cluster_applied_position",
+             "Log position (stream sequence) this replica has applied",
+             static_cast<double>(c.applied));
+    AddGauge(out, "cuckood_cluster_stream_last_position",
+             "Last log position in the stream, as this replica last saw it",
+             static_cast<double>(c.stream_last));
+    AddGauge(out, "cuckood_cluster_stream_first_position",
+             "First log position the stream still holds", static_cast<double>(c.stream_first));
+    AddGauge(out, "cuckood_cluster_lag_entries", "Log entries this replica has not applied yet",
+             static_cast<double>(c.lag));
+    AddGauge(out, "cuckood_cluster_consuming", "1 while this replica consumes the stream",
+             c.consuming ? 1 : 0);
+    AddGauge(out, "cuckood_cluster_problem",
+             "1 while this replica cannot apply the stream (the log says why)",
+             c.problem.empty() ? 0 : 1);
+    MetricFamily& entries = out.emplace_back(
+        Family("cuckood_cluster_entries_total",
+               "Log entries: applied by this replica, published by it, acknowledged as duplicates "
+               "of a request id, failed to publish",
+               MetricType::Counter));
+    Add(entries, {{"what", "applied"}}).counter.value = static_cast<double>(c.entries_applied);
+    Add(entries, {{"what", "published"}}).counter.value = static_cast<double>(c.entries_published);
+    Add(entries, {{"what", "duplicate"}}).counter.value = static_cast<double>(c.duplicates);
+    Add(entries, {{"what", "publish_failed"}}).counter.value =
+        static_cast<double>(c.publish_failures);
   }
 
   // Snapshots and start-up.

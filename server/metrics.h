@@ -76,6 +76,7 @@ inline constexpr std::array<double, 11> kBatchKeysBuckets = {1,    5,    10,    
 // State read at scrape time.
 class Persistence;
 class Wal;
+struct ClusterStatus;
 
 struct ScrapeState {
   const FilterRegistry* registry = nullptr;
@@ -85,6 +86,8 @@ struct ScrapeState {
   int64_t calls_in_flight = 0;
   // The write-ahead log's state (none if null).
   const Wal* wal = nullptr;
+  // Cluster mode: the replica's view of its cluster (null on a single node).
+  const ClusterStatus* cluster = nullptr;
 };
 
 class Metrics {

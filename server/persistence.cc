@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <filesystem>
 #include <system_error>
@@ -129,7 +130,8 @@ absl::StatusOr<LoadSummary> Persistence::LoadAll() {
     }
     if (absl::EndsWith(file, kSnapshotSuffix)) {
       snapshots.push_back(p);
-    } else if (file != kQuarantineDir && file != kLockFile && file != kWalDir) {
+    } else if (file != kQuarantineDir && file != kLockFile && file != kWalDir &&
+               file != kCheckpointFile) {
       spdlog::warn("ignoring {}: not a snapshot (*{})", p.string(), std::string(kSnapshotSuffix));
     }
   }
@@ -193,9 +195,103 @@ absl::StatusOr<LoadSummary> Persistence::LoadAll() {
     summary.items += loaded->items;
     summary.bytes += loaded->header.file_bytes;
   }
-  if (absl::Status s = ReplayAndOpenLog(&summary); !s.ok()) return s;
+  if (external_log_ != nullptr) {
+    if (absl::Status s = ReadCheckpoint(&summary); !s.ok()) return s;
+  } else {
+    if (fs::exists(fs::path(data_dir_) / kCheckpointFile, ec)) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "data directory %s belongs to a cluster replica (it holds %s): start cuckood with "
+          "--nats, or give this single node its own --data-dir",
+          data_dir_, kCheckpointFile));
+    }
+    if (absl::Status s = ReplayAndOpenLog(&summary); !s.ok()) return s;
+  }
   summary.duration = absl::Now() - start;
   return summary;
+}
+
+absl::Status Persistence::ReadCheckpoint(LoadSummary* summary) {
+  std::error_code ec;
+  const fs::path wal = fs::path(data_dir_) / kWalDir;
+  for (fs::directory_iterator it(wal, ec), end; !ec && it != end; it.increment(ec)) {
+    if (absl::EndsWith(it->path().filename().string(), kWalSegmentSuffix)) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "data directory %s holds a single node's write-ahead log (%s): a cluster replica "
+          "starts from an empty data directory (it replays the stream) or from another "
+          "replica's; start this one without --nats, or give the replica its own --data-dir",
+          data_dir_, it->path().string()));
+    }
+  }
+  const std::string path = (fs::path(data_dir_) / kCheckpointFile).string();
+  std::FILE* f = std::fopen(path.c_str(), "re");
+  if (f == nullptr) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return absl::InternalError(absl::StrFormat(
+        "cannot read %s: %s", path, std::error_code(errno, std::generic_category()).message()));
+  }
+  char identity[512] = {0};
+  unsigned long long resume = 0;
+  const int got = std::fscanf(f, "cuckood cluster checkpoint v1 identity %511s resume_from %llu",
+                              identity, &resume);
+  std::fclose(f);
+  if (got != 2 || resume == 0) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s is not a cuckood checkpoint (\"cuckood cluster checkpoint v1 identity <log> "
+        "resume_from <position>\"): remove it to replay the whole stream",
+        path));
+  }
+  summary->log_identity = identity;
+  summary->resume_from = resume;
+  MutexLock lock(&file_mu_);
+  checkpoint_ = resume;
+  return absl::OkStatus();
+}
+
+absl::Status Persistence::WriteCheckpointLocked(const std::string& identity, uint64_t needed) {
+  const std::string path = (fs::path(data_dir_) / kCheckpointFile).string();
+  const std::string tmp = path + ".tmp";
+  const std::string text = absl::StrFormat(
+      "cuckood cluster checkpoint v1\nidentity %s\nresume_from %u\n", identity, needed);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  auto fail = [&](const char* what) {
+    const absl::Status s = absl::InternalError(absl::StrFormat(
+        "%s %s: %s", what, tmp, std::error_code(errno, std::generic_category()).message()));
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    return s;
+  };
+  if (fd < 0) return fail("create");
+  if (::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+    return fail("write");
+  }
+  if (::fdatasync(fd) != 0) return fail("fdatasync");
+  ::close(fd);
+  fd = -1;
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return fail("rename");
+  return SyncSnapshotDirectory(data_dir_);
+}
+
+void Persistence::TakeRequestedRemovalsLocked() {
+  MutexLock lock(&removals_mu_);
+  for (std::string& name : requested_removals_) pending_removals_.push_back(std::move(name));
+  requested_removals_.clear();
+}
+
+void Persistence::ApplyDrop(absl::string_view name, const std::shared_ptr<CuckooFilter>& filter) {
+  if (!registry_->Drop(name, filter.get()).ok()) return;
+  {
+    MutexLock lock(&records_mu_);
+    records_.erase(name);
+  }
+  {
+    MutexLock lock(&removals_mu_);
+    requested_removals_.emplace_back(name);
+  }
+  boost::asio::post(io_, [this] {
+    MutexLock file_lock(&file_mu_);
+    TakeRequestedRemovalsLocked();
+    TruncateLogLocked();
+  });
 }
 
 absl::Status Persistence::ReplayAndOpenLog(LoadSummary* summary) {
@@ -353,7 +449,8 @@ absl::Status Persistence::RemoveSnapshotFile(absl::string_view name) {
 }
 
 void Persistence::TruncateLogLocked() {
-  if (wal_ == nullptr) return;
+  if (external_log_ != nullptr) TakeRequestedRemovalsLocked();
+  if (wal_ == nullptr && external_log_ == nullptr) return;
   for (auto it = pending_removals_.begin(); it != pending_removals_.end();) {
     absl::StatusOr<std::shared_ptr<CuckooFilter>> now = registry_->Get(*it);
     // A new filter of the name whose snapshot replaced the file, or the
@@ -368,12 +465,24 @@ void Persistence::TruncateLogLocked() {
   // The lsn is read before the list: a filter created after it has a
   // larger id, and one created before is in the list (creations log and
   // publish under the registry's lock).
-  uint64_t needed = wal_->Stats().appended_lsn + 1;
+  uint64_t needed =
+      wal_ != nullptr ? wal_->Stats().appended_lsn + 1 : external_log_->AppliedPosition() + 1;
   for (const auto& [name, filter] : registry_->List()) {
     const uint64_t id = filter->id();
     const SnapshotRecord r = Record(name, *filter);
     needed = std::min(
         needed, r.exists && r.filter_id == id && id != 0 ? std::max(r.min_position, id) + 1 : id);
+  }
+  if (external_log_ != nullptr) {
+    const std::string identity = external_log_->Identity();
+    if (identity.empty() || needed <= checkpoint_) return;
+    if (absl::Status s = WriteCheckpointLocked(identity, needed); !s.ok()) {
+      spdlog::error("could not write the cluster checkpoint: {}", std::string(s.message()));
+      return;
+    }
+    checkpoint_ = needed;
+    external_log_->Checkpointed(needed);
+    return;
   }
   if (absl::Status s = wal_->Truncate(needed); !s.ok()) {
     spdlog::error("could not truncate the write-ahead log: {}", std::string(s.message()));
@@ -664,6 +773,11 @@ void Persistence::ArmLogCheck() {
 }
 
 void Persistence::CloseLog() {
+  if (external_log_ != nullptr) {
+    MutexLock file_lock(&file_mu_);
+    TruncateLogLocked();
+    return;
+  }
   if (wal_ == nullptr) return;
   {
     MutexLock file_lock(&file_mu_);

@@ -60,6 +60,28 @@ inline constexpr char kQuarantineDir[] = "quarantine";
 inline constexpr char kWalDir[] = "wal";
 // Locked (flock) by the cuckood using the directory.
 inline constexpr char kLockFile[] = "LOCK";
+// Cluster mode: which log the snapshots belong to and where its replay
+// starts (see ExternalLog).
+inline constexpr char kCheckpointFile[] = "CHECKPOINT";
+
+// A log kept outside the data directory (cluster mode: the JetStream
+// stream, server/cluster/cluster.h). Persistence then keeps no write-ahead
+// log of its own: after each snapshot run it writes <data-dir>/CHECKPOINT,
+// naming the log (Identity) and the first position a restart must apply
+// again, computed as the local log's truncation point is (every filter's
+// snapshot positions, or its creation when it has no snapshot).
+class ExternalLog {
+ public:
+  virtual ~ExternalLog() = default;
+  // Every entry up to this position has been applied.
+  virtual uint64_t AppliedPosition() const = 0;
+  // Names the log (positions of another log mean nothing here); empty while
+  // unknown, and then no checkpoint is written.
+  virtual std::string Identity() const = 0;
+  // Called after a checkpoint was written: entries before `needed` are no
+  // longer needed by this replica.
+  virtual void Checkpointed(uint64_t needed) = 0;
+};
 
 struct SnapshotRun {
   // Sorted by filter name.
@@ -82,6 +104,10 @@ struct LoadSummary {
   uint64_t log_bytes = 0;
   absl::Duration log_duration;
   absl::Duration duration;
+  // With an ExternalLog: the checkpoint found (identity empty and
+  // resume_from 1 when there was none).
+  std::string log_identity;
+  uint64_t resume_from = 1;
 };
 
 // A filter's latest snapshot on disk.
@@ -137,6 +163,9 @@ class Persistence {
   Persistence& operator=(const Persistence&) = delete;
 
   const std::string& data_dir() const { return data_dir_; }
+  // Cluster mode: the log lives elsewhere (see ExternalLog). Before LoadAll.
+  void SetExternalLog(ExternalLog* log) { external_log_ = log; }
+  ExternalLog* external_log() const { return external_log_; }
   // The write-ahead log: null until LoadAll has replayed it and opened it
   // for appending.
   Wal* wal() const { return wal_published_.load(std::memory_order_acquire); }
@@ -201,6 +230,12 @@ class Persistence {
   // (every record appended is written and synced). Idempotent.
   void CloseLog();
 
+  // Cluster mode: applies a drop that the log holds. Takes `filter` (the one
+  // the entry names) out of the registry at once; its snapshot file is
+  // removed on the background thread (or before the next checkpoint, which
+  // waits for it).
+  void ApplyDrop(absl::string_view name, const std::shared_ptr<CuckooFilter>& filter);
+
   // Logs the creation of `filter` named `name` (a FilterRegistry
   // BeforePublish hook) and sets its id; *lsn is the record's lsn, to wait
   // for before answering.
@@ -227,6 +262,12 @@ class Persistence {
   // Removes a dropped filter's snapshot file and syncs the directory.
   absl::Status RemoveSnapshotFile(absl::string_view name);
   void ArmLogCheck();
+  // Cluster mode: the checkpoint's reading and writing.
+  absl::Status ReadCheckpoint(LoadSummary* summary);
+  absl::Status WriteCheckpointLocked(const std::string& identity, uint64_t needed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(file_mu_);
+  // Moves requested_removals_ into pending_removals_.
+  void TakeRequestedRemovalsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(file_mu_);
 
   FilterRegistry* const registry_;
   const std::string data_dir_;
@@ -252,6 +293,12 @@ class Persistence {
   // the removal not synced): the log is not truncated until they are gone,
   // so that a restart still replays their drop.
   std::vector<std::string> pending_removals_ ABSL_GUARDED_BY(file_mu_);
+  ExternalLog* external_log_ = nullptr;
+  // The checkpoint last written (cluster mode).
+  uint64_t checkpoint_ ABSL_GUARDED_BY(file_mu_) = 0;
+  // Drops applied from the cluster log whose files are still to go.
+  Mutex removals_mu_;
+  std::vector<std::string> requested_removals_ ABSL_GUARDED_BY(removals_mu_);
 
   Mutex state_mu_;
   bool running_ ABSL_GUARDED_BY(state_mu_) = false;

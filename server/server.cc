@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "spdlog/spdlog.h"
 
@@ -72,12 +73,29 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
   }
   s->persistence_ = std::make_unique<Persistence>(s->registry_.get(), config.data_dir,
                                                   s->metrics_.get(), persistence);
+  if (!config.nats_urls.empty()) {
+    absl::StatusOr<std::unique_ptr<Cluster>> cluster =
+        Cluster::Create({.nats_urls = config.nats_urls,
+                         .stream = config.nats_stream,
+                         .stream_replicas = config.nats_replicas,
+                         .replica_id = config.replica_id,
+                         .dedup_window = config.dedup_window,
+                         .write_timeout = config.cluster_write_timeout,
+                         .ready_max_lag = config.ready_max_lag},
+                        s->registry_.get(), s->persistence_.get());
+    if (!cluster.ok()) return cluster.status();
+    s->cluster_ = *std::move(cluster);
+    // The stream is the log: no local write-ahead log.
+    s->persistence_->SetExternalLog(s->cluster_.get());
+  }
   s->service_ = std::make_unique<FilterServiceImpl>(
       s->registry_.get(), s->persistence_.get(), s->metrics_.get(),
       ServiceLimits{.max_batch_keys = config.max_batch_keys,
                     .max_key_bytes = config.max_key_bytes,
-                    .max_message_bytes = config.max_message_bytes},
-      config.snapshot_interval);
+                    .max_message_bytes = config.max_message_bytes,
+                    .dedup_window = config.dedup_window,
+                    .max_read_wait = config.max_read_wait},
+      config.snapshot_interval, s->cluster_.get());
 
   // The admin server first, so that while snapshots load /healthz answers
   // and /readyz says why it is not ready. Its handlers only read members
@@ -99,18 +117,28 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
   if (!loaded.ok()) return loaded.status();
   s->loaded_ = *loaded;
   s->metrics_->RecordLoad(*loaded);
-  spdlog::info(
-      "durability {}{}: a write is acknowledged {}; write-ahead log in {}/{} ({} segments, early "
-      "snapshots past {})",
-      std::string(DurabilityName(config.durability)),
-      config.durability == Durability::kInterval
-          ? absl::StrCat(" (fdatasync every ", absl::FormatDuration(config.wal_sync_interval), ")")
-          : std::string(),
-      config.durability == Durability::kSync ? "once its log record is fdatasync'ed"
-                                             : "once its log record is written (a power cut may "
-                                               "lose the writes not yet synced)",
-      config.data_dir, kWalDir, FormatByteSize(config.wal_segment_bytes),
-      FormatByteSize(config.wal_max_bytes));
+  if (s->cluster_ != nullptr) {
+    spdlog::info(
+        "cluster mode: replica {} of stream {} on NATS {}; a write is acknowledged once the "
+        "stream has stored it and this replica applied it; applying from log position {}",
+        s->cluster_->options().replica_id, config.nats_stream, absl::StrJoin(config.nats_urls, ","),
+        loaded->resume_from);
+    s->cluster_->Start(loaded->resume_from, loaded->log_identity);
+  } else {
+    spdlog::info(
+        "durability {}{}: a write is acknowledged {}; write-ahead log in {}/{} ({} segments, early "
+        "snapshots past {})",
+        std::string(DurabilityName(config.durability)),
+        config.durability == Durability::kInterval
+            ? absl::StrCat(" (fdatasync every ", absl::FormatDuration(config.wal_sync_interval),
+                           ")")
+            : std::string(),
+        config.durability == Durability::kSync ? "once its log record is fdatasync'ed"
+                                               : "once its log record is written (a power cut may "
+                                                 "lose the writes not yet synced)",
+        config.data_dir, kWalDir, FormatByteSize(config.wal_segment_bytes),
+        FormatByteSize(config.wal_max_bytes));
+  }
   spdlog::info("loaded {} filters ({} items, {}) from {} in {}{}", loaded->loaded, loaded->items,
                FormatByteSize(loaded->bytes), config.data_dir,
                absl::FormatDuration(loaded->duration),
@@ -177,8 +205,13 @@ AdminResponse CuckooServer::Readyz() const {
   switch (state_.load(std::memory_order_acquire)) {
     case State::kStarting:
       return {.status = 503, .body = "not ready: loading snapshots\n"};
-    case State::kServing:
+    case State::kServing: {
+      std::string why;
+      if (cluster_ != nullptr && !cluster_->Ready(&why)) {
+        return {.status = 503, .body = absl::StrCat("not ready: ", why, "\n")};
+      }
       return {.status = 200, .body = "ready\n"};
+    }
     case State::kStopping:
       break;
   }
@@ -186,12 +219,15 @@ AdminResponse CuckooServer::Readyz() const {
 }
 
 AdminResponse CuckooServer::MetricsPage() const {
+  ClusterStatus cluster;
+  if (cluster_ != nullptr) cluster = cluster_->Status();
   return {.status = 200,
           .content_type = kPrometheusContentType,
           .body = metrics_->Render({.registry = registry_.get(),
                                     .persistence = persistence_.get(),
                                     .calls_in_flight = service_->calls_in_flight(),
-                                    .wal = persistence_->wal()})};
+                                    .wal = persistence_->wal(),
+                                    .cluster = cluster_ != nullptr ? &cluster : nullptr})};
 }
 
 void CuckooServer::Hurry() { hurry_.store(true, std::memory_order_release); }
@@ -237,6 +273,9 @@ void CuckooServer::Shutdown(absl::Duration drain) {
     }
     grpc_server_->Shutdown(std::chrono::system_clock::now());
     grpc_server_->Wait();
+    // Nothing more is applied from the stream: the final snapshot and
+    // checkpoint hold a replica at rest.
+    if (cluster_ != nullptr) cluster_->Stop();
     // No more changes can come in: the final snapshot holds every one.
     persistence_->Stop();
     absl::StatusOr<SnapshotRun> run = persistence_->SnapshotNow("", /*changed_only=*/true);

@@ -34,6 +34,7 @@
 #include "absl/time/time.h"
 #include "core/registry.h"
 #include "server/admin_http.h"
+#include "server/cluster/cluster.h"
 #include "server/config.h"
 #include "server/filter_service.h"
 #include "server/metrics.h"
@@ -75,6 +76,8 @@ class CuckooServer {
   FilterRegistry& registry() { return *registry_; }
   FilterServiceImpl& service() { return *service_; }
   Persistence& persistence() { return *persistence_; }
+  // Cluster mode (config.nats_urls set); null on a single node.
+  Cluster* cluster() { return cluster_.get(); }
   // What start-up loaded.
   const LoadSummary& loaded() const { return loaded_; }
   const ServerConfig& config() const { return config_; }
@@ -110,6 +113,8 @@ class CuckooServer {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<FilterRegistry> registry_;
   std::unique_ptr<Persistence> persistence_;
+  // After persistence_, which it applies drops through: it goes first.
+  std::unique_ptr<Cluster> cluster_;
   LoadSummary loaded_;
   std::unique_ptr<FilterServiceImpl> service_;
   std::unique_ptr<grpc::ResourceQuota> transport_quota_;

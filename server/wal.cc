@@ -85,6 +85,7 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(WalOptions options, const WalScan
   const uint64_t last = std::max(scan.last_lsn, at_least > 0 ? at_least - 1 : 0);
   MutexLock lock(&wal->mu_);
   wal->appended_lsn_ = wal->written_lsn_ = wal->synced_lsn_ = last;
+  wal->appended_published_.store(last, std::memory_order_release);
   uint64_t next_sequence = 1;
   for (const WalSegmentInfo& s : scan.segments) {
     wal->segments_.push_back({.sequence = s.sequence,
@@ -233,6 +234,7 @@ uint64_t Wal::Append(size_t bytes,
                      const std::function<void(uint64_t, uint64_t, uint8_t*)>& encode) {
   MutexLock lock(&mu_);
   const uint64_t lsn = ++appended_lsn_;
+  appended_published_.store(lsn, std::memory_order_release);
   if (closed_ || !failure_.ok()) return lsn;
   if (buffer_.empty()) buffered_first_lsn_ = lsn;
   const size_t at = buffer_.size();

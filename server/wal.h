@@ -42,6 +42,7 @@
 #ifndef CUCKOO_SERVER_WAL_H_
 #define CUCKOO_SERVER_WAL_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -156,6 +157,8 @@ class Wal {
   absl::Status Truncate(uint64_t needed_lsn);
 
   WalStats Stats() const;
+  // The last lsn given out (WalStats::appended_lsn), without the lock.
+  uint64_t AppendedLsn() const { return appended_published_.load(std::memory_order_acquire); }
   // The log's failure, or OK.
   absl::Status health() const;
 
@@ -225,6 +228,7 @@ class Wal {
   absl::Status prepare_error_ ABSL_GUARDED_BY(mu_);
   absl::Time prepare_failed_at_ ABSL_GUARDED_BY(mu_);
   uint64_t bytes_written_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<uint64_t> appended_published_{0};  // appended_lsn_, for AppendedLsn().
 
   // The segment being written (null before the first): set and used by the
   // committer (and Open and Close, when it is not running); others only

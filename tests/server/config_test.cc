@@ -221,3 +221,38 @@ TEST(ConfigTest, BadFlagsAndEnvironmentAreInvalidArgumentNamingThem) {
 
 }  // namespace
 }  // namespace cuckoo::server
+
+namespace cuckoo::server {
+namespace {
+
+TEST(ConfigTest, NatsUrlsMakeClusterModeAndBadOnesNameTheValue) {
+  // absl's flags keep their last values: every parse sets all it relies on.
+  auto with = [](std::vector<std::string> args) {
+    std::vector<std::string> all = {"--max-filters=4",    "--nats=",
+                                    "--nats-replicas=0",  "--dedup-window=2m",
+                                    "--max-read-wait=5s", "--ready-max-lag=1000"};
+    all.insert(all.end(), args.begin(), args.end());
+    return Parse(all);
+  };
+  EXPECT_TRUE(with({})->nats_urls.empty());
+  auto c = with({"--nats=nats://a:4222, nats://b:4222", "--nats-stream=S1", "--replica-id=r7",
+                 "--dedup-window=5m", "--max-read-wait=2s", "--ready-max-lag=10"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->nats_urls, (std::vector<std::string>{"nats://a:4222", "nats://b:4222"}));
+  EXPECT_EQ(c->nats_stream, "S1");
+  EXPECT_EQ(c->replica_id, "r7");
+  EXPECT_EQ(c->dedup_window, absl::Minutes(5));
+  EXPECT_EQ(c->max_read_wait, absl::Seconds(2));
+  EXPECT_EQ(c->ready_max_lag, 10u);
+  auto bad = with({"--nats=localhost:4222"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("\"localhost:4222\" is not a NATS URL"));
+  auto replicas = with({"--nats=nats://a:1", "--nats-replicas=7"});
+  EXPECT_THAT(std::string(replicas.status().message()), HasSubstr("--nats-replicas=7"));
+  auto window = with({"--dedup-window=0s"});
+  EXPECT_THAT(std::string(window.status().message()), HasSubstr("--dedup-window=0 must be"));
+}
+
+}  // namespace
+}  // namespace cuckoo::server

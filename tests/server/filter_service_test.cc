@@ -825,3 +825,109 @@ TEST_F(FilterServiceTest, ConcurrentClientsNeverSeeFalseNegatives) {
 
 }  // namespace
 }  // namespace cuckoo
+
+namespace cuckoo {
+namespace {
+
+class RequestIdTest : public FilterServiceTest {};
+
+// A Delete retried after a lost response must never remove a second copy:
+// the same request_id (and content) is answered with the first one's
+// results and position, and applied once.
+TEST_F(RequestIdTest, ADeleteRepeatedWithItsRequestIdIsAppliedOnceOnASingleNode) {
+  ASSERT_TRUE(Create("f", 1000).status.ok());
+  const std::vector<std::string> keys = {"a", "b", "c"};
+  ASSERT_TRUE(Insert("f", keys).status.ok());
+  ASSERT_TRUE(Insert("f", keys).status.ok());
+  auto del = WithKeys<v1::DeleteRequest>("f", keys);
+  del.set_request_id("retry-1");
+  const auto first = Call(&v1::FilterService::Stub::Delete, del);
+  const auto second = Call(&v1::FilterService::Stub::Delete, del);
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  ASSERT_TRUE(second.status.ok()) << second.status.error_message();
+  EXPECT_EQ(first.response.deleted(), 3u);
+  EXPECT_EQ(second.response.deleted(), 3u);
+  EXPECT_EQ(second.response.log_position(), first.response.log_position());
+  EXPECT_THAT(Count("f", keys).response.counts(), ElementsAre(1, 1, 1));
+  // Another id is another request; so is the same id with other keys.
+  del.set_request_id("retry-2");
+  EXPECT_EQ(Call(&v1::FilterService::Stub::Delete, del).response.deleted(), 3u);
+  EXPECT_THAT(Count("f", keys).response.counts(), ElementsAre(0, 0, 0));
+  auto other = WithKeys<v1::DeleteRequest>("f", {"zzz"});
+  other.set_request_id("retry-1");
+  EXPECT_EQ(Call(&v1::FilterService::Stub::Delete, other).response.not_found(), 1u);
+  // Inserts too.
+  auto ins = WithKeys<v1::InsertRequest>("f", {"x"});
+  ins.set_request_id("ins-1");
+  EXPECT_EQ(Call(&v1::FilterService::Stub::Insert, ins).response.inserted(), 1u);
+  EXPECT_EQ(Call(&v1::FilterService::Stub::Insert, ins).response.inserted(), 1u);
+  EXPECT_THAT(Count("f", {"x"}).response.counts(), ElementsAre(1));
+}
+
+TEST_F(RequestIdTest, ConcurrentRepeatsOfOneRequestIdShareOneApply) {
+  ASSERT_TRUE(Create("f", 100'000).status.ok());
+  const std::vector<std::string> keys = Keys(3, 500);
+  auto ins = WithKeys<v1::InsertRequest>("f", keys);
+  ins.set_request_id("burst");
+  std::vector<std::thread> threads;
+  std::vector<Reply<v1::InsertResponse>> replies(8);
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] { replies[t] = Call(&v1::FilterService::Stub::Insert, ins); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const auto& r : replies) {
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.response.inserted(), 500u);
+    EXPECT_EQ(r.response.log_position(), replies[0].response.log_position());
+  }
+  const auto counts = Count("f", keys);
+  for (uint32_t n : counts.response.counts()) EXPECT_EQ(n, 1u);
+}
+
+TEST_F(RequestIdTest, BadRequestIdsAreInvalidArgumentNamingTheProblem) {
+  ASSERT_TRUE(Create("f", 1000).status.ok());
+  auto ins = WithKeys<v1::InsertRequest>("f", {"a"});
+  ins.set_request_id("has space");
+  auto r = Call(&v1::FilterService::Stub::Insert, ins);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("printable ASCII"));
+  ins.set_request_id(std::string(129, 'x'));
+  r = Call(&v1::FilterService::Stub::Insert, ins);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("request_id is 129 bytes; at most 128"));
+  EXPECT_THAT(Count("f", {"a"}).response.counts(), ElementsAre(0));
+}
+
+TEST_F(RequestIdTest, LogPositionsGrowWithWritesAndReadsAnswerAtTheLatest) {
+  const auto created = Create("f", 1000);
+  ASSERT_TRUE(created.status.ok());
+  const uint64_t p0 = created.response.log_position();
+  EXPECT_GT(p0, 0u);
+  const uint64_t p1 = Insert("f", {"a"}).response.log_position();
+  const uint64_t p2 = Delete("f", {"a"}).response.log_position();
+  EXPECT_GT(p1, p0);
+  EXPECT_GT(p2, p1);
+  EXPECT_EQ(Lookup("f", {"a"}).response.log_position(), p2);
+  EXPECT_EQ(Get("f").response.log_position(), p2);
+  v1::GetServerInfoResponse info =
+      Call(&v1::FilterService::Stub::GetServerInfo, v1::GetServerInfoRequest()).response;
+  EXPECT_EQ(info.mode(), "single");
+  EXPECT_EQ(info.applied_log_position(), p2);
+  EXPECT_EQ(info.dedup_window().seconds(), 120);
+  // A position this server never reached did not come from it.
+  auto lookup = WithKeys<v1::LookupRequest>("f", {"a"});
+  lookup.set_min_log_position(p2);
+  EXPECT_TRUE(Call(&v1::FilterService::Stub::Lookup, lookup).status.ok());
+  lookup.set_min_log_position(p2 + 1);
+  const auto ahead = Call(&v1::FilterService::Stub::Lookup, lookup);
+  EXPECT_EQ(ahead.status.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  EXPECT_THAT(ahead.status.error_message(), HasSubstr("past this server's log"));
+  // Positions survive a restart (they are the log's).
+  server_.reset();
+  StartServer(testing::TestConfig(dir_.path()));
+  EXPECT_EQ(Lookup("f", {"a"}).response.log_position(), p2);
+  EXPECT_GT(Insert("f", {"b"}).response.log_position(), p2);
+}
+
+}  // namespace
+}  // namespace cuckoo

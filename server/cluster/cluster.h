@@ -1,0 +1,248 @@
+// Cluster: cuckood as one replica of a cluster whose log is a NATS
+// JetStream stream (docs/CLUSTER.md). With --nats, every state change
+// (CreateFilter, DropFilter, Insert, Delete) is published to the stream as a
+// LogEntry (log_entry.h); every replica consumes the stream in order and
+// applies each entry deterministically, so every replica holds every filter,
+// table bytes included, and serves reads from its own copy.
+//
+//   auto cluster = Cluster::Create(options, &registry, &persistence);
+//   persistence.SetExternalLog(cluster->get());
+//   LoadSummary loaded = *persistence.LoadAll();
+//   (*cluster)->Start(loaded.resume_from, loaded.log_identity);
+//   (*cluster)->Publish({EncodeInsertEntry(id, name, false, hashes)}, "req-1",
+//                       [](Cluster::WriteResult r) { /* answer the call */ });
+//
+// A write is answered once JetStream acknowledged its entries (stored on the
+// stream's replicas) and this replica applied them: its per-key results are
+// those of the deterministic apply, the same on every replica, and its
+// position is the stream sequence of its (last) entry.
+//
+// Request ids: an entry's NATS message id is "r/<request_id>/<part>" when
+// the client gave one, so a retry within the stream's duplicate window is
+// not stored again (JetStream acknowledges it as a duplicate of the first);
+// every replica keeps the results of such entries for the same window, and
+// answers the retry with them. Without a request id the replica makes up a
+// unique message id.
+//
+// Threads: NATS's own (the connection's, which runs the publish
+// acknowledgements, and the subscription's, which applies the entries in
+// stream order), a maintenance thread (connects the stream and the
+// consumer, refreshes the stream's state, expires waits) and a completion
+// thread that runs the callbacks of Publish and WhenApplied, so that the
+// apply never waits for them.
+//
+// Thread safety: all methods may be called from any thread.
+#ifndef CUCKOO_SERVER_CLUSTER_CLUSTER_H_
+#define CUCKOO_SERVER_CLUSTER_CLUSTER_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "core/mutex.h"
+#include "core/registry.h"
+#include "server/cluster/log_entry.h"
+#include "server/persistence.h"
+
+namespace cuckoo::server {
+
+struct ClusterOptions {
+  // NATS server URLs (nats://host:port).
+  std::vector<std::string> nats_urls;
+  // The stream that is the log; its subject is "cuckood.<stream>.log".
+  std::string stream = "CUCKOOD";
+  // Replication factor of the stream when this replica creates it; 0: 3 when
+  // the NATS cluster has 3 or more servers, else 1.
+  uint32_t stream_replicas = 0;
+  // This replica's name (logs, metrics, the NATS connection's name).
+  std::string replica_id;
+  // JetStream's duplicate window for the stream this replica creates, and
+  // how long every replica keeps the results of entries with a request id.
+  absl::Duration dedup_window = absl::Minutes(2);
+  // Most memory those results take; the oldest go first past it.
+  uint64_t max_dedup_bytes = uint64_t{64} << 20;
+  // A write not acknowledged and applied within this fails with UNAVAILABLE
+  // (it may still be applied later: retry with the same request id).
+  absl::Duration write_timeout = absl::Seconds(10);
+  // /readyz: ready while the replica is at most this many entries behind
+  // the stream.
+  uint64_t ready_max_lag = 1000;
+  // Largest entry; 0: the NATS server's max_payload.
+  size_t max_entry_bytes = 0;
+};
+
+// What GetServerInfo and /metrics report.
+struct ClusterStatus {
+  std::string replica_id;
+  std::string nats_status;  // connected, reconnecting, disconnected, closed, connecting
+  std::string nats_server;  // The URL connected to.
+  std::string stream;
+  uint32_t stream_replicas = 0;
+  uint64_t stream_first = 0;
+  uint64_t stream_last = 0;
+  uint64_t applied = 0;
+  uint64_t lag = 0;
+  bool consuming = false;
+  // Why this replica cannot apply the stream, if it cannot (empty if it can).
+  std::string problem;
+  uint64_t entries_applied = 0;
+  uint64_t entries_published = 0;
+  uint64_t duplicates = 0;
+  uint64_t publish_failures = 0;
+};
+
+class Cluster final : public ExternalLog {
+ public:
+  // The outcome of a write (all of its entries).
+  struct WriteResult {
+    absl::Status status;
+    uint64_t position = 0;         // Of its last entry.
+    std::vector<uint8_t> results;  // Insert / delete: per key, InsertResult / DeleteResult.
+    bool created = false;          // Create: a new filter.
+    uint64_t freed_bytes = 0;      // Drop.
+  };
+  using WriteDone = std::function<void(WriteResult)>;
+
+  // INVALID_ARGUMENT for bad options. Connects nothing yet.
+  static absl::StatusOr<std::unique_ptr<Cluster>> Create(ClusterOptions options,
+                                                         FilterRegistry* registry,
+                                                         Persistence* persistence);
+  ~Cluster() override;  // Stop()s.
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  // Connects (in the background, retrying for as long as it takes) and
+  // applies the stream from `from` on, which must belong to the log named
+  // `identity` (the checkpoint's; empty: any).
+  void Start(uint64_t from, std::string identity);
+  // Stops applying, answers every waiting call with UNAVAILABLE and closes
+  // the connection. Idempotent.
+  void Stop();
+
+  // Publishes `entries` (one request, in order), with message ids made from
+  // `request_id` (if not empty), and calls `done` on the completion thread
+  // once every entry is acknowledged and applied here, with the results of
+  // all of them concatenated, or with UNAVAILABLE (not connected, no
+  // acknowledgement, a timeout: some entries may have been applied, and a
+  // retry with the same request id applies the rest once) or the apply's
+  // status (NOT_FOUND, ALREADY_EXISTS, RESOURCE_EXHAUSTED, ...).
+  void Publish(std::vector<std::string> entries, absl::string_view request_id, WriteDone done);
+
+  // Calls fn(OK) on the completion thread once this replica has applied the
+  // log up to `position` (at once, on this thread, if it has), or
+  // fn(UNAVAILABLE naming the lag) at `deadline`.
+  void WhenApplied(uint64_t position, absl::Time deadline, std::function<void(absl::Status)> fn);
+
+  // Hashes one entry may carry.
+  size_t max_hashes_per_entry() const;
+  ClusterStatus Status() const;
+  // Connected, consuming, and at most ready_max_lag behind; else false with
+  // the reason.
+  bool Ready(std::string* why) const;
+  const ClusterOptions& options() const { return options_; }
+
+  // For the NATS callbacks: an entry delivered by the consumer (a natsMsg*,
+  // which the caller destroys), and a publish acknowledgement (`sequence`
+  // and `duplicate` if OK).
+  void HandleMessage(void* msg);
+  void HandleAck(const char* msg_id, uint64_t sequence, bool duplicate, const absl::Status& error);
+
+  // ExternalLog.
+  uint64_t AppliedPosition() const override { return applied_.load(std::memory_order_acquire); }
+  std::string Identity() const override;
+  void Checkpointed(uint64_t needed) override;
+
+ private:
+  struct Impl;
+  struct Call;
+  // One published entry of a call, keyed by its message id.
+  struct PendingEntry {
+    std::shared_ptr<Call> call;
+    size_t part = 0;
+    uint64_t position = 0;  // Set by the acknowledgement.
+    bool acked = false;
+    bool applied = false;  // Results in `outcome`.
+    WriteResult outcome;
+  };
+  struct Remembered {
+    uint64_t position = 0;
+    WriteResult outcome;
+    absl::Time expires;
+    uint64_t bytes = 0;
+  };
+
+  Cluster(ClusterOptions options, FilterRegistry* registry, Persistence* persistence);
+
+  void Maintain();
+  // One round of Maintain's NATS work: the stream, the consumer.
+  void MaintainStream();
+  void Complete();
+  // Applies one entry at `position`; fills `out`.
+  void ApplyEntry(const LogEntry& e, uint64_t position, WriteResult* out);
+  // Moves finished entries' calls to the completion queue.
+  void SettleLocked(const std::string& msg_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailCallLocked(const std::shared_ptr<Call>& call, const absl::Status& s)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RememberLocked(const std::string& msg_id, uint64_t position, const WriteResult& r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetProblem(std::string problem);
+
+  const ClusterOptions options_;
+  FilterRegistry* const registry_;
+  Persistence* const persistence_;
+  std::unique_ptr<Impl> impl_;  // The NATS objects.
+  const std::string subject_;
+  const std::string instance_;  // Unique per process: generated message ids.
+
+  std::atomic<uint64_t> applied_{0};
+  std::atomic<uint64_t> next_generated_{1};
+  std::atomic<bool> stopping_{false};
+
+  mutable Mutex mu_;
+  std::condition_variable work_cv_;  // To the completion thread.
+  std::condition_variable stop_cv_;  // To the maintenance thread.
+  absl::flat_hash_map<std::string, std::vector<PendingEntry>> pending_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Remembered> remembered_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> remembered_order_ ABSL_GUARDED_BY(mu_);
+  uint64_t remembered_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::multimap<uint64_t, std::pair<absl::Time, std::function<void(absl::Status)>>> waiters_
+      ABSL_GUARDED_BY(mu_);
+  std::deque<std::function<void()>> completions_ ABSL_GUARDED_BY(mu_);
+  std::string identity_ ABSL_GUARDED_BY(mu_);
+  std::string expected_identity_ ABSL_GUARDED_BY(mu_);
+  std::string problem_ ABSL_GUARDED_BY(mu_);
+  uint64_t stream_first_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t stream_last_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t stream_replicas_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t lag_hint_ ABSL_GUARDED_BY(mu_) = 0;  // NumPending of the last entry delivered.
+  bool consuming_ ABSL_GUARDED_BY(mu_) = false;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool completion_stop_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t entries_applied_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t entries_published_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t duplicates_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t publish_failures_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // The apply (the subscription's thread) holds this while it applies an
+  // entry; Stop takes it to know no apply runs any more.
+  Mutex apply_mu_;
+
+  std::thread maintenance_;
+  std::thread completion_;
+};
+
+}  // namespace cuckoo::server
+
+#endif  // CUCKOO_SERVER_CLUSTER_CLUSTER_H_

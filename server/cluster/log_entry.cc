@@ -1,0 +1,202 @@
+#include "server/cluster/log_entry.h"
+
+#include <cstring>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "xxhash.h"
+
+namespace cuckoo::server {
+namespace {
+
+constexpr uint32_t kMagic = 0x454c4b43;  // "CKLE" little-endian.
+
+void Put32(std::string* out, size_t at, uint32_t v) { std::memcpy(out->data() + at, &v, 4); }
+void Put64(std::string* out, size_t at, uint64_t v) { std::memcpy(out->data() + at, &v, 8); }
+uint32_t Get32(const char* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+uint64_t Get64(const char* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+size_t Pad8(size_t n) { return (n + 7) / 8 * 8; }
+
+// The header and the padded name; `tail` bytes follow, then the checksum.
+std::string Frame(LogEntryType type, uint8_t flags, uint64_t filter_id, absl::string_view name,
+                  uint32_t hashes, size_t tail) {
+  std::string out(kLogEntryHeaderBytes + Pad8(name.size()) + tail + kLogEntryTrailerBytes, '\0');
+  Put32(&out, 0, kMagic);
+  out[4] = static_cast<char>(kLogEntryVersion);
+  out[5] = static_cast<char>(type);
+  out[6] = static_cast<char>(flags);
+  Put64(&out, 8, filter_id);
+  Put32(&out, 16, hashes);
+  Put32(&out, 20, static_cast<uint32_t>(name.size()));
+  std::memcpy(out.data() + kLogEntryHeaderBytes, name.data(), name.size());
+  return out;
+}
+
+std::string Seal(std::string out) {
+  Put64(&out, out.size() - 8, XXH3_64bits(out.data(), out.size() - 8));
+  return out;
+}
+
+std::string HashesEntry(LogEntryType type, uint8_t flags, uint64_t filter_id,
+                        absl::string_view name, absl::Span<const uint64_t> hashes) {
+  std::string out =
+      Frame(type, flags, filter_id, name, static_cast<uint32_t>(hashes.size()), 8 * hashes.size());
+  if (!hashes.empty()) {
+    std::memcpy(out.data() + kLogEntryHeaderBytes + Pad8(name.size()), hashes.data(),
+                8 * hashes.size());
+  }
+  return Seal(std::move(out));
+}
+
+absl::Status Bad(const std::string& why) {
+  return absl::DataLossError(absl::StrCat("bad cluster log entry: ", why));
+}
+
+}  // namespace
+
+absl::string_view LogEntryTypeName(LogEntryType type) {
+  switch (type) {
+    case LogEntryType::kCreateFilter:
+      return "create";
+    case LogEntryType::kDropFilter:
+      return "drop";
+    case LogEntryType::kInsert:
+      return "insert";
+    case LogEntryType::kDelete:
+      return "delete";
+  }
+  return "unknown";
+}
+
+std::string EncodeInsertEntry(uint64_t filter_id, absl::string_view name, bool if_absent,
+                              absl::Span<const uint64_t> hashes) {
+  return HashesEntry(LogEntryType::kInsert, if_absent ? 1 : 0, filter_id, name, hashes);
+}
+
+std::string EncodeDeleteEntry(uint64_t filter_id, absl::string_view name,
+                              absl::Span<const uint64_t> hashes) {
+  return HashesEntry(LogEntryType::kDelete, 0, filter_id, name, hashes);
+}
+
+std::string EncodeCreateEntry(absl::string_view name, const FilterShape& s) {
+  std::string out = Frame(LogEntryType::kCreateFilter, 0, 0, name, 0, kLogEntryShapeBytes);
+  const size_t at = kLogEntryHeaderBytes + Pad8(name.size());
+  Put32(&out, at + 0, s.hash_id);
+  Put32(&out, at + 4, s.fingerprint_bits);
+  Put32(&out, at + 8, s.bucket_size);
+  Put32(&out, at + 12, s.shards);
+  Put32(&out, at + 16, s.shard_bits);
+  Put32(&out, at + 20, s.max_kicks);
+  Put32(&out, at + 24, static_cast<uint32_t>(s.table_kind));
+  Put64(&out, at + 32, s.seed);
+  Put64(&out, at + 40, s.capacity);
+  Put64(&out, at + 48, s.buckets_per_shard);
+  return Seal(std::move(out));
+}
+
+std::string EncodeDropEntry(uint64_t filter_id, absl::string_view name) {
+  return Seal(Frame(LogEntryType::kDropFilter, 0, filter_id, name, 0, 0));
+}
+
+absl::StatusOr<LogEntry> DecodeLogEntry(absl::string_view bytes) {
+  const size_t n = bytes.size();
+  if (n < kLogEntryHeaderBytes + kLogEntryTrailerBytes) {
+    return Bad(absl::StrFormat("%u bytes, shorter than any entry (%u)", n,
+                               kLogEntryHeaderBytes + kLogEntryTrailerBytes));
+  }
+  const char* p = bytes.data();
+  if (Get32(p) != kMagic) return Bad("no CKLE magic: not written by cuckood");
+  if (Get64(p + n - 8) != XXH3_64bits(p, n - 8)) return Bad("checksum mismatch");
+  const uint8_t version = static_cast<uint8_t>(p[4]);
+  const uint8_t type = static_cast<uint8_t>(p[5]);
+  const uint8_t flags = static_cast<uint8_t>(p[6]);
+  if (version > kLogEntryVersion || type < 1 || type > 4 || flags > 1) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "cluster log entry of version %d, type %d, flags %d: written by a newer cuckood (this "
+        "one writes version %d); upgrade this replica",
+        version, type, flags, kLogEntryVersion));
+  }
+  if (version == 0 || p[7] != 0) return Bad("version 0 or reserved header byte set");
+  LogEntry e;
+  e.type = static_cast<LogEntryType>(type);
+  e.filter_id = Get64(p + 8);
+  const uint32_t hashes = Get32(p + 16);
+  const uint32_t name_bytes = Get32(p + 20);
+  const size_t body = n - kLogEntryHeaderBytes - kLogEntryTrailerBytes;
+  if (name_bytes == 0 || name_bytes > 128 || Pad8(name_bytes) > body) {
+    return Bad(absl::StrFormat("a %u-byte name in a %u-byte body", name_bytes, body));
+  }
+  const char* b = p + kLogEntryHeaderBytes;
+  for (size_t i = name_bytes; i < Pad8(name_bytes); ++i) {
+    if (b[i] != 0) return Bad("name padding not zero");
+  }
+  e.name.assign(b, name_bytes);
+  const char* tail = b + Pad8(name_bytes);
+  const size_t tail_bytes = body - Pad8(name_bytes);
+  if (flags != 0 && e.type != LogEntryType::kInsert) return Bad("flags on a non-insert");
+  if ((e.type == LogEntryType::kCreateFilter) != (e.filter_id == 0)) {
+    return Bad(absl::StrFormat("%s with filter id %u", LogEntryTypeName(e.type), e.filter_id));
+  }
+  switch (e.type) {
+    case LogEntryType::kInsert:
+    case LogEntryType::kDelete: {
+      if (tail_bytes != 8 * uint64_t{hashes}) {
+        return Bad(absl::StrFormat("%u hashes in %u bytes", hashes, tail_bytes));
+      }
+      e.if_absent = flags != 0;
+      if (reinterpret_cast<uintptr_t>(tail) % alignof(uint64_t) == 0) {
+        e.hashes = absl::MakeConstSpan(reinterpret_cast<const uint64_t*>(tail), hashes);
+      } else {
+        e.owned.resize(hashes);
+        if (hashes > 0) std::memcpy(e.owned.data(), tail, 8 * size_t{hashes});
+        e.hashes = e.owned;
+      }
+      return e;
+    }
+    case LogEntryType::kDropFilter:
+      if (hashes != 0 || tail_bytes != 0) return Bad("a drop with a body");
+      return e;
+    case LogEntryType::kCreateFilter: {
+      if (hashes != 0 || tail_bytes != kLogEntryShapeBytes) {
+        return Bad(absl::StrFormat("a create with %u bytes of shape", tail_bytes));
+      }
+      const char* s = tail;
+      FilterShape& shape = e.shape;
+      shape.hash_id = Get32(s + 0);
+      shape.fingerprint_bits = Get32(s + 4);
+      shape.bucket_size = Get32(s + 8);
+      shape.shards = Get32(s + 12);
+      shape.shard_bits = Get32(s + 16);
+      shape.max_kicks = Get32(s + 20);
+      const uint32_t kind = Get32(s + 24);
+      if (Get32(s + 28) != 0) return Bad("reserved shape bytes set");
+      shape.seed = Get64(s + 32);
+      shape.capacity = Get64(s + 40);
+      shape.buckets_per_shard = Get64(s + 48);
+      if (kind != static_cast<uint32_t>(TableKind::kPacked) &&
+          kind != static_cast<uint32_t>(TableKind::kSemiSorted)) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "cluster log entry creates a filter of table kind %u: written by a newer cuckood; "
+            "upgrade this replica",
+            kind));
+      }
+      shape.table_kind = static_cast<TableKind>(kind);
+      if (absl::Status st = ValidateShape(shape); !st.ok()) {
+        return Bad(absl::StrCat("create of \"", absl::CHexEscape(e.name), "\": ", st.message()));
+      }
+      return e;
+    }
+  }
+  return Bad("unknown type");
+}
+
+}  // namespace cuckoo::server

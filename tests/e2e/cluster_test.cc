@@ -1,0 +1,282 @@
+// Cluster mode on real processes: a 3-node nats-server JetStream cluster and
+// cuckood replicas started with --nats. Writes through any replica are
+// applied by every replica, identically; reads wait for min_log_position;
+// a request id is applied once whichever replica a retry reaches; with NATS
+// gone, writes fail UNAVAILABLE and reads go on; a new, empty replica
+// rebuilds itself from the stream. (The kill -9 loops are in
+// cluster_chaos_test.cc.)
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/e2e/cluster_harness.h"
+
+namespace cuckoo::testing {
+namespace {
+
+v1::CreateFilterResponse Create(Replica& r, const std::string& name, uint64_t capacity) {
+  v1::CreateFilterRequest req;
+  req.set_name(name);
+  req.set_capacity(capacity);
+  v1::CreateFilterResponse resp;
+  grpc::ClientContext ctx;
+  const grpc::Status s = r.stub().CreateFilter(WithDeadline(&ctx), req, &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return resp;
+}
+
+v1::InsertResponse Insert(Replica& r, const std::string& filter,
+                          const std::vector<std::string>& keys, const std::string& request_id = "",
+                          uint64_t min_position = 0) {
+  v1::InsertRequest req;
+  req.set_filter(filter);
+  req.set_request_id(request_id);
+  req.set_min_log_position(min_position);
+  for (const std::string& k : keys) req.add_keys(k);
+  v1::InsertResponse resp;
+  grpc::ClientContext ctx;
+  const grpc::Status s = r.stub().Insert(WithDeadline(&ctx), req, &resp);
+  EXPECT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
+  return resp;
+}
+
+grpc::Status Delete(Replica& r, const std::string& filter, const std::vector<std::string>& keys,
+                    const std::string& request_id, v1::DeleteResponse* resp) {
+  v1::DeleteRequest req;
+  req.set_filter(filter);
+  req.set_request_id(request_id);
+  for (const std::string& k : keys) req.add_keys(k);
+  grpc::ClientContext ctx;
+  return r.stub().Delete(WithDeadline(&ctx), req, resp);
+}
+
+std::vector<uint32_t> Count(Replica& r, const std::string& filter,
+                            const std::vector<std::string>& keys, uint64_t min_position) {
+  v1::CountRequest req;
+  req.set_filter(filter);
+  req.set_min_log_position(min_position);
+  for (const std::string& k : keys) req.add_keys(k);
+  v1::CountResponse resp;
+  grpc::ClientContext ctx;
+  const grpc::Status s = r.stub().Count(WithDeadline(&ctx), req, &resp);
+  EXPECT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
+  return {resp.counts().begin(), resp.counts().end()};
+}
+
+std::vector<std::string> Keys(const std::string& prefix, int n) {
+  std::vector<std::string> keys;
+  for (int i = 0; i < n; ++i) keys.push_back(absl::StrCat(prefix, i));
+  return keys;
+}
+
+TEST(ClusterTest, WritesThroughAnyReplicaAreAppliedByEveryReplicaIdentically) {
+  TestCluster c(3);
+  const v1::CreateFilterResponse created = Create(c.replica(0), "users", 50'000);
+  ASSERT_TRUE(created.created());
+  ASSERT_GT(created.log_position(), 0u);
+  // Through replica 1, which may not have applied the creation yet: the
+  // position makes it wait.
+  const std::vector<std::string> keys = Keys("user-", 60'000);  // Past full: FULL answers too.
+  const v1::InsertResponse a = Insert(c.replica(1), "users", {keys.begin(), keys.begin() + 30'000},
+                                      "", created.log_position());
+  const v1::InsertResponse b =
+      Insert(c.replica(2), "users", {keys.begin() + 30'000, keys.end()}, "", a.log_position());
+  EXPECT_GT(b.log_position(), a.log_position());
+  EXPECT_EQ(a.inserted() + b.inserted() + b.full(), 60'000u);
+  EXPECT_GT(b.full(), 0u) << "the filter was meant to fill up";
+  // Every replica answers the same, once it has applied b's position.
+  for (int i = 0; i < 3; ++i) {
+    std::string error;
+    std::vector<std::string> inserted;
+    for (int k = 0; k < b.results_size(); ++k) {
+      if (b.results(k) == v1::INSERT_RESULT_INSERTED) inserted.push_back(keys[30'000 + k]);
+    }
+    EXPECT_TRUE(Missing(c.replica(i), "users", inserted, b.log_position(), &error).empty()) << i;
+    EXPECT_EQ(error, "");
+  }
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(c.replica(i).WaitCaughtUp(b.log_position())) << i;
+  ExpectIdenticalReplicas(c, {0, 1, 2});
+  // GetServerInfo and /metrics tell the mode and the position.
+  grpc::ClientContext ctx;
+  v1::GetServerInfoResponse info;
+  ASSERT_TRUE(c.replica(2).stub().GetServerInfo(WithDeadline(&ctx), {}, &info).ok());
+  EXPECT_EQ(info.mode(), "cluster");
+  EXPECT_EQ(info.cluster().replica_id(), "r2");
+  EXPECT_EQ(info.cluster().stream(), "TEST");
+  EXPECT_EQ(info.cluster().stream_replicas(), 3u);
+  EXPECT_EQ(info.cluster().nats_status(), "connected");
+  EXPECT_GE(info.applied_log_position(), b.log_position());
+  EXPECT_NE(c.replica(2).Metrics().find("cuckood_cluster_applied_position"), std::string::npos);
+}
+
+TEST(ClusterTest, ARequestIdIsAppliedOnceWhicheverReplicaTheRetryReaches) {
+  TestCluster c(3);
+  const uint64_t p = Create(c.replica(0), "ids", 10'000).log_position();
+  // Two copies of each key.
+  const std::vector<std::string> keys = Keys("k", 50);
+  Insert(c.replica(0), "ids", keys, "", p);
+  const uint64_t twice = Insert(c.replica(0), "ids", keys).log_position();
+  // The same Delete three times, through three replicas: one copy goes.
+  v1::DeleteResponse first, second, third;
+  ASSERT_TRUE(Delete(c.replica(0), "ids", keys, "del-1", &first).ok());
+  ASSERT_TRUE(Delete(c.replica(1), "ids", keys, "del-1", &second).ok());
+  ASSERT_TRUE(Delete(c.replica(2), "ids", keys, "del-1", &third).ok());
+  EXPECT_EQ(first.deleted(), 50u);
+  EXPECT_EQ(second.deleted(), 50u);                        // The first one's results...
+  EXPECT_EQ(second.log_position(), first.log_position());  // ...and position.
+  EXPECT_EQ(third.log_position(), first.log_position());
+  EXPECT_GT(first.log_position(), twice);
+  for (int i = 0; i < 3; ++i) {
+    for (uint32_t n : Count(c.replica(i), "ids", keys, first.log_position())) {
+      EXPECT_EQ(n, 1u) << "replica " << i;
+    }
+  }
+  // Another id, or the same id with other keys, is another request.
+  v1::DeleteResponse again;
+  ASSERT_TRUE(Delete(c.replica(1), "ids", keys, "del-2", &again).ok());
+  EXPECT_EQ(again.deleted(), 50u);
+  v1::DeleteResponse other;
+  ASSERT_TRUE(Delete(c.replica(2), "ids", {"not-there"}, "del-1", &other).ok());
+  EXPECT_EQ(other.not_found(), 1u);
+  for (uint32_t n : Count(c.replica(0), "ids", keys, again.log_position())) EXPECT_EQ(n, 0u);
+  // Concurrent repeats on one replica share the first's answer too.
+  std::vector<std::thread> threads;
+  std::vector<v1::InsertResponse> answers(4);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] { answers[t] = Insert(c.replica(0), "ids", {"x", "y"}, "ins-x"); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const v1::InsertResponse& a : answers) {
+    EXPECT_EQ(a.log_position(), answers[0].log_position());
+    EXPECT_EQ(a.inserted(), 2u);
+  }
+  for (uint32_t n : Count(c.replica(1), "ids", {"x", "y"}, answers[0].log_position())) {
+    EXPECT_EQ(n, 1u);
+  }
+}
+
+TEST(ClusterTest, FilterCreatedAndDroppedThroughTheLogIsGoneEverywhereAndItsNameReusable) {
+  TestCluster c(2);
+  const uint64_t p = Create(c.replica(0), "tmp", 1000).log_position();
+  Insert(c.replica(1), "tmp", Keys("a", 10), "", p);
+  v1::DropFilterRequest drop;
+  drop.set_name("tmp");
+  v1::DropFilterResponse dropped;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(c.replica(1).stub().DropFilter(WithDeadline(&ctx), drop, &dropped).ok());
+  EXPECT_GT(dropped.freed_bytes(), 0u);
+  v1::GetFilterRequest get;
+  get.set_name("tmp");
+  get.set_min_log_position(dropped.log_position());
+  v1::GetFilterResponse info;
+  grpc::ClientContext ctx2;
+  EXPECT_EQ(c.replica(0).stub().GetFilter(WithDeadline(&ctx2), get, &info).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  // Created again, smaller: a new filter, empty, on both.
+  const v1::CreateFilterResponse again = Create(c.replica(1), "tmp", 500);
+  EXPECT_TRUE(again.created());
+  EXPECT_EQ(again.filter().items(), 0u);
+  EXPECT_EQ(Count(c.replica(0), "tmp", {"a1"}, again.log_position())[0], 0u);
+  // Creating it again without if_not_exists is ALREADY_EXISTS; with it, the
+  // same filter.
+  v1::CreateFilterRequest req;
+  req.set_name("tmp");
+  req.set_capacity(500);
+  v1::CreateFilterResponse resp;
+  grpc::ClientContext ctx3;
+  EXPECT_EQ(c.replica(0).stub().CreateFilter(WithDeadline(&ctx3), req, &resp).error_code(),
+            grpc::StatusCode::ALREADY_EXISTS);
+  req.set_if_not_exists(true);
+  grpc::ClientContext ctx4;
+  ASSERT_TRUE(c.replica(0).stub().CreateFilter(WithDeadline(&ctx4), req, &resp).ok());
+  EXPECT_FALSE(resp.created());
+  ExpectIdenticalReplicas(c, {0, 1});
+}
+
+TEST(ClusterTest, ReadForAPositionNotYetReachableFailsUnavailableAfterTheWait) {
+  TestCluster c(1, {"--max-read-wait=300ms"});
+  const uint64_t p = Create(c.replica(0), "f", 1000).log_position();
+  v1::LookupRequest req;
+  req.set_filter("f");
+  req.add_keys("a");
+  req.set_min_log_position(p + 1000);
+  v1::LookupResponse resp;
+  grpc::ClientContext ctx;
+  const auto start = std::chrono::steady_clock::now();
+  const grpc::Status s = c.replica(0).stub().Lookup(WithDeadline(&ctx), req, &resp);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(s.error_message().find("min_log_position"), std::string::npos) << s.error_message();
+  EXPECT_GE(took, std::chrono::milliseconds(250));
+  EXPECT_LT(took, std::chrono::seconds(5));
+}
+
+TEST(ClusterTest, WithoutNatsWritesFailUnavailableAndReadsAreStillServed) {
+  TestCluster c(2);
+  const uint64_t p = Create(c.replica(0), "f", 10'000).log_position();
+  const std::vector<std::string> keys = Keys("k", 100);
+  const uint64_t q = Insert(c.replica(0), "f", keys, "", p).log_position();
+  ASSERT_TRUE(c.replica(1).WaitCaughtUp(q));
+  for (int i = 0; i < 3; ++i) c.nats().Kill(i);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  v1::InsertRequest ins;
+  ins.set_filter("f");
+  ins.add_keys("new");
+  ins.set_request_id("during-outage");
+  v1::InsertResponse ins_resp;
+  grpc::ClientContext ctx;
+  const grpc::Status s = c.replica(1).stub().Insert(WithDeadline(&ctx), ins, &ins_resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  std::string error;
+  EXPECT_TRUE(Missing(c.replica(1), "f", keys, 0, &error).empty());
+  EXPECT_EQ(error, "");
+  // Still ready: it serves what it has; the metrics say NATS is away.
+  EXPECT_EQ(c.replica(1).ReadyzStatus(), 200);
+  EXPECT_NE(c.replica(1).Metrics().find("cuckood_cluster_nats_connected{state=\"reconnecting\"} 0"),
+            std::string::npos)
+      << c.replica(1).Metrics();
+  // NATS back (the same store): the retry goes through, once.
+  for (int i = 0; i < 3; ++i) c.nats().Start(i);
+  grpc::Status retried;
+  for (int attempt = 0; attempt < 300; ++attempt) {
+    grpc::ClientContext retry_ctx;
+    retried = c.replica(1).stub().Insert(WithDeadline(&retry_ctx), ins, &ins_resp);
+    if (retried.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(retried.ok()) << retried.error_message();
+  EXPECT_EQ(Count(c.replica(0), "f", {"new"}, ins_resp.log_position())[0], 1u);
+  ASSERT_TRUE(c.replica(0).WaitCaughtUp(ins_resp.log_position()));
+  ASSERT_TRUE(c.replica(1).WaitCaughtUp(ins_resp.log_position()));
+}
+
+TEST(ClusterTest, NewEmptyReplicaRebuildsEveryFilterFromTheStream) {
+  TestCluster c(2, {"--snapshot-interval=1s"});
+  uint64_t p = Create(c.replica(0), "a", 20'000).log_position();
+  p = Create(c.replica(1), "b", 20'000).log_position();
+  p = Insert(c.replica(0), "a", Keys("x", 15'000), "", p).log_position();
+  p = Insert(c.replica(1), "b", Keys("y", 15'000), "", p).log_position();
+  v1::DeleteResponse del;
+  ASSERT_TRUE(Delete(c.replica(0), "a", Keys("x", 100), "d", &del).ok());
+  p = del.log_position();
+  Replica& fresh = c.AddReplica();
+  ASSERT_TRUE(fresh.WaitCaughtUp(p));
+  ASSERT_TRUE(c.replica(0).WaitCaughtUp(p));
+  ASSERT_TRUE(c.replica(1).WaitCaughtUp(p));
+  ExpectIdenticalReplicas(c, {0, 1, 2});
+  // Restarted, it resumes from its checkpoint, not from the beginning.
+  ASSERT_EQ(fresh.Stop(), 0);
+  EXPECT_NE(ReadFile(fresh.data_dir() + "/CHECKPOINT").find("resume_from"), std::string::npos);
+  fresh.Start();
+  ASSERT_TRUE(fresh.WaitCaughtUp(p));
+  EXPECT_NE(fresh.process().process().out().find(absl::StrCat("applying from log position")),
+            std::string::npos);
+  EXPECT_EQ(fresh.process().process().out().find("applying from log position 1\n"),
+            std::string::npos)
+      << fresh.process().process().out();
+  ExpectIdenticalReplicas(c, {0, 2});
+}
+
+}  // namespace
+}  // namespace cuckoo::testing

@@ -1,0 +1,139 @@
+#include "server/cluster/log_entry.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "xxhash.h"
+
+namespace cuckoo::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+FilterShape Shape() {
+  absl::StatusOr<FilterShape> s = ComputeShape({.capacity = 100'000, .seed = 77});
+  EXPECT_TRUE(s.ok()) << s.status();
+  return *s;
+}
+
+TEST(LogEntryTest, EveryTypeRoundTrips) {
+  const std::vector<uint64_t> hashes = {1, 2, 0xffffffffffffffff, 42};
+  absl::StatusOr<LogEntry> ins = DecodeLogEntry(EncodeInsertEntry(9, "users", true, hashes));
+  ASSERT_TRUE(ins.ok()) << ins.status();
+  EXPECT_EQ(ins->type, LogEntryType::kInsert);
+  EXPECT_EQ(ins->filter_id, 9u);
+  EXPECT_EQ(ins->name, "users");
+  EXPECT_TRUE(ins->if_absent);
+  EXPECT_EQ(std::vector<uint64_t>(ins->hashes.begin(), ins->hashes.end()), hashes);
+
+  absl::StatusOr<LogEntry> del = DecodeLogEntry(EncodeDeleteEntry(3, "a.b-c_d", {}));
+  ASSERT_TRUE(del.ok()) << del.status();
+  EXPECT_EQ(del->type, LogEntryType::kDelete);
+  EXPECT_TRUE(del->hashes.empty());
+  EXPECT_FALSE(del->if_absent);
+
+  absl::StatusOr<LogEntry> create = DecodeLogEntry(EncodeCreateEntry("x", Shape()));
+  ASSERT_TRUE(create.ok()) << create.status();
+  EXPECT_EQ(create->type, LogEntryType::kCreateFilter);
+  EXPECT_EQ(create->shape, Shape());
+  EXPECT_EQ(create->name, "x");
+
+  absl::StatusOr<LogEntry> drop = DecodeLogEntry(EncodeDropEntry(5, std::string(128, 'n')));
+  ASSERT_TRUE(drop.ok()) << drop.status();
+  EXPECT_EQ(drop->type, LogEntryType::kDropFilter);
+  EXPECT_EQ(drop->filter_id, 5u);
+  EXPECT_EQ(drop->name, std::string(128, 'n'));
+}
+
+TEST(LogEntryTest, HashesAreReadFromUnalignedBytesToo) {
+  const std::string e = EncodeInsertEntry(1, "f", false, {10, 20, 30});
+  std::string shifted = "x" + e;
+  absl::StatusOr<LogEntry> d = DecodeLogEntry(absl::string_view(shifted).substr(1));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(std::vector<uint64_t>(d->hashes.begin(), d->hashes.end()),
+            (std::vector<uint64_t>{10, 20, 30}));
+}
+
+TEST(LogEntryTest, ABatchOfLongKeysCostsEightBytesAKey) {
+  std::vector<uint64_t> hashes(100'000, 7);
+  // 100,000 keys of 4 KiB would be 400 MB; their entry is 800 KB.
+  EXPECT_EQ(EncodeInsertEntry(1, "f", false, hashes).size(), 24 + 8 + 800'000 + 8u);
+  EXPECT_LE(LogEntryBytesForHashes(100'000), size_t{1} << 20);
+  EXPECT_EQ(MaxHashesPerLogEntry(LogEntryBytesForHashes(1000)), 1000u);
+}
+
+TEST(LogEntryTest, EveryFlippedBitOrCutIsRefusedAsDataLoss) {
+  const std::string e = EncodeInsertEntry(4, "users", false, {1, 2, 3});
+  for (size_t i = 0; i < e.size(); ++i) {
+    for (int bit = 0; bit < 8; ++bit) {
+      std::string bad = e;
+      bad[i] = static_cast<char>(bad[i] ^ (1 << bit));
+      absl::StatusOr<LogEntry> d = DecodeLogEntry(bad);
+      ASSERT_FALSE(d.ok()) << "byte " << i << " bit " << bit;
+      EXPECT_TRUE(absl::IsDataLoss(d.status()) || absl::IsFailedPrecondition(d.status()))
+          << d.status();
+    }
+  }
+  for (size_t n = 0; n < e.size(); ++n) {
+    EXPECT_TRUE(absl::IsDataLoss(DecodeLogEntry(e.substr(0, n)).status())) << n;
+  }
+  EXPECT_THAT(std::string(DecodeLogEntry(std::string(64, 'z')).status().message()),
+              HasSubstr("not written by cuckood"));
+}
+
+// Rewrites the checksum after an edit.
+std::string Reseal(std::string e) {
+  const uint64_t sum = XXH3_64bits(e.data(), e.size() - 8);
+  std::memcpy(e.data() + e.size() - 8, &sum, 8);
+  return e;
+}
+
+// An intact entry this build cannot apply (a newer version or type) stops
+// the replica instead of being skipped: FAILED_PRECONDITION, not DATA_LOSS;
+// an intact entry that breaks the format's rules is DATA_LOSS.
+TEST(LogEntryTest, NewerVersionIsFailedPreconditionAndBrokenRulesAreDataLoss) {
+  std::string newer = EncodeDropEntry(5, "x");
+  newer[4] = 2;
+  absl::StatusOr<LogEntry> d = DecodeLogEntry(Reseal(newer));
+  EXPECT_TRUE(absl::IsFailedPrecondition(d.status())) << d.status();
+  EXPECT_THAT(std::string(d.status().message()), HasSubstr("upgrade this replica"));
+  std::string type = EncodeDropEntry(5, "x");
+  type[5] = 9;
+  EXPECT_TRUE(absl::IsFailedPrecondition(DecodeLogEntry(Reseal(type)).status()));
+  std::string no_id = EncodeInsertEntry(1, "x", false, {1});
+  std::memset(no_id.data() + 8, 0, 8);
+  EXPECT_TRUE(absl::IsDataLoss(DecodeLogEntry(Reseal(no_id)).status()));
+  std::string count = EncodeInsertEntry(1, "x", false, {1, 2});
+  count[16] = 3;  // Three hashes claimed, two there.
+  EXPECT_TRUE(absl::IsDataLoss(DecodeLogEntry(Reseal(count)).status()));
+  std::string name = EncodeDropEntry(1, "x");
+  name[20] = 0;  // An empty name.
+  EXPECT_TRUE(absl::IsDataLoss(DecodeLogEntry(Reseal(name)).status()));
+  std::string shape = EncodeCreateEntry("x", Shape());
+  shape[24 + 8 + 4] = 0;  // fingerprint_bits 0.
+  EXPECT_TRUE(absl::IsDataLoss(DecodeLogEntry(Reseal(shape)).status()));
+}
+
+TEST(LogEntryTest, RandomBytesNeverCrashTheDecoder) {
+  std::mt19937_64 rng(1);
+  const std::string base = EncodeCreateEntry("f", Shape());
+  for (int i = 0; i < 20'000; ++i) {
+    std::string b = base;
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int k = 0; k < edits; ++k) b[rng() % b.size()] = static_cast<char>(rng());
+    if (rng() % 3 == 0) b.resize(rng() % (b.size() + 1));
+    absl::StatusOr<LogEntry> d = DecodeLogEntry(b);
+    if (d.ok()) {
+      EXPECT_EQ(b, base);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cuckoo::server
