@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Tests the deployment files (CI runs it as the last step of scripts/test.sh):
-#   1. deploy/k8s: schema validation of every manifest, as written and as
-#      rendered by kustomize (../shared/tools/k8s-validate; needs node >= 20 and
-#      npm; kustomize rendering needs kubectl or kustomize, skipped without);
-#   2. deploy/compose.yaml: validated against the Compose schema
-#      (`docker-compose config`, Debian's docker-compose, installed if missing);
+#   1. deploy/k8s (the single node) and deploy/k8s/cluster (NATS JetStream +
+#      3 cuckood replicas): schema validation of every manifest, as written and
+#      as rendered by kustomize, one kustomization at a time
+#      (../shared/tools/k8s-validate; needs node >= 20 and npm; rendering needs
+#      kubectl or kustomize: without, it says so and which were not rendered);
+#      deploy/k8s/cluster/nats.conf (the NATS ConfigMap) checked by the real
+#      nats-server (`nats-server -t`; Debian's nats-server, installed if missing);
+#   2. deploy/compose.yaml and deploy/compose.cluster.yaml: validated against
+#      the Compose schema (`docker-compose config`, Debian's docker-compose,
+#      installed if missing);
 #   3. the Docker image, with ../shared/tools/container-smoke.sh (podman or
 #      docker, no registry: it makes the Debian base image itself). It builds
 #      the Dockerfile and runs the image the way the README does,
@@ -24,7 +29,8 @@
 #      container-smoke.sh then runs the image's HEALTHCHECK in it and checks
 #      that SIGTERM stops it within 3 s.
 #
-#   scripts/container-test.sh
+#   scripts/container-test.sh                   # all three
+#   scripts/container-test.sh --validate-only   # 1 and 2: no image, no engine
 #
 # Environment: CONTAINER_ENGINE, CONTAINER_SMOKE_CACHE, ... go to
 # container-smoke.sh (see its header); CUCKOO_SHARED_TOOLS is where the shared
@@ -188,28 +194,64 @@ image=${CUCKOO_IMAGE:-localhost/cuckood:ci}
 t_start=$SECONDS
 [ -d "$tools" ] || { echo "container-test: no shared tools at $tools (set CUCKOO_SHARED_TOOLS)" >&2; exit 1; }
 
-echo "== deploy/k8s: schema validation"
+# apt_install PACKAGE COMMAND: Debian's PACKAGE unless COMMAND is there
+# (for the checks below only; quiet unless it fails).
+apt_install() {
+  command -v "$2" >/dev/null && return 0
+  echo "container-test: installing $1 (for the checks below)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq --no-install-recommends "$1" >/dev/null 2>&1 ||
+    { apt-get update -qq && apt-get install -y -qq --no-install-recommends "$1" >/dev/null; }
+}
+
+echo "== deploy/k8s, deploy/k8s/cluster: schema validation"
 t0=$SECONDS
 command -v node >/dev/null || { echo "container-test: node (>= 20) and npm are needed" >&2; exit 1; }
+kustomizations=(deploy/k8s deploy/k8s/cluster)
+for k in "${kustomizations[@]}"; do
+  [ -f "$k/kustomization.yaml" ] || { echo "container-test: no $k/kustomization.yaml" >&2; exit 1; }
+done
+# As written: every manifest under deploy/k8s, cluster/ included (k8s-validate
+# walks subdirectories; kustomization.yaml is no resource and is left out).
 bash "$tools/k8s-validate/k8s-validate.sh" deploy/k8s
+# As rendered: what `kubectl apply -k` would send, generated ConfigMaps and
+# image overrides included.
 if command -v kubectl >/dev/null; then
-  kubectl kustomize deploy/k8s | bash "$tools/k8s-validate/k8s-validate.sh" --quiet -
+  render=(kubectl kustomize)
 elif command -v kustomize >/dev/null; then
-  kustomize build deploy/k8s | bash "$tools/k8s-validate/k8s-validate.sh" --quiet -
+  render=(kustomize build)
 else
-  echo "container-test: no kubectl or kustomize: kustomization.yaml not rendered"
+  render=()
+  echo "container-test: SKIPPED: no kubectl or kustomize, so ${kustomizations[*]} not rendered" \
+    "(only validated as written)"
 fi
+if [ ${#render[@]} -gt 0 ]; then
+  for k in "${kustomizations[@]}"; do
+    echo "rendered $k ($("${render[@]}" "$k" | grep -c '^kind:') resources):"
+    "${render[@]}" "$k" | bash "$tools/k8s-validate/k8s-validate.sh" --quiet -
+  done
+fi
+# The NATS configuration (the ConfigMap nats-config): parsed by the real
+# server with $POD_NAME set as the pod's environment sets it.
+apt_install nats-server nats-server
+echo "deploy/k8s/cluster/nats.conf ($(nats-server --version)):"
+for i in 0 1 2; do
+  POD_NAME=nats-$i nats-server -c deploy/k8s/cluster/nats.conf -t 2>&1
+done
 echo "== deploy/k8s: done in $((SECONDS - t0))s"
 
-echo "== deploy/compose.yaml: schema validation"
-if ! command -v docker-compose >/dev/null; then
-  echo "container-test: installing docker-compose (for its schema check only)"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -qq --no-install-recommends docker-compose >/dev/null 2>&1 ||
-    { apt-get update -qq && apt-get install -y -qq --no-install-recommends docker-compose >/dev/null; }
+echo "== deploy/compose.yaml, deploy/compose.cluster.yaml: schema validation"
+apt_install docker-compose docker-compose
+for f in deploy/compose.yaml deploy/compose.cluster.yaml; do
+  docker-compose -f "$f" config -q
+  echo "$f: valid ($(docker-compose -f "$f" config --services | wc -l) services)"
+done
+
+if [ "${1:-}" = --validate-only ]; then
+  echo "== container image: not built (--validate-only)"
+  echo "== deployment files valid in $((SECONDS - t_start))s"
+  exit 0
 fi
-docker-compose -f deploy/compose.yaml config -q
-echo "deploy/compose.yaml: valid"
 
 echo "== container image: build, run, persistence across restarts"
 t0=$SECONDS
