@@ -17,19 +17,48 @@
 //   auto inserted = client->Insert("users", keys);           // per-key results
 //   auto present = client->Lookup("users", keys);            // {true, true}
 //
+// Several servers (the replicas of a cluster, cuckood --nats): give them all,
+// Connect("a:50051,b:50051,c:50051"), or a name that resolves to all of them
+// (Connect("dns:///cuckood-headless:50051")). Calls are spread over them
+// round-robin on one channel, and a call that fails UNAVAILABLE (a replica
+// down or shutting down, a cluster electing the leader of its log, a replica
+// too far behind) is retried, on the next replica, until
+// ClientOptions::retry_timeout:
+// - gRPC retries it first (its retry policy, at most 5 attempts in about a
+//   second), then the client, with exponential backoff and jitter, each
+//   attempt with a fresh ClientOptions::timeout deadline. No other code is
+//   retried.
+// - Inserts and Deletes carry a request id (the caller's, else a random one),
+//   and every attempt the same one: the servers apply each request at most
+//   once (within their dedup window, GetServerInfo). A batch split into
+//   several requests gives each its own id derived from the caller's:
+//   ID.0, ID.1, ... (only when there are several).
+// - CreateFilter is retried only with if_not_exists (a repeat of an applied
+//   one would fail ALREADY_EXISTS), DropFilter never.
+// - Read-your-writes (ClientOptions::read_your_writes): the client remembers
+//   the largest log position any response carried (last_log_position()) and
+//   asks every Lookup, Count, GetFilter, ListFilters, Insert and Delete to
+//   wait until the answering replica has applied the log that far, so a read
+//   through any replica sees this client's earlier writes.
+//
 // Errors are the server's gRPC status as an absl::Status with the same code
-// and message (see proto/cuckoo/v1/filter_service.proto). A batch split into
-// several requests is not atomic: if request k fails, the ones before it were
+// and message (see proto/cuckoo/v1/filter_service.proto); after retries the
+// message says how many attempts were made. A batch split into several
+// requests is not atomic: if request k fails, the ones before it were
 // applied, and the message says how many keys that was; a bad key is named
 // by its index in the caller's keys.
 //
 // Thread safety: a Client may be used from any number of threads at once.
-// Use the stub directly (stub()) for asynchronous calls.
+// Use the stub directly (stub()) for asynchronous calls. The stub's calls go
+// through the same channel, so gRPC's retry policy applies to them too: set
+// request_id on every Insert and Delete sent through it, or a retried one may
+// be applied twice.
 #ifndef CUCKOO_CLIENT_CUCKOO_CLIENT_H_
 #define CUCKOO_CLIENT_CUCKOO_CLIENT_H_
 
 #include <grpcpp/channel.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -50,8 +79,15 @@ namespace cuckoo::client {
 namespace v1 = ::cuckoo::v1;
 
 struct ClientOptions {
-  // Deadline of each RPC (a large batch is several RPCs, each with this).
+  // Deadline of each RPC (a large batch is several RPCs, each with this; so
+  // is every retry of one).
   absl::Duration timeout = absl::Seconds(30);
+  // How long the client goes on retrying a request that fails UNAVAILABLE:
+  // no new attempt starts later than this after the first. Zero: no retries
+  // but gRPC's own (see the top of this file).
+  absl::Duration retry_timeout = absl::Seconds(30);
+  // Send last_log_position() as min_log_position (see the top of this file).
+  bool read_your_writes = true;
   // Most keys per request; 0: the server's max_batch_keys.
   uint32_t max_batch_keys = 0;
   // Most key bytes per request; 0: a quarter of the server's max message
@@ -64,10 +100,15 @@ struct ClientOptions {
 class Client {
  public:
   // A client for the cuckood at `target` ("host:port", or any gRPC target
-  // such as "dns:///cuckood.svc:50051"), over an insecure channel. Connects
-  // lazily: an unreachable server shows as UNAVAILABLE on the first call.
+  // such as "dns:///cuckood.svc:50051"), or for several, "a:50051,b:50051"
+  // (see ChannelTarget), over one insecure channel that balances calls
+  // round-robin over every address and retries UNAVAILABLE. Connects lazily:
+  // an unreachable server shows as UNAVAILABLE on the first call. A target
+  // that cannot be used (a bad list, no name of it resolves) makes every
+  // call fail with that error (connect_status()).
   static std::unique_ptr<Client> Connect(const std::string& target, ClientOptions options = {});
-  // A client over an existing channel.
+  // A client over an existing channel (with that channel's service config;
+  // the client's own retries and read-your-writes apply).
   explicit Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options = {});
 
   absl::StatusOr<v1::CreateFilterResponse> CreateFilter(const v1::CreateFilterRequest& request);
@@ -81,18 +122,35 @@ class Client {
   absl::StatusOr<v1::SnapshotResponse> Snapshot(std::string_view filter, bool changed_only,
                                                 absl::Duration timeout);
 
-  // Per-key results in the order of `keys`.
+  // Per-key results in the order of `keys`. `request_id` (1 to 128 of ! to
+  // ~; empty: a random one) makes a repeat of the same call, with the same
+  // keys, within the server's dedup window answer with the first one's
+  // results instead of applying again; a batch split into n > 1 requests
+  // sends ID.0 ... ID.(n-1), so leave room for the suffix.
   absl::StatusOr<std::vector<v1::InsertResult>> Insert(std::string_view filter,
                                                        absl::Span<const std::string_view> keys,
-                                                       bool if_absent = false);
+                                                       bool if_absent = false,
+                                                       std::string_view request_id = {});
   absl::StatusOr<std::vector<bool>> Lookup(std::string_view filter,
                                            absl::Span<const std::string_view> keys);
   absl::StatusOr<std::vector<v1::DeleteResult>> Delete(std::string_view filter,
-                                                       absl::Span<const std::string_view> keys);
+                                                       absl::Span<const std::string_view> keys,
+                                                       std::string_view request_id = {});
   absl::StatusOr<std::vector<uint32_t>> Count(std::string_view filter,
                                               absl::Span<const std::string_view> keys);
 
   absl::StatusOr<v1::GetServerInfoResponse> ServerInfo();
+
+  // The largest log position of any response so far (0 before the first).
+  uint64_t last_log_position() const { return last_log_position_.load(std::memory_order_acquire); }
+  // Raises last_log_position() to `position` if it is below: e.g. a position
+  // another client saw, so that this one reads that client's writes.
+  void AdvanceLogPosition(uint64_t position);
+  // A random request id: 32 hex digits (128 bits).
+  static std::string NewRequestId();
+
+  // OK, or why Connect could not use its target.
+  const absl::Status& connect_status() const { return connect_status_; }
 
   v1::FilterService::Stub& stub() { return *stub_; }
   // The channel, e.g. for the health service's stub.
@@ -106,20 +164,39 @@ class Client {
   };
   // The split sizes: the options', else the server's (asked once).
   absl::StatusOr<Limits> BatchLimits();
-  // Calls send(begin, end) for consecutive runs of keys that fit one request;
-  // on failure returns its status, telling how many keys went before.
+  template <typename Request, typename Response>
+  using Rpc = grpc::Status (v1::FilterService::Stub::*)(grpc::ClientContext*, const Request&,
+                                                        Response*);
+  // One call of `rpc`, with the client's retries when `retry` (see the top of
+  // this file), each attempt with deadline `timeout`.
+  template <typename Request, typename Response>
+  absl::Status Call(Rpc<Request, Response> rpc, const Request& request, Response* response,
+                    bool retry, absl::Duration timeout);
+  template <typename Request, typename Response>
+  absl::Status Call(Rpc<Request, Response> rpc, const Request& request, Response* response,
+                    bool retry) {
+    return Call(rpc, request, response, retry, options_.timeout);
+  }
+  // What read-your-writes asks for: last_log_position(), or 0 when off.
+  uint64_t MinLogPosition() const;
+  // Calls send(begin, end, index, count) for the `count` consecutive runs of
+  // keys that fit one request; on failure returns its status, telling how
+  // many keys went before.
   template <typename Send>
   absl::Status ForEachRequest(absl::Span<const std::string_view> keys, Send send);
   // Sends `keys` in as many copies of `prototype` (filter name and flags set)
   // as the limits need, calling `rpc`; append(response, out) collects results.
+  // Writes (Insert, Delete) get request ids derived from `request_id` (a
+  // random one if empty).
   template <typename Result, typename Request, typename Response, typename Append>
-  absl::StatusOr<std::vector<Result>> Batched(
-      const Request& prototype, absl::Span<const std::string_view> keys,
-      grpc::Status (v1::FilterService::Stub::*rpc)(grpc::ClientContext*, const Request&, Response*),
-      Append append);
-  void SetDeadline(grpc::ClientContext& ctx) const;
+  absl::StatusOr<std::vector<Result>> Batched(const Request& prototype,
+                                              absl::Span<const std::string_view> keys,
+                                              Rpc<Request, Response> rpc, Append append,
+                                              std::string_view request_id = {});
 
   ClientOptions options_;
+  absl::Status connect_status_;
+  std::atomic<uint64_t> last_log_position_{0};
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::FilterService::Stub> stub_;
   Mutex limits_mu_;
@@ -128,6 +205,21 @@ class Client {
 
 // grpc::Status -> absl::Status, same code and message.
 absl::Status FromGrpcStatus(const grpc::Status& status);
+
+// The gRPC target Connect makes of `target`:
+// - one target ("host:port", "dns:///svc:50051", "ipv4:...", "unix:..."), or
+//   a list that already names its scheme: as it is;
+// - a comma-separated list of HOST:PORT ("10.0.0.1:50051,10.0.0.2:50051",
+//   "[::1]:50051,[::1]:50052", "a.example:50051,b.example:50051"): an
+//   "ipv4:" (or "ipv6:") list of the addresses. Host names are resolved
+//   once, here, with getaddrinfo: every address of every name is used, in
+//   one family (IPv4 if every entry has an IPv4 address, else IPv6). A name
+//   that does not resolve is left out if another entry resolves (a replica
+//   that is down may have no DNS record); use a "dns:///" target to follow
+//   changes of the names.
+// INVALID_ARGUMENT for an entry that is not HOST:PORT or a list whose
+// entries have no family in common; UNAVAILABLE when no entry resolves.
+absl::StatusOr<std::string> ChannelTarget(const std::string& target);
 
 }  // namespace cuckoo::client
 

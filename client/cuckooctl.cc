@@ -22,8 +22,6 @@
 //   works. With --quiet the summary is the only result and goes to stdout.
 #include <errno.h>
 #include <fcntl.h>
-#include <grpcpp/create_channel.h>
-#include <grpcpp/security/credentials.h>
 #include <poll.h>
 #include <string.h>
 #include <unistd.h>
@@ -92,13 +90,16 @@ Filters:
   snapshot [NAME] [--changed-only]
                         write snapshots (of NAME, or every filter) to the
                         server's disk now; prints the files written
-  server-info           the server's version, limits and memory use
+  server-info           the server's version, limits, memory use, mode (single or
+                        cluster) and log position
   health [SERVICE]      grpc.health.v1 check; prints SERVING, NOT_SERVING, ...
 
 Keys:
-  insert NAME [KEY...] [--if-absent]   add keys
+  insert NAME [KEY...] [--if-absent] [--request-id=ID]
+                                       add keys
   lookup NAME [KEY...]                 may the filter hold these keys?
-  delete NAME [KEY...]                 remove one copy of each key
+  delete NAME [KEY...] [--request-id=ID]
+                                       remove one copy of each key
   count NAME [KEY...]                  estimated number of copies of each key
 
   Keys come from the KEY arguments, else from --file=PATH (one key per line;
@@ -110,7 +111,8 @@ Keys:
     lookup  present | absent        (present may be a false positive)
     delete  deleted | not_found
     count   the estimated number of copies (never less than the truth)
-  then a summary line on stderr. With --quiet, only the summary, on stdout.
+  then a summary line on stderr, ending with the log position the last batch
+  was applied or read at. With --quiet, only the summary, on stdout.
   With --format=json, JSON Lines: one object per key, e.g.
   {"key":"alice","result":"present"} or {"key":"alice","count":2}, then
   {"summary":{...}} as the last line (only if the command completed).
@@ -121,10 +123,18 @@ Keys:
                     (default: for keys from a file or stdin when stderr is a
                     terminal and stdout is not, or --quiet is given)
     --no-progress   never show it
+    --request-id=ID insert, delete: apply at most once; the same command
+                    with the same keys and ID again answers with the first
+                    run's results (see cuckooctl help delete)
 
 Global flags (before or after the command):
-  --target=HOST:PORT   server address (default: $CUCKOO_TARGET, else localhost:50051)
+  --target=HOST:PORT[,HOST:PORT...]
+                       server address, or the replicas of a cluster, used
+                       round-robin (default: $CUCKOO_TARGET, else localhost:50051)
   --timeout=DURATION   deadline of each RPC, e.g. 500ms, 2s, 1m (default 30s)
+  --retry-timeout=DURATION
+                       how long to retry an RPC that fails UNAVAILABLE (server
+                       down, cluster electing a leader), 0: no retries (default 30s)
   --format=text|json   output format (default text)
   --help, -h           help
   --version            print the version
@@ -180,12 +190,28 @@ batch, in input order.
   --no-progress   never show it
 
 Text output: RESULT<TAB>KEY per key on stdout, then a summary line on stderr,
-e.g. "lookup users: 3 keys: 2 present, 1 absent". JSON output (--format=json):
-one object per line (JSON Lines), {"key":"alice",...} per key, then
-{"summary":{"command":...,"filter":...,"keys":N,...}} last; the summary is
-missing if the command failed part way. A key that is not valid UTF-8 is given
-as "key_base64" instead of "key".
+e.g. "lookup users: 3 keys: 2 present, 1 absent; log position 17" (the
+server's log position the last batch was applied or read at). JSON output
+(--format=json): one object per line (JSON Lines), {"key":"alice",...} per
+key, then {"summary":{"command":...,"filter":...,"keys":N,...,
+"log_position":P}} last; the summary is missing if the command failed part
+way. A key that is not valid UTF-8 is given as "key_base64" instead of "key".
 )txt";
+
+// Printed after the help of insert and delete.
+constexpr char kRequestIdHelp[] =
+    R"(  --request-id=ID apply at most once. Every batch is sent with a request id,
+                  and again with the same one when it is retried, so no
+                  server applies it twice. Running the same command with the
+                  same keys and ID again within the server's dedup window
+                  (server-info) answers with the first run's results instead
+                  of applying them again. ID: 1 to 100 of the characters ! to
+                  ~. The batches after the first get ID/1, ID/2, ... (and
+                  ID.0, ID.1, ... the parts of a batch over the server's
+                  limits): give the same input in the same batches, as KEY
+                  arguments or --file, not from a pipe. Default: a random ID
+                  per batch.
+)";
 
 const CommandSpec kCommands[] = {
     {"create", kCreate, R"(Usage: cuckooctl create NAME --capacity=N [FLAGS]
@@ -243,8 +269,15 @@ The RPC deadline is --timeout if given, else 10 minutes.
 )"},
     {"server-info", kServerInfo, R"(Usage: cuckooctl server-info
 
-Prints the server's version, limits (max_batch_keys, max_key_bytes,
-max_message_bytes, max_filters, memory_budget_bytes) and current use.
+Prints the server's version, mode (single: one node with its write-ahead log;
+cluster: a replica of a cluster whose log is a NATS JetStream stream),
+durability, limits (max_batch_keys, max_key_bytes, max_message_bytes,
+max_filters, memory_budget_bytes), current use, the log position it has
+applied (applied_log_position) and how long it remembers request ids
+(dedup_window). In cluster mode also the replica's view of its cluster:
+replica_id, nats_status, nats_server, stream, stream_replicas,
+stream_first_position, stream_last_position and lag (how far the replica is
+behind the stream).
 )"},
     {"health", kHealth, R"(Usage: cuckooctl health [SERVICE] [--quiet]
 
@@ -275,6 +308,7 @@ rate for others) or absent (certainly not). Exit 0 if every key is present,
 Removes one copy of each key. Per key: deleted or not_found. Exit 0 if every
 key was deleted, 1 otherwise. Only delete keys you inserted: deleting another
 key may remove a fingerprint it shares with an inserted key.
+
 )"},
     {"count", kCount, R"(Usage: cuckooctl count NAME [KEY...] [FLAGS]
 
@@ -290,8 +324,13 @@ Prints the usage of cuckooctl or of COMMAND.
 
 constexpr char kGlobalFlagsHelp[] = R"(
 Global flags:
-  --target=HOST:PORT   server address (default: $CUCKOO_TARGET, else localhost:50051)
+  --target=HOST:PORT[,HOST:PORT...]
+                       server address, or the replicas of a cluster, used
+                       round-robin (default: $CUCKOO_TARGET, else localhost:50051)
   --timeout=DURATION   deadline of each RPC, e.g. 500ms, 2s, 1m (default 30s)
+  --retry-timeout=DURATION
+                       how long to retry an RPC that fails UNAVAILABLE, with
+                       backoff (default 30s; 0: no retries)
   --format=text|json   output format (default text)
 
 Exit codes: 0 success; 1 some key had the other outcome (or health is not
@@ -305,26 +344,17 @@ struct FlagSpec {
 };
 
 constexpr FlagSpec kFlags[] = {
-    {"target", true, kAllCommands},
-    {"timeout", true, kAllCommands},
-    {"format", true, kAllCommands},
-    {"help", false, kAllCommands},
-    {"version", false, kAllCommands},
-    {"capacity", true, kCreate},
-    {"fpr", true, kCreate},
-    {"fingerprint-bits", true, kCreate},
-    {"bucket-size", true, kCreate},
-    {"semi-sort", false, kCreate},
-    {"shards", true, kCreate},
-    {"max-kicks", true, kCreate},
-    {"seed", true, kCreate},
-    {"if-not-exists", false, kCreate},
-    {"changed-only", false, kSnapshot},
-    {"if-absent", false, kInsert},
-    {"file", true, kKeyCommands},
-    {"quiet", false, kKeyCommands | kHealth},
-    {"progress", false, kKeyCommands},
-    {"no-progress", false, kKeyCommands},
+    {"target", true, kAllCommands},        {"timeout", true, kAllCommands},
+    {"retry-timeout", true, kAllCommands}, {"format", true, kAllCommands},
+    {"help", false, kAllCommands},         {"version", false, kAllCommands},
+    {"capacity", true, kCreate},           {"fpr", true, kCreate},
+    {"fingerprint-bits", true, kCreate},   {"bucket-size", true, kCreate},
+    {"semi-sort", false, kCreate},         {"shards", true, kCreate},
+    {"max-kicks", true, kCreate},          {"seed", true, kCreate},
+    {"if-not-exists", false, kCreate},     {"changed-only", false, kSnapshot},
+    {"if-absent", false, kInsert},         {"request-id", true, kInsert | kDelete},
+    {"file", true, kKeyCommands},          {"quiet", false, kKeyCommands | kHealth},
+    {"progress", false, kKeyCommands},     {"no-progress", false, kKeyCommands},
 };
 
 // A problem to report on one stderr line, with the exit code it implies.
@@ -483,8 +513,9 @@ std::optional<Failure> ParseUintFlag(const CommandLine& cl, const std::string& n
   return std::nullopt;
 }
 
-// "30s", "500ms", "1m30s" (absl's form), or a plain number of seconds.
-std::optional<absl::Duration> ParseTimeout(const std::string& text) {
+// "30s", "500ms", "1m30s" (absl's form), or a plain number of seconds;
+// positive, or also zero with allow_zero.
+std::optional<absl::Duration> ParseTimeout(const std::string& text, bool allow_zero = false) {
   absl::Duration d;
   double seconds = 0;
   if (ParseNumber(std::string_view(text), seconds)) {
@@ -493,7 +524,10 @@ std::optional<absl::Duration> ParseTimeout(const std::string& text) {
   } else if (!absl::ParseDuration(text, &d)) {
     return std::nullopt;
   }
-  if (d <= absl::ZeroDuration() || d == absl::InfiniteDuration()) return std::nullopt;
+  if (d < absl::ZeroDuration() || (d == absl::ZeroDuration() && !allow_zero) ||
+      d == absl::InfiniteDuration()) {
+    return std::nullopt;
+  }
   return d;
 }
 
@@ -684,6 +718,11 @@ std::string JsonString(std::string_view s) {
 
 double DurationSeconds(const google::protobuf::Duration& d) {
   return static_cast<double>(d.seconds()) + d.nanos() / 1e9;
+}
+
+// "2m", "1.5s": absl's form.
+std::string FormatDuration(const google::protobuf::Duration& d) {
+  return absl::FormatDuration(absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos()));
 }
 
 // RFC 3339 in UTC, e.g. 2026-11-23T10:15:00.123456Z.
@@ -923,9 +962,10 @@ struct KeyOp {
   std::vector<bool> bad;
 };
 
-// Sends one chunk; returns an outcome code per key.
-using SendFn =
-    std::function<absl::StatusOr<std::vector<uint32_t>>(absl::Span<const std::string_view>)>;
+// Sends one chunk, writes with `request_id` (empty: the client's random one);
+// returns an outcome code per key.
+using SendFn = std::function<absl::StatusOr<std::vector<uint32_t>>(
+    absl::Span<const std::string_view>, const std::string& request_id)>;
 
 class Progress {
  public:
@@ -966,6 +1006,8 @@ struct GlobalOptions {
   std::string target;
   absl::Duration timeout;
   bool json = false;
+  // For --target (one server or a list), with --timeout and --retry-timeout.
+  std::unique_ptr<client::Client> client;
 };
 
 int Fail(const Failure& f) {
@@ -1028,10 +1070,20 @@ int RunKeyCommand(const GlobalOptions& g, const CommandLine& cl, Command cmd) {
   }
   const bool quiet = cl.Bool("quiet");
   const bool if_absent = cl.Bool("if-absent");
+  const std::string request_id = cl.Get("request-id").value_or("");
+  if (cl.Has("request-id")) {
+    // Room for the suffixes of later batches and of split ones (see --help).
+    constexpr size_t kMaxRequestId = 100;
+    const bool printable = std::all_of(request_id.begin(), request_id.end(),
+                                       [](char c) { return c >= '!' && c <= '~'; });
+    if (request_id.empty() || request_id.size() > kMaxRequestId || !printable) {
+      return Fail(UsageError(
+          absl::StrFormat("--request-id=\"%s\" must be 1 to %u characters from ! to ~ (no spaces)",
+                          absl::CHexEscape(request_id), kMaxRequestId)));
+    }
+  }
 
-  client::ClientOptions options;
-  options.timeout = g.timeout;
-  std::unique_ptr<client::Client> client = client::Client::Connect(g.target, options);
+  client::Client* client = g.client.get();
   // Fails fast on an unknown filter or bad name, even with no keys or a slow stdin.
   if (absl::StatusOr<v1::FilterInfo> info = client->GetFilter(name); !info.ok()) {
     return Fail(ServerError(info.status(), g.target));
@@ -1042,8 +1094,9 @@ int RunKeyCommand(const GlobalOptions& g, const CommandLine& cl, Command cmd) {
   switch (cmd) {
     case kInsert:
       op = {"insert", "inserted", {"inserted", "already_present", "full"}, {false, false, true}};
-      send = [&](absl::Span<const std::string_view> keys) -> absl::StatusOr<std::vector<uint32_t>> {
-        auto r = client->Insert(name, keys, if_absent);
+      send = [&](absl::Span<const std::string_view> keys,
+                 const std::string& id) -> absl::StatusOr<std::vector<uint32_t>> {
+        auto r = client->Insert(name, keys, if_absent, id);
         if (!r.ok()) return r.status();
         std::vector<uint32_t> out(r->size());
         for (size_t i = 0; i < r->size(); ++i) {
@@ -1067,7 +1120,8 @@ int RunKeyCommand(const GlobalOptions& g, const CommandLine& cl, Command cmd) {
       break;
     case kLookup:
       op = {"lookup", "looked up", {"present", "absent"}, {false, true}};
-      send = [&](absl::Span<const std::string_view> keys) -> absl::StatusOr<std::vector<uint32_t>> {
+      send = [&](absl::Span<const std::string_view> keys,
+                 const std::string&) -> absl::StatusOr<std::vector<uint32_t>> {
         auto r = client->Lookup(name, keys);
         if (!r.ok()) return r.status();
         std::vector<uint32_t> out(r->size());
@@ -1077,8 +1131,9 @@ int RunKeyCommand(const GlobalOptions& g, const CommandLine& cl, Command cmd) {
       break;
     case kDelete:
       op = {"delete", "deleted", {"deleted", "not_found"}, {false, true}};
-      send = [&](absl::Span<const std::string_view> keys) -> absl::StatusOr<std::vector<uint32_t>> {
-        auto r = client->Delete(name, keys);
+      send = [&](absl::Span<const std::string_view> keys,
+                 const std::string& id) -> absl::StatusOr<std::vector<uint32_t>> {
+        auto r = client->Delete(name, keys, id);
         if (!r.ok()) return r.status();
         std::vector<uint32_t> out(r->size());
         for (size_t i = 0; i < r->size(); ++i) {
@@ -1099,7 +1154,8 @@ int RunKeyCommand(const GlobalOptions& g, const CommandLine& cl, Command cmd) {
       break;
     default:  // kCount
       op = {"count", "counted", {}, {}};
-      send = [&](absl::Span<const std::string_view> keys) -> absl::StatusOr<std::vector<uint32_t>> {
+      send = [&](absl::Span<const std::string_view> keys,
+                 const std::string&) -> absl::StatusOr<std::vector<uint32_t>> {
         auto r = client->Count(name, keys);
         if (!r.ok()) return r.status();
         return *std::move(r);
@@ -1118,6 +1174,7 @@ int RunKeyCommand(const GlobalOptions& g, const CommandLine& cl, Command cmd) {
   std::vector<uint64_t> tally(is_count ? 2 : op.outcomes.size(), 0);
   uint64_t total_copies = 0;
   uint64_t done_keys = 0;
+  uint64_t chunks = 0;
   std::string text;
 
   Chunk current, next;
@@ -1127,8 +1184,13 @@ int RunKeyCommand(const GlobalOptions& g, const CommandLine& cl, Command cmd) {
   while (current.size() > 0) {
     current.Seal();  // Here, not when filled: swapping moved the bytes (small strings inline).
     // Send this chunk while the next one is read.
+    // --request-id for the first chunk, ID/k for the k-th after it.
+    const std::string chunk_id = request_id.empty() || chunks == 0
+                                     ? request_id
+                                     : absl::StrFormat("%s/%u", request_id, chunks);
+    ++chunks;
     std::future<absl::StatusOr<std::vector<uint32_t>>> pending =
-        std::async(std::launch::async, [&] { return send(current.keys); });
+        std::async(std::launch::async, [&] { return send(current.keys, chunk_id); });
     absl::Status read_status = source->Next(next, /*may_block=*/false);
     absl::StatusOr<std::vector<uint32_t>> results = pending.get();
     if (!results.ok()) {
@@ -1195,6 +1257,7 @@ int RunKeyCommand(const GlobalOptions& g, const CommandLine& cl, Command cmd) {
     } else {
       for (size_t i = 0; i < tally.size(); ++i) summary.Uint(op.outcomes[i], tally[i]);
     }
+    summary.Uint("log_position", client->last_log_position());
     out.Write(JsonObject().Raw("summary", summary.Done()).Done() + "\n");
   } else {
     std::string line = absl::StrFormat("%s %s: %u %s:", op.command, name, done_keys,
@@ -1207,7 +1270,7 @@ int RunKeyCommand(const GlobalOptions& g, const CommandLine& cl, Command cmd) {
         line += absl::StrFormat("%s %u %s", i == 0 ? "" : ",", tally[i], op.outcomes[i]);
       }
     }
-    line.push_back('\n');
+    line += absl::StrFormat("; log position %u\n", client->last_log_position());
     if (quiet) {
       out.Write(line);
     } else {
@@ -1285,10 +1348,7 @@ int RunCreate(const GlobalOptions& g, const CommandLine& cl) {
   if (cl.Has("semi-sort")) req.set_semi_sort(cl.Bool("semi-sort"));
   req.set_if_not_exists(cl.Bool("if-not-exists"));
 
-  client::ClientOptions options;
-  options.timeout = g.timeout;
-  absl::StatusOr<v1::CreateFilterResponse> resp =
-      client::Client::Connect(g.target, options)->CreateFilter(req);
+  absl::StatusOr<v1::CreateFilterResponse> resp = g.client->CreateFilter(req);
   if (!resp.ok()) return Fail(ServerError(resp.status(), g.target));
   if (g.json) {
     return Emit(JsonObject()
@@ -1305,10 +1365,7 @@ int RunCreate(const GlobalOptions& g, const CommandLine& cl) {
 
 int RunInfo(const GlobalOptions& g, const CommandLine& cl) {
   if (auto f = ExpectArgs(cl, 1, 1, "a filter NAME")) return Fail(*f);
-  client::ClientOptions options;
-  options.timeout = g.timeout;
-  absl::StatusOr<v1::FilterInfo> info =
-      client::Client::Connect(g.target, options)->GetFilter(cl.positional[1]);
+  absl::StatusOr<v1::FilterInfo> info = g.client->GetFilter(cl.positional[1]);
   if (!info.ok()) return Fail(ServerError(info.status(), g.target));
   if (g.json) return Emit(JsonObject().Raw("filter", FilterInfoJson(*info)).Done() + "\n");
   TextFields t;
@@ -1318,10 +1375,7 @@ int RunInfo(const GlobalOptions& g, const CommandLine& cl) {
 
 int RunList(const GlobalOptions& g, const CommandLine& cl) {
   if (auto f = ExpectArgs(cl, 0, 0, "")) return Fail(*f);
-  client::ClientOptions options;
-  options.timeout = g.timeout;
-  absl::StatusOr<std::vector<v1::FilterInfo>> filters =
-      client::Client::Connect(g.target, options)->ListFilters();
+  absl::StatusOr<std::vector<v1::FilterInfo>> filters = g.client->ListFilters();
   if (!filters.ok()) return Fail(ServerError(filters.status(), g.target));
   if (g.json) {
     std::string array = "[";
@@ -1359,10 +1413,8 @@ int RunList(const GlobalOptions& g, const CommandLine& cl) {
 
 int RunDrop(const GlobalOptions& g, const CommandLine& cl) {
   if (auto f = ExpectArgs(cl, 1, 1, "a filter NAME")) return Fail(*f);
-  client::ClientOptions options;
-  options.timeout = g.timeout;
   const std::string& name = cl.positional[1];
-  absl::StatusOr<uint64_t> freed = client::Client::Connect(g.target, options)->DropFilter(name);
+  absl::StatusOr<uint64_t> freed = g.client->DropFilter(name);
   if (!freed.ok()) return Fail(ServerError(freed.status(), g.target));
   if (g.json) {
     return Emit(JsonObject().String("name", name).Uint("freed_bytes", *freed).Done() + "\n");
@@ -1373,15 +1425,30 @@ int RunDrop(const GlobalOptions& g, const CommandLine& cl) {
 
 int RunServerInfo(const GlobalOptions& g, const CommandLine& cl) {
   if (auto f = ExpectArgs(cl, 0, 0, "")) return Fail(*f);
-  client::ClientOptions options;
-  options.timeout = g.timeout;
-  absl::StatusOr<v1::GetServerInfoResponse> info =
-      client::Client::Connect(g.target, options)->ServerInfo();
+  absl::StatusOr<v1::GetServerInfoResponse> info = g.client->ServerInfo();
   if (!info.ok()) return Fail(ServerError(info.status(), g.target));
+  const bool cluster = info->mode() == "cluster";
+  const v1::ClusterInfo& c = info->cluster();
   if (g.json) {
+    std::string cluster_json = "null";
+    if (cluster) {
+      cluster_json = JsonObject()
+                         .String("replica_id", c.replica_id())
+                         .String("nats_status", c.nats_status())
+                         .String("nats_server", c.nats_server())
+                         .String("stream", c.stream())
+                         .Uint("stream_replicas", c.stream_replicas())
+                         .Uint("stream_first_position", c.stream_first_position())
+                         .Uint("stream_last_position", c.stream_last_position())
+                         .Uint("lag", c.lag())
+                         .Done();
+    }
     return Emit(JsonObject()
                     .String("target", g.target)
                     .String("version", info->version())
+                    .String("mode", info->mode())
+                    .String("durability", info->durability())
+                    .Double("wal_sync_interval_seconds", DurationSeconds(info->wal_sync_interval()))
                     .Uint("max_batch_keys", info->max_batch_keys())
                     .Uint("max_key_bytes", info->max_key_bytes())
                     .Uint("max_message_bytes", info->max_message_bytes())
@@ -1391,38 +1458,54 @@ int RunServerInfo(const GlobalOptions& g, const CommandLine& cl) {
                     .Uint("filters", info->filters())
                     .String("data_dir", info->data_dir())
                     .Double("snapshot_interval_seconds", DurationSeconds(info->snapshot_interval()))
+                    .Uint("applied_log_position", info->applied_log_position())
+                    .Double("dedup_window_seconds", DurationSeconds(info->dedup_window()))
+                    .Raw("cluster", cluster_json)
                     .Done() +
                 "\n");
   }
   auto bytes = [](uint64_t b) { return absl::StrFormat("%u (%s)", b, HumanBytes(b)); };
-  return Emit(TextFields()
-                  .Add("target", g.target)
-                  .Add("version", info->version())
-                  .Add("max_batch_keys", absl::StrFormat("%u", info->max_batch_keys()))
-                  .Add("max_key_bytes", absl::StrFormat("%u", info->max_key_bytes()))
-                  .Add("max_message_bytes", bytes(info->max_message_bytes()))
-                  .Add("max_filters", absl::StrFormat("%u", info->max_filters()))
-                  .Add("memory_budget_bytes", bytes(info->memory_budget_bytes()))
-                  .Add("memory_used_bytes", bytes(info->memory_used_bytes()))
-                  .Add("filters", absl::StrFormat("%u", info->filters()))
-                  .Add("data_dir", info->data_dir())
-                  .Add("snapshot_interval", info->snapshot_interval().seconds() == 0 &&
-                                                    info->snapshot_interval().nanos() == 0
-                                                ? "off (only on snapshot and at shutdown)"
-                                                : absl::FormatDuration(absl::Seconds(
-                                                      DurationSeconds(info->snapshot_interval()))))
-                  .Done());
+  auto number = [](uint64_t n) { return absl::StrFormat("%u", n); };
+  const bool no_snapshots =
+      info->snapshot_interval().seconds() == 0 && info->snapshot_interval().nanos() == 0;
+  TextFields t;
+  t.Add("target", g.target)
+      .Add("version", info->version())
+      .Add("mode", info->mode())
+      .Add("durability", info->durability() == "interval"
+                             ? absl::StrFormat("interval (fdatasync every %s)",
+                                               FormatDuration(info->wal_sync_interval()))
+                             : info->durability())
+      .Add("max_batch_keys", number(info->max_batch_keys()))
+      .Add("max_key_bytes", number(info->max_key_bytes()))
+      .Add("max_message_bytes", bytes(info->max_message_bytes()))
+      .Add("max_filters", number(info->max_filters()))
+      .Add("memory_budget_bytes", bytes(info->memory_budget_bytes()))
+      .Add("memory_used_bytes", bytes(info->memory_used_bytes()))
+      .Add("filters", number(info->filters()))
+      .Add("data_dir", info->data_dir())
+      .Add("snapshot_interval", no_snapshots ? "off (only on snapshot and at shutdown)"
+                                             : FormatDuration(info->snapshot_interval()))
+      .Add("applied_log_position", number(info->applied_log_position()))
+      .Add("dedup_window", FormatDuration(info->dedup_window()));
+  if (cluster) {
+    t.Add("replica_id", c.replica_id())
+        .Add("nats_status", c.nats_status())
+        .Add("nats_server", c.nats_server())
+        .Add("stream", c.stream())
+        .Add("stream_replicas", number(c.stream_replicas()))
+        .Add("stream_first_position", number(c.stream_first_position()))
+        .Add("stream_last_position", number(c.stream_last_position()))
+        .Add("lag", number(c.lag()));
+  }
+  return Emit(t.Done());
 }
 
 int RunSnapshot(const GlobalOptions& g, const CommandLine& cl) {
   if (auto f = ExpectArgs(cl, 0, 1, "")) return Fail(*f);
   const std::string name = cl.positional.size() > 1 ? cl.positional[1] : "";
-  client::ClientOptions options;
-  options.timeout = g.timeout;
-  absl::StatusOr<v1::SnapshotResponse> resp =
-      client::Client::Connect(g.target, options)
-          ->Snapshot(name, cl.Bool("changed-only"),
-                     cl.Has("timeout") ? g.timeout : absl::Minutes(10));
+  absl::StatusOr<v1::SnapshotResponse> resp = g.client->Snapshot(
+      name, cl.Bool("changed-only"), cl.Has("timeout") ? g.timeout : absl::Minutes(10));
   if (!resp.ok()) return Fail(ServerError(resp.status(), g.target));
   if (g.json) {
     std::string files = "[";
@@ -1470,8 +1553,9 @@ int RunSnapshot(const GlobalOptions& g, const CommandLine& cl) {
 int RunHealth(const GlobalOptions& g, const CommandLine& cl) {
   if (auto f = ExpectArgs(cl, 0, 1, "")) return Fail(*f);
   const std::string service = cl.positional.size() > 1 ? cl.positional[1] : "";
-  std::unique_ptr<health::Health::Stub> stub =
-      health::Health::NewStub(grpc::CreateChannel(g.target, grpc::InsecureChannelCredentials()));
+  // Through the client's channel (so a --target list works), but not retried:
+  // a health check answers at once.
+  std::unique_ptr<health::Health::Stub> stub = health::Health::NewStub(g.client->channel());
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + g.timeout));
   health::HealthCheckRequest req;
@@ -1496,6 +1580,7 @@ int PrintHelp(const CommandSpec* command) {
     fputs(kUsage, stdout);
   } else {
     fputs(command->help, stdout);
+    if (command->id & (kInsert | kDelete)) fputs(kRequestIdHelp, stdout);
     if (command->id & kKeyCommands) fputs(kKeyInputHelp, stdout);
     fputs(kGlobalFlagsHelp, stdout);
   }
@@ -1566,11 +1651,28 @@ int Main(int argc, char** argv) {
     }
     g.timeout = *d;
   }
+  client::ClientOptions options;
+  options.timeout = g.timeout;
+  if (std::optional<std::string> retry = cl.Get("retry-timeout")) {
+    std::optional<absl::Duration> d = ParseTimeout(*retry, /*allow_zero=*/true);
+    if (!d) {
+      return Fail(UsageError(absl::StrFormat(
+          "--retry-timeout=\"%s\" is not a duration such as 0, 10s or 1m", *retry)));
+    }
+    options.retry_timeout = *d;
+  }
   const std::string format = cl.Get("format").value_or("text");
   if (format != "text" && format != "json") {
     return Fail(UsageError(absl::StrFormat("--format=\"%s\" must be text or json", format)));
   }
   g.json = format == "json";
+  g.client = client::Client::Connect(g.target, options);
+  if (const absl::Status& s = g.client->connect_status(); !s.ok()) {
+    // A list that is not HOST:PORT,...: the user's; no name resolves: the network's.
+    return Fail(s.code() == absl::StatusCode::kInvalidArgument
+                    ? UsageError(absl::StrFormat("--target: %s", s.message()))
+                    : ServerError(s, g.target));
+  }
 
   switch (command->id) {
     case kCreate:

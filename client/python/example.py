@@ -29,16 +29,25 @@ except ImportError as e:
 def main() -> int:
     parser = argparse.ArgumentParser(description="A short tour of the cuckoo_client package.")
     parser.add_argument("--target", default=cuckoo_client.DEFAULT_TARGET,
-                        help="the cuckood, host:port (default %(default)s)")
+                        help="the cuckood, host:port, or the replicas of a cluster, "
+                             "host1:port,host2:port,... (default %(default)s)")
+    parser.add_argument("--retry-timeout", type=float, default=5.0,
+                        help="seconds to retry a call that finds no server (default "
+                             "%(default)s; the Client's default is 30, enough to ride through a "
+                             "cluster's leader election)")
     parser.add_argument("--filter", default="example-users",
                         help="name of the filter to create and drop (default %(default)s)")
     args = parser.parse_args()
     name = args.filter
 
     try:
-        with cuckoo_client.Client(args.target, timeout=10) as client:
+        with cuckoo_client.Client(args.target, timeout=10,
+                                  retry_timeout=args.retry_timeout) as client:
             server = client.server_info()
             print(f"cuckood {server.version} at {args.target}: {client.health()}")
+            print(f"mode {server.mode}, log applied to position {server.applied_log_position}"
+                  + (f", replica {server.cluster.replica_id} ({server.cluster.lag} behind)"
+                     if server.cluster else ""))
 
             info = client.create_filter(name, capacity=100_000, false_positive_rate=0.001,
                                         if_not_exists=True)
@@ -76,6 +85,8 @@ def main() -> int:
                 print(f"lookup in a missing filter: {e}")
 
             print(f"dropped {name}: freed {client.drop_filter(name)} bytes")
+            # Every write's log position; reads ask a replica to have applied this far.
+            print(f"last log position seen: {client.last_log_position}")
     except cuckoo_client.CuckooError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -52,6 +53,22 @@ std::vector<std::string> Words(const std::string& line) {
   std::vector<std::string> words;
   for (std::string w; in >> w;) words.push_back(w);
   return words;
+}
+
+// Output with the log positions of key command summaries taken out ("; log
+// position N" in text, ,"log_position":N in JSON), for exact comparisons of
+// the rest; LogPositionsAreReportedAndGrow checks the positions.
+std::string NoPositions(const std::string& s) {
+  static const std::regex kPosition("; log position [0-9]+|,\"log_position\":[0-9]+");
+  return std::regex_replace(s, kPosition, "");
+}
+
+// The position in a text summary "...; log position N" (0 if none).
+uint64_t SummaryPosition(const std::string& s) {
+  static const std::regex kPosition("; log position ([0-9]+)\n");
+  std::smatch m;
+  if (!std::regex_search(s, m, kPosition)) return 0;
+  return std::stoull(m[1]);
 }
 
 std::vector<std::string> Lines(const std::string& text) {
@@ -257,13 +274,13 @@ TEST_F(CuckooctlTest, InsertedKeysAreAllPresentFromArgsFileAndStdin) {
   Result inserted = Ctl({"insert", "f", "alice", "bob", "carol"});
   ASSERT_EQ(inserted.code, 0) << Describe(inserted);
   EXPECT_EQ(inserted.out, "inserted\talice\ninserted\tbob\ninserted\tcarol\n");
-  EXPECT_EQ(inserted.err, "insert f: 3 keys: 3 inserted, 0 already_present, 0 full\n");
+  EXPECT_EQ(NoPositions(inserted.err), "insert f: 3 keys: 3 inserted, 0 already_present, 0 full\n");
 
   const std::string expected = "present\talice\npresent\tbob\npresent\tcarol\n";
   Result args = Ctl({"lookup", "f", "alice", "bob", "carol"});
   EXPECT_EQ(args.code, 0) << Describe(args);
   EXPECT_EQ(args.out, expected);
-  EXPECT_EQ(args.err, "lookup f: 3 keys: 3 present, 0 absent\n");
+  EXPECT_EQ(NoPositions(args.err), "lookup f: 3 keys: 3 present, 0 absent\n");
 
   const std::string file = files_.path() + "/keys.txt";
   WriteFile(file, "alice\nbob\ncarol\n");
@@ -295,7 +312,7 @@ TEST_F(CuckooctlTest, LookupOfAbsentKeysPrintsAbsentAndExitsOne) {
   Result r = Ctl({"lookup", "f", "k1", "k2", "k3", "k4"});
   EXPECT_EQ(r.code, 1) << Describe(r);
   EXPECT_EQ(r.out, "present\tk1\nabsent\tk2\npresent\tk3\nabsent\tk4\n");
-  EXPECT_EQ(r.err, "lookup f: 4 keys: 2 present, 2 absent\n");
+  EXPECT_EQ(NoPositions(r.err), "lookup f: 4 keys: 2 present, 2 absent\n");
 }
 
 TEST_F(CuckooctlTest, QuietPrintsOnlyTheSummaryOnStdout) {
@@ -303,7 +320,7 @@ TEST_F(CuckooctlTest, QuietPrintsOnlyTheSummaryOnStdout) {
   ASSERT_EQ(Ctl({"insert", "f", "a"}).code, 0);
   Result r = Ctl({"lookup", "f", "a", "b", "--quiet"});
   EXPECT_EQ(r.code, 1);
-  EXPECT_EQ(r.out, "lookup f: 2 keys: 1 present, 1 absent\n");
+  EXPECT_EQ(NoPositions(r.out), "lookup f: 2 keys: 1 present, 1 absent\n");
   EXPECT_EQ(r.err, "");
 }
 
@@ -313,14 +330,14 @@ TEST_F(CuckooctlTest, DeleteThenLookupGivesAbsentAndASecondDeleteNotFound) {
   Result deleted = Ctl({"delete", "f", "a"});
   EXPECT_EQ(deleted.code, 0) << Describe(deleted);
   EXPECT_EQ(deleted.out, "deleted\ta\n");
-  EXPECT_EQ(deleted.err, "delete f: 1 key: 1 deleted, 0 not_found\n");
+  EXPECT_EQ(NoPositions(deleted.err), "delete f: 1 key: 1 deleted, 0 not_found\n");
   Result lookup = Ctl({"lookup", "f", "a", "b"});
   EXPECT_EQ(lookup.code, 1);
   EXPECT_EQ(lookup.out, "absent\ta\npresent\tb\n");
   Result again = Ctl({"delete", "f", "a", "b"});
   EXPECT_EQ(again.code, 1);
   EXPECT_EQ(again.out, "not_found\ta\ndeleted\tb\n");
-  EXPECT_EQ(again.err, "delete f: 2 keys: 1 deleted, 1 not_found\n");
+  EXPECT_EQ(NoPositions(again.err), "delete f: 2 keys: 1 deleted, 1 not_found\n");
 }
 
 TEST_F(CuckooctlTest, CountReportsCopiesAndExitsOneForAZeroCount) {
@@ -329,7 +346,7 @@ TEST_F(CuckooctlTest, CountReportsCopiesAndExitsOneForAZeroCount) {
   Result r = Ctl({"count", "f", "a", "b", "c"});
   EXPECT_EQ(r.code, 1) << Describe(r);
   EXPECT_EQ(r.out, "2\ta\n1\tb\n0\tc\n");
-  EXPECT_EQ(r.err, "count f: 3 keys: 2 present, 1 absent, total count 3\n");
+  EXPECT_EQ(NoPositions(r.err), "count f: 3 keys: 2 present, 1 absent, total count 3\n");
   Result all = Ctl({"count", "f", "a", "b"});
   EXPECT_EQ(all.code, 0);
   EXPECT_EQ(all.out, "2\ta\n1\tb\n");
@@ -341,7 +358,7 @@ TEST_F(CuckooctlTest, InsertIfAbsentReportsAlreadyPresentAndExitsZero) {
   Result r = Ctl({"insert", "f", "--if-absent", "a", "b", "b"});
   EXPECT_EQ(r.code, 0) << Describe(r);
   EXPECT_EQ(r.out, "already_present\ta\ninserted\tb\nalready_present\tb\n");
-  EXPECT_EQ(r.err, "insert f: 3 keys: 1 inserted, 2 already_present, 0 full\n");
+  EXPECT_EQ(NoPositions(r.err), "insert f: 3 keys: 1 inserted, 2 already_present, 0 full\n");
   EXPECT_EQ(Fields(Ctl({"info", "f"}).out)["items"], "2");
 }
 
@@ -354,7 +371,7 @@ TEST_F(CuckooctlTest, FullFilterReportsFullPerKeyAndExitsOne) {
   Result dup = Ctl({"insert", "tiny"}, "k\nk\nk\nk\nk\n");
   EXPECT_EQ(dup.code, 1) << Describe(dup);
   EXPECT_EQ(dup.out, "inserted\tk\ninserted\tk\ninserted\tk\ninserted\tk\nfull\tk\n");
-  EXPECT_EQ(dup.err, "insert tiny: 5 keys: 4 inserted, 0 already_present, 1 full\n");
+  EXPECT_EQ(NoPositions(dup.err), "insert tiny: 5 keys: 4 inserted, 0 already_present, 1 full\n");
 
   // Many distinct keys overflow the table; what was stored stays findable.
   std::string keys;
@@ -374,7 +391,7 @@ TEST_F(CuckooctlTest, JsonOutputIsExactAndParses) {
   CreateExactFilter("f");
   Result inserted = Ctl({"--format=json", "insert", "f", "a", std::string("\xff\xfe")});
   ASSERT_EQ(inserted.code, 0) << Describe(inserted);
-  EXPECT_EQ(inserted.out,
+  EXPECT_EQ(NoPositions(inserted.out),
             "{\"key\":\"a\",\"result\":\"inserted\"}\n"
             "{\"key_base64\":\"//4=\",\"result\":\"inserted\"}\n"
             "{\"summary\":{\"command\":\"insert\",\"filter\":\"f\",\"keys\":2,\"inserted\":2,"
@@ -383,14 +400,14 @@ TEST_F(CuckooctlTest, JsonOutputIsExactAndParses) {
 
   Result lookup = Ctl({"lookup", "f", "--format", "json"}, "a\nsay \"hi\"\\\n");
   EXPECT_EQ(lookup.code, 1);
-  EXPECT_EQ(lookup.out,
+  EXPECT_EQ(NoPositions(lookup.out),
             "{\"key\":\"a\",\"result\":\"present\"}\n"
             "{\"key\":\"say \\\"hi\\\"\\\\\",\"result\":\"absent\"}\n"
             "{\"summary\":{\"command\":\"lookup\",\"filter\":\"f\",\"keys\":2,\"present\":1,"
             "\"absent\":1}}\n");
 
   Result count = Ctl({"count", "f", "a", "--format=json"});
-  EXPECT_EQ(count.out,
+  EXPECT_EQ(NoPositions(count.out),
             "{\"key\":\"a\",\"count\":1}\n"
             "{\"summary\":{\"command\":\"count\",\"filter\":\"f\",\"keys\":1,\"present\":1,"
             "\"absent\":0,\"total_count\":1}}\n");
@@ -508,6 +525,18 @@ TEST_F(CuckooctlTest, UsageErrorsExitTwoWithOneLineNamingTheProblem) {
       {{"--timeout=soon", "list"}, "cuckooctl: --timeout=\"soon\" is not a positive duration"},
       {{"--timeout=0s", "list"}, "cuckooctl: --timeout=\"0s\" is not a positive duration"},
       {{"list", "--timeout"}, "cuckooctl: flag --timeout needs a value"},
+      {{"--retry-timeout=soon", "list"}, "cuckooctl: --retry-timeout=\"soon\" is not a duration"},
+      {{"--retry-timeout=-1s", "list"}, "cuckooctl: --retry-timeout=\"-1s\" is not a duration"},
+      {{"delete", "f", "a", "--request-id=a b"},
+       "cuckooctl: --request-id=\"a b\" must be 1 to 100"},
+      {{"insert", "f", "a", "--request-id="}, "cuckooctl: --request-id=\"\" must be 1 to 100"},
+      {{"insert", "f", "a", "--request-id=" + std::string(101, 'x')},
+       "cuckooctl: --request-id=\"xxxx"},
+      {{"lookup", "f", "a", "--request-id=r"},
+       "cuckooctl: flag --request-id does not apply to lookup"},
+      {{"--target=a:b,c:d", "list"},
+       "cuckooctl: --target: target \"a:b,c:d\": \"a:b\" is not HOST:PORT"},
+      {{"--target=127.0.0.1:1,[::1]:1", "list"}, "cuckooctl: --target: target"},
       {{"help", "frobnicate"}, "cuckooctl: unknown command \"frobnicate\""},
   };
   for (const Case& c : cases) {
@@ -544,6 +573,8 @@ TEST_F(CuckooctlTest, HelpDescribesEveryCommandFlagAndExitCode) {
                            "--target=HOST:PORT",
                            "CUCKOO_TARGET",
                            "--timeout=DURATION",
+                           "--retry-timeout=DURATION",
+                           "--request-id=ID",
                            "--format=text|json",
                            "--file=PATH",
                            "--quiet",
@@ -564,7 +595,8 @@ TEST_F(CuckooctlTest, HelpDescribesEveryCommandFlagAndExitCode) {
   Result insert = RunProcess({CUCKOOCTL_PATH, "insert", "--help"});
   EXPECT_EQ(insert.code, 0);
   EXPECT_THAT(insert.out, AllOf(StartsWith("Usage: cuckooctl insert NAME"),
-                                HasSubstr("--if-absent"), HasSubstr("--file=PATH"),
+                                HasSubstr("--if-absent"), HasSubstr("--request-id=ID"),
+                                HasSubstr("--retry-timeout=DURATION"), HasSubstr("--file=PATH"),
                                 HasSubstr("a key cannot be empty"), HasSubstr("Exit codes")));
   EXPECT_EQ(RunProcess({CUCKOOCTL_PATH, "help", "insert"}).out, insert.out);
   Result create = RunProcess({CUCKOOCTL_PATH, "create", "-h"});
@@ -623,11 +655,12 @@ TEST_F(CuckooctlTest, HealthPrintsServingAndExitsZero) {
   EXPECT_THAT(unknown.err, StartsWith("cuckooctl: NOT_FOUND: "));
 }
 
-TEST_F(CuckooctlTest, UnreachableTargetExitsThreeQuickly) {
+TEST_F(CuckooctlTest, UnreachableTargetExitsThreeQuicklyWithoutRetries) {
   const std::string nowhere = "127.0.0.1:" + std::to_string(FreePort());
   for (const std::vector<std::string>& args :
        std::vector<std::vector<std::string>>{{"health"}, {"lookup", "f", "a"}, {"list"}}) {
-    std::vector<std::string> argv = {CUCKOOCTL_PATH, "--target=" + nowhere, "--timeout=2s"};
+    std::vector<std::string> argv = {CUCKOOCTL_PATH, "--target=" + nowhere, "--timeout=2s",
+                                     "--retry-timeout=0"};
     argv.insert(argv.end(), args.begin(), args.end());
     const auto start = std::chrono::steady_clock::now();
     Result r = RunProcess(argv);
@@ -638,6 +671,24 @@ TEST_F(CuckooctlTest, UnreachableTargetExitsThreeQuickly) {
     EXPECT_EQ(CountLines(r.err), 1u);
     EXPECT_LT(took, std::chrono::seconds(3)) << args[0];
   }
+}
+
+TEST_F(CuckooctlTest, UnreachableTargetIsRetriedUntilTheRetryTimeout) {
+  const std::string nowhere = "127.0.0.1:" + std::to_string(FreePort());
+  const auto start = std::chrono::steady_clock::now();
+  Result r = RunProcess({CUCKOOCTL_PATH, "--target=" + nowhere, "--retry-timeout=1500ms", "list"});
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(r.code, 3) << Describe(r);
+  EXPECT_THAT(r.err, AllOf(StartsWith("cuckooctl: UNAVAILABLE: "), HasSubstr(nowhere),
+                           HasSubstr(" attempts in ")));
+  EXPECT_EQ(CountLines(r.err), 1u);
+  EXPECT_GE(took, std::chrono::milliseconds(1300));
+  EXPECT_LT(took, std::chrono::seconds(10));
+  // health is never retried: it answers for the moment it is asked.
+  const auto health_start = std::chrono::steady_clock::now();
+  Result health = RunProcess({CUCKOOCTL_PATH, "--target=" + nowhere, "health"});
+  EXPECT_EQ(health.code, 3) << Describe(health);
+  EXPECT_LT(std::chrono::steady_clock::now() - health_start, std::chrono::seconds(3));
 }
 
 TEST_F(CuckooctlTest, SilentServerTimesOutWithDeadlineExceeded) {
@@ -672,7 +723,8 @@ TEST_F(CuckooctlTest, LargeFileIsStreamedWithProgress) {
 
   Result inserted = Ctl({"insert", "big", "--file=" + file, "--quiet", "--progress"});
   ASSERT_EQ(inserted.code, 0) << Describe(inserted);
-  EXPECT_EQ(inserted.out, "insert big: 200000 keys: 200000 inserted, 0 already_present, 0 full\n");
+  EXPECT_EQ(NoPositions(inserted.out),
+            "insert big: 200000 keys: 200000 inserted, 0 already_present, 0 full\n");
   EXPECT_THAT(inserted.err, StartsWith("\rinserted "));
   EXPECT_THAT(inserted.err, HasSubstr("\rinserted 200000 keys ("));
   EXPECT_EQ(CountLines(inserted.err), 1u);  // The progress line, finished.
@@ -685,13 +737,14 @@ TEST_F(CuckooctlTest, LargeFileIsStreamedWithProgress) {
   EXPECT_THAT(lookup.out, HasSubstr("\npresent\tkey-100000\npresent\tkey-100001\n"));
   EXPECT_EQ(lookup.out.substr(lookup.out.size() - 19), "present\tkey-199999\n");
   EXPECT_THAT(lookup.err, HasSubstr("\rlooked up 200000 keys ("));
-  EXPECT_THAT(lookup.err,
-              HasSubstr(" keys/s)\nlookup big: 200000 keys: 200000 present, 0 absent\n"));
+  EXPECT_THAT(
+      lookup.err,
+      HasSubstr(" keys/s)\nlookup big: 200000 keys: 200000 present, 0 absent; log position "));
 
   // No --progress and stderr not a terminal: no progress line.
   Result plain = Ctl({"lookup", "big", "--file=" + file, "--quiet"});
   EXPECT_EQ(plain.err, "");
-  EXPECT_EQ(plain.out, "lookup big: 200000 keys: 200000 present, 0 absent\n");
+  EXPECT_EQ(NoPositions(plain.out), "lookup big: 200000 keys: 200000 present, 0 absent\n");
 }
 
 TEST_F(CuckooctlTest, SlowInputIsAnsweredBeforeItEnds) {
@@ -721,6 +774,122 @@ TEST_F(CuckooctlTest, InsertThenSigtermStopsTheServerCleanly) {
   Result health = Ctl({"health", "--timeout=2s"});
   EXPECT_EQ(health.code, 3);
   EXPECT_THAT(health.err, StartsWith("cuckooctl: UNAVAILABLE: "));
+}
+
+TEST_F(CuckooctlTest, ServerInfoPrintsModeLogPositionAndDedupWindow) {
+  Result before = Ctl({"server-info"});
+  ASSERT_EQ(before.code, 0) << Describe(before);
+  std::map<std::string, std::string> f = Fields(before.out);
+  EXPECT_EQ(f["mode"], "single");
+  EXPECT_EQ(f["durability"], "sync");
+  EXPECT_EQ(f["applied_log_position"], "0");
+  EXPECT_EQ(f["dedup_window"], "2m");
+  EXPECT_EQ(f.count("replica_id"), 0u) << "cluster fields only in cluster mode";
+  EXPECT_EQ(f.count("lag"), 0u);
+
+  CreateExactFilter("f");
+  Result inserted = Ctl({"insert", "f", "a", "b"});
+  ASSERT_EQ(inserted.code, 0) << Describe(inserted);
+  const uint64_t position = SummaryPosition(inserted.err);
+  EXPECT_GT(position, 0u) << inserted.err;
+  Result after = Ctl({"server-info"});
+  EXPECT_EQ(Fields(after.out)["applied_log_position"], std::to_string(position));
+
+  Result json = Ctl({"server-info", "--format=json"});
+  ASSERT_EQ(json.code, 0) << Describe(json);
+  EXPECT_THAT(json.out, AllOf(HasSubstr("\"version\":\"" + Fields(after.out)["version"] +
+                                        "\",\"mode\":\"single\",\"durability\":\"sync\","),
+                              HasSubstr(",\"applied_log_position\":" + std::to_string(position) +
+                                        ",\"dedup_window_seconds\":120,\"cluster\":null}\n")));
+}
+
+TEST_F(CuckooctlTest, LogPositionsAreReportedAndGrow) {
+  CreateExactFilter("f");
+  Result first = Ctl({"insert", "f", "a"});
+  ASSERT_EQ(first.code, 0) << Describe(first);
+  const uint64_t p1 = SummaryPosition(first.err);
+  EXPECT_GT(p1, 0u) << first.err;
+  Result second = Ctl({"insert", "f", "b", "--quiet"});
+  ASSERT_EQ(second.code, 0) << Describe(second);
+  const uint64_t p2 = SummaryPosition(second.out);
+  EXPECT_GT(p2, p1) << second.out;
+  // A read answers at the position it read at: the last write's.
+  Result lookup = Ctl({"lookup", "f", "a", "b", "--format=json"});
+  ASSERT_EQ(lookup.code, 0) << Describe(lookup);
+  EXPECT_THAT(lookup.out, HasSubstr(",\"log_position\":" + std::to_string(p2) + "}}\n"));
+  Result count = Ctl({"count", "f", "a"});
+  EXPECT_EQ(SummaryPosition(count.err), p2) << count.err;
+  Result deleted = Ctl({"delete", "f", "a", "--format=json", "--quiet"});
+  ASSERT_EQ(deleted.code, 0) << Describe(deleted);
+  EXPECT_THAT(deleted.out,
+              StartsWith("{\"summary\":{\"command\":\"delete\",\"filter\":\"f\","
+                         "\"keys\":1,\"deleted\":1,\"not_found\":0,\"log_position\":"));
+  EXPECT_EQ(NoPositions(deleted.out).find("log_position"), std::string::npos);
+  EXPECT_GT(std::stoull(deleted.out.substr(deleted.out.rfind(':') + 1)), p2);
+}
+
+TEST_F(CuckooctlTest, TargetListOfAddressesWorksFromTheFlagAndTheEnvironment) {
+  const std::string port = server_->address().substr(server_->address().rfind(':') + 1);
+  const std::string list = server_->address() + ",localhost:" + port;
+  Result created = RunProcess({CUCKOOCTL_PATH, "--target=" + list, "create", "f", "--capacity=1000",
+                               "--fingerprint-bits=32", "--seed=7"});
+  ASSERT_EQ(created.code, 0) << Describe(created);
+  Result inserted = RunProcess({CUCKOOCTL_PATH, "insert", "f", "a", "b"}, "",
+                               {"CUCKOO_TARGET=" + server_->address() + "," + server_->address()});
+  ASSERT_EQ(inserted.code, 0) << Describe(inserted);
+  EXPECT_EQ(inserted.out, "inserted\ta\ninserted\tb\n");
+  Result info = RunProcess({CUCKOOCTL_PATH, "--target=" + list, "server-info"});
+  ASSERT_EQ(info.code, 0) << Describe(info);
+  EXPECT_EQ(Fields(info.out)["target"], list);
+  Result health = RunProcess({CUCKOOCTL_PATH, "--target=" + list, "health"});
+  EXPECT_EQ(health.code, 0) << Describe(health);
+  EXPECT_EQ(health.out, "SERVING\n");
+  // A replica that is down is skipped: the calls go to the others.
+  const std::string down = "127.0.0.1:" + std::to_string(FreePort());
+  for (int i = 0; i < 3; ++i) {
+    Result lookup = RunProcess(
+        {CUCKOOCTL_PATH, "--target=" + down + "," + server_->address(), "lookup", "f", "a", "b"});
+    EXPECT_EQ(lookup.code, 0) << Describe(lookup);
+    EXPECT_EQ(lookup.out, "present\ta\npresent\tb\n");
+  }
+}
+
+TEST_F(CuckooctlTest, RequestIdMakesARepeatedDeleteApplyOnce) {
+  CreateExactFilter("f");
+  ASSERT_EQ(Ctl({"insert", "f", "a", "a", "a", "a"}).code, 0);
+  Result first = Ctl({"delete", "f", "a", "--request-id=del-1"});
+  ASSERT_EQ(first.code, 0) << Describe(first);
+  EXPECT_EQ(first.out, "deleted\ta\n");
+  // The repeat gets the first one's answer, at the first one's position.
+  Result repeat = Ctl({"delete", "f", "a", "--request-id=del-1"});
+  ASSERT_EQ(repeat.code, 0) << Describe(repeat);
+  EXPECT_EQ(repeat.out, "deleted\ta\n");
+  EXPECT_EQ(repeat.err, first.err);
+  Result count = Ctl({"count", "f", "a"});
+  EXPECT_EQ(count.out, "3\ta\n") << "the repeat deleted nothing";
+  // Another id (or other keys) is another request; without --request-id
+  // every run is one: two runs delete two copies.
+  ASSERT_EQ(Ctl({"delete", "f", "a", "--request-id=del-2"}).code, 0);
+  EXPECT_EQ(Ctl({"count", "f", "a"}).out, "2\ta\n");
+  ASSERT_EQ(Ctl({"delete", "f", "a"}).code, 0);
+  ASSERT_EQ(Ctl({"delete", "f", "a"}).code, 0);
+  EXPECT_EQ(Ctl({"count", "f", "a"}).out, "0\ta\n");
+}
+
+TEST_F(CuckooctlTest, RequestIdCoversEveryBatchOfALargeInput) {
+  // 25000 keys: three batches of cuckooctl (ID, ID/1, ID/2).
+  std::string keys;
+  for (int i = 0; i < 25'000; ++i) keys += "key-" + std::to_string(i) + "\n";
+  const std::string file = files_.path() + "/keys.txt";
+  WriteFile(file, keys);
+  ASSERT_EQ(Ctl({"create", "big", "--capacity=100000"}).code, 0);
+  for (int run = 0; run < 2; ++run) {
+    Result r = Ctl({"insert", "big", "--file=" + file, "--quiet", "--request-id=load-1"});
+    ASSERT_EQ(r.code, 0) << Describe(r);
+    EXPECT_EQ(NoPositions(r.out),
+              "insert big: 25000 keys: 25000 inserted, 0 already_present, 0 full\n");
+  }
+  EXPECT_EQ(Fields(Ctl({"info", "big"}).out)["items"], "25000");
 }
 
 }  // namespace

@@ -15,11 +15,17 @@ probability of about 2e-9 per key) and the expected answers are exact.
 """
 
 import argparse
+import concurrent.futures
+import datetime
 import importlib.util
 import os
+import re
+import socket
 import sys
 import threading
+import time
 import traceback
+import uuid
 
 import grpc
 
@@ -44,20 +50,86 @@ def expect_error(code, fn, *args, **kwargs):
     raise AssertionError(f"expected CuckooError {code.name}, got no error")
 
 
+def free_port():
+    """A loopback port no one listens on (the kernel's pick, closed again)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class Counter(grpc.UnaryUnaryClientInterceptor):
-    """Records each unary call's method and how many keys its request held."""
+    """Records each unary call's method and how many keys its request held.
+
+    Every attempt the client makes passes here (gRPC's own retries, below
+    the interceptor, do not).
+    """
 
     def __init__(self):
         self.calls = []
+        self.requests = []  # (method, request message), in order.
 
     def intercept_unary_unary(self, continuation, details, request):
         keys = list(getattr(request, "keys", []))
-        self.calls.append((details.method.rsplit("/", 1)[-1], len(keys), sum(map(len, keys))))
+        method = details.method.rsplit("/", 1)[-1]
+        self.calls.append((method, len(keys), sum(map(len, keys))))
+        self.requests.append((method, request))
         return continuation(details, request)
 
     def sizes(self, method):
         """The number of keys of each `method` request, in order."""
         return [n for m, n, _ in self.calls if m == method]
+
+    def sent(self, method, field):
+        """`field` of each `method` request, in order (None: the request has no such field)."""
+        return [getattr(r, field, None) for m, r in self.requests if m == method]
+
+
+class FlakyServer(grpc.GenericRpcHandler):
+    """An in-process FilterService whose Lookup and Insert fail UNAVAILABLE at first.
+
+    The first `failures` attempts (counted over both methods) fail; later
+    ones answer every key false / INSERTED. `seen` records each attempt as
+    (method, keys, request_id), gRPC's own retries included.
+    """
+
+    def __init__(self):
+        self.failures = 0
+        self.seen = []
+        self.server = grpc.server(concurrent.futures.ThreadPoolExecutor(4),
+                                  options=[("grpc.max_receive_message_length", 64 << 20)])
+        self.server.add_generic_rpc_handlers((self,))
+        self.target = f"127.0.0.1:{self.server.add_insecure_port('127.0.0.1:0')}"
+        self.server.start()
+
+    def reset(self, failures):
+        """Fails the next `failures` attempts; forgets what it saw."""
+        self.failures, self.seen = failures, []
+
+    def service(self, handler_call_details):
+        method = handler_call_details.method.rsplit("/", 1)[-1]
+        pb = filter_service_pb2
+        if method == "Lookup":
+            types = (pb.LookupRequest, pb.LookupResponse)
+            answer = lambda n: pb.LookupResponse(present=[False] * n, log_position=7)
+        elif method == "Insert":
+            types = (pb.InsertRequest, pb.InsertResponse)
+            answer = lambda n: pb.InsertResponse(results=[pb.INSERT_RESULT_INSERTED] * n,
+                                                 inserted=n, log_position=8)
+        else:
+            return None
+
+        def handle(request, context):
+            self.seen.append((method, len(request.keys), getattr(request, "request_id", None)))
+            if len(self.seen) <= self.failures:
+                context.abort(grpc.StatusCode.UNAVAILABLE, "flaky")
+            return answer(len(request.keys))
+
+        return grpc.unary_unary_rpc_method_handler(
+            handle, request_deserializer=types[0].FromString,
+            response_serializer=types[1].SerializeToString)
+
+    def stop(self):
+        self.server.stop(0)
 
 
 class Checks:
@@ -66,6 +138,18 @@ class Checks:
     def __init__(self, target):
         self.target = target
         self.client = cuckoo_client.Client(target, timeout=30)
+
+    def counted_client(self, target=None, options=None, **client_options):
+        """A Client whose calls a Counter records; returns (client, counter).
+
+        Its channel has `options` (none by default: no gRPC-level retries),
+        e.g. cuckoo_client.channel_options() for the Client's own.
+        """
+        counter = Counter()
+        channel = grpc.intercept_channel(
+            grpc.insecure_channel(cuckoo_client.channel_target(target or self.target),
+                                  options=options or []), counter)
+        return cuckoo_client.Client(channel=channel, **client_options), counter
 
     def fresh(self, name, capacity=10_000, **settings):
         """Creates filter `name` (dropping any old one) with 32-bit fingerprints."""
@@ -278,6 +362,11 @@ class Checks:
         assert info.version and info.max_batch_keys > 0 and info.max_key_bytes > 0, info
         assert info.max_message_bytes >= 4096 and info.max_filters > 0, info
         assert info.filters == len(self.client.list_filters()), info
+        # A single node: no cluster, a 2-minute dedup window by default.
+        assert info.mode == "single" and info.cluster is None, info
+        assert info.dedup_window == datetime.timedelta(minutes=2), info
+        assert info.applied_log_position == info.raw.applied_log_position, info
+        assert isinstance(info.raw, filter_service_pb2.GetServerInfoResponse)
 
     def check_snapshot(self):
         """snapshot: writes the file; get_filter then reports it."""
@@ -321,9 +410,12 @@ class Checks:
 
     def check_unreachable_server(self):
         """An unreachable server is a CuckooError UNAVAILABLE, not a hang."""
-        with cuckoo_client.Client("127.0.0.1:1", timeout=10) as dead:
+        start = time.monotonic()
+        with cuckoo_client.Client("127.0.0.1:1", timeout=10, retry_timeout=0) as dead:
             expect_error(grpc.StatusCode.UNAVAILABLE, dead.server_info)
             expect_error(grpc.StatusCode.UNAVAILABLE, dead.lookup, "f", ["k"])
+        # gRPC's own retries (5 attempts, under a second each), none of the client's.
+        assert time.monotonic() - start < 5, time.monotonic() - start
 
     def check_context_manager(self):
         """with Client(...) closes the channel; close() is idempotent."""
@@ -336,7 +428,8 @@ class Checks:
             pass
         else:
             raise AssertionError("a closed client still made a call")
-        for bad in (dict(timeout=0), dict(max_batch_keys=0), dict(max_batch_bytes=-1)):
+        for bad in (dict(timeout=0), dict(max_batch_keys=0), dict(max_batch_bytes=-1),
+                    dict(retry_timeout=-1)):
             try:
                 cuckoo_client.Client(self.target, **bad)
             except ValueError:
@@ -344,13 +437,312 @@ class Checks:
             else:
                 raise AssertionError(f"Client({bad}) did not raise ValueError")
 
-    # -- Batch checks, against a server started with --max-batch-keys=1000 ----
+    # -- Request ids, log positions, several servers, retries -----------------
 
-    def counted_client(self, **options):
-        """A Client whose calls a Counter records; returns (client, counter)."""
-        counter = Counter()
-        channel = grpc.intercept_channel(grpc.insecure_channel(self.target), counter)
-        return cuckoo_client.Client(channel=channel, **options), counter
+    def check_request_id_dedup(self):
+        """A repeat of an Insert or Delete request_id is answered, not applied again."""
+        c = self.client
+        # Ids of this run only: the server remembers ids (with the content)
+        # for its dedup window, across filters dropped and made again.
+        run = uuid.uuid4().hex[:8]
+        self.fresh("py-dedup")
+        c.insert("py-dedup", ["k", "k"])
+        assert c.count("py-dedup", ["k"]) == [2]
+        first = c.delete("py-dedup", ["k"], request_id=f"py-dedup-delete-1-{run}")
+        again = c.delete("py-dedup", ["k"], request_id=f"py-dedup-delete-1-{run}")
+        assert first == again == [DELETED], (first, again)
+        # The first one's answer, log position included; one copy left.
+        assert again.log_position == first.log_position > 0, (first.log_position,
+                                                              again.log_position)
+        assert c.count("py-dedup", ["k"]) == [1]
+        # A new id is a new request.
+        assert c.delete("py-dedup", ["k"], request_id=f"py-dedup-delete-2-{run}") == [DELETED]
+        assert c.count("py-dedup", ["k"]) == [0]
+        # The same id with other content is another request too.
+        c.insert("py-dedup", ["j"])
+        assert c.delete("py-dedup", ["j"], request_id=f"py-dedup-delete-1-{run}") == [DELETED]
+        assert c.count("py-dedup", ["j"]) == [0]
+        # Inserts likewise: the repeat adds nothing.
+        for _ in range(2):
+            assert c.insert("py-dedup", ["i"], request_id=f"py-dedup-insert-{run}") == [INSERTED]
+        assert c.count("py-dedup", ["i"]) == [1]
+        assert c.get_filter("py-dedup").items == 1
+        # Bad ids are the caller's mistake, before any call.
+        for bad in ("", "has space", "x" * 129, "caf\u00e9", "tab\t"):
+            try:
+                c.delete("py-dedup", ["i"], request_id=bad)
+            except ValueError:
+                pass
+            else:
+                raise AssertionError(f"request_id {bad!r} was taken")
+        assert c.count("py-dedup", ["i"]) == [1]
+        c.drop_filter("py-dedup")
+
+    def check_generated_request_ids(self):
+        """Without request_id each call gets its own; a split batch derives one per request."""
+        self.fresh("py-ids")
+        client, counter = self.counted_client(max_batch_keys=2)
+        client.insert("py-ids", ["k", "k"])
+        # Two plain deletes of the same key are two requests: both apply.
+        assert client.delete("py-ids", ["k"]) == [DELETED]
+        assert client.delete("py-ids", ["k"]) == [DELETED]
+        assert client.count("py-ids", ["k"]) == [0]
+        ids = counter.sent("Insert", "request_id") + counter.sent("Delete", "request_id")
+        assert len(ids) == 3 and len(set(ids)) == 3, ids
+        assert all(re.fullmatch(r"[0-9a-f]{32}", i) for i in ids), ids
+        assert counter.sent("Count", "request_id") == [None]  # Reads have none.
+        # A batch of 5 keys in requests of 2: id.0, id.1, id.2; one request: the id itself.
+        run = uuid.uuid4().hex[:8]
+        client.insert("py-ids", ["a", "b", "c", "d", "e"], request_id=f"batch-{run}")
+        assert counter.sent("Insert", "request_id")[1:] == [
+            f"batch-{run}.0", f"batch-{run}.1", f"batch-{run}.2"]
+        client.insert("py-ids", ["f"], request_id=f"single-{run}")
+        assert counter.sent("Insert", "request_id")[-1] == f"single-{run}"
+        generated = client.insert("py-ids", ["g", "h", "i"])
+        assert generated == [INSERTED] * 3
+        split = counter.sent("Insert", "request_id")[-2:]
+        assert re.fullmatch(r"[0-9a-f]{32}\.0", split[0]), split
+        assert split[1] == split[0][:-1] + "1", split
+        # The whole call again with the same id: nothing applied twice.
+        assert client.insert("py-ids", ["a", "b", "c", "d", "e"], request_id=f"batch-{run}") == \
+            [INSERTED] * 5
+        assert client.count("py-ids", ["a", "c", "e"]) == [1, 1, 1]
+        # An id with no room left for ".i" in a split batch is refused up front.
+        calls = len(counter.calls)
+        try:
+            client.insert("py-ids", ["x", "y", "z"], request_id="r" * 127)
+        except ValueError as e:
+            assert "too long" in str(e), e
+        else:
+            raise AssertionError("a 127-character id was split into longer ones")
+        assert len(counter.calls) == calls, counter.calls[calls:]
+        client.close()
+        self.client.drop_filter("py-ids")
+
+    def check_log_positions(self):
+        """Every write moves the log position forward; reads report theirs."""
+        c = cuckoo_client.Client(self.target)
+        assert c.last_log_position == 0
+        self.fresh("py-log")
+        created = c.create_filter("py-log", 10_000, fingerprint_bits=32, if_not_exists=True)
+        assert created.created is False and created.log_position > 0, created
+        assert c.last_log_position >= created.log_position, c.last_log_position
+        inserted = c.insert("py-log", ["a", "b"])
+        assert isinstance(inserted, list) and isinstance(inserted, cuckoo_client.Results)
+        assert inserted == [INSERTED, INSERTED] and inserted.log_position > created.log_position, \
+            (inserted.log_position, created.log_position)
+        assert c.last_log_position == inserted.log_position
+        deleted = c.delete("py-log", ["a"])
+        assert deleted.log_position > inserted.log_position, (deleted, inserted)
+        looked = c.lookup("py-log", ["a", "b"])
+        assert looked == [False, True] and looked.log_position >= deleted.log_position, looked
+        counted = c.count("py-log", ["b"])
+        assert counted == [1] and counted.log_position >= deleted.log_position
+        info = c.get_filter("py-log")
+        assert info.log_position >= deleted.log_position and info.created is None, info
+        listed = {f.name: f for f in c.list_filters()}
+        assert listed["py-log"].log_position >= deleted.log_position, listed["py-log"]
+        assert listed["py-log"] == info  # The position is not part of the comparison.
+        assert c.server_info().applied_log_position >= c.last_log_position
+        before = c.last_log_position
+        c.drop_filter("py-log")
+        assert c.last_log_position > before, (c.last_log_position, before)
+        # Another client starts at 0 and may be handed a position.
+        other = cuckoo_client.Client(self.target)
+        assert other.last_log_position == 0
+        other.last_log_position = c.last_log_position
+        assert other.last_log_position == c.last_log_position
+        for bad in (-1, 1.5, "3"):
+            try:
+                other.last_log_position = bad
+            except ValueError:
+                pass
+            else:
+                raise AssertionError(f"last_log_position = {bad!r} was taken")
+        c.close()
+        other.close()
+
+    def check_read_your_writes(self):
+        """The largest position seen goes out as min_log_position; OUT_OF_RANGE is not retried."""
+        self.fresh("py-ryw")
+        # (Limits given: no GetServerInfo, whose applied_log_position counts too.)
+        client, counter = self.counted_client(options=cuckoo_client.channel_options(),
+                                              max_batch_keys=1000, max_batch_bytes=1 << 20)
+        inserted = client.insert("py-ryw", ["a"])
+        assert counter.sent("Insert", "min_log_position") == [0]  # Nothing seen before.
+        position = client.last_log_position
+        assert position == inserted.log_position > 0
+        client.lookup("py-ryw", ["a"])
+        client.count("py-ryw", ["a"])
+        client.get_filter("py-ryw")
+        client.list_filters()
+        client.delete("py-ryw", ["a"])
+        assert counter.sent("Lookup", "min_log_position") == [position]
+        assert counter.sent("Count", "min_log_position") == [position]
+        assert counter.sent("GetFilter", "min_log_position") == [position]
+        assert counter.sent("ListFilters", "min_log_position") == [position]
+        assert counter.sent("Delete", "min_log_position") == [position]
+        # A position far past the server's log: a single node answers
+        # OUT_OF_RANGE at once, and the client does not retry it.
+        future = position + 10**12
+        client.last_log_position = future
+        start = time.monotonic()
+        e = expect_error(grpc.StatusCode.OUT_OF_RANGE, client.lookup, "py-ryw", ["a"])
+        assert f"min_log_position {future} is past" in e.message, e.message
+        e = expect_error(grpc.StatusCode.OUT_OF_RANGE, client.insert, "py-ryw", ["b"])
+        assert time.monotonic() - start < 5, time.monotonic() - start
+        assert counter.sent("Lookup", "min_log_position")[1:] == [future]
+        assert counter.sent("Insert", "min_log_position")[1:] == [future]
+        assert client.last_log_position == future
+        # Nothing applied; forgetting the position makes it work again.
+        client.last_log_position = 0
+        assert client.lookup("py-ryw", ["a", "b"]) == [False, False]
+        # read_your_writes=False sends none.
+        plain, plain_counter = self.counted_client(read_your_writes=False)
+        plain.insert("py-ryw", ["c"])
+        plain.lookup("py-ryw", ["c"])
+        plain.get_filter("py-ryw")
+        assert plain.last_log_position > 0
+        assert plain_counter.sent("Lookup", "min_log_position") == [0]
+        assert plain_counter.sent("Insert", "min_log_position") == [0]
+        assert plain_counter.sent("GetFilter", "min_log_position") == [0]
+        client.close()
+        plain.close()
+        self.client.drop_filter("py-ryw")
+
+    def check_multiple_targets(self):
+        """Several servers as one channel: the target it makes, and calls through it."""
+        target = cuckoo_client.channel_target
+        assert target("127.0.0.1:1,127.0.0.2:2") == "ipv4:127.0.0.1:1,127.0.0.2:2"
+        assert target(["127.0.0.1:1", " 127.0.0.2:2 "]) == "ipv4:127.0.0.1:1,127.0.0.2:2"
+        assert target(["[::1]:5", "[fe80::2]:6"]) == "ipv6:[::1]:5,[fe80::2]:6"
+        # IPv4 and IPv6 together: IPv6, with the IPv4 addresses mapped.
+        assert target("10.0.0.1:5,[::1]:6") == "ipv6:[::ffff:10.0.0.1]:5,[::1]:6"
+        # The same address twice is one.
+        assert target("127.0.0.1:7,127.0.0.1:7") == "ipv4:127.0.0.1:7"
+        # Host names are resolved now.
+        assert target("localhost:9,127.0.0.1:9") == "ipv4:127.0.0.1:9"
+        # One target is used as is.
+        for one in ("localhost:50051", "dns:///cuckood-ready.ns.svc:50051",
+                    "ipv4:10.0.0.1:50051,10.0.0.2:50051", "unix:///tmp/x.sock", ["h:1"]):
+            assert target(one) == (one if isinstance(one, str) else one[0]), one
+        for bad in ("a,b", "h:1,h:x", "::1:5,h:1", ["h:1", "dns:///h:2"], "h:1,h:70000"):
+            try:
+                target(bad)
+            except ValueError:
+                pass
+            else:
+                raise AssertionError(f"channel_target({bad!r}) did not raise ValueError")
+        port = self.target.rsplit(":", 1)[1]
+        self.fresh("py-multi")
+        # A list of two addresses of this server, and a string of two names for it.
+        for servers in ([self.target, f"127.0.0.1:{port}"], f"{self.target},localhost:{port}"):
+            with cuckoo_client.Client(servers) as c:
+                assert c.channel_target == f"ipv4:127.0.0.1:{port}", c.channel_target
+                assert c.target == servers
+                assert c.insert("py-multi", ["m"]) == [INSERTED]
+                assert c.lookup("py-multi", ["m"]) == [True]
+                c.delete("py-multi", ["m"])
+        # A replica that is down is passed over: calls go to the live one.
+        dead = free_port()
+        with cuckoo_client.Client([self.target, f"127.0.0.1:{dead}"], retry_timeout=0) as c:
+            assert c.channel_target == f"ipv4:127.0.0.1:{port},127.0.0.1:{dead}", \
+                c.channel_target
+            for i in range(20):
+                assert c.insert("py-multi", [f"k{i}"]) == [INSERTED]
+            assert c.lookup("py-multi", [f"k{i}" for i in range(20)]) == [True] * 20
+        assert self.client.get_filter("py-multi").items == 20
+        self.client.drop_filter("py-multi")
+
+    def check_retry_unavailable(self):
+        """UNAVAILABLE is retried for retry_timeout; other codes, and writes without ids, never."""
+        closed = f"127.0.0.1:{free_port()}"
+        # Through the client's own channel (gRPC's retries too): about 1 s, not at once.
+        with cuckoo_client.Client(closed, timeout=10, retry_timeout=1.0) as dead:
+            start = time.monotonic()
+            e = expect_error(grpc.StatusCode.UNAVAILABLE, dead.lookup, "f", ["k"])
+            elapsed = time.monotonic() - start
+        assert 1.0 <= elapsed < 5, elapsed
+        assert re.search(r"\(after \d+ attempts in \d+\.\d s\)$", e.message), e.message
+        # Attempt by attempt, through a channel without gRPC's retries (and
+        # with the limits given, so no GetServerInfo comes first).
+        limits = dict(max_batch_keys=1000, max_batch_bytes=1 << 20)
+        client, counter = self.counted_client(target=closed, retry_timeout=1.0, **limits)
+        start = time.monotonic()
+        expect_error(grpc.StatusCode.UNAVAILABLE, client.delete, "f", ["k"], request_id="d-1")
+        assert time.monotonic() - start >= 1.0, time.monotonic() - start
+        ids = counter.sent("Delete", "request_id")
+        assert len(ids) >= 3 and set(ids) == {"d-1"}, ids  # Every retry with the same id.
+        for call, method in ((lambda: client.insert("f", ["k"]), "Insert"),
+                             (lambda: client.count("f", ["k"]), "Count"),
+                             (lambda: client.create_filter("f", 10, if_not_exists=True),
+                              "CreateFilter")):
+            expect_error(grpc.StatusCode.UNAVAILABLE, call)
+            assert len(counter.sent(method, "filter" if method != "CreateFilter" else "name")) >= 3
+        inserted = counter.sent("Insert", "request_id")
+        assert len(set(inserted)) == 1 and re.fullmatch(r"[0-9a-f]{32}", inserted[0]), inserted
+        # Writes without a request id, and the health probe: one attempt each.
+        for call, method in ((lambda: client.drop_filter("f"), "DropFilter"),
+                             (lambda: client.create_filter("f", 10), "CreateFilter")):
+            before = len(counter.sent(method, "name"))
+            expect_error(grpc.StatusCode.UNAVAILABLE, call)
+            assert len(counter.sent(method, "name")) == before + 1, method
+        before = len(counter.calls)
+        expect_error(grpc.StatusCode.UNAVAILABLE, client.health)
+        assert len(counter.calls) == before + 1
+        client.close()
+        # retry_timeout=0: one attempt.
+        client, counter = self.counted_client(target=closed, retry_timeout=0, **limits)
+        expect_error(grpc.StatusCode.UNAVAILABLE, client.lookup, "f", ["k"])
+        assert len(counter.sent("Lookup", "filter")) == 1
+        client.close()
+        # Another code from a live server: one attempt, at once.
+        client, counter = self.counted_client(retry_timeout=30)
+        start = time.monotonic()
+        expect_error(grpc.StatusCode.NOT_FOUND, client.delete, "no-such-filter", ["k"])
+        expect_error(grpc.StatusCode.NOT_FOUND, client.lookup, "no-such-filter", ["k"])
+        assert time.monotonic() - start < 5
+        assert [m for m, _, _ in counter.calls if m != "GetServerInfo"] == ["Delete", "Lookup"]
+        client.close()
+
+    def check_channel_retries(self):
+        """gRPC's retry policy, large requests included, then the client's; one id throughout."""
+        flaky = FlakyServer()
+        try:
+            limits = dict(max_batch_keys=100_000, max_batch_bytes=64 << 20)
+            big = [b"%06d" % i + b"x" * 994 for i in range(2_000)]  # 2 MB, one request.
+            # gRPC retries a 2 MB request: the retry buffer is raised.
+            with cuckoo_client.Client(flaky.target, retry_timeout=0, **limits) as c:
+                flaky.reset(2)
+                looked = c.lookup("f", big)
+                assert len(looked) == 2_000 and looked.log_position == 7
+                assert [n for _, n, _ in flaky.seen] == [2_000] * 3, len(flaky.seen)
+                # 5 attempts at most: a sixth is the client's, off here.
+                flaky.reset(5)
+                expect_error(grpc.StatusCode.UNAVAILABLE, c.lookup, "f", ["k"])
+                assert len(flaky.seen) == 5, flaky.seen
+            # Without the raised buffer, gRPC silently gives up on it after one attempt.
+            options = [o for o in cuckoo_client.channel_options() if "retry_buffer" not in o[0]]
+            channel = grpc.insecure_channel(flaky.target, options=options)
+            with cuckoo_client.Client(channel=channel, retry_timeout=0, **limits) as c:
+                flaky.reset(2)
+                expect_error(grpc.StatusCode.UNAVAILABLE, c.lookup, "f", big)
+                assert len(flaky.seen) == 1, len(flaky.seen)
+                flaky.reset(2)
+                assert c.lookup("f", ["k"]) == [False] and len(flaky.seen) == 3
+            channel.close()
+            # Past gRPC's 5 attempts the client goes on, with the same request id.
+            with cuckoo_client.Client(flaky.target, retry_timeout=10, **limits) as c:
+                flaky.reset(7)
+                assert c.insert("f", ["a", "b"]) == [INSERTED] * 2
+                assert c.last_log_position == 8
+                ids = [rid for _, _, rid in flaky.seen]
+                assert len(ids) == 8 and len(set(ids)) == 1, ids
+                assert re.fullmatch(r"[0-9a-f]{32}", ids[0]), ids
+        finally:
+            flaky.stop()
+
+    # -- Batch checks, against a server started with --max-batch-keys=1000 ----
 
     def check_batch_limits(self):
         """The server's limit is 1000 keys, and it rejects a request over it."""

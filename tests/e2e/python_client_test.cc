@@ -47,10 +47,12 @@ TEST(PythonClientTest, ChecksPassAgainstARealServer) {
   for (const char* check :
        {"ok package_layout", "ok filter_lifecycle", "ok semi_sort",
         "ok insert_lookup_str_and_bytes", "ok if_absent", "ok delete", "ok count", "ok errors",
-        "ok health", "ok snapshot", "ok threads", "ok unreachable_server"}) {
+        "ok health", "ok snapshot", "ok threads", "ok unreachable_server", "ok request_id_dedup",
+        "ok generated_request_ids", "ok log_positions", "ok read_your_writes",
+        "ok multiple_targets", "ok retry_unavailable", "ok channel_retries"}) {
     EXPECT_THAT(r.out, HasSubstr(std::string(check) + "\n")) << r.out << r.err;
   }
-  EXPECT_THAT(r.out, HasSubstr("14 checks passed")) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("21 checks passed")) << r.out << r.err;
   EXPECT_THAT(r.out, Not(HasSubstr("FAIL")));
 }
 

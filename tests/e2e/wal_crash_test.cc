@@ -32,6 +32,10 @@ namespace fs = std::filesystem;
 using server::WalRecord;
 using server::WalRecordType;
 
+// The clients here are killed with the server: a call cut off by the kill
+// fails at once (unacknowledged), instead of retrying until the restart.
+const client::ClientOptions kNoRetries = {.retry_timeout = absl::ZeroDuration()};
+
 // What the clients were told, across rounds.
 struct Ledger {
   std::mutex mu;
@@ -109,7 +113,7 @@ class WalCrashTest : public ::testing::Test {
     for (int round = 0; round < rounds; ++round) {
       auto server = std::make_unique<Cuckood>(data_.path(), flags);
       ASSERT_TRUE(server->ready()) << server->process().out() << server->process().err();
-      auto client = client::Client::Connect(server->address());
+      auto client = client::Client::Connect(server->address(), kNoRetries);
       if (round == 0) {
         for (auto [name, capacity] : {std::pair{"big", 4'000'000}, std::pair{"tiny", 3'000}}) {
           v1::CreateFilterRequest create;
@@ -127,7 +131,7 @@ class WalCrashTest : public ::testing::Test {
       for (int w = 0; w < 4; ++w) {
         const uint64_t base = key_seq + uint64_t(w) * 10'000'000;
         threads.emplace_back([&, w, base] {
-          auto c = client::Client::Connect(server->address());
+          auto c = client::Client::Connect(server->address(), kNoRetries);
           std::vector<std::string> mine;
           uint64_t n = 0;
           for (int batch = 0; !stop.load(); ++batch) {
@@ -165,7 +169,7 @@ class WalCrashTest : public ::testing::Test {
         });
       }
       threads.emplace_back([&] {
-        auto c = client::Client::Connect(server->address());
+        auto c = client::Client::Connect(server->address(), kNoRetries);
         while (!stop.load()) {
           (void)c->Snapshot(round % 2 == 0 ? "big" : "", false, absl::Seconds(30));
           std::this_thread::sleep_for(std::chrono::milliseconds(150));
@@ -186,7 +190,7 @@ class WalCrashTest : public ::testing::Test {
 
       server = std::make_unique<Cuckood>(data_.path(), flags);
       ASSERT_TRUE(server->ready()) << server->process().err();
-      client = client::Client::Connect(server->address());
+      client = client::Client::Connect(server->address(), kNoRetries);
       uint64_t checked = 0, missing = 0;
       for (const auto& [name, keys] : ledger.present) {
         std::vector<std::string> all(keys.begin(), keys.end());
@@ -255,7 +259,7 @@ TEST(WalSizeTest, LogSizeStaysBoundedUnderConstantLoad) {
   Cuckood server(data.path(),
                  {"--wal-segment-size=1MiB", "--wal-max-size=4MiB", "--snapshot-interval=0"});
   ASSERT_TRUE(server.ready()) << server.process().err();
-  auto client = client::Client::Connect(server.address());
+  auto client = client::Client::Connect(server.address(), kNoRetries);
   v1::CreateFilterRequest create;
   create.set_name("load");
   create.set_capacity(20'000'000);
@@ -265,7 +269,7 @@ TEST(WalSizeTest, LogSizeStaysBoundedUnderConstantLoad) {
   std::vector<std::thread> writers;
   for (int w = 0; w < 4; ++w) {
     writers.emplace_back([&, w] {
-      auto c = client::Client::Connect(server.address());
+      auto c = client::Client::Connect(server.address(), kNoRetries);
       for (uint64_t n = 0; !stop.load();) {
         std::vector<std::string> batch;
         for (int i = 0; i < 1000; ++i) batch.push_back(absl::StrCat("w", w, "-", n++));

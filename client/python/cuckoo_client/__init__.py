@@ -18,7 +18,11 @@ What is here:
 * :class:`CuckooError` -- raised for every failed call (``.code``, ``.message``,
   ``.applied``).
 * :class:`InsertResult`, :class:`DeleteResult` -- per-key results.
-* :class:`FilterInfo`, :class:`ServerInfo` -- what the info calls return.
+* :class:`FilterInfo`, :class:`ServerInfo`, :class:`ClusterInfo` -- what the
+  info calls return; :class:`Results` -- the per-key results' list, with its
+  ``log_position``.
+* :func:`channel_target`, :func:`channel_options`, :data:`SERVICE_CONFIG` --
+  how a Client makes its channel (several replicas, round_robin, retries).
 * ``filter_service_pb2`` / ``filter_service_pb2_grpc`` -- the generated
   ``cuckoo.v1`` messages and stub (also as ``cuckoo_client.cuckoo.v1.*``); the
   health protocol's are ``cuckoo_client.grpc.health.v1.health_pb2{,_grpc}``.
@@ -35,13 +39,18 @@ except ImportError as _error:
         "from client/python, whose cuckoo_client shadows it)") from _error
 from cuckoo_client.client import (
     DEFAULT_TARGET,
+    SERVICE_CONFIG,
     Client,
+    ClusterInfo,
     CuckooError,
     DeleteResult,
     FilterInfo,
     InsertResult,
     Key,
+    Results,
     ServerInfo,
+    channel_options,
+    channel_target,
     encode_keys,
     split_batches,
 )
@@ -49,14 +58,19 @@ from cuckoo_client.cuckoo.v1 import filter_service_pb2, filter_service_pb2_grpc
 
 __all__ = [
     "DEFAULT_TARGET",
+    "SERVICE_CONFIG",
     "Client",
+    "ClusterInfo",
     "CuckooError",
     "DeleteResult",
     "FilterInfo",
     "InsertResult",
     "Key",
+    "Results",
     "ServerInfo",
     "__version__",
+    "channel_options",
+    "channel_target",
     "encode_keys",
     "filter_service_pb2",
     "filter_service_pb2_grpc",

@@ -17,6 +17,19 @@ C++ client (``client/cuckoo_client.h``). What it adds to the stub:
 A batch split into several requests is not atomic: if request k fails, the
 requests before it were applied, and the error says how many keys that was
 (:attr:`CuckooError.applied`).
+
+For a cluster (cuckood --nats) it also:
+
+* connects to several replicas as one channel (``"h1:50051,h2:50051"``, a
+  list, or a ``dns:///`` name) and spreads calls over them (round_robin),
+  with gRPC's own retry of UNAVAILABLE on another replica
+  (:func:`channel_options`);
+* retries calls that fail with UNAVAILABLE for up to ``retry_timeout``
+  seconds (a stream-leader election takes several), Insert and Delete with a
+  request id, so that a retry is never applied twice;
+* reads its own writes: every call carries the largest log position the
+  client has seen (``min_log_position``), so a replica behind the one that
+  took a write waits until it has applied it.
 """
 
 from __future__ import annotations
@@ -24,7 +37,15 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
+import ipaddress
+import json
+import logging
+import random
+import re
+import socket
 import threading
+import time
+import uuid
 from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import grpc
@@ -38,7 +59,175 @@ Key = Union[str, bytes, bytearray, memoryview]
 #: The server a :class:`Client` talks to when given no target.
 DEFAULT_TARGET = "localhost:50051"
 
+#: The channel's service config (see :func:`channel_options`): calls spread
+#: over every address the target resolves to (round_robin), and gRPC itself
+#: retries a call of the FilterService that fails with UNAVAILABLE, up to 5
+#: attempts (about 2 s of backoff), on the next replica.
+SERVICE_CONFIG = json.dumps({
+    "loadBalancingConfig": [{"round_robin": {}}],
+    # Only methods a repeat cannot harm: reads, and Insert/Delete (sent
+    # with a request id by this client). A repeated DropFilter would answer
+    # NOT_FOUND for a drop that happened.
+    "methodConfig": [{
+        "name": [{"service": "cuckoo.v1.FilterService", "method": m}
+                 for m in ("Lookup", "Count", "Insert", "Delete", "GetFilter",
+                           "ListFilters", "GetServerInfo")],
+        "retryPolicy": {
+            "maxAttempts": 5,
+            "initialBackoff": "0.05s",
+            "maxBackoff": "1s",
+            "backoffMultiplier": 2,
+            "retryableStatusCodes": ["UNAVAILABLE"],
+        },
+    }],
+})
+
+# gRPC keeps what a call sent, to send it again on a retry, only up to a
+# limit per call: 256 KiB by default (grpc.per_rpc_retry_buffer_size). A
+# larger request silently loses its retries (it is committed to its first
+# attempt), and a batch is up to a quarter of the server's max_message_bytes
+# (16 MiB by default) of keys plus framing. So the limit is set far above any
+# request a server takes. It bounds, it does not allocate: the buffered bytes
+# are the request, which is in memory anyway. grpc.retry_buffer_size is
+# grpc-js's limit for all calls of a channel together; gRPC C-core (grpcio)
+# has only the per-call one and ignores it.
+_RETRY_BUFFER_BYTES = 1 << 30
+
+# The client's own retries, on top of gRPC's (Client(retry_timeout=...)):
+# exponential backoff from 0.1 s to 2 s, each wait drawn at random between
+# half and all of it.
+_RETRY_INITIAL_BACKOFF = 0.1
+_RETRY_MAX_BACKOFF = 2.0
+
+# The longest request_id the server takes, and its characters (! to ~).
+_MAX_REQUEST_ID = 128
+_REQUEST_ID_CHARS = re.compile(r"[!-~]+")
+
+# The server's message for an Insert stopped part way (shutdown, deadline):
+# that prefix was applied, so the request is not sent again.
+_CUT_SHORT = re.compile(r"the batch was cut short after its first (\d+) of (\d+) keys")
+
+# Targets that are one gRPC target already (a scheme), even with commas.
+_SCHEMES = ("dns:", "ipv4:", "ipv6:", "unix:", "unix-abstract:", "vsock:", "xds:",
+            "google-c2p:")
+
+_log = logging.getLogger(__name__)
+
+# Client._call's default timeout: the client's.
+_CLIENT_TIMEOUT = object()
+
 _T = TypeVar("_T")
+
+
+def channel_options(max_receive_message_bytes: int = 64 << 20) -> List[Tuple[str, Any]]:
+    """The gRPC channel options a :class:`Client` makes its channel with.
+
+    :data:`SERVICE_CONFIG` (round_robin over the target's addresses, gRPC's
+    retry of UNAVAILABLE), retries enabled, retry buffers large enough for
+    any request, and the largest response accepted. Pass them to your own
+    channel (``grpc.secure_channel(target, creds, options=channel_options())``)
+    to keep that behaviour with ``Client(channel=...)``.
+    """
+    return [
+        ("grpc.max_receive_message_length", max_receive_message_bytes),
+        ("grpc.service_config", SERVICE_CONFIG),
+        ("grpc.enable_retries", 1),
+        ("grpc.per_rpc_retry_buffer_size", _RETRY_BUFFER_BYTES),
+        ("grpc.retry_buffer_size", _RETRY_BUFFER_BYTES),
+    ]
+
+
+def _split_host_port(address: str) -> Tuple[str, int]:
+    """``("host", port)`` of ``"host:port"`` or ``"[v6]:port"``; ValueError if malformed."""
+    if address.startswith("["):
+        close = address.find("]")
+        if close < 0 or not address[close + 1:].startswith(":"):
+            raise ValueError(f"{address!r} is not [IPv6 address]:port")
+        host, port = address[1:close], address[close + 2:]
+    else:
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or ":" in host:
+            raise ValueError(f"{address!r} is not host:port (an IPv6 address goes in brackets: "
+                             "[::1]:50051)")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{address!r} has no valid port")
+    return host, int(port)
+
+
+def channel_target(target: Union[str, Sequence[str]]) -> str:
+    """The one gRPC target for `target`: a server, or several as a list.
+
+    * One target (a string without commas, a list of one, or any string with
+      a scheme such as ``"dns:///cuckood-ready.ns.svc:50051"`` or
+      ``"ipv4:10.0.0.1:50051,10.0.0.2:50051"``) is returned as is: gRPC
+      resolves it, and the channel balances over all of its addresses.
+    * Several ``host:port`` (``"h1:50051,h2:50051"`` or a list; IPv6 as
+      ``[::1]:50051``) become ``"ipv4:a:p,b:p"`` (or ``"ipv6:[a]:p,..."``).
+      Host names are resolved once, here, with ``socket.getaddrinfo`` (all of
+      their addresses; IPv4 when every host has one, else IPv6, with IPv4
+      addresses mapped into it when the two are mixed). A name that does not
+      resolve is left out, with a warning in the ``cuckoo_client.client``
+      log.
+
+    Raises:
+        ValueError: an entry of a list is not ``host:port``, or has a scheme.
+        CuckooError: ``UNAVAILABLE``, none of the names resolves.
+    """
+    if isinstance(target, str):
+        stripped = target.strip()
+        if "," not in stripped or "://" in stripped or stripped.lower().startswith(_SCHEMES):
+            return stripped
+        parts = stripped.split(",")
+    else:
+        parts = list(target)
+        for part in parts:
+            if not isinstance(part, str):
+                raise TypeError(f"a target must be a str, not {type(part).__name__}")
+    parts = [p.strip() for p in parts if p.strip()]
+    if not parts:
+        raise ValueError(f"no target in {target!r}")
+    if len(parts) == 1:
+        return parts[0]
+    for part in parts:
+        if "://" in part or part.lower().startswith(_SCHEMES):
+            raise ValueError(f"{part!r}: a list of servers takes host:port each; a gRPC target "
+                             "with a scheme (dns:///name:port, ...) goes alone")
+    hosts = [(part, *_split_host_port(part)) for part in parts]  # All checked, then resolved.
+    resolved: List[Tuple[List[str], List[str], int]] = []  # (IPv4s, IPv6s, port) per host.
+    failures = []
+    for part, host, port in hosts:
+        v4: List[str] = []
+        v6: List[str] = []
+        try:
+            literal = ipaddress.ip_address(host)
+            (v4 if literal.version == 4 else v6).append(str(literal))
+        except ValueError:
+            try:
+                infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            except OSError as e:
+                _log.warning("cuckoo_client: %s does not resolve (%s); left out", part, e)
+                failures.append(f"{part}: {e}")
+                continue
+            for family, _, _, _, sockaddr in infos:
+                if family == socket.AF_INET and sockaddr[0] not in v4:
+                    v4.append(sockaddr[0])
+                elif family == socket.AF_INET6 and sockaddr[0] not in v6:
+                    v6.append(sockaddr[0].split("%")[0])
+        if v4 or v6:
+            resolved.append((v4, v6, port))
+    if not resolved:
+        raise CuckooError(grpc.StatusCode.UNAVAILABLE,
+                          "none of the servers resolves: " + "; ".join(failures))
+    addresses: List[str] = []
+    if all(v4 for v4, _, _ in resolved):
+        for v4, _, port in resolved:
+            addresses += [f"{a}:{port}" for a in v4]
+        scheme = "ipv4:"
+    else:
+        for v4, v6, port in resolved:
+            addresses += [f"[{a}]:{port}" for a in (v6 if v6 else ["::ffff:" + x for x in v4])]
+        scheme = "ipv6:"
+    return scheme + ",".join(dict.fromkeys(addresses))  # Each address once, in order.
 
 
 class CuckooError(Exception):
@@ -121,6 +310,10 @@ class FilterInfo:
     (for fields this class does not copy). ``created`` is set only by
     :meth:`Client.create_filter`: ``True`` when it made the filter, ``False``
     when ``if_not_exists`` returned an existing one; elsewhere it is ``None``.
+    ``log_position`` is the response's: the position of the filter's creation
+    (create_filter), or the position the replica had applied when it answered
+    (get_filter, list_filters; create_filter of an existing filter). It is
+    not part of the comparison of two FilterInfo.
     """
 
     name: str
@@ -151,22 +344,56 @@ class FilterInfo:
     has_unsnapshotted_changes: bool = False
     last_snapshot_time: Optional[datetime.datetime] = None
     created: Optional[bool] = None
+    log_position: Optional[int] = dataclasses.field(default=None, compare=False)
     raw: Optional[_pb.FilterInfo] = dataclasses.field(default=None, repr=False, compare=False)
 
     @classmethod
-    def from_proto(cls, message: _pb.FilterInfo, created: Optional[bool] = None) -> "FilterInfo":
+    def from_proto(cls, message: _pb.FilterInfo, created: Optional[bool] = None,
+                   log_position: Optional[int] = None) -> "FilterInfo":
         """The FilterInfo of a ``cuckoo.v1.FilterInfo`` message."""
         when = (message.last_snapshot_time.ToDatetime(tzinfo=datetime.timezone.utc)
                 if message.HasField("last_snapshot_time") else None)
         return cls(**_fields_of(cls, message), last_snapshot_time=when, created=created,
-                   raw=message)
+                   log_position=log_position, raw=message)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterInfo:
+    """A replica's view of its cluster (``cuckoo.v1.ClusterInfo``, :attr:`ServerInfo.cluster`).
+
+    ``raw`` is the message itself.
+    """
+
+    #: This replica's name (--replica-id).
+    replica_id: str
+    #: The NATS connection: "connected", "reconnecting", "disconnected" or
+    #: "closed", and the server it is connected to.
+    nats_status: str
+    nats_server: str
+    #: The JetStream stream that is the log, and its replication factor.
+    stream: str
+    stream_replicas: int
+    #: The last and the oldest position the stream holds (as last seen by
+    #: this replica).
+    stream_last_position: int
+    stream_first_position: int
+    #: stream_last_position - applied_log_position: how far this replica is
+    #: behind the log.
+    lag: int
+    raw: Optional[_pb.ClusterInfo] = dataclasses.field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_proto(cls, message: _pb.ClusterInfo) -> "ClusterInfo":
+        """The ClusterInfo of a ``cuckoo.v1.ClusterInfo`` message."""
+        return cls(**_fields_of(cls, message), raw=message)
 
 
 @dataclasses.dataclass(frozen=True)
 class ServerInfo:
-    """The server's version and limits (``cuckoo.v1.GetServerInfoResponse``).
+    """The server's version, limits and log (``cuckoo.v1.GetServerInfoResponse``).
 
-    ``raw`` is the response message itself.
+    ``raw`` is the response message itself (for fields this class does not
+    copy, such as ``durability``).
     """
 
     #: cuckood's version, e.g. "0.1.0".
@@ -184,13 +411,47 @@ class ServerInfo:
     memory_used_bytes: int
     #: Filters held now.
     filters: int
+    #: "single" (one node, its own write-ahead log) or "cluster" (a replica
+    #: whose log is a NATS JetStream stream).
+    mode: str = ""
+    #: The log position this server has applied.
+    applied_log_position: int = 0
+    #: Repeats of an Insert or Delete request_id within this long get the
+    #: first one's results (``None`` if the server did not say).
+    dedup_window: Optional[datetime.timedelta] = None
+    #: The replica's view of its cluster; ``None`` for a single node.
+    cluster: Optional[ClusterInfo] = None
     raw: Optional[_pb.GetServerInfoResponse] = dataclasses.field(
         default=None, repr=False, compare=False)
 
     @classmethod
     def from_proto(cls, message: _pb.GetServerInfoResponse) -> "ServerInfo":
         """The ServerInfo of a ``cuckoo.v1.GetServerInfoResponse`` message."""
-        return cls(**_fields_of(cls, message), raw=message)
+        window = (message.dedup_window.ToTimedelta() if message.HasField("dedup_window")
+                  else None)
+        cluster = (ClusterInfo.from_proto(message.cluster) if message.HasField("cluster")
+                   else None)
+        return cls(**_fields_of(cls, message), dedup_window=window, cluster=cluster,
+                   raw=message)
+
+
+class Results(List[_T]):
+    """The per-key results of a call: a ``list``, plus the call's log position.
+
+    ``log_position`` is the largest of its responses' (for a batch sent as
+    several requests): for insert and delete, the position the last of them
+    was applied at; for lookup and count, the position the replica had
+    applied when it answered. Compares, prints and behaves as the list.
+    """
+
+    def __init__(self, items: Iterable[_T] = (), log_position: int = 0) -> None:
+        """A list of `items` with `log_position`."""
+        super().__init__(items)
+        self.log_position = log_position
+
+
+# Dataclass fields that are not copied from the message by name.
+_NOT_COPIED = ("created", "raw", "last_snapshot_time", "log_position", "dedup_window", "cluster")
 
 
 def _fields_of(cls: type, message: Any) -> dict:
@@ -198,7 +459,7 @@ def _fields_of(cls: type, message: Any) -> dict:
     return {
         f.name: getattr(message, f.name)
         for f in dataclasses.fields(cls)
-        if f.name not in ("created", "raw", "last_snapshot_time")
+        if f.name not in _NOT_COPIED
     }
 
 
@@ -251,7 +512,8 @@ def split_batches(keys: Sequence[bytes], max_keys: int,
 
 
 class Client:
-    """A client for one cuckood server. Safe to use from several threads.
+    """A client for a cuckood server, or the replicas of a cluster. Safe to use from
+    several threads.
 
     Example::
 
@@ -265,24 +527,31 @@ class Client:
     """
 
     def __init__(self,
-                 target: str = DEFAULT_TARGET,
+                 target: Union[str, Sequence[str]] = DEFAULT_TARGET,
                  timeout: Optional[float] = 30.0,
                  max_batch_keys: Optional[int] = None,
                  max_batch_bytes: Optional[int] = None,
                  *,
                  channel: Optional[grpc.Channel] = None,
-                 max_receive_message_bytes: int = 64 << 20) -> None:
-        """Makes a client for the cuckood at `target`.
+                 max_receive_message_bytes: int = 64 << 20,
+                 retry_timeout: Optional[float] = 30.0,
+                 read_your_writes: bool = True) -> None:
+        """Makes a client for the cuckood at `target`, or the replicas it lists.
 
         Connects lazily: an unreachable server shows as a
-        :class:`CuckooError` with code ``UNAVAILABLE`` on the first call.
+        :class:`CuckooError` with code ``UNAVAILABLE`` on the first call
+        (after `retry_timeout`).
 
         Args:
-            target: ``"host:port"`` or any gRPC target such as
-                ``"dns:///cuckood.svc:50051"``; reached over an insecure
+            target: ``"host:port"``; several, as ``"h1:50051,h2:50051"`` or a
+                list (host names resolved once, now); or any gRPC target such
+                as ``"dns:///cuckood-ready.ns.svc:50051"`` (every address it
+                resolves to). See :func:`channel_target`. The calls are
+                spread over all the addresses (round_robin), over an insecure
                 (plaintext) channel. Ignored when `channel` is given.
             timeout: deadline of each RPC in seconds (a large batch is several
-                RPCs, each with this deadline); ``None`` for no deadline.
+                RPCs, each with this deadline, and so is each retry);
+                ``None`` for no deadline.
             max_batch_keys: most keys per request; ``None``: the server's
                 ``max_batch_keys``.
             max_batch_bytes: most key bytes per request; ``None``: a quarter
@@ -292,25 +561,53 @@ class Client:
                 interceptors or other options). :meth:`close` leaves it open.
             max_receive_message_bytes: largest response accepted, in bytes
                 (for the channel this client makes).
+            retry_timeout: how long, in seconds, an RPC that fails with
+                UNAVAILABLE (no replica reachable, a replica shutting down or
+                behind, the cluster's log without a leader) is tried again,
+                with exponential backoff: the time from its first attempt
+                after which no new attempt starts. ``0`` or ``None``: no
+                retries but gRPC's own (:data:`SERVICE_CONFIG`, about 2 s).
+                Inserts and deletes are retried with the same request id, so
+                they are applied once; create_filter (only with
+                ``if_not_exists``), get_filter, list_filters, lookup, count,
+                snapshot and server_info are retried too; drop_filter,
+                create_filter without ``if_not_exists`` and health are not.
+            read_your_writes: send the largest log position this client has
+                seen (:attr:`last_log_position`) as ``min_log_position`` with
+                every insert, delete, lookup, count, get_filter and
+                list_filters: a replica behind it waits until it has applied
+                that far (see the proto). ``False``: never wait (a read may
+                then miss this client's latest writes on a lagging replica).
 
         Raises:
-            ValueError: a limit or the timeout is not positive.
+            ValueError: a limit, the timeout or the retry timeout is not
+                positive, or a target in a list is not ``host:port``.
+            CuckooError: ``UNAVAILABLE``, none of the host names of a list
+                of targets resolves.
         """
         if timeout is not None and timeout <= 0:
             raise ValueError(f"timeout must be positive or None, not {timeout!r}")
+        if retry_timeout is not None and not retry_timeout >= 0:
+            raise ValueError(f"retry_timeout must be >= 0 or None, not {retry_timeout!r}")
         for name, value in (("max_batch_keys", max_batch_keys),
                             ("max_batch_bytes", max_batch_bytes)):
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be a positive int or None, not {value!r}")
         self._target = target
         self._timeout = timeout
+        self._retry_timeout = retry_timeout or 0.0
+        self._read_your_writes = read_your_writes
         self._max_batch_keys = max_batch_keys
         self._max_batch_bytes = max_batch_bytes
+        self._position = 0
+        self._position_lock = threading.Lock()
         if channel is None:
-            channel = grpc.insecure_channel(
-                target, options=[("grpc.max_receive_message_length", max_receive_message_bytes)])
+            self._channel_target = channel_target(target)
+            channel = grpc.insecure_channel(self._channel_target,
+                                            options=channel_options(max_receive_message_bytes))
             self._owns_channel = True
         else:
+            self._channel_target = None
             self._owns_channel = False
         self._channel = channel
         self._stub = _pb_grpc.FilterServiceStub(channel)
@@ -344,14 +641,46 @@ class Client:
         return f"Client({self._target!r})"
 
     @property
-    def target(self) -> str:
+    def target(self) -> Union[str, Sequence[str]]:
         """The target given to the constructor."""
         return self._target
+
+    @property
+    def channel_target(self) -> Optional[str]:
+        """The gRPC target of the channel this client made (e.g. ``"ipv4:a:p,b:p"``
+        for a list of servers); ``None`` when given a channel."""
+        return self._channel_target
 
     @property
     def timeout(self) -> Optional[float]:
         """The deadline of each RPC, in seconds (``None``: none)."""
         return self._timeout
+
+    @property
+    def retry_timeout(self) -> float:
+        """How long an RPC failing with UNAVAILABLE is retried, in seconds (0: not)."""
+        return self._retry_timeout
+
+    @property
+    def last_log_position(self) -> int:
+        """The largest log position this client has seen in a response (0: none yet).
+
+        With ``read_your_writes`` every insert, delete, lookup, count,
+        get_filter and list_filters asks the replica to have applied the log
+        this far. Setting it replaces it (not only upward): give it another
+        client's position to read that client's writes, or 0 to forget it
+        (e.g. after the server's data was replaced: a single node answers a
+        position past its log with ``OUT_OF_RANGE``).
+        """
+        with self._position_lock:
+            return self._position
+
+    @last_log_position.setter
+    def last_log_position(self, position: int) -> None:
+        if not isinstance(position, int) or position < 0:
+            raise ValueError(f"a log position is an int >= 0, not {position!r}")
+        with self._position_lock:
+            self._position = position
 
     @property
     def channel(self) -> grpc.Channel:
@@ -404,7 +733,9 @@ class Client:
 
         Returns:
             The filter's :class:`FilterInfo`, with ``created`` ``True`` if this
-            call made it and ``False`` if ``if_not_exists`` found it.
+            call made it and ``False`` if ``if_not_exists`` found it (also
+            when a retry after a lost response finds the filter the first
+            try made: only calls with ``if_not_exists`` are retried).
 
         Raises:
             CuckooError: ``ALREADY_EXISTS`` (the name is taken, or with other
@@ -428,8 +759,11 @@ class Client:
             request.seed = seed
         if semi_sort is not None:
             request.semi_sort = semi_sort
-        response = self._call(self._stub.CreateFilter, request)
-        return FilterInfo.from_proto(response.filter, created=response.created)
+        # Only with if_not_exists is a second try of a create that was
+        # applied harmless: without, it would fail with ALREADY_EXISTS.
+        response = self._call(self._stub.CreateFilter, request, retry=if_not_exists)
+        return FilterInfo.from_proto(response.filter, created=response.created,
+                                     log_position=response.log_position)
 
     def get_filter(self, name: str) -> FilterInfo:
         """The info of filter `name`.
@@ -438,21 +772,30 @@ class Client:
             CuckooError: ``NOT_FOUND`` if there is no such filter,
                 ``INVALID_ARGUMENT`` for a bad name.
         """
-        response = self._call(self._stub.GetFilter, _pb.GetFilterRequest(name=name))
-        return FilterInfo.from_proto(response.filter)
+        response = self._call(self._stub.GetFilter, _pb.GetFilterRequest(
+            name=name, min_log_position=self._min_position()))
+        return FilterInfo.from_proto(response.filter, log_position=response.log_position)
 
     def list_filters(self) -> List[FilterInfo]:
         """The info of every filter, sorted by name."""
-        response = self._call(self._stub.ListFilters, _pb.ListFiltersRequest())
-        return [FilterInfo.from_proto(f) for f in response.filters]
+        response = self._call(self._stub.ListFilters, _pb.ListFiltersRequest(
+            min_log_position=self._min_position()))
+        return [FilterInfo.from_proto(f, log_position=response.log_position)
+                for f in response.filters]
 
     def drop_filter(self, name: str) -> int:
         """Removes filter `name` and returns the bytes of table memory freed.
 
+        Not retried by the client (only by gRPC, :data:`SERVICE_CONFIG`): a
+        second try of a drop that was applied would fail with NOT_FOUND, or
+        drop a filter made again under the name meanwhile.
+        :attr:`last_log_position` then holds the drop's position.
+
         Raises:
             CuckooError: ``NOT_FOUND`` if there is no such filter.
         """
-        response = self._call(self._stub.DropFilter, _pb.DropFilterRequest(name=name))
+        response = self._call(self._stub.DropFilter, _pb.DropFilterRequest(name=name),
+                              retry=False)
         return response.freed_bytes
 
     def snapshot(self, filter: str = "", changed_only: bool = False,
@@ -469,79 +812,116 @@ class Client:
                 ``RESOURCE_EXHAUSTED`` (disk full) naming the file that could not
                 be written.
         """
-        self._check_open()
-        request = _pb.SnapshotRequest(filter=filter, changed_only=changed_only)
-        try:
-            return self._stub.Snapshot(request, timeout=timeout)
-        except grpc.RpcError as e:
-            raise CuckooError.from_rpc_error(e) from e
+        return self._call(self._stub.Snapshot,
+                          _pb.SnapshotRequest(filter=filter, changed_only=changed_only),
+                          timeout=timeout)
 
     # -- Keys ------------------------------------------------------------------
 
-    def insert(self, filter: str, keys: Iterable[Key],
-               if_absent: bool = False) -> List[InsertResult]:
+    def insert(self, filter: str, keys: Iterable[Key], if_absent: bool = False,
+               request_id: Optional[str] = None) -> Results[InsertResult]:
         """Adds `keys` to `filter`; returns one :class:`InsertResult` per key, in order.
 
         Per key: ``INSERTED``, ``ALREADY_PRESENT`` (only with `if_absent`: the
         filter probably holds it already, so it was not added; duplicates in
         one call are handled in order) or ``FULL`` (no room; nothing changed).
 
+        Every request carries a request id, and its retries the same one: the
+        server answers a repeat within its dedup window with the first one's
+        results instead of applying it again. `request_id` (1 to 128
+        characters ``!`` to ``~``; ``None``: a random one) is the id of a
+        call sent as one request; a batch split into several sends
+        ``f"{request_id}.{i}"`` for its request ``i``. So calling again with
+        the same `request_id` and keys (same client settings, within the
+        server's dedup window) applies nothing twice either, e.g. after a
+        CuckooError.
+
+        Returns:
+            The results, a list with ``log_position`` (:class:`Results`).
+
         Raises:
             CuckooError: ``NOT_FOUND`` unknown filter, ``INVALID_ARGUMENT``
                 empty or oversize key; after some requests of a large batch
                 were applied, ``applied`` says how many keys they carried.
             TypeError: `keys` is a single str/bytes, or holds other types.
+            ValueError: `request_id` is not 1 to 128 characters ``!`` to
+                ``~`` (with room for the ``.i`` of a split batch).
         """
-        def request(chunk: List[bytes]) -> _pb.InsertRequest:
-            return _pb.InsertRequest(filter=filter, keys=chunk, if_absent=if_absent)
+        def request(chunk: List[bytes], rid: str, position: int) -> _pb.InsertRequest:
+            return _pb.InsertRequest(filter=filter, keys=chunk, if_absent=if_absent,
+                                     request_id=rid, min_log_position=position)
 
         return self._batched(self._stub.Insert, request, keys,
-                             lambda r: [InsertResult(x) for x in r.results])
+                             lambda r: [InsertResult(x) for x in r.results],
+                             write_id=_request_id(request_id))
 
-    def lookup(self, filter: str, keys: Iterable[Key]) -> List[bool]:
+    def lookup(self, filter: str, keys: Iterable[Key]) -> Results[bool]:
         """Whether each key may be in `filter`, in order.
 
         ``True`` for every key inserted and not deleted, and for other keys
         with about the filter's false-positive rate; ``False`` means the key
         certainly is not there.
 
+        Returns:
+            A list with ``log_position`` (:class:`Results`).
+
         Raises:
             CuckooError, TypeError: as :meth:`insert`.
         """
-        return self._batched(self._stub.Lookup,
-                             lambda chunk: _pb.LookupRequest(filter=filter, keys=chunk), keys,
-                             lambda r: list(r.present))
+        return self._batched(
+            self._stub.Lookup,
+            lambda chunk, _, position: _pb.LookupRequest(filter=filter, keys=chunk,
+                                                         min_log_position=position),
+            keys, lambda r: list(r.present))
 
-    def delete(self, filter: str, keys: Iterable[Key]) -> List[DeleteResult]:
+    def delete(self, filter: str, keys: Iterable[Key],
+               request_id: Optional[str] = None) -> Results[DeleteResult]:
         """Removes one copy of each key; returns one :class:`DeleteResult` per key.
 
         Per key: ``DELETED`` or ``NOT_FOUND``. Only delete keys you inserted:
         deleting one that never was may remove another key's fingerprint.
+        `request_id`: as :meth:`insert` (a delete applied twice would remove
+        two copies).
+
+        Returns:
+            A list with ``log_position`` (:class:`Results`).
 
         Raises:
-            CuckooError, TypeError: as :meth:`insert`.
+            CuckooError, TypeError, ValueError: as :meth:`insert`.
         """
-        return self._batched(self._stub.Delete,
-                             lambda chunk: _pb.DeleteRequest(filter=filter, keys=chunk), keys,
-                             lambda r: [DeleteResult(x) for x in r.results])
+        def request(chunk: List[bytes], rid: str, position: int) -> _pb.DeleteRequest:
+            return _pb.DeleteRequest(filter=filter, keys=chunk, request_id=rid,
+                                     min_log_position=position)
 
-    def count(self, filter: str, keys: Iterable[Key]) -> List[int]:
+        return self._batched(self._stub.Delete, request, keys,
+                             lambda r: [DeleteResult(x) for x in r.results],
+                             write_id=_request_id(request_id))
+
+    def count(self, filter: str, keys: Iterable[Key]) -> Results[int]:
         """An estimate of how many copies of each key `filter` holds, in order.
 
         Never less than the true count (0 means certainly absent); more when
         other keys share the fingerprint and a bucket.
 
+        Returns:
+            A list with ``log_position`` (:class:`Results`).
+
         Raises:
             CuckooError, TypeError: as :meth:`insert`.
         """
-        return self._batched(self._stub.Count,
-                             lambda chunk: _pb.CountRequest(filter=filter, keys=chunk), keys,
-                             lambda r: list(r.counts))
+        return self._batched(
+            self._stub.Count,
+            lambda chunk, _, position: _pb.CountRequest(filter=filter, keys=chunk,
+                                                        min_log_position=position),
+            keys, lambda r: list(r.counts))
 
     # -- Server ----------------------------------------------------------------
 
     def server_info(self) -> ServerInfo:
-        """The server's version and limits (one GetServerInfo call)."""
+        """The server's version, limits and log (one GetServerInfo call).
+
+        With several replicas, the one the call went to (``cluster.replica_id``).
+        """
         return ServerInfo.from_proto(self._call(self._stub.GetServerInfo,
                                                 _pb.GetServerInfoRequest()))
 
@@ -554,7 +934,8 @@ class Client:
 
         Returns:
             ``"SERVING"``, ``"NOT_SERVING"`` (e.g. while shutting down) or
-            ``"UNKNOWN"``.
+            ``"UNKNOWN"``: of one replica, with several. Not retried: a
+            probe answers now.
 
         Raises:
             CuckooError: ``NOT_FOUND`` for a service the server does not know,
@@ -568,7 +949,7 @@ class Client:
         if self._health_stub is None:
             self._health_stub = health_pb2_grpc.HealthStub(self._channel)
         response = self._call(self._health_stub.Check,
-                              health_pb2.HealthCheckRequest(service=service))
+                              health_pb2.HealthCheckRequest(service=service), retry=False)
         try:
             return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
         except ValueError:
@@ -581,13 +962,55 @@ class Client:
         if self._closed:
             raise ValueError(f"{self!r} is closed")
 
-    def _call(self, rpc: Callable[..., _T], request: Any) -> _T:
-        """Calls `rpc` with the deadline; gRPC errors become CuckooError."""
+    def _min_position(self) -> int:
+        """The min_log_position to send: the last position seen, if reading our writes."""
+        return self.last_log_position if self._read_your_writes else 0
+
+    def _saw(self, response: Any) -> None:
+        """Remembers the response's log position if it is the largest yet."""
+        position = getattr(response, "log_position", None)
+        if position is None:
+            position = getattr(response, "applied_log_position", 0)
+        if position:
+            with self._position_lock:
+                if position > self._position:
+                    self._position = position
+
+    def _call(self, rpc: Callable[..., _T], request: Any, *, retry: bool = True,
+              timeout: Any = _CLIENT_TIMEOUT) -> _T:
+        """Calls `rpc` with the deadline, again on UNAVAILABLE while `retry` and
+        retry_timeout allow; gRPC errors become CuckooError.
+
+        Each attempt has the whole deadline (`timeout`, by default the
+        client's). Not retried: other codes, and an Insert cut short part way
+        (its prefix was applied; the error says how much).
+        """
         self._check_open()
-        try:
-            return rpc(request, timeout=self._timeout)
-        except grpc.RpcError as e:
-            raise CuckooError.from_rpc_error(e) from e
+        if timeout is _CLIENT_TIMEOUT:
+            timeout = self._timeout
+        start = time.monotonic()
+        give_up = start + (self._retry_timeout if retry else 0.0)
+        backoff = _RETRY_INITIAL_BACKOFF
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                response = rpc(request, timeout=timeout)
+            except grpc.RpcError as e:
+                error = CuckooError.from_rpc_error(e)
+                now = time.monotonic()
+                if (error.code != grpc.StatusCode.UNAVAILABLE or now >= give_up or self._closed
+                        or _CUT_SHORT.search(error.message)):
+                    if attempts > 1:
+                        error = CuckooError(error.code, f"{error.message} (after {attempts} "
+                                            f"attempts in {now - start:.1f} s)")
+                    raise error from e
+                # Wait at most until the budget's end, and try once more then.
+                time.sleep(min(random.uniform(backoff / 2, backoff), give_up - now))
+                backoff = min(backoff * 2, _RETRY_MAX_BACKOFF)
+                continue
+            self._saw(response)
+            return response
 
     def _batch_limits(self) -> Tuple[int, int]:
         """(keys, bytes) per request: the constructor's, else the server's (asked once)."""
@@ -603,27 +1026,45 @@ class Client:
                 self._limits = (keys, size)
             return self._limits
 
-    def _batched(self, rpc: Callable[..., Any], make_request: Callable[[List[bytes]], Any],
-                 keys: Iterable[Key], results: Callable[[Any], List[_T]]) -> List[_T]:
-        """Sends `keys` in as many requests as the limits need; concatenates results."""
+    def _batched(self, rpc: Callable[..., Any],
+                 make_request: Callable[[List[bytes], str, int], Any],
+                 keys: Iterable[Key], results: Callable[[Any], List[_T]],
+                 write_id: Optional[str] = None) -> Results[_T]:
+        """Sends `keys` in as many requests as the limits need; concatenates results.
+
+        `make_request(keys, request_id, min_log_position)`. `write_id`: the
+        request id of a write (request i of several gets ``f"{write_id}.{i}"``);
+        ``None`` for a read (request_id "").
+        """
         self._check_open()
         encoded = encode_keys(keys)
         if not encoded:
-            return []
+            return Results()
         max_keys, max_bytes = self._batch_limits()
         total = len(encoded)
-        out: List[_T] = []
-        for begin, end in split_batches(encoded, max_keys, max_bytes):
+        runs = split_batches(encoded, max_keys, max_bytes)
+        ids = [""] * len(runs)
+        if write_id is not None:
+            ids = [write_id] if len(runs) == 1 else [f"{write_id}.{i}" for i in range(len(runs))]
+            if len(ids[-1]) > _MAX_REQUEST_ID:
+                raise ValueError(f"request_id {write_id!r} is too long for a batch of "
+                                 f"{len(runs)} requests: {ids[-1]!r} is over {_MAX_REQUEST_ID} "
+                                 "characters")
+        out: Results[_T] = Results()
+        for (begin, end), rid in zip(runs, ids):
             try:
-                response = rpc(make_request(encoded[begin:end]), timeout=self._timeout)
-            except grpc.RpcError as e:
-                error = CuckooError.from_rpc_error(e)
-                if begin > 0:
-                    error = CuckooError(
-                        error.code,
-                        f"{error.message} (the first {begin} of {total} keys were applied)",
-                        applied=begin)
-                raise error from e
+                response = self._call(rpc, make_request(encoded[begin:end], rid,
+                                                        self._min_position()),
+                                      retry=bool(rid) or write_id is None)
+            except CuckooError as e:
+                applied = begin
+                cut = _CUT_SHORT.search(e.message)
+                if cut and int(cut.group(2)) == end - begin:
+                    applied = begin + int(cut.group(1))
+                message = e.message
+                if applied > 0 and end - begin < total:
+                    message = f"{message} (the first {applied} of {total} keys were applied)"
+                raise CuckooError(e.code, message, applied=applied) from e
             got = results(response)
             if len(got) != end - begin:
                 raise CuckooError(
@@ -631,4 +1072,22 @@ class Client:
                     f"the server returned {len(got)} results for {end - begin} keys "
                     f"(the first {end} of {total} keys were applied)", applied=end)
             out.extend(got)
+            out.log_position = max(out.log_position, _response_position(response))
         return out
+
+
+def _response_position(response: Any) -> int:
+    """A response's log_position."""
+    return getattr(response, "log_position", 0)
+
+
+def _request_id(request_id: Optional[str]) -> str:
+    """`request_id` checked, or a new random one (a UUID's 32 hex digits) for ``None``."""
+    if request_id is None:
+        return uuid.uuid4().hex
+    if not isinstance(request_id, str):
+        raise TypeError(f"request_id must be a str, not {type(request_id).__name__}")
+    if not 0 < len(request_id) <= _MAX_REQUEST_ID or not _REQUEST_ID_CHARS.fullmatch(request_id):
+        raise ValueError(f"request_id {request_id!r} must be 1 to {_MAX_REQUEST_ID} printable "
+                         "ASCII characters, ! to ~")
+    return request_id
