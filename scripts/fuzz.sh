@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Fuzzes the snapshot reader (tests/fuzz/snapshot_fuzz.cc), the data
 # path's request parser (tests/fuzz/wire_fuzz.cc, differential against the
-# generated protobuf parser) and the write-ahead log reader
-# (tests/fuzz/wal_fuzz.cc), each for a while:
-#   scripts/fuzz.sh [snapshot-seconds] [wire-seconds] [wal-seconds]
-#       (defaults 45, 30 and 30; 0 skips that fuzzer)
+# generated protobuf parser), the write-ahead log reader
+# (tests/fuzz/wal_fuzz.cc) and the cluster log's entry decoder
+# (tests/fuzz/log_entry_fuzz.cc), each for a while:
+#   scripts/fuzz.sh [snapshot-seconds] [wire-seconds] [wal-seconds] [entry-seconds]
+#       (defaults 45, 30, 30 and 20; 0 skips that fuzzer)
 #
 # Builds the fuzzers and their seed corpus generators with clang + libFuzzer,
 # ASan and UBSan into build/fuzz, and the libraries cuckoo_core, cuckoo_server
 # and cuckoo_client whatever the fuzzers need: this is CI's clang build, where
 # -Wthread-safety checks the lock annotations (ABSL_GUARDED_BY and the like)
 # as errors. Each fuzzer has its own corpus directory,
-# build/fuzz/corpus (snapshot), build/fuzz/wire-corpus and
-# build/fuzz/wal-corpus, seeded by its
+# build/fuzz/corpus (snapshot), build/fuzz/wire-corpus,
+# build/fuzz/wal-corpus and build/fuzz/log-entry-corpus, seeded by its
 # generator; inputs the fuzzer finds are kept there too, so later runs start
 # from them, and past 1000 files a corpus is merged down to the inputs that
 # add coverage. Quiet on success apart from one summary line per fuzzer; on a
@@ -22,7 +23,8 @@
 #
 # Without clang++ or libFuzzer (Debian: clang, libclang-rt-14-dev) it prints a
 # notice and falls back to the g++ ASan+UBSan corpus replays instead
-# (snapshot_fuzz_replay, wire_fuzz_replay and wal_fuzz_replay over their seed corpora in
+# (snapshot_fuzz_replay, wire_fuzz_replay, wal_fuzz_replay and
+# log_entry_fuzz_replay over their seed corpora in
 # build/asan, via CTest), which check the seeds but do not fuzz; it fails only
 # if a replay fails.
 set -euo pipefail
@@ -30,9 +32,13 @@ cd "$(dirname "$0")/.."
 snapshot_seconds=${1:-45}
 wire_seconds=${2:-30}
 wal_seconds=${3:-30}
-for s in "$snapshot_seconds" "$wire_seconds" "$wal_seconds"; do
+entry_seconds=${4:-20}
+for s in "$snapshot_seconds" "$wire_seconds" "$wal_seconds" "$entry_seconds"; do
   case "$s" in
-    '' | *[!0-9]*) echo "usage: $0 [snapshot-seconds] [wire-seconds] [wal-seconds]" >&2; exit 2 ;;
+    '' | *[!0-9]*)
+      echo "usage: $0 [snapshot-seconds] [wire-seconds] [wal-seconds] [entry-seconds]" >&2
+      exit 2
+      ;;
   esac
 done
 out=build/fuzz
@@ -50,9 +56,9 @@ have_libfuzzer() {
 if ! have_libfuzzer; then
   echo "fuzz: clang++ with libFuzzer not found (install clang and libclang-rt-14-dev);" \
     "falling back to the g++ ASan corpus replays, no fuzzing" >&2
-  bash scripts/build.sh asan snapshot_fuzz_replay wire_fuzz_replay wal_fuzz_replay >"$log" 2>&1 ||
-    { cat "$log" >&2; exit 1; }
-  ctest --test-dir build/asan --output-on-failure -R '^(snapshot|wire|wal)_fuzz_' >>"$log" 2>&1 ||
+  bash scripts/build.sh asan snapshot_fuzz_replay wire_fuzz_replay wal_fuzz_replay \
+    log_entry_fuzz_replay >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
+  ctest --test-dir build/asan --output-on-failure -R '^(snapshot|wire|wal|log_entry)_fuzz_' >>"$log" 2>&1 ||
     { cat "$log" >&2; exit 1; }
   echo "fuzz: corpus replays (g++ ASan+UBSan) passed"
   exit 0
@@ -70,6 +76,7 @@ targets=(cuckoo_core cuckoo_server cuckoo_client)
 [ "$snapshot_seconds" -gt 0 ] && targets+=(snapshot_fuzz make_snapshot_corpus)
 [ "$wire_seconds" -gt 0 ] && targets+=(wire_fuzz make_wire_corpus)
 [ "$wal_seconds" -gt 0 ] && targets+=(wal_fuzz make_wal_corpus)
+[ "$entry_seconds" -gt 0 ] && targets+=(log_entry_fuzz make_log_entry_corpus)
 ninja -C "$out" "${targets[@]}" >>"$log" 2>&1 || { cat "$log" >&2; exit 1; }
 
 # run_fuzzer NAME SECONDS CORPUS_DIR CORPUS_TOOL MAX_LEN
@@ -124,5 +131,9 @@ if [ "$wire_seconds" -gt 0 ]; then
 fi
 if [ "$wal_seconds" -gt 0 ]; then
   run_fuzzer wal_fuzz "$wal_seconds" "$out/wal-corpus" make_wal_corpus 16384 || failed=1
+fi
+if [ "$entry_seconds" -gt 0 ]; then
+  run_fuzzer log_entry_fuzz "$entry_seconds" "$out/log-entry-corpus" make_log_entry_corpus 8192 ||
+    failed=1
 fi
 exit "$failed"
