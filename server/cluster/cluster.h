@@ -239,6 +239,10 @@ class Cluster final : public ExternalLog {
   // entry; Stop takes it to know no apply runs any more.
   Mutex apply_mu_;
 
+  // Consecutive stream checks that found the stream ending before what this
+  // replica has applied (maintenance thread only).
+  int stream_behind_checks_ = 0;
+
   std::thread maintenance_;
   std::thread completion_;
 };
