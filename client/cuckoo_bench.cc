@@ -99,7 +99,10 @@ requests/s, errors by status code and per-request latency (p50, p90, p99,
 p99.9, max), plus false negatives, which must be 0. See bench/LOADGEN.md.
 
 Connections:
-  --target=HOST:PORT    the cuckood to load (default localhost:50051)
+  --target=HOST:PORT[,HOST:PORT...]
+                        the cuckood to load (default localhost:50051); with
+                        several (a cluster's replicas), connection i goes to
+                        the (i mod n)-th
   --connections=N       gRPC channels, each its own TCP connection (default 2)
   --depth=D             requests in flight on each connection (default 8)
   --threads=T           client threads, each with a completion queue driving
@@ -601,6 +604,9 @@ class Bench {
 
   absl::Status Connect() {
     conns_.resize(o_.connections);
+    // Several servers (a cluster's replicas): connection c goes to the
+    // (c mod n)-th, so the load is spread evenly over them.
+    const std::vector<std::string> targets = absl::StrSplit(o_.target, ',', absl::SkipEmpty());
     for (int c = 0; c < o_.connections; ++c) {
       grpc::ChannelArguments args;
       // Channels with equal arguments would share one subchannel, i.e. one
@@ -610,14 +616,16 @@ class Bench {
       args.SetMaxReceiveMessageSize(-1);
       args.SetMaxSendMessageSize(-1);
       conns_[c].channel =
-          grpc::CreateCustomChannel(o_.target, grpc::InsecureChannelCredentials(), args);
+          grpc::CreateCustomChannel(targets[c % targets.size()], grpc::InsecureChannelCredentials(),
+                                    args);
       conns_[c].stub = std::make_unique<grpc::GenericStub>(conns_[c].channel);
     }
     for (int c = 0; c < o_.connections; ++c) {
       if (!conns_[c].channel->WaitForConnected(
               absl::ToChronoTime(absl::Now() + absl::Seconds(10)))) {
         return absl::UnavailableError(
-            absl::StrFormat("connection %d to %s not ready after 10s", c, o_.target));
+            absl::StrFormat("connection %d to %s not ready after 10s", c,
+                            targets[c % targets.size()]));
       }
     }
     return absl::OkStatus();
