@@ -615,17 +615,15 @@ class Bench {
       args.SetInt("cuckoo_bench.connection", c);
       args.SetMaxReceiveMessageSize(-1);
       args.SetMaxSendMessageSize(-1);
-      conns_[c].channel =
-          grpc::CreateCustomChannel(targets[c % targets.size()], grpc::InsecureChannelCredentials(),
-                                    args);
+      conns_[c].channel = grpc::CreateCustomChannel(targets[c % targets.size()],
+                                                    grpc::InsecureChannelCredentials(), args);
       conns_[c].stub = std::make_unique<grpc::GenericStub>(conns_[c].channel);
     }
     for (int c = 0; c < o_.connections; ++c) {
       if (!conns_[c].channel->WaitForConnected(
               absl::ToChronoTime(absl::Now() + absl::Seconds(10)))) {
-        return absl::UnavailableError(
-            absl::StrFormat("connection %d to %s not ready after 10s", c,
-                            targets[c % targets.size()]));
+        return absl::UnavailableError(absl::StrFormat("connection %d to %s not ready after 10s", c,
+                                                      targets[c % targets.size()]));
       }
     }
     return absl::OkStatus();
