@@ -82,7 +82,8 @@ std::string EncodeDeleteEntry(uint64_t filter_id, absl::string_view name,
 std::string EncodeCreateEntry(absl::string_view name, const FilterShape& shape);
 std::string EncodeDropEntry(uint64_t filter_id, absl::string_view name);
 
-// DATA_LOSS naming what is wrong for a damaged or foreign entry;
+// The entry's `hashes` may point into `bytes`: keep them alive while it is
+// used. DATA_LOSS naming what is wrong for a damaged or foreign entry;
 // FAILED_PRECONDITION for an intact entry of a newer version or type (a
 // newer cuckood wrote it: upgrade this replica).
 absl::StatusOr<LogEntry> DecodeLogEntry(absl::string_view bytes);

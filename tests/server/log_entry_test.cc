@@ -24,7 +24,9 @@ FilterShape Shape() {
 
 TEST(LogEntryTest, EveryTypeRoundTrips) {
   const std::vector<uint64_t> hashes = {1, 2, 0xffffffffffffffff, 42};
-  absl::StatusOr<LogEntry> ins = DecodeLogEntry(EncodeInsertEntry(9, "users", true, hashes));
+  // The decoded hashes point into the bytes: keep them alive.
+  const std::string encoded = EncodeInsertEntry(9, "users", true, hashes);
+  absl::StatusOr<LogEntry> ins = DecodeLogEntry(encoded);
   ASSERT_TRUE(ins.ok()) << ins.status();
   EXPECT_EQ(ins->type, LogEntryType::kInsert);
   EXPECT_EQ(ins->filter_id, 9u);
@@ -32,7 +34,8 @@ TEST(LogEntryTest, EveryTypeRoundTrips) {
   EXPECT_TRUE(ins->if_absent);
   EXPECT_EQ(std::vector<uint64_t>(ins->hashes.begin(), ins->hashes.end()), hashes);
 
-  absl::StatusOr<LogEntry> del = DecodeLogEntry(EncodeDeleteEntry(3, "a.b-c_d", {}));
+  const std::string encoded_delete = EncodeDeleteEntry(3, "a.b-c_d", {});
+  absl::StatusOr<LogEntry> del = DecodeLogEntry(encoded_delete);
   ASSERT_TRUE(del.ok()) << del.status();
   EXPECT_EQ(del->type, LogEntryType::kDelete);
   EXPECT_TRUE(del->hashes.empty());
