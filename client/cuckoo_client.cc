@@ -337,6 +337,160 @@ absl::StatusOr<v1::GetServerInfoResponse> Client::ServerInfo() {
   return resp;
 }
 
+namespace {
+
+// What an import chunk may carry beyond its data (the name, framing).
+constexpr uint64_t kImportChunkOverheadBytes = 1024;
+constexpr size_t kTransferChunkBytes = size_t{1} << 20;
+
+}  // namespace
+
+absl::StatusOr<Client::ExportInfo> Client::ExportFilter(std::string_view name,
+                                                        const ExportSink& sink,
+                                                        absl::Duration timeout) {
+  if (!connect_status_.ok()) return connect_status_;
+  v1::ExportFilterRequest req;
+  req.set_name(std::string(name));
+  const absl::Time start = absl::Now();
+  const absl::Time retry_until = start + options_.retry_timeout;
+  absl::Duration backoff = kFirstBackoff;
+  for (int attempt = 1;; ++attempt) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    std::unique_ptr<grpc::ClientReader<v1::ExportFilterChunk>> reader =
+        stub_->ExportFilter(&ctx, req);
+    ExportInfo info;
+    uint64_t received = 0;
+    bool first = true;
+    absl::Status sink_status;
+    v1::ExportFilterChunk chunk;
+    while (reader->Read(&chunk)) {
+      if (first) {
+        first = false;
+        info.total_bytes = chunk.total_bytes();
+        info.items = chunk.items();
+        info.log_position = chunk.log_position();
+        info.filter_id = chunk.filter_id();
+        info.filter = std::move(*chunk.mutable_filter());
+      }
+      received += chunk.data().size();
+      if (received > info.total_bytes) {
+        sink_status = absl::DataLossError(absl::StrFormat(
+            "the export sent more than the %u bytes it announced", info.total_bytes));
+      } else {
+        sink_status = sink(chunk.data());
+      }
+      if (!sink_status.ok()) {
+        ctx.TryCancel();
+        while (reader->Read(&chunk)) {
+        }
+        (void)reader->Finish();
+        return sink_status;
+      }
+    }
+    const grpc::Status s = reader->Finish();
+    if (s.ok()) {
+      if (first || received != info.total_bytes) {
+        return absl::DataLossError(absl::StrFormat(
+            "the export ended after %u of the %u bytes it announced", received, info.total_bytes));
+      }
+      AdvanceLogPosition(info.log_position);
+      return info;
+    }
+    const absl::Duration left = retry_until - absl::Now();
+    if (!first || s.error_code() != grpc::StatusCode::UNAVAILABLE || left <= absl::ZeroDuration()) {
+      absl::Status status = FromGrpcStatus(s);
+      if (attempt == 1) return status;
+      return absl::Status(status.code(),
+                          absl::StrFormat("%s (after %d attempts)", status.message(), attempt));
+    }
+    thread_local absl::BitGen gen;
+    absl::SleepFor(std::min(left, backoff * absl::Uniform(gen, 0.5, 1.0)));
+    backoff = std::min(backoff * 2, kMaxBackoff);
+  }
+}
+
+absl::StatusOr<Client::ExportInfo> Client::ExportFilter(std::string_view name, std::ostream& out,
+                                                        absl::Duration timeout) {
+  return ExportFilter(
+      name,
+      [&out](std::string_view bytes) {
+        out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+        if (!out) return absl::DataLossError("cannot write the exported snapshot to the stream");
+        return absl::OkStatus();
+      },
+      timeout);
+}
+
+absl::StatusOr<v1::ImportFilterResponse> Client::ImportFilter(std::string_view name,
+                                                              const ImportSource& source,
+                                                              uint64_t total_bytes,
+                                                              absl::Duration timeout) {
+  if (!connect_status_.ok()) return connect_status_;
+  // Chunks the server's messages can hold.
+  absl::StatusOr<v1::GetServerInfoResponse> info = ServerInfo();
+  if (!info.ok()) return info.status();
+  const size_t chunk_bytes = static_cast<size_t>(
+      std::clamp<uint64_t>(info->max_message_bytes() > kImportChunkOverheadBytes
+                               ? info->max_message_bytes() - kImportChunkOverheadBytes
+                               : 1,
+                           1, kTransferChunkBytes));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  v1::ImportFilterResponse resp;
+  std::unique_ptr<grpc::ClientWriter<v1::ImportFilterChunk>> writer =
+      stub_->ImportFilter(&ctx, &resp);
+  v1::ImportFilterChunk chunk;
+  chunk.set_name(std::string(name));
+  chunk.set_total_bytes(total_bytes);
+  absl::Status local;
+  for (bool first = true;; first = false) {
+    std::string* data = chunk.mutable_data();
+    data->resize(chunk_bytes);
+    size_t filled = 0;
+    // A whole chunk (or the rest of the source): few, full messages.
+    while (filled < chunk_bytes) {
+      absl::StatusOr<size_t> n =
+          source(absl::Span<char>(data->data() + filled, chunk_bytes - filled));
+      if (!n.ok()) {
+        local = n.status();
+        break;
+      }
+      if (*n == 0) break;
+      filled += *n;
+    }
+    if (!local.ok()) break;
+    data->resize(filled);
+    if (filled == 0 && !first) break;
+    if (!writer->Write(chunk)) break;  // The server has answered already: Finish says how.
+    if (filled < chunk_bytes) break;   // The end of the source.
+    chunk.Clear();
+  }
+  if (!local.ok()) {
+    // Never let the server take a part for the whole.
+    ctx.TryCancel();
+    (void)writer->Finish();
+    return local;
+  }
+  writer->WritesDone();
+  if (absl::Status s = FromGrpcStatus(writer->Finish()); !s.ok()) return s;
+  AdvanceLogPosition(resp.log_position());
+  return resp;
+}
+
+absl::StatusOr<v1::ImportFilterResponse> Client::ImportFilter(std::string_view name,
+                                                              std::istream& in,
+                                                              absl::Duration timeout) {
+  return ImportFilter(
+      name,
+      [&in](absl::Span<char> buffer) -> absl::StatusOr<size_t> {
+        in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+        if (in.bad()) return absl::DataLossError("cannot read the snapshot to import");
+        return static_cast<size_t>(in.gcount());
+      },
+      /*total_bytes=*/0, timeout);
+}
+
 absl::StatusOr<Client::Limits> Client::BatchLimits() {
   MutexLock lock(&limits_mu_);
   if (limits_) return *limits_;

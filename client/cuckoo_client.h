@@ -34,7 +34,8 @@
 //   several requests gives each its own id derived from the caller's:
 //   ID.0, ID.1, ... (only when there are several).
 // - CreateFilter is retried only with if_not_exists (a repeat of an applied
-//   one would fail ALREADY_EXISTS), DropFilter never.
+//   one would fail ALREADY_EXISTS), DropFilter and ImportFilter never,
+//   ExportFilter until its first chunk arrives.
 // - Read-your-writes (ClientOptions::read_your_writes): the client remembers
 //   the largest log position any response carried (last_log_position()) and
 //   asks every Lookup, Count, GetFilter, ListFilters, Insert and Delete to
@@ -60,8 +61,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <istream>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -140,6 +144,50 @@ class Client {
                                               absl::Span<const std::string_view> keys);
 
   absl::StatusOr<v1::GetServerInfoResponse> ServerInfo();
+
+  // What an export's first chunk says (ExportFilterChunk's metadata).
+  struct ExportInfo {
+    uint64_t total_bytes = 0;   // The snapshot file's size: the bytes given to the sink.
+    uint64_t items = 0;         // Items in the snapshot.
+    uint64_t log_position = 0;  // The server's applied log position when the export started.
+    uint64_t filter_id = 0;     // The filter's id recorded in the snapshot.
+    v1::FilterInfo filter;
+  };
+  // Receives an export's bytes, in order, one chunk at a time; a non-OK
+  // status cancels the export and is returned.
+  using ExportSink = std::function<absl::Status(std::string_view bytes)>;
+  // Streams filter `name`'s snapshot file (ExportFilter in the proto) to
+  // `sink`, one chunk (at most 1 MiB) at a time: the client holds one chunk,
+  // whatever the filter's size. The bytes, concatenated, are a snapshot file
+  // that ImportFilter (or a server's data directory) takes. DATA_LOSS if the
+  // stream ends before the total_bytes its first chunk announced. `timeout`
+  // is the deadline of the whole stream. UNAVAILABLE before the first chunk
+  // is retried as reads are (ClientOptions::retry_timeout); once the sink
+  // has bytes, errors are returned as they are.
+  absl::StatusOr<ExportInfo> ExportFilter(std::string_view name, const ExportSink& sink,
+                                          absl::Duration timeout);
+  // The same into `out` (a file opened in binary mode, a std::ostringstream).
+  absl::StatusOr<ExportInfo> ExportFilter(std::string_view name, std::ostream& out,
+                                          absl::Duration timeout);
+
+  // Fills `buffer` with the next bytes of a snapshot file and returns how
+  // many it put there: 0 at the end.
+  using ImportSource = std::function<absl::StatusOr<size_t>(absl::Span<char> buffer)>;
+  // Creates filter `name` from the snapshot file `source` reads
+  // (ImportFilter in the proto), sent in chunks of 1 MiB (less when the
+  // server's max_message_bytes is smaller): the client holds one chunk,
+  // whatever the file's size. `total_bytes` (0: unknown) lets the server
+  // refuse an upload cut short. `timeout` is the deadline of the whole
+  // call. Never retried: a repeat of an import that was applied would fail
+  // ALREADY_EXISTS (and the source cannot be read again).
+  absl::StatusOr<v1::ImportFilterResponse> ImportFilter(std::string_view name,
+                                                        const ImportSource& source,
+                                                        uint64_t total_bytes,
+                                                        absl::Duration timeout);
+  // The same from `in`, read to its end (a file opened in binary mode, a
+  // std::istringstream).
+  absl::StatusOr<v1::ImportFilterResponse> ImportFilter(std::string_view name, std::istream& in,
+                                                        absl::Duration timeout);
 
   // The largest log position of any response so far (0 before the first).
   uint64_t last_log_position() const { return last_log_position_.load(std::memory_order_acquire); }

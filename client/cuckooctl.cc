@@ -3,6 +3,7 @@
 //   cuckooctl create users --capacity=100M --fpr=0.001
 //   cuckooctl insert users --file=ids.txt --quiet
 //   cuckooctl lookup users alice bob          # present<TAB>alice ...; exit 1 if any absent
+//   cuckooctl export users --file=users.cuckoo  # a backup; import NAME --file=... restores it
 //   cuckooctl health --timeout=2s             # Docker HEALTHCHECK
 //
 // Everything a user can type is documented in kUsage / kCommands below (and
@@ -24,6 +25,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -90,6 +92,12 @@ Filters:
   snapshot [NAME] [--changed-only]
                         write snapshots (of NAME, or every filter) to the
                         server's disk now; prints the files written
+  export NAME [--file=PATH|-]
+                        write filter NAME's snapshot file (a backup) to PATH,
+                        or to stdout (the default; never to a terminal)
+  import NAME [--file=PATH|-]
+                        create filter NAME from a snapshot file (from export,
+                        or a server's data directory) read from PATH or stdin
   server-info           the server's version, limits, memory use, mode (single or
                         cluster) and log position
   health [SERVICE]      grpc.health.v1 check; prints SERVING, NOT_SERVING, ...
@@ -165,6 +173,8 @@ enum Command : uint32_t {
   kCount = 1 << 9,
   kHelp = 1 << 10,
   kSnapshot = 1 << 11,
+  kExport = 1 << 12,
+  kImport = 1 << 13,
 };
 constexpr uint32_t kKeyCommands = kInsert | kLookup | kDelete | kCount;
 constexpr uint32_t kAllCommands = ~uint32_t{0};
@@ -267,6 +277,41 @@ the command survive a crash of the server. Prints one line per file written
 
 The RPC deadline is --timeout if given, else 10 minutes.
 )"},
+    {"export", kExport, R"(Usage: cuckooctl export NAME [--file=PATH|-]
+
+Writes filter NAME's snapshot file, exactly as the server would keep it in its
+data directory (docs/SNAPSHOT_FORMAT.md), to PATH, or to stdout with --file=-
+or no --file. The server keeps serving, and NAME keeps taking writes, while it
+is exported: keys acknowledged before the command started are in the file,
+later ones may be. A backup, which `cuckooctl import` (on this server or
+another) turns into a filter again:
+  cuckooctl export users --file=users.cuckoo
+  cuckooctl import users-restored --file=users.cuckoo
+The data is streamed (memory stays small whatever the filter's size). PATH is
+fsync'ed when complete, and removed if the export fails. A binary file is
+never written to a terminal: redirect stdout or give --file. Prints a summary
+(items, bytes, the server's log position when the export started) on stdout,
+or on stderr when the file goes to stdout.
+
+  --file=PATH     where to write ("-": stdout, the default)
+
+The RPC deadline is --timeout if given, else 1 hour.
+)"},
+    {"import", kImport, R"(Usage: cuckooctl import NAME [--file=PATH|-]
+
+Creates filter NAME from a snapshot file (written by cuckooctl export, or a
+NAME.cuckoo from a server's data directory), read from PATH, or from stdin
+with --file=- or no --file (never from a terminal). NAME may differ from the
+exported filter's name. The server checks the whole file before it creates
+anything (a damaged or truncated file fails with DATA_LOSS or
+INVALID_ARGUMENT naming the problem), then makes the filter durable before it
+answers. Fails with ALREADY_EXISTS if NAME exists, and FAILED_PRECONDITION on
+a cluster replica (not supported yet). Prints the new filter's info.
+
+  --file=PATH     where to read the snapshot ("-": stdin, the default)
+
+The RPC deadline is --timeout if given, else 1 hour.
+)"},
     {"server-info", kServerInfo, R"(Usage: cuckooctl server-info
 
 Prints the server's version, mode (single: one node with its write-ahead log;
@@ -344,17 +389,28 @@ struct FlagSpec {
 };
 
 constexpr FlagSpec kFlags[] = {
-    {"target", true, kAllCommands},        {"timeout", true, kAllCommands},
-    {"retry-timeout", true, kAllCommands}, {"format", true, kAllCommands},
-    {"help", false, kAllCommands},         {"version", false, kAllCommands},
-    {"capacity", true, kCreate},           {"fpr", true, kCreate},
-    {"fingerprint-bits", true, kCreate},   {"bucket-size", true, kCreate},
-    {"semi-sort", false, kCreate},         {"shards", true, kCreate},
-    {"max-kicks", true, kCreate},          {"seed", true, kCreate},
-    {"if-not-exists", false, kCreate},     {"changed-only", false, kSnapshot},
-    {"if-absent", false, kInsert},         {"request-id", true, kInsert | kDelete},
-    {"file", true, kKeyCommands},          {"quiet", false, kKeyCommands | kHealth},
-    {"progress", false, kKeyCommands},     {"no-progress", false, kKeyCommands},
+    {"target", true, kAllCommands},
+    {"timeout", true, kAllCommands},
+    {"retry-timeout", true, kAllCommands},
+    {"format", true, kAllCommands},
+    {"help", false, kAllCommands},
+    {"version", false, kAllCommands},
+    {"capacity", true, kCreate},
+    {"fpr", true, kCreate},
+    {"fingerprint-bits", true, kCreate},
+    {"bucket-size", true, kCreate},
+    {"semi-sort", false, kCreate},
+    {"shards", true, kCreate},
+    {"max-kicks", true, kCreate},
+    {"seed", true, kCreate},
+    {"if-not-exists", false, kCreate},
+    {"changed-only", false, kSnapshot},
+    {"if-absent", false, kInsert},
+    {"request-id", true, kInsert | kDelete},
+    {"file", true, kKeyCommands | kExport | kImport},
+    {"quiet", false, kKeyCommands | kHealth},
+    {"progress", false, kKeyCommands},
+    {"no-progress", false, kKeyCommands},
 };
 
 // A problem to report on one stderr line, with the exit code it implies.
@@ -1550,6 +1606,141 @@ int RunSnapshot(const GlobalOptions& g, const CommandLine& cl) {
   return Emit(text);
 }
 
+// The deadline of an export or import: --timeout if given (a transfer is
+// one RPC), else an hour.
+absl::Duration TransferTimeout(const GlobalOptions& g, const CommandLine& cl) {
+  return cl.Has("timeout") ? g.timeout : absl::Hours(1);
+}
+
+int RunExport(const GlobalOptions& g, const CommandLine& cl) {
+  if (auto f = ExpectArgs(cl, 1, 1, "a filter NAME")) return Fail(*f);
+  const std::string& name = cl.positional[1];
+  const std::string file = cl.Get("file").value_or("-");
+  const bool to_stdout = file == "-";
+  int fd = STDOUT_FILENO;
+  if (to_stdout) {
+    if (isatty(STDOUT_FILENO)) {
+      return Fail(UsageError(
+          "refusing to write a binary snapshot to a terminal: redirect stdout (cuckooctl export "
+          "NAME > FILE) or give --file=PATH"));
+    }
+  } else {
+    fd = open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      return Fail(
+          UsageError(absl::StrFormat("cannot create --file=%s: %s", file, strerror(errno))));
+    }
+  }
+  const std::string where = to_stdout ? "stdout" : file;
+  int write_errno = 0;
+  client::Client::ExportSink sink = [&](std::string_view bytes) -> absl::Status {
+    for (size_t done = 0; done < bytes.size();) {
+      const ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        write_errno = errno;
+        return absl::AbortedError("local write failed");
+      }
+      done += static_cast<size_t>(n);
+    }
+    return absl::OkStatus();
+  };
+  absl::StatusOr<client::Client::ExportInfo> info =
+      g.client->ExportFilter(name, sink, TransferTimeout(g, cl));
+  if (!to_stdout) {
+    // A backup is complete only once it is on disk.
+    if (info.ok() && write_errno == 0 && fsync(fd) != 0) write_errno = errno;
+    if (close(fd) != 0 && info.ok() && write_errno == 0) write_errno = errno;
+    if (!info.ok() || write_errno != 0) unlink(file.c_str());  // Never a partial backup.
+  }
+  if (write_errno != 0) {
+    return Fail(
+        UsageError(absl::StrFormat("cannot write to %s: %s", where, strerror(write_errno))));
+  }
+  if (!info.ok()) return Fail(ServerError(info.status(), g.target));
+  std::string summary;
+  if (g.json) {
+    summary = JsonObject()
+                  .String("name", name)
+                  .String("file", where)
+                  .Uint("bytes", info->total_bytes)
+                  .Uint("items", info->items)
+                  .Uint("log_position", info->log_position)
+                  .Uint("filter_id", info->filter_id)
+                  .Raw("filter", FilterInfoJson(info->filter))
+                  .Done() +
+              "\n";
+  } else {
+    summary = absl::StrFormat("exported %s: %u items, %u bytes (%s) to %s; log position %u\n", name,
+                              info->items, info->total_bytes, HumanBytes(info->total_bytes), where,
+                              info->log_position);
+  }
+  if (to_stdout) {
+    fputs(summary.c_str(), stderr);
+    return kExitOk;
+  }
+  return Emit(summary);
+}
+
+int RunImport(const GlobalOptions& g, const CommandLine& cl) {
+  if (auto f = ExpectArgs(cl, 1, 1, "a filter NAME")) return Fail(*f);
+  const std::string& name = cl.positional[1];
+  const std::string file = cl.Get("file").value_or("-");
+  const bool from_stdin = file == "-";
+  int fd = STDIN_FILENO;
+  if (from_stdin) {
+    if (isatty(STDIN_FILENO)) {
+      return Fail(UsageError(
+          "refusing to read a binary snapshot from a terminal: redirect stdin (cuckooctl import "
+          "NAME < FILE) or give --file=PATH"));
+    }
+  } else {
+    fd = open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      return Fail(UsageError(absl::StrFormat("cannot open --file=%s: %s", file, strerror(errno))));
+    }
+  }
+  const std::string where = from_stdin ? "stdin" : file;
+  // A regular file's size goes with the upload: the server then never takes
+  // a part of it for the whole.
+  uint64_t total = 0;
+  struct stat st;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) total = static_cast<uint64_t>(st.st_size);
+  int read_errno = 0;
+  client::Client::ImportSource source = [&](absl::Span<char> buffer) -> absl::StatusOr<size_t> {
+    while (true) {
+      const ssize_t n = read(fd, buffer.data(), buffer.size());
+      if (n >= 0) return static_cast<size_t>(n);
+      if (errno == EINTR) continue;
+      read_errno = errno;
+      return absl::AbortedError("local read failed");
+    }
+  };
+  absl::StatusOr<v1::ImportFilterResponse> resp =
+      g.client->ImportFilter(name, source, total, TransferTimeout(g, cl));
+  if (!from_stdin) close(fd);
+  if (read_errno != 0) {
+    return Fail(UsageError(absl::StrFormat("cannot read %s: %s", where, strerror(read_errno))));
+  }
+  if (!resp.ok()) return Fail(ServerError(resp.status(), g.target));
+  if (g.json) {
+    return Emit(JsonObject()
+                    .String("name", name)
+                    .String("source_name", resp->source_name())
+                    .Uint("bytes", resp->bytes())
+                    .Uint("log_position", resp->log_position())
+                    .Raw("filter", FilterInfoJson(resp->filter()))
+                    .Done() +
+                "\n");
+  }
+  TextFields t;
+  t.Add("imported", absl::StrFormat("%u bytes (%s) from %s, a snapshot of filter %s", resp->bytes(),
+                                    HumanBytes(resp->bytes()), where, resp->source_name()))
+      .Add("log_position", absl::StrFormat("%u", resp->log_position()));
+  AddFilterInfoText(t, resp->filter());
+  return Emit(t.Done());
+}
+
 int RunHealth(const GlobalOptions& g, const CommandLine& cl) {
   if (auto f = ExpectArgs(cl, 0, 1, "")) return Fail(*f);
   const std::string service = cl.positional.size() > 1 ? cl.positional[1] : "";
@@ -1689,6 +1880,10 @@ int Main(int argc, char** argv) {
       return RunHealth(g, cl);
     case kSnapshot:
       return RunSnapshot(g, cl);
+    case kExport:
+      return RunExport(g, cl);
+    case kImport:
+      return RunImport(g, cl);
     default:
       return RunKeyCommand(g, cl, command->id);
   }

@@ -495,6 +495,13 @@ void CuckooFilter::RestoreShardForLoad(uint32_t i, uint64_t items, uint64_t rng_
   shard.items.store(items, std::memory_order_relaxed);
 }
 
+void CuckooFilter::SetShardPositionsForLoad(uint64_t position) {
+  for (const auto& shard : shards_) {
+    WriterLock lock(&shard->mu);
+    shard->position = position;
+  }
+}
+
 std::vector<uint64_t> CuckooFilter::ShardPositions() const {
   std::vector<uint64_t> positions;
   positions.reserve(shards_.size());

@@ -236,6 +236,10 @@ class CuckooFilter {
   // `i`'s table bytes to fill in, and its counters.
   absl::Span<uint8_t> MutableShardBytesForLoad(uint32_t i);
   void RestoreShardForLoad(uint32_t i, uint64_t items, uint64_t rng_state, uint64_t position = 0);
+  // For a filter no other thread can see yet: sets every shard's position
+  // to `position` (a snapshot imported from another log, whose positions
+  // mean nothing in this one).
+  void SetShardPositionsForLoad(uint64_t position);
   // Every shard's position (ShardState::position), in shard order.
   std::vector<uint64_t> ShardPositions() const;
   // For a filter being loaded: the first bucket of shard `i` that its table

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <functional>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -116,7 +117,11 @@ absl::Status FilterRegistry::CheckNameAndCountLocked(absl::string_view name) con
   if (filters_.contains(name)) {
     return absl::AlreadyExistsError(absl::StrFormat("filter \"%s\" already exists", name));
   }
-  if (filters_.size() >= limits_.max_filters) {
+  if (claimed_.contains(name)) {
+    return absl::AlreadyExistsError(
+        absl::StrFormat("filter \"%s\" is being added (an import of it is under way)", name));
+  }
+  if (filters_.size() + claimed_.size() >= limits_.max_filters) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "cannot create filter \"%s\": max filters %u reached", name, limits_.max_filters));
   }
@@ -227,6 +232,65 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::AddReserved(
     if (absl::Status s = before_publish(*shared); !s.ok()) return s;
   }
   filters_.emplace(name, shared);
+  return shared;
+}
+
+FilterRegistry::Claim& FilterRegistry::Claim::operator=(Claim&& other) noexcept {
+  if (this != &other) {
+    Release();
+    registry_ = std::exchange(other.registry_, nullptr);
+    name_ = std::move(other.name_);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+void FilterRegistry::Claim::Release() {
+  if (registry_ == nullptr) return;
+  {
+    WriterLock lock(&registry_->mu_);
+    registry_->claimed_.erase(name_);
+  }
+  registry_->budget_->Release(bytes_);
+  registry_ = nullptr;
+}
+
+absl::StatusOr<FilterRegistry::Claim> FilterRegistry::ClaimName(absl::string_view name,
+                                                                uint64_t bytes) {
+  if (absl::Status s = ValidateName(name); !s.ok()) return s;
+  Claim claim;
+  WriterLock lock(&mu_);
+  if (absl::Status s = CheckNameAndCountLocked(name); !s.ok()) return s;
+  if (absl::Status s = budget_->Reserve(name, bytes); !s.ok()) return s;
+  claimed_.emplace(name);
+  claim.registry_ = this;
+  claim.name_ = std::string(name);
+  claim.bytes_ = bytes;
+  return claim;
+}
+
+absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::AddClaimed(
+    Claim claim, std::unique_ptr<CuckooFilter> filter, const BeforePublish& before_publish) {
+  if (claim.registry_ != this) {
+    return absl::InvalidArgumentError("AddClaimed: the claim is not held on this registry");
+  }
+  if (filter->memory_bytes() > claim.bytes_) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("AddClaimed: filter \"%s\" takes %u bytes, more than the %u claimed",
+                        claim.name_, filter->memory_bytes(), claim.bytes_));
+  }
+  // From here the charge belongs to the filter, freed with it.
+  auto charged = std::make_shared<ChargedFilter>();
+  charged->filter = std::move(filter);
+  std::shared_ptr<CuckooFilter> shared(charged, charged->filter.get());
+  WriterLock lock(&mu_);
+  if (before_publish) {
+    if (absl::Status s = before_publish(*shared); !s.ok()) return s;  // The claim gives back.
+  }
+  charged->release = [budget = budget_, bytes = claim.bytes_] { budget->Release(bytes); };
+  claimed_.erase(claim.name_);
+  claim.registry_ = nullptr;  // Its name and bytes are the filter's now.
+  filters_.emplace(claim.name_, shared);
   return shared;
 }
 

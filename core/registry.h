@@ -80,6 +80,42 @@ class FilterRegistry {
   absl::StatusOr<std::shared_ptr<CuckooFilter>> Add(absl::string_view name,
                                                     std::unique_ptr<CuckooFilter> filter);
 
+  // A name, one filter of the count and memory held for a filter that is
+  // being built elsewhere and takes a while (cuckood's ImportFilter reads it
+  // from a file, then makes it durable): while the claim is held, the name
+  // is taken (Create, Add, CheckRoom and ClaimName of it fail with
+  // ALREADY_EXISTS saying it is being added), and its bytes are charged to
+  // the budget. AddClaimed publishes the filter under the name; a claim
+  // destroyed unpublished gives everything back. Movable; the registry must
+  // outlive it.
+  class Claim {
+   public:
+    Claim() = default;
+    Claim(Claim&& other) noexcept { *this = std::move(other); }
+    Claim& operator=(Claim&& other) noexcept;
+    ~Claim() { Release(); }
+    bool held() const { return registry_ != nullptr; }
+    const std::string& name() const { return name_; }
+    uint64_t bytes() const { return bytes_; }
+
+   private:
+    friend class FilterRegistry;
+    void Release();
+
+    FilterRegistry* registry_ = nullptr;
+    std::string name_;
+    uint64_t bytes_ = 0;
+  };
+  // Claims `name` for a filter of `bytes` memory: INVALID_ARGUMENT for a bad
+  // name, ALREADY_EXISTS when it is taken (or claimed), RESOURCE_EXHAUSTED
+  // when the memory budget or filter count has no room.
+  absl::StatusOr<Claim> ClaimName(absl::string_view name, uint64_t bytes);
+  // Adds `filter` under the claim's name (it cannot be taken meanwhile);
+  // `before_publish` as in Create. INVALID_ARGUMENT for a claim not held, or
+  // a filter larger than the claim's bytes.
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> AddClaimed(
+      Claim claim, std::unique_ptr<CuckooFilter> filter, const BeforePublish& before_publish = {});
+
   // NOT_FOUND when there is no such filter.
   absl::StatusOr<std::shared_ptr<CuckooFilter>> Get(absl::string_view name) const;
   // With `only_if`, drops the filter only if it is that one (else NOT_FOUND):
@@ -120,6 +156,8 @@ class FilterRegistry {
   const std::shared_ptr<Budget> budget_;
   mutable SharedMutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<CuckooFilter>> filters_ ABSL_GUARDED_BY(mu_);
+  // Names held by Claims (see Claim); each counts as a filter.
+  absl::flat_hash_set<std::string> claimed_ ABSL_GUARDED_BY(mu_);
 
   // Names a Create is working on: one creation of a name at a time, so a
   // racing idempotent create gets the filter, not a budget error caused by

@@ -302,7 +302,7 @@ uint64_t WalMemoryOverhead(const ServerConfig& config) {
 uint64_t StatedMemoryOverhead(const ServerConfig& config) {
   const uint64_t cpus = std::max<long>(1, sysconf(_SC_NPROCESSORS_ONLN));
   return (uint64_t{32} << 20) + cpus * (uint64_t{4} << 20) + 3 * EffectiveTransportMemory(config) +
-         EffectiveSnapshotBuffer(config) + WalMemoryOverhead(config);
+         EffectiveSnapshotBuffer(config) + WalMemoryOverhead(config) + kTransferMemoryOverhead;
 }
 
 absl::Status ValidateConfig(const ServerConfig& c) {

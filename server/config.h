@@ -118,9 +118,15 @@ uint64_t EffectiveTransportMemory(const ServerConfig& config);
 // 4 MiB per CPU (a handler thread keeps up to ~1.5 MiB of scratch; gRPC
 // runs about two per CPU), three times --transport-memory (gRPC enforces its quota after the
 // fact, by resetting streams: 2.2 times was the worst measured), one
-// --snapshot-buffer, and the write-ahead log's (WalMemoryOverhead). Logged
-// at start-up and measured by tests/e2e/hostile_client_test.cc.
+// --snapshot-buffer, the write-ahead log's (WalMemoryOverhead) and the
+// exports' and imports' (kTransferMemoryOverhead). Logged at start-up and
+// measured by tests/e2e/hostile_client_test.cc.
 uint64_t StatedMemoryOverhead(const ServerConfig& config);
+// ExportFilter and ImportFilter (server/filter_service.h): per export a
+// 4 MiB snapshot write buffer and a 1 MiB chunk (read, and in gRPC's
+// hands), per import a chunk as sent (1 MiB by the clients here); 2 of each
+// at a time.
+inline constexpr uint64_t kTransferMemoryOverhead = uint64_t{16} << 20;
 // The larger of the log's buffers while running (WalMemoryBound: 2 x 16 MiB
 // plus two batches' records) and a start-up replay's
 // (WalApplier::ReplayMemoryBound: one --wal-segment-size segment, a 16 MiB

@@ -17,6 +17,12 @@
 // reads are served from this replica's copy, after waiting for
 // min_log_position if the request has one.
 //
+// ExportFilter and ImportFilter stream a filter's snapshot file out and in
+// (server/filter_transfer.cc). Their disk work (writing the export's file,
+// writing an import's chunks, checking and committing it) runs on a pool of
+// threads of their own, never on gRPC's, and at most kMaxExports and
+// kMaxImports run at once, each with one chunk in flight.
+//
 // Thread safety: all handlers may run concurrently; the registry and the
 // filters synchronise themselves.
 #ifndef CUCKOO_SERVER_FILTER_SERVICE_H_
@@ -30,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "boost/asio/thread_pool.hpp"
 #include "core/registry.h"
 #include "cuckoo/v1/filter_service.grpc.pb.h"
 #include "server/cluster/cluster.h"
@@ -53,6 +60,16 @@ struct ServiceLimits {
 
 // Longest request_id.
 inline constexpr size_t kMaxRequestIdBytes = 128;
+
+// ExportFilter and ImportFilter (see the proto): exports and imports that
+// may run at once (more get RESOURCE_EXHAUSTED), the most snapshot bytes
+// per export chunk, the write buffer of an export's snapshot, and how far an
+// import may exceed the memory budget before it is refused.
+inline constexpr int kMaxExports = 2;
+inline constexpr int kMaxImports = 2;
+inline constexpr size_t kExportChunkBytes = size_t{1} << 20;
+inline constexpr size_t kExportBufferBytes = size_t{4} << 20;
+inline constexpr uint64_t kImportSlackBytes = uint64_t{1} << 20;
 // INVALID_ARGUMENT unless `id` is empty or 1 to 128 printable ASCII
 // characters (! to ~).
 absl::Status ValidateRequestId(std::string_view id);
@@ -123,9 +140,16 @@ class FilterServiceImpl final : public FilterServiceBase {
   grpc::ServerUnaryReactor* Snapshot(grpc::CallbackServerContext* ctx,
                                      const v1::SnapshotRequest* req,
                                      v1::SnapshotResponse* resp) override;
+  // Streams; their disk work runs on the transfer threads.
+  grpc::ServerWriteReactor<v1::ExportFilterChunk>* ExportFilter(
+      grpc::CallbackServerContext* ctx, const v1::ExportFilterRequest* req) override;
+  grpc::ServerReadReactor<v1::ImportFilterChunk>* ImportFilter(
+      grpc::CallbackServerContext* ctx, v1::ImportFilterResponse* resp) override;
 
  private:
   class CallReactor;
+  class ExportReactor;
+  class ImportReactor;
 
   // How a call goes on after its handler's body returned OK.
   struct Next {
@@ -206,6 +230,14 @@ class FilterServiceImpl final : public FilterServiceBase {
   std::atomic<bool> accepting_{true};
   std::atomic<bool> abort_{false};
   std::atomic<int64_t> in_flight_{0};
+  // ExportFilter and ImportFilter calls running; names their private files.
+  std::atomic<int> exports_{0};
+  std::atomic<int> imports_{0};
+  std::atomic<uint64_t> transfer_sequence_{0};
+  // The transfers' disk work: one thread per transfer that may run, so that
+  // none waits for another's long step (a large snapshot written or
+  // checked). Last: destroyed (joined) first.
+  boost::asio::thread_pool transfer_threads_{kMaxExports + kMaxImports};
 };
 
 }  // namespace cuckoo::server

@@ -33,8 +33,9 @@ using prometheus::MetricFamily;
 using prometheus::MetricType;
 
 constexpr std::string_view kMethodNames[kRpcMethods] = {
-    "Insert",    "Lookup",      "Delete",     "Count",         "CreateFilter",
-    "GetFilter", "ListFilters", "DropFilter", "GetServerInfo", "Snapshot"};
+    "Insert",      "Lookup",     "Delete",        "Count",    "CreateFilter", "GetFilter",
+    "ListFilters", "DropFilter", "GetServerInfo", "Snapshot", "ExportFilter", "ImportFilter"};
+static_assert(kMethodNames[kRpcMethods - 1] == "ImportFilter");
 
 constexpr std::string_view kCodeNames[] = {
     "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",

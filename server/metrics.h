@@ -58,8 +58,10 @@ enum class RpcMethod : uint8_t {
   kDropFilter,
   kGetServerInfo,
   kSnapshot,
+  kExportFilter,
+  kImportFilter,
 };
-inline constexpr size_t kRpcMethods = 10;
+inline constexpr size_t kRpcMethods = 12;
 // "Insert", "CreateFilter", ...: the proto's method name.
 std::string_view RpcMethodName(RpcMethod method);
 // "OK", "INVALID_ARGUMENT", ...: gRPC's name for the code.

@@ -119,6 +119,20 @@ absl::StatusOr<LoadSummary> Persistence::LoadAll() {
   for (fs::directory_iterator it(data_dir_, ec), end; !ec && it != end; it.increment(ec)) {
     const fs::path& p = it->path();
     const std::string file = p.filename().string();
+    if (file == kExportDir || file == kImportDir) {
+      // The private copies of exports and imports that were running when
+      // the process stopped: nothing in them is needed any more (an import
+      // is in the data directory only once its own snapshot file is).
+      std::error_code ignored;
+      if (fs::recursive_directory_iterator(p, ignored) != fs::recursive_directory_iterator() &&
+          !ignored) {
+        spdlog::warn("removing {}: the private files of exports or imports cut short by a stop",
+                     p.string());
+      }
+      fs::remove_all(p, ec);
+      ec.clear();
+      continue;
+    }
     if (file.starts_with(".") && absl::EndsWith(file, kSnapshotTempSuffix)) {
       // A write that never finished (a crash): the snapshot it was to
       // replace, if any, is intact.
@@ -329,8 +343,19 @@ absl::Status Persistence::ReplayAndOpenLog(LoadSummary* summary) {
             if (existing.ok()) {
               const uint64_t id = (*existing)->id();
               if (id == 0) {
-                // The record that gave a filter loaded from a version-1
-                // snapshot its id: from here the log holds its writes.
+                // A snapshot that records no id: a version-1 file (its
+                // positions are 0), or an imported filter's, which ImportNow
+                // writes before the log creates the filter, with every
+                // shard's position set to the log's last lsn then. A
+                // creation at or before that is of an earlier filter of the
+                // name, dropped before the import.
+                const std::vector<uint64_t> positions = (*existing)->ShardPositions();
+                if (!positions.empty() &&
+                    r.lsn <= *std::max_element(positions.begin(), positions.end())) {
+                  return absl::OkStatus();
+                }
+                // The record that gave the filter its id: from here the log
+                // holds its writes.
                 (*existing)->set_id(r.lsn);
                 add_live(r.lsn, r.name, *existing);
                 ++summary->log_applied;
@@ -437,6 +462,72 @@ absl::Status Persistence::LogCreate(absl::string_view name, CuckooFilter& filter
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::shared_ptr<CuckooFilter>> Persistence::ImportNow(
+    FilterRegistry::Claim claim, std::unique_ptr<CuckooFilter> filter, SnapshotWriteResult* written,
+    uint64_t* lsn) {
+  const std::string name = claim.name();
+  MutexLock file_lock(&file_mu_);
+  if (wal_ == nullptr || external_log_ != nullptr) {
+    return absl::FailedPreconditionError(
+        "import needs the write-ahead log of a single node (this server has none)");
+  }
+  if (options_.before_file_operation) options_.before_file_operation("import", name);
+  // Room for the creation record first: a full disk refuses the import
+  // before anything is written.
+  const uint64_t reserved = WalCreateFilterBytes(name) + kWalDropFilterBytes;
+  if (absl::Status s = wal_->Reserve(reserved); !s.ok()) return s;
+  struct Unreserve {
+    Wal* wal;
+    uint64_t bytes;
+    ~Unreserve() { wal->Unreserve(bytes); }
+  } unreserve{wal_.get(), reserved};
+  // 1. The file, before the log knows the filter (see persistence.h). No
+  // creation of this name can be logged after `floor`: the claim holds it.
+  const uint64_t floor = wal_->AppendedLsn();
+  filter->set_id(0);
+  filter->SetShardPositionsForLoad(floor);
+  absl::StatusOr<SnapshotWriteResult> w =
+      WriteSnapshotFile(*filter, name, data_dir_, {.buffer_bytes = options_.snapshot_buffer_bytes});
+  if (!w.ok()) {
+    if (metrics_ != nullptr) metrics_->RecordSnapshotWrite(false, 0, absl::ZeroDuration());
+    return w.status();  // The previous state: no file (WriteSnapshotFile removed its own).
+  }
+  if (metrics_ != nullptr) metrics_->RecordSnapshotWrite(true, w->bytes, w->duration);
+  if (options_.before_file_operation) {
+    options_.before_file_operation("import-file-written", name);
+  }
+  // 2. The creation, durable whatever the mode.
+  const uint64_t created = wal_->AppendCreateFilter(name, filter->shape());
+  if (absl::Status s = wal_->SyncTo(created); !s.ok()) {
+    // The log failed, and the process exits (WalOptions::on_failure). The
+    // file stays: whether or not the record reached the disk, the restart
+    // has the whole filter (removing the file could leave the record alone,
+    // an empty filter).
+    return s;
+  }
+  filter->set_id(created);
+  if (options_.before_file_operation) options_.before_file_operation("import-logged", name);
+  // 3. Visible. The claim keeps the name and memory, so only an allocation
+  // failure can get in the way; then the creation is undone.
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> added =
+      Guarded([&] { return registry_->AddClaimed(std::move(claim), std::move(filter)); });
+  if (!added.ok()) {
+    const uint64_t dropped = wal_->AppendDropFilter(created);
+    if (wal_->SyncTo(dropped).ok()) (void)RemoveSnapshotFile(name);
+    return added.status();
+  }
+  SetRecord(name, *added,
+            {.exists = true,
+             .time = w->taken,
+             .bytes = w->bytes,
+             .changes = w->changes,
+             .filter_id = 0,  // What the file records: rewritten at the next snapshot.
+             .min_position = floor});
+  *written = *std::move(w);
+  *lsn = created;
+  return added;
+}
+
 absl::Status Persistence::RemoveSnapshotFile(absl::string_view name) {
   const std::string path = SnapshotPath(data_dir_, name);
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
@@ -517,7 +608,10 @@ absl::StatusOr<SnapshotRun> Persistence::SnapshotNow(absl::string_view name, boo
   for (auto& [filter_name, filter] : filters) {
     if (changed_only) {
       const SnapshotRecord r = Record(filter_name, *filter);
-      if (r.exists && r.UnsnapshottedChanges(*filter) == 0) {
+      // An imported filter's first file records no id (see ImportNow): it
+      // is written again, so that the log can be truncated past its
+      // creation.
+      if (r.exists && r.UnsnapshottedChanges(*filter) == 0 && r.filter_id == filter->id()) {
         run.unchanged.push_back(filter_name);
         continue;
       }

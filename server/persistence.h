@@ -12,7 +12,9 @@
 //
 // Data directory layout: <name>.cuckoo per filter; .<name>.cuckoo.tmp while
 // one is being written (removed at start-up if a crash left one);
-// quarantine/ for files that failed their checks.
+// quarantine/ for files that failed their checks; wal/, the write-ahead log;
+// .export/ and .import/, private files of running exports and imports
+// (removed at start-up).
 //
 // Every file operation (a snapshot written, a filter's file removed) runs on
 // one background thread (Boost.Asio), which also owns the interval timer, or,
@@ -63,6 +65,10 @@ inline constexpr char kLockFile[] = "LOCK";
 // Cluster mode: which log the snapshots belong to and where its replay
 // starts (see ExternalLog).
 inline constexpr char kCheckpointFile[] = "CHECKPOINT";
+// Private files of ExportFilter and ImportFilter calls (server/
+// filter_service.h); removed at start-up with whatever a stop left in them.
+inline constexpr char kExportDir[] = ".export";
+inline constexpr char kImportDir[] = ".import";
 
 // A log kept outside the data directory (cluster mode: the JetStream
 // stream, server/cluster/cluster.h). Persistence then keeps no write-ahead
@@ -138,7 +144,10 @@ struct PersistenceOptions {
   size_t max_queued = 64;
 
   // Fault injection, for tests. Runs before each file operation, holding the
-  // lock that orders them: op is "write" or "remove", name the filter's.
+  // lock that orders them: op is "write" or "remove", name the filter's; an
+  // import (ImportNow) runs it with "import" before its file is written,
+  // "import-file-written" once the file is in place, and "import-logged"
+  // once the creation record is durable, before the filter is published.
   std::function<void(absl::string_view op, absl::string_view name)> before_file_operation;
   // Replaces the directory fsync after a drop removed a file.
   std::function<absl::Status(absl::string_view dir)> sync_directory;
@@ -240,6 +249,39 @@ class Persistence {
   // BeforePublish hook) and sets its id; *lsn is the record's lsn, to wait
   // for before answering.
   absl::Status LogCreate(absl::string_view name, CuckooFilter& filter, uint64_t* lsn);
+
+  // Makes `filter`, read from an imported snapshot and seen by no other
+  // thread, the filter claim.name() (the claim holds the name and memory:
+  // FilterRegistry::ClaimName), durable before it is visible. Single node
+  // only: FAILED_PRECONDITION without the write-ahead log. In the calling
+  // thread, holding the lock of file operations throughout (snapshots,
+  // drops and log truncation wait; the caller is not one of gRPC's threads).
+  //
+  // The order, so that a crash at any instant leaves the whole filter or
+  // none:
+  //  1. its snapshot file, <name>.cuckoo (written, fsync'ed, renamed, the
+  //     directory fsync'ed), recording filter id 0 and every shard's
+  //     position at the log's last lsn then (the positions of the file it
+  //     came from belong to another log);
+  //  2. its creation record in the log, whose lsn becomes its id, fsync'ed;
+  //  3. published in the registry.
+  // A crash before 1's rename leaves no file: no filter. After it, start-up
+  // loads the file; a record from 2 that reached the disk gives the filter
+  // its id (start-up takes a creation of the name after the file's
+  // positions for its own; one at or before them is of an earlier filter of
+  // the name), and without one start-up logs a creation for it (as for a
+  // version-1 snapshot). Either way its later writes replay onto it. The
+  // next snapshot of the filter writes its id into the file.
+  // On failure nothing changes: a file that failed to be written is removed,
+  // and should publishing fail after 2 (an allocation), the creation is
+  // logged as dropped and the file removed. The exception is a failure of
+  // the log itself in 2: the file then stays, and the process exits
+  // (WalOptions::on_failure), so the restart has the whole filter; the call
+  // is answered with the log's error (or not at all).
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> ImportNow(FilterRegistry::Claim claim,
+                                                          std::unique_ptr<CuckooFilter> filter,
+                                                          SnapshotWriteResult* written,
+                                                          uint64_t* lsn);
 
  private:
   struct Job;

@@ -7,7 +7,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <future>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -128,6 +130,51 @@ TEST_F(ClientTest, ServerStatusesComeBackWithCodeAndMessage) {
   auto freed = client_->DropFilter("f");
   ASSERT_TRUE(freed.ok());
   EXPECT_EQ(*freed, (*list)[0].memory_bytes());
+}
+
+// Export into a stream, import from one: the filter comes back whole under
+// its new name, chunked both ways (the test server's messages are 1 MiB).
+TEST_F(ClientTest, ExportIntoAStreamAndImportFromOneMakeTheSameFilter) {
+  v1::CreateFilterRequest big;
+  big.set_name("big");
+  big.set_capacity(1'500'000);  // About 2 MB: several chunks.
+  big.set_seed(3);
+  ASSERT_TRUE(client_->CreateFilter(big).ok());
+  const std::vector<std::string> keys = Keys(4, 3000);
+  ASSERT_TRUE(client_->Insert("big", Views(keys)).ok());
+  std::ostringstream out;
+  absl::StatusOr<client::Client::ExportInfo> exported =
+      client_->ExportFilter("big", out, absl::Seconds(30));
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  EXPECT_EQ(exported->total_bytes, out.str().size());
+  EXPECT_GT(exported->total_bytes, uint64_t{1} << 20);
+  EXPECT_EQ(exported->items, 3000u);
+  EXPECT_EQ(exported->filter.name(), "big");
+  EXPECT_GE(client_->last_log_position(), exported->log_position);
+
+  std::istringstream in(out.str());
+  absl::StatusOr<v1::ImportFilterResponse> imported =
+      client_->ImportFilter("copy", in, absl::Seconds(30));
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  EXPECT_EQ(imported->bytes(), out.str().size());
+  EXPECT_EQ(imported->filter().items(), 3000u);
+  EXPECT_EQ(imported->filter().seed(), 3u);
+  EXPECT_EQ(client_->last_log_position(), imported->log_position());
+  auto found = client_->Lookup("copy", Views(keys));
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(std::count(found->begin(), found->end(), true), 3000);
+
+  // A sink's error cancels the export and comes back as it is.
+  auto refused = client_->ExportFilter(
+      "big", [](std::string_view) { return absl::DataLossError("disk full here"); },
+      absl::Seconds(30));
+  EXPECT_EQ(refused.status(), absl::DataLossError("disk full here"));
+  // A server error comes back with its code, a repeat of the import too.
+  EXPECT_EQ(client_->ExportFilter("nope", out, absl::Seconds(5)).status().code(),
+            absl::StatusCode::kNotFound);
+  std::istringstream again(out.str());
+  EXPECT_EQ(client_->ImportFilter("copy", again, absl::Seconds(30)).status().code(),
+            absl::StatusCode::kAlreadyExists);
 }
 
 TEST(ClientUnreachableTest, AnUnreachableServerIsUnavailableWithinTheTimeout) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <thread>
+#include <utility>
 
 namespace cuckoo {
 namespace {
@@ -28,6 +29,56 @@ TEST(RegistryTest, NamesThatCouldBePathsOrAreMalformedAreRejected) {
   }
   absl::Status s = FilterRegistry::ValidateName(std::string(129, 'a'));
   EXPECT_THAT(Message(s), HasSubstr("129 bytes"));
+}
+
+// ImportFilter's claim: the name, a filter of the count and the memory are
+// held while the filter is read and made durable, then published, or given
+// back if it never is.
+TEST(RegistryTest, AClaimHoldsTheNameCountAndMemoryUntilPublishedOrReleased) {
+  const FilterShape shape = *ComputeShape({.capacity = 1000, .seed = 5});
+  const uint64_t bytes = CuckooFilter::MemoryBytes(shape);
+  FilterRegistry reg({.memory_budget_bytes = 3 * bytes, .max_filters = 2});
+  absl::StatusOr<FilterRegistry::Claim> claim = reg.ClaimName("g", bytes);
+  ASSERT_TRUE(claim.ok()) << claim.status();
+  EXPECT_TRUE(claim->held());
+  EXPECT_EQ(reg.memory_bytes(), bytes);
+  EXPECT_EQ(reg.size(), 0u);
+  EXPECT_EQ(reg.Get("g").status().code(), absl::StatusCode::kNotFound);
+  // The name is taken while claimed, by a create, an add or another claim.
+  for (const absl::Status& s :
+       {reg.Create("g", {.capacity = 10}).status(), reg.ClaimName("g", 1).status(),
+        reg.CheckRoom("g", 1), reg.Add("g", *CuckooFilter::FromShape(shape)).status()}) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists) << s;
+    EXPECT_THAT(Message(s), HasSubstr("\"g\" is being added"));
+  }
+  // It counts as a filter: max_filters 2 leaves room for one more.
+  ASSERT_TRUE(reg.Create("a", {.capacity = 1000}).ok());
+  EXPECT_EQ(reg.ClaimName("b", 1).status().code(), absl::StatusCode::kResourceExhausted);
+  // Released unpublished (here by a move-assignment over it), it gives all back.
+  *claim = FilterRegistry::Claim();
+  EXPECT_EQ(reg.memory_bytes(), reg.Get("a").value()->memory_bytes());
+  claim = reg.ClaimName("g", bytes);
+  ASSERT_TRUE(claim.ok()) << claim.status();
+  // Too little memory for a claim: nothing is held.
+  EXPECT_EQ(reg.ClaimName("h", 10 * bytes).status().code(), absl::StatusCode::kResourceExhausted);
+  // Published: the filter has the name, and the claim's charge is its own.
+  auto added = reg.AddClaimed(*std::move(claim), *CuckooFilter::FromShape(shape));
+  ASSERT_TRUE(added.ok()) << added.status();
+  EXPECT_EQ(reg.Get("g").value().get(), added->get());
+  EXPECT_EQ(reg.size(), 2u);
+  EXPECT_EQ(reg.memory_bytes(), 2 * bytes);
+  ASSERT_TRUE(reg.Drop("g").ok());
+  added->reset();
+  EXPECT_EQ(reg.memory_bytes(), bytes);
+  // A claim taken by value and not published is released with it.
+  {
+    auto c = reg.ClaimName("h", bytes);
+    ASSERT_TRUE(c.ok());
+    EXPECT_EQ(reg.memory_bytes(), 2 * bytes);
+  }
+  EXPECT_EQ(reg.memory_bytes(), bytes);
+  EXPECT_TRUE(reg.ClaimName("h", bytes).ok());
+  EXPECT_EQ(reg.memory_bytes(), bytes);  // (Released again at once.)
 }
 
 TEST(RegistryTest, CreateGetListDrop) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/snapshot.h"
 #include "tests/e2e/cluster_harness.h"
 
 namespace cuckoo::testing {
@@ -276,6 +277,53 @@ TEST(ClusterTest, NewEmptyReplicaRebuildsEveryFilterFromTheStream) {
             std::string::npos)
       << fresh.process().process().out();
   ExpectIdenticalReplicas(c, {0, 2});
+}
+
+// A replica exports its copy of a filter while the cluster serves: the file
+// records the filter's id (its creation's stream position) and the shards'
+// stream positions. Imports are refused: a replica changes only through the
+// log.
+TEST(ClusterTest, AReplicaExportsItsCopyWithStreamPositionsAndRefusesImports) {
+  TestCluster c(2);
+  const uint64_t created = Create(c.replica(0), "a", 20'000).log_position();
+  const uint64_t p = Insert(c.replica(0), "a", Keys("x", 5000), "", created).log_position();
+  ASSERT_TRUE(c.replica(1).WaitCaughtUp(p));
+  grpc::ClientContext ctx;
+  v1::ExportFilterRequest req;
+  req.set_name("a");
+  auto reader = c.replica(1).stub().ExportFilter(WithDeadline(&ctx), req);
+  std::string bytes;
+  v1::ExportFilterChunk chunk, first;
+  for (bool got_first = false; reader->Read(&chunk); got_first = true) {
+    if (!got_first) first = chunk;
+    bytes += chunk.data();
+  }
+  const grpc::Status s = reader->Finish();
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(first.total_bytes(), bytes.size());
+  EXPECT_EQ(first.items(), 5000u);
+  EXPECT_GE(first.log_position(), p);
+  EXPECT_EQ(first.filter_id(), created);
+  absl::StatusOr<LoadedSnapshot> parsed = ParseSnapshot(
+      absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+      "export", "a");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->filter_id, created);
+  EXPECT_EQ(parsed->max_position, p);
+
+  grpc::ClientContext import_ctx;
+  v1::ImportFilterResponse resp;
+  auto writer = c.replica(0).stub().ImportFilter(WithDeadline(&import_ctx), &resp);
+  v1::ImportFilterChunk in;
+  in.set_name("b");
+  in.set_data(bytes);
+  writer->Write(in);
+  writer->WritesDone();
+  const grpc::Status refused = writer->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(refused.error_message().find("import into a cluster is not supported yet"),
+            std::string::npos)
+      << refused.error_message();
 }
 
 }  // namespace

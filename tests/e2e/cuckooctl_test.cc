@@ -11,12 +11,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "tests/e2e/process.h"
 
 namespace cuckoo::testing {
@@ -565,6 +567,8 @@ TEST_F(CuckooctlTest, HelpDescribesEveryCommandFlagAndExitCode) {
                            "list",
                            "drop NAME",
                            "server-info",
+                           "export NAME [--file=PATH|-]",
+                           "import NAME [--file=PATH|-]",
                            "health [SERVICE]",
                            "insert NAME [KEY...]",
                            "lookup NAME [KEY...]",
@@ -890,6 +894,110 @@ TEST_F(CuckooctlTest, RequestIdCoversEveryBatchOfALargeInput) {
               "insert big: 25000 keys: 25000 inserted, 0 already_present, 0 full\n");
   }
   EXPECT_EQ(Fields(Ctl({"info", "big"}).out)["items"], "25000");
+}
+
+// A snapshot is binary: never written to, or read from, a terminal. (Run
+// under script(1), which gives the command a terminal.)
+TEST_F(CuckooctlTest, ExportAndImportRefuseATerminal) {
+  if (!std::filesystem::exists("/usr/bin/script")) GTEST_SKIP() << "no /usr/bin/script";
+  for (const char* command : {"export f", "import g"}) {
+    SCOPED_TRACE(command);
+    Result r =
+        RunProcess({"/usr/bin/script", "-qec",
+                    std::string(CUCKOOCTL_PATH) + " --target=" + server_->address() + " " + command,
+                    "/dev/null"});
+    EXPECT_EQ(r.code, 2) << Describe(r);
+    EXPECT_THAT(r.out, HasSubstr("cuckooctl: refusing to "));
+    EXPECT_THAT(r.out, HasSubstr("a binary snapshot"));
+  }
+}
+
+// A backup and its restore: export writes the filter's snapshot file, import
+// makes a filter of it again (under another name), and the imported filter
+// is durable when import returns, even across a kill -9.
+TEST_F(CuckooctlTest, ExportThenImportRoundTripsAFilterThatSurvivesAKill) {
+  CreateExactFilter("f");
+  std::string keys_text, absent_text;
+  for (int i = 0; i < 500; ++i) keys_text += "key-" + std::to_string(i) + "\n";
+  for (int i = 0; i < 100; ++i) absent_text += "other-" + std::to_string(i) + "\n";
+  const std::string keys = files_.path() + "/keys.txt";
+  const std::string absent = files_.path() + "/absent.txt";
+  WriteFile(keys, keys_text);
+  WriteFile(absent, absent_text);
+  ASSERT_EQ(Ctl({"insert", "f", "--file=" + keys, "--quiet"}).code, 0);
+
+  const std::string backup = files_.path() + "/f.cuckoo";
+  Result exported = Ctl({"export", "f", "--file=" + backup});
+  ASSERT_EQ(exported.code, 0) << Describe(exported);
+  EXPECT_EQ(exported.err, "");
+  const std::string file = ReadFile(backup);
+  EXPECT_THAT(exported.out, AllOf(StartsWith("exported f: 500 items, " +
+                                             std::to_string(file.size()) + " bytes ("),
+                                  HasSubstr("iB) to " + backup + "; log position ")));
+  EXPECT_TRUE(
+      file.starts_with("\x89"
+                       "CUCKOO\n"))
+      << "not a snapshot file";
+
+  Result imported = Ctl({"import", "g", "--file=" + backup});
+  ASSERT_EQ(imported.code, 0) << Describe(imported);
+  std::map<std::string, std::string> g = Fields(imported.out);
+  EXPECT_EQ(g["name"], "g");
+  EXPECT_EQ(g["items"], "500");
+  EXPECT_EQ(g["seed"], "7");
+  EXPECT_EQ(g["fingerprint_bits"], "32");
+  EXPECT_THAT(g["imported"], HasSubstr("a snapshot of filter f"));
+  Result lookup = Ctl({"lookup", "g", "--file=" + keys, "--quiet"});
+  EXPECT_EQ(lookup.code, 0) << Describe(lookup);
+  EXPECT_EQ(NoPositions(lookup.out), "lookup g: 500 keys: 500 present, 0 absent\n");
+  Result others = Ctl({"lookup", "g", "--file=" + absent, "--quiet"});
+  EXPECT_EQ(NoPositions(others.out), "lookup g: 100 keys: 0 present, 100 absent\n");
+
+  // Through a pipe: export to stdout (the summary on stderr), import from stdin.
+  Result to_stdout = Ctl({"export", "f", "--format=json"});
+  ASSERT_EQ(to_stdout.code, 0) << Describe(to_stdout);
+  EXPECT_EQ(to_stdout.out.size(), file.size());
+  EXPECT_THAT(to_stdout.err, AllOf(HasSubstr("{\"name\":\"f\",\"file\":\"stdout\",\"bytes\":" +
+                                             std::to_string(file.size())),
+                                   HasSubstr("\"items\":500")));
+  Result from_stdin = Ctl({"import", "h", "--file=-"}, to_stdout.out);
+  ASSERT_EQ(from_stdin.code, 0) << Describe(from_stdin);
+  EXPECT_EQ(Fields(from_stdin.out)["items"], "500");
+
+  // Errors: a taken name, a damaged file (nothing created), no such file.
+  Result taken = Ctl({"import", "g", "--file=" + backup});
+  EXPECT_EQ(taken.code, 3);
+  EXPECT_EQ(taken.err, "cuckooctl: ALREADY_EXISTS: filter \"g\" already exists\n");
+  const std::string cut = files_.path() + "/cut.cuckoo";
+  WriteFile(cut, file.substr(0, file.size() / 2));
+  Result truncated = Ctl({"import", "x", "--file=" + cut});
+  EXPECT_EQ(truncated.code, 3);
+  EXPECT_THAT(truncated.err, StartsWith("cuckooctl: DATA_LOSS: the snapshot sent for filter "
+                                        "\"x\""));
+  EXPECT_THAT(truncated.err, HasSubstr("truncated"));
+  EXPECT_EQ(Ctl({"info", "x"}).code, 3);
+  Result missing = Ctl({"import", "x", "--file=" + files_.path() + "/none"});
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_THAT(missing.err, StartsWith("cuckooctl: cannot open --file="));
+  Result unknown = Ctl({"export", "nope", "--file=" + files_.path() + "/nope.cuckoo"});
+  EXPECT_EQ(unknown.code, 3);
+  EXPECT_EQ(unknown.err, "cuckooctl: NOT_FOUND: filter \"nope\" not found\n");
+  EXPECT_FALSE(std::filesystem::exists(files_.path() + "/nope.cuckoo"))
+      << "a failed export left a file";
+
+  // kill -9 right after the imports, before any snapshot: both are there whole.
+  server_->process().Signal(SIGKILL);
+  EXPECT_EQ(server_->process().Wait(), 128 + SIGKILL);
+  StartServer({});
+  for (const char* name : {"g", "h"}) {
+    SCOPED_TRACE(name);
+    Result after = Ctl({"lookup", name, "--file=" + keys, "--quiet"});
+    EXPECT_EQ(after.code, 0) << Describe(after);
+    EXPECT_EQ(NoPositions(after.out),
+              absl::StrCat("lookup ", name, ": 500 keys: 500 present, 0 absent\n"));
+    EXPECT_EQ(Fields(Ctl({"info", name}).out)["items"], "500");
+  }
+  EXPECT_EQ(Ctl({"info", "x"}).code, 3);
 }
 
 }  // namespace

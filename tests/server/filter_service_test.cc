@@ -4,12 +4,17 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "core/cuckoo_filter.h"
+#include "core/snapshot.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/core/test_keys.h"
 #include "tests/server/test_server.h"
@@ -927,6 +932,521 @@ TEST_F(RequestIdTest, LogPositionsGrowWithWritesAndReadsAnswerAtTheLatest) {
   StartServer(testing::TestConfig(dir_.path()));
   EXPECT_EQ(Lookup("f", {"a"}).response.log_position(), p2);
   EXPECT_GT(Insert("f", {"b"}).response.log_position(), p2);
+}
+
+}  // namespace
+}  // namespace cuckoo
+
+// ExportFilter and ImportFilter.
+namespace cuckoo {
+namespace {
+
+namespace fs = std::filesystem;
+
+class FilterServiceTransferTest : public FilterServiceTest {
+ protected:
+  struct Exported {
+    grpc::Status status;
+    std::string bytes;
+    v1::ExportFilterChunk first;  // Its metadata (data cleared).
+    size_t chunks = 0;
+    size_t largest_chunk = 0;
+  };
+
+  Exported Export(const std::string& name) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    v1::ExportFilterRequest req;
+    req.set_name(name);
+    std::unique_ptr<grpc::ClientReader<v1::ExportFilterChunk>> reader =
+        stub_->ExportFilter(&ctx, req);
+    Exported e;
+    v1::ExportFilterChunk chunk;
+    while (reader->Read(&chunk)) {
+      if (e.chunks++ == 0) {
+        e.first = chunk;
+        e.first.clear_data();
+      } else {
+        EXPECT_EQ(chunk.total_bytes(), 0u) << "metadata in chunk " << e.chunks;
+        EXPECT_FALSE(chunk.has_filter()) << "metadata in chunk " << e.chunks;
+      }
+      e.largest_chunk = std::max(e.largest_chunk, chunk.data().size());
+      e.bytes += chunk.data();
+    }
+    e.status = reader->Finish();
+    return e;
+  }
+
+  // Sends `bytes` as an import of `name` in chunks of `chunk` bytes; the
+  // first chunk names the filter (unless `name` is empty) and announces
+  // `total` (0: nothing).
+  Reply<v1::ImportFilterResponse> Import(const std::string& name, const std::string& bytes,
+                                         size_t chunk = 256 << 10, uint64_t total = 0) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    Reply<v1::ImportFilterResponse> r;
+    std::unique_ptr<grpc::ClientWriter<v1::ImportFilterChunk>> writer =
+        stub_->ImportFilter(&ctx, &r.response);
+    size_t offset = 0;
+    for (bool first = true; first || offset < bytes.size(); first = false) {
+      v1::ImportFilterChunk c;
+      if (first) {
+        c.set_name(name);
+        c.set_total_bytes(total);
+      }
+      const size_t n = std::min(chunk, bytes.size() - offset);
+      c.set_data(bytes.substr(offset, n));
+      offset += n;
+      if (!writer->Write(c)) break;
+    }
+    writer->WritesDone();
+    r.status = writer->Finish();
+    return r;
+  }
+
+  // Every key of `keys` the filter says is present (of those looked up in
+  // batches the server takes).
+  size_t CountPresent(const std::string& filter, const std::vector<std::string>& keys) {
+    size_t present = 0;
+    for (size_t i = 0; i < keys.size(); i += 1000) {
+      std::vector<std::string> batch(keys.begin() + i,
+                                     keys.begin() + std::min(keys.size(), i + 1000));
+      auto r = Lookup(filter, batch);
+      EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+      present += r.response.present_count();
+    }
+    return present;
+  }
+
+  void InsertAll(const std::string& filter, const std::vector<std::string>& keys) {
+    for (size_t i = 0; i < keys.size(); i += 1000) {
+      std::vector<std::string> batch(keys.begin() + i,
+                                     keys.begin() + std::min(keys.size(), i + 1000));
+      auto r = Insert(filter, batch);
+      ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+      ASSERT_EQ(r.response.inserted(), batch.size());
+    }
+  }
+
+  // What a kill -9 leaves: data directory `dir` as it is now, copied (while
+  // nothing writes to it).
+  std::string CopyOf(const std::string& dir, const std::string& label) {
+    const std::string copy = copies_.path() + "/" + label;
+    fs::copy(dir, copy, fs::copy_options::recursive);
+    return copy;
+  }
+
+  static void ExpectSameShape(const v1::FilterInfo& a, const v1::FilterInfo& b) {
+    EXPECT_EQ(a.capacity(), b.capacity());
+    EXPECT_EQ(a.fingerprint_bits(), b.fingerprint_bits());
+    EXPECT_EQ(a.bucket_size(), b.bucket_size());
+    EXPECT_EQ(a.shards(), b.shards());
+    EXPECT_EQ(a.max_kicks(), b.max_kicks());
+    EXPECT_EQ(a.seed(), b.seed());
+    EXPECT_EQ(a.hash_id(), b.hash_id());
+    EXPECT_EQ(a.buckets_per_shard(), b.buckets_per_shard());
+    EXPECT_EQ(a.slots(), b.slots());
+    EXPECT_EQ(a.semi_sort(), b.semi_sort());
+    EXPECT_EQ(a.memory_bytes(), b.memory_bytes());
+  }
+
+  std::vector<std::string> FilesIn(const std::string& dir) {
+    std::vector<std::string> files;
+    for (const auto& e : fs::recursive_directory_iterator(dir)) {
+      const std::string file = fs::relative(e.path(), dir).string();
+      // (The log's segments come and go on their own.)
+      if (e.is_regular_file() && !file.starts_with("wal/")) files.push_back(file);
+    }
+    std::sort(files.begin(), files.end());
+    return files;
+  }
+
+  testing::TempDir copies_;
+};
+
+// The brief's main promise: an export taken while a client keeps inserting
+// holds every key acknowledged before it started, and imports (under another
+// name, on the same server) as a filter of the same shape and items.
+TEST_F(FilterServiceTransferTest,
+       AnExportTakenWhileInsertsGoOnImportsWithEveryKeyAcknowledgedBefore) {
+  v1::CreateFilterRequest create;
+  create.set_name("f");
+  create.set_capacity(4'000'000);  // A snapshot of about 5.6 MB: six chunks.
+  create.set_seed(11);
+  create.set_shards(4);
+  ASSERT_TRUE(Call(&v1::FilterService::Stub::CreateFilter, create).status.ok());
+  const std::vector<std::string> keys = Keys(5, 200'000);
+  // Acknowledged keys are a prefix of `keys`: the writer inserts in order.
+  std::atomic<size_t> acknowledged{0};
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures{0};
+  std::thread writer([&] {
+    auto stub = v1::FilterService::NewStub(
+        grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()));
+    for (size_t i = 0; i < keys.size() && !stop.load(); i += 500) {
+      v1::InsertRequest req;
+      req.set_filter("f");
+      for (size_t k = i; k < i + 500; ++k) req.add_keys(keys[k]);
+      grpc::ClientContext ctx;
+      v1::InsertResponse resp;
+      if (!stub->Insert(&ctx, req, &resp).ok() || resp.inserted() != 500) {
+        ++failures;
+        return;
+      }
+      acknowledged.store(i + 500);
+    }
+  });
+  while (acknowledged.load() < 20'000) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const size_t before = acknowledged.load();
+  const Exported e = Export("f");
+  const size_t after = acknowledged.load();
+  stop.store(true);
+  writer.join();
+  ASSERT_TRUE(e.status.ok()) << e.status.error_message();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GT(after, before) << "the inserts did not go on during the export";
+
+  // The stream: chunks of at most 1 MiB (the test server's messages are
+  // 1 MiB), the metadata in the first.
+  EXPECT_GE(e.chunks, 5u);
+  EXPECT_LE(e.largest_chunk, size_t{1} << 20);
+  EXPECT_EQ(e.first.total_bytes(), e.bytes.size());
+  EXPECT_EQ(e.first.filter().name(), "f");
+  EXPECT_GE(e.first.items(), before);
+  EXPECT_GE(e.first.log_position(), 1u);
+  // Exactly a snapshot file in the current format, with the filter's id.
+  absl::StatusOr<LoadedSnapshot> parsed = ParseSnapshot(
+      absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(e.bytes.data()), e.bytes.size()),
+      "export", "f");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->format_version, kSnapshotFormatVersion);
+  EXPECT_EQ(parsed->items, e.first.items());
+  EXPECT_EQ(parsed->filter_id, e.first.filter_id());
+  EXPECT_EQ(parsed->filter_id, (*server_->registry().Get("f"))->id());
+  EXPECT_GE(parsed->max_position, parsed->filter_id);
+
+  const auto imported = Import("copy", e.bytes);
+  ASSERT_TRUE(imported.status.ok()) << imported.status.error_message();
+  EXPECT_EQ(imported.response.bytes(), e.bytes.size());
+  EXPECT_EQ(imported.response.source_name(), "f");
+  EXPECT_GT(imported.response.log_position(), e.first.log_position());
+  const v1::FilterInfo copy = Get("copy").response.filter();
+  EXPECT_EQ(copy.name(), "copy");
+  EXPECT_EQ(copy.items(), e.first.items());
+  EXPECT_EQ(imported.response.filter().items(), e.first.items());
+  ExpectSameShape(copy, Get("f").response.filter());
+  const std::vector<std::string> acked_before(keys.begin(), keys.begin() + before);
+  EXPECT_EQ(CountPresent("copy", acked_before), before);
+  // The copy is a filter like any other: it takes writes.
+  auto more = Insert("copy", {"new-key"});
+  ASSERT_TRUE(more.status.ok());
+  EXPECT_GT(more.response.log_position(), imported.response.log_position());
+  EXPECT_EQ(Get("copy").response.filter().items(), e.first.items() + 1);
+  // Nothing private is left in the data directory.
+  for (const std::string& f : FilesIn(dir_.path())) {
+    EXPECT_FALSE(f.starts_with(".export") || f.starts_with(".import")) << f;
+  }
+}
+
+TEST_F(FilterServiceTransferTest, DamagedOrCutShortImportsFailNamingTheProblemAndCreateNothing) {
+  ASSERT_TRUE(Create("f", 10'000).status.ok());
+  ASSERT_NO_FATAL_FAILURE(InsertAll("f", Keys(1, 3000)));
+  const Exported e = Export("f");
+  ASSERT_TRUE(e.status.ok()) << e.status.error_message();
+  const std::vector<std::string> files_before = FilesIn(dir_.path());
+
+  struct Case {
+    std::string label;
+    std::string bytes;
+    uint64_t total;
+    grpc::StatusCode code;
+    std::string message;
+  };
+  std::string flipped = e.bytes;
+  flipped[flipped.size() / 2] ^= 0x10;
+  std::string bad_magic = e.bytes;
+  bad_magic[1] = 'X';
+  const std::vector<Case> cases = {
+      {"truncated", e.bytes.substr(0, e.bytes.size() - 100), 0, grpc::StatusCode::DATA_LOSS,
+       "truncated"},
+      {"cut to its header", e.bytes.substr(0, 320), 0, grpc::StatusCode::DATA_LOSS, "truncated"},
+      {"a flipped bit", flipped, 0, grpc::StatusCode::DATA_LOSS, "checksum"},
+      {"bad magic", bad_magic, 0, grpc::StatusCode::DATA_LOSS, "not a cuckood snapshot"},
+      {"empty", "", 0, grpc::StatusCode::DATA_LOSS, "empty file"},
+      {"extra bytes", e.bytes + "x", 0, grpc::StatusCode::DATA_LOSS,
+       "1 unexpected bytes after the end"},
+      {"short of total_bytes", e.bytes.substr(0, 1000), e.bytes.size(),
+       grpc::StatusCode::INVALID_ARGUMENT, "ended after 1000 of the"},
+      {"past total_bytes", e.bytes, 1000, grpc::StatusCode::INVALID_ARGUMENT,
+       "more bytes arrived than the 1000 total_bytes"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.label);
+    const auto r = Import("g", c.bytes, 4096, c.total);
+    EXPECT_EQ(r.status.error_code(), c.code) << r.status.error_message();
+    EXPECT_THAT(r.status.error_message(), HasSubstr(c.message));
+    if (c.code == grpc::StatusCode::DATA_LOSS) {
+      EXPECT_THAT(r.status.error_message(), HasSubstr("the snapshot sent for filter \"g\""));
+    }
+    EXPECT_EQ(Get("g").status.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(server_->registry().size(), 1u);
+  }
+  // No name, a bad one, another one in a later chunk.
+  auto unnamed = Import("", e.bytes);
+  EXPECT_EQ(unnamed.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(unnamed.status.error_message(), HasSubstr("must carry the new filter's name"));
+  auto bad = Import("../etc", e.bytes);
+  EXPECT_EQ(bad.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.status.error_message(), HasSubstr("must start with a letter or digit"));
+  {
+    grpc::ClientContext ctx;
+    v1::ImportFilterResponse resp;
+    auto writer = stub_->ImportFilter(&ctx, &resp);
+    v1::ImportFilterChunk c;
+    c.set_name("g");
+    c.set_data(e.bytes.substr(0, 100));
+    writer->Write(c);
+    c.set_name("h");
+    c.set_data(e.bytes.substr(100));
+    writer->Write(c);
+    writer->WritesDone();
+    const grpc::Status s = writer->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("names filter \"h\""));
+  }
+  // Nothing changed: no filter, no file, the memory all given back.
+  EXPECT_EQ(server_->registry().size(), 1u);
+  EXPECT_EQ(FilesIn(dir_.path()), files_before);
+  EXPECT_EQ(server_->registry().memory_bytes(), Get("f").response.filter().memory_bytes());
+  // And the intact file still imports.
+  EXPECT_TRUE(Import("g", e.bytes).status.ok());
+}
+
+TEST_F(FilterServiceTransferTest,
+       ImportOverATakenNameIsAlreadyExistsAndExportOfAnUnknownFilterNotFound) {
+  ASSERT_TRUE(Create("f", 1000).status.ok());
+  ASSERT_TRUE(Create("g", 2000).status.ok());
+  ASSERT_TRUE(Insert("g", {"kept"}).status.ok());
+  const Exported e = Export("f");
+  ASSERT_TRUE(e.status.ok());
+  const auto taken = Import("g", e.bytes);
+  EXPECT_EQ(taken.status.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_THAT(taken.status.error_message(), HasSubstr("filter \"g\" already exists"));
+  EXPECT_EQ(Get("g").response.filter().capacity(), 2000u);
+  EXPECT_EQ(Get("g").response.filter().items(), 1u);
+  // Importing a filter under its own (taken) name, too.
+  EXPECT_EQ(Import("f", e.bytes).status.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+
+  const Exported unknown = Export("nope");
+  EXPECT_EQ(unknown.status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(unknown.status.error_message(), HasSubstr("\"nope\""));
+  EXPECT_EQ(unknown.chunks, 0u);
+  EXPECT_EQ(Export("bad/name").status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(FilterServiceTransferTest, ImportsLargerThanTheMemoryBudgetAreRefusedEarly) {
+  server::ServerConfig config = testing::TestConfig(dir_.path());
+  config.memory_budget_bytes = 1 << 20;
+  StartServer(config);
+  // Announced: refused at the first chunk.
+  auto announced = Import("g", "x", 1, uint64_t{1} << 30);
+  EXPECT_EQ(announced.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(announced.status.error_message(), HasSubstr("memory budget of 1048576 bytes"));
+  // Streamed: refused once past the budget plus 1 MiB.
+  auto streamed = Import("g", std::string(3 << 20, 'x'), 512 << 10);
+  EXPECT_EQ(streamed.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(streamed.status.error_message(), HasSubstr("no filter it can hold"));
+  // A snapshot whose filter does not fit the budget: the registry's check.
+  StartServer(testing::TestConfig(copies_.path()));
+  ASSERT_TRUE(Create("f", 1'000'000).status.ok());  // About 1.4 MB: under the limit of 2 MiB.
+  const Exported e = Export("f");
+  ASSERT_TRUE(e.status.ok());
+  config.data_dir = dir_.path();
+  StartServer(config);
+  auto too_big = Import("g", e.bytes, 512 << 10, e.bytes.size());
+  EXPECT_EQ(too_big.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(too_big.status.error_message(), HasSubstr("of the memory budget of 1048576 bytes"));
+  EXPECT_EQ(server_->registry().size(), 0u);
+  EXPECT_EQ(server_->registry().memory_bytes(), 0u);
+}
+
+// One chunk in flight per export, and at most two exports: a client that
+// stops reading holds its export (and its slot), and a third is refused.
+TEST_F(FilterServiceTransferTest, MoreThanTwoExportsAtOnceAreResourceExhaustedNamingTheLimit) {
+  v1::CreateFilterRequest create;
+  create.set_name("big");
+  create.set_capacity(16'000'000);  // A snapshot of about 23 MB.
+  create.set_seed(1);
+  ASSERT_TRUE(Call(&v1::FilterService::Stub::CreateFilter, create).status.ok());
+  struct Slow {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReader<v1::ExportFilterChunk>> reader;
+  };
+  std::vector<std::unique_ptr<Slow>> slow;
+  for (int i = 0; i < 2; ++i) {
+    auto s = std::make_unique<Slow>();
+    v1::ExportFilterRequest req;
+    req.set_name("big");
+    s->reader = stub_->ExportFilter(&s->ctx, req);
+    v1::ExportFilterChunk first;
+    ASSERT_TRUE(s->reader->Read(&first));  // Running; then it reads no more.
+    EXPECT_GT(first.total_bytes(), 16u << 20);
+    slow.push_back(std::move(s));
+  }
+  const Exported third = Export("big");
+  EXPECT_EQ(third.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(third.status.error_message(), HasSubstr("2 exports are running already"));
+  EXPECT_THAT(third.status.error_message(), HasSubstr("the limit is 2 at a time"));
+  // Meanwhile the filter serves.
+  EXPECT_TRUE(Insert("big", {"during"}).status.ok());
+  EXPECT_TRUE(Lookup("big", {"during"}).response.present(0));
+  const std::string metrics = server_->metrics().Render({});
+  EXPECT_THAT(
+      metrics,
+      HasSubstr(
+          R"(cuckood_rpc_requests_total{code="RESOURCE_EXHAUSTED",method="ExportFilter"} 1)"));
+  // Cancelled, they give their slots back.
+  for (auto& s : slow) {
+    s->ctx.TryCancel();
+    (void)s->reader->Finish();
+  }
+  slow.clear();
+  Exported again;
+  for (int i = 0; i < 200; ++i) {
+    again = Export("big");
+    if (again.status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(again.status.ok()) << again.status.error_message();
+  EXPECT_EQ(again.bytes.size(), again.first.total_bytes());
+  EXPECT_THAT(server_->metrics().Render({}),
+              HasSubstr(R"(cuckood_rpc_requests_total{code="OK",method="ExportFilter"} 1)"));
+}
+
+// The imported filter is durable when answered: a restart (clean, or from
+// the data directory as a kill -9 leaves it) has it with its content and the
+// writes made to it after the import.
+TEST_F(FilterServiceTransferTest, AnImportedFilterSurvivesRestartsWithItsContentAndLaterWrites) {
+  ASSERT_TRUE(Create("f", 50'000).status.ok());
+  const std::vector<std::string> a = Keys(1, 20'000);
+  ASSERT_NO_FATAL_FAILURE(InsertAll("f", a));
+  const Exported e = Export("f");
+  ASSERT_TRUE(e.status.ok());
+  // "g" existed before, and was dropped: the log still holds its creation,
+  // which must not claim the imported filter on replay.
+  ASSERT_TRUE(Create("g", 50'000, /*seed=*/99).status.ok());
+  const std::vector<std::string> old_keys = Keys(9, 1000);
+  ASSERT_NO_FATAL_FAILURE(InsertAll("g", old_keys));
+  ASSERT_TRUE(Drop("g").status.ok());
+  const auto imported = Import("g", e.bytes);
+  ASSERT_TRUE(imported.status.ok()) << imported.status.error_message();
+  // On disk at once, before any snapshot: the imported file.
+  EXPECT_TRUE(fs::exists(dir_.path() + "/g.cuckoo"));
+  const std::string at_answer = CopyOf(dir_.path(), "at-answer");
+  const std::vector<std::string> b = Keys(2, 5000);
+  ASSERT_NO_FATAL_FAILURE(InsertAll("g", b));
+  ASSERT_TRUE(Delete("g", {a[0]}).status.ok());
+  const std::string after_writes = CopyOf(dir_.path(), "after-writes");
+  const uint64_t items = a.size() + b.size() - 1;
+  EXPECT_EQ(Get("g").response.filter().items(), items);
+
+  auto check = [&](const std::string& label, uint64_t want_items, bool with_b) {
+    SCOPED_TRACE(label);
+    const auto info = Get("g");
+    ASSERT_TRUE(info.status.ok()) << info.status.error_message();
+    EXPECT_EQ(info.response.filter().items(), want_items);
+    EXPECT_EQ(info.response.filter().seed(), 7u);  // The imported filter's, not the dropped one's.
+    EXPECT_EQ(CountPresent("g", std::vector<std::string>(a.begin() + 1, a.end())), a.size() - 1);
+    if (with_b) {
+      EXPECT_EQ(CountPresent("g", b), b.size());
+    }
+    // Later writes are logged and replayed as for any filter.
+    ASSERT_TRUE(Insert("g", {"after-restart"}).status.ok());
+    EXPECT_EQ(Get("g").response.filter().items(), want_items + 1);
+  };
+  // A kill -9 right after the answer: the file and the log's creation.
+  StartServer(testing::TestConfig(at_answer));
+  check("kill -9 at the answer", a.size(), false);
+  // A kill -9 after later writes: they replay onto the imported content.
+  StartServer(testing::TestConfig(after_writes));
+  check("kill -9 after writes", items, true);
+  StartServer(testing::TestConfig(after_writes));  // Again, from its own state.
+  EXPECT_EQ(Get("g").response.filter().items(), items + 1);
+  // A clean restart of the original (final snapshot).
+  StartServer(testing::TestConfig(dir_.path()));
+  check("clean restart", items, true);
+  StartServer(testing::TestConfig(dir_.path()));
+  EXPECT_EQ(Get("g").response.filter().items(), items + 1);
+  // The final snapshot wrote the imported filter again, with its id.
+  absl::StatusOr<LoadedSnapshot> file = ReadSnapshotFile(dir_.path() + "/g.cuckoo");
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->filter_id, imported.response.log_position());
+}
+
+// Into another server, whose log is at other positions than the source's:
+// the snapshot's positions (and id) must not make that server's replay skip
+// the writes made to the imported filter there.
+TEST_F(FilterServiceTransferTest, AnImportIntoAnotherServerReplaysTheWritesMadeThereAfterACrash) {
+  ASSERT_TRUE(Create("f", 50'000).status.ok());
+  const std::vector<std::string> a = Keys(1, 20'000);
+  ASSERT_NO_FATAL_FAILURE(InsertAll("f", a));  // 20 batches: the shards' positions reach ~21.
+  const Exported e = Export("f");
+  ASSERT_TRUE(e.status.ok());
+  ASSERT_GT(e.first.log_position(), 20u);
+  StartServer(testing::TestConfig(copies_.path() + "/other"));  // An empty data directory.
+  const auto imported = Import("g", e.bytes);
+  ASSERT_TRUE(imported.status.ok()) << imported.status.error_message();
+  EXPECT_LT(imported.response.log_position(), e.first.log_position());
+  const std::vector<std::string> b = Keys(2, 5000);
+  ASSERT_NO_FATAL_FAILURE(InsertAll("g", b));
+  const std::string crashed = CopyOf(copies_.path() + "/other", "crashed");
+  StartServer(testing::TestConfig(crashed));
+  EXPECT_EQ(Get("g").response.filter().items(), a.size() + b.size());
+  EXPECT_EQ(CountPresent("g", a), a.size());
+  EXPECT_EQ(CountPresent("g", b), b.size());
+}
+
+// The import's crash windows, each taken as a kill -9 would leave the data
+// directory: before its file is in place the filter does not exist; from
+// then on it exists whole, whether or not its creation reached the log.
+TEST_F(FilterServiceTransferTest, ACrashAtAnyStepOfAnImportLeavesNoFilterOrTheWholeFilter) {
+  std::map<std::string, std::string> copies;
+  server::PersistenceOptions hooks;
+  hooks.before_file_operation = [&](absl::string_view op, absl::string_view name) {
+    if (!absl::StartsWith(op, "import") || name != "g") return;
+    copies[std::string(op)] = CopyOf(dir_.path(), std::string(op));
+  };
+  StartServer(testing::TestConfig(dir_.path()), hooks);
+  ASSERT_TRUE(Create("f", 50'000).status.ok());
+  const std::vector<std::string> a = Keys(1, 10'000);
+  ASSERT_NO_FATAL_FAILURE(InsertAll("f", a));
+  const Exported e = Export("f");
+  ASSERT_TRUE(e.status.ok());
+  const auto imported = Import("g", e.bytes);
+  ASSERT_TRUE(imported.status.ok()) << imported.status.error_message();
+  ASSERT_EQ(copies.size(), 3u);
+
+  StartServer(testing::TestConfig(copies["import"]));
+  EXPECT_EQ(Get("g").status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_FALSE(fs::exists(copies["import"] + "/g.cuckoo"));
+  EXPECT_EQ(Get("f").response.filter().items(), a.size());
+
+  for (const char* step : {"import-file-written", "import-logged"}) {
+    SCOPED_TRACE(step);
+    StartServer(testing::TestConfig(copies[step]));
+    const auto info = Get("g");
+    ASSERT_TRUE(info.status.ok()) << info.status.error_message();
+    EXPECT_EQ(info.response.filter().items(), a.size());
+    EXPECT_EQ(CountPresent("g", a), a.size());
+    const std::vector<std::string> later = Keys(3, 2000);
+    ASSERT_NO_FATAL_FAILURE(InsertAll("g", later));
+    // And once more from there, its writes replayed from the log (no final
+    // snapshot: the copy is copied again as the server runs).
+    const std::string again = CopyOf(copies[step], std::string(step) + "-again");
+    StartServer(testing::TestConfig(again));
+    EXPECT_EQ(Get("g").response.filter().items(), a.size() + later.size());
+    EXPECT_EQ(CountPresent("g", later), later.size());
+  }
 }
 
 }  // namespace

@@ -1,0 +1,489 @@
+// FilterServiceImpl's streaming RPCs: ExportFilter and ImportFilter
+// (proto/cuckoo/v1/filter_service.proto), on gRPC's callback API.
+//
+// Both move a snapshot file (docs/SNAPSHOT_FORMAT.md) through a private file
+// in the data directory, one chunk at a time:
+// - ExportFilter writes the filter's snapshot with core/snapshot.h's writer
+//   (one shard copied at a time under its shared lock, so the filter keeps
+//   serving reads and writes) into <data-dir>/.export/<n>/, opens it, removes
+//   its name at once (so that nothing is left behind however the call ends,
+//   even a crash: the kernel frees the file with its last descriptor, and
+//   start-up removes .export/ in case the crash came during the write), and
+//   sends it in chunks of at most kExportChunkBytes.
+// - ImportFilter appends each chunk it receives to <data-dir>/.import/<n>,
+//   then reads the file back with the snapshot reader (every check start-up
+//   makes, and the registry's admission through a claim on the name and its
+//   memory), and hands the filter to Persistence::ImportNow, which makes it
+//   durable before it is visible (the crash-safety order is there).
+//
+// Threads. The disk work (the export's snapshot write, each chunk's read or
+// write, an import's check and commit) runs on FilterServiceImpl's transfer
+// threads, not on gRPC's: a snapshot of a large filter takes seconds, and
+// even a 1 MiB write can wait for the disk when the page cache is full of
+// dirty pages, while gRPC's threads serve every other call. Not on the
+// persistence thread either: an export must not hold up the periodic and
+// final snapshots or the DropFilter queue for its whole transfer, and the
+// disk work of several transfers may overlap. (An import's commit does take
+// the persistence's file lock, in ImportNow, so it is ordered with
+// snapshots, drops and log truncation.) There is one transfer thread per
+// transfer that may run (kMaxExports + kMaxImports), so no transfer waits
+// behind another's long step.
+//
+// Each call has at most one operation in flight: a callback (OnWriteDone,
+// OnReadDone) posts the next step to a transfer thread, which starts the
+// next write or read, or finishes the call. So the steps of one call never
+// run concurrently, and the reactor stays valid until its Finish: gRPC calls
+// OnDone, which deletes it, only after that.
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "boost/asio/post.hpp"
+#include "core/snapshot.h"
+#include "server/config.h"
+#include "server/filter_service.h"
+#include "server/status.h"
+#include "spdlog/spdlog.h"
+
+namespace cuckoo::server {
+namespace fs = std::filesystem;
+
+namespace {
+
+// What a chunk costs beyond its data: the first chunk's metadata (a
+// FilterInfo with a name of at most 128 bytes, a few numbers) and framing.
+constexpr uint64_t kChunkOverheadBytes = 1024;
+
+static_assert(kMaxExports * (kExportBufferBytes + 2 * kExportChunkBytes) +
+                      kMaxImports * 2 * kExportChunkBytes <=
+                  kTransferMemoryOverhead,
+              "the stated memory overhead must hold the transfers' buffers");
+
+absl::Status SystemError(absl::string_view what, const std::string& path, int err) {
+  const std::string message = absl::StrFormat(
+      "%s %s: %s", what, path, std::error_code(err, std::generic_category()).message());
+  if (err == ENOSPC || err == EDQUOT) return absl::ResourceExhaustedError(message);
+  return absl::InternalError(message);
+}
+
+absl::Status ShuttingDown() {
+  return absl::UnavailableError(
+      "cuckood is shutting down; retry against another replica or after the restart");
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// ExportFilter.
+
+class FilterServiceImpl::ExportReactor final
+    : public grpc::ServerWriteReactor<v1::ExportFilterChunk> {
+ public:
+  explicit ExportReactor(FilterServiceImpl* service)
+      : service_(service), start_(std::chrono::steady_clock::now()) {
+    service_->in_flight_.fetch_add(1, std::memory_order_acq_rel);
+  }
+
+  // On gRPC's thread: the checks that need no disk, then the snapshot is
+  // written on a transfer thread.
+  void Start(const v1::ExportFilterRequest& req) {
+    if (!service_->accepting_.load(std::memory_order_acquire)) return End(ShuttingDown());
+    name_ = req.name();
+    absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = service_->FindFilter(name_);
+    if (!filter.ok()) return End(filter.status());
+    if (service_->exports_.fetch_add(1, std::memory_order_acq_rel) >= kMaxExports) {
+      service_->exports_.fetch_sub(1, std::memory_order_acq_rel);
+      return End(absl::ResourceExhaustedError(
+          absl::StrFormat("%d exports are running already (the limit is %d at a time); retry later",
+                          kMaxExports, kMaxExports)));
+    }
+    holds_slot_ = true;
+    filter_ = *std::move(filter);
+    // Every write acknowledged up to here is in the filter: in the snapshot.
+    log_position_ = service_->AppliedPosition();
+    chunk_bytes_ = static_cast<size_t>(std::min<uint64_t>(
+        kExportChunkBytes, service_->limits_.max_message_bytes - kChunkOverheadBytes));
+    Post([this] { WriteFile(); });
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Post(
+          [this] { End(absl::CancelledError("the export was cancelled, or the client is gone")); });
+      return;
+    }
+    Post([this] { SendNext(); });
+  }
+  void OnCancel() override { cancelled_.store(true, std::memory_order_release); }
+  void OnDone() override {
+    service_->in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+    delete this;
+  }
+
+ private:
+  // Runs `step` on a transfer thread; whatever it throws finishes the call.
+  template <typename Step>
+  void Post(Step step) {
+    boost::asio::post(service_->transfer_threads_, [this, step = std::move(step)] {
+      const absl::Status s = Guarded([&] {
+        step();
+        return absl::OkStatus();
+      });
+      if (!s.ok()) End(s);
+    });
+  }
+
+  // Why to stop now, if so.
+  absl::Status Stopped() const {
+    if (cancelled_.load(std::memory_order_acquire)) {
+      return absl::CancelledError("the export was cancelled");
+    }
+    if (service_->abort_.load(std::memory_order_acquire)) return ShuttingDown();
+    return absl::OkStatus();
+  }
+
+  void WriteFile() {
+    if (absl::Status s = Stopped(); !s.ok()) return End(s);
+    const absl::Time t0 = absl::Now();
+    dir_ = (fs::path(service_->persistence_->data_dir()) / kExportDir /
+            absl::StrCat(service_->transfer_sequence_.fetch_add(1, std::memory_order_relaxed)))
+               .string();
+    std::error_code ec;
+    fs::create_directories(dir_, ec);
+    if (ec) return End(SystemError("create directory", dir_, ec.value()));
+    absl::StatusOr<SnapshotWriteResult> w =
+        WriteSnapshotFile(*filter_, name_, dir_, {.buffer_bytes = kExportBufferBytes});
+    if (!w.ok()) {
+      return End(absl::Status(w.status().code(), absl::StrCat("exporting filter \"", name_,
+                                                              "\": ", w.status().message())));
+    }
+    fd_ = ::open(w->path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) return End(SystemError("open", w->path, errno));
+    // The open descriptor keeps the file: its name goes now.
+    fs::remove_all(dir_, ec);
+    dir_.clear();
+    total_ = w->bytes;
+    chunk_.set_total_bytes(w->bytes);
+    chunk_.set_items(w->items);
+    chunk_.set_log_position(log_position_);
+    chunk_.set_filter_id(w->filter_id);
+    FillFilterInfo(name_, *filter_, service_->persistence_->Record(name_, *filter_),
+                   chunk_.mutable_filter());
+    spdlog::info("exporting filter {}: {} items, {} snapshot written in {}; streaming it", name_,
+                 w->items, FormatByteSize(w->bytes), absl::FormatDuration(absl::Now() - t0));
+    // The snapshot holds what is to be sent: a drop of the filter meanwhile
+    // frees its memory at once.
+    filter_.reset();
+    SendNext();
+  }
+
+  void SendNext() {
+    if (absl::Status s = Stopped(); !s.ok()) return End(s);
+    if (offset_ == total_) return End(absl::OkStatus());
+    if (offset_ > 0) chunk_.Clear();
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk_bytes_, total_ - offset_));
+    std::string* data = chunk_.mutable_data();
+    data->resize(n);
+    for (size_t done = 0; done < n;) {
+      const ssize_t r = ::pread(fd_, data->data() + done, n - done, offset_ + done);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        return End(r < 0 ? SystemError("read the export's copy of filter", name_, errno)
+                         : absl::InternalError(absl::StrFormat(
+                               "the export's copy of filter \"%s\" ended at %u of %u bytes", name_,
+                               offset_ + done, total_)));
+      }
+      done += static_cast<size_t>(r);
+    }
+    offset_ += n;
+    StartWrite(&chunk_);
+  }
+
+  // Releases the copy and finishes the call: the reactor's last step.
+  void End(const absl::Status& status) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    if (!dir_.empty()) {
+      std::error_code ec;
+      fs::remove_all(dir_, ec);
+    }
+    filter_.reset();
+    if (status.ok()) {
+      spdlog::info("exported filter {}: {} sent", name_, FormatByteSize(total_));
+    } else if (holds_slot_) {
+      spdlog::warn("export of filter {} ended after {} of {}: {}", name_, FormatByteSize(offset_),
+                   FormatByteSize(total_), std::string(status.message()));
+    }
+    // The slot is free once its files and chunk are: before the client
+    // hears the status, so that its next export is not refused.
+    if (std::exchange(holds_slot_, false)) {
+      service_->exports_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+    if (service_->metrics_ != nullptr) {
+      service_->metrics_->RecordRpc(RpcMethod::kExportFilter,
+                                    static_cast<grpc::StatusCode>(status.code()),
+                                    std::chrono::steady_clock::now() - start_);
+    }
+    Finish(ToGrpcStatus(status));
+  }
+
+  FilterServiceImpl* const service_;
+  const std::chrono::steady_clock::time_point start_;
+  std::atomic<bool> cancelled_{false};
+  // Set by Start, before any other step runs; then used by one step at a
+  // time (see the top of the file).
+  bool holds_slot_ = false;
+  std::string name_;
+  std::shared_ptr<CuckooFilter> filter_;
+  uint64_t log_position_ = 0;
+  size_t chunk_bytes_ = kExportChunkBytes;
+  std::string dir_;
+  int fd_ = -1;
+  uint64_t total_ = 0;
+  uint64_t offset_ = 0;
+  v1::ExportFilterChunk chunk_;  // The one in flight.
+};
+
+grpc::ServerWriteReactor<v1::ExportFilterChunk>* FilterServiceImpl::ExportFilter(
+    grpc::CallbackServerContext*, const v1::ExportFilterRequest* req) {
+  auto* reactor = new ExportReactor(this);
+  reactor->Start(*req);
+  return reactor;
+}
+
+// ---------------------------------------------------------------------------
+// ImportFilter.
+
+class FilterServiceImpl::ImportReactor final
+    : public grpc::ServerReadReactor<v1::ImportFilterChunk> {
+ public:
+  ImportReactor(FilterServiceImpl* service, grpc::CallbackServerContext* ctx,
+                v1::ImportFilterResponse* resp)
+      : service_(service), ctx_(ctx), resp_(resp), start_(std::chrono::steady_clock::now()) {
+    service_->in_flight_.fetch_add(1, std::memory_order_acq_rel);
+  }
+
+  void Start() {
+    if (!service_->accepting_.load(std::memory_order_acquire)) return End(ShuttingDown());
+    if (service_->cluster_ != nullptr) {
+      // A replica's state changes only through the cluster's log.
+      return End(absl::FailedPreconditionError(
+          "import into a cluster is not supported yet: import into a single node, or create the "
+          "filter through the cluster and insert its keys again (a cluster's state changes only "
+          "through its log)"));
+    }
+    if (service_->imports_.fetch_add(1, std::memory_order_acq_rel) >= kMaxImports) {
+      service_->imports_.fetch_sub(1, std::memory_order_acq_rel);
+      return End(absl::ResourceExhaustedError(
+          absl::StrFormat("%d imports are running already (the limit is %d at a time); retry later",
+                          kMaxImports, kMaxImports)));
+    }
+    holds_slot_ = true;
+    limit_ = service_->registry_->limits().memory_budget_bytes + kImportSlackBytes;
+    StartRead(&chunk_);
+  }
+
+  void OnReadDone(bool ok) override {
+    boost::asio::post(service_->transfer_threads_, [this, ok] {
+      // ok: a chunk arrived; else the client is done sending (or gone).
+      const absl::Status s = Guarded([&] { return ok ? TakeChunk() : Commit(); });
+      if (!s.ok()) return End(s);
+      if (ok) return StartRead(&chunk_);
+      End(absl::OkStatus());
+    });
+  }
+  void OnCancel() override { cancelled_.store(true, std::memory_order_release); }
+  void OnDone() override {
+    service_->in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+    delete this;
+  }
+
+ private:
+  absl::Status Stopped() const {
+    if (cancelled_.load(std::memory_order_acquire) || ctx_->IsCancelled()) {
+      return absl::CancelledError("the import was cancelled; nothing was created");
+    }
+    if (service_->abort_.load(std::memory_order_acquire)) return ShuttingDown();
+    return absl::OkStatus();
+  }
+
+  // Appends the chunk just read to the private file.
+  absl::Status TakeChunk() {
+    if (absl::Status s = Stopped(); !s.ok()) return s;
+    if (name_.empty()) {
+      if (chunk_.name().empty()) {
+        return absl::InvalidArgumentError(
+            "the first chunk of an import must carry the new filter's name");
+      }
+      if (absl::Status s = FilterRegistry::ValidateName(chunk_.name()); !s.ok()) return s;
+      // Early, so that a taken name is refused before the upload. (It is
+      // checked again, and claimed, once the snapshot has arrived.)
+      if (service_->registry_->Get(chunk_.name()).ok()) {
+        return absl::AlreadyExistsError(
+            absl::StrFormat("filter \"%s\" already exists", chunk_.name()));
+      }
+      name_ = chunk_.name();
+      expected_ = chunk_.total_bytes();
+      if (expected_ > limit_) return TooLarge(expected_);
+      const fs::path dir = fs::path(service_->persistence_->data_dir()) / kImportDir;
+      std::error_code ec;
+      fs::create_directories(dir, ec);
+      if (ec) return SystemError("create directory", dir.string(), ec.value());
+      path_ =
+          (dir / absl::StrCat(service_->transfer_sequence_.fetch_add(1, std::memory_order_relaxed),
+                              ".", name_))
+              .string();
+      fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+      if (fd_ < 0) {
+        const int err = errno;
+        path_.clear();  // Not ours to remove.
+        return SystemError("create", (dir / name_).string(), err);
+      }
+    } else if (!chunk_.name().empty() && chunk_.name() != name_) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("chunk %u names filter \"%s\", but the import's first chunk named \"%s\"",
+                          chunks_, absl::CHexEscape(chunk_.name()), name_));
+    }
+    ++chunks_;
+    const std::string& data = chunk_.data();
+    if (received_ + data.size() > limit_) return TooLarge(received_ + data.size());
+    if (expected_ != 0 && received_ + data.size() > expected_) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("more bytes arrived than the %u total_bytes announced", expected_));
+    }
+    for (size_t done = 0; done < data.size();) {
+      const ssize_t w = ::write(fd_, data.data() + done, data.size() - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) return SystemError("write", path_, errno);
+      done += static_cast<size_t>(w);
+    }
+    received_ += data.size();
+    chunk_.Clear();
+    return absl::OkStatus();
+  }
+
+  absl::Status TooLarge(uint64_t bytes) const {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the import is %u bytes or more, more than this server's memory budget of %u bytes plus "
+        "%u: no filter it can hold has a snapshot that large",
+        bytes, limit_ - kImportSlackBytes, kImportSlackBytes));
+  }
+
+  // The upload is complete: check it whole, then create the filter.
+  absl::Status Commit() {
+    if (absl::Status s = Stopped(); !s.ok()) return s;
+    if (name_.empty()) {
+      return absl::InvalidArgumentError(
+          "no chunks arrived: an import's first chunk carries the new filter's name");
+    }
+    if (expected_ != 0 && received_ != expected_) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the upload ended after %u of the %u bytes total_bytes announced", received_, expected_));
+    }
+    const int fd = std::exchange(fd_, -1);
+    if (::close(fd) != 0) return SystemError("write", path_, errno);
+    // Every check of a snapshot loaded at start-up; the name and memory are
+    // claimed before the tables are allocated (the header says how much).
+    FilterRegistry::Claim claim;
+    absl::StatusOr<LoadedSnapshot> loaded =
+        ReadSnapshotFile(path_, /*expected_name=*/{}, [&](const SnapshotHeader& h) {
+          absl::StatusOr<FilterRegistry::Claim> c =
+              service_->registry_->ClaimName(name_, CuckooFilter::MemoryBytes(h.shape));
+          if (!c.ok()) return c.status();
+          claim = *std::move(c);
+          return absl::OkStatus();
+        });
+    ::unlink(path_.c_str());
+    if (!loaded.ok()) {
+      // The reader names the file, a private one: name what was sent instead.
+      absl::string_view why = loaded.status().message();
+      absl::ConsumePrefix(&why, path_ + ": ");
+      if (absl::IsAlreadyExists(loaded.status()) || absl::IsResourceExhausted(loaded.status())) {
+        return loaded.status();  // The registry's, naming the filter.
+      }
+      return absl::Status(loaded.status().code(),
+                          absl::StrFormat("the snapshot sent for filter \"%s\" (%u bytes): %s",
+                                          name_, received_, why));
+    }
+    if (absl::Status s = Stopped(); !s.ok()) return s;
+    SnapshotWriteResult written;
+    uint64_t lsn = 0;
+    const std::string source = loaded->header.name;
+    const uint64_t items = loaded->items;
+    absl::StatusOr<std::shared_ptr<CuckooFilter>> added = service_->persistence_->ImportNow(
+        std::move(claim), std::move(loaded->filter), &written, &lsn);
+    if (!added.ok()) {
+      return absl::Status(added.status().code(), absl::StrCat("importing filter \"", name_,
+                                                              "\": ", added.status().message()));
+    }
+    FillFilterInfo(name_, **added, service_->persistence_->Record(name_, **added),
+                   resp_->mutable_filter());
+    resp_->set_log_position(lsn);
+    resp_->set_bytes(received_);
+    resp_->set_source_name(source);
+    spdlog::info(
+        "imported filter {} from a snapshot of filter {}: {} items, {} received; created at log "
+        "position {}, {} written",
+        name_, source, items, FormatByteSize(received_), lsn, written.path);
+    return absl::OkStatus();
+  }
+
+  void End(const absl::Status& status) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    if (!path_.empty()) ::unlink(path_.c_str());
+    if (!status.ok() && !name_.empty()) {
+      spdlog::warn("import of filter {} failed after {} received: {}", name_,
+                   FormatByteSize(received_), std::string(status.message()));
+    }
+    if (std::exchange(holds_slot_, false)) {
+      service_->imports_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+    if (service_->metrics_ != nullptr) {
+      service_->metrics_->RecordRpc(RpcMethod::kImportFilter,
+                                    static_cast<grpc::StatusCode>(status.code()),
+                                    std::chrono::steady_clock::now() - start_);
+    }
+    Finish(ToGrpcStatus(status));
+  }
+
+  FilterServiceImpl* const service_;
+  grpc::CallbackServerContext* const ctx_;
+  v1::ImportFilterResponse* const resp_;
+  const std::chrono::steady_clock::time_point start_;
+  std::atomic<bool> cancelled_{false};
+  // Used by one step at a time (see the top of the file).
+  bool holds_slot_ = false;
+  uint64_t limit_ = 0;
+  std::string name_;  // Empty until the first chunk.
+  uint64_t expected_ = 0;
+  uint64_t received_ = 0;
+  uint64_t chunks_ = 0;
+  std::string path_;
+  int fd_ = -1;
+  v1::ImportFilterChunk chunk_;  // The one being read.
+};
+
+grpc::ServerReadReactor<v1::ImportFilterChunk>* FilterServiceImpl::ImportFilter(
+    grpc::CallbackServerContext* ctx, v1::ImportFilterResponse* resp) {
+  auto* reactor = new ImportReactor(this, ctx, resp);
+  reactor->Start();
+  return reactor;
+}
+
+}  // namespace cuckoo::server
