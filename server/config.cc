@@ -299,10 +299,17 @@ uint64_t WalMemoryOverhead(const ServerConfig& config) {
       WalApplier::ReplayMemoryBound(config.wal_segment_bytes, std::max<uint64_t>(2, cpus)));
 }
 
+uint64_t ClusterMemoryOverhead(const ServerConfig& config) {
+  return kRequestWindowBytes + (uint64_t{64} << 20) + EffectiveTransportMemory(config) / 2;
+}
+
 uint64_t StatedMemoryOverhead(const ServerConfig& config) {
   const uint64_t cpus = std::max<long>(1, sysconf(_SC_NPROCESSORS_ONLN));
+  // A cluster replica keeps no write-ahead log of its own.
+  const uint64_t log = config.nats_urls.empty() ? WalMemoryOverhead(config) + kRequestWindowBytes
+                                                : ClusterMemoryOverhead(config);
   return (uint64_t{32} << 20) + cpus * (uint64_t{4} << 20) + 3 * EffectiveTransportMemory(config) +
-         EffectiveSnapshotBuffer(config) + WalMemoryOverhead(config) + kTransferMemoryOverhead;
+         EffectiveSnapshotBuffer(config) + log + kTransferMemoryOverhead;
 }
 
 absl::Status ValidateConfig(const ServerConfig& c) {

@@ -119,9 +119,20 @@ uint64_t EffectiveTransportMemory(const ServerConfig& config);
 // runs about two per CPU), three times --transport-memory (gRPC enforces its quota after the
 // fact, by resetting streams: 2.2 times was the worst measured), one
 // --snapshot-buffer, the write-ahead log's (WalMemoryOverhead) and the
+// request ids' results (kRequestWindowBytes) on a single node, or the
+// cluster's buffers (ClusterMemoryOverhead) in cluster mode, and the
 // exports' and imports' (kTransferMemoryOverhead). Logged at start-up and
 // measured by tests/e2e/hostile_client_test.cc.
 uint64_t StatedMemoryOverhead(const ServerConfig& config);
+// The most the results of recent request ids take (a single node's
+// RequestWindow, a cluster replica's remembered results); the oldest go
+// first past it.
+inline constexpr uint64_t kRequestWindowBytes = uint64_t{16} << 20;
+// Cluster mode: the request ids' results (kRequestWindowBytes), entries
+// delivered by the stream and waiting for the apply (64 MiB), and the log
+// entries of writes waiting for their acknowledgement (8 bytes a key, at
+// most half of the requests gRPC holds: half of --transport-memory).
+uint64_t ClusterMemoryOverhead(const ServerConfig& config);
 // ExportFilter and ImportFilter (server/filter_service.h): per export a
 // 4 MiB snapshot write buffer and a 1 MiB chunk (read, and in gRPC's
 // hands), per import a chunk as sent (1 MiB by the clients here); 2 of each

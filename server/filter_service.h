@@ -53,7 +53,7 @@ struct ServiceLimits {
   // How long a request id's results are kept (--dedup-window).
   absl::Duration dedup_window = absl::Minutes(2);
   // Most memory those results take on a single node.
-  uint64_t max_dedup_bytes = uint64_t{64} << 20;
+  uint64_t max_dedup_bytes = uint64_t{16} << 20;  // kRequestWindowBytes
   // Longest wait for min_log_position (--max-read-wait).
   absl::Duration max_read_wait = absl::Seconds(5);
 };

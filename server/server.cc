@@ -80,6 +80,7 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
                          .stream_replicas = config.nats_replicas,
                          .replica_id = config.replica_id,
                          .dedup_window = config.dedup_window,
+                         .max_dedup_bytes = kRequestWindowBytes,
                          .write_timeout = config.cluster_write_timeout,
                          .ready_max_lag = config.ready_max_lag},
                         s->registry_.get(), s->persistence_.get());
@@ -94,6 +95,7 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
                     .max_key_bytes = config.max_key_bytes,
                     .max_message_bytes = config.max_message_bytes,
                     .dedup_window = config.dedup_window,
+                    .max_dedup_bytes = kRequestWindowBytes,
                     .max_read_wait = config.max_read_wait},
       config.snapshot_interval, s->cluster_.get());
 

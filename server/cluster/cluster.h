@@ -72,7 +72,7 @@ struct ClusterOptions {
   // how long every replica keeps the results of entries with a request id.
   absl::Duration dedup_window = absl::Minutes(2);
   // Most memory those results take; the oldest go first past it.
-  uint64_t max_dedup_bytes = uint64_t{64} << 20;
+  uint64_t max_dedup_bytes = uint64_t{16} << 20;  // kRequestWindowBytes
   // A write not acknowledged and applied within this fails with UNAVAILABLE
   // (it may still be applied later: retry with the same request id).
   absl::Duration write_timeout = absl::Seconds(10);

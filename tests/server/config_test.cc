@@ -127,6 +127,16 @@ TEST(ConfigTest, StatedOverheadCountsTheWriteAheadLogsBuffers) {
   EXPECT_EQ(StatedMemoryOverhead(c) - overhead, WalMemoryOverhead(c) - wal);
 }
 
+// A cluster replica has no write-ahead log, and states its own buffers.
+TEST(ConfigTest, StatedOverheadOfAClusterReplicaCountsItsBuffersInsteadOfTheLog) {
+  ServerConfig c;
+  const uint64_t single = StatedMemoryOverhead(c);
+  c.nats_urls = {"nats://a:4222"};
+  EXPECT_EQ(StatedMemoryOverhead(c),
+            single - WalMemoryOverhead(c) - kRequestWindowBytes + ClusterMemoryOverhead(c));
+  EXPECT_GE(ClusterMemoryOverhead(c), kRequestWindowBytes + (uint64_t{64} << 20));
+}
+
 // On a host of many CPUs in a small container, 75% of the limit plus the
 // overhead was more than the limit: the default budget leaves it room.
 TEST(ConfigTest, TheDefaultBudgetLeavesRoomForTheStatedOverhead) {
