@@ -19,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "core/hash.h"  // xxhash.h
+#include "core/little_endian.h"
 #include "core/page_buffer.h"
 #include "core/registry.h"
 #include "cuckoo_version.h"
@@ -116,19 +117,6 @@ const HeaderLayout* LayoutOf(uint32_t version) {
     if (layout.version == version) return &layout;
   }
   return nullptr;
-}
-
-void Put32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
-void Put64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
-uint32_t Get32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-uint64_t Get64(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
 }
 
 std::string SystemError(int err) { return std::error_code(err, std::generic_category()).message(); }

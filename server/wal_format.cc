@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/hash.h"  // xxhash.h
+#include "core/little_endian.h"
 #include "core/registry.h"
 
 namespace cuckoo::server {
@@ -17,19 +18,6 @@ namespace {
 
 // "\x89CKWAL\n\0": a high byte and a newline, as the snapshot magic.
 constexpr uint8_t kSegmentMagic[8] = {0x89, 'C', 'K', 'W', 'A', 'L', '\n', 0};
-
-void Put32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
-void Put64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
-uint32_t Get32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-uint64_t Get64(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
 
 // Record header: length u32, type u8, flags u8, reserved u16, lsn u64,
 // synced_lsn u64, filter_id u64. The checksum, XXH3-64 of every byte before

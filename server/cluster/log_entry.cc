@@ -5,6 +5,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/little_endian.h"
 #include "xxhash.h"
 
 namespace cuckoo::server {
@@ -12,37 +13,25 @@ namespace {
 
 constexpr uint32_t kMagic = 0x454c4b43;  // "CKLE" little-endian.
 
-void Put32(std::string* out, size_t at, uint32_t v) { std::memcpy(out->data() + at, &v, 4); }
-void Put64(std::string* out, size_t at, uint64_t v) { std::memcpy(out->data() + at, &v, 8); }
-uint32_t Get32(const char* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-uint64_t Get64(const char* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
 size_t Pad8(size_t n) { return (n + 7) / 8 * 8; }
 
 // The header and the padded name; `tail` bytes follow, then the checksum.
 std::string Frame(LogEntryType type, uint8_t flags, uint64_t filter_id, absl::string_view name,
                   uint32_t hashes, size_t tail) {
   std::string out(kLogEntryHeaderBytes + Pad8(name.size()) + tail + kLogEntryTrailerBytes, '\0');
-  Put32(&out, 0, kMagic);
+  Put32(out.data(), kMagic);
   out[4] = static_cast<char>(kLogEntryVersion);
   out[5] = static_cast<char>(type);
   out[6] = static_cast<char>(flags);
-  Put64(&out, 8, filter_id);
-  Put32(&out, 16, hashes);
-  Put32(&out, 20, static_cast<uint32_t>(name.size()));
+  Put64(out.data() + 8, filter_id);
+  Put32(out.data() + 16, hashes);
+  Put32(out.data() + 20, static_cast<uint32_t>(name.size()));
   std::memcpy(out.data() + kLogEntryHeaderBytes, name.data(), name.size());
   return out;
 }
 
 std::string Seal(std::string out) {
-  Put64(&out, out.size() - 8, XXH3_64bits(out.data(), out.size() - 8));
+  Put64(out.data() + out.size() - 8, XXH3_64bits(out.data(), out.size() - 8));
   return out;
 }
 
@@ -90,16 +79,16 @@ std::string EncodeDeleteEntry(uint64_t filter_id, absl::string_view name,
 std::string EncodeCreateEntry(absl::string_view name, const FilterShape& s) {
   std::string out = Frame(LogEntryType::kCreateFilter, 0, 0, name, 0, kLogEntryShapeBytes);
   const size_t at = kLogEntryHeaderBytes + Pad8(name.size());
-  Put32(&out, at + 0, s.hash_id);
-  Put32(&out, at + 4, s.fingerprint_bits);
-  Put32(&out, at + 8, s.bucket_size);
-  Put32(&out, at + 12, s.shards);
-  Put32(&out, at + 16, s.shard_bits);
-  Put32(&out, at + 20, s.max_kicks);
-  Put32(&out, at + 24, static_cast<uint32_t>(s.table_kind));
-  Put64(&out, at + 32, s.seed);
-  Put64(&out, at + 40, s.capacity);
-  Put64(&out, at + 48, s.buckets_per_shard);
+  Put32(out.data() + at + 0, s.hash_id);
+  Put32(out.data() + at + 4, s.fingerprint_bits);
+  Put32(out.data() + at + 8, s.bucket_size);
+  Put32(out.data() + at + 12, s.shards);
+  Put32(out.data() + at + 16, s.shard_bits);
+  Put32(out.data() + at + 20, s.max_kicks);
+  Put32(out.data() + at + 24, static_cast<uint32_t>(s.table_kind));
+  Put64(out.data() + at + 32, s.seed);
+  Put64(out.data() + at + 40, s.capacity);
+  Put64(out.data() + at + 48, s.buckets_per_shard);
   return Seal(std::move(out));
 }
 
