@@ -527,7 +527,8 @@ void Cluster::HandleMessage(void* m) {
   }
   const char* id = nullptr;
   natsMsgHeader_Get(msg, kMsgIdHeader, &id);
-  if (entry.ok()) {
+  // Every entry passes here: its arguments are built only when asked for.
+  if (entry.ok() && spdlog::should_log(spdlog::level::debug)) {
     spdlog::debug("applied position {}: {} {} ({} keys), message id {}", position,
                   std::string(LogEntryTypeName(entry->type)), entry->name, entry->hashes.size(),
                   id != nullptr ? id : "-");
