@@ -18,31 +18,34 @@
 # Exits non-zero on the first failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each step's header says how long the run has taken so far, so CI's log
+# shows where the time goes.
+phase() { echo "== $* (at $((SECONDS / 60))m$((SECONDS % 60))s)"; }
 bash scripts/install-deps.sh
 jobs=$(nproc)
 
-echo "== format check"
+phase "format check"
 git ls-files '*.cc' '*.h' | xargs clang-format --dry-run --Werror
 
-echo "== release build + tests"
+phase "release build + tests"
 bash scripts/build.sh release
 ctest --test-dir build/release --output-on-failure -j "$jobs"
-echo "== benchmark smoke run (--small)"
+phase "benchmark smoke run (--small)"
 build/release/bench/filter_bench --small --json=build/release/filter_bench_small.json >/dev/null
 
-echo "== ASan+UBSan build + tests"
+phase "ASan+UBSan build + tests"
 bash scripts/build.sh asan
 ctest --test-dir build/asan --output-on-failure -j "$jobs" -LE chaos
 
-echo "== TSan build + concurrency tests"
+phase "TSan build + concurrency tests"
 # Only the engine's and the write-ahead log's concurrency tests: TSan cannot see the synchronisation
 # inside Debian's (uninstrumented) gRPC and abseil, so server tests report
 # races there that are not real; they run under ASan and in release instead.
 bash scripts/build.sh tsan concurrency_test wal_test wal_apply_test
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   ctest --test-dir build/tsan --output-on-failure -j "$jobs" -L concurrency
-echo "== fuzzing: snapshot reader, wire parser, write-ahead log reader, cluster log entries"
+phase "fuzzing: snapshot reader, wire parser, write-ahead log reader, cluster log entries"
 bash scripts/fuzz.sh 30 20 20 15
-echo "== deployment: k8s manifests, compose file, container image"
+phase "deployment: k8s manifests, compose file, container image"
 bash scripts/container-test.sh
-echo "== all tests passed"
+phase "all tests passed"
