@@ -34,8 +34,10 @@ target_compile_options(cuckoo_warnings INTERFACE
   $<$<CXX_COMPILER_ID:Clang>:-Wthread-safety>
   $<$<AND:$<CXX_COMPILER_ID:GNU>,$<STREQUAL:${CUCKOO_SANITIZE},thread>>:-Wno-tsan>)
 
-# cuckoo_test(NAME name SRCS a.cc b.cc DEPS lib... [LABELS l...])
-# One GoogleTest binary; every TEST in it becomes its own CTest test.
+# cuckoo_test(NAME name SRCS a.cc b.cc DEPS lib... [LABELS l])
+# One GoogleTest binary; every TEST in it becomes its own CTest test. One
+# label at most: gtest_discover_tests passes its properties on as a list, so
+# a second label would be read as the next property's name and dropped.
 function(cuckoo_test)
   cmake_parse_arguments(T "" "NAME" "SRCS;DEPS;LABELS" ${ARGN})
   add_executable(${T_NAME} ${T_SRCS})
@@ -46,5 +48,9 @@ function(cuckoo_test)
   # which the tests use all over ("k" + std::to_string(i)). Off for the
   # tests only: the libraries and binaries keep the check.
   target_compile_options(${T_NAME} PRIVATE $<$<CXX_COMPILER_ID:GNU>:-Wno-restrict>)
+  list(LENGTH T_LABELS label_count)
+  if(label_count GREATER 1)
+    message(FATAL_ERROR "cuckoo_test(${T_NAME}): one label at most, not ${T_LABELS}")
+  endif()
   gtest_discover_tests(${T_NAME} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${T_LABELS}")
 endfunction()
