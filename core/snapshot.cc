@@ -639,8 +639,10 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
     for (uint32_t i = 0; i < shape.shards; ++i) {
       CuckooFilter::ShardState state;
       uint8_t trailer[kSectionTrailerBytes];
+      const uint64_t floor = options.position_floor ? options.position_floor() : 0;
       if (copy_whole) {
         state = filter.CopyShard(i, sec + kSectionHeaderBytes);
+        state.position = std::max(state.position, floor);
         section_header(i, state);
         Put64(trailer, XXH3_64bits(sec, kSectionHeaderBytes + table_bytes));
         std::memcpy(sec + kSectionHeaderBytes + table_bytes, trailer, sizeof(trailer));
@@ -650,6 +652,7 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
         filter.ReadShard(
             i, [&](absl::Span<const uint8_t> table, const CuckooFilter::ShardState& locked_state) {
               state = locked_state;
+              state.position = std::max(state.position, floor);
               section_header(i, state);
               XXH3_64bits_reset(section);
               XXH3_64bits_update(section, sec, kSectionHeaderBytes);

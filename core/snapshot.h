@@ -97,6 +97,14 @@ struct SnapshotWriteOptions {
   // returns that status. (cuckood waits here until its log is durable up to
   // max_position, so that no snapshot on disk is ahead of the log.)
   std::function<absl::Status(const SnapshotWriteResult&)> before_commit;
+  // When set, called before each shard is copied: a log position every
+  // entry up to which is applied to the shard by the time its lock is next
+  // taken (or does not concern it). The shard's section records the
+  // greater of this and the shard's own position (that of the last entry
+  // that wrote to it), so a shard no entry has written to for a while does
+  // not hold back the log's truncation. (cuckood: a cluster replica's
+  // applied position.)
+  std::function<uint64_t()> position_floor;
 };
 
 // Writes `filter`'s snapshot (format version kSnapshotFormatVersion) to

@@ -288,6 +288,41 @@ TEST(SnapshotTest, PositionsOfLoggedWritesAreSavedPerShard) {
   EXPECT_EQ(r->filter->id(), 3u);
 }
 
+// A position floor raises the recorded position of every shard behind it
+// (shards no write reached for a while) and leaves those past it alone, so
+// an idle shard does not hold the log back; the table bytes are unchanged.
+TEST(SnapshotTest, APositionFloorRaisesIdleShardsOnly) {
+  TempDir dir;
+  auto made =
+      CuckooFilter::FromShape(MakeFilter({.capacity = 10'000, .shards = 8, .seed = 5})->shape());
+  ASSERT_TRUE(made.ok()) << made.status();
+  CuckooFilter& f = **made;
+  const std::vector<uint64_t> positions = {7, 0, 1'000, 42, 500, 3, 9, 8};
+  for (uint32_t i = 0; i < 8; ++i) f.RestoreShardForLoad(i, 0, 1 + i, positions[i]);
+  f.set_id(2);
+  InsertAll(f, Keys(0, 300));
+  for (const size_t buffer : {size_t{64} << 20, size_t{100}}) {
+    int calls = 0;
+    absl::StatusOr<SnapshotWriteResult> w = WriteSnapshotFile(
+        f, "floor", dir.path(), {.buffer_bytes = buffer, .position_floor = [&calls] {
+                                   ++calls;
+                                   return uint64_t{100};
+                                 }});
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_EQ(calls, 8) << "once per shard, before its copy";
+    EXPECT_EQ(w->min_position, 100u);
+    EXPECT_EQ(w->max_position, 1'000u);
+    absl::StatusOr<LoadedSnapshot> r = ReadSnapshotFile(w->path, "floor");
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->filter->ShardPositions(),
+              (std::vector<uint64_t>{100, 100, 1'000, 100, 500, 100, 100, 100}))
+        << buffer;
+    EXPECT_EQ(r->items, 300u);
+    for (uint32_t i = 0; i < 8; ++i) EXPECT_EQ(ShardBytes(*r->filter, i), ShardBytes(f, i));
+  }
+  EXPECT_EQ(f.ShardPositions(), positions) << "the filter itself keeps its positions";
+}
+
 // The bytes of docs/SNAPSHOT_FORMAT.md's version 2, which other code reads.
 TEST(SnapshotTest, WrittenFileHasTheVersionTwoLayout) {
   TempDir dir;
