@@ -19,6 +19,7 @@
 #include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -107,6 +108,13 @@ ABSL_FLAG(uint32_t, nats_replicas, kDefaults.nats_replicas,
           "cluster mode: the stream's replication factor when this replica creates it; 0 "
           "(default): 3 when the NATS cluster has 3 or more servers, else 1");
 ABSL_FLAG(std::string, replica_id, "", "cluster mode: this replica's name; default: the host name");
+ABSL_FLAG(std::string, advertise, "",
+          "cluster mode: host:port at which peer replicas reach this one's gRPC port, to copy "
+          "its filters when they bootstrap; default: the host name and the --listen port");
+ABSL_FLAG(absl::Duration, replica_expiry, kDefaults.replica_expiry,
+          "cluster mode: the stream keeps what every replica still needs, but a replica not "
+          "heard of for this long no longer holds it back (it bootstraps from a peer when it "
+          "returns)");
 ABSL_FLAG(absl::Duration, dedup_window, kDefaults.dedup_window,
           "an Insert or Delete repeating a request_id within this long gets the first one's "
           "results and is not applied again");
@@ -150,6 +158,8 @@ constexpr const char* kFlagNames[] = {
     "nats_stream",
     "nats_replicas",
     "replica_id",
+    "advertise",
+    "replica_expiry",
     "dedup_window",
     "max_read_wait",
     "cluster_write_timeout",
@@ -399,6 +409,20 @@ absl::Status ValidateConfig(const ServerConfig& c) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--dedup-window=%s must be between 1s and 24h", absl::FormatDuration(c.dedup_window)));
   }
+  if (c.replica_expiry < absl::Seconds(2) || c.replica_expiry > absl::Hours(24 * 30)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--replica-expiry=%s must be between 2s and 720h", absl::FormatDuration(c.replica_expiry)));
+  }
+  if (!c.advertise.empty()) {
+    const size_t colon = c.advertise.rfind(':');
+    uint32_t port = 0;
+    if (colon == std::string::npos || colon == 0 ||
+        !absl::SimpleAtoi(c.advertise.substr(colon + 1), &port) || port == 0 || port > 65535) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--advertise=\"%s\": expected host:port (the address peers reach this replica at)",
+          absl::CHexEscape(c.advertise)));
+    }
+  }
   if (c.max_read_wait < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrFormat("--max-read-wait=%s must not be negative",
                                                       absl::FormatDuration(c.max_read_wait)));
@@ -520,6 +544,8 @@ absl::StatusOr<ServerConfig> ConfigFromCommandLine(int argc, char** argv) {
   c.nats_stream = absl::GetFlag(FLAGS_nats_stream);
   c.nats_replicas = absl::GetFlag(FLAGS_nats_replicas);
   c.replica_id = absl::GetFlag(FLAGS_replica_id);
+  c.advertise = absl::GetFlag(FLAGS_advertise);
+  c.replica_expiry = absl::GetFlag(FLAGS_replica_expiry);
   c.dedup_window = absl::GetFlag(FLAGS_dedup_window);
   c.max_read_wait = absl::GetFlag(FLAGS_max_read_wait);
   c.cluster_write_timeout = absl::GetFlag(FLAGS_cluster_write_timeout);

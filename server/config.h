@@ -78,6 +78,13 @@ struct ServerConfig {
   uint32_t nats_replicas = 0;
   // This replica's name; empty: the host name.
   std::string replica_id;
+  // Cluster: host:port at which peer replicas reach this one's gRPC port to
+  // copy its filters when they bootstrap; empty: the host name and the
+  // --listen port (or --listen itself when it names a host).
+  std::string advertise;
+  // Cluster: a replica not heard of for this long no longer holds the
+  // stream's retention back (and bootstraps from a peer when it returns).
+  absl::Duration replica_expiry = absl::Hours(24);
   // Repeats of an Insert's or Delete's request_id within this long get the
   // first one's results (JetStream's duplicate window in a cluster).
   absl::Duration dedup_window = absl::Minutes(2);

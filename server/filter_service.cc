@@ -653,6 +653,8 @@ absl::Status FilterServiceImpl::DoGetServerInfo(v1::GetServerInfoResponse* resp)
     c->set_stream_last_position(st.stream_last);
     c->set_stream_first_position(st.stream_first);
     c->set_lag(st.lag);
+    c->set_log_identity(st.identity);
+    c->set_problem(st.problem);
     // Acknowledged in the stream, so durable on its replicas.
     resp->set_durability("cluster");
   }

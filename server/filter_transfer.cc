@@ -166,8 +166,15 @@ class FilterServiceImpl::ExportReactor final
     std::error_code ec;
     fs::create_directories(dir_, ec);
     if (ec) return End(SystemError("create directory", dir_, ec.value()));
-    absl::StatusOr<SnapshotWriteResult> w =
-        WriteSnapshotFile(*filter_, name_, dir_, {.buffer_bytes = kExportBufferBytes});
+    // On a cluster replica, shards no entry wrote to for a while record its
+    // applied position, so that a replica bootstrapping from this copy
+    // resumes the stream from a position the stream still holds.
+    Cluster* const cluster = service_->cluster_;
+    absl::StatusOr<SnapshotWriteResult> w = WriteSnapshotFile(
+        *filter_, name_, dir_,
+        {.buffer_bytes = kExportBufferBytes,
+         .position_floor = cluster == nullptr ? std::function<uint64_t()>()
+                                              : [cluster] { return cluster->AppliedPosition(); }});
     if (!w.ok()) {
       return End(absl::Status(w.status().code(), absl::StrCat("exporting filter \"", name_,
                                                               "\": ", w.status().message())));

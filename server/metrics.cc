@@ -466,6 +466,17 @@ std::string Metrics::Render(const ScrapeState& state) const {
     Add(entries, {{"what", "duplicate"}}).counter.value = static_cast<double>(c.duplicates);
     Add(entries, {{"what", "publish_failed"}}).counter.value =
         static_cast<double>(c.publish_failures);
+    Add(out.emplace_back(Family("cuckood_cluster_stream_purges_total",
+                                "Retention purges of the stream this replica made (up to what "
+                                "every replica's checkpoint has passed)",
+                                MetricType::Counter)),
+        {})
+        .counter.value = static_cast<double>(c.purges);
+    Add(out.emplace_back(Family("cuckood_cluster_bootstraps_total",
+                                "Times this replica copied every filter from a peer",
+                                MetricType::Counter)),
+        {})
+        .counter.value = static_cast<double>(c.bootstraps);
   }
 
   // Snapshots and start-up.

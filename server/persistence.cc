@@ -558,11 +558,22 @@ void Persistence::TruncateLogLocked() {
   // publish under the registry's lock).
   uint64_t needed =
       wal_ != nullptr ? wal_->Stats().appended_lsn + 1 : external_log_->AppliedPosition() + 1;
+  // A cluster replica applies the log in order, one entry at a time: every
+  // entry up to `needed` - 1 (read before the changes below) is applied, so
+  // a filter with no change since its snapshot holds all of them, however
+  // old its shards' positions (an idle filter must not hold the stream's
+  // retention back).
+  const bool applies_in_order = wal_ == nullptr;
+  const uint64_t applied_floor = needed;
   for (const auto& [name, filter] : registry_->List()) {
     const uint64_t id = filter->id();
     const SnapshotRecord r = Record(name, *filter);
-    needed = std::min(
-        needed, r.exists && r.filter_id == id && id != 0 ? std::max(r.min_position, id) + 1 : id);
+    const bool current = r.exists && r.filter_id == id && id != 0;
+    uint64_t filter_needs = current ? std::max(r.min_position, id) + 1 : id;
+    if (current && applies_in_order && r.UnsnapshottedChanges(*filter) == 0) {
+      filter_needs = std::max(filter_needs, applied_floor);
+    }
+    needed = std::min(needed, filter_needs);
   }
   if (external_log_ != nullptr) {
     const std::string identity = external_log_->Identity();
@@ -633,11 +644,17 @@ absl::StatusOr<SnapshotRun> Persistence::SnapshotNow(absl::string_view name, boo
     absl::StatusOr<SnapshotWriteResult> w = WriteSnapshotFile(
         *filter, filter_name, data_dir_,
         {.buffer_bytes = options_.snapshot_buffer_bytes,
-         .before_commit = [this](const SnapshotWriteResult& r) {
-           // The creation record too (a filter never written has positions 0).
-           return wal_ != nullptr ? wal_->SyncTo(std::max(r.max_position, r.filter_id))
-                                  : absl::OkStatus();
-         }});
+         .before_commit =
+             [this](const SnapshotWriteResult& r) {
+               // The creation record too (a filter never written has positions 0).
+               return wal_ != nullptr ? wal_->SyncTo(std::max(r.max_position, r.filter_id))
+                                      : absl::OkStatus();
+             },
+         // A cluster replica applies the stream in order: every entry up to
+         // its applied position is in each shard copied after reading it.
+         .position_floor = external_log_ == nullptr
+                               ? std::function<uint64_t()>()
+                               : [this] { return external_log_->AppliedPosition(); }});
     if (!w.ok()) {
       if (metrics_ != nullptr) metrics_->RecordSnapshotWrite(false, 0, absl::ZeroDuration());
       spdlog::error("snapshot of filter {} failed: {}", filter_name,

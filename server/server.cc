@@ -5,6 +5,7 @@
 #include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -19,6 +20,26 @@
 #include "spdlog/spdlog.h"
 
 namespace cuckoo::server {
+namespace {
+
+// --advertise, or the host name with the --listen port (the listen address
+// itself when it names a host); empty when the port is chosen at start-up.
+std::string AdvertiseAddress(const ServerConfig& config) {
+  if (!config.advertise.empty()) return config.advertise;
+  const size_t colon = config.listen.rfind(':');
+  if (colon == std::string::npos) return "";
+  const std::string port = config.listen.substr(colon + 1);
+  if (port == "0") return "";
+  std::string host = config.listen.substr(0, colon);
+  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") {
+    char name[256] = {0};
+    if (::gethostname(name, sizeof(name) - 1) != 0) return "";
+    host = name;
+  }
+  return absl::StrCat(host, ":", port);
+}
+
+}  // namespace
 
 constexpr char kServiceName[] = "cuckoo.v1.FilterService";
 
@@ -82,7 +103,9 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
                          .dedup_window = config.dedup_window,
                          .max_dedup_bytes = kRequestWindowBytes,
                          .write_timeout = config.cluster_write_timeout,
-                         .ready_max_lag = config.ready_max_lag},
+                         .ready_max_lag = config.ready_max_lag,
+                         .advertise = AdvertiseAddress(config),
+                         .replica_expiry = config.replica_expiry},
                         s->registry_.get(), s->persistence_.get());
     if (!cluster.ok()) return cluster.status();
     s->cluster_ = *std::move(cluster);

@@ -6,16 +6,23 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <limits>
 #include <utility>
 
 #include "absl/random/random.h"
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "server/cluster/peer_copy.h"
 #include "spdlog/spdlog.h"
 
 namespace cuckoo::server {
@@ -63,6 +70,7 @@ struct Cluster::Impl {
   natsConnection* nc = nullptr;
   jsCtx* js = nullptr;
   natsSubscription* sub = nullptr;
+  kvStore* kv = nullptr;      // The replica records (maintenance thread).
   bool stream_ready = false;  // The stream exists and identity_ is known.
 };
 
@@ -121,7 +129,14 @@ Cluster::Cluster(ClusterOptions options, FilterRegistry* registry, Persistence* 
       persistence_(persistence),
       impl_(std::make_unique<Impl>()),
       subject_(absl::StrCat("cuckood.", options_.stream, ".log")),
-      instance_(absl::StrFormat("%016x", absl::Uniform<uint64_t>(absl::BitGen()))) {}
+      instance_(absl::StrFormat("%016x", absl::Uniform<uint64_t>(absl::BitGen()))) {
+  // A KV key: the replica id with what keys may not hold replaced.
+  for (char c : options_.replica_id) {
+    const bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '-';
+    replica_key_.push_back(ok ? c : '_');
+  }
+}
 
 Cluster::~Cluster() { Stop(); }
 
@@ -132,6 +147,8 @@ std::string Cluster::Identity() const {
 
 void Cluster::Checkpointed(uint64_t needed) {
   spdlog::debug("cluster: checkpoint at position {}", needed);
+  // Recorded in the replica records by the maintenance thread.
+  needed_.store(needed, std::memory_order_release);
 }
 
 void Cluster::SetProblem(std::string problem) {
@@ -143,6 +160,7 @@ void Cluster::SetProblem(std::string problem) {
 
 void Cluster::Start(uint64_t from, std::string identity) {
   applied_.store(from == 0 ? 0 : from - 1, std::memory_order_release);
+  needed_.store(std::max<uint64_t>(from, 1), std::memory_order_release);
   {
     MutexLock lock(&mu_);
     if (started_) return;
@@ -197,6 +215,9 @@ void Cluster::Stop() {
     work_cv_.notify_all();
   }
   if (maintenance_.joinable()) maintenance_.join();
+  if (bootstrap_.joinable()) bootstrap_.join();
+  if (impl_->kv != nullptr) kvStore_Destroy(impl_->kv);
+  impl_->kv = nullptr;
   if (impl_->sub != nullptr) {
     natsSubscription_Unsubscribe(impl_->sub);
     natsSubscription_Destroy(impl_->sub);
@@ -804,6 +825,7 @@ void Cluster::MaintainStream() {
     SetProblem(mismatch);
     return;
   }
+  MaintainReplicas(identity, first, last);
   // The stream's state can lag what its consumers were already given (seen
   // here under load: 4 entries behind for a moment), so only a stream that
   // stays behind this replica, check after check, lost entries.
@@ -816,14 +838,27 @@ void Cluster::MaintainStream() {
         applied, options_.stream, last));
     return;
   }
-  if (impl_->sub != nullptr) return;
+  if (impl_->sub != nullptr || bootstrapping_.load(std::memory_order_acquire)) return;
+  if (bootstrap_.joinable()) bootstrap_.join();  // A bootstrap that ended.
   const uint64_t needed = applied + 1;
-  if ((msgs > 0 && needed < first) || (msgs == 0 && needed <= last)) {
-    SetProblem(absl::StrFormat(
-        "the stream %s starts at position %u, but this replica needs it from %u (it was away "
-        "longer than the stream keeps entries): start it with an empty --data-dir to rebuild it, "
-        "or from a copy of another replica's data directory",
-        options_.stream, first, needed));
+  const bool gone = (msgs > 0 && needed < first) || (msgs == 0 && needed <= last);
+  // A new, empty replica copies a peer rather than replaying the whole
+  // stream (once: if no peer can be copied, it replays).
+  const bool fresh =
+      needed == 1 && last > 0 && !tried_new_replica_bootstrap_ && registry_->List().empty();
+  if (gone || fresh) {
+    const absl::Time now = absl::Now();
+    if (now < next_bootstrap_) return;
+    next_bootstrap_ = now + absl::Seconds(5);
+    tried_new_replica_bootstrap_ = true;
+    if (gone) {
+      SetProblem(absl::StrFormat(
+          "the stream %s starts at position %u, but this replica needs it from %u (it was away "
+          "longer than the stream keeps entries): bootstrapping from a peer replica",
+          options_.stream, first, needed));
+    }
+    bootstrapping_.store(true, std::memory_order_release);
+    bootstrap_ = std::thread([this, identity, gone] { Bootstrap(identity, gone); });
     return;
   }
   jsSubOptions so;
@@ -855,6 +890,206 @@ void Cluster::MaintainStream() {
                needed, first, last);
 }
 
+void Cluster::MaintainReplicas(const std::string& identity, uint64_t first, uint64_t last) {
+  const absl::Time now = absl::Now();
+  if (impl_->kv == nullptr) {
+    if (now < next_register_) return;
+    next_register_ = now + absl::Seconds(5);  // Until the bucket is there.
+    const std::string bucket = absl::StrCat(options_.stream, "_replicas");
+    natsStatus s = js_KeyValue(&impl_->kv, impl_->js, bucket.c_str());
+    if (s == NATS_NOT_FOUND) {
+      kvConfig cfg;
+      kvConfig_Init(&cfg);
+      cfg.Bucket = bucket.c_str();
+      cfg.Description = "cuckood: the first stream position each replica needs";
+      cfg.History = 1;
+      cfg.TTL = absl::ToInt64Nanoseconds(options_.replica_expiry);
+      cfg.StorageType = js_FileStorage;
+      MutexLock lock(&mu_);
+      cfg.Replicas = static_cast<int>(std::max<uint32_t>(stream_replicas_, 1));
+      lock.Unlock();
+      s = js_CreateKeyValue(&impl_->kv, impl_->js, &cfg);
+    }
+    if (s != NATS_OK) {
+      impl_->kv = nullptr;
+      const std::string why = NatsError(s);
+      if (why != kv_problem_) {
+        spdlog::warn("cluster: cannot use the replica records (KV bucket {}): {}", bucket, why);
+      }
+      kv_problem_ = why;
+      return;
+    }
+    kv_problem_.clear();
+    next_register_ = absl::InfinitePast();
+  }
+  // This replica's record: refreshed well within the expiry, and at once
+  // when its needed position moves.
+  const uint64_t needed = needed_.load(std::memory_order_acquire);
+  if (needed != registered_needed_ || now >= next_register_) {
+    const std::string value = absl::StrFormat("cuckood-replica v1 identity=%s needed=%u address=%s",
+                                              identity, needed, options_.advertise);
+    uint64_t revision = 0;
+    if (natsStatus s = kvStore_PutString(&revision, impl_->kv, replica_key_.c_str(), value.c_str());
+        s != NATS_OK) {
+      spdlog::warn("cluster: cannot record this replica's position: {}", NatsError(s));
+      next_register_ = now + absl::Seconds(1);
+      return;
+    }
+    registered_needed_ = needed;
+    next_register_ =
+        now + std::clamp(options_.replica_expiry / 4, absl::Seconds(1), absl::Hours(1));
+  }
+
+  // Retention: purge what every replica has checkpointed past, but nothing
+  // the duplicate window may still need (a retry's request id is
+  // recognised by the entry it repeats).
+  if (now < next_retention_) return;
+  next_retention_ =
+      now + std::clamp(options_.replica_expiry / 8, absl::Seconds(1), absl::Minutes(1));
+  last_seen_.emplace_back(now, last);
+  const absl::Time window_start = now - options_.dedup_window;
+  while (last_seen_.size() > 1 && last_seen_[1].first <= window_start) last_seen_.pop_front();
+  if (last_seen_.front().first > window_start) return;
+  const uint64_t old_last = last_seen_.front().second;
+  uint64_t least = std::numeric_limits<uint64_t>::max();
+  int replicas = 0;
+  for (const ReplicaRecord& r : ReadReplicas()) {
+    if (r.identity != identity) continue;
+    least = std::min(least, r.needed);
+    ++replicas;
+  }
+  if (replicas == 0) return;  // Not even this replica's: unknown.
+  const uint64_t purge_to = std::min(least, old_last + 1);
+  if (purge_to <= first) return;
+  jsOptions o;
+  jsOptions_Init(&o);
+  o.Stream.Purge.Sequence = purge_to;
+  jsErrCode jerr = static_cast<jsErrCode>(0);
+  if (natsStatus s = js_PurgeStream(impl_->js, options_.stream.c_str(), &o, &jerr); s != NATS_OK) {
+    spdlog::warn("cluster: cannot purge the stream up to {}: {}", purge_to, NatsError(s, jerr));
+    return;
+  }
+  spdlog::info(
+      "cluster: purged stream {} before position {} (every one of {} replicas has checkpointed "
+      "past it)",
+      options_.stream, purge_to, replicas);
+  MutexLock lock(&mu_);
+  ++purges_;
+}
+
+std::vector<Cluster::ReplicaRecord> Cluster::ReadReplicas() {
+  std::vector<ReplicaRecord> out;
+  if (impl_->kv == nullptr) return out;
+  kvKeysList keys;
+  std::memset(&keys, 0, sizeof(keys));
+  kvWatchOptions wo;
+  kvWatchOptions_Init(&wo);
+  wo.Timeout = 5000;
+  if (natsStatus s = kvStore_Keys(&keys, impl_->kv, &wo); s != NATS_OK) {
+    if (s != NATS_NOT_FOUND)
+      spdlog::warn("cluster: cannot list the replica records: {}", NatsError(s));
+    return out;
+  }
+  for (int i = 0; i < keys.Count; ++i) {
+    kvEntry* e = nullptr;
+    if (kvStore_Get(&e, impl_->kv, keys.Keys[i]) != NATS_OK) continue;
+    ReplicaRecord r;
+    r.key = keys.Keys[i];
+    bool valid = false;
+    for (absl::string_view field : absl::StrSplit(kvEntry_ValueString(e), ' ')) {
+      if (absl::ConsumePrefix(&field, "identity=")) {
+        r.identity = std::string(field);
+      } else if (absl::ConsumePrefix(&field, "needed=")) {
+        valid = absl::SimpleAtoi(field, &r.needed);
+      } else if (absl::ConsumePrefix(&field, "address=")) {
+        r.address = std::string(field);
+      }
+    }
+    kvEntry_Destroy(e);
+    if (valid && !r.identity.empty()) out.push_back(std::move(r));
+  }
+  kvKeysList_Destroy(&keys);
+  return out;
+}
+
+void Cluster::Bootstrap(std::string identity, bool must) {
+  const absl::Time t0 = absl::Now();
+  std::vector<ReplicaRecord> peers;
+  for (ReplicaRecord& r : ReadReplicas()) {
+    if (r.identity == identity && r.key != replica_key_ && !r.address.empty()) {
+      peers.push_back(std::move(r));
+    }
+  }
+  // The most advanced first.
+  std::sort(peers.begin(), peers.end(),
+            [](const ReplicaRecord& a, const ReplicaRecord& b) { return a.needed > b.needed; });
+  std::string failures;
+  bool done = false;
+  for (const ReplicaRecord& peer : peers) {
+    if (stopping_.load()) break;
+    // Nothing of this replica's own is worth keeping: the stream cannot
+    // bring it up to date. (A new replica has nothing.)
+    for (const auto& [name, filter] : registry_->List()) persistence_->ApplyDrop(name, filter);
+    spdlog::info("cluster: bootstrapping: copying every filter from peer {} ({})", peer.key,
+                 peer.address);
+    absl::StatusOr<PeerCopy> copy = CopyFromPeer(
+        peer.address, identity, registry_,
+        (std::filesystem::path(persistence_->data_dir()) / kImportDir).string(), stopping_);
+    if (!copy.ok()) {
+      spdlog::warn("cluster: bootstrap from peer {} failed: {}", peer.key,
+                   std::string(copy.status().message()));
+      absl::StrAppend(&failures, failures.empty() ? "" : "; ", copy.status().message());
+      continue;
+    }
+    uint64_t items = 0;
+    absl::Status added;
+    for (PeerFilter& f : copy->filters) {
+      items += f.items;
+      absl::StatusOr<std::shared_ptr<CuckooFilter>> a =
+          registry_->AddClaimed(std::move(f.claim), std::move(f.filter));
+      if (!a.ok()) added = a.status();
+    }
+    if (!added.ok()) {
+      spdlog::warn("cluster: bootstrap from peer {} failed: {}", peer.key,
+                   std::string(added.message()));
+      absl::StrAppend(&failures, failures.empty() ? "" : "; ", added.message());
+      continue;
+    }
+    applied_.store(copy->resume_from - 1, std::memory_order_release);
+    needed_.store(copy->resume_from, std::memory_order_release);
+    // On disk, with the checkpoint, before the stream is applied again.
+    if (absl::StatusOr<SnapshotRun> run = persistence_->SnapshotNow("", false); !run.ok()) {
+      spdlog::warn("cluster: snapshots after the bootstrap: {} (they are written again later)",
+                   std::string(run.status().message()));
+    }
+    spdlog::info(
+        "cluster: bootstrapped from peer {} in {}: {} filters, {} items, {} bytes of snapshots; "
+        "applying the stream from position {}",
+        peer.key, absl::FormatDuration(absl::Now() - t0), copy->filters.size(), items, copy->bytes,
+        copy->resume_from);
+    {
+      MutexLock lock(&mu_);
+      ++bootstraps_;
+    }
+    done = true;
+    break;
+  }
+  if (done || !must) {
+    if (!done && !peers.empty()) {
+      spdlog::info("cluster: no peer could be copied ({}); replaying the stream instead", failures);
+    }
+    SetProblem("");
+  } else {
+    SetProblem(absl::StrFormat(
+        "this replica needs the stream from position %u, which the stream %s no longer holds, "
+        "and no peer replica could be copied (%s); retrying. Peers are found in the KV bucket "
+        "%s_replicas, at the address each gives with --advertise",
+        applied_.load() + 1, options_.stream,
+        peers.empty() ? std::string("none is recorded") : failures, options_.stream));
+  }
+  bootstrapping_.store(false, std::memory_order_release);
+}
+
 ClusterStatus Cluster::Status() const {
   ClusterStatus st;
   st.replica_id = options_.replica_id;
@@ -875,6 +1110,9 @@ ClusterStatus Cluster::Status() const {
   st.lag = st.stream_last - st.applied;
   st.consuming = consuming_;
   st.problem = problem_;
+  st.identity = identity_;
+  st.purges = purges_;
+  st.bootstraps = bootstraps_;
   st.entries_applied = entries_applied_;
   st.entries_published = entries_published_;
   st.duplicates = duplicates_;

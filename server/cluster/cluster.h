@@ -81,6 +81,15 @@ struct ClusterOptions {
   uint64_t ready_max_lag = 1000;
   // Largest entry; 0: the NATS server's max_payload.
   size_t max_entry_bytes = 0;
+  // host:port at which peers reach this replica's gRPC service, to copy its
+  // filters when they bootstrap (empty: none can).
+  std::string advertise;
+  // Retention: every replica records in the KV bucket "<stream>_replicas"
+  // the first position it needs (its checkpoint's) and refreshes it; the
+  // stream is purged up to the least of them. A replica not heard of for
+  // this long no longer holds the stream back (its record expires), and
+  // bootstraps from a peer when it comes back.
+  absl::Duration replica_expiry = absl::Hours(24);
 };
 
 // What GetServerInfo and /metrics report.
@@ -89,6 +98,7 @@ struct ClusterStatus {
   std::string nats_status;  // connected, reconnecting, disconnected, closed, connecting
   std::string nats_server;  // The URL connected to.
   std::string stream;
+  std::string identity;  // "<stream>@<creation time>"; empty until known.
   uint32_t stream_replicas = 0;
   uint64_t stream_first = 0;
   uint64_t stream_last = 0;
@@ -101,6 +111,8 @@ struct ClusterStatus {
   uint64_t entries_published = 0;
   uint64_t duplicates = 0;
   uint64_t publish_failures = 0;
+  uint64_t purges = 0;      // Retention purges this replica made.
+  uint64_t bootstraps = 0;  // Copies from a peer this replica made.
 };
 
 class Cluster final : public ExternalLog {
@@ -198,6 +210,22 @@ class Cluster final : public ExternalLog {
   void RememberLocked(const std::string& msg_id, uint64_t position, const WriteResult& r)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetProblem(std::string problem);
+  // Maintain's replica records: opens (or creates) the KV bucket, records
+  // this replica's needed position, and purges the stream up to what every
+  // replica still needs. Maintenance thread only.
+  void MaintainReplicas(const std::string& identity, uint64_t first, uint64_t last);
+  struct ReplicaRecord {
+    std::string key;
+    std::string identity;
+    uint64_t needed = 0;
+    std::string address;
+  };
+  std::vector<ReplicaRecord> ReadReplicas();
+  // Copies every filter from a peer (peer_copy.h) in place of this
+  // replica's, then resumes the stream after the copy. On the bootstrap
+  // thread; `must` when the stream no longer holds what this replica needs
+  // (else a new empty replica, which may replay the stream instead).
+  void Bootstrap(std::string identity, bool must);
 
   const ClusterOptions options_;
   FilterRegistry* const registry_;
@@ -207,6 +235,10 @@ class Cluster final : public ExternalLog {
   const std::string instance_;  // Unique per process: generated message ids.
 
   std::atomic<uint64_t> applied_{0};
+  // The first position this replica needs: where it started, then each
+  // checkpoint's (what it records for the stream's retention).
+  std::atomic<uint64_t> needed_{1};
+  std::atomic<bool> bootstrapping_{false};
   std::atomic<uint64_t> next_generated_{1};
   std::atomic<bool> stopping_{false};
 
@@ -242,6 +274,20 @@ class Cluster final : public ExternalLog {
   // Consecutive stream checks that found the stream ending before what this
   // replica has applied (maintenance thread only).
   int stream_behind_checks_ = 0;
+  // Maintenance thread only: the replica records.
+  std::string replica_key_;
+  std::string kv_problem_;
+  uint64_t registered_needed_ = 0;
+  absl::Time next_register_ = absl::InfinitePast();
+  absl::Time next_retention_ = absl::InfinitePast();
+  absl::Time next_bootstrap_ = absl::InfinitePast();
+  bool tried_new_replica_bootstrap_ = false;
+  // The stream's last position as seen at times, to purge nothing younger
+  // than the duplicate window.
+  std::deque<std::pair<absl::Time, uint64_t>> last_seen_;
+  uint64_t purges_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t bootstraps_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread bootstrap_;
 
   std::thread maintenance_;
   std::thread completion_;

@@ -252,7 +252,7 @@ TEST(ClusterTest, WithoutNatsWritesFailUnavailableAndReadsAreStillServed) {
   ASSERT_TRUE(c.replica(1).WaitCaughtUp(ins_resp.log_position()));
 }
 
-TEST(ClusterTest, NewEmptyReplicaRebuildsEveryFilterFromTheStream) {
+TEST(ClusterTest, NewEmptyReplicaBootstrapsFromAPeerAndResumesFromItsCheckpoint) {
   TestCluster c(2, {"--snapshot-interval=1s"});
   uint64_t p = Create(c.replica(0), "a", 20'000).log_position();
   p = Create(c.replica(1), "b", 20'000).log_position();
@@ -266,6 +266,13 @@ TEST(ClusterTest, NewEmptyReplicaRebuildsEveryFilterFromTheStream) {
   ASSERT_TRUE(c.replica(0).WaitCaughtUp(p));
   ASSERT_TRUE(c.replica(1).WaitCaughtUp(p));
   ExpectIdenticalReplicas(c, {0, 1, 2});
+  // It copied a peer (the stream still held everything, but a copy beats
+  // replaying a long stream).
+  EXPECT_NE(fresh.process().process().out().find("cluster: bootstrapped from peer r"),
+            std::string::npos)
+      << fresh.process().process().out();
+  std::string error;
+  EXPECT_TRUE(Missing(fresh, "b", Keys("y", 15'000), p, &error).empty()) << error;
   // Restarted, it resumes from its checkpoint, not from the beginning.
   ASSERT_EQ(fresh.Stop(), 0);
   EXPECT_NE(ReadFile(fresh.data_dir() + "/CHECKPOINT").find("resume_from"), std::string::npos);
@@ -277,6 +284,52 @@ TEST(ClusterTest, NewEmptyReplicaRebuildsEveryFilterFromTheStream) {
             std::string::npos)
       << fresh.process().process().out();
   ExpectIdenticalReplicas(c, {0, 2});
+}
+
+// The stream keeps only what the replicas still need: once a replica has
+// been away longer than --replica-expiry, the others' checkpoints purge the
+// stream past its position (an idle filter does not hold them back), and
+// when it returns it copies a peer and catches up, with no false negative.
+TEST(ClusterTest, AReplicaAwayPastTheRetentionBootstrapsFromAPeer) {
+  TestCluster c(3, {"--snapshot-interval=1s", "--replica-expiry=4s", "--dedup-window=1s"});
+  uint64_t p = Create(c.replica(0), "busy", 50'000).log_position();
+  p = Create(c.replica(1), "idle", 10'000).log_position();
+  p = Insert(c.replica(1), "idle", Keys("i", 2'000), "", p).log_position();
+  p = Insert(c.replica(0), "busy", Keys("b0-", 5'000), "", p).log_position();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(c.replica(i).WaitCaughtUp(p));
+  ASSERT_EQ(c.replica(2).Stop(), 0);
+  const std::string checkpoint = ReadFile(c.replica(2).data_dir() + "/CHECKPOINT");
+  const size_t at = checkpoint.find("resume_from ");
+  ASSERT_NE(at, std::string::npos) << checkpoint;
+  const uint64_t needed = std::stoull(checkpoint.substr(at + 12));
+
+  // Writes go on without it, and the stream moves past what it needs.
+  uint64_t first = 0;
+  for (int round = 0; round < 120 && first <= needed; ++round) {
+    p = Insert(c.replica(round % 2), "busy", Keys(absl::StrCat("b", round + 1, "-"), 200), "", p)
+            .log_position();
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    grpc::ClientContext ctx;
+    v1::GetServerInfoResponse info;
+    ASSERT_TRUE(c.replica(0).stub().GetServerInfo(WithDeadline(&ctx), {}, &info).ok());
+    first = info.cluster().stream_first_position();
+  }
+  ASSERT_GT(first, needed) << "the stream was never purged past position " << needed;
+  EXPECT_NE(c.replica(0).Metrics().find("cuckood_cluster_stream_purges_total"), std::string::npos);
+
+  c.replica(2).Start();
+  ASSERT_TRUE(c.replica(2).WaitCaughtUp(p));
+  const std::string out = c.replica(2).process().process().out();
+  EXPECT_NE(out.find("bootstrapping from a peer replica"), std::string::npos) << out;
+  EXPECT_NE(out.find("cluster: bootstrapped from peer r"), std::string::npos) << out;
+  std::string error;
+  EXPECT_TRUE(Missing(c.replica(2), "idle", Keys("i", 2'000), p, &error).empty()) << error;
+  EXPECT_TRUE(Missing(c.replica(2), "busy", Keys("b0-", 5'000), p, &error).empty()) << error;
+  EXPECT_TRUE(Missing(c.replica(2), "busy", Keys("b1-", 200), p, &error).empty()) << error;
+  // Writes through it go on, and every replica ends identical.
+  p = Insert(c.replica(2), "busy", Keys("after", 500), "", p).log_position();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(c.replica(i).WaitCaughtUp(p));
+  ExpectIdenticalReplicas(c, {0, 1, 2});
 }
 
 // A replica exports its copy of a filter while the cluster serves: the file

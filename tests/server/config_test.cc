@@ -240,7 +240,8 @@ TEST(ConfigTest, NatsUrlsMakeClusterModeAndBadOnesNameTheValue) {
   auto with = [](std::vector<std::string> args) {
     std::vector<std::string> all = {"--max-filters=4",    "--nats=",
                                     "--nats-replicas=0",  "--dedup-window=2m",
-                                    "--max-read-wait=5s", "--ready-max-lag=1000"};
+                                    "--max-read-wait=5s", "--ready-max-lag=1000",
+                                    "--advertise=",       "--replica-expiry=24h"};
     all.insert(all.end(), args.begin(), args.end());
     return Parse(all);
   };
@@ -262,6 +263,19 @@ TEST(ConfigTest, NatsUrlsMakeClusterModeAndBadOnesNameTheValue) {
   EXPECT_THAT(std::string(replicas.status().message()), HasSubstr("--nats-replicas=7"));
   auto window = with({"--dedup-window=0s"});
   EXPECT_THAT(std::string(window.status().message()), HasSubstr("--dedup-window=0 must be"));
+  auto peers = with({"--advertise=cuckood-1.cuckood-headless:50051", "--replica-expiry=90m"});
+  ASSERT_TRUE(peers.ok()) << peers.status();
+  EXPECT_EQ(peers->advertise, "cuckood-1.cuckood-headless:50051");
+  EXPECT_EQ(peers->replica_expiry, absl::Minutes(90));
+  for (const char* bad_address : {"--advertise=cuckood-1", "--advertise=:50051",
+                                  "--advertise=host:0", "--advertise=host:99999"}) {
+    auto a = with({bad_address});
+    ASSERT_FALSE(a.ok()) << bad_address;
+    EXPECT_THAT(std::string(a.status().message()), HasSubstr("expected host:port")) << bad_address;
+  }
+  auto expiry = with({"--replica-expiry=1s"});
+  EXPECT_THAT(std::string(expiry.status().message()),
+              HasSubstr("--replica-expiry=1s must be between 2s and 720h"));
 }
 
 }  // namespace
