@@ -7,7 +7,10 @@
 // cluster_chaos_test.cc.)
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/snapshot.h"
@@ -330,6 +333,83 @@ TEST(ClusterTest, AReplicaAwayPastTheRetentionBootstrapsFromAPeer) {
   p = Insert(c.replica(2), "busy", Keys("after", 500), "", p).log_position();
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(c.replica(i).WaitCaughtUp(p));
   ExpectIdenticalReplicas(c, {0, 1, 2});
+}
+
+// A replica whose data directory is lost copies a peer while writes,
+// creations and drops go on through the others: what happened during the
+// copy comes from the stream, and it ends identical to them, every
+// acknowledged key present.
+TEST(ClusterTest, AReplicaBootstrapsWhileWritesGoOnAndMissesNothing) {
+  TestCluster c(3, {"--snapshot-interval=1s"});
+  uint64_t p = Create(c.replica(0), "a", 200'000).log_position();
+  p = Create(c.replica(0), "doomed", 10'000).log_position();
+  p = Insert(c.replica(1), "a", Keys("before", 20'000), "", p).log_position();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(c.replica(i).WaitCaughtUp(p));
+  ASSERT_EQ(c.replica(2).Stop(), 0);
+  fs::remove_all(c.replica(2).data_dir());
+  fs::create_directories(c.replica(2).data_dir());
+
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> last{p};
+  std::vector<std::string> acked;
+  std::thread writer([&] {
+    std::shared_ptr<v1::FilterService::Stub> stubs[] = {c.replica(0).shared_stub(),
+                                                        c.replica(1).shared_stub()};
+    // At most 120,000 keys: all fit (FULL answers would not be acked keys).
+    for (int batch = 0; (!stop.load() || batch < 20) && batch < 240; ++batch) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      v1::InsertRequest req;
+      req.set_filter("a");
+      std::vector<std::string> keys = Keys(absl::StrCat("during", batch, "-"), 500);
+      for (const std::string& k : keys) req.add_keys(k);
+      v1::InsertResponse resp;
+      grpc::ClientContext ctx;
+      if (stubs[batch % 2]->Insert(WithDeadline(&ctx), req, &resp).ok()) {
+        for (size_t i = 0; i < keys.size(); ++i) {
+          EXPECT_EQ(resp.results(static_cast<int>(i)), v1::INSERT_RESULT_INSERTED) << keys[i];
+        }
+        acked.insert(acked.end(), keys.begin(), keys.end());
+        last.store(std::max(last.load(), resp.log_position()));
+      }
+      if (batch == 5) {
+        grpc::ClientContext drop_ctx;
+        v1::DropFilterRequest drop;
+        drop.set_name("doomed");
+        v1::DropFilterResponse dropped;
+        EXPECT_TRUE(stubs[0]->DropFilter(WithDeadline(&drop_ctx), drop, &dropped).ok());
+      }
+      if (batch == 10) {
+        last.store(std::max(last.load(), Create(c.replica(1), "late", 10'000).log_position()));
+      }
+    }
+  });
+  c.replica(2).Start();
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  stop.store(true);
+  writer.join();
+  p = last.load();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(c.replica(i).WaitCaughtUp(p));
+  const std::string out = c.replica(2).process().process().out();
+  const size_t resumed = out.find("; applying the stream from position ");
+  ASSERT_NE(resumed, std::string::npos) << out;
+  // The copy ended while writes went on: later ones came from the stream.
+  EXPECT_LT(std::stoull(out.substr(resumed + 36)), p);
+  ASSERT_GE(acked.size(), 10'000u);
+  std::string error;
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<std::string> missing = Missing(c.replica(i), "a", acked, p, &error);
+    EXPECT_TRUE(missing.empty()) << "replica " << i << ": " << missing.size() << " of "
+                                 << acked.size() << " missing, first "
+                                 << (missing.empty() ? "" : missing[0]) << error;
+  }
+  EXPECT_TRUE(Missing(c.replica(2), "a", Keys("before", 20'000), p, &error).empty()) << error;
+  ExpectIdenticalReplicas(c, {0, 1, 2});
+  grpc::ClientContext ctx;
+  v1::ListFiltersResponse list;
+  ASSERT_TRUE(c.replica(2).stub().ListFilters(WithDeadline(&ctx), {}, &list).ok());
+  std::vector<std::string> names;
+  for (const v1::FilterInfo& f : list.filters()) names.push_back(f.name());
+  EXPECT_EQ(names, (std::vector<std::string>{"a", "late"}));
 }
 
 // A replica exports its copy of a filter while the cluster serves: the file
