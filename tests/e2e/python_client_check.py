@@ -18,10 +18,12 @@ import argparse
 import concurrent.futures
 import datetime
 import importlib.util
+import io
 import os
 import re
 import socket
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -385,6 +387,43 @@ class Checks:
         assert "py-snap" in list(c.snapshot(changed_only=True).unchanged)
         expect_error(grpc.StatusCode.NOT_FOUND, c.snapshot, "py-none")
         c.drop_filter("py-snap")
+
+    def check_export_import(self):
+        """export_filter / import_filter: a backup round trip, and their errors."""
+        c = self.client
+        self.fresh("py-export", capacity=20_000)
+        for name in ("py-imported",):
+            try:
+                c.drop_filter(name)
+            except CuckooError:
+                pass
+        keys = [f"e{i}" for i in range(5_000)]
+        c.insert("py-export", keys)
+        out = io.BytesIO()
+        exported = c.export_filter("py-export", out)
+        assert exported.bytes == len(out.getvalue()) > 0, exported
+        assert exported.items == 5_000 and exported.filter.name == "py-export", exported
+        assert exported.filter_id > 0 and exported.log_position >= exported.filter_id, exported
+        # From a real file (total_bytes is sent) and from a stream (not).
+        with tempfile.NamedTemporaryFile() as f:
+            f.write(out.getvalue())
+            f.flush()
+            f.seek(0)
+            info = c.import_filter("py-imported", f)
+        assert info.name == "py-imported" and info.items == 5_000, info
+        assert info.log_position > 0, info
+        assert all(c.lookup("py-imported", keys)), "an imported key is missing"
+        assert c.get_filter("py-imported").capacity == c.get_filter("py-export").capacity
+        expect_error(grpc.StatusCode.ALREADY_EXISTS, c.import_filter, "py-imported",
+                     io.BytesIO(out.getvalue()))
+        expect_error(grpc.StatusCode.NOT_FOUND, c.export_filter, "py-none", io.BytesIO())
+        damaged = bytearray(out.getvalue())
+        damaged[len(damaged) // 2] ^= 0x40
+        expect_error(grpc.StatusCode.DATA_LOSS, c.import_filter, "py-damaged",
+                     io.BytesIO(bytes(damaged)))
+        expect_error(grpc.StatusCode.DATA_LOSS, c.import_filter, "py-damaged", io.BytesIO(b""))
+        c.drop_filter("py-imported")
+        c.drop_filter("py-export")
 
     def check_threads(self):
         """One Client used from several threads at once."""

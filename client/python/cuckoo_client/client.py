@@ -40,13 +40,15 @@ import enum
 import ipaddress
 import json
 import logging
+import os
 import random
 import re
 import socket
 import threading
 import time
 import uuid
-from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import (Any, BinaryIO, Callable, Iterable, List, Optional, Sequence, Tuple, TypeVar,
+                    Union)
 
 import grpc
 
@@ -112,6 +114,9 @@ _SCHEMES = ("dns:", "ipv4:", "ipv6:", "unix:", "unix-abstract:", "vsock:", "xds:
             "google-c2p:")
 
 _log = logging.getLogger(__name__)
+
+# Bytes per ImportFilter chunk (the server takes up to its max_message_bytes).
+_IMPORT_CHUNK_BYTES = 1 << 20
 
 # Client._call's default timeout: the client's.
 _CLIENT_TIMEOUT = object()
@@ -380,12 +385,34 @@ class ClusterInfo:
     #: stream_last_position - applied_log_position: how far this replica is
     #: behind the log.
     lag: int
+    #: Names the stream's incarnation ("<stream>@<creation time>").
+    log_identity: str = ""
+    #: Why the replica cannot apply the stream now (e.g. it is bootstrapping
+    #: from a peer); empty when it can.
+    problem: str = ""
     raw: Optional[_pb.ClusterInfo] = dataclasses.field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_proto(cls, message: _pb.ClusterInfo) -> "ClusterInfo":
         """The ClusterInfo of a ``cuckoo.v1.ClusterInfo`` message."""
         return cls(**_fields_of(cls, message), raw=message)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportInfo:
+    """What :meth:`Client.export_filter` wrote."""
+
+    #: The snapshot file's size.
+    bytes: int
+    #: Items in the snapshot.
+    items: int
+    #: The log position the server had applied when the export started:
+    #: every write acknowledged at or before it is in the file.
+    log_position: int
+    #: The filter's id recorded in the file (its creation's log position).
+    filter_id: int
+    #: The filter's info when its snapshot had been written.
+    filter: "FilterInfo"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -916,6 +943,99 @@ class Client:
             keys, lambda r: list(r.counts))
 
     # -- Server ----------------------------------------------------------------
+
+    # -- Backups ---------------------------------------------------------------
+
+    def export_filter(self, name: str, out: BinaryIO,
+                      timeout: Optional[float] = 600.0) -> ExportInfo:
+        """Writes filter `name`'s snapshot file to `out` (a binary file object).
+
+        The server streams it while it keeps serving; the bytes are exactly a
+        snapshot file (docs/SNAPSHOT_FORMAT.md), which :meth:`import_filter`
+        (or ``cuckooctl import``) loads back under any name. Retried on
+        ``UNAVAILABLE`` only until the first bytes arrived. `timeout`
+        (seconds) is the whole transfer's deadline.
+
+        Raises:
+            CuckooError: ``NOT_FOUND`` for an unknown filter; ``UNAVAILABLE``
+                if the transfer broke off (what `out` got is incomplete).
+        """
+        self._check_open()
+        request = _pb.ExportFilterRequest(name=name)
+        start = time.monotonic()
+        give_up = start + self._retry_timeout
+        backoff = _RETRY_INITIAL_BACKOFF
+        while True:
+            first: Optional[_pb.ExportFilterChunk] = None
+            received = 0
+            try:
+                for chunk in self._stub.ExportFilter(request, timeout=timeout):
+                    if first is None:
+                        first = chunk
+                    out.write(chunk.data)
+                    received += len(chunk.data)
+            except grpc.RpcError as e:
+                error = CuckooError.from_rpc_error(e)
+                now = time.monotonic()
+                if (error.code != grpc.StatusCode.UNAVAILABLE or received > 0
+                        or now >= give_up or self._closed):
+                    raise error from e
+                time.sleep(min(random.uniform(backoff / 2, backoff), give_up - now))
+                backoff = min(backoff * 2, _RETRY_MAX_BACKOFF)
+                continue
+            if first is None:
+                raise CuckooError(grpc.StatusCode.INTERNAL,
+                                  f"the export of filter {name!r} sent no data")
+            if first.total_bytes and received != first.total_bytes:
+                raise CuckooError(grpc.StatusCode.DATA_LOSS,
+                                  f"the export of filter {name!r} ended after {received} of "
+                                  f"{first.total_bytes} bytes")
+            self._saw(first)
+            return ExportInfo(bytes=received, items=first.items,
+                              log_position=first.log_position, filter_id=first.filter_id,
+                              filter=FilterInfo.from_proto(first.filter,
+                                                           log_position=first.log_position))
+
+    def import_filter(self, name: str, source: BinaryIO,
+                      timeout: Optional[float] = 600.0) -> FilterInfo:
+        """Creates filter `name` from a snapshot file read from `source` (binary).
+
+        What :meth:`export_filter` wrote, or a ``.cuckoo`` file of a data
+        directory; every check of a snapshot loaded at start-up applies. The
+        filter is durable before the call returns. Not retried: a second try
+        of an import that was applied would fail with ``ALREADY_EXISTS``.
+
+        Raises:
+            CuckooError: ``ALREADY_EXISTS`` if `name` is taken;
+                ``DATA_LOSS`` / ``INVALID_ARGUMENT`` for a damaged or foreign
+                file; ``RESOURCE_EXHAUSTED`` if it does not fit the memory
+                budget; ``FAILED_PRECONDITION`` on a cluster replica.
+        """
+        self._check_open()
+        total = 0
+        try:
+            total = os.fstat(source.fileno()).st_size - source.tell()
+        except (AttributeError, OSError, ValueError):
+            total = 0  # Not a file: the server takes what arrives.
+
+        def chunks() -> Iterable[_pb.ImportFilterChunk]:
+            first = True
+            while True:
+                data = source.read(_IMPORT_CHUNK_BYTES)
+                if not data and not first:
+                    return
+                yield _pb.ImportFilterChunk(name=name if first else "", data=data or b"",
+                                            total_bytes=total if first else 0)
+                first = False
+                if not data:
+                    return
+
+        try:
+            response = self._stub.ImportFilter(chunks(), timeout=timeout)
+        except grpc.RpcError as e:
+            raise CuckooError.from_rpc_error(e) from e
+        self._saw(response)
+        return FilterInfo.from_proto(response.filter, log_position=response.log_position)
 
     def server_info(self) -> ServerInfo:
         """The server's version, limits and log (one GetServerInfo call).
