@@ -857,8 +857,16 @@ void Cluster::MaintainStream() {
           "longer than the stream keeps entries): bootstrapping from a peer replica",
           options_.stream, first, needed));
     }
+    std::vector<ReplicaRecord> peers;
+    for (ReplicaRecord& r : ReadReplicas()) {
+      if (r.identity == identity && r.key != replica_key_ && !r.address.empty()) {
+        peers.push_back(std::move(r));
+      }
+    }
     bootstrapping_.store(true, std::memory_order_release);
-    bootstrap_ = std::thread([this, identity, gone] { Bootstrap(identity, gone); });
+    bootstrap_ = std::thread([this, identity, gone, peers = std::move(peers)]() mutable {
+      Bootstrap(identity, std::move(peers), gone);
+    });
     return;
   }
   jsSubOptions so;
@@ -1012,14 +1020,8 @@ std::vector<Cluster::ReplicaRecord> Cluster::ReadReplicas() {
   return out;
 }
 
-void Cluster::Bootstrap(std::string identity, bool must) {
+void Cluster::Bootstrap(std::string identity, std::vector<ReplicaRecord> peers, bool must) {
   const absl::Time t0 = absl::Now();
-  std::vector<ReplicaRecord> peers;
-  for (ReplicaRecord& r : ReadReplicas()) {
-    if (r.identity == identity && r.key != replica_key_ && !r.address.empty()) {
-      peers.push_back(std::move(r));
-    }
-  }
   // The most advanced first.
   std::sort(peers.begin(), peers.end(),
             [](const ReplicaRecord& a, const ReplicaRecord& b) { return a.needed > b.needed; });

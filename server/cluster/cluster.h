@@ -221,11 +221,12 @@ class Cluster final : public ExternalLog {
     std::string address;
   };
   std::vector<ReplicaRecord> ReadReplicas();
-  // Copies every filter from a peer (peer_copy.h) in place of this
+  // Copies every filter from one of `peers` (peer_copy.h) in place of this
   // replica's, then resumes the stream after the copy. On the bootstrap
-  // thread; `must` when the stream no longer holds what this replica needs
-  // (else a new empty replica, which may replay the stream instead).
-  void Bootstrap(std::string identity, bool must);
+  // thread (which touches no NATS object); `must` when the stream no longer
+  // holds what this replica needs (else a new empty replica, which may
+  // replay the stream instead).
+  void Bootstrap(std::string identity, std::vector<ReplicaRecord> peers, bool must);
 
   const ClusterOptions options_;
   FilterRegistry* const registry_;
