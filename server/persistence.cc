@@ -199,7 +199,9 @@ absl::StatusOr<LoadSummary> Persistence::LoadAll() {
                .bytes = loaded->header.file_bytes,
                .changes = (*added)->changes(),
                .filter_id = loaded->filter_id,
-               .min_position = loaded->min_position});
+               .min_position = loaded->min_position},
+              // Before the log's replay: the file's own positions.
+              (*added)->ShardPositions());
     const absl::Duration took = absl::Now() - t0;
     spdlog::info(
         "loaded filter {} from {}: {} items, {} on disk, {} in memory, in {} ({:.2f} GB/s)", name,
@@ -558,22 +560,19 @@ void Persistence::TruncateLogLocked() {
   // publish under the registry's lock).
   uint64_t needed =
       wal_ != nullptr ? wal_->Stats().appended_lsn + 1 : external_log_->AppliedPosition() + 1;
-  // A cluster replica applies the log in order, one entry at a time: every
-  // entry up to `needed` - 1 (read before the changes below) is applied, so
-  // a filter with no change since its snapshot holds all of them, however
-  // old its shards' positions (an idle filter must not hold the stream's
-  // retention back).
-  const bool applies_in_order = wal_ == nullptr;
-  const uint64_t applied_floor = needed;
   for (const auto& [name, filter] : registry_->List()) {
     const uint64_t id = filter->id();
     const SnapshotRecord r = Record(name, *filter);
-    const bool current = r.exists && r.filter_id == id && id != 0;
-    uint64_t filter_needs = current ? std::max(r.min_position, id) + 1 : id;
-    if (current && applies_in_order && r.UnsnapshottedChanges(*filter) == 0) {
-      filter_needs = std::max(filter_needs, applied_floor);
+    const bool snapshotted = r.exists && r.filter_id == id && id != 0;
+    const uint64_t from = snapshotted ? std::max(r.min_position, id) + 1 : id;
+    // A filter no entry has reached since its snapshot needs nothing of the
+    // log up to the position read above (see UntouchedSinceSnapshot),
+    // however old its snapshot: an idle filter holds no log back (nor a
+    // cluster's stream).
+    if (from < needed && snapshotted && UntouchedSinceSnapshot(name, *filter)) {
+      continue;
     }
-    needed = std::min(needed, filter_needs);
+    needed = std::min(needed, from);
   }
   if (external_log_ != nullptr) {
     const std::string identity = external_log_->Identity();
@@ -592,9 +591,25 @@ void Persistence::TruncateLogLocked() {
 }
 
 void Persistence::SetRecord(absl::string_view name, const std::shared_ptr<CuckooFilter>& filter,
-                            const SnapshotRecord& record) {
+                            const SnapshotRecord& record, std::vector<uint64_t> bounds) {
   MutexLock lock(&records_mu_);
-  records_[name] = Entry{.filter = filter, .record = record};
+  records_[name] = Entry{.filter = filter, .record = record, .bounds = std::move(bounds)};
+}
+
+bool Persistence::UntouchedSinceSnapshot(absl::string_view name, const CuckooFilter& filter) const {
+  // Every entry up to an lsn read before this call was appended inside its
+  // shard's write section, so it is applied, and the shard's position is
+  // at least its lsn, once the shard's lock is taken here.
+  const std::vector<uint64_t> positions = filter.ShardPositions();
+  MutexLock lock(&records_mu_);
+  auto it = records_.find(name);
+  if (it == records_.end() || it->second.filter.lock().get() != &filter) return false;
+  const std::vector<uint64_t>& bounds = it->second.bounds;
+  if (bounds.size() != positions.size()) return false;
+  for (size_t i = 0; i < positions.size(); ++i) {
+    if (positions[i] > bounds[i]) return false;
+  }
+  return true;
 }
 
 SnapshotRecord Persistence::Record(absl::string_view name, const CuckooFilter& filter) const {
@@ -641,20 +656,44 @@ absl::StatusOr<SnapshotRun> Persistence::SnapshotNow(absl::string_view name, boo
     // A snapshot replaces the old one only once every log record it holds
     // is durable: after a crash the filter is then always a prefix of its
     // log, whatever the durability mode.
-    absl::StatusOr<SnapshotWriteResult> w = WriteSnapshotFile(
-        *filter, filter_name, data_dir_,
-        {.buffer_bytes = options_.snapshot_buffer_bytes,
-         .before_commit =
-             [this](const SnapshotWriteResult& r) {
-               // The creation record too (a filter never written has positions 0).
-               return wal_ != nullptr ? wal_->SyncTo(std::max(r.max_position, r.filter_id))
-                                      : absl::OkStatus();
-             },
-         // A cluster replica applies the stream in order: every entry up to
-         // its applied position is in each shard copied after reading it.
-         .position_floor = external_log_ == nullptr
-                               ? std::function<uint64_t()>()
-                               : [this] { return external_log_->AppliedPosition(); }});
+    SnapshotWriteOptions write_options{
+        .buffer_bytes = options_.snapshot_buffer_bytes,
+        .before_commit = [this](const SnapshotWriteResult& r) {
+          // The creation record too (a filter never written has positions
+          // 0); with the floor below, the log up to the floor.
+          return wal_ != nullptr ? wal_->SyncTo(std::max(r.max_position, r.filter_id))
+                                 : absl::OkStatus();
+        }};
+    // Per shard, the floor read before its copy.
+    std::vector<uint64_t> floors;
+    floors.reserve(filter->shape().shards);
+    if (wal_ != nullptr) {
+      // The write-ahead log's floor: the last lsn given out. A shard's write
+      // is applied and its record appended (given its lsn) in one write
+      // section, under the shard's lock (CuckooFilter's WriteLog); a batch
+      // spanning shards is one record per shard, each in its shard's
+      // section; replay at start-up has ended before any snapshot. So every
+      // record up to an lsn read before the shard's lock is taken is applied
+      // to the shard once the copy holds the lock, or concerns another
+      // shard (or filter creations and drops, which the id and file_mu_
+      // cover). A shard no write reached for a while then records the
+      // floor, not its last write's lsn, and holds no log back.
+      write_options.position_floor = [this, &floors] {
+        floors.push_back(wal_->AppendedLsn());
+        return floors.back();
+      };
+    } else if (external_log_ != nullptr) {
+      // A cluster replica's floor: its applied position. It applies the
+      // stream in order, one entry at a time, and moves the position on
+      // once the entry is in every shard it concerns; so every entry up to
+      // the position read before a shard's lock is taken is in the copy.
+      write_options.position_floor = [this, &floors] {
+        floors.push_back(external_log_->AppliedPosition());
+        return floors.back();
+      };
+    }
+    absl::StatusOr<SnapshotWriteResult> w =
+        WriteSnapshotFile(*filter, filter_name, data_dir_, write_options);
     if (!w.ok()) {
       if (metrics_ != nullptr) metrics_->RecordSnapshotWrite(false, 0, absl::ZeroDuration());
       spdlog::error("snapshot of filter {} failed: {}", filter_name,
@@ -668,7 +707,8 @@ absl::StatusOr<SnapshotRun> Persistence::SnapshotNow(absl::string_view name, boo
                .bytes = w->bytes,
                .changes = w->changes,
                .filter_id = w->filter_id,
-               .min_position = w->min_position});
+               .min_position = w->min_position},
+              std::move(floors));
     spdlog::info("snapshot of filter {}: {} items, {} to {} in {} ({:.2f} GB/s)", filter_name,
                  w->items, FormatByteSize(w->bytes), w->path, Ms(w->duration),
                  w->bytes / 1e9 / std::max(1e-9, absl::ToDoubleSeconds(w->duration)));

@@ -294,8 +294,14 @@ class Persistence {
   static void Finish(Job& job, const absl::Status& status);
   // Moves a bad file to quarantine/, logging why. Fails if it cannot.
   absl::Status Quarantine(const std::string& path, const absl::Status& why);
+  // `bounds`: see Entry.
   void SetRecord(absl::string_view name, const std::shared_ptr<CuckooFilter>& filter,
-                 const SnapshotRecord& record);
+                 const SnapshotRecord& record, std::vector<uint64_t> bounds = {});
+  // Whether no log entry has reached `filter` (named `name`) since its
+  // snapshot: every shard's position is at most its bound (Entry). If so,
+  // the snapshot holds every entry of the filter up to any lsn read before
+  // the call. False without bounds.
+  bool UntouchedSinceSnapshot(absl::string_view name, const CuckooFilter& filter) const;
   // Replays the log over the loaded snapshots and opens it for appending.
   absl::Status ReplayAndOpenLog(LoadSummary* summary);
   // Deletes the log segments no filter needs any more (after snapshots),
@@ -350,6 +356,13 @@ class Persistence {
   struct Entry {
     std::weak_ptr<const CuckooFilter> filter;  // The filter the record is of.
     SnapshotRecord record;
+    // Per shard, an lsn up to which the snapshot holds every entry of the
+    // shard, and past which lies every entry applied to the shard since
+    // its copy: the position floor read before the copy (SnapshotNow), or
+    // the shard's position in the file loaded (LoadAll; replay and later
+    // writes apply only entries past it). A shard whose position is still
+    // at most its bound has had no entry since. Empty when unknown.
+    std::vector<uint64_t> bounds;
   };
   mutable Mutex records_mu_;
   absl::flat_hash_map<std::string, Entry> records_ ABSL_GUARDED_BY(records_mu_);

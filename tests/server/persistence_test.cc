@@ -22,6 +22,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "client/cuckoo_client.h"
+#include "core/hash.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/core/snapshot_layout.h"
 #include "tests/core/test_keys.h"
@@ -820,6 +821,90 @@ TEST_F(PersistenceTest, DropCreateAndSnapshotOfOneNameInAnyOrderKeepDiskAndRegis
       EXPECT_EQ(Lookup("x", Keys(9, 200)), present) << "round " << round;
     }
   }
+}
+
+// --- The write-ahead log's truncation: a filter, or a shard of one, that no
+// write reaches any more must not hold the log back; else the log grows
+// without bound while other filters (or shards) are written to.
+
+class LogTruncationTest : public PersistenceTest {
+ protected:
+  void SetUp() override {
+    PersistenceTest::SetUp();
+    StartServer(Config());
+    Connect();
+  }
+  server::ServerConfig Config() {
+    server::ServerConfig config = testing::TestConfig(dir_.path());
+    config.wal_segment_bytes = server::kWalMinSegmentBytes;
+    config.durability = server::Durability::kNone;
+    return config;
+  }
+  // Keys of filter `name` that all fall in its shard `shard`.
+  std::vector<std::string> KeysOfShard(const std::string& name, uint32_t shard, uint64_t stream,
+                                       size_t n) {
+    std::shared_ptr<CuckooFilter> f = *server_->registry().Get(name);
+    const FilterShape& shape = f->shape();
+    const HashLayout layout(shape.fingerprint_bits, shape.shard_bits, shape.buckets_per_shard);
+    std::vector<std::string> keys;
+    for (uint64_t i = 0; keys.size() < n; ++i) {
+      std::string k = Key(stream, i);
+      if (layout.Shard(f->Hash(k)) == shard) keys.push_back(std::move(k));
+    }
+    return keys;
+  }
+  // Inserts and deletes `keys` in filter `name`, over and over, until the
+  // log holds about two more segments; then snapshots the changed filters
+  // (as the periodic snapshot does), which truncates the log.
+  void ChurnAndSnapshot(const std::string& name, const std::vector<std::string>& keys) {
+    const uint64_t until = Log().bytes_written + 2 * server::kWalMinSegmentBytes;
+    while (Log().bytes_written < until) {
+      Insert(name, keys);
+      ASSERT_TRUE(client_->Delete(name, Views(keys)).ok());
+    }
+    absl::StatusOr<server::SnapshotRun> run = server_->persistence().SnapshotNow("", true);
+    ASSERT_TRUE(run.ok()) << run.status();
+  }
+  server::WalStats Log() { return server_->persistence().wal()->Stats(); }
+
+  // Rounds of ChurnAndSnapshot: after each, the log's oldest segment kept
+  // must be newer, and the log stays a few segments long.
+  void ExpectTheLogKeepsBeingTruncated(const std::string& name,
+                                       const std::vector<std::string>& keys) {
+    uint64_t first_needed = 0;
+    for (int round = 0; round < 6; ++round) {
+      ChurnAndSnapshot(name, keys);
+      const server::WalStats log = Log();
+      if (round > 0) {
+        EXPECT_GT(log.first_needed_segment_lsn, first_needed)
+            << "round " << round << ": the log was not truncated further";
+      }
+      EXPECT_LE(log.segments, 5u) << "round " << round;
+      first_needed = log.first_needed_segment_lsn;
+    }
+  }
+};
+
+TEST_F(LogTruncationTest, AFilterNoWriteReachesAnyMoreHoldsNoLogBack) {
+  CreateFilter("idle", 1000);
+  Insert("idle", Keys(1, 10));
+  CreateFilter("busy", 100'000, 1);
+  Insert("busy", Keys(2, 100));
+  ExpectTheLogKeepsBeingTruncated("busy", Keys(3, 1000));
+  // The idle filter's old snapshot, and the log after it, still give every
+  // filter back.
+  Restart(Config());
+  EXPECT_THAT(Lookup("idle", Keys(1, 10)), ::testing::Each(true));
+  EXPECT_THAT(Lookup("busy", Keys(2, 100)), ::testing::Each(true));
+  ExpectTheLogKeepsBeingTruncated("busy", Keys(3, 1000));
+}
+
+TEST_F(LogTruncationTest, AShardNoWriteReachesAnyMoreHoldsNoLogBack) {
+  CreateFilter("busy", 100'000, 8);
+  Insert("busy", Keys(4, 1000));  // Every shard.
+  ExpectTheLogKeepsBeingTruncated("busy", KeysOfShard("busy", 0, 5, 1000));
+  Restart(Config());
+  EXPECT_THAT(Lookup("busy", Keys(4, 1000)), ::testing::Each(true));
 }
 
 }  // namespace
