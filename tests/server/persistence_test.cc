@@ -827,7 +827,7 @@ TEST_F(PersistenceTest, DropCreateAndSnapshotOfOneNameInAnyOrderKeepDiskAndRegis
 // write reaches any more must not hold the log back; else the log grows
 // without bound while other filters (or shards) are written to.
 
-class LogTruncationTest : public PersistenceTest {
+class PersistenceLogTruncationTest : public PersistenceTest {
  protected:
   void SetUp() override {
     PersistenceTest::SetUp();
@@ -885,7 +885,7 @@ class LogTruncationTest : public PersistenceTest {
   }
 };
 
-TEST_F(LogTruncationTest, AFilterNoWriteReachesAnyMoreHoldsNoLogBack) {
+TEST_F(PersistenceLogTruncationTest, AFilterNoWriteReachesAnyMoreHoldsNoLogBack) {
   CreateFilter("idle", 1000);
   Insert("idle", Keys(1, 10));
   CreateFilter("busy", 100'000, 1);
@@ -899,7 +899,7 @@ TEST_F(LogTruncationTest, AFilterNoWriteReachesAnyMoreHoldsNoLogBack) {
   ExpectTheLogKeepsBeingTruncated("busy", Keys(3, 1000));
 }
 
-TEST_F(LogTruncationTest, AShardNoWriteReachesAnyMoreHoldsNoLogBack) {
+TEST_F(PersistenceLogTruncationTest, AShardNoWriteReachesAnyMoreHoldsNoLogBack) {
   CreateFilter("busy", 100'000, 8);
   Insert("busy", Keys(4, 1000));  // Every shard.
   ExpectTheLogKeepsBeingTruncated("busy", KeysOfShard("busy", 0, 5, 1000));
