@@ -102,8 +102,8 @@ struct SnapshotWriteOptions {
   // taken (or does not concern it). The shard's section records the
   // greater of this and the shard's own position (that of the last entry
   // that wrote to it), so a shard no entry has written to for a while does
-  // not hold back the log's truncation. (cuckood: a cluster replica's
-  // applied position.)
+  // not hold back the log's truncation. (cuckood: the write-ahead log's
+  // last lsn given out, or a cluster replica's applied position.)
   std::function<uint64_t()> position_floor;
 };
 
