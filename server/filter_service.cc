@@ -132,7 +132,13 @@ void FilterServiceImpl::Continue(CallReactor* reactor, grpc::CallbackServerConte
   Next next;
   const absl::Status s = Guarded([&] { return body(reactor, &next); });
   if (!s.ok()) {
-    if (!next.window_key.empty()) window_.Abort(next.window_key, s);
+    if (!next.window_key.empty()) {
+      if (next.partly_applied) {
+        window_.Abandon(next.window_key, s);
+      } else {
+        window_.Abort(next.window_key, s);
+      }
+    }
     reactor->Done(ToGrpcStatus(s));
     return;
   }
@@ -167,12 +173,24 @@ void FilterServiceImpl::Continue(CallReactor* reactor, grpc::CallbackServerConte
           if (durable.ok()) {
             window_.Finish(key, std::move(outcome));
           } else {
-            window_.Abort(key, durable);
+            // Applied, and maybe on disk: a restart replays what is.
+            window_.Abandon(key, durable);
           }
         }
         reactor->Done(ToGrpcStatus(durable));
       });
 }
+
+namespace {
+// The answer to a retry whose first try may have been applied in part:
+// applying it again could remove a second copy of a key.
+absl::Status InDoubt(absl::string_view why) {
+  return absl::AbortedError(absl::StrCat(
+      "this request_id's first try was not answered and may have been applied in part (", why,
+      "); it is not applied again, since a Delete applied twice could remove another key's "
+      "fingerprint: Lookup its keys and send what is missing under a new request_id"));
+}
+}  // namespace
 
 absl::Status ValidateRequestId(std::string_view id) {
   if (id.size() > kMaxRequestIdBytes) {
@@ -366,6 +384,8 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::CallbackServerC
     // gets the first one's answer, and is not applied again.
     // The same id on another method, or with other content, is another
     // request: the content's digest is part of the key.
+    static_assert(2 + kMaxRequestIdBytes + 1 + 16 <= kWalMaxRequestKeyBytes,
+                  "a request's key fits the log's request records");
     const std::string key = absl::StrFormat("%s/%s/%016x", method == RpcMethod::kInsert ? "i" : "d",
                                             req.request_id, RequestDigest(req));
     RequestWindow::Outcome first;
@@ -373,6 +393,10 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::CallbackServerC
     switch (window_.Start(
         key, &first,
         [reactor, response, encode](const absl::Status& status, const RequestWindow::Outcome& o) {
+          if (status.code() == absl::StatusCode::kAborted) {
+            reactor->Done(ToGrpcStatus(InDoubt(status.message())));
+            return;
+          }
           if (!status.ok()) {
             reactor->Done(ToGrpcStatus(
                 absl::UnavailableError(absl::StrCat("the first try of this request_id failed (",
@@ -391,6 +415,10 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::CallbackServerC
         *response = encode(typed.span(), first.position);
         return absl::OkStatus();
       }
+      case RequestWindow::Begin::kInDoubt:
+        return InDoubt(
+            "its first try ended part-way (cut short, or cuckood stopped before "
+            "answering it)");
       case RequestWindow::Begin::kWaiting:
         next->answered = true;
         return absl::OkStatus();
@@ -426,6 +454,8 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::CallbackServerC
   uint64_t reserved = 0;
   if (wal != nullptr) {
     reserved = WalBytesForBatch(req.keys.size(), (*filter)->shape().shards);
+    if (!next->window_key.empty())
+      reserved += WalBytesForRequest(next->window_key.size(), req.keys.size());
     if (absl::Status r = wal->Reserve(reserved); !r.ok()) return r;
   }
   struct Unreserve {
@@ -437,11 +467,27 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::CallbackServerC
   } unreserve{wal, reserved};
   const uint64_t filter_id = (*filter)->id();
   uint64_t last_lsn = 0;
-  auto append = [&](const ShardWrite& w) { return last_lsn = wal->AppendShardWrite(filter_id, w); };
+  // A request id goes to the log before the request's first write (no
+  // durable write without its id) and with its results after the last
+  // (docs/WAL_FORMAT.md, "Request records").
+  WalRequest logged_request;
+  auto append = [&](const ShardWrite& w) {
+    if (last_lsn == 0 && !next->window_key.empty()) {
+      window_.Logged(next->window_key);
+      logged_request = {
+          .key = next->window_key,
+          .method = method == RpcMethod::kInsert ? ShardWrite::kInsert : ShardWrite::kDelete,
+          .keys = static_cast<uint32_t>(req.keys.size()),
+          .time = absl::Now()};
+      wal->AppendRequestStart(filter_id, logged_request);
+    }
+    return last_lsn = wal->AppendShardWrite(filter_id, w);
+  };
   const WriteLog log(append);
   const size_t applied =
       apply(**filter, req, results.span(), stop, wal != nullptr ? &log : nullptr);
   next->durable_lsn = last_lsn;
+  next->partly_applied = write && (applied > 0 || last_lsn != 0);
   if (applied < req.keys.size()) {
     return absl::Status(
         stopped.code(),
@@ -453,7 +499,15 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::CallbackServerC
   *response = encode(done, position);
   if (!next->window_key.empty()) {
     next->outcome = {.position = position, .results = ResultBytes(done)};
+    if (last_lsn != 0) {
+      logged_request.position = position;
+      logged_request.results = next->outcome.results;
+      logged_request.time = absl::Now();
+      next->durable_lsn = wal->AppendRequestResults(filter_id, logged_request);
+      window_.Recorded(next->window_key, next->durable_lsn, next->outcome);
+    }
   }
+  next->partly_applied = false;  // Applied whole: answered, or remembered as such.
   if (metrics_ != nullptr) metrics_->RecordKeys(method, req.keys.size());
   return absl::OkStatus();
 }

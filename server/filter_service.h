@@ -98,7 +98,11 @@ class FilterServiceImpl final : public FilterServiceBase {
         limits_(limits),
         snapshot_interval_(snapshot_interval),
         cluster_(cluster),
-        window_(limits.dedup_window, limits.max_dedup_bytes) {}
+        window_(limits.dedup_window, limits.max_dedup_bytes) {
+    // A single node keeps its request ids with its log: the replay and the
+    // snapshot runs fill and save this window (RequestWindow).
+    if (persistence_ != nullptr && cluster_ == nullptr) persistence_->SetRequestWindow(&window_);
+  }
 
   // The log position this server has applied: the cluster's, or the last
   // write-ahead log record appended (0 with neither).
@@ -162,6 +166,9 @@ class FilterServiceImpl final : public FilterServiceBase {
     // A write with a request id (single node): remembered once durable.
     std::string window_key;
     RequestWindow::Outcome outcome;
+    // The write failed after part of it was applied: its key is kept in
+    // doubt (RequestWindow::Abandon), never forgotten.
+    bool partly_applied = false;
   };
 
   // The filter a request names: INVALID_ARGUMENT for a malformed name,

@@ -145,7 +145,8 @@ absl::StatusOr<LoadSummary> Persistence::LoadAll() {
     if (absl::EndsWith(file, kSnapshotSuffix)) {
       snapshots.push_back(p);
     } else if (file != kQuarantineDir && file != kLockFile && file != kWalDir &&
-               file != kCheckpointFile) {
+               file != kCheckpointFile && file != kRequestWindowFile &&
+               file != std::string(kRequestWindowFile) + ".tmp") {
       spdlog::warn("ignoring {}: not a snapshot (*{})", p.string(), std::string(kSnapshotSuffix));
     }
   }
@@ -264,10 +265,15 @@ absl::Status Persistence::ReadCheckpoint(LoadSummary* summary) {
 }
 
 absl::Status Persistence::WriteCheckpointLocked(const std::string& identity, uint64_t needed) {
-  const std::string path = (fs::path(data_dir_) / kCheckpointFile).string();
+  return WriteFileAtomically(
+      kCheckpointFile,
+      absl::StrFormat("cuckood cluster checkpoint v1\nidentity %s\nresume_from %u\n", identity,
+                      needed));
+}
+
+absl::Status Persistence::WriteFileAtomically(const std::string& file, absl::string_view text) {
+  const std::string path = (fs::path(data_dir_) / file).string();
   const std::string tmp = path + ".tmp";
-  const std::string text = absl::StrFormat(
-      "cuckood cluster checkpoint v1\nidentity %s\nresume_from %u\n", identity, needed);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   auto fail = [&](const char* what) {
     const absl::Status s = absl::InternalError(absl::StrFormat(
@@ -277,8 +283,10 @@ absl::Status Persistence::WriteCheckpointLocked(const std::string& identity, uin
     return s;
   };
   if (fd < 0) return fail("create");
-  if (::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
-    return fail("write");
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n <= 0) return fail("write");
+    done += static_cast<size_t>(n);
   }
   if (::fdatasync(fd) != 0) return fail("fdatasync");
   ::close(fd);
@@ -328,6 +336,12 @@ absl::Status Persistence::ReplayAndOpenLog(LoadSummary* summary) {
     at_least = std::max(at_least, id + 1);
     for (uint64_t p : filter->ShardPositions()) at_least = std::max(at_least, p + 1);
   }
+  // The request ids saved before the log was last truncated; the log's
+  // request records come on top of them.
+  if (absl::Status s = LoadRequestWindow(); !s.ok()) return s;
+  // A request's results, as its records are read (a batch's may take more
+  // than one).
+  absl::flat_hash_map<std::string, RequestWindow::Outcome> results_read;
   const absl::Time t0 = absl::Now();
   bool removed_files = false;
   // Shard writes are applied by these workers while this thread reads the
@@ -414,6 +428,27 @@ absl::Status Persistence::ReplayAndOpenLog(LoadSummary* summary) {
             applier.Apply(it->second.get(), r);
             return absl::OkStatus();
           }
+          case WalRecordType::kRequestStart:
+            if (request_window_ != nullptr) {
+              request_window_->RestoreInDoubt(r.request.key, r.request.time);
+            }
+            return absl::OkStatus();
+          case WalRecordType::kRequestResults: {
+            if (request_window_ == nullptr) return absl::OkStatus();
+            const WalRequest& q = r.request;
+            RequestWindow::Outcome& o = results_read[q.key];
+            if (q.offset == 0) o = {.position = q.position, .results = {}};
+            if (o.results.size() != q.offset) {  // Not a chunk of the one being read.
+              results_read.erase(q.key);
+              return absl::OkStatus();
+            }
+            o.results.insert(o.results.end(), q.results.begin(), q.results.end());
+            if (o.results.size() == q.keys) {
+              request_window_->RestoreDone(q.key, q.time, std::move(o));
+              results_read.erase(q.key);
+            }
+            return absl::OkStatus();
+          }
         }
         return absl::OkStatus();
       });
@@ -453,6 +488,38 @@ absl::Status Persistence::ReplayAndOpenLog(LoadSummary* summary) {
     SetRecord(name, filter, {});
     spdlog::info(
         "filter {} was loaded from a version-1 snapshot; from now on its writes are logged", name);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Persistence::LoadRequestWindow() {
+  const std::string path = (fs::path(data_dir_) / kRequestWindowFile).string();
+  ::unlink((path + ".tmp").c_str());  // A save a crash cut short.
+  if (request_window_ == nullptr) return absl::OkStatus();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return absl::OkStatus();
+  std::string bytes;
+  {
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (f == nullptr) {
+      return absl::InternalError(absl::StrFormat(
+          "cannot open %s: %s", path, std::error_code(errno, std::generic_category()).message()));
+    }
+    char buf[1 << 16];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) bytes.append(buf, n);
+    const bool failed = std::ferror(f) != 0;
+    std::fclose(f);
+    if (failed) return absl::InternalError(absl::StrCat("cannot read ", path));
+  }
+  absl::StatusOr<std::vector<RequestWindow::Saved>> saved = RequestWindow::Decode(bytes, path);
+  if (!saved.ok()) return saved.status();
+  for (RequestWindow::Saved& e : *saved) {
+    if (e.in_doubt) {
+      request_window_->RestoreInDoubt(e.key, e.time);
+    } else {
+      request_window_->RestoreDone(e.key, e.time, std::move(e.outcome));
+    }
   }
   return absl::OkStatus();
 }
@@ -584,6 +651,23 @@ void Persistence::TruncateLogLocked() {
     checkpoint_ = needed;
     external_log_->Checkpointed(needed);
     return;
+  }
+  if (request_window_ != nullptr) {
+    // Truncation may drop request records: the ids still inside the window
+    // go to REQUESTS first (those whose results are not synced yet, in
+    // doubt: their records are past `needed`, kept).
+    const std::vector<RequestWindow::Saved> live = request_window_->Save(wal_->Stats().synced_lsn);
+    std::error_code ec;
+    const bool none = live.empty() && !fs::exists(fs::path(data_dir_) / kRequestWindowFile, ec);
+    if (absl::Status s = none
+                             ? absl::OkStatus()
+                             : WriteFileAtomically(kRequestWindowFile, RequestWindow::Encode(live));
+        !s.ok()) {
+      spdlog::error(
+          "could not save the request window, so the write-ahead log is not truncated: {}",
+          std::string(s.message()));
+      return;
+    }
   }
   if (absl::Status s = wal_->Truncate(needed); !s.ok()) {
     spdlog::error("could not truncate the write-ahead log: {}", std::string(s.message()));

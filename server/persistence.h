@@ -13,6 +13,7 @@
 // Data directory layout: <name>.cuckoo per filter; .<name>.cuckoo.tmp while
 // one is being written (removed at start-up if a crash left one);
 // quarantine/ for files that failed their checks; wal/, the write-ahead log;
+// REQUESTS, the request ids' window saved before each truncation of the log;
 // .export/ and .import/, private files of running exports and imports
 // (removed at start-up).
 //
@@ -51,6 +52,7 @@
 #include "core/mutex.h"
 #include "core/registry.h"
 #include "core/snapshot.h"
+#include "server/request_window.h"
 #include "server/wal.h"
 
 namespace cuckoo::server {
@@ -65,6 +67,9 @@ inline constexpr char kLockFile[] = "LOCK";
 // Cluster mode: which log the snapshots belong to and where its replay
 // starts (see ExternalLog).
 inline constexpr char kCheckpointFile[] = "CHECKPOINT";
+// Single node: the request ids still inside --dedup-window, saved before
+// the write-ahead log is truncated (server/request_window.h).
+inline constexpr char kRequestWindowFile[] = "REQUESTS";
 // Private files of ExportFilter and ImportFilter calls (server/
 // filter_service.h); removed at start-up with whatever a stop left in them.
 inline constexpr char kExportDir[] = ".export";
@@ -175,6 +180,11 @@ class Persistence {
   // Cluster mode: the log lives elsewhere (see ExternalLog). Before LoadAll.
   void SetExternalLog(ExternalLog* log) { external_log_ = log; }
   ExternalLog* external_log() const { return external_log_; }
+  // Single node: the request ids' window, which LoadAll fills from
+  // <data-dir>/REQUESTS and the log's request records, and each truncation
+  // of the log saves to REQUESTS first (server/request_window.h). Before
+  // LoadAll.
+  void SetRequestWindow(RequestWindow* window) { request_window_ = window; }
   // The write-ahead log: null until LoadAll has replayed it and opened it
   // for appending.
   Wal* wal() const { return wal_published_.load(std::memory_order_acquire); }
@@ -312,6 +322,11 @@ class Persistence {
   void ArmLogCheck();
   // Cluster mode: the checkpoint's reading and writing.
   absl::Status ReadCheckpoint(LoadSummary* summary);
+  // Writes <data-dir>/<file> atomically (a temporary file, fdatasync'ed,
+  // renamed over it, the directory synced).
+  absl::Status WriteFileAtomically(const std::string& file, absl::string_view bytes);
+  // Single node: REQUESTS into the request window, at start-up.
+  absl::Status LoadRequestWindow();
   absl::Status WriteCheckpointLocked(const std::string& identity, uint64_t needed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(file_mu_);
   // Moves requested_removals_ into pending_removals_.
@@ -342,6 +357,7 @@ class Persistence {
   // so that a restart still replays their drop.
   std::vector<std::string> pending_removals_ ABSL_GUARDED_BY(file_mu_);
   ExternalLog* external_log_ = nullptr;
+  RequestWindow* request_window_ = nullptr;
   // The checkpoint last written (cluster mode).
   uint64_t checkpoint_ ABSL_GUARDED_BY(file_mu_) = 0;
   // Drops applied from the cluster log whose files are still to go.

@@ -257,6 +257,38 @@ uint64_t Wal::AppendCreateFilter(absl::string_view name, const FilterShape& shap
   });
 }
 
+uint64_t Wal::AppendRequestStart(uint64_t filter_id, const WalRequest& request) {
+  return Append(WalRequestStartBytes(request.key),
+                [&](uint64_t lsn, uint64_t synced, uint8_t* out) {
+                  EncodeRequestStart(lsn, synced, filter_id, request, out);
+                });
+}
+
+uint64_t Wal::AppendRequestResults(uint64_t filter_id, const WalRequest& request) {
+  const absl::Span<const uint8_t> all(request.results);
+  WalRequest part = request;
+  part.results.clear();
+  uint64_t lsn = 0;
+  for (size_t off = 0; off < all.size() || off == 0; off += kWalResultsPerRecord) {
+    const absl::Span<const uint8_t> chunk =
+        all.subspan(off, std::min(kWalResultsPerRecord, all.size() - off));
+    part.offset = static_cast<uint32_t>(off);
+    lsn = Append(WalRequestResultsBytes(part.key, chunk.size()),
+                 [&](uint64_t l, uint64_t synced, uint8_t* out) {
+                   EncodeRequestResults(l, synced, filter_id, part, chunk, out);
+                 });
+    if (all.empty()) break;
+  }
+  return lsn;
+}
+
+uint64_t WalBytesForRequest(size_t key_bytes, size_t keys) {
+  const std::string key(key_bytes, 'k');
+  const uint64_t chunks =
+      std::max<uint64_t>(1, (keys + kWalResultsPerRecord - 1) / kWalResultsPerRecord);
+  return WalRequestStartBytes(key) + chunks * WalRequestResultsBytes(key, 0) + keys + 8 * chunks;
+}
+
 uint64_t Wal::AppendDropFilter(uint64_t filter_id) {
   return Append(kWalDropFilterBytes, [&](uint64_t lsn, uint64_t synced, uint8_t* out) {
     EncodeDropFilter(lsn, synced, filter_id, out);

@@ -142,6 +142,12 @@ class Wal {
   uint64_t AppendShardWrite(uint64_t filter_id, const ShardWrite& write);
   uint64_t AppendCreateFilter(absl::string_view name, const FilterShape& shape);
   uint64_t AppendDropFilter(uint64_t filter_id);
+  // A request's id (docs/WAL_FORMAT.md, "Request records"): its
+  // RequestStart record, appended before the request's first shard write,
+  // and its RequestResults records (as many as request.results need),
+  // appended after the last; returns the last one's lsn.
+  uint64_t AppendRequestStart(uint64_t filter_id, const WalRequest& request);
+  uint64_t AppendRequestResults(uint64_t filter_id, const WalRequest& request);
 
   // Calls done(OK) once `lsn` is durable per the mode, or done(error) if the
   // log failed first; at once (on this thread) if that is known already,
@@ -242,6 +248,9 @@ class Wal {
 // Upper bounds for Reserve: the record bytes of a write batch of `keys` keys
 // on a filter of `shards` shards, and of the filter records.
 uint64_t WalBytesForBatch(size_t keys, uint32_t shards);
+// And of a request's id records, for a request key of `key_bytes` bytes on
+// a batch of `keys` keys.
+uint64_t WalBytesForRequest(size_t key_bytes, size_t keys);
 
 }  // namespace cuckoo::server
 

@@ -112,6 +112,60 @@ void EncodeCreateFilter(uint64_t lsn, uint64_t synced_lsn, absl::string_view nam
   Seal(out, length);
 }
 
+// Request payloads: keys u32, method u8, reserved u8, key_length u16,
+// time (Unix µs) u64, then for results: offset u32, count u32, position u64;
+// then the key and (results) the results, each zero-padded to a multiple of
+// 8.
+constexpr size_t kRequestFixed = 16;
+constexpr size_t kResultsFixed = 16;
+
+size_t WalRequestStartBytes(absl::string_view key) {
+  return kWalRecordHeaderBytes + kRequestFixed + Pad8(key.size()) + kWalRecordTrailerBytes;
+}
+
+size_t WalRequestResultsBytes(absl::string_view key, size_t results) {
+  return kWalRecordHeaderBytes + kRequestFixed + kResultsFixed + Pad8(key.size()) + Pad8(results) +
+         kWalRecordTrailerBytes;
+}
+
+namespace {
+uint8_t* PutRequest(uint8_t* p, const WalRequest& r) {
+  Put32(p, r.keys);
+  p[4] = static_cast<uint8_t>(r.method);
+  p[5] = 0;
+  p[6] = static_cast<uint8_t>(r.key.size());
+  p[7] = static_cast<uint8_t>(r.key.size() >> 8);
+  Put64(p + 8, static_cast<uint64_t>(absl::ToUnixMicros(r.time)));
+  return p + kRequestFixed;
+}
+}  // namespace
+
+void EncodeRequestStart(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id, const WalRequest& r,
+                        uint8_t* out) {
+  const size_t length = WalRequestStartBytes(r.key);
+  std::memset(out, 0, length);
+  PutHeader(out, length, WalRecordType::kRequestStart, 0, lsn, synced_lsn, filter_id);
+  uint8_t* p = PutRequest(out + kWalRecordHeaderBytes, r);
+  std::memcpy(p, r.key.data(), r.key.size());
+  Seal(out, length);
+}
+
+void EncodeRequestResults(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id,
+                          const WalRequest& r, absl::Span<const uint8_t> results, uint8_t* out) {
+  const size_t length = WalRequestResultsBytes(r.key, results.size());
+  std::memset(out, 0, length);
+  PutHeader(out, length, WalRecordType::kRequestResults, 0, lsn, synced_lsn, filter_id);
+  uint8_t* p = PutRequest(out + kWalRecordHeaderBytes, r);
+  Put32(p, r.offset);
+  Put32(p + 4, static_cast<uint32_t>(results.size()));
+  Put64(p + 8, r.position);
+  p += kResultsFixed;
+  std::memcpy(p, r.key.data(), r.key.size());
+  p += Pad8(r.key.size());
+  if (!results.empty()) std::memcpy(p, results.data(), results.size());
+  Seal(out, length);
+}
+
 void EncodeDropFilter(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id, uint8_t* out) {
   PutHeader(out, kWalDropFilterBytes, WalRecordType::kDropFilter, 0, lsn, synced_lsn, filter_id);
   Seal(out, kWalDropFilterBytes);
@@ -223,6 +277,40 @@ WalParse ParseWalRecord(absl::Span<const uint8_t> data, WalRecord* out, size_t* 
       if (flags != 0 || payload_bytes != 0) return bad("a drop record with a payload");
       out->type = WalRecordType::kDropFilter;
       break;
+    case static_cast<uint8_t>(WalRecordType::kRequestStart):
+    case static_cast<uint8_t>(WalRecordType::kRequestResults): {
+      const bool start = type == static_cast<uint8_t>(WalRecordType::kRequestStart);
+      if (flags != 0) return unknown(absl::StrFormat("unknown record flags %#x", flags));
+      const size_t fixed = kRequestFixed + (start ? 0 : kResultsFixed);
+      if (payload_bytes < fixed) return bad("a request record too short for its fields");
+      WalRequest& r = out->request;
+      r.keys = Get32(payload);
+      const uint8_t method = payload[4];
+      if (method != ShardWrite::kInsert && method != ShardWrite::kDelete) {
+        return unknown(absl::StrFormat("unknown request method %u", method));
+      }
+      r.method = static_cast<ShardWrite::Kind>(method);
+      const size_t key_len = payload[6] | (size_t{payload[7]} << 8);
+      r.time = absl::FromUnixMicros(static_cast<int64_t>(Get64(payload + 8)));
+      const uint8_t* q = payload + kRequestFixed;
+      size_t count = 0;
+      if (!start) {
+        r.offset = Get32(q);
+        count = Get32(q + 4);
+        r.position = Get64(q + 8);
+        q += kResultsFixed;
+      }
+      if (payload[5] != 0 || key_len == 0 || key_len > kWalMaxRequestKeyBytes ||
+          count > kWalResultsPerRecord || payload_bytes != fixed + Pad8(key_len) + Pad8(count) ||
+          (!start && uint64_t{r.offset} + count > r.keys)) {
+        return bad(absl::StrFormat("a request record of %u bytes with impossible fields", len));
+      }
+      r.key.assign(reinterpret_cast<const char*>(q), key_len);
+      q += Pad8(key_len);
+      r.results.assign(q, q + count);
+      out->type = start ? WalRecordType::kRequestStart : WalRecordType::kRequestResults;
+      break;
+    }
     default:
       return unknown(absl::StrFormat("unknown record type %u", type));
   }

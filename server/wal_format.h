@@ -46,6 +46,32 @@ enum class WalRecordType : uint8_t {
   kDropFilter = 2,
   kInsert = 3,
   kDelete = 4,
+  // A request's id (docs/WAL_FORMAT.md, "Request records"): before its
+  // first shard write, and its results after its last.
+  kRequestStart = 5,
+  kRequestResults = 6,
+};
+
+// The longest request key a request record holds (RequestWindow's key: the
+// method, the request_id of at most 128 bytes, a digest).
+inline constexpr size_t kWalMaxRequestKeyBytes = 256;
+// Results per kRequestResults record; a batch's results take as many
+// records as they need.
+inline constexpr size_t kWalResultsPerRecord = 32768;
+static_assert(kWalMaxRecordBytes >= kWalRecordHeaderBytes + 32 + kWalMaxRequestKeyBytes +
+                                        kWalResultsPerRecord + kWalRecordTrailerBytes);
+
+// A request record's fields. kRequestStart: key, method, keys, time (when
+// it started). kRequestResults: also offset, results (keys [offset, offset +
+// results.size()) of the batch), position and time (when it finished).
+struct WalRequest {
+  std::string key;
+  ShardWrite::Kind method = ShardWrite::kInsert;
+  uint32_t keys = 0;
+  uint32_t offset = 0;
+  uint64_t position = 0;
+  absl::Time time;
+  std::vector<uint8_t> results;
 };
 
 // A decoded record. For kInsert and kDelete, `write` (its hashes in
@@ -61,6 +87,7 @@ struct WalRecord {
   std::vector<uint64_t> hashes;
   std::string name;
   FilterShape shape;
+  WalRequest request;  // kRequestStart, kRequestResults.
 };
 
 struct WalSegmentHeader {
@@ -89,6 +116,14 @@ void EncodeShardWrite(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id, con
 void EncodeCreateFilter(uint64_t lsn, uint64_t synced_lsn, absl::string_view name,
                         const FilterShape& shape, uint8_t* out);
 void EncodeDropFilter(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id, uint8_t* out);
+// Request records: the key at most kWalMaxRequestKeyBytes, at most
+// kWalResultsPerRecord results.
+size_t WalRequestStartBytes(absl::string_view key);
+size_t WalRequestResultsBytes(absl::string_view key, size_t results);
+void EncodeRequestStart(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id, const WalRequest& r,
+                        uint8_t* out);
+void EncodeRequestResults(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id,
+                          const WalRequest& r, absl::Span<const uint8_t> results, uint8_t* out);
 
 // The length and lsn fields of the (framed, checked) record at `record`: for
 // the writer, which walks the records it framed without decoding them.

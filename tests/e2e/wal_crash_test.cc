@@ -72,6 +72,9 @@ std::map<std::string, std::unique_ptr<CuckooFilter>> Reference(const std::string
           case WalRecordType::kDropFilter:
             by_id.erase(r.filter_id);
             break;
+          case WalRecordType::kRequestStart:  // Request ids: no filter bits.
+          case WalRecordType::kRequestResults:
+            break;
           default:
             if (auto it = by_id.find(r.filter_id); it != by_id.end()) {
               absl::StatusOr<bool> applied = it->second.second->ApplyShardWrite(r.write, r.lsn);

@@ -128,6 +128,11 @@ void Scan(const std::vector<std::vector<uint8_t>>& segments) {
             }
             break;
           }
+          case WalRecordType::kRequestStart:
+          case WalRecordType::kRequestResults:
+            Check(!r.request.key.empty());
+            Check(r.request.offset + r.request.results.size() <= r.request.keys);
+            break;
           default:
             Check(false);
         }

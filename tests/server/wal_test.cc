@@ -215,6 +215,46 @@ TEST(WalTest, ChecksumMismatchBeforeTheTailIsAStartupErrorNamingSegmentAndOffset
 
 // A log this build cannot read, although intact, was written by a newer
 // cuckood: refused (FAILED_PRECONDITION), never cut off or skipped.
+TEST(WalTest, RequestRecordsRoundTripWithResultsSplitAcrossRecords) {
+  TempDir dir;
+  const std::string wal_dir = dir.path() + "/wal";
+  const absl::Time t = absl::FromUnixMicros(1'700'000'000'123'456);
+  WalRequest req{.key = "d/retry-1/00112233aabbccdd",
+                 .method = ShardWrite::kDelete,
+                 .keys = 40'000,
+                 .position = 9,
+                 .time = t};
+  for (uint32_t i = 0; i < req.keys; ++i) req.results.push_back(i % 3 == 0 ? 1 : 0);
+  {
+    auto wal = OpenWal(wal_dir, PosixWalEnv());
+    ASSERT_NE(wal, nullptr);
+    wal->AppendRequestStart(3, req);
+    const uint64_t last = wal->AppendRequestResults(3, req);
+    EXPECT_EQ(last, 3u) << "40,000 results take two records";
+    ASSERT_TRUE(wal->WaitDurable(last).ok());
+  }
+  std::vector<WalRecord> records;
+  absl::StatusOr<WalScan> scan = Scan(PosixWalEnv(), wal_dir, &records);
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_EQ(records[0].type, WalRecordType::kRequestStart);
+  EXPECT_EQ(records[0].filter_id, 3u);
+  EXPECT_EQ(records[0].request.key, req.key);
+  EXPECT_EQ(records[0].request.method, ShardWrite::kDelete);
+  EXPECT_EQ(records[0].request.keys, 40'000u);
+  EXPECT_EQ(records[0].request.time, t);
+  std::vector<uint8_t> results;
+  for (size_t i = 1; i < 3; ++i) {
+    EXPECT_EQ(records[i].type, WalRecordType::kRequestResults);
+    EXPECT_EQ(records[i].request.key, req.key);
+    EXPECT_EQ(records[i].request.position, 9u);
+    EXPECT_EQ(records[i].request.offset, results.size());
+    results.insert(results.end(), records[i].request.results.begin(),
+                   records[i].request.results.end());
+  }
+  EXPECT_EQ(results, req.results);
+}
+
 TEST(WalTest, NewerSegmentVersionOrRecordTypeIsRefusedNotCut) {
   TempDir dir;
   const std::string wal_dir = dir.path() + "/wal";
