@@ -301,3 +301,191 @@ TEST(WalSizeTest, LogSizeStaysBoundedUnderConstantLoad) {
 
 }  // namespace
 }  // namespace cuckoo::testing
+
+namespace cuckoo::testing {
+namespace {
+
+// A Delete or Insert sent with a request id, and what its first try got.
+struct Sent {
+  std::string id;
+  std::vector<std::string> keys;
+  bool answered = false;
+  std::vector<int> results;  // The first try's, when answered.
+  uint64_t position = 0;
+};
+
+template <typename Request>
+Request KeysRequest(const std::string& filter, const std::vector<std::string>& keys,
+                    const std::string& id) {
+  Request req;
+  req.set_filter(filter);
+  for (const std::string& k : keys) req.add_keys(k);
+  req.set_request_id(id);
+  return req;
+}
+
+// One try of a Delete (or Insert) with its request id, through the stub (no
+// client retries): status, results, position.
+struct Try {
+  grpc::Status status;
+  std::vector<int> results;
+  uint64_t position = 0;
+};
+Try SendDelete(v1::FilterService::Stub& stub, const Sent& s) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::DeleteResponse resp;
+  Try t;
+  t.status = stub.Delete(&ctx, KeysRequest<v1::DeleteRequest>("dup", s.keys, s.id), &resp);
+  t.results.assign(resp.results().begin(), resp.results().end());
+  t.position = resp.log_position();
+  return t;
+}
+Try SendInsert(v1::FilterService::Stub& stub, const Sent& s) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::InsertResponse resp;
+  Try t;
+  t.status = stub.Insert(&ctx, KeysRequest<v1::InsertRequest>("dup", s.keys, s.id), &resp);
+  t.results.assign(resp.results().begin(), resp.results().end());
+  t.position = resp.log_position();
+  return t;
+}
+
+// A retry of a request whose first try's answer was lost in a kill -9 (or
+// was received: then it must match): the first try's results and position
+// when they were durable, ABORTED when the first try was cut off part-way
+// (in doubt), or applied now when nothing of it was durable. Never applied
+// twice: every key was inserted twice and deleted once (with retries of the
+// same id), so every key must still be found.
+TEST(WalCrashRetryTest, RetriedDeleteAfterKillDashNineNeverRemovesASecondCopy) {
+  TempDir data;
+  const std::vector<std::string> flags = {"--wal-segment-size=256KiB", "--wal-max-size=1MiB",
+                                          "--snapshot-interval=1s"};
+  std::mt19937 rng(777);
+  std::vector<std::vector<std::string>> all_keys;  // Every batch inserted twice.
+  uint64_t retried = 0, in_doubt = 0, unanswered_ok = 0, checked_answers = 0;
+  for (int round = 0; round < 5; ++round) {
+    SCOPED_TRACE(round);
+    auto server = std::make_unique<Cuckood>(data.path(), flags);
+    ASSERT_TRUE(server->ready()) << server->process().out() << server->process().err();
+    if (round == 0) {
+      auto client = client::Client::Connect(server->address(), kNoRetries);
+      v1::CreateFilterRequest create;
+      create.set_name("dup");
+      create.set_capacity(2'000'000);
+      create.set_shards(4);
+      ASSERT_TRUE(client->CreateFilter(create).ok());
+    }
+    std::mutex mu;
+    std::vector<Sent> deletes, inserts;  // Second inserts and deletes, with ids.
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> threads;
+    for (int w = 0; w < 3; ++w) {
+      threads.emplace_back([&, w] {
+        auto c = client::Client::Connect(server->address(), kNoRetries);
+        for (int n = 0; !stop.load(); ++n) {
+          const std::string tag = absl::StrCat("r", round, "-w", w, "-", n);
+          Sent batch;
+          for (int i = 0; i < 300; ++i) batch.keys.push_back(absl::StrCat(tag, "-", i));
+          std::vector<std::string_view> views(batch.keys.begin(), batch.keys.end());
+          if (!c->Insert("dup", views).ok()) continue;  // Not acknowledged: not used.
+          // The second copy, with an id: retried after the restart if its
+          // answer is lost.
+          Sent second = batch;
+          second.id = "ins-" + tag;
+          const Try ins = SendInsert(c->stub(), second);
+          second.answered = ins.status.ok();
+          second.results = ins.results;
+          second.position = ins.position;
+          if (!second.answered) {
+            std::lock_guard<std::mutex> lock(mu);
+            inserts.push_back(second);
+            all_keys.push_back(batch.keys);
+            continue;
+          }
+          Sent del = batch;
+          del.id = "del-" + tag;
+          const Try d = SendDelete(c->stub(), del);
+          del.answered = d.status.ok();
+          del.results = d.results;
+          del.position = d.position;
+          std::lock_guard<std::mutex> lock(mu);
+          deletes.push_back(del);
+          all_keys.push_back(batch.keys);
+        }
+      });
+    }
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(std::uniform_int_distribution<int>(500, 2500)(rng)));
+    server->process().Signal(SIGKILL);
+    ASSERT_EQ(server->process().Wait(), 128 + SIGKILL);
+    stop = true;
+    for (auto& t : threads) t.join();
+
+    server = std::make_unique<Cuckood>(data.path(), flags);
+    ASSERT_TRUE(server->ready()) << server->process().err();
+    auto client = client::Client::Connect(server->address(), kNoRetries);
+    // Retry every request with its id: the unanswered ones as a client
+    // would, the answered ones to check that the answer is the first's.
+    auto check = [&](const Sent& s, const Try& t) {
+      ++retried;
+      if (s.answered) {
+        ++checked_answers;
+        ASSERT_TRUE(t.status.ok()) << s.id << ": " << t.status.error_message();
+        EXPECT_EQ(t.results, s.results) << s.id;
+        EXPECT_EQ(t.position, s.position) << s.id;
+        return;
+      }
+      if (t.status.error_code() == grpc::StatusCode::ABORTED) {
+        ++in_doubt;
+        return;
+      }
+      ASSERT_TRUE(t.status.ok()) << s.id << ": " << t.status.error_message();
+      ++unanswered_ok;
+    };
+    for (const Sent& s : inserts) {
+      const Try first = SendInsert(client->stub(), s);
+      check(s, first);
+      // And again: the same answer as the retry before.
+      const Try again = SendInsert(client->stub(), s);
+      EXPECT_EQ(again.status.error_code(), first.status.error_code()) << s.id;
+      EXPECT_EQ(again.results, first.results) << s.id;
+      EXPECT_EQ(again.position, first.position) << s.id;
+    }
+    for (const Sent& s : deletes) {
+      const Try first = SendDelete(client->stub(), s);
+      check(s, first);
+      const Try again = SendDelete(client->stub(), s);
+      EXPECT_EQ(again.status.error_code(), first.status.error_code()) << s.id;
+      EXPECT_EQ(again.results, first.results) << s.id;
+      EXPECT_EQ(again.position, first.position) << s.id;
+    }
+    // Every key ever inserted twice is still found.
+    uint64_t missing = 0, keys = 0;
+    for (const std::vector<std::string>& batch : all_keys) {
+      std::vector<std::string_view> views(batch.begin(), batch.end());
+      absl::StatusOr<std::vector<bool>> found = client->Lookup("dup", views);
+      ASSERT_TRUE(found.ok()) << found.status();
+      for (size_t i = 0; i < views.size(); ++i) {
+        ++keys;
+        if (!(*found)[i]) {
+          ++missing;
+          if (missing < 10) ADD_FAILURE() << "round " << round << ": " << views[i] << " missing";
+        }
+      }
+    }
+    EXPECT_EQ(missing, 0u) << "a retried Delete removed a second copy";
+    std::cout << "round " << round << ": " << keys << " keys inserted twice all found; "
+              << deletes.size() << " deletes, " << inserts.size() << " second inserts unanswered\n";
+    server->process().Signal(SIGKILL);
+    server->process().Wait();
+  }
+  std::cout << retried << " retries: " << checked_answers << " of answered requests (same answer), "
+            << in_doubt << " in doubt (ABORTED), " << unanswered_ok
+            << " unanswered ones answered (from the log, or applied now)\n";
+  EXPECT_GT(checked_answers, 0u);
+}
+
+}  // namespace
+}  // namespace cuckoo::testing
