@@ -7,6 +7,9 @@
 // record by record). One filter is driven far past FULL, where the order of
 // inserts decides which keys fail; snapshots are taken during the load, and
 // small log segments make the log rotate and truncate all the time.
+// WalCrashRetryTest: the same kill, with Deletes and Inserts sent with
+// request ids and retried with them after the restart (docs/CLUSTER.md,
+// "Request ids").
 #include <gtest/gtest.h>
 #include <signal.h>
 
