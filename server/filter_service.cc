@@ -494,19 +494,21 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::CallbackServerC
         absl::StrFormat("%s: the batch was cut short after its first %u of %u keys were applied",
                         stopped.message(), applied, req.keys.size()));
   }
-  const uint64_t position = write ? (last_lsn != 0 ? last_lsn : AppliedPosition()) : read_position;
+  uint64_t position = write ? (last_lsn != 0 ? last_lsn : AppliedPosition()) : read_position;
   const absl::Span<const Result> done(results.span());
-  *response = encode(done, position);
   if (!next->window_key.empty()) {
-    next->outcome = {.position = position, .results = ResultBytes(done)};
+    next->outcome.results = ResultBytes(done);
     if (last_lsn != 0) {
-      logged_request.position = position;
+      // The answer's position is the request's last record, its results:
+      // a read at the position the answer gave sees them logged.
       logged_request.results = next->outcome.results;
       logged_request.time = absl::Now();
-      next->durable_lsn = wal->AppendRequestResults(filter_id, logged_request);
-      window_.Recorded(next->window_key, next->durable_lsn, next->outcome);
+      position = next->durable_lsn = wal->AppendRequestResults(filter_id, logged_request);
     }
+    next->outcome.position = position;
+    if (last_lsn != 0) window_.Recorded(next->window_key, next->durable_lsn, next->outcome);
   }
+  *response = encode(done, position);
   next->partly_applied = false;  // Applied whole: answered, or remembered as such.
   if (metrics_ != nullptr) metrics_->RecordKeys(method, req.keys.size());
   return absl::OkStatus();

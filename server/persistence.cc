@@ -437,13 +437,14 @@ absl::Status Persistence::ReplayAndOpenLog(LoadSummary* summary) {
             if (request_window_ == nullptr) return absl::OkStatus();
             const WalRequest& q = r.request;
             RequestWindow::Outcome& o = results_read[q.key];
-            if (q.offset == 0) o = {.position = q.position, .results = {}};
+            if (q.offset == 0) o = {.position = 0, .results = {}};
             if (o.results.size() != q.offset) {  // Not a chunk of the one being read.
               results_read.erase(q.key);
               return absl::OkStatus();
             }
             o.results.insert(o.results.end(), q.results.begin(), q.results.end());
             if (o.results.size() == q.keys) {
+              o.position = r.lsn;  // The answer's position: the last results record.
               request_window_->RestoreDone(q.key, q.time, std::move(o));
               results_read.erase(q.key);
             }

@@ -63,7 +63,9 @@ static_assert(kWalMaxRecordBytes >= kWalRecordHeaderBytes + 32 + kWalMaxRequestK
 
 // A request record's fields. kRequestStart: key, method, keys, time (when
 // it started). kRequestResults: also offset, results (keys [offset, offset +
-// results.size()) of the batch), position and time (when it finished).
+// results.size()) of the batch) and time (when it finished); the answer's
+// log position is the lsn of the request's last kRequestResults record.
+// `position` is written as is and read back (cuckood writes 0).
 struct WalRequest {
   std::string key;
   ShardWrite::Kind method = ShardWrite::kInsert;
