@@ -64,9 +64,18 @@ std::vector<uint8_t> WriteLog(const std::string& dir) {
       for (int k = 0; k < 120; ++k) {
         hashes.push_back((*filter)->Hash(absl::StrCat(name, batch, ":", k)));
       }
+      // A request id's records around the batch (as a request with an id
+      // logs them): its start before the writes, its results after.
+      cuckoo::server::WalRequest request{.key = absl::StrCat("i/req-", name, batch, "/digest"),
+                                         .method = cuckoo::ShardWrite::kInsert,
+                                         .keys = static_cast<uint32_t>(hashes.size()),
+                                         .time = absl::FromUnixSeconds(1'700'000'000 + batch)};
+      last = (*wal)->AppendRequestStart(id, request);
       std::vector<cuckoo::InsertResult> out(hashes.size());
       (*filter)->InsertHashed(
           hashes, batch == 1, absl::MakeSpan(out), [] { return false; }, log);
+      for (cuckoo::InsertResult r : out) request.results.push_back(static_cast<uint8_t>(r));
+      last = (*wal)->AppendRequestResults(id, request);
       std::vector<cuckoo::DeleteResult> del(10);
       (*filter)->DeleteHashed(
           absl::MakeConstSpan(hashes).subspan(0, 10), absl::MakeSpan(del), [] { return false; },
