@@ -11,7 +11,8 @@ case "$flavour" in
   # less compile time than -g (no local variables for a debugger).
   asan) args=(-DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS=-O1 -DCMAKE_CXX_FLAGS_DEBUG=-g1
               -DCUCKOO_SANITIZE=address) ;;
-  tsan) args=(-DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS=-O1 -DCUCKOO_SANITIZE=thread) ;;
+  tsan) args=(-DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS=-O1 -DCMAKE_CXX_FLAGS_DEBUG=-g1
+              -DCUCKOO_SANITIZE=thread) ;;
   *) echo "usage: $0 [release|asan|tsan] [targets...]" >&2; exit 2 ;;
 esac
 cmake -S . -B "build/$flavour" -G Ninja "${args[@]}" >/dev/null
