@@ -70,8 +70,7 @@ struct Cluster::Impl {
   natsConnection* nc = nullptr;
   jsCtx* js = nullptr;
   natsSubscription* sub = nullptr;
-  kvStore* kv = nullptr;      // The replica records (maintenance thread).
-  bool stream_ready = false;  // The stream exists and identity_ is known.
+  kvStore* kv = nullptr;  // The replica records (maintenance thread).
 };
 
 struct Cluster::Call {
