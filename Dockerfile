@@ -19,7 +19,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       build-essential cmake ninja-build pkg-config \
       libabsl-dev libxxhash-dev libspdlog-dev libboost-dev prometheus-cpp-dev \
-      libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libnats-dev \
+      libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libnats-dev libssl-dev \
       python3 python3-grpcio \
  && rm -rf /var/lib/apt/lists/*
 

@@ -13,6 +13,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
   libnats-dev nats-server
+  libssl-dev openssl
 )
 
 missing=()

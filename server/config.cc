@@ -127,6 +127,26 @@ ABSL_FLAG(absl::Duration, cluster_write_timeout, kDefaults.cluster_write_timeout
 ABSL_FLAG(uint64_t, ready_max_lag, kDefaults.ready_max_lag,
           "cluster mode: /readyz is 200 only while this replica is at most this many log "
           "entries behind the stream");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate (chain) for TLS on the gRPC port; re-read when it changes");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA certificate(s): mutual TLS, clients must present a certificate it signed");
+ABSL_FLAG(absl::Duration, tls_reload_interval, kDefaults.tls_reload_interval,
+          "how often the TLS files are checked for a new certificate");
+ABSL_FLAG(bool, admin_tls, kDefaults.admin_tls,
+          "serve the admin HTTP port over TLS with --tls-cert as well");
+ABSL_FLAG(std::string, auth_tokens, "",
+          "access file of tokens, client certificates and their grants; empty: no "
+          "authentication");
+ABSL_FLAG(absl::Duration, auth_reload_interval, kDefaults.auth_reload_interval,
+          "how often the access file is checked for changes (SIGHUP re-reads it at once)");
+ABSL_FLAG(bool, reflection, kDefaults.reflection, "serve gRPC server reflection");
+ABSL_FLAG(std::string, peer_token_file, "",
+          "cluster mode: file with the token sent when copying filters from a peer");
+ABSL_FLAG(std::string, peer_ca, "",
+          "cluster mode with TLS: CA that peers' certificates are checked against; default "
+          "--tls-client-ca, else the system's roots");
 ABSL_FLAG(std::string, log_level, kDefaults.log_level,
           "trace, debug, info, warn, error, critical or off");
 ABSL_FLAG(std::string, log_format, kDefaults.log_format, "text or json (one object per line)");
@@ -164,6 +184,16 @@ constexpr const char* kFlagNames[] = {
     "max_read_wait",
     "cluster_write_timeout",
     "ready_max_lag",
+    "tls_cert",
+    "tls_key",
+    "tls_client_ca",
+    "tls_reload_interval",
+    "admin_tls",
+    "auth_tokens",
+    "auth_reload_interval",
+    "reflection",
+    "peer_token_file",
+    "peer_ca",
 };
 
 struct Unit {
@@ -432,6 +462,36 @@ absl::Status ValidateConfig(const ServerConfig& c) {
         absl::StrFormat("--cluster-write-timeout=%s must be at least 100ms",
                         absl::FormatDuration(c.cluster_write_timeout)));
   }
+  if (c.tls_cert.empty() != c.tls_key.empty()) {
+    return absl::InvalidArgumentError(c.tls_cert.empty()
+                                          ? "--tls-key is set without --tls-cert: TLS needs both"
+                                          : "--tls-cert is set without --tls-key: TLS needs both");
+  }
+  if (c.tls_cert.empty()) {
+    if (!c.tls_client_ca.empty()) {
+      return absl::InvalidArgumentError(
+          "--tls-client-ca (mutual TLS) needs TLS: set --tls-cert and --tls-key too");
+    }
+    if (c.admin_tls) {
+      return absl::InvalidArgumentError(
+          "--admin-tls serves the admin port with --tls-cert: set --tls-cert and --tls-key too");
+    }
+    if (!c.peer_ca.empty()) {
+      return absl::InvalidArgumentError(
+          "--peer-ca is used only with TLS: set --tls-cert and --tls-key too");
+    }
+  }
+  if (c.tls_reload_interval < absl::Seconds(1) || c.tls_reload_interval > absl::Hours(24)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--tls-reload-interval=%s must be between 1s and 24h",
+                        absl::FormatDuration(c.tls_reload_interval)));
+  }
+  if (c.auth_reload_interval < absl::Milliseconds(100) ||
+      c.auth_reload_interval > absl::Hours(24)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--auth-reload-interval=%s must be between 100ms and 24h",
+                        absl::FormatDuration(c.auth_reload_interval)));
+  }
   if (c.log_format != "text" && c.log_format != "json") {
     return absl::InvalidArgumentError(
         absl::StrFormat("--log-format=\"%s\" must be text or json", c.log_format));
@@ -550,6 +610,16 @@ absl::StatusOr<ServerConfig> ConfigFromCommandLine(int argc, char** argv) {
   c.max_read_wait = absl::GetFlag(FLAGS_max_read_wait);
   c.cluster_write_timeout = absl::GetFlag(FLAGS_cluster_write_timeout);
   c.ready_max_lag = absl::GetFlag(FLAGS_ready_max_lag);
+  c.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  c.tls_key = absl::GetFlag(FLAGS_tls_key);
+  c.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  c.tls_reload_interval = absl::GetFlag(FLAGS_tls_reload_interval);
+  c.admin_tls = absl::GetFlag(FLAGS_admin_tls);
+  c.auth_tokens = absl::GetFlag(FLAGS_auth_tokens);
+  c.auth_reload_interval = absl::GetFlag(FLAGS_auth_reload_interval);
+  c.reflection = absl::GetFlag(FLAGS_reflection);
+  c.peer_token_file = absl::GetFlag(FLAGS_peer_token_file);
+  c.peer_ca = absl::GetFlag(FLAGS_peer_ca);
   if (absl::Status s = ValidateConfig(c); !s.ok()) return s;
   return c;
 }

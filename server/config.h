@@ -97,6 +97,29 @@ struct ServerConfig {
   // Cluster: /readyz is 200 only while the replica is at most this many log
   // entries behind the stream.
   uint64_t ready_max_lag = 1000;
+  // TLS on the gRPC port (server/tls.h): the certificate (chain) and its
+  // private key, PEM files, both or neither; re-read every
+  // tls_reload_interval, so replacing the files rotates them.
+  std::string tls_cert;
+  std::string tls_key;
+  // Mutual TLS: clients must present a certificate this CA (PEM) signed.
+  std::string tls_client_ca;
+  absl::Duration tls_reload_interval = absl::Seconds(10);
+  // Serve the admin HTTP port over TLS too, with the same certificate.
+  bool admin_tls = false;
+  // The access file (server/access.h); empty: no authentication, every
+  // call is allowed. Re-read when it changes (checked every
+  // auth_reload_interval) and on SIGHUP.
+  std::string auth_tokens;
+  absl::Duration auth_reload_interval = absl::Seconds(5);
+  // Serve gRPC server reflection (grpc.reflection.v1alpha).
+  bool reflection = true;
+  // Cluster: the file holding the token this replica sends when it copies
+  // filters from a peer (it needs admin on every filter), and the CA its
+  // certificate is checked against with TLS (default: tls_client_ca, else
+  // the system's roots).
+  std::string peer_token_file;
+  std::string peer_ca;
   // spdlog level name: trace, debug, info, warn, error, critical, off.
   std::string log_level = "info";
   // "text" or "json" (one JSON object per line).

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "core/scratch.h"
 #include "cuckoo_version.h"
+#include "server/logging.h"
 #include "server/status.h"
 #include "server/wire_format.h"
 #include "spdlog/spdlog.h"
@@ -39,17 +41,29 @@ void SetDuration(absl::Duration d, google::protobuf::Duration* out) {
 // when it is finished.
 class FilterServiceImpl::CallReactor final : public grpc::ServerUnaryReactor {
  public:
-  CallReactor(std::atomic<int64_t>* in_flight, Metrics* metrics, RpcMethod method)
+  CallReactor(std::atomic<int64_t>* in_flight, Metrics* metrics, RpcMethod method,
+              grpc::CallbackServerContext* ctx)
       : in_flight_(in_flight),
         metrics_(metrics),
         method_(method),
+        ctx_(ctx),
         start_(std::chrono::steady_clock::now()) {
     in_flight_->fetch_add(1, std::memory_order_acq_rel);
   }
-  // Finish(status), counted.
+  // Finish(status), counted, and audited if MarkAudited.
   void Done(const grpc::Status& status) {
     if (metrics_ != nullptr) {
       metrics_->RecordRpc(method_, status.error_code(), std::chrono::steady_clock::now() - start_);
+    }
+    if (audited_) {
+      const std::string peer = ctx_ != nullptr ? ctx_->peer() : std::string();
+      Audit(
+          {.caller = caller_.name(),
+           .method = RpcMethodName(method_),
+           .filter = audit_filter_,
+           .peer = peer,
+           .outcome = StatusCodeName(status.error_code()),
+           .detail = status.ok() ? std::string_view() : std::string_view(status.error_message())});
     }
     Finish(status);
   }
@@ -58,11 +72,24 @@ class FilterServiceImpl::CallReactor final : public grpc::ServerUnaryReactor {
     delete this;
   }
 
+  grpc::CallbackServerContext* ctx() const { return ctx_; }
+  const Caller& caller() const { return caller_; }
+  void set_caller(Caller caller) { caller_ = std::move(caller); }
+  // An admin call: Done logs an audit line with its outcome.
+  void MarkAudited(std::string_view filter) {
+    audited_ = true;
+    audit_filter_ = std::string(filter);
+  }
+
  private:
   std::atomic<int64_t>* const in_flight_;
   Metrics* const metrics_;
   const RpcMethod method_;
+  grpc::CallbackServerContext* const ctx_;
   const std::chrono::steady_clock::time_point start_;
+  Caller caller_;
+  bool audited_ = false;
+  std::string audit_filter_;
 };
 
 void FillFilterInfo(const std::string& name, const CuckooFilter& filter, const SnapshotRecord& snap,
@@ -94,10 +121,12 @@ void FillFilterInfo(const std::string& name, const CuckooFilter& filter, const S
   info->set_has_unsnapshotted_changes(!snap.exists || info->unsnapshotted_changes() > 0);
 }
 
-FilterServiceImpl::CallReactor* FilterServiceImpl::Accept(RpcMethod method, bool* accepted) {
+FilterServiceImpl::CallReactor* FilterServiceImpl::Accept(RpcMethod method,
+                                                          grpc::CallbackServerContext* ctx,
+                                                          bool* accepted) {
   // Counted before the check, so that shutdown, which stops accepting and
   // then waits for the count to drop, never misses a call that got in.
-  CallReactor* reactor = new CallReactor(&in_flight_, metrics_, method);
+  CallReactor* reactor = new CallReactor(&in_flight_, metrics_, method, ctx);
   if (!accepting_.load(std::memory_order_acquire)) {
     reactor->Done(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                "cuckood is shutting down; retry against another replica or "
@@ -105,14 +134,99 @@ FilterServiceImpl::CallReactor* FilterServiceImpl::Accept(RpcMethod method, bool
     *accepted = false;
     return reactor;
   }
+  if (auth_ != nullptr) {
+    absl::StatusOr<Caller> caller = Authenticate(method, ctx);
+    if (!caller.ok()) {
+      reactor->Done(ToGrpcStatus(caller.status()));
+      *accepted = false;
+      return reactor;
+    }
+    reactor->set_caller(*std::move(caller));
+  }
   *accepted = true;
   return reactor;
 }
 
+namespace {
+
+// What each method needs on its filter (GetServerInfo: nothing).
+std::optional<Access> RequiredAccess(RpcMethod method) {
+  switch (method) {
+    case RpcMethod::kLookup:
+    case RpcMethod::kCount:
+    case RpcMethod::kGetFilter:
+    case RpcMethod::kListFilters:
+      return Access::kRead;
+    case RpcMethod::kInsert:
+    case RpcMethod::kDelete:
+      return Access::kWrite;
+    case RpcMethod::kCreateFilter:
+    case RpcMethod::kDropFilter:
+    case RpcMethod::kSnapshot:
+    case RpcMethod::kExportFilter:
+    case RpcMethod::kImportFilter:
+      return Access::kAdmin;
+    case RpcMethod::kGetServerInfo:
+      break;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+absl::StatusOr<Caller> FilterServiceImpl::Authenticate(RpcMethod method,
+                                                       grpc::CallbackServerContext* ctx) const {
+  if (auth_ == nullptr) return Caller();
+  AuthFailure why = AuthFailure::kMissingCredentials;
+  absl::StatusOr<Caller> caller = auth_->Authenticate(*ctx, &why);
+  if (!caller.ok()) {
+    if (metrics_ != nullptr) metrics_->RecordAuthFailure(method, why);
+    const std::string peer = ctx->peer();
+    Audit({.caller = "-",
+           .method = RpcMethodName(method),
+           .peer = peer,
+           .outcome = "UNAUTHENTICATED",
+           .detail = AuthFailureName(why)});
+  }
+  return caller;
+}
+
+absl::Status FilterServiceImpl::Authorize(const Caller& caller, RpcMethod method,
+                                          std::string_view filter,
+                                          const grpc::CallbackServerContext* ctx) const {
+  if (auth_ == nullptr || caller.anyone()) return absl::OkStatus();
+  const std::optional<Access> need = RequiredAccess(method);
+  if (!need.has_value()) return absl::OkStatus();
+  const bool whole_server = filter.empty();
+  if (whole_server ? caller.AdminOfAll() : caller.Allows(*need, filter)) return absl::OkStatus();
+  if (metrics_ != nullptr) metrics_->RecordAuthFailure(method, AuthFailure::kPermissionDenied);
+  const std::string message =
+      whole_server
+          ? absl::StrFormat(
+                "\"%s\" may not call %s on every filter: that needs the grant admin:* (its grants: "
+                "%s); name a filter",
+                caller.name(), RpcMethodName(method), caller.GrantsText())
+          : absl::StrFormat(
+                "\"%s\" may not call %s on filter \"%s\": that needs the %s grant on it (its "
+                "grants: %s)",
+                caller.name(), RpcMethodName(method),
+                absl::CHexEscape(absl::string_view(filter.data(), filter.size())),
+                AccessName(*need), caller.GrantsText());
+  const std::string peer = ctx != nullptr ? ctx->peer() : std::string();
+  Audit({.caller = caller.name(),
+         .method = RpcMethodName(method),
+         .filter = filter,
+         .peer = peer,
+         .outcome = "PERMISSION_DENIED",
+         .detail = AccessName(*need)});
+  return absl::PermissionDeniedError(message);
+}
+
 template <typename Body>
-grpc::ServerUnaryReactor* FilterServiceImpl::Run(RpcMethod method, Body body) {
+grpc::ServerUnaryReactor* FilterServiceImpl::Run(RpcMethod method, grpc::CallbackServerContext* ctx,
+                                                 Body body) {
   bool accepted;
-  CallReactor* reactor = Accept(method, &accepted);
+  CallReactor* reactor = Accept(method, ctx, &accepted);
   if (accepted) reactor->Done(ToGrpcStatus(Guarded(body)));
   return reactor;
 }
@@ -121,7 +235,7 @@ template <typename Body>
 grpc::ServerUnaryReactor* FilterServiceImpl::RunAsync(RpcMethod method,
                                                       grpc::CallbackServerContext* ctx, Body body) {
   bool accepted;
-  CallReactor* reactor = Accept(method, &accepted);
+  CallReactor* reactor = Accept(method, ctx, &accepted);
   if (accepted) Continue(reactor, ctx, std::move(body));
   return reactor;
 }
@@ -363,6 +477,7 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::CallbackServerC
                                &req);
   }
   if (!s.ok()) return s;
+  if (absl::Status a = Authorize(reactor->caller(), method, req.filter, ctx); !a.ok()) return a;
   const bool write = method == RpcMethod::kInsert || method == RpcMethod::kDelete;
   if (write) {
     if (absl::Status id = ValidateRequestId(req.request_id); !id.ok()) return id;
@@ -517,6 +632,12 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::CallbackServerC
 absl::Status FilterServiceImpl::DoCreateFilter(const v1::CreateFilterRequest& req,
                                                v1::CreateFilterResponse* resp, CallReactor* reactor,
                                                Next* next) {
+  if (absl::Status a =
+          Authorize(reactor->caller(), RpcMethod::kCreateFilter, req.name(), reactor->ctx());
+      !a.ok()) {
+    return a;
+  }
+  reactor->MarkAudited(req.name());
   FilterOptions options{.capacity = req.capacity(),
                         .false_positive_rate = req.false_positive_rate(),
                         .fingerprint_bits = req.fingerprint_bits(),
@@ -610,6 +731,12 @@ absl::Status FilterServiceImpl::DoCreateFilter(const v1::CreateFilterRequest& re
 absl::Status FilterServiceImpl::DoDropFilter(const v1::DropFilterRequest& req,
                                              v1::DropFilterResponse* resp, CallReactor* reactor,
                                              Next* next) {
+  if (absl::Status a =
+          Authorize(reactor->caller(), RpcMethod::kDropFilter, req.name(), reactor->ctx());
+      !a.ok()) {
+    return a;
+  }
+  reactor->MarkAudited(req.name());
   // An unknown name is answered here, so retries for filters gone already
   // never fill the persistence queue.
   absl::StatusOr<std::shared_ptr<CuckooFilter>> found = FindFilter(req.name());
@@ -652,7 +779,13 @@ absl::Status FilterServiceImpl::DoDropFilter(const v1::DropFilterRequest& req,
 }
 
 absl::Status FilterServiceImpl::DoGetFilter(const v1::GetFilterRequest& req,
-                                            v1::GetFilterResponse* resp, Next* next) {
+                                            v1::GetFilterResponse* resp, CallReactor* reactor,
+                                            Next* next) {
+  if (absl::Status a =
+          Authorize(reactor->caller(), RpcMethod::kGetFilter, req.name(), reactor->ctx());
+      !a.ok()) {
+    return a;
+  }
   if (absl::Status m = CheckMinPosition(req.min_log_position(), next);
       !m.ok() || next->min_position != 0) {
     return m;
@@ -667,13 +800,18 @@ absl::Status FilterServiceImpl::DoGetFilter(const v1::GetFilterRequest& req,
 }
 
 absl::Status FilterServiceImpl::DoListFilters(const v1::ListFiltersRequest& req,
-                                              v1::ListFiltersResponse* resp, Next* next) {
+                                              v1::ListFiltersResponse* resp, CallReactor* reactor,
+                                              Next* next) {
   if (absl::Status m = CheckMinPosition(req.min_log_position(), next);
       !m.ok() || next->min_position != 0) {
     return m;
   }
   const uint64_t position = AppliedPosition();
+  // Only the filters the caller may read: the others' names are not its
+  // business.
+  const Caller& caller = reactor->caller();
   for (const auto& [name, filter] : registry_->List()) {
+    if (!caller.Allows(Access::kRead, name)) continue;
     FillFilterInfo(name, *filter, persistence_->Record(name, *filter), resp->add_filters());
   }
   resp->set_log_position(position);
@@ -728,16 +866,16 @@ grpc::ServerUnaryReactor* FilterServiceImpl::CreateFilter(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* FilterServiceImpl::GetFilter(grpc::CallbackServerContext* ctx,
                                                        const v1::GetFilterRequest* req,
                                                        v1::GetFilterResponse* resp) {
-  return RunAsync(RpcMethod::kGetFilter, ctx, [this, req, resp](CallReactor*, Next* next) {
-    return DoGetFilter(*req, resp, next);
+  return RunAsync(RpcMethod::kGetFilter, ctx, [this, req, resp](CallReactor* r, Next* next) {
+    return DoGetFilter(*req, resp, r, next);
   });
 }
 
 grpc::ServerUnaryReactor* FilterServiceImpl::ListFilters(grpc::CallbackServerContext* ctx,
                                                          const v1::ListFiltersRequest* req,
                                                          v1::ListFiltersResponse* resp) {
-  return RunAsync(RpcMethod::kListFilters, ctx, [this, req, resp](CallReactor*, Next* next) {
-    return DoListFilters(*req, resp, next);
+  return RunAsync(RpcMethod::kListFilters, ctx, [this, req, resp](CallReactor* r, Next* next) {
+    return DoListFilters(*req, resp, r, next);
   });
 }
 
@@ -809,12 +947,18 @@ grpc::ServerUnaryReactor* FilterServiceImpl::Count(grpc::CallbackServerContext* 
   });
 }
 
-grpc::ServerUnaryReactor* FilterServiceImpl::Snapshot(grpc::CallbackServerContext*,
+grpc::ServerUnaryReactor* FilterServiceImpl::Snapshot(grpc::CallbackServerContext* ctx,
                                                       const v1::SnapshotRequest* req,
                                                       v1::SnapshotResponse* resp) {
   bool accepted;
-  CallReactor* reactor = Accept(RpcMethod::kSnapshot, &accepted);
+  CallReactor* reactor = Accept(RpcMethod::kSnapshot, ctx, &accepted);
   if (!accepted) return reactor;
+  if (absl::Status a = Authorize(reactor->caller(), RpcMethod::kSnapshot, req->filter(), ctx);
+      !a.ok()) {
+    reactor->Done(ToGrpcStatus(a));
+    return reactor;
+  }
+  reactor->MarkAudited(req->filter());
   if (!req->filter().empty()) {
     // As in DropFilter: unknown names never take a place in the queue.
     if (absl::StatusOr<std::shared_ptr<CuckooFilter>> f = FindFilter(req->filter()); !f.ok()) {
@@ -846,10 +990,10 @@ grpc::ServerUnaryReactor* FilterServiceImpl::Snapshot(grpc::CallbackServerContex
   return reactor;
 }
 
-grpc::ServerUnaryReactor* FilterServiceImpl::GetServerInfo(grpc::CallbackServerContext*,
+grpc::ServerUnaryReactor* FilterServiceImpl::GetServerInfo(grpc::CallbackServerContext* ctx,
                                                            const v1::GetServerInfoRequest*,
                                                            v1::GetServerInfoResponse* resp) {
-  return Run(RpcMethod::kGetServerInfo, [&] { return DoGetServerInfo(resp); });
+  return Run(RpcMethod::kGetServerInfo, ctx, [&] { return DoGetServerInfo(resp); });
 }
 
 }  // namespace cuckoo::server

@@ -39,6 +39,7 @@
 #include "boost/asio/thread_pool.hpp"
 #include "core/registry.h"
 #include "cuckoo/v1/filter_service.grpc.pb.h"
+#include "server/auth.h"
 #include "server/cluster/cluster.h"
 #include "server/metrics.h"
 #include "server/persistence.h"
@@ -103,6 +104,11 @@ class FilterServiceImpl final : public FilterServiceBase {
     // snapshot runs fill and save this window (RequestWindow).
     if (persistence_ != nullptr && cluster_ == nullptr) persistence_->SetRequestWindow(&window_);
   }
+
+  // Turns authentication on (server/auth.h): from now on every call but
+  // GetServerInfo needs a grant on its filter (Access for each method:
+  // RequiredAccess), and GetServerInfo a known caller. Call before serving.
+  void SetAuthenticator(const Authenticator* auth) { auth_ = auth; }
 
   // The log position this server has applied: the cluster's, or the last
   // write-ahead log record appended (0 with neither).
@@ -207,15 +213,15 @@ class FilterServiceImpl final : public FilterServiceBase {
   absl::Status DoDropFilter(const v1::DropFilterRequest& req, v1::DropFilterResponse* resp,
                             CallReactor* reactor, Next* next);
   absl::Status DoGetFilter(const v1::GetFilterRequest& req, v1::GetFilterResponse* resp,
-                           Next* next);
+                           CallReactor* reactor, Next* next);
   absl::Status DoListFilters(const v1::ListFiltersRequest& req, v1::ListFiltersResponse* resp,
-                             Next* next);
+                             CallReactor* reactor, Next* next);
   absl::Status DoGetServerInfo(v1::GetServerInfoResponse* resp);
 
   // Runs `body` unless the server is shutting down, and finishes the call
   // with its status.
   template <typename Body>
-  grpc::ServerUnaryReactor* Run(RpcMethod method, Body body);
+  grpc::ServerUnaryReactor* Run(RpcMethod method, grpc::CallbackServerContext* ctx, Body body);
   // Runs body(reactor, &next) unless the server is shutting down, then goes
   // on as `next` says (Continue). The body must capture nothing that dies
   // with the handler's frame: it may run again, later, on another thread.
@@ -224,8 +230,20 @@ class FilterServiceImpl final : public FilterServiceBase {
   template <typename Body>
   void Continue(CallReactor* reactor, grpc::CallbackServerContext* ctx, Body body);
   // A counted reactor for a new call of `method`; already finished with
-  // UNAVAILABLE (and *accepted false) when the server is shutting down.
-  CallReactor* Accept(RpcMethod method, bool* accepted);
+  // UNAVAILABLE (and *accepted false) when the server is shutting down, or
+  // with UNAUTHENTICATED when authentication is on and `ctx` carries no
+  // known credentials.
+  CallReactor* Accept(RpcMethod method, grpc::CallbackServerContext* ctx, bool* accepted);
+  // Authentication for the streaming calls: the caller of `ctx`, or
+  // UNAUTHENTICATED (counted and audited).
+  absl::StatusOr<Caller> Authenticate(RpcMethod method, grpc::CallbackServerContext* ctx) const;
+  // Whether `caller` may call `method` on filter `filter` ("" for none: a
+  // whole-server Snapshot needs admin on "*"): OK, or PERMISSION_DENIED
+  // naming the method, the filter and the caller's grants (counted and
+  // audited). Never looks the filter up: the answer is the same whether it
+  // exists or not.
+  absl::Status Authorize(const Caller& caller, RpcMethod method, std::string_view filter,
+                         const grpc::CallbackServerContext* ctx) const;
 
   FilterRegistry* const registry_;
   Persistence* const persistence_;
@@ -233,6 +251,7 @@ class FilterServiceImpl final : public FilterServiceBase {
   const ServiceLimits limits_;
   const absl::Duration snapshot_interval_;
   Cluster* const cluster_;
+  const Authenticator* auth_ = nullptr;
   RequestWindow window_;
   std::atomic<bool> accepting_{true};
   std::atomic<bool> abort_{false};

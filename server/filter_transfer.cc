@@ -44,6 +44,7 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -57,6 +58,7 @@
 #include "core/snapshot.h"
 #include "server/config.h"
 #include "server/filter_service.h"
+#include "server/logging.h"
 #include "server/status.h"
 #include "spdlog/spdlog.h"
 
@@ -64,6 +66,21 @@ namespace cuckoo::server {
 namespace fs = std::filesystem;
 
 namespace {
+
+// An admin call's audit line, logged with its outcome when it ends.
+struct AuditedCall {
+  AuditedCall(Caller c, std::string p) : caller(std::move(c)), peer(std::move(p)) {}
+  void Log(RpcMethod method, std::string_view filter, const absl::Status& status) const {
+    Audit({.caller = caller.name(),
+           .method = RpcMethodName(method),
+           .filter = filter,
+           .peer = peer,
+           .outcome = StatusCodeName(static_cast<grpc::StatusCode>(status.code())),
+           .detail = std::string_view(status.message().data(), status.message().size())});
+  }
+  Caller caller;
+  std::string peer;
+};
 
 // What a chunk costs beyond its data: the first chunk's metadata (a
 // FilterInfo with a name of at most 128 bytes, a few numbers) and framing.
@@ -101,8 +118,15 @@ class FilterServiceImpl::ExportReactor final
 
   // On gRPC's thread: the checks that need no disk, then the snapshot is
   // written on a transfer thread.
-  void Start(const v1::ExportFilterRequest& req) {
+  void Start(grpc::CallbackServerContext* ctx, const v1::ExportFilterRequest& req) {
     if (!service_->accepting_.load(std::memory_order_acquire)) return End(ShuttingDown());
+    absl::StatusOr<Caller> caller = service_->Authenticate(RpcMethod::kExportFilter, ctx);
+    if (!caller.ok()) return End(caller.status());
+    if (absl::Status a = service_->Authorize(*caller, RpcMethod::kExportFilter, req.name(), ctx);
+        !a.ok()) {
+      return End(a);
+    }
+    if (service_->auth_ != nullptr) audit_.emplace(*std::move(caller), ctx->peer());
     name_ = req.name();
     absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = service_->FindFilter(name_);
     if (!filter.ok()) return End(filter.status());
@@ -241,6 +265,7 @@ class FilterServiceImpl::ExportReactor final
     if (std::exchange(holds_slot_, false)) {
       service_->exports_.fetch_sub(1, std::memory_order_acq_rel);
     }
+    if (audit_.has_value()) audit_->Log(RpcMethod::kExportFilter, name_, status);
     if (service_->metrics_ != nullptr) {
       service_->metrics_->RecordRpc(RpcMethod::kExportFilter,
                                     static_cast<grpc::StatusCode>(status.code()),
@@ -251,6 +276,7 @@ class FilterServiceImpl::ExportReactor final
 
   FilterServiceImpl* const service_;
   const std::chrono::steady_clock::time_point start_;
+  std::optional<AuditedCall> audit_;  // With authentication on.
   std::atomic<bool> cancelled_{false};
   // Set by Start, before any other step runs; then used by one step at a
   // time (see the top of the file).
@@ -267,9 +293,9 @@ class FilterServiceImpl::ExportReactor final
 };
 
 grpc::ServerWriteReactor<v1::ExportFilterChunk>* FilterServiceImpl::ExportFilter(
-    grpc::CallbackServerContext*, const v1::ExportFilterRequest* req) {
+    grpc::CallbackServerContext* ctx, const v1::ExportFilterRequest* req) {
   auto* reactor = new ExportReactor(this);
-  reactor->Start(*req);
+  reactor->Start(ctx, *req);
   return reactor;
 }
 
@@ -287,6 +313,9 @@ class FilterServiceImpl::ImportReactor final
 
   void Start() {
     if (!service_->accepting_.load(std::memory_order_acquire)) return End(ShuttingDown());
+    absl::StatusOr<Caller> caller = service_->Authenticate(RpcMethod::kImportFilter, ctx_);
+    if (!caller.ok()) return End(caller.status());
+    caller_ = *std::move(caller);
     if (service_->cluster_ != nullptr) {
       // A replica's state changes only through the cluster's log.
       return End(absl::FailedPreconditionError(
@@ -338,6 +367,13 @@ class FilterServiceImpl::ImportReactor final
             "the first chunk of an import must carry the new filter's name");
       }
       if (absl::Status s = FilterRegistry::ValidateName(chunk_.name()); !s.ok()) return s;
+      // Before anything that could tell whether the name is taken.
+      if (absl::Status a =
+              service_->Authorize(caller_, RpcMethod::kImportFilter, chunk_.name(), ctx_);
+          !a.ok()) {
+        return a;
+      }
+      if (service_->auth_ != nullptr) audit_.emplace(caller_, ctx_->peer());
       // Early, so that a taken name is refused before the upload. (It is
       // checked again, and claimed, once the snapshot has arrived.)
       if (service_->registry_->Get(chunk_.name()).ok()) {
@@ -461,6 +497,7 @@ class FilterServiceImpl::ImportReactor final
     if (std::exchange(holds_slot_, false)) {
       service_->imports_.fetch_sub(1, std::memory_order_acq_rel);
     }
+    if (audit_.has_value()) audit_->Log(RpcMethod::kImportFilter, name_, status);
     if (service_->metrics_ != nullptr) {
       service_->metrics_->RecordRpc(RpcMethod::kImportFilter,
                                     static_cast<grpc::StatusCode>(status.code()),
@@ -478,6 +515,8 @@ class FilterServiceImpl::ImportReactor final
   bool holds_slot_ = false;
   uint64_t limit_ = 0;
   std::string name_;  // Empty until the first chunk.
+  Caller caller_;
+  std::optional<AuditedCall> audit_;  // With authentication on, once the name is known.
   uint64_t expected_ = 0;
   uint64_t received_ = 0;
   uint64_t chunks_ = 0;

@@ -2,9 +2,11 @@
 
 #include <grpc/support/log.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
 #include "spdlog/pattern_formatter.h"
 #include "spdlog/sinks/stdout_sinks.h"
@@ -13,40 +15,49 @@
 namespace cuckoo::server {
 namespace {
 
-// %j in a pattern: the message as the inside of a JSON string (quotes,
-// backslashes and control characters escaped).
+// `text` as the inside of a JSON string: quotes, backslashes and control
+// characters escaped.
+void AppendJsonEscaped(std::string_view text, spdlog::memory_buf_t& dest) {
+  for (char c : text) {
+    switch (c) {
+      case '"':
+        dest.append(std::string_view("\\\""));
+        break;
+      case '\\':
+        dest.append(std::string_view("\\\\"));
+        break;
+      case '\n':
+        dest.append(std::string_view("\\n"));
+        break;
+      case '\t':
+        dest.append(std::string_view("\\t"));
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          std::string esc = absl::StrFormat("\\u%04x", c);
+          dest.append(std::string_view(esc));
+        } else {
+          dest.push_back(c);
+        }
+    }
+  }
+}
+
+// %j in a pattern: the message as the inside of a JSON string.
 class JsonMessageFlag final : public spdlog::custom_flag_formatter {
  public:
   void format(const spdlog::details::log_msg& msg, const std::tm&,
               spdlog::memory_buf_t& dest) override {
-    for (char c : msg.payload) {
-      switch (c) {
-        case '"':
-          dest.append(std::string_view("\\\""));
-          break;
-        case '\\':
-          dest.append(std::string_view("\\\\"));
-          break;
-        case '\n':
-          dest.append(std::string_view("\\n"));
-          break;
-        case '\t':
-          dest.append(std::string_view("\\t"));
-          break;
-        default:
-          if (static_cast<unsigned char>(c) < 0x20) {
-            std::string esc = absl::StrFormat("\\u%04x", c);
-            dest.append(std::string_view(esc));
-          } else {
-            dest.push_back(c);
-          }
-      }
-    }
+    AppendJsonEscaped(std::string_view(msg.payload.data(), msg.payload.size()), dest);
   }
   std::unique_ptr<custom_flag_formatter> clone() const override {
     return std::make_unique<JsonMessageFlag>();
   }
 };
+
+// Whether the audit logger writes JSON (its messages are then the fields of
+// a JSON object, already escaped).
+std::atomic<bool> audit_json{false};
 
 // gRPC's own log lines (e.g. why a port could not be bound), through spdlog
 // so they share the format and can be parsed with the rest.
@@ -73,6 +84,66 @@ void SetUpLogging(const ServerConfig& config) {
   logger->flush_on(spdlog::level::trace);
   spdlog::set_default_logger(logger);
   gpr_set_log_function(&GrpcLog);
+
+  // The audit logger: the same stream, its events' fields in the line.
+  spdlog::drop("audit");
+  auto audit =
+      std::make_shared<spdlog::logger>("audit", logger->sinks().begin(), logger->sinks().end());
+  auto audit_formatter =
+      std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
+  if (config.log_format == "json") {
+    audit_formatter->set_pattern(
+        R"({"time":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","msg":"audit","audit":{%v}})");
+  } else {
+    audit_formatter->set_pattern("%Y-%m-%dT%H:%M:%S.%fZ %l audit: %v");
+  }
+  audit->set_formatter(std::move(audit_formatter));
+  audit->set_level(spdlog::level::from_str(config.log_level));
+  audit->flush_on(spdlog::level::trace);
+  spdlog::register_logger(audit);
+  audit_json.store(config.log_format == "json", std::memory_order_release);
+}
+
+void Audit(const AuditEvent& e) {
+  const spdlog::level::level_enum level =
+      e.outcome == "PERMISSION_DENIED" || e.outcome == "UNAUTHENTICATED" ? spdlog::level::warn
+                                                                         : spdlog::level::info;
+  std::shared_ptr<spdlog::logger> audit = spdlog::get("audit");
+  spdlog::memory_buf_t line;
+  const std::pair<std::string_view, std::string_view> fields[] = {
+      {"caller", e.caller}, {"method", e.method},   {"filter", e.filter},
+      {"peer", e.peer},     {"outcome", e.outcome}, {"detail", e.detail}};
+  if (audit != nullptr && audit_json.load(std::memory_order_acquire)) {
+    bool first = true;
+    for (const auto& [name, value] : fields) {
+      if (value.empty() && name != "filter") continue;
+      line.append(std::string_view(first ? "\"" : ",\""));
+      line.append(name);
+      line.append(std::string_view("\":\""));
+      AppendJsonEscaped(value, line);
+      line.push_back('"');
+      first = false;
+    }
+  } else {
+    for (const auto& [name, value] : fields) {
+      if (value.empty()) continue;
+      if (line.size() > 0) line.push_back(' ');
+      line.append(name);
+      line.push_back('=');
+      // Names, methods and codes are plain words; the rest is quoted.
+      const bool quote = name == "filter" || name == "detail" || name == "caller";
+      if (quote) line.push_back('"');
+      const std::string escaped = absl::CHexEscape(absl::string_view(value.data(), value.size()));
+      line.append(std::string_view(escaped));
+      if (quote) line.push_back('"');
+    }
+  }
+  const std::string_view text(line.data(), line.size());
+  if (audit != nullptr) {
+    audit->log(level, "{}", text);
+  } else {
+    spdlog::log(level, "audit: {}", text);
+  }
 }
 
 }  // namespace cuckoo::server

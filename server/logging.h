@@ -5,6 +5,8 @@
 #ifndef CUCKOO_SERVER_LOGGING_H_
 #define CUCKOO_SERVER_LOGGING_H_
 
+#include <string_view>
+
 #include "server/config.h"
 
 namespace cuckoo::server {
@@ -12,6 +14,28 @@ namespace cuckoo::server {
 // Makes the default spdlog logger write to stdout in config.log_format at
 // config.log_level (both already validated), flushing every line.
 void SetUpLogging(const ServerConfig& config);
+
+// One audit event: a call refused by authentication or authorization, or an
+// admin call (CreateFilter, DropFilter, Snapshot, ExportFilter,
+// ImportFilter) with its outcome. Logged by the "audit" logger, which
+// SetUpLogging makes (else the default logger):
+//
+//   text: ... warn audit: caller=billing-ro method=DropFilter filter="billing.users"
+//         peer=ipv4:10.0.0.7:51234 outcome=PERMISSION_DENIED detail="..."
+//   json: {"time":"...","level":"warn","msg":"audit","audit":{"caller":"billing-ro",
+//         "method":"DropFilter","filter":"billing.users","peer":"ipv4:10.0.0.7:51234",
+//         "outcome":"PERMISSION_DENIED","detail":"..."}}
+//
+// Refused calls are logged at warn, admin calls at info.
+struct AuditEvent {
+  std::string_view caller;  // the access file's entry name; "-" when unknown
+  std::string_view method;
+  std::string_view filter;   // "" when the call names none
+  std::string_view peer;     // gRPC's peer string
+  std::string_view outcome;  // a gRPC status code name
+  std::string_view detail;   // why it was refused; "" otherwise
+};
+void Audit(const AuditEvent& event);
 
 }  // namespace cuckoo::server
 

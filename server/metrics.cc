@@ -258,6 +258,15 @@ void Metrics::RecordRpc(RpcMethod method, grpc::StatusCode code, std::chrono::na
   c.duration_ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
 }
 
+void Metrics::RecordAuthFailure(RpcMethod method, AuthFailure reason) {
+  auth_failures_[static_cast<size_t>(method)][static_cast<size_t>(reason)].fetch_add(
+      1, std::memory_order_relaxed);
+}
+
+void Metrics::RecordAuthReload(bool ok) {
+  (ok ? auth_reloads_ok_ : auth_reloads_failed_).fetch_add(1, std::memory_order_relaxed);
+}
+
 void Metrics::RecordKeys(RpcMethod method, size_t keys) {
   MethodCounters& c = Counters(method);
   c.keys.fetch_add(keys, std::memory_order_relaxed);
@@ -477,6 +486,37 @@ std::string Metrics::Render(const ScrapeState& state) const {
                                 MetricType::Counter)),
         {})
         .counter.value = static_cast<double>(c.bootstraps);
+  }
+
+  // Security.
+  MetricFamily& denied = out.emplace_back(
+      Family("cuckood_auth_failures_total",
+             "Calls refused: UNAUTHENTICATED (missing_credentials, malformed_header, "
+             "unknown_token, unknown_certificate) or PERMISSION_DENIED (permission_denied), by "
+             "method",
+             MetricType::Counter));
+  for (size_t m = 0; m < kRpcMethods; ++m) {
+    for (size_t r = 0; r < kAuthFailures; ++r) {
+      const uint64_t n = auth_failures_[m][r].load(std::memory_order_relaxed);
+      if (n == 0) continue;
+      Add(denied, {{"method", std::string(RpcMethodName(static_cast<RpcMethod>(m)))},
+                   {"reason", std::string(AuthFailureName(static_cast<AuthFailure>(r)))}})
+          .counter.value = static_cast<double>(n);
+    }
+  }
+  MetricFamily& reloads = out.emplace_back(
+      Family("cuckood_auth_reloads_total",
+             "Reloads of the access file (--auth-tokens), by outcome; a failed one keeps the "
+             "previous file in force",
+             MetricType::Counter));
+  Add(reloads, {{"outcome", "ok"}}).counter.value =
+      static_cast<double>(auth_reloads_ok_.load(std::memory_order_relaxed));
+  Add(reloads, {{"outcome", "error"}}).counter.value =
+      static_cast<double>(auth_reloads_failed_.load(std::memory_order_relaxed));
+  if (state.tls_not_after_seconds != 0) {
+    AddGauge(out, "cuckood_tls_certificate_expiry_seconds",
+             "When the served TLS certificate expires, seconds since the epoch",
+             state.tls_not_after_seconds);
   }
 
   // Snapshots and start-up.

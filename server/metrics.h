@@ -35,6 +35,7 @@
 
 #include "absl/time/time.h"
 #include "core/registry.h"
+#include "server/auth.h"
 #include "server/persistence.h"
 
 namespace prometheus {
@@ -90,6 +91,9 @@ struct ScrapeState {
   const Wal* wal = nullptr;
   // Cluster mode: the replica's view of its cluster (null on a single node).
   const ClusterStatus* cluster = nullptr;
+  // TLS: the served certificate's expiry, seconds since the epoch (0: no
+  // TLS).
+  double tls_not_after_seconds = 0;
 };
 
 class Metrics {
@@ -118,6 +122,11 @@ class Metrics {
   // One fdatasync of the log, and how long it took.
   void RecordWalSync(absl::Duration duration);
 
+  // A call refused by authentication or authorization (server/auth.h).
+  void RecordAuthFailure(RpcMethod method, AuthFailure reason);
+  // A reload of the access file (file changed, or SIGHUP).
+  void RecordAuthReload(bool ok);
+
   // The whole exposition: the counters above, plus gauges computed now from
   // `state` and /proc/self.
   std::string Render(const ScrapeState& state) const;
@@ -139,6 +148,9 @@ class Metrics {
   MethodCounters& Counters(RpcMethod method);
 
   std::unique_ptr<Stripe[]> stripes_;
+  std::array<std::array<std::atomic<uint64_t>, kAuthFailures>, kRpcMethods> auth_failures_{};
+  std::atomic<uint64_t> auth_reloads_ok_{0};
+  std::atomic<uint64_t> auth_reloads_failed_{0};
   // When this process started (/proc/self/stat), seconds since the epoch.
   double start_time_seconds_ = 0;
 

@@ -2,20 +2,28 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/impl/server_builder_option.h>
 #include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
 #include <system_error>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "spdlog/spdlog.h"
 
@@ -37,6 +45,35 @@ std::string AdvertiseAddress(const ServerConfig& config) {
     host = name;
   }
   return absl::StrCat(host, ":", port);
+}
+
+// Adds server reflection to one builder (InitProtoReflectionServerBuilderPlugin
+// would add it to every server the process builds, tests' included).
+class ReflectionOption final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    plugins->push_back(std::make_unique<grpc::reflection::ProtoServerReflectionPlugin>());
+  }
+};
+
+bool Loopback(const std::string& listen) {
+  return absl::StartsWith(listen, "127.") || absl::StartsWith(listen, "localhost:") ||
+         absl::StartsWith(listen, "[::1]:");
+}
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  if (!in || !(text << in.rdbuf())) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--peer-token-file=%s: cannot read: %s", path, std::strerror(errno)));
+  }
+  std::string token(absl::StripAsciiWhitespace(text.str()));
+  if (token.empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat("--peer-token-file=%s is empty", path));
+  }
+  return token;
 }
 
 }  // namespace
@@ -95,22 +132,58 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
   s->persistence_ = std::make_unique<Persistence>(s->registry_.get(), config.data_dir,
                                                   s->metrics_.get(), persistence);
   if (!config.nats_urls.empty()) {
-    absl::StatusOr<std::unique_ptr<Cluster>> cluster =
-        Cluster::Create({.nats_urls = config.nats_urls,
-                         .stream = config.nats_stream,
-                         .stream_replicas = config.nats_replicas,
-                         .replica_id = config.replica_id,
-                         .dedup_window = config.dedup_window,
-                         .max_dedup_bytes = kRequestWindowBytes,
-                         .write_timeout = config.cluster_write_timeout,
-                         .ready_max_lag = config.ready_max_lag,
-                         .advertise = AdvertiseAddress(config),
-                         .replica_expiry = config.replica_expiry},
-                        s->registry_.get(), s->persistence_.get());
+    absl::StatusOr<std::unique_ptr<Cluster>> cluster = Cluster::Create(
+        {.nats_urls = config.nats_urls,
+         .stream = config.nats_stream,
+         .stream_replicas = config.nats_replicas,
+         .replica_id = config.replica_id,
+         .dedup_window = config.dedup_window,
+         .max_dedup_bytes = kRequestWindowBytes,
+         .write_timeout = config.cluster_write_timeout,
+         .ready_max_lag = config.ready_max_lag,
+         .advertise = AdvertiseAddress(config),
+         .replica_expiry = config.replica_expiry,
+         .peer_access = [config]() -> absl::StatusOr<PeerAccess> {
+           PeerAccess access;
+           absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
+               PeerChannelCredentials(config);
+           if (!creds.ok()) return creds.status();
+           access.credentials = *std::move(creds);
+           if (!config.peer_token_file.empty()) {
+             absl::StatusOr<std::string> token = ReadTokenFile(config.peer_token_file);
+             if (!token.ok()) return token.status();
+             access.token = *std::move(token);
+           }
+           return access;
+         }},
+        s->registry_.get(), s->persistence_.get());
     if (!cluster.ok()) return cluster.status();
     s->cluster_ = *std::move(cluster);
     // The stream is the log: no local write-ahead log.
     s->persistence_->SetExternalLog(s->cluster_.get());
+  }
+  // Security: every file is checked now, so that a bad one stops the start
+  // with a message rather than failing every handshake or call later.
+  std::optional<CertificateSummary> certificate;
+  if (!config.tls_cert.empty()) {
+    absl::StatusOr<CertificateSummary> checked = CheckTlsFiles(config);
+    if (!checked.ok()) return checked.status();
+    certificate = *checked;
+    // Now: the admin server, which reads it, starts below.
+    s->certificate_watcher_ = std::make_unique<CertificateWatcher>(config, *certificate);
+  }
+  if (!config.auth_tokens.empty()) {
+    absl::StatusOr<std::unique_ptr<Authenticator>> auth = Authenticator::Start(
+        {.path = config.auth_tokens,
+         .reload_interval = config.auth_reload_interval,
+         .on_reload = [metrics](const absl::Status& st) { metrics->RecordAuthReload(st.ok()); }});
+    if (!auth.ok()) return auth.status();
+    s->auth_ = *std::move(auth);
+  }
+  if (!config.peer_token_file.empty()) {
+    if (absl::StatusOr<std::string> t = ReadTokenFile(config.peer_token_file); !t.ok()) {
+      return t.status();
+    }
   }
   s->service_ = std::make_unique<FilterServiceImpl>(
       s->registry_.get(), s->persistence_.get(), s->metrics_.get(),
@@ -121,6 +194,7 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
                     .max_dedup_bytes = kRequestWindowBytes,
                     .max_read_wait = config.max_read_wait},
       config.snapshot_interval, s->cluster_.get());
+  s->service_->SetAuthenticator(s->auth_.get());
 
   // The admin server first, so that while snapshots load /healthz answers
   // and /readyz says why it is not ready. Its handlers only read members
@@ -172,8 +246,8 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
                    : absl::StrFormat("; %d bad files moved to %s/%s", loaded->quarantined,
                                      config.data_dir, kQuarantineDir));
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  if (config.reflection) builder.SetOption(std::make_unique<ReflectionOption>());
   // gRPC sets SO_REUSEPORT by default, which lets a second cuckood bind the
   // same port and silently take half the traffic; refuse instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -191,7 +265,7 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
   s->transport_quota_ = std::make_unique<grpc::ResourceQuota>("cuckood-transport");
   s->transport_quota_->Resize(EffectiveTransportMemory(config));
   builder.SetResourceQuota(*s->transport_quota_);
-  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &s->port_);
+  builder.AddListeningPort(config.listen, ServerCredentialsFor(config), &s->port_);
   builder.RegisterService(s->service_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
@@ -207,11 +281,52 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
   if (absl::EndsWith(s->address_, ":0")) {
     s->address_ = absl::StrCat(s->address_.substr(0, s->address_.size() - 1), s->port_);
   }
+  if (certificate.has_value()) {
+    spdlog::info(
+        "TLS on {}{}: certificate {} ({} in the chain), valid {} to {}; the files are re-read "
+        "every "
+        "{}",
+        s->address_,
+        config.tls_client_ca.empty()
+            ? std::string()
+            : absl::StrCat(" with mutual TLS (client certificates signed by ", config.tls_client_ca,
+                           ")"),
+        certificate->subject, certificate->chain_length,
+        absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", certificate->not_before, absl::UTCTimeZone()),
+        absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", certificate->not_after, absl::UTCTimeZone()),
+        absl::FormatDuration(config.tls_reload_interval));
+    if (certificate->not_after < absl::Now()) {
+      spdlog::warn(
+          "the TLS certificate {} has expired: clients will refuse it until it is replaced",
+          certificate->subject);
+    }
+  }
+  if (s->auth_ != nullptr) {
+    spdlog::info(
+        "authentication on: every call but grpc.health.v1 needs a token or certificate "
+        "of {} (re-read when it changes and on SIGHUP)",
+        config.auth_tokens);
+    if (config.tls_cert.empty() && !Loopback(config.listen)) {
+      spdlog::warn(
+          "tokens are sent in plaintext: without --tls-cert anyone on the network path "
+          "can read and reuse them");
+    }
+  } else if (!Loopback(config.listen)) {
+    spdlog::warn(
+        "no --auth-tokens: every client that reaches {} may read, write and drop every "
+        "filter",
+        s->address_);
+  }
   grpc::HealthCheckServiceInterface* health = s->grpc_server_->GetHealthCheckService();
   health->SetServingStatus(true);
   health->SetServingStatus(kServiceName, true);
   s->state_.store(State::kServing, std::memory_order_release);
   return s;
+}
+
+absl::Status CuckooServer::ReloadAccess() {
+  if (auth_ == nullptr) return absl::OkStatus();
+  return auth_->Reload();
 }
 
 CuckooServer::~CuckooServer() {
@@ -246,13 +361,17 @@ AdminResponse CuckooServer::Readyz() const {
 AdminResponse CuckooServer::MetricsPage() const {
   ClusterStatus cluster;
   if (cluster_ != nullptr) cluster = cluster_->Status();
-  return {.status = 200,
-          .content_type = kPrometheusContentType,
-          .body = metrics_->Render({.registry = registry_.get(),
-                                    .persistence = persistence_.get(),
-                                    .calls_in_flight = service_->calls_in_flight(),
-                                    .wal = persistence_->wal(),
-                                    .cluster = cluster_ != nullptr ? &cluster : nullptr})};
+  return {
+      .status = 200,
+      .content_type = kPrometheusContentType,
+      .body = metrics_->Render(
+          {.registry = registry_.get(),
+           .persistence = persistence_.get(),
+           .calls_in_flight = service_->calls_in_flight(),
+           .wal = persistence_->wal(),
+           .cluster = cluster_ != nullptr ? &cluster : nullptr,
+           .tls_not_after_seconds =
+               certificate_watcher_ != nullptr ? certificate_watcher_->not_after_seconds() : 0})};
 }
 
 void CuckooServer::Hurry() { hurry_.store(true, std::memory_order_release); }

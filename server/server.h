@@ -34,11 +34,13 @@
 #include "absl/time/time.h"
 #include "core/registry.h"
 #include "server/admin_http.h"
+#include "server/auth.h"
 #include "server/cluster/cluster.h"
 #include "server/config.h"
 #include "server/filter_service.h"
 #include "server/metrics.h"
 #include "server/persistence.h"
+#include "server/tls.h"
 
 namespace cuckoo::server {
 
@@ -82,6 +84,12 @@ class CuckooServer {
   const LoadSummary& loaded() const { return loaded_; }
   const ServerConfig& config() const { return config_; }
 
+  // Re-reads the access file now (SIGHUP): OK if reloaded or authentication
+  // is off; else the error, and the previous file stays in force.
+  absl::Status ReloadAccess();
+  // The access table in force (null when authentication is off).
+  const Authenticator* authenticator() const { return auth_.get(); }
+
   // Stops serving: /healthz and /readyz answer 503 and gRPC health turns
   // NOT_SERVING, new calls fail with UNAVAILABLE, queued Snapshot and
   // DropFilter calls are answered UNAVAILABLE, and calls in flight get up to
@@ -116,6 +124,9 @@ class CuckooServer {
   // After persistence_, which it applies drops through: it goes first.
   std::unique_ptr<Cluster> cluster_;
   LoadSummary loaded_;
+  // Before service_, which reads them while it serves.
+  std::unique_ptr<Authenticator> auth_;
+  std::unique_ptr<CertificateWatcher> certificate_watcher_;
   std::unique_ptr<FilterServiceImpl> service_;
   std::unique_ptr<grpc::ResourceQuota> transport_quota_;
   std::unique_ptr<grpc::Server> grpc_server_;

@@ -1033,8 +1033,19 @@ void Cluster::Bootstrap(std::string identity, std::vector<ReplicaRecord> peers, 
     for (const auto& [name, filter] : registry_->List()) persistence_->ApplyDrop(name, filter);
     spdlog::info("cluster: bootstrapping: copying every filter from peer {} ({})", peer.key,
                  peer.address);
+    PeerAccess access;
+    if (options_.peer_access) {
+      absl::StatusOr<PeerAccess> a = options_.peer_access();
+      if (!a.ok()) {
+        spdlog::warn("cluster: cannot bootstrap from peer {}: {}", peer.key,
+                     std::string(a.status().message()));
+        absl::StrAppend(&failures, failures.empty() ? "" : "; ", a.status().message());
+        continue;
+      }
+      access = *std::move(a);
+    }
     absl::StatusOr<PeerCopy> copy = CopyFromPeer(
-        peer.address, identity, registry_,
+        peer.address, identity, access, registry_,
         (std::filesystem::path(persistence_->data_dir()) / kImportDir).string(), stopping_);
     if (!copy.ok()) {
       spdlog::warn("cluster: bootstrap from peer {} failed: {}", peer.key,

@@ -54,6 +54,7 @@
 #include "core/mutex.h"
 #include "core/registry.h"
 #include "server/cluster/log_entry.h"
+#include "server/cluster/peer_copy.h"
 #include "server/persistence.h"
 
 namespace cuckoo::server {
@@ -90,6 +91,10 @@ struct ClusterOptions {
   // this long no longer holds the stream back (its record expires), and
   // bootstraps from a peer when it comes back.
   absl::Duration replica_expiry = absl::Hours(24);
+  // How to reach a peer for a bootstrap copy (TLS credentials, token), read
+  // anew for each bootstrap so that rotated files are used; null: insecure,
+  // no token.
+  std::function<absl::StatusOr<PeerAccess>()> peer_access;
 };
 
 // What GetServerInfo and /metrics report.

@@ -39,19 +39,23 @@ void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
 }  // namespace
 
 absl::StatusOr<PeerCopy> CopyFromPeer(const std::string& address, const std::string& identity,
-                                      FilterRegistry* registry, const std::string& scratch_dir,
+                                      const PeerAccess& access, FilterRegistry* registry,
+                                      const std::string& scratch_dir,
                                       const std::atomic<bool>& stopping) {
   grpc::ChannelArguments args;
   // Snapshots come in chunks of a few MiB; the server's own limit applies.
   args.SetMaxReceiveMessageSize(64 << 20);
-  auto stub = v1::FilterService::NewStub(
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  auto stub = v1::FilterService::NewStub(grpc::CreateCustomChannel(
+      address,
+      access.credentials != nullptr ? access.credentials : grpc::InsecureChannelCredentials(),
+      args));
   PeerCopy copy;
   copy.address = address;
 
   {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, kCallTimeout);
+    if (!access.token.empty()) ctx.AddMetadata("authorization", "Bearer " + access.token);
     v1::GetServerInfoRequest req;
     v1::GetServerInfoResponse info;
     if (grpc::Status s = stub->GetServerInfo(&ctx, req, &info); !s.ok()) {
@@ -77,6 +81,7 @@ absl::StatusOr<PeerCopy> CopyFromPeer(const std::string& address, const std::str
   {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, kCallTimeout);
+    if (!access.token.empty()) ctx.AddMetadata("authorization", "Bearer " + access.token);
     if (grpc::Status s = stub->ListFilters(&ctx, v1::ListFiltersRequest(), &list); !s.ok()) {
       return PeerError(address, "ListFilters", s);
     }
@@ -112,6 +117,7 @@ absl::StatusOr<PeerCopy> CopyFromPeer(const std::string& address, const std::str
     grpc::ClientContext ctx;
     SetDeadline(&ctx, absl::Minutes(1) + kExportPerGiB * (static_cast<double>(info.memory_bytes()) /
                                                           static_cast<double>(1 << 30)));
+    if (!access.token.empty()) ctx.AddMetadata("authorization", "Bearer " + access.token);
     v1::ExportFilterRequest req;
     req.set_name(info.name());
     std::unique_ptr<grpc::ClientReader<v1::ExportFilterChunk>> reader =

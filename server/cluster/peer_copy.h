@@ -16,6 +16,8 @@
 #ifndef CUCKOO_SERVER_CLUSTER_PEER_COPY_H_
 #define CUCKOO_SERVER_CLUSTER_PEER_COPY_H_
 
+#include <grpcpp/security/credentials.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -57,8 +59,16 @@ struct PeerCopy {
 // damaged copy; the registry's for a copy that does not fit (the names must
 // be free: the caller dropped its own filters first). `stopping` set ends
 // it early with CANCELLED. Files go through `scratch_dir` and are removed.
+// How to reach a peer: the channel's credentials (TLS or not) and the
+// token sent as "authorization: Bearer" (none if empty).
+struct PeerAccess {
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  std::string token;
+};
+
 absl::StatusOr<PeerCopy> CopyFromPeer(const std::string& address, const std::string& identity,
-                                      FilterRegistry* registry, const std::string& scratch_dir,
+                                      const PeerAccess& access, FilterRegistry* registry,
+                                      const std::string& scratch_dir,
                                       const std::atomic<bool>& stopping);
 
 }  // namespace cuckoo::server

@@ -1,0 +1,214 @@
+#include "server/tls.h"
+
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_format.h"
+#include "spdlog/spdlog.h"
+
+namespace cuckoo::server {
+namespace {
+
+absl::StatusOr<std::string> ReadPem(std::string_view flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--%s=%s: cannot open: %s", flag, path, std::strerror(errno)));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// OpenSSL's last error, as text, or "no PEM data".
+std::string OpenSslError() {
+  const unsigned long e = ERR_get_error();
+  ERR_clear_error();
+  if (e == 0) return "no PEM data found";
+  char buf[256];
+  ERR_error_string_n(e, buf, sizeof(buf));
+  return buf;
+}
+
+struct BioFree {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+struct X509Free {
+  void operator()(X509* x) const { X509_free(x); }
+};
+struct PkeyFree {
+  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
+};
+using BioPtr = std::unique_ptr<BIO, BioFree>;
+using X509Ptr = std::unique_ptr<X509, X509Free>;
+using PkeyPtr = std::unique_ptr<EVP_PKEY, PkeyFree>;
+
+std::vector<X509Ptr> ReadCertificates(const std::string& pem) {
+  std::vector<X509Ptr> out;
+  BioPtr bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  while (X509* x = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) out.emplace_back(x);
+  ERR_clear_error();  // The end of the data reads as an error.
+  return out;
+}
+
+absl::Time ToTime(const ASN1_TIME* t) {
+  std::tm tm{};
+  if (ASN1_TIME_to_tm(t, &tm) != 1) return absl::InfinitePast();
+  return absl::FromTimeT(timegm(&tm));
+}
+
+std::string Subject(X509* x) {
+  BioPtr bio(BIO_new(BIO_s_mem()));
+  X509_NAME_print_ex(bio.get(), X509_get_subject_name(x), 0, XN_FLAG_RFC2253);
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(bio.get(), &data);
+  return std::string(data, static_cast<size_t>(n));
+}
+
+}  // namespace
+
+absl::StatusOr<CertificateSummary> CheckTlsFiles(const ServerConfig& config) {
+  absl::StatusOr<std::string> cert = ReadPem("tls-cert", config.tls_cert);
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadPem("tls-key", config.tls_key);
+  if (!key.ok()) return key.status();
+  std::vector<X509Ptr> chain = ReadCertificates(*cert);
+  if (chain.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--tls-cert=%s holds no PEM certificate (\"-----BEGIN CERTIFICATE-----\")",
+                        config.tls_cert));
+  }
+  BioPtr key_bio(BIO_new_mem_buf(key->data(), static_cast<int>(key->size())));
+  PkeyPtr pkey(PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr));
+  if (pkey == nullptr) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--tls-key=%s holds no unencrypted PEM private key: %s", config.tls_key, OpenSslError()));
+  }
+  if (X509_check_private_key(chain.front().get(), pkey.get()) != 1) {
+    ERR_clear_error();
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--tls-key=%s is not the private key of the certificate in --tls-cert=%s",
+                        config.tls_key, config.tls_cert));
+  }
+  if (!config.tls_client_ca.empty()) {
+    absl::StatusOr<std::string> ca = ReadPem("tls-client-ca", config.tls_client_ca);
+    if (!ca.ok()) return ca.status();
+    if (ReadCertificates(*ca).empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--tls-client-ca=%s holds no PEM certificate (\"-----BEGIN CERTIFICATE-----\")",
+          config.tls_client_ca));
+    }
+  }
+  CertificateSummary summary;
+  summary.subject = Subject(chain.front().get());
+  summary.not_before = ToTime(X509_get0_notBefore(chain.front().get()));
+  summary.not_after = ToTime(X509_get0_notAfter(chain.front().get()));
+  summary.chain_length = static_cast<int>(chain.size());
+  return summary;
+}
+
+std::shared_ptr<grpc::ServerCredentials> ServerCredentialsFor(const ServerConfig& config) {
+  if (config.tls_cert.empty()) return grpc::InsecureServerCredentials();
+  const unsigned interval =
+      static_cast<unsigned>(std::max<int64_t>(1, absl::ToInt64Seconds(config.tls_reload_interval)));
+  std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider;
+  if (config.tls_client_ca.empty()) {
+    provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+        config.tls_key, config.tls_cert, interval);
+  } else {
+    provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+        config.tls_key, config.tls_cert, config.tls_client_ca, interval);
+  }
+  grpc::experimental::TlsServerCredentialsOptions options(provider);
+  options.watch_identity_key_cert_pairs();
+  if (config.tls_client_ca.empty()) {
+    options.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  } else {
+    options.watch_root_certs();
+    options.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  }
+  return grpc::experimental::TlsServerCredentials(options);
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PeerChannelCredentials(
+    const ServerConfig& config) {
+  if (config.tls_cert.empty()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions options;
+  const std::string& ca = !config.peer_ca.empty() ? config.peer_ca : config.tls_client_ca;
+  if (!ca.empty()) {
+    absl::StatusOr<std::string> roots =
+        ReadPem(!config.peer_ca.empty() ? "peer-ca" : "tls-client-ca", ca);
+    if (!roots.ok()) return roots.status();
+    options.pem_root_certs = *std::move(roots);
+  }
+  absl::StatusOr<std::string> cert = ReadPem("tls-cert", config.tls_cert);
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadPem("tls-key", config.tls_key);
+  if (!key.ok()) return key.status();
+  options.pem_cert_chain = *std::move(cert);
+  options.pem_private_key = *std::move(key);
+  return grpc::SslCredentials(options);
+}
+
+CertificateWatcher::CertificateWatcher(const ServerConfig& config,
+                                       const CertificateSummary& initial)
+    : config_(config), subject_(initial.subject) {
+  not_after_.store(absl::ToDoubleSeconds(initial.not_after - absl::UnixEpoch()));
+  thread_ = std::thread([this] { Watch(); });
+}
+
+CertificateWatcher::~CertificateWatcher() {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void CertificateWatcher::Watch() {
+  MutexLock lock(&mu_);
+  absl::Time last_warning = absl::InfinitePast();
+  double last_not_after = not_after_.load();
+  while (!stopping_) {
+    mu_.WaitFor(&cv_, absl::ToChronoNanoseconds(config_.tls_reload_interval));
+    if (stopping_) break;
+    absl::StatusOr<CertificateSummary> now = CheckTlsFiles(config_);
+    if (!now.ok()) {
+      // Mid-rotation (key and certificate not yet both replaced) or broken:
+      // gRPC keeps serving the last good pair.
+      if (absl::Now() - last_warning > absl::Minutes(5)) {
+        spdlog::warn("TLS files not usable, the last good certificate is still served: {}",
+                     std::string(now.status().message()));
+        last_warning = absl::Now();
+      }
+      continue;
+    }
+    const double not_after = absl::ToDoubleSeconds(now->not_after - absl::UnixEpoch());
+    not_after_.store(not_after, std::memory_order_relaxed);
+    if (not_after != last_not_after || now->subject != subject_) {
+      spdlog::info("TLS certificate changed: now {} valid until {}; new connections use it",
+                   now->subject, absl::FormatTime(now->not_after, absl::UTCTimeZone()));
+      subject_ = now->subject;
+      last_not_after = not_after;
+    }
+    if (now->not_after - absl::Now() < absl::Hours(24 * 7) &&
+        absl::Now() - last_warning > absl::Hours(1)) {
+      spdlog::warn("the TLS certificate {} {} {}", now->subject,
+                   now->not_after < absl::Now() ? "expired" : "expires",
+                   absl::FormatTime(now->not_after, absl::UTCTimeZone()));
+      last_warning = absl::Now();
+    }
+  }
+}
+
+}  // namespace cuckoo::server

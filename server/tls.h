@@ -1,0 +1,81 @@
+// TLS for cuckood's gRPC port (--tls-cert, --tls-key, --tls-client-ca).
+//
+// The credentials are gRPC's TlsServerCredentials over a
+// FileWatcherCertificateProvider: gRPC re-reads the files every
+// --tls-reload-interval and new connections get the new certificate
+// (Kubernetes updates a mounted Secret in place); connections already open
+// keep theirs. A pair that does not match (a key replaced before its
+// certificate) is not taken: gRPC keeps the last good one.
+//
+// CheckTlsFiles reads the files at start-up with OpenSSL, so that a missing
+// file, a key that does not belong to its certificate or a CA file with no
+// certificate stops the server with a message naming the file, instead of
+// every handshake failing later. CertificateWatcher logs each change of the
+// served certificate (subject, expiry) and warns when it has expired or
+// expires within 7 days.
+#ifndef CUCKOO_SERVER_TLS_H_
+#define CUCKOO_SERVER_TLS_H_
+
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/security/server_credentials.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/mutex.h"
+#include "server/config.h"
+
+namespace cuckoo::server {
+
+// What CheckTlsFiles found in the certificate file (its first certificate).
+struct CertificateSummary {
+  std::string subject;    // RFC 2253, e.g. "CN=cuckood,O=Acme"
+  absl::Time not_before;  // validity
+  absl::Time not_after;
+  int chain_length = 0;  // certificates in the file
+};
+
+// INVALID_ARGUMENT naming the flag and file when the certificate, the key or
+// the client CA cannot be read or parsed, or the key is not the
+// certificate's.
+absl::StatusOr<CertificateSummary> CheckTlsFiles(const ServerConfig& config);
+
+// The gRPC port's credentials: TLS (mutual with --tls-client-ca) when
+// --tls-cert is set, else insecure.
+std::shared_ptr<grpc::ServerCredentials> ServerCredentialsFor(const ServerConfig& config);
+
+// Cluster mode: how a replica connects to a peer to copy its filters. With
+// --tls-cert: TLS, checking the peer against --peer-ca (default
+// --tls-client-ca, else the system's roots) and presenting --tls-cert as
+// the client certificate; else insecure.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PeerChannelCredentials(
+    const ServerConfig& config);
+
+// Logs changes of the certificate file and its expiry (see the top).
+class CertificateWatcher {
+ public:
+  CertificateWatcher(const ServerConfig& config, const CertificateSummary& initial);
+  ~CertificateWatcher();
+  // The served certificate's expiry as last read (Unix seconds), for
+  // /metrics.
+  double not_after_seconds() const { return not_after_.load(std::memory_order_relaxed); }
+
+ private:
+  void Watch();
+  const ServerConfig config_;
+  std::atomic<double> not_after_{0};
+  std::string subject_;
+  Mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace cuckoo::server
+
+#endif  // CUCKOO_SERVER_TLS_H_
