@@ -11,9 +11,10 @@
 //   a third one      exits at once with code 1, without the final snapshot
 //                    (nothing acknowledged is lost: the write-ahead log
 //                    holds it; the next start replays it).
-//   SIGHUP           logged and ignored: cuckood has no configuration file
-//                    to reload, and a terminal that goes away must not take
-//                    the server (and its unsnapshotted changes) with it.
+//   SIGHUP           re-reads the access file (--auth-tokens) at once; a
+//                    bad one is logged and the previous one stays. Without
+//                    --auth-tokens it is logged and ignored (a terminal that
+//                    goes away must not take the server with it).
 //
 // Exit codes: 0 after a signal-initiated shutdown, 1 if the server cannot
 // start (e.g. the port is taken, a snapshot cannot be loaded), the final
@@ -98,7 +99,13 @@ int Main(int argc, char** argv) {
     signals.async_wait([&](const boost::system::error_code& ec, int signo) {
       if (ec) return;
       if (signo == SIGHUP) {
-        spdlog::info("received SIGHUP: cuckood has no configuration file to reload; ignored");
+        if (config->auth_tokens.empty()) {
+          spdlog::info("received SIGHUP: no --auth-tokens file to reload; ignored");
+        } else {
+          spdlog::info("received SIGHUP: re-reading the access file {}", config->auth_tokens);
+          // Logged by the reload either way.
+          (*server)->ReloadAccess().IgnoreError();
+        }
       } else if (++stop_signals == 1) {
         spdlog::info(
             "received {}: shutting down, draining calls in flight for up to {} (send it again to "
