@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Tests the deployment files (CI runs it as the last step of scripts/test.sh):
 #   1. deploy/k8s (the single node) and deploy/k8s/cluster (NATS JetStream +
-#      3 cuckood replicas): schema validation of every manifest, as written and
-#      as rendered by kustomize, one kustomization at a time
+#      3 cuckood replicas), and the overlays of deploy/examples, which apply
+#      every component of deploy/k8s/components (TLS, mTLS, tokens, ...) to
+#      them: schema validation of every manifest, as written and as rendered
+#      by kustomize, one kustomization at a time
 #      (../shared/tools/k8s-validate; needs node >= 20 and npm; rendering needs
 #      kubectl or kustomize: without, it says so and which were not rendered);
 #      deploy/k8s/cluster/nats.conf (the NATS ConfigMap) checked by the real
@@ -204,10 +206,17 @@ apt_install() {
     { apt-get update -qq && apt-get install -y -qq --no-install-recommends "$1" >/dev/null; }
 }
 
-echo "== deploy/k8s, deploy/k8s/cluster: schema validation"
+echo "== deploy/k8s, deploy/k8s/cluster, deploy/examples: schema validation"
 t0=$SECONDS
 command -v node >/dev/null || { echo "container-test: node (>= 20) and npm are needed" >&2; exit 1; }
-kustomizations=(deploy/k8s deploy/k8s/cluster)
+# The components (kind: Component) render only as part of a kustomization:
+# each is used by at least one overlay of deploy/examples.
+kustomizations=(deploy/k8s deploy/k8s/cluster deploy/examples/*/)
+kustomizations=("${kustomizations[@]%/}")
+for c in deploy/k8s/components/*/; do
+  grep -qrF "k8s/components/$(basename "$c")" deploy/examples ||
+    { echo "container-test: no overlay in deploy/examples uses $c" >&2; exit 1; }
+done
 for k in "${kustomizations[@]}"; do
   [ -f "$k/kustomization.yaml" ] || { echo "container-test: no $k/kustomization.yaml" >&2; exit 1; }
 done
