@@ -88,8 +88,24 @@ EXPOSE 50051 9090
 # while draining on shutdown. The start period covers loading large snapshots.
 # It asks localhost:50051 (or $CUCKOO_TARGET): if you move the gRPC port with
 # CUCKOOD_LISTEN, set CUCKOO_TARGET=127.0.0.1:PORT too.
+# With TLS on (CUCKOOD_TLS_CERT set) it must speak TLS and check the
+# certificate for the name localhost ($CUCKOO_TLS_SERVER_NAME otherwise)
+# against a CA: $CUCKOO_CA if set, else ca.crt beside the certificate (as in
+# a Kubernetes Secret from cert-manager, or deploy/k8s/components/mtls's),
+# else the certificate itself (self-signed). With mutual TLS it presents the
+# server's own certificate (which must then allow clientAuth), unless
+# CUCKOO_CERT/CUCKOO_KEY say otherwise. Health needs no token. A shell
+# (dash) for that; cuckood itself stays PID 1 (ENTRYPOINT, exec form).
 HEALTHCHECK --interval=10s --timeout=5s --start-period=5m --retries=3 \
-  CMD ["cuckooctl", "health", "--quiet", "--timeout=2s"]
+  CMD if [ -n "$CUCKOOD_TLS_CERT" ]; then \
+        ca=${CUCKOO_CA:-${CUCKOOD_TLS_CERT%/*}/ca.crt}; \
+        [ -n "$CUCKOO_CA" ] || [ -r "$ca" ] || ca=$CUCKOOD_TLS_CERT; \
+        set -- --ca="$ca" --tls-server-name="${CUCKOO_TLS_SERVER_NAME:-localhost}"; \
+        if [ -n "$CUCKOOD_TLS_CLIENT_CA" ] && [ -z "$CUCKOO_CERT" ]; then \
+          set -- "$@" --cert="$CUCKOOD_TLS_CERT" --key="$CUCKOOD_TLS_KEY"; \
+        fi; \
+      fi; \
+      exec cuckooctl health --quiet --timeout=2s "$@"
 
 # cuckood is PID 1 (exec form, no shell) and handles SIGTERM itself: it drains
 # calls in flight (--drain-timeout, 10s), writes a final snapshot of every

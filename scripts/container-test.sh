@@ -14,12 +14,20 @@
 #      installed if missing);
 #   3. the Docker image, with ../shared/tools/container-smoke.sh (podman or
 #      docker, no registry: it makes the Debian base image itself). It builds
-#      the Dockerfile and runs the image the way the README does,
-#        run -p 127.0.0.1:P:50051 -p 127.0.0.1:A:9090 -v VOLUME:/var/lib/cuckood IMAGE
-#      (periodic snapshots off, so only the SIGTERM snapshot persists data),
-#      then, from the host with build/release/client/cuckooctl (the "verify"
-#      step below, run by container-smoke.sh while the container runs):
+#      the Dockerfile and runs the image the way the README does, with TLS and
+#      access tokens on (deploy/README.md, TLS and access tokens),
+#        run -p 127.0.0.1:P:50051 -p 127.0.0.1:A:9090 -v VOLUME:/var/lib/cuckood
+#            -v TLS_DIR:/etc/cuckood/tls:ro -v AUTH_DIR:/etc/cuckood/auth:ro
+#            -e CUCKOOD_TLS_CERT=... -e CUCKOOD_TLS_KEY=... -e CUCKOOD_AUTH_TOKENS=... IMAGE
+#      (periodic snapshots off, so only the SIGTERM snapshot persists data; a
+#      throwaway CA, a server certificate for localhost and 127.0.0.1 and two
+#      tokens, made here with the openssl CLI), then, from the host with
+#      build/release/client/cuckooctl --ca=... --token=... (the "verify" step
+#      below, run by container-smoke.sh while the container runs):
 #      - create a filter, insert keys, look them up; /readyz and /metrics on 9090;
+#      - no token or an unknown one: UNAUTHENTICATED; a read-only token may
+#        look up but not insert (PERMISSION_DENIED); gRPC health needs no
+#        token; a plaintext client gets nothing;
 #      - the image: cuckood is PID 1 as 10001:10001, no build packages,
 #        cuckooctl inside;
 #      - SIGTERM (`stop -t 60`): exit code 0 and "final snapshot: 1 filters
@@ -28,8 +36,9 @@
 #        (--read-only, --cap-drop=ALL, no-new-privileges): every key present,
 #        the item count unchanged; SIGTERM again, exit 0;
 #      - the first container started again on the volume: keys still present.
-#      container-smoke.sh then runs the image's HEALTHCHECK in it and checks
-#      that SIGTERM stops it within 3 s.
+#      container-smoke.sh then runs the image's HEALTHCHECK in it (over TLS:
+#      the Dockerfile's HEALTHCHECK follows CUCKOOD_TLS_*) and checks that
+#      SIGTERM stops it within 3 s.
 #
 #   scripts/container-test.sh                   # all three
 #   scripts/container-test.sh --validate-only   # 1 and 2: no image, no engine
@@ -46,7 +55,8 @@ if [ "${1:-}" = --verify ]; then
   # Run by container-smoke.sh, retried once a second until it exits 0. It
   # sees $SMOKE_ENGINE and $SMOKE_CONTAINER, and from the main part below
   # $CT_STATE, $CT_IMAGE, $CT_GRPC_PORT, $CT_GRPC_PORT2, $CT_ADMIN_PORT,
-  # $CT_VOLUME, $CT_CTL.
+  # $CT_VOLUME, $CT_CTL, $CT_SECURE_ARGS (the run arguments for TLS and
+  # tokens), $CT_TOKEN (admin:*) and $CT_READER_TOKEN (read:*).
   # Until the server answers, failing just means "not yet". Past that point a
   # failure is final: it is recorded in $CT_STATE/failed (later retries only
   # repeat it) and the smoke container is stopped, so container-smoke.sh stops
@@ -54,7 +64,10 @@ if [ "${1:-}" = --verify ]; then
   engine=$SMOKE_ENGINE
   smoke=$SMOKE_CONTAINER
   second=$smoke-restarted
-  ctl() { "$CT_CTL" --timeout=10s "$@"; }
+  # Every call over TLS, checked against the throwaway CA (the certificate
+  # names 127.0.0.1, the address dialled), with the admin token.
+  ca=$CT_STATE/tls/ca.crt
+  ctl() { "$CT_CTL" --timeout=10s --ca="$ca" --token="$CT_TOKEN" "$@"; }
   if [ -e "$CT_STATE/failed" ]; then cat "$CT_STATE/failed"; exit 1; fi
   ctl --target="127.0.0.1:$CT_GRPC_PORT" health --quiet --timeout=2s || exit 1
 
@@ -135,6 +148,38 @@ if [ "${1:-}" = --verify ]; then
   [ "$items" = 20000 ] || fail "info: $items items, expected 20000"
   say "create/insert/lookup of 20000 keys through 127.0.0.1:$CT_GRPC_PORT -> container port 50051"
 
+  # 1b. Who may call. cuckooctl exits 3 on a server error, with
+  # "cuckooctl: CODE: message" on stderr.
+  # expect_code CODE WHAT CUCKOOCTL_ARGS...: the call fails with CODE.
+  expect_code() {
+    local want=$1 what=$2 rc=0
+    shift 2
+    "$CT_CTL" --timeout=10s --target="$grpc" "$@" >/dev/null 2>"$CT_STATE/stderr" || rc=$?
+    if [ "$rc" != 3 ] || ! grep -q "cuckooctl: $want:" "$CT_STATE/stderr"; then
+      fail "$what: exit $rc, not 3 with $want: $(head -c 300 "$CT_STATE/stderr")"
+    fi
+  }
+  expect_code UNAUTHENTICATED "list without a token" --ca="$ca" list
+  expect_code UNAUTHENTICATED "list with an unknown token" --ca="$ca" \
+    --token=ck_not-a-token-of-this-server list
+  expect_code PERMISSION_DENIED "insert with a read:* token" --ca="$ca" --token="$CT_READER_TOKEN" \
+    insert "$filter" some-key
+  "$CT_CTL" --timeout=10s --target="$grpc" --ca="$ca" --token="$CT_READER_TOKEN" \
+    lookup "$filter" --quiet key-000001 >/dev/null || fail "lookup with a read:* token"
+  # gRPC health stays open (probes carry no token); --tls-server-name: the
+  # name checked is localhost, not the address dialled.
+  "$CT_CTL" --timeout=10s --target="$grpc" --ca="$ca" --tls-server-name=localhost \
+    health --quiet --timeout=2s || fail "health over TLS without a token"
+  # A plaintext client (no --tls/--ca) must not get an answer, not even health.
+  rc=0
+  "$CT_CTL" --timeout=5s --target="$grpc" --token="$CT_TOKEN" list >/dev/null 2>&1 || rc=$?
+  [ "$rc" != 0 ] || fail "a plaintext client got an answer from the TLS port"
+  rc=0
+  "$CT_CTL" --timeout=5s --target="$grpc" health --quiet --timeout=2s >/dev/null 2>&1 || rc=$?
+  [ "$rc" != 0 ] || fail "plaintext health got SERVING from the TLS port"
+  say "TLS only; no token or an unknown one: UNAUTHENTICATED; read:* token: lookup yes," \
+    "insert PERMISSION_DENIED; health open"
+
   # 2. The admin HTTP port (EXPOSE 9090, default --admin-listen).
   http_get "$CT_ADMIN_PORT" /readyz >/dev/null || fail "GET /readyz on 127.0.0.1:$CT_ADMIN_PORT"
   # (Into a file first: `http_get | grep -q` fails under pipefail when grep
@@ -156,7 +201,8 @@ if [ "${1:-}" = --verify ]; then
   dev=$("$engine" exec "$smoke" dpkg-query -W -f '${Package}\n' |
     grep -E -- '-dev$|^(gcc|g\+\+|cpp|clang)(-[0-9]+)?$|^(cmake|ninja-build|make|protobuf-compiler.*|python3.*)$' || true)
   [ -z "$dev" ] || fail "build-only packages in the runtime image: ${dev//$'\n'/ }"
-  "$engine" exec "$smoke" cuckooctl info "$filter" >/dev/null || fail "cuckooctl inside the image"
+  "$engine" exec "$smoke" cuckooctl --ca=/etc/cuckood/tls/ca.crt --tls-server-name=localhost \
+    --token="$CT_TOKEN" info "$filter" >/dev/null || fail "cuckooctl inside the image"
   say "cuckood is PID 1 as 10001:10001; no build packages; cuckooctl inside"
 
   # 4. SIGTERM: drain, final snapshot, exit 0.
@@ -167,9 +213,10 @@ if [ "${1:-}" = --verify ]; then
   # (podman cannot schedule HEALTHCHECKs without systemd, and says so.)
   no_hc=()
   [ "$engine" = podman ] && no_hc=(--no-healthcheck)
+  read -r -a secure <<<"$CT_SECURE_ARGS"
   "$engine" run -d --name "$second" "${no_hc[@]}" --read-only --cap-drop=ALL \
     --security-opt=no-new-privileges -p "127.0.0.1:$CT_GRPC_PORT2:50051" \
-    -v "$CT_VOLUME:/var/lib/cuckood" -e CUCKOOD_SNAPSHOT_INTERVAL=0 \
+    -v "$CT_VOLUME:/var/lib/cuckood" -e CUCKOOD_SNAPSHOT_INTERVAL=0 "${secure[@]}" \
     "$CT_IMAGE" >/dev/null || fail "$engine run $second"
   wait_serving "$CT_GRPC_PORT2" "$second"
   ctl --target="127.0.0.1:$CT_GRPC_PORT2" lookup "$filter" --file="$keys" --quiet >/dev/null ||
@@ -296,8 +343,59 @@ remove_volume() {
   rm -rf "$CT_STATE"
 }
 trap remove_volume EXIT
+
+# TLS and tokens, as deploy/k8s/components/{tls,auth} set them up: a
+# throwaway CA and a server certificate it signs (EC P-256, two days, SANs
+# localhost and 127.0.0.1), and two tokens, `ck_` + 43 base64url characters
+# like `cuckooctl hash-token` makes, stored as their SHA-256. Bind-mounted
+# read-only; the container runs as 10001, so the files are world-readable
+# (a throwaway key: fine here, not in production, where the Secret volume
+# gives the pod's group alone read access).
+apt_install openssl openssl
+mkdir -m 0755 "$CT_STATE/tls" "$CT_STATE/auth"
+# quiet COMMAND...: its output only if it fails (set -e then stops here).
+quiet() {
+  "$@" >"$CT_STATE/quiet.log" 2>&1 || { cat "$CT_STATE/quiet.log" >&2; return 1; }
+}
+tls=$CT_STATE/tls
+quiet openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+  -subj "/CN=cuckood container-test CA" -keyout "$CT_STATE/ca.key" -out "$tls/ca.crt" \
+  -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign
+printf '%s\n' 'basicConstraints = critical, CA:FALSE' 'keyUsage = critical, digitalSignature' \
+  'extendedKeyUsage = serverAuth, clientAuth' 'subjectAltName = DNS:localhost, IP:127.0.0.1' \
+  >"$CT_STATE/server.ext"
+quiet openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=localhost \
+  -keyout "$tls/tls.key" -out "$CT_STATE/server.csr"
+quiet openssl x509 -req -in "$CT_STATE/server.csr" -CA "$tls/ca.crt" -CAkey "$CT_STATE/ca.key" \
+  -days 2 -sha256 -extfile "$CT_STATE/server.ext" -out "$tls/tls.crt"
+quiet openssl verify -CAfile "$tls/ca.crt" -purpose sslserver -verify_ip 127.0.0.1 "$tls/tls.crt"
+# The CA's key stays out of the mounted directory; ca.crt goes in, for the
+# HEALTHCHECK (it trusts ca.crt beside the certificate).
+chmod 0644 "$tls/ca.crt" "$tls/tls.crt" "$tls/tls.key"
+new_token() { printf 'ck_%s' "$(openssl rand -base64 32 | tr '+/' '-_' | tr -d '=\n')"; }
+token_hash() { printf %s "$1" | sha256sum | cut -d' ' -f1; }
+CT_TOKEN=$(new_token)
+CT_READER_TOKEN=$(new_token)
+{
+  echo "# container-test: throwaway tokens"
+  printf 'token\tcontainer-test\tsha256:%s\tadmin:*\n' "$(token_hash "$CT_TOKEN")"
+  printf 'token\treader\tsha256:%s\tread:*\n' "$(token_hash "$CT_READER_TOKEN")"
+} >"$CT_STATE/auth/tokens"
+chmod 0644 "$CT_STATE/auth/tokens"
+# `cuckooctl hash-token --stdin` must store a token as sha256sum does (the
+# spec of the access file): otherwise the tokens above prove nothing about
+# the files users make with it.
+ctl_hash=$(printf %s "$CT_TOKEN" | "$CT_CTL" hash-token container-test --stdin --grant='admin:*' |
+  grep -o 'sha256:[0-9a-f]\{64\}') || { echo "container-test: cuckooctl hash-token --stdin failed" >&2; exit 1; }
+[ "$ctl_hash" = "sha256:$(token_hash "$CT_TOKEN")" ] ||
+  { echo "container-test: cuckooctl hash-token gives $ctl_hash, sha256sum another" >&2; exit 1; }
+CT_SECURE_ARGS="-v $CT_STATE/tls:/etc/cuckood/tls:ro -v $CT_STATE/auth:/etc/cuckood/auth:ro \
+-e CUCKOOD_TLS_CERT=/etc/cuckood/tls/tls.crt -e CUCKOOD_TLS_KEY=/etc/cuckood/tls/tls.key \
+-e CUCKOOD_AUTH_TOKENS=/etc/cuckood/auth/tokens"
+export CT_TOKEN CT_READER_TOKEN CT_SECURE_ARGS
+
 RUN_ARGS="-p 127.0.0.1:$CT_GRPC_PORT:50051 -p 127.0.0.1:$CT_ADMIN_PORT:9090 \
--v $CT_VOLUME:/var/lib/cuckood -e CUCKOOD_SNAPSHOT_INTERVAL=0" \
+-v $CT_VOLUME:/var/lib/cuckood -e CUCKOOD_SNAPSHOT_INTERVAL=0 $CT_SECURE_ARGS" \
   VERIFY_TIMEOUT=${VERIFY_TIMEOUT:-120} SMOKE_REQUIRE_SIGTERM=1 \
   bash "$tools/container-smoke.sh" Dockerfile . "$image" "bash scripts/container-test.sh --verify"
 echo "== container image: done in $((SECONDS - t0))s"
