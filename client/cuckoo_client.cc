@@ -1,6 +1,7 @@
 #include "client/cuckoo_client.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <grpc/grpc.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
@@ -10,6 +11,8 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <utility>
@@ -141,7 +144,98 @@ void AppendNew(const std::vector<std::string>& addresses, std::vector<std::strin
   }
 }
 
+// The whole of file `path` (`what` names it in errors: "CA certificate").
+absl::StatusOr<std::string> ReadPemFile(const std::string& path, const char* what) {
+  FILE* f = fopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    const int err = errno;
+    return absl::Status(
+        absl::ErrnoToStatusCode(err),
+        absl::StrFormat("cannot open %s file \"%s\": %s", what, path, strerror(err)));
+  }
+  std::string contents;
+  char buffer[16384];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, f)) > 0) contents.append(buffer, n);
+  const int err = ferror(f) ? errno : 0;
+  fclose(f);
+  if (err != 0) {
+    return absl::Status(
+        absl::ErrnoToStatusCode(err),
+        absl::StrFormat("cannot read %s file \"%s\": %s", what, path, strerror(err)));
+  }
+  // gRPC would only fail the handshake, later and vaguely, on a DER file or
+  // a wrong path that happens to exist.
+  if (!absl::StrContains(contents, "-----BEGIN ")) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s file \"%s\" is not PEM (no \"-----BEGIN \" line)", what, path));
+  }
+  return contents;
+}
+
 }  // namespace
+
+absl::StatusOr<TlsOptions> LoadTlsFiles(const std::string& ca_path, const std::string& cert_path,
+                                        const std::string& key_path) {
+  if (cert_path.empty() != key_path.empty()) {
+    return absl::InvalidArgumentError(
+        cert_path.empty()
+            ? absl::StrFormat("private key file \"%s\" given without its certificate", key_path)
+            : absl::StrFormat("certificate file \"%s\" given without its private key", cert_path));
+  }
+  TlsOptions tls;
+  tls.enabled = true;
+  if (!ca_path.empty()) {
+    absl::StatusOr<std::string> ca = ReadPemFile(ca_path, "CA certificate");
+    if (!ca.ok()) return ca.status();
+    tls.root_certs_pem = *std::move(ca);
+  }
+  if (!cert_path.empty()) {
+    absl::StatusOr<std::string> cert = ReadPemFile(cert_path, "certificate");
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadPemFile(key_path, "private key");
+    if (!key.ok()) return key.status();
+    tls.cert_chain_pem = *std::move(cert);
+    tls.private_key_pem = *std::move(key);
+  }
+  return tls;
+}
+
+std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(const TlsOptions& tls,
+                                                             grpc::ChannelArguments& args) {
+  if (!tls.enabled) return grpc::InsecureChannelCredentials();
+  if (!tls.server_name.empty()) args.SetSslTargetNameOverride(tls.server_name);
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = tls.root_certs_pem;
+  ssl.pem_cert_chain = tls.cert_chain_pem;
+  ssl.pem_private_key = tls.private_key_pem;
+  return grpc::SslCredentials(ssl);
+}
+
+absl::Status ValidateToken(std::string_view token) {
+  constexpr size_t kMaxTokenBytes = 512;
+  if (token.empty() || token.size() > kMaxTokenBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the token is %u characters; a token is 1 to %u of the characters ! to ~",
+                        token.size(), kMaxTokenBytes));
+  }
+  for (size_t i = 0; i < token.size(); ++i) {
+    const unsigned char c = token[i];
+    if (c < '!' || c > '~') {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the token has character 0x%02x at position %u; a token is 1 to %u of the characters "
+          "! to ~ (no spaces or line breaks)",
+          c, i + 1, kMaxTokenBytes));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void AddToken(std::string_view token, grpc::ClientContext& ctx) {
+  if (token.empty()) return;
+  ctx.AddMetadata(kAuthorizationMetadataKey,
+                  absl::StrCat("Bearer ", absl::string_view(token.data(), token.size())));
+}
 
 absl::StatusOr<std::string> ChannelTarget(const std::string& target) {
   if (!absl::StrContains(target, ',') || HasScheme(target)) return target;
@@ -201,19 +295,33 @@ std::unique_ptr<Client> Client::Connect(const std::string& target, ClientOptions
   // two (gRPC's default backoff grows to two minutes), which matters most
   // for a single server.
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = ChannelCredentials(options.tls, args);
   absl::StatusOr<std::string> channel_target = ChannelTarget(target);
+  const bool half_a_key_pair = options.tls.enabled && options.tls.cert_chain_pem.empty() !=
+                                                          options.tls.private_key_pem.empty();
   auto client = std::make_unique<Client>(
-      grpc::CreateCustomChannel(channel_target.ok() ? *channel_target : target,
-                                grpc::InsecureChannelCredentials(), args),
+      grpc::CreateCustomChannel(channel_target.ok() ? *channel_target : target, credentials, args),
       options);
-  client->connect_status_ = channel_target.status();
+  if (client->connect_status_.ok() && half_a_key_pair) {
+    client->connect_status_ = absl::InvalidArgumentError(
+        options.tls.private_key_pem.empty()
+            ? "TLS options: a client certificate without its private key"
+            : "TLS options: a private key without its client certificate");
+  }
+  if (client->connect_status_.ok()) client->connect_status_ = channel_target.status();
   return client;
 }
 
 Client::Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options)
-    : options_(options),
-      channel_(std::move(channel)),
-      stub_(v1::FilterService::NewStub(channel_)) {}
+    : options_(options), channel_(std::move(channel)), stub_(v1::FilterService::NewStub(channel_)) {
+  // gRPC would refuse such a metadata value on every call, less clearly.
+  if (!options_.token.empty()) connect_status_ = ValidateToken(options_.token);
+}
+
+void Client::PrepareContext(grpc::ClientContext& ctx, absl::Duration timeout) const {
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  AddCallMetadata(ctx);
+}
 
 std::string Client::NewRequestId() {
   thread_local absl::BitGen gen;
@@ -240,7 +348,7 @@ absl::Status Client::Call(Rpc<Request, Response> rpc, const Request& request, Re
   absl::Duration backoff = kFirstBackoff;
   for (int attempt = 1;; ++attempt) {
     grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    PrepareContext(ctx, timeout);
     response->Clear();
     const grpc::Status s = (stub_.get()->*rpc)(&ctx, request, response);
     if (s.ok()) return absl::OkStatus();
@@ -356,7 +464,7 @@ absl::StatusOr<Client::ExportInfo> Client::ExportFilter(std::string_view name,
   absl::Duration backoff = kFirstBackoff;
   for (int attempt = 1;; ++attempt) {
     grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    PrepareContext(ctx, timeout);
     std::unique_ptr<grpc::ClientReader<v1::ExportFilterChunk>> reader =
         stub_->ExportFilter(&ctx, req);
     ExportInfo info;
@@ -436,7 +544,7 @@ absl::StatusOr<v1::ImportFilterResponse> Client::ImportFilter(std::string_view n
                                : 1,
                            1, kTransferChunkBytes));
   grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  PrepareContext(ctx, timeout);
   v1::ImportFilterResponse resp;
   std::unique_ptr<grpc::ClientWriter<v1::ImportFilterChunk>> writer =
       stub_->ImportFilter(&ctx, &resp);

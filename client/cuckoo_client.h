@@ -49,8 +49,19 @@
 // applied, and the message says how many keys that was; a bad key is named
 // by its index in the caller's keys.
 //
+// Security (ClientOptions::tls, ClientOptions::token): with tls.enabled the
+// channel is TLS (the server's certificate checked against tls.root_certs_pem,
+// else the system's roots), and mutual TLS when a client certificate is
+// given; LoadTlsFiles reads them from PEM files. A token is sent with every
+// call, the unary ones, the streams (ExportFilter, ImportFilter) and the
+// GetServerInfo asked for the limits, as the metadata
+// "authorization: Bearer TOKEN" (kAuthorizationMetadataKey). It goes over a
+// plain channel too when TLS is off (a proxy in front of the server may
+// terminate TLS), where anyone on the path can read it.
+//
 // Thread safety: a Client may be used from any number of threads at once.
-// Use the stub directly (stub()) for asynchronous calls. The stub's calls go
+// Use the stub directly (stub()) for asynchronous calls, with
+// AddCallMetadata(&context) so that they carry the token. The stub's calls go
 // through the same channel, so gRPC's retry policy applies to them too: set
 // request_id on every Insert and Delete sent through it, or a retried one may
 // be applied twice.
@@ -58,6 +69,9 @@
 #define CUCKOO_CLIENT_CUCKOO_CLIENT_H_
 
 #include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/channel_arguments.h>
 
 #include <atomic>
 #include <cstdint>
@@ -82,6 +96,46 @@ namespace cuckoo::client {
 
 namespace v1 = ::cuckoo::v1;
 
+// The metadata key of the token: gRPC metadata keys are lowercase, and the
+// value is "Bearer " then the token (RFC 6750's form, as the server expects).
+inline constexpr char kAuthorizationMetadataKey[] = "authorization";
+
+// How Connect secures its channel. PEM contents, not paths (LoadTlsFiles reads
+// files); a client certificate needs its key and the other way round.
+struct TlsOptions {
+  bool enabled = false;
+  // The CAs the server's certificate must chain to; empty: the system's roots.
+  std::string root_certs_pem;
+  // The client certificate (chain) and its private key, for mutual TLS.
+  std::string cert_chain_pem;
+  std::string private_key_pem;
+  // The name the server's certificate is checked against instead of the
+  // target's host (e.g. when connecting to an IP address, or to a replica by
+  // its own name with a certificate issued for the service's name).
+  std::string server_name;
+};
+
+// TlsOptions (enabled) from PEM files; an empty path is a file not given.
+// INVALID_ARGUMENT for a certificate without a key or a key without a
+// certificate, or a file that is not PEM; NOT_FOUND, PERMISSION_DENIED, ...
+// for a file that cannot be read, naming the file and the OS error.
+absl::StatusOr<TlsOptions> LoadTlsFiles(const std::string& ca_path, const std::string& cert_path,
+                                        const std::string& key_path);
+
+// The channel credentials for `tls`: TLS when enabled, else insecure. Sets
+// the name override (tls.server_name) in `args`. For channels a caller makes
+// itself (cuckoo-bench); Connect uses it.
+std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(const TlsOptions& tls,
+                                                             grpc::ChannelArguments& args);
+
+// OK if `token` can be sent: 1 to 512 of the characters ! to ~ (what the
+// server accepts; gRPC metadata values cannot hold control characters).
+// INVALID_ARGUMENT naming the first bad character otherwise.
+absl::Status ValidateToken(std::string_view token);
+
+// Adds "authorization: Bearer TOKEN" to `ctx`; nothing for an empty token.
+void AddToken(std::string_view token, grpc::ClientContext& ctx);
+
 struct ClientOptions {
   // Deadline of each RPC (a large batch is several RPCs, each with this; so
   // is every retry of one).
@@ -99,14 +153,20 @@ struct ClientOptions {
   uint64_t max_batch_bytes = 0;
   // Largest response accepted, in bytes.
   int max_receive_message_bytes = 64 << 20;
+  // Sent with every call (see the top of this file); empty: none.
+  std::string token;
+  // Connect's channel: TLS or not (a channel given to the constructor is used
+  // as it is).
+  TlsOptions tls;
 };
 
 class Client {
  public:
   // A client for the cuckood at `target` ("host:port", or any gRPC target
   // such as "dns:///cuckood.svc:50051"), or for several, "a:50051,b:50051"
-  // (see ChannelTarget), over one insecure channel that balances calls
-  // round-robin over every address and retries UNAVAILABLE. Connects lazily:
+  // (see ChannelTarget), over one channel that balances calls
+  // round-robin over every address and retries UNAVAILABLE, secured as
+  // options.tls says. Connects lazily:
   // an unreachable server shows as UNAVAILABLE on the first call. A target
   // that cannot be used (a bad list, no name of it resolves) makes every
   // call fail with that error (connect_status()).
@@ -197,8 +257,13 @@ class Client {
   // A random request id: 32 hex digits (128 bits).
   static std::string NewRequestId();
 
-  // OK, or why Connect could not use its target.
+  // OK, or why Connect could not use its target or its options (a token
+  // ValidateToken refuses, a client certificate without its key).
   const absl::Status& connect_status() const { return connect_status_; }
+
+  // Adds what every call of this client carries (the token) to `ctx`: for
+  // calls made through stub() or on channel().
+  void AddCallMetadata(grpc::ClientContext& ctx) const { AddToken(options_.token, ctx); }
 
   v1::FilterService::Stub& stub() { return *stub_; }
   // The channel, e.g. for the health service's stub.
@@ -225,6 +290,9 @@ class Client {
                     bool retry) {
     return Call(rpc, request, response, retry, options_.timeout);
   }
+  // A context for one call: deadline `timeout` from now, and the token. The
+  // one place calls are given their metadata.
+  void PrepareContext(grpc::ClientContext& ctx, absl::Duration timeout) const;
   // What read-your-writes asks for: last_log_position(), or 0 when off.
   uint64_t MinLogPosition() const;
   // Calls send(begin, end, index, count) for the `count` consecutive runs of
