@@ -5,6 +5,8 @@
 //   cuckooctl lookup users alice bob          # present<TAB>alice ...; exit 1 if any absent
 //   cuckooctl export users --file=users.cuckoo  # a backup; import NAME --file=... restores it
 //   cuckooctl health --timeout=2s             # Docker HEALTHCHECK
+//   cuckooctl --tls --ca=ca.pem --token-file=ops.token list
+//   cuckooctl hash-token billing-reader --grant=read:billing.*  # a token and its entry
 //
 // Everything a user can type is documented in kUsage / kCommands below (and
 // printed by --help); client/README.md repeats it with examples.
@@ -47,10 +49,14 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/access_token.h"
 #include "client/cuckoo_client.h"
 #include "cuckoo_version.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -102,6 +108,13 @@ Filters:
                         cluster) and log position
   health [SERVICE]      grpc.health.v1 check; prints SERVING, NOT_SERVING, ...
 
+Access:
+  hash-token NAME [--grant=KIND:PATTERN ...] [--stdin]
+                        make a new random token (or hash one read from stdin
+                        with --stdin) and print it, then its line for cuckood's
+                        --auth-tokens file: token NAME sha256:HEX GRANT...
+                        (KIND read, write or admin; default --grant=read:*)
+
 Keys:
   insert NAME [KEY...] [--if-absent] [--request-id=ID]
                                        add keys
@@ -144,6 +157,24 @@ Global flags (before or after the command):
                        how long to retry an RPC that fails UNAVAILABLE (server
                        down, cluster electing a leader), 0: no retries (default 30s)
   --format=text|json   output format (default text)
+  --token=TOKEN        access token, sent as "authorization: Bearer TOKEN" with
+                       every call (default: $CUCKOO_TOKEN)
+  --token-file=PATH    read the token from PATH, trailing whitespace and line
+                       break removed (default: $CUCKOO_TOKEN_FILE); give one of
+                       --token and --token-file
+  --tls[=true|false]   connect with TLS, checking the server's certificate
+                       against the system's CAs or --ca (default: $CUCKOO_TLS,
+                       1 or true for TLS)
+  --ca=PEM             the CA certificate(s) the server's certificate must
+                       chain to; implies --tls (default: $CUCKOO_CA)
+  --cert=PEM --key=PEM this client's certificate and private key, for servers
+                       that ask for one (mutual TLS); imply --tls (default:
+                       $CUCKOO_CERT, $CUCKOO_KEY)
+  --tls-server-name=NAME
+                       check the server's certificate for NAME instead of the
+                       target's host, e.g. when the target is an IP address
+                       (default: $CUCKOO_TLS_SERVER_NAME)
+  Flags win over the environment. hash-token takes none of these.
   --help, -h           help
   --version            print the version
   Flags are written --flag=value or --flag value; "--" ends the flags (for keys
@@ -175,9 +206,12 @@ enum Command : uint32_t {
   kSnapshot = 1 << 11,
   kExport = 1 << 12,
   kImport = 1 << 13,
+  kHashToken = 1 << 14,
 };
 constexpr uint32_t kKeyCommands = kInsert | kLookup | kDelete | kCount;
 constexpr uint32_t kAllCommands = ~uint32_t{0};
+// The commands that talk to a server: all but hash-token.
+constexpr uint32_t kServerCommands = kAllCommands & ~uint32_t{kHashToken};
 
 struct CommandSpec {
   const char* name;
@@ -361,6 +395,31 @@ Estimates how many copies of each key the filter holds (like RedisBloom's
 CF.COUNT): never less than the truth, more when other keys share the
 fingerprint. Exit 0 if every count is at least 1, 1 otherwise.
 )"},
+    {"hash-token", kHashToken,
+     R"(Usage: cuckooctl hash-token NAME [--grant=KIND:PATTERN ...] [--stdin]
+
+Makes a new access token for cuckood's --auth-tokens file: 32 random bytes
+(OpenSSL's RAND_bytes) in base64url after "ck_". Prints exactly two lines on
+stdout: the token, then the file's entry for it,
+  token NAME sha256:HEX GRANT...
+where HEX is the SHA-256 of the token (printf %s "$TOKEN" | sha256sum). The
+server keeps only the hash: hand the token to its user, add the entry to the
+file (the server reloads it within seconds, or on SIGHUP). Talks to no server.
+
+  --grant=KIND:PATTERN  what the token may do, any number of times (default
+                        read:*). KIND: read (Lookup, Count, GetFilter,
+                        ListFilters), write (read + Insert, Delete) or admin
+                        (everything); PATTERN: filter names, * for any run
+                        of characters and ? for one, e.g. write:events.*
+  --stdin               hash the token read from stdin (trailing whitespace
+                        and line break removed) instead of making one: for a
+                        token of your own, 1 to 512 of the characters ! to ~
+
+NAME (1 to 64 of A-Z a-z 0-9 . _ -) names the caller in the server's logs and
+PERMISSION_DENIED messages. Example:
+  cuckooctl hash-token billing-reader --grant=read:billing.*
+  cuckooctl hash-token ops --grant='admin:*' | tail -1 >> tokens.conf
+)"},
     {"help", kHelp, R"(Usage: cuckooctl help [COMMAND]
 
 Prints the usage of cuckooctl or of COMMAND.
@@ -377,6 +436,14 @@ Global flags:
                        how long to retry an RPC that fails UNAVAILABLE, with
                        backoff (default 30s; 0: no retries)
   --format=text|json   output format (default text)
+  --token=TOKEN, --token-file=PATH
+                       access token sent with every call (default:
+                       $CUCKOO_TOKEN, $CUCKOO_TOKEN_FILE)
+  --tls, --ca=PEM, --cert=PEM --key=PEM, --tls-server-name=NAME
+                       TLS, the CA to check the server with, this client's
+                       certificate (mutual TLS), the name to check (default:
+                       $CUCKOO_TLS, $CUCKOO_CA, $CUCKOO_CERT, $CUCKOO_KEY,
+                       $CUCKOO_TLS_SERVER_NAME); see cuckooctl --help
 
 Exit codes: 0 success; 1 some key had the other outcome (or health is not
 SERVING); 2 usage error or local problem; 3 server error or unreachable.
@@ -389,10 +456,17 @@ struct FlagSpec {
 };
 
 constexpr FlagSpec kFlags[] = {
-    {"target", true, kAllCommands},
-    {"timeout", true, kAllCommands},
-    {"retry-timeout", true, kAllCommands},
-    {"format", true, kAllCommands},
+    {"target", true, kServerCommands},
+    {"timeout", true, kServerCommands},
+    {"retry-timeout", true, kServerCommands},
+    {"format", true, kServerCommands},
+    {"token", true, kServerCommands},
+    {"token-file", true, kServerCommands},
+    {"tls", false, kServerCommands},
+    {"ca", true, kServerCommands},
+    {"cert", true, kServerCommands},
+    {"key", true, kServerCommands},
+    {"tls-server-name", true, kServerCommands},
     {"help", false, kAllCommands},
     {"version", false, kAllCommands},
     {"capacity", true, kCreate},
@@ -411,6 +485,8 @@ constexpr FlagSpec kFlags[] = {
     {"quiet", false, kKeyCommands | kHealth},
     {"progress", false, kKeyCommands},
     {"no-progress", false, kKeyCommands},
+    {"grant", true, kHashToken},
+    {"stdin", false, kHashToken},
 };
 
 // A problem to report on one stderr line, with the exit code it implies.
@@ -455,6 +531,9 @@ struct CommandLine {
   std::vector<std::string> positional;         // The command, then its arguments.
   std::map<std::string, std::string> flags;    // Canonical name -> value ("true" for booleans).
   std::map<std::string, std::string> spelled;  // Canonical name -> as typed, for errors.
+  // Canonical name -> every value given, in order (flags, above, keeps the
+  // last): for --grant, which may be repeated.
+  std::map<std::string, std::vector<std::string>> all;
 
   bool Has(const std::string& name) const { return flags.count(name) > 0; }
   std::optional<std::string> Get(const std::string& name) const {
@@ -524,7 +603,8 @@ std::optional<Failure> ParseArgs(int argc, char** argv, CommandLine& cl) {
             absl::StrFormat("%s=\"%s\": expected true or false, or no value", typed, value));
       }
     }
-    cl.flags[name] = value;
+    cl.all[name].push_back(value);
+    cl.flags[name] = std::move(value);
     cl.spelled[name] = typed;
   }
   return std::nullopt;
@@ -1749,6 +1829,8 @@ int RunHealth(const GlobalOptions& g, const CommandLine& cl) {
   std::unique_ptr<health::Health::Stub> stub = health::Health::NewStub(g.client->channel());
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + g.timeout));
+  // The server answers health checks without a token; one does no harm.
+  g.client->AddCallMetadata(ctx);
   health::HealthCheckRequest req;
   req.set_service(service);
   health::HealthCheckResponse resp;
@@ -1762,6 +1844,179 @@ int RunHealth(const GlobalOptions& g, const CommandLine& cl) {
       Emit(g.json ? JsonObject().String("service", service).String("status", status).Done() + "\n"
                   : status + "\n");
   return emitted != kExitOk ? emitted : code;
+}
+
+int RunHashToken(const CommandLine& cl) {
+  if (auto f = ExpectArgs(cl, 1, 1, "a NAME for the token")) return Fail(*f);
+  std::vector<std::string> grants = {"read:*"};
+  if (auto it = cl.all.find("grant"); it != cl.all.end()) grants = it->second;
+  std::string token;
+  if (cl.Bool("stdin")) {
+    // Bounded: a token is at most 512 characters; more is refused below.
+    char buffer[4096];
+    const size_t n = fread(buffer, 1, sizeof buffer, stdin);
+    if (ferror(stdin)) {
+      return Fail(
+          UsageError(absl::StrFormat("cannot read the token from stdin: %s", strerror(errno))));
+    }
+    token.assign(buffer, n);
+    absl::StripTrailingAsciiWhitespace(&token);
+    if (token.empty()) return Fail(UsageError("--stdin: stdin holds no token"));
+  } else {
+    absl::StatusOr<std::string> made = client::NewAccessToken();
+    if (!made.ok()) return Fail(UsageError(std::string(made.status().message())));
+    token = *std::move(made);
+  }
+  absl::StatusOr<std::string> entry = client::TokenEntry(cl.positional[1], token, grants);
+  if (!entry.ok()) {
+    // The token is checked last, so a bad token is the one from stdin.
+    return Fail(UsageError(
+        absl::StrFormat("%s%s", cl.Bool("stdin") ? "--stdin: " : "", entry.status().message())));
+  }
+  return Emit(absl::StrCat(token, "\n", *entry, "\n"));
+}
+
+// ---------------------------------------------------------------------------
+// Security: the token and TLS, each from its flag, else its environment variable.
+
+// A value and where it came from ("--ca" or "$CUCKOO_CA"), for errors.
+struct Setting {
+  std::string value;
+  std::string source;
+};
+
+std::optional<Setting> FromFlag(const CommandLine& cl, const std::string& flag) {
+  if (std::optional<std::string> v = cl.Get(flag)) return Setting{*v, "--" + flag};
+  return std::nullopt;
+}
+
+// Unset and empty are the same, as for $CUCKOO_TARGET.
+std::optional<Setting> FromEnv(const char* name) {
+  if (const char* v = getenv(name); v != nullptr && *v != '\0') {
+    return Setting{v, absl::StrCat("$", name)};
+  }
+  return std::nullopt;
+}
+
+std::optional<Setting> FlagOrEnv(const CommandLine& cl, const std::string& flag, const char* env) {
+  if (std::optional<Setting> s = FromFlag(cl, flag)) return s;
+  return FromEnv(env);
+}
+
+// Sets options.token and options.tls from the flags and the environment.
+std::optional<Failure> ParseSecurity(const CommandLine& cl, client::ClientOptions& options) {
+  // A flag replaces both variables: --token wins over $CUCKOO_TOKEN_FILE too.
+  const bool token_flags = cl.Has("token") || cl.Has("token-file");
+  const std::optional<Setting> token =
+      token_flags ? FromFlag(cl, "token") : FromEnv("CUCKOO_TOKEN");
+  const std::optional<Setting> token_file =
+      token_flags ? FromFlag(cl, "token-file") : FromEnv("CUCKOO_TOKEN_FILE");
+  if (token && token_file) {
+    return UsageError(
+        absl::StrFormat("give %s or %s, not both", token->source, token_file->source));
+  }
+  if (token_file) {
+    FILE* f = fopen(token_file->value.c_str(), "r");
+    std::string contents;
+    int err = f == nullptr ? errno : 0;
+    if (f != nullptr) {
+      char buffer[4096];
+      // More than a token can be is refused by ValidateToken below.
+      contents.assign(buffer, fread(buffer, 1, sizeof buffer, f));
+      if (ferror(f)) err = errno != 0 ? errno : EIO;
+      fclose(f);
+    }
+    if (err != 0) {
+      return UsageError(absl::StrFormat("cannot read %s=%s: %s", token_file->source,
+                                        token_file->value, strerror(err)));
+    }
+    absl::StripTrailingAsciiWhitespace(&contents);
+    options.token = std::move(contents);
+    if (options.token.empty()) {
+      return UsageError(
+          absl::StrFormat("%s=%s holds no token", token_file->source, token_file->value));
+    }
+  } else if (token) {
+    options.token = token->value;
+  }
+  if (token || token_file) {
+    if (absl::Status s = client::ValidateToken(options.token); !s.ok()) {
+      return UsageError(
+          absl::StrFormat("%s: %s", (token ? token : token_file)->source, s.message()));
+    }
+  }
+
+  std::optional<Setting> tls = FlagOrEnv(cl, "tls", "CUCKOO_TLS");
+  bool tls_on = false;
+  if (tls) {
+    // The flag's value is already true or false (ParseArgs).
+    const std::string v = absl::AsciiStrToLower(tls->value);
+    if (v == "1" || v == "true" || v == "yes") {
+      tls_on = true;
+    } else if (v != "0" && v != "false" && v != "no") {
+      return UsageError(
+          absl::StrFormat("%s=\"%s\": expected 1 or 0 (true or false)", tls->source, tls->value));
+    }
+  }
+  const bool tls_off_by_flag = cl.Has("tls") && !tls_on;
+  std::optional<Setting> files[3];
+  const char* names[3] = {"ca", "cert", "key"};
+  const char* envs[3] = {"CUCKOO_CA", "CUCKOO_CERT", "CUCKOO_KEY"};
+  for (int i = 0; i < 3; ++i) {
+    files[i] = FromFlag(cl, names[i]);
+    if (files[i] && tls_off_by_flag) {
+      return UsageError(absl::StrFormat("--%s needs TLS, which --tls=false turns off", names[i]));
+    }
+    // --tls=false: no TLS, whatever the environment says.
+    if (!files[i] && !tls_off_by_flag) files[i] = FromEnv(envs[i]);
+    if (files[i] && files[i]->value.empty()) {
+      return UsageError(absl::StrFormat("%s must not be empty: give a PEM file", files[i]->source));
+    }
+    tls_on |= files[i].has_value();
+  }
+  const std::optional<Setting>& ca = files[0];
+  const std::optional<Setting>& cert = files[1];
+  const std::optional<Setting>& key = files[2];
+  std::optional<Setting> server_name = FromFlag(cl, "tls-server-name");
+  if (server_name && !tls_on) {
+    return UsageError("--tls-server-name needs TLS: give --tls, or --ca");
+  }
+  if (!tls_on) return std::nullopt;
+  if (!server_name) server_name = FromEnv("CUCKOO_TLS_SERVER_NAME");
+  if (cert.has_value() != key.has_value()) {
+    return UsageError(
+        cert ? absl::StrFormat("%s needs its private key: give --key too", cert->source)
+             : absl::StrFormat("%s needs its certificate: give --cert too", key->source));
+  }
+  // One file at a time, so that an error names the flag it came from.
+  for (const std::optional<Setting>* file : {&ca, &cert, &key}) {
+    if (!*file) continue;
+    const bool is_ca = file == &ca;
+    absl::StatusOr<client::TlsOptions> loaded =
+        is_ca ? client::LoadTlsFiles((*file)->value, "", "")
+              : client::LoadTlsFiles("", cert->value, key->value);
+    if (!loaded.ok()) {
+      const bool key_failed =
+          !is_ca && absl::StrContains(loaded.status().message(), "private key file");
+      return UsageError(absl::StrFormat("%s: %s", key_failed ? key->source : (*file)->source,
+                                        loaded.status().message()));
+    }
+    if (is_ca) {
+      options.tls.root_certs_pem = loaded->root_certs_pem;
+    } else {
+      options.tls.cert_chain_pem = loaded->cert_chain_pem;
+      options.tls.private_key_pem = loaded->private_key_pem;
+      break;  // The key was loaded with the certificate.
+    }
+  }
+  options.tls.enabled = true;
+  if (server_name) {
+    if (server_name->value.empty()) {
+      return UsageError(absl::StrFormat("%s must not be empty", server_name->source));
+    }
+    options.tls.server_name = server_name->value;
+  }
+  return std::nullopt;
 }
 
 // ---------------------------------------------------------------------------
@@ -1824,6 +2079,9 @@ int Main(int argc, char** argv) {
     }
   }
 
+  // Local: no server, so none of the server settings (or their variables).
+  if (command->id == kHashToken) return RunHashToken(cl);
+
   GlobalOptions g;
   if (std::optional<std::string> target = cl.Get("target")) {
     g.target = *target;
@@ -1857,6 +2115,7 @@ int Main(int argc, char** argv) {
     return Fail(UsageError(absl::StrFormat("--format=\"%s\" must be text or json", format)));
   }
   g.json = format == "json";
+  if (std::optional<Failure> f = ParseSecurity(cl, options)) return Fail(*f);
   g.client = client::Client::Connect(g.target, options);
   if (const absl::Status& s = g.client->connect_status(); !s.ok()) {
     // A list that is not HOST:PORT,...: the user's; no name resolves: the network's.
