@@ -111,6 +111,18 @@ Connections:
   --max-errors=N        stop a phase after N failed requests (default 100;
                         0: never)
 
+Security (as cuckooctl's flags of the same names):
+  --token=TOKEN         access token, sent as "authorization: Bearer TOKEN"
+                        with every request (default: none)
+  --tls                 connect with TLS, checking the server's certificate
+                        against the system's CAs or --ca
+  --ca=PEM              CA certificate(s) for the server's; implies --tls
+  --cert=PEM --key=PEM  this client's certificate and key (mutual TLS);
+                        imply --tls
+  --tls-server-name=NAME
+                        check the server's certificate for NAME instead of
+                        the target's host
+
 Requests:
   --batch=B             keys per request (default 1000)
   --key-bytes=K         bytes per key, 8 to 65536 (default 16)
@@ -218,6 +230,11 @@ struct Options {
   std::optional<bool> semi_sort;
   bool populate = false;
   std::string json;
+  std::string token;
+  bool tls = false;
+  std::string ca, cert, key, tls_server_name;
+  // What ParseFlags made of the five above.
+  client::TlsOptions tls_options;
 
   bool uses(Op op) const { return weights[op] > 0; }
   bool churns() const { return uses(kInsert) || uses(kDelete); }
@@ -330,11 +347,12 @@ absl::Status ParseFlags(int argc, char** argv, Options* o, bool* help) {
     std::replace(name.begin(), name.end(), '_', '-');
     std::optional<std::string> value;
     if (eq != std::string::npos) value = arg.substr(eq + 1);
-    if (name == "populate") {
+    if (name == "populate" || name == "tls") {
+      bool& flag = name == "tls" ? o->tls : o->populate;
       if (!value || *value == "true" || *value == "1") {
-        o->populate = true;
+        flag = true;
       } else if (*value == "false" || *value == "0") {
-        o->populate = false;
+        flag = false;
       } else {
         return UsageError("--%s=%s: must be true or false", name, *value);
       }
@@ -400,6 +418,17 @@ absl::Status ParseFlags(int argc, char** argv, Options* o, bool* help) {
     } else if (name == "json") {
       if (v.empty()) return UsageError("--json is empty");
       o->json = v;
+    } else if (name == "token") {
+      if (absl::Status t = client::ValidateToken(v); !t.ok()) {
+        return UsageError("--token: %s", t.message());
+      }
+      o->token = v;
+    } else if (name == "ca" || name == "cert" || name == "key" || name == "tls-server-name") {
+      if (v.empty()) return UsageError("--%s is empty", name);
+      (name == "ca"     ? o->ca
+       : name == "cert" ? o->cert
+       : name == "key"  ? o->key
+                        : o->tls_server_name) = v;
     } else {
       return UsageError("unknown flag --%s", name);
     }
@@ -420,6 +449,14 @@ absl::Status ParseFlags(int argc, char** argv, Options* o, bool* help) {
         o->threads, o->connections));
   }
   if (o->pool_keys < static_cast<uint64_t>(o->batch)) o->pool_keys = o->batch;
+  if (o->tls || !o->ca.empty() || !o->cert.empty() || !o->key.empty()) {
+    absl::StatusOr<client::TlsOptions> tls = client::LoadTlsFiles(o->ca, o->cert, o->key);
+    if (!tls.ok()) return tls.status();
+    o->tls_options = *std::move(tls);
+    o->tls_options.server_name = o->tls_server_name;
+  } else if (!o->tls_server_name.empty()) {
+    return UsageError("--tls-server-name needs TLS: give --tls, or --ca");
+  }
   return absl::OkStatus();
 }
 
@@ -615,8 +652,9 @@ class Bench {
       args.SetInt("cuckoo_bench.connection", c);
       args.SetMaxReceiveMessageSize(-1);
       args.SetMaxSendMessageSize(-1);
-      conns_[c].channel = grpc::CreateCustomChannel(targets[c % targets.size()],
-                                                    grpc::InsecureChannelCredentials(), args);
+      std::shared_ptr<grpc::ChannelCredentials> credentials =
+          client::ChannelCredentials(o_.tls_options, args);
+      conns_[c].channel = grpc::CreateCustomChannel(targets[c % targets.size()], credentials, args);
       conns_[c].stub = std::make_unique<grpc::GenericStub>(conns_[c].channel);
     }
     for (int c = 0; c < o_.connections; ++c) {
@@ -804,6 +842,7 @@ class Bench {
     call.ctx.reset();
     call.ctx.emplace();
     call.ctx->set_deadline(absl::ToChronoTime(absl::Now() + o_.timeout));
+    client::AddToken(o_.token, *call.ctx);
     call.start_ns = NowNs();
     call.reader =
         call.conn->stub->PrepareUnaryCall(&*call.ctx, Method(call.op), call.request, &w.cq);
@@ -1147,7 +1186,8 @@ int Main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
   // Control calls (server info, create, filter info) go over an ordinary client.
-  auto admin = client::Client::Connect(o.target, {.timeout = absl::Seconds(10)});
+  auto admin = client::Client::Connect(
+      o.target, {.timeout = absl::Seconds(10), .token = o.token, .tls = o.tls_options});
   absl::StatusOr<v1::GetServerInfoResponse> server = admin->ServerInfo();
   if (!server.ok()) {
     absl::FPrintF(stderr, "cuckoo-bench: cannot reach cuckood at %s: %s: %s\n", o.target,
