@@ -1022,5 +1022,140 @@ TEST_F(CuckooctlTest, ExportThenImportRoundTripsAFilterThatSurvivesAKill) {
   EXPECT_EQ(Ctl({"info", "x"}).code, 3);
 }
 
+// hash-token talks to no server: these run the binary alone.
+TEST(CuckooctlHashTokenTest, HashTokenPrintsATokenWhoseSha256IsInTheEntry) {
+  Result r = RunProcess({CUCKOOCTL_PATH, "hash-token", "billing-reader", "--grant=read:billing.*",
+                         "--grant", "write:events.?"});
+  ASSERT_EQ(r.code, 0) << Describe(r);
+  EXPECT_EQ(r.err, "");
+  const std::vector<std::string> lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  const std::string& token = lines[0];
+  EXPECT_EQ(token.size(), 46u) << token;
+  EXPECT_THAT(token, StartsWith("ck_"));
+  for (char c : token.substr(3)) EXPECT_TRUE(isalnum(c) || c == '-' || c == '_') << token;
+  // What `printf %s "$TOKEN" | sha256sum` prints, as the spec promises.
+  Result sum = RunProcess({"/usr/bin/sha256sum"}, token);
+  ASSERT_EQ(sum.code, 0) << Describe(sum);
+  const std::string hex = Words(sum.out).at(0);
+  EXPECT_EQ(lines[1], "token billing-reader sha256:" + hex + " read:billing.* write:events.?");
+  // Another run, another token.
+  Result again = RunProcess({CUCKOOCTL_PATH, "hash-token", "billing-reader"});
+  EXPECT_NE(Lines(again.out).at(0), token);
+  EXPECT_THAT(Lines(again.out).at(1), ::testing::EndsWith(" read:*"));  // The default grant.
+}
+
+TEST(CuckooctlHashTokenTest, StdinModeHashesTheGivenTokenWithoutItsLineBreak) {
+  const std::string token = "my-own.token_42";
+  Result r = RunProcess({CUCKOOCTL_PATH, "hash-token", "ops", "--stdin", "--grant=admin:*"},
+                        token + "\r\n");
+  ASSERT_EQ(r.code, 0) << Describe(r);
+  Result sum = RunProcess({"/usr/bin/sha256sum"}, token);
+  EXPECT_EQ(r.out, token + "\ntoken ops sha256:" + Words(sum.out).at(0) + " admin:*\n");
+}
+
+TEST(CuckooctlHashTokenTest, BadNamesGrantsAndTokensAreUsageErrors) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string stdin_data;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"hash-token"}, "", "cuckooctl: hash-token needs a NAME"},
+      {{"hash-token", "a", "b"}, "", "cuckooctl: unexpected argument \"b\""},
+      {{"hash-token", "bad name"}, "", "cuckooctl: NAME \"bad name\" must be 1 to 64"},
+      {{"hash-token", std::string(65, 'x')}, "", "cuckooctl: NAME \"xxx"},
+      {{"hash-token", "n", "--grant=own:*"}, "", "cuckooctl: grant \"own:*\" must be KIND:PATTERN"},
+      {{"hash-token", "n", "--grant=read:"}, "", "cuckooctl: grant \"read:\""},
+      {{"hash-token", "n", "--grant=read:a b"}, "", "cuckooctl: grant \"read:a b\""},
+      {{"hash-token", "n", "--stdin"}, "\n", "cuckooctl: --stdin: stdin holds no token"},
+      {{"hash-token", "n", "--stdin"},
+       "a token\n",
+       "cuckooctl: --stdin: the token has character 0x20"},
+      {{"hash-token", "n", "--target=h:1"},
+       "",
+       "cuckooctl: flag --target does not apply to hash-token"},
+      {{"hash-token", "n", "--token=t"},
+       "",
+       "cuckooctl: flag --token does not apply to hash-token"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> argv = {CUCKOOCTL_PATH};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    Result r = RunProcess(argv, c.stdin_data);
+    EXPECT_EQ(r.code, 2) << c.message << "\n" << Describe(r);
+    EXPECT_THAT(r.err, StartsWith(c.message));
+    EXPECT_EQ(CountLines(r.err), 1u) << r.err;
+    EXPECT_EQ(r.out, "") << c.message;
+  }
+}
+
+TEST_F(CuckooctlTest, UnreadableTlsAndTokenFilesAreUsageErrorsNamingFlagOrVariableAndFile) {
+  const std::string missing = files_.path() + "/missing.pem";
+  const std::string not_pem = files_.path() + "/not.pem";
+  WriteFile(not_pem, "hello\n");
+  const std::string empty_token = files_.path() + "/empty.token";
+  WriteFile(empty_token, " \n\n");
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::string> env;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--ca=" + missing, "list"},
+       {},
+       "cuckooctl: --ca: cannot open CA certificate file \"" + missing +
+           "\": No such file or directory"},
+      {{"list"}, {"CUCKOO_CA=" + missing}, "cuckooctl: $CUCKOO_CA: cannot open CA certificate"},
+      {{"--ca=" + not_pem, "list"},
+       {},
+       "cuckooctl: --ca: CA certificate file \"" + not_pem + "\" is not PEM"},
+      {{"--cert=" + not_pem, "--key=" + missing, "list"},
+       {},
+       "cuckooctl: --cert: certificate file \"" + not_pem + "\" is not PEM"},
+      {{"--cert=" + not_pem, "list"}, {}, "cuckooctl: --cert needs its private key"},
+      {{"--key=" + missing, "health"}, {}, "cuckooctl: --key needs its certificate"},
+      {{"--token-file=" + missing, "list"},
+       {},
+       "cuckooctl: cannot read --token-file=" + missing + ": No such file or directory"},
+      {{"list"}, {"CUCKOO_TOKEN_FILE=" + missing}, "cuckooctl: cannot read $CUCKOO_TOKEN_FILE="},
+      {{"--token-file=" + empty_token, "list"},
+       {},
+       "cuckooctl: --token-file=" + empty_token + " holds no token"},
+      {{"--token=a b", "list"}, {}, "cuckooctl: --token: the token has character 0x20"},
+      {{"--token=t", "--token-file=" + missing, "list"},
+       {},
+       "cuckooctl: give --token or --token-file, not both"},
+      {{"list"},
+       {"CUCKOO_TOKEN=t", "CUCKOO_TOKEN_FILE=" + missing},
+       "cuckooctl: give $CUCKOO_TOKEN or $CUCKOO_TOKEN_FILE, not both"},
+      {{"--tls-server-name=x", "list"}, {}, "cuckooctl: --tls-server-name needs TLS"},
+      {{"--tls=false", "--ca=" + missing, "list"}, {}, "cuckooctl: --ca needs TLS"},
+      {{"list"}, {"CUCKOO_TLS=maybe"}, "cuckooctl: $CUCKOO_TLS=\"maybe\""},
+  };
+  for (const Case& c : cases) {
+    Result r = Ctl(c.args, "", c.env);
+    EXPECT_EQ(r.code, 2) << c.message << "\n" << Describe(r);
+    EXPECT_THAT(r.err, StartsWith(c.message));
+    EXPECT_EQ(CountLines(r.err), 1u) << r.err;
+  }
+}
+
+TEST_F(CuckooctlTest, FlagsWinOverTheSecurityVariables) {
+  const std::string token_file = files_.path() + "/ops.token";
+  WriteFile(token_file, "ck_from_file\n");
+  // Today's server takes any token; what matters is which settings are used:
+  // the variables name files that do not exist and would fail if read.
+  Result r = Ctl({"--token-file=" + token_file, "--tls=false", "list"}, "",
+                 {"CUCKOO_TOKEN_FILE=/nonexistent", "CUCKOO_TLS=1", "CUCKOO_CA=/nonexistent"});
+  EXPECT_EQ(r.code, 0) << Describe(r);
+  // --tls against a plaintext server: the handshake fails, a server error.
+  Result tls = Ctl({"--tls", "--retry-timeout=0", "--timeout=5s", "health"});
+  EXPECT_EQ(tls.code, 3) << Describe(tls);
+  // (gRPC logs the handshake's failure on stderr too, before cuckooctl's line.)
+  EXPECT_THAT(tls.err, HasSubstr("cuckooctl: UNAVAILABLE"));
+  EXPECT_THAT(tls.err, HasSubstr("handshake failed"));
+}
+
 }  // namespace
 }  // namespace cuckoo::testing
