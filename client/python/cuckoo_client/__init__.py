@@ -38,6 +38,7 @@ except ImportError as _error:
         "target cuckoo_python and put <build dir>/python on PYTHONPATH (and do not run Python "
         "from client/python, whose cuckoo_client shadows it)") from _error
 from cuckoo_client.client import (
+    AUTHORIZATION_METADATA_KEY,
     DEFAULT_TARGET,
     SERVICE_CONFIG,
     Client,
@@ -54,10 +55,12 @@ from cuckoo_client.client import (
     channel_target,
     encode_keys,
     split_batches,
+    validate_token,
 )
 from cuckoo_client.cuckoo.v1 import filter_service_pb2, filter_service_pb2_grpc
 
 __all__ = [
+    "AUTHORIZATION_METADATA_KEY",
     "DEFAULT_TARGET",
     "SERVICE_CONFIG",
     "Client",
@@ -77,4 +80,5 @@ __all__ = [
     "filter_service_pb2",
     "filter_service_pb2_grpc",
     "split_batches",
+    "validate_token",
 ]

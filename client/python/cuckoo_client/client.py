@@ -18,6 +18,11 @@ A batch split into several requests is not atomic: if request k fails, the
 requests before it were applied, and the error says how many keys that was
 (:attr:`CuckooError.applied`).
 
+Security: ``Client(..., tls=True, ca=..., cert=..., key=...)`` connects over
+TLS (mutual TLS with a client certificate), and ``token=`` (or the environment
+variable ``CUCKOO_TOKEN``) is sent with every call, streams included, as the
+metadata ``authorization: Bearer TOKEN``.
+
 For a cluster (cuckood --nats) it also:
 
 * connects to several replicas as one channel (``"h1:50051,h2:50051"``, a
@@ -121,6 +126,15 @@ _IMPORT_CHUNK_BYTES = 1 << 20
 # Client._call's default timeout: the client's.
 _CLIENT_TIMEOUT = object()
 
+# The token's metadata key (gRPC keys are lowercase) and what the server takes
+# as a token: 1 to 512 of the characters ! to ~.
+AUTHORIZATION_METADATA_KEY = "authorization"
+_MAX_TOKEN_CHARS = 512
+_TOKEN_CHARS = re.compile(r"[!-~]+")
+
+#: A PEM file for ``Client(ca=, cert=, key=)``: its path, or its contents as bytes.
+PemSource = Union[str, "os.PathLike[str]", bytes]
+
 _T = TypeVar("_T")
 
 
@@ -140,6 +154,36 @@ def channel_options(max_receive_message_bytes: int = 64 << 20) -> List[Tuple[str
         ("grpc.per_rpc_retry_buffer_size", _RETRY_BUFFER_BYTES),
         ("grpc.retry_buffer_size", _RETRY_BUFFER_BYTES),
     ]
+
+
+def _read_pem(what: str, source: PemSource) -> bytes:
+    """The PEM bytes of `source`: itself if bytes, else the file it names."""
+    if isinstance(source, (bytes, bytearray)):
+        data = bytes(source)
+        where = f"{what}= (bytes)"
+    elif isinstance(source, (str, os.PathLike)):
+        try:
+            with open(source, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise type(e)(e.errno, f"cannot read the {what}= file {os.fspath(source)!r}: "
+                          f"{e.strerror}") from e
+        where = f"{what}= file {os.fspath(source)!r}"
+    else:
+        raise TypeError(f"{what} must be a path or bytes, not {type(source).__name__}")
+    # grpc would only fail the handshake, later and vaguely.
+    if b"-----BEGIN " not in data:
+        raise ValueError(f"the {where} is not PEM (no '-----BEGIN ' line)")
+    return data
+
+
+def validate_token(token: str) -> None:
+    """Raises ValueError unless `token` is 1 to 512 of the characters ! to ~."""
+    if not isinstance(token, str):
+        raise TypeError(f"a token is a str, not {type(token).__name__}")
+    if not 0 < len(token) <= _MAX_TOKEN_CHARS or not _TOKEN_CHARS.fullmatch(token):
+        raise ValueError(f"a token is 1 to {_MAX_TOKEN_CHARS} of the characters ! to ~ (no "
+                         f"spaces or line breaks); this one has {len(token)} characters")
 
 
 def _split_host_port(address: str) -> Tuple[str, int]:
@@ -562,7 +606,13 @@ class Client:
                  channel: Optional[grpc.Channel] = None,
                  max_receive_message_bytes: int = 64 << 20,
                  retry_timeout: Optional[float] = 30.0,
-                 read_your_writes: bool = True) -> None:
+                 read_your_writes: bool = True,
+                 token: Optional[str] = None,
+                 tls: bool = False,
+                 ca: Optional[PemSource] = None,
+                 cert: Optional[PemSource] = None,
+                 key: Optional[PemSource] = None,
+                 server_name: Optional[str] = None) -> None:
         """Makes a client for the cuckood at `target`, or the replicas it lists.
 
         Connects lazily: an unreachable server shows as a
@@ -574,8 +624,8 @@ class Client:
                 list (host names resolved once, now); or any gRPC target such
                 as ``"dns:///cuckood-ready.ns.svc:50051"`` (every address it
                 resolves to). See :func:`channel_target`. The calls are
-                spread over all the addresses (round_robin), over an insecure
-                (plaintext) channel. Ignored when `channel` is given.
+                spread over all the addresses (round_robin), over a plaintext
+                channel, or TLS with `tls`. Ignored when `channel` is given.
             timeout: deadline of each RPC in seconds (a large batch is several
                 RPCs, each with this deadline, and so is each retry);
                 ``None`` for no deadline.
@@ -605,10 +655,29 @@ class Client:
                 list_filters: a replica behind it waits until it has applied
                 that far (see the proto). ``False``: never wait (a read may
                 then miss this client's latest writes on a lagging replica).
+            token: access token for a server with ``--auth-tokens``, sent
+                with every call (streams and health checks too) as the
+                metadata ``authorization: Bearer TOKEN``, also over a
+                plaintext channel. ``None``: the environment variable
+                ``CUCKOO_TOKEN`` if set; ``""``: no token.
+            tls: connect with TLS, checking the server's certificate against
+                the system's CAs, or `ca`.
+            ca: the CA certificate(s) the server's certificate must chain to:
+                a PEM file's path, or its bytes. Implies `tls`.
+            cert: this client's certificate (chain), for mutual TLS, as a
+                path or bytes; needs `key`. Implies `tls`.
+            key: the private key of `cert`, as a path or bytes.
+            server_name: the name the server's certificate is checked against
+                instead of the target's host (e.g. for an IP address target).
+                Needs TLS.
 
         Raises:
             ValueError: a limit, the timeout or the retry timeout is not
-                positive, or a target in a list is not ``host:port``.
+                positive, a target in a list is not ``host:port``, a token
+                is not 1 to 512 of ! to ~, `cert` without `key` or the other
+                way round, a PEM source that is not PEM, TLS options with
+                `channel` or `server_name` without TLS.
+            OSError: a PEM file cannot be read (the message names it).
             CuckooError: ``UNAVAILABLE``, none of the host names of a list
                 of targets resolves.
         """
@@ -620,6 +689,31 @@ class Client:
                             ("max_batch_bytes", max_batch_bytes)):
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be a positive int or None, not {value!r}")
+        if token is None:
+            token = os.environ.get("CUCKOO_TOKEN") or ""
+        if token:
+            validate_token(token)
+        # The same tuple with every call: what the server authenticates.
+        self._metadata: Optional[Tuple[Tuple[str, str], ...]] = (
+            ((AUTHORIZATION_METADATA_KEY, f"Bearer {token}"),) if token else None)
+        tls = tls or ca is not None or cert is not None or key is not None
+        if (cert is None) != (key is None):
+            raise ValueError("cert= needs key= (its private key)" if key is None else
+                             "key= needs cert= (its certificate)")
+        if server_name is not None and not tls:
+            raise ValueError("server_name applies only with TLS: give tls=True or ca=")
+        if tls and channel is not None:
+            raise ValueError("tls, ca, cert, key and server_name apply to the channel the client "
+                             "makes, not to one given with channel=")
+        credentials = None
+        options = channel_options(max_receive_message_bytes)
+        if tls:
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=_read_pem("ca", ca) if ca is not None else None,
+                private_key=_read_pem("key", key) if key is not None else None,
+                certificate_chain=_read_pem("cert", cert) if cert is not None else None)
+            if server_name:
+                options.append(("grpc.ssl_target_name_override", server_name))
         self._target = target
         self._timeout = timeout
         self._retry_timeout = retry_timeout or 0.0
@@ -630,8 +724,10 @@ class Client:
         self._position_lock = threading.Lock()
         if channel is None:
             self._channel_target = channel_target(target)
-            channel = grpc.insecure_channel(self._channel_target,
-                                            options=channel_options(max_receive_message_bytes))
+            if credentials is not None:
+                channel = grpc.secure_channel(self._channel_target, credentials, options=options)
+            else:
+                channel = grpc.insecure_channel(self._channel_target, options=options)
             self._owns_channel = True
         else:
             self._channel_target = None
@@ -717,8 +813,15 @@ class Client:
     @property
     def stub(self) -> _pb_grpc.FilterServiceStub:
         """The generated ``cuckoo.v1.FilterService`` stub, for calls this class lacks
-        (e.g. ``client.stub.Insert.future(request)``); it raises ``grpc.RpcError``."""
+        (e.g. ``client.stub.Insert.future(request, metadata=client.metadata)``); it
+        raises ``grpc.RpcError``."""
         return self._stub
+
+    @property
+    def metadata(self) -> Optional[Tuple[Tuple[str, str], ...]]:
+        """The metadata every call of this client carries (the token), for calls
+        made through :attr:`stub` or :attr:`channel`; ``None`` without a token."""
+        return self._metadata
 
     # -- Filters ---------------------------------------------------------------
 
@@ -969,7 +1072,8 @@ class Client:
             first: Optional[_pb.ExportFilterChunk] = None
             received = 0
             try:
-                for chunk in self._stub.ExportFilter(request, timeout=timeout):
+                for chunk in self._stub.ExportFilter(request, timeout=timeout,
+                                                     metadata=self._metadata):
                     if first is None:
                         first = chunk
                     out.write(chunk.data)
@@ -1031,7 +1135,8 @@ class Client:
                     return
 
         try:
-            response = self._stub.ImportFilter(chunks(), timeout=timeout)
+            response = self._stub.ImportFilter(chunks(), timeout=timeout,
+                                                   metadata=self._metadata)
         except grpc.RpcError as e:
             raise CuckooError.from_rpc_error(e) from e
         self._saw(response)
@@ -1115,7 +1220,7 @@ class Client:
         while True:
             attempts += 1
             try:
-                response = rpc(request, timeout=timeout)
+                response = rpc(request, timeout=timeout, metadata=self._metadata)
             except grpc.RpcError as e:
                 error = CuckooError.from_rpc_error(e)
                 now = time.monotonic()
