@@ -64,7 +64,9 @@ class Caller {
 
   bool anyone() const { return entry_ == nullptr; }
   // The entry's name; "-" for anyone.
-  std::string_view name() const { return entry_ == nullptr ? "-" : entry_->name; }
+  std::string_view name() const {
+    return entry_ == nullptr ? std::string_view("-") : std::string_view(entry_->name);
+  }
   bool Allows(Access access, std::string_view filter) const {
     return entry_ == nullptr || entry_->Allows(access, filter);
   }

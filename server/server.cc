@@ -47,14 +47,25 @@ std::string AdvertiseAddress(const ServerConfig& config) {
   return absl::StrCat(host, ":", port);
 }
 
-// Adds server reflection to one builder (InitProtoReflectionServerBuilderPlugin
-// would add it to every server the process builds, tests' included).
+// Server reflection on or off for one builder. Linking grpc++_reflection
+// registers its plugin for every server of the process (a static
+// initializer), so "off" removes it and "on" makes sure it is there once.
 class ReflectionOption final : public grpc::ServerBuilderOption {
  public:
+  explicit ReflectionOption(bool enabled) : enabled_(enabled) {}
   void UpdateArguments(grpc::ChannelArguments*) override {}
   void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
-    plugins->push_back(std::make_unique<grpc::reflection::ProtoServerReflectionPlugin>());
+    const std::string name = grpc::reflection::ProtoServerReflectionPlugin().name();
+    std::erase_if(*plugins, [&](const std::unique_ptr<grpc::ServerBuilderPlugin>& p) {
+      return p->name() == name;
+    });
+    if (enabled_) {
+      plugins->push_back(std::make_unique<grpc::reflection::ProtoServerReflectionPlugin>());
+    }
   }
+
+ private:
+  const bool enabled_;
 };
 
 bool Loopback(const std::string& listen) {
@@ -247,7 +258,7 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
                                      config.data_dir, kQuarantineDir));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  if (config.reflection) builder.SetOption(std::make_unique<ReflectionOption>());
+  builder.SetOption(std::make_unique<ReflectionOption>(config.reflection));
   // gRPC sets SO_REUSEPORT by default, which lets a second cuckood bind the
   // same port and silently take half the traffic; refuse instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
