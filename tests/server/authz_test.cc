@@ -5,6 +5,7 @@
 // refused the same way whether its filter exists or not.
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -14,6 +15,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "server/access.h"
 #include "tests/server/test_server.h"
@@ -410,6 +412,34 @@ TEST_F(AuthzTest, HealthNeedsNoToken) {
   grpc::health::v1::HealthCheckResponse resp;
   ASSERT_TRUE(health->Check(&ctx, req, &resp).ok());
   EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+// Server reflection's one method, called with an empty message: what the
+// server answers (UNIMPLEMENTED when reflection is off).
+StatusCode CallReflection(const std::shared_ptr<grpc::Channel>& channel) {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::ByteBuffer request, response;
+  grpc::Slice empty("");
+  request = grpc::ByteBuffer(&empty, 1);
+  absl::Notification done;
+  grpc::Status status;
+  stub.UnaryCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                 grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
+                   status = s;
+                   done.Notify();
+                 });
+  done.WaitForNotification();
+  return status.error_code();
+}
+
+TEST_F(ServerTest, ReflectionFollowsItsFlag) {
+  EXPECT_NE(CallReflection(channel_), StatusCode::UNIMPLEMENTED);
+  server::ServerConfig config = TestConfig(dir_.path());
+  config.reflection = false;
+  StartServer(config);
+  EXPECT_EQ(CallReflection(channel_), StatusCode::UNIMPLEMENTED);
 }
 
 // The access file itself.
