@@ -2,10 +2,11 @@
 # Fuzzes the snapshot reader (tests/fuzz/snapshot_fuzz.cc), the data
 # path's request parser (tests/fuzz/wire_fuzz.cc, differential against the
 # generated protobuf parser), the write-ahead log reader
-# (tests/fuzz/wal_fuzz.cc) and the cluster log's entry decoder
-# (tests/fuzz/log_entry_fuzz.cc), each for a while:
-#   scripts/fuzz.sh [snapshot-seconds] [wire-seconds] [wal-seconds] [entry-seconds]
-#       (defaults 45, 30, 30 and 20; 0 skips that fuzzer)
+# (tests/fuzz/wal_fuzz.cc), the cluster log's entry decoder
+# (tests/fuzz/log_entry_fuzz.cc) and the access file's parser
+# (tests/fuzz/access_fuzz.cc), each for a while:
+#   scripts/fuzz.sh [snapshot-seconds] [wire-seconds] [wal-seconds] [entry-seconds] [access-seconds]
+#       (defaults 45, 30, 30, 20 and 20; 0 skips that fuzzer)
 #
 # Builds the fuzzers and their seed corpus generators with clang + libFuzzer,
 # ASan and UBSan into build/fuzz, and the libraries cuckoo_core, cuckoo_server
@@ -13,7 +14,8 @@
 # -Wthread-safety checks the lock annotations (ABSL_GUARDED_BY and the like)
 # as errors. Each fuzzer has its own corpus directory,
 # build/fuzz/corpus (snapshot), build/fuzz/wire-corpus,
-# build/fuzz/wal-corpus and build/fuzz/log-entry-corpus, seeded by its
+# build/fuzz/wal-corpus, build/fuzz/log-entry-corpus and
+# build/fuzz/access-corpus, seeded by its
 # generator; inputs the fuzzer finds are kept there too, so later runs start
 # from them, and past 1000 files a corpus is merged down to the inputs that
 # add coverage. Two fuzzers run at a time. Quiet on success apart from one
@@ -34,10 +36,11 @@ snapshot_seconds=${1:-45}
 wire_seconds=${2:-30}
 wal_seconds=${3:-30}
 entry_seconds=${4:-20}
-for s in "$snapshot_seconds" "$wire_seconds" "$wal_seconds" "$entry_seconds"; do
+access_seconds=${5:-20}
+for s in "$snapshot_seconds" "$wire_seconds" "$wal_seconds" "$entry_seconds" "$access_seconds"; do
   case "$s" in
     '' | *[!0-9]*)
-      echo "usage: $0 [snapshot-seconds] [wire-seconds] [wal-seconds] [entry-seconds]" >&2
+      echo "usage: $0 [snapshot-seconds] [wire-seconds] [wal-seconds] [entry-seconds] [access-seconds]" >&2
       exit 2
       ;;
   esac
@@ -58,8 +61,8 @@ if ! have_libfuzzer; then
   echo "fuzz: clang++ with libFuzzer not found (install clang and libclang-rt-14-dev);" \
     "falling back to the g++ ASan corpus replays, no fuzzing" >&2
   bash scripts/build.sh asan snapshot_fuzz_replay wire_fuzz_replay wal_fuzz_replay \
-    log_entry_fuzz_replay >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
-  ctest --test-dir build/asan --output-on-failure -R '^(snapshot|wire|wal|log_entry)_fuzz_' >>"$log" 2>&1 ||
+    log_entry_fuzz_replay access_fuzz_replay >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
+  ctest --test-dir build/asan --output-on-failure -R '^(snapshot|wire|wal|log_entry|access)_fuzz_' >>"$log" 2>&1 ||
     { cat "$log" >&2; exit 1; }
   echo "fuzz: corpus replays (g++ ASan+UBSan) passed"
   exit 0
@@ -80,6 +83,7 @@ targets=(cuckoo_core cuckoo_server cuckoo_client)
 [ "$wire_seconds" -gt 0 ] && targets+=(wire_fuzz make_wire_corpus)
 [ "$wal_seconds" -gt 0 ] && targets+=(wal_fuzz make_wal_corpus)
 [ "$entry_seconds" -gt 0 ] && targets+=(log_entry_fuzz make_log_entry_corpus)
+[ "$access_seconds" -gt 0 ] && targets+=(access_fuzz make_access_corpus)
 ninja -C "$out" "${targets[@]}" >>"$log" 2>&1 || { cat "$log" >&2; exit 1; }
 
 # run_fuzzer NAME SECONDS CORPUS_DIR CORPUS_TOOL MAX_LEN
@@ -141,5 +145,7 @@ wait_all
 [ "$wal_seconds" -gt 0 ] && start wal_fuzz "$wal_seconds" "$out/wal-corpus" make_wal_corpus 16384
 [ "$entry_seconds" -gt 0 ] &&
   start log_entry_fuzz "$entry_seconds" "$out/log-entry-corpus" make_log_entry_corpus 8192
+wait_all
+[ "$access_seconds" -gt 0 ] && start access_fuzz "$access_seconds" "$out/access-corpus" make_access_corpus 4096
 wait_all
 exit "$failed"

@@ -10,8 +10,9 @@
 #      write-ahead log's (CTest label "concurrency");
 #   5. the libFuzzer targets, built with clang: the snapshot reader for 30 s,
 #      the data path's wire parser (differential against the generated
-#      parser) for 20 s, the write-ahead log reader for 20 s and the cluster
-#      log's entry decoder for 15 s (scripts/fuzz.sh);
+#      parser) for 20 s, the write-ahead log reader for 20 s, the cluster
+#      log's entry decoder for 15 s and the access file's parser for 10 s
+#      (scripts/fuzz.sh);
 #   6. the deployment files (scripts/container-test.sh): the Kubernetes
 #      manifests and compose file validated, the Docker image built (podman or
 #      docker, no registry needed) and run: create/insert/lookup through the
@@ -49,7 +50,7 @@ bash scripts/build.sh tsan concurrency_test wal_test wal_apply_test
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   ctest --test-dir build/tsan --output-on-failure -j "$jobs" -L concurrency
 phase "fuzzing: snapshot reader, wire parser, write-ahead log reader, cluster log entries"
-bash scripts/fuzz.sh 30 20 20 15
+bash scripts/fuzz.sh 30 20 20 15 10
 phase "deployment: k8s manifests, compose file, container image"
 bash scripts/container-test.sh
 phase "all tests passed"
