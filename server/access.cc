@@ -20,8 +20,9 @@ constexpr size_t kMaxPatternBytes = 256;
 constexpr size_t kMaxEntries = 100'000;
 
 // Splits a line into fields: runs of spaces or tabs separate them, and a
-// double-quoted field may hold spaces and \" or \\. An error names what is
-// wrong (the caller adds the line).
+// field may be double-quoted, whole ("cn:a b") or from some point to its end
+// (subject:"CN=a b,O=Acme", as the spec writes it), to hold spaces and \" or
+// \\. An error names what is wrong (the caller adds the line).
 absl::StatusOr<std::vector<std::string>> Fields(absl::string_view line) {
   std::vector<std::string> out;
   size_t i = 0;
@@ -29,7 +30,12 @@ absl::StatusOr<std::vector<std::string>> Fields(absl::string_view line) {
     while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
     if (i == line.size()) return out;
     std::string field;
-    if (line[i] == '"') {
+    // Unquoted characters, then maybe a quoted rest: "cn:a b" and
+    // subject:"CN=a b,O=Acme" are both one field.
+    while (i < line.size() && line[i] != ' ' && line[i] != '\t' && line[i] != '"') {
+      field.push_back(line[i++]);
+    }
+    if (i < line.size() && line[i] == '"') {
       ++i;
       bool closed = false;
       while (i < line.size()) {
@@ -50,13 +56,6 @@ absl::StatusOr<std::vector<std::string>> Fields(absl::string_view line) {
       if (!closed) return absl::InvalidArgumentError("a quoted field is not closed");
       if (i < line.size() && line[i] != ' ' && line[i] != '\t') {
         return absl::InvalidArgumentError("a closing quote must be followed by a space or the end");
-      }
-    } else {
-      while (i < line.size() && line[i] != ' ' && line[i] != '\t') {
-        if (line[i] == '"') {
-          return absl::InvalidArgumentError("a quote inside a field: quote the whole field");
-        }
-        field.push_back(line[i++]);
       }
     }
     out.push_back(std::move(field));
