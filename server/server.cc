@@ -177,11 +177,11 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
   // with a message rather than failing every handshake or call later.
   std::optional<CertificateSummary> certificate;
   if (!config.tls_cert.empty()) {
-    absl::StatusOr<CertificateSummary> checked = CheckTlsFiles(config);
-    if (!checked.ok()) return checked.status();
-    certificate = *checked;
+    absl::StatusOr<std::unique_ptr<CertificateWatcher>> watcher = CertificateWatcher::Start(config);
+    if (!watcher.ok()) return watcher.status();
+    certificate = (*watcher)->initial();
     // Now: the admin server, which reads it, starts below.
-    s->certificate_watcher_ = std::make_unique<CertificateWatcher>(config, *certificate);
+    s->certificate_watcher_ = *std::move(watcher);
   }
   if (!config.auth_tokens.empty()) {
     absl::StatusOr<std::unique_ptr<Authenticator>> auth = Authenticator::Start(
@@ -276,7 +276,8 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
   s->transport_quota_ = std::make_unique<grpc::ResourceQuota>("cuckood-transport");
   s->transport_quota_->Resize(EffectiveTransportMemory(config));
   builder.SetResourceQuota(*s->transport_quota_);
-  builder.AddListeningPort(config.listen, ServerCredentialsFor(config), &s->port_);
+  builder.AddListeningPort(config.listen,
+                           ServerCredentialsFor(config, s->certificate_watcher_.get()), &s->port_);
   builder.RegisterService(s->service_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));

@@ -1,17 +1,21 @@
 #include "server/tls.h"
 
+#include <fcntl.h>
 #include <grpcpp/security/tls_certificate_provider.h>
 #include <grpcpp/security/tls_credentials_options.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "spdlog/spdlog.h"
 
@@ -74,9 +78,14 @@ std::string Subject(X509* x) {
   return std::string(data, static_cast<size_t>(n));
 }
 
-}  // namespace
+// The TLS files as read and checked: what gRPC is given.
+struct TlsFiles {
+  CertificateSummary summary;
+  std::string pair;       // The key, then the certificate chain (PEM).
+  std::string client_ca;  // Empty without mutual TLS.
+};
 
-absl::StatusOr<CertificateSummary> CheckTlsFiles(const ServerConfig& config) {
+absl::StatusOr<TlsFiles> ReadTlsFiles(const ServerConfig& config) {
   absl::StatusOr<std::string> cert = ReadPem("tls-cert", config.tls_cert);
   if (!cert.ok()) return cert.status();
   absl::StatusOr<std::string> key = ReadPem("tls-key", config.tls_key);
@@ -99,6 +108,7 @@ absl::StatusOr<CertificateSummary> CheckTlsFiles(const ServerConfig& config) {
         absl::StrFormat("--tls-key=%s is not the private key of the certificate in --tls-cert=%s",
                         config.tls_key, config.tls_cert));
   }
+  TlsFiles files;
   if (!config.tls_client_ca.empty()) {
     absl::StatusOr<std::string> ca = ReadPem("tls-client-ca", config.tls_client_ca);
     if (!ca.ok()) return ca.status();
@@ -107,26 +117,58 @@ absl::StatusOr<CertificateSummary> CheckTlsFiles(const ServerConfig& config) {
           "--tls-client-ca=%s holds no PEM certificate (\"-----BEGIN CERTIFICATE-----\")",
           config.tls_client_ca));
     }
+    files.client_ca = *std::move(ca);
   }
-  CertificateSummary summary;
-  summary.subject = Subject(chain.front().get());
-  summary.not_before = ToTime(X509_get0_notBefore(chain.front().get()));
-  summary.not_after = ToTime(X509_get0_notAfter(chain.front().get()));
-  summary.chain_length = static_cast<int>(chain.size());
-  return summary;
+  files.summary.subject = Subject(chain.front().get());
+  files.summary.not_before = ToTime(X509_get0_notBefore(chain.front().get()));
+  files.summary.not_after = ToTime(X509_get0_notAfter(chain.front().get()));
+  files.summary.chain_length = static_cast<int>(chain.size());
+  files.pair = absl::StrCat(*key, "\n", *cert);
+  return files;
 }
 
-std::shared_ptr<grpc::ServerCredentials> ServerCredentialsFor(const ServerConfig& config) {
-  if (config.tls_cert.empty()) return grpc::InsecureServerCredentials();
+// An in-memory file holding `contents`, or -1 (errno set).
+int MemoryFile(const std::string& contents) {
+  const int fd = memfd_create("cuckood-tls", MFD_CLOEXEC);
+  if (fd < 0) return -1;
+  size_t done = 0;
+  while (done < contents.size()) {
+    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      errno = err;
+      return -1;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return fd;
+}
+
+}  // namespace
+
+absl::StatusOr<CertificateSummary> CheckTlsFiles(const ServerConfig& config) {
+  absl::StatusOr<TlsFiles> files = ReadTlsFiles(config);
+  if (!files.ok()) return files.status();
+  return files->summary;
+}
+
+std::shared_ptr<grpc::ServerCredentials> ServerCredentialsFor(const ServerConfig& config,
+                                                              const CertificateWatcher* served) {
+  if (config.tls_cert.empty() || served == nullptr) return grpc::InsecureServerCredentials();
   const unsigned interval =
       static_cast<unsigned>(std::max<int64_t>(1, absl::ToInt64Seconds(config.tls_reload_interval)));
+  // gRPC reads the watcher's checked copies, never the configured files:
+  // gRPC 1.51 would take a key that does not match its certificate (or a
+  // CA file that is not PEM) and then fail every new handshake.
   std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider;
   if (config.tls_client_ca.empty()) {
     provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
-        config.tls_key, config.tls_cert, interval);
+        served->pair_path(), served->pair_path(), interval);
   } else {
     provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
-        config.tls_key, config.tls_cert, config.tls_client_ca, interval);
+        served->pair_path(), served->pair_path(), served->client_ca_path(), interval);
   }
   grpc::experimental::TlsServerCredentialsOptions options(provider);
   options.watch_identity_key_cert_pairs();
@@ -159,11 +201,46 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PeerChannelCredentials
   return grpc::SslCredentials(options);
 }
 
+absl::StatusOr<std::unique_ptr<CertificateWatcher>> CertificateWatcher::Start(
+    const ServerConfig& config) {
+  absl::StatusOr<TlsFiles> files = ReadTlsFiles(config);
+  if (!files.ok()) return files.status();
+  std::unique_ptr<CertificateWatcher> w(new CertificateWatcher(config, files->summary));
+  w->pair_fd_ = MemoryFile(files->pair);
+  if (w->pair_fd_ >= 0 && !config.tls_client_ca.empty()) {
+    w->client_ca_fd_ = MemoryFile(files->client_ca);
+  }
+  if (w->pair_fd_ < 0 || (!config.tls_client_ca.empty() && w->client_ca_fd_ < 0)) {
+    return absl::InternalError(absl::StrFormat(
+        "cannot make an in-memory copy of the TLS files: memfd_create: %s", std::strerror(errno)));
+  }
+  w->pair_ = std::move(files->pair);
+  w->client_ca_ = std::move(files->client_ca);
+  w->thread_ = std::thread([p = w.get()] { p->Watch(); });
+  return w;
+}
+
 CertificateWatcher::CertificateWatcher(const ServerConfig& config,
                                        const CertificateSummary& initial)
-    : config_(config), subject_(initial.subject) {
+    : config_(config), initial_(initial), subject_(initial.subject) {
   not_after_.store(absl::ToDoubleSeconds(initial.not_after - absl::UnixEpoch()));
-  thread_ = std::thread([this] { Watch(); });
+}
+
+std::string CertificateWatcher::pair_path() const {
+  return absl::StrCat("/proc/self/fd/", pair_fd_);
+}
+
+std::string CertificateWatcher::client_ca_path() const {
+  return absl::StrCat("/proc/self/fd/", client_ca_fd_);
+}
+
+bool CertificateWatcher::Replace(int fd, const std::string& contents) {
+  const int fresh = MemoryFile(contents);
+  if (fresh < 0) return false;
+  // One step: a reader of /proc/self/fd/<fd> opens the old copy or the new.
+  const bool ok = ::dup3(fresh, fd, O_CLOEXEC) >= 0;
+  ::close(fresh);
+  return ok;
 }
 
 CertificateWatcher::~CertificateWatcher() {
@@ -172,7 +249,9 @@ CertificateWatcher::~CertificateWatcher() {
     stopping_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
+  if (pair_fd_ >= 0) ::close(pair_fd_);
+  if (client_ca_fd_ >= 0) ::close(client_ca_fd_);
 }
 
 void CertificateWatcher::Watch() {
@@ -182,7 +261,20 @@ void CertificateWatcher::Watch() {
   while (!stopping_) {
     mu_.WaitFor(&cv_, absl::ToChronoNanoseconds(config_.tls_reload_interval));
     if (stopping_) break;
-    absl::StatusOr<CertificateSummary> now = CheckTlsFiles(config_);
+    absl::StatusOr<TlsFiles> files = ReadTlsFiles(config_);
+    if (files.ok() && (files->pair != pair_ || files->client_ca != client_ca_)) {
+      // Checked: gRPC may take them (at its next --tls-reload-interval).
+      if (Replace(pair_fd_, files->pair) &&
+          (client_ca_fd_ < 0 || Replace(client_ca_fd_, files->client_ca))) {
+        pair_ = files->pair;
+        client_ca_ = files->client_ca;
+      } else {
+        files = absl::InternalError(absl::StrFormat(
+            "cannot update the in-memory copy of the TLS files: %s", std::strerror(errno)));
+      }
+    }
+    absl::StatusOr<CertificateSummary> now =
+        files.ok() ? absl::StatusOr<CertificateSummary>(files->summary) : files.status();
     if (!now.ok()) {
       // Mid-rotation (key and certificate not yet both replaced) or broken:
       // gRPC keeps serving the last good pair.
