@@ -211,6 +211,65 @@ TEST(ConfigTest, AdminListenComesFromFlagOrEnvironmentAndEmptyTurnsItOff) {
   EXPECT_EQ(flag->admin_listen, "[::1]:0");
 }
 
+TEST(ConfigTest, TlsSettingsThatNeedEachOtherAreRejectedNamingTheFlags) {
+  struct Case {
+    void (*set)(ServerConfig&);
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](ServerConfig& c) { c.tls_cert = "server.crt"; },
+       "--tls-cert is set without --tls-key: TLS needs both"},
+      {[](ServerConfig& c) { c.tls_key = "server.key"; },
+       "--tls-key is set without --tls-cert: TLS needs both"},
+      {[](ServerConfig& c) { c.tls_client_ca = "ca.crt"; },
+       "--tls-client-ca (mutual TLS) needs TLS"},
+      {[](ServerConfig& c) { c.admin_tls = true; }, "--admin-tls serves the admin port"},
+      {[](ServerConfig& c) { c.peer_ca = "ca.crt"; }, "--peer-ca is used only with TLS"},
+      {[](ServerConfig& c) { c.tls_reload_interval = absl::Milliseconds(500); },
+       "--tls-reload-interval=500ms must be between 1s and 24h"},
+      {[](ServerConfig& c) { c.auth_reload_interval = absl::Milliseconds(10); },
+       "--auth-reload-interval=10ms must be between 100ms and 24h"},
+  };
+  for (const Case& k : cases) {
+    ServerConfig c;
+    k.set(c);
+    absl::Status s = ValidateConfig(c);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << k.message;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(k.message));
+  }
+  // Together they are fine (the files are checked when the server starts).
+  ServerConfig c;
+  c.tls_cert = "server.crt";
+  c.tls_key = "server.key";
+  c.tls_client_ca = "ca.crt";
+  c.admin_tls = true;
+  c.peer_ca = "ca.crt";
+  EXPECT_TRUE(ValidateConfig(c).ok()) << ValidateConfig(c);
+}
+
+TEST(ConfigTest, SecurityFlagsComeFromFlagsOrEnvironment) {
+  setenv("CUCKOOD_AUTH_TOKENS", "/etc/cuckood/access", 1);
+  auto c =
+      Parse({"--tls-cert=/tls/tls.crt", "--tls_key=/tls/tls.key", "--tls-client-ca=/tls/ca.crt",
+             "--tls-reload-interval=30s", "--auth-reload-interval=250ms"});
+  unsetenv("CUCKOOD_AUTH_TOKENS");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->tls_cert, "/tls/tls.crt");
+  EXPECT_EQ(c->tls_key, "/tls/tls.key");
+  EXPECT_EQ(c->tls_client_ca, "/tls/ca.crt");
+  EXPECT_EQ(c->tls_reload_interval, absl::Seconds(30));
+  EXPECT_EQ(c->auth_tokens, "/etc/cuckood/access");
+  EXPECT_EQ(c->auth_reload_interval, absl::Milliseconds(250));
+  auto half = Parse({"--tls-cert=/tls/tls.crt", "--tls-key=", "--tls-client-ca=",
+                     "--tls-reload-interval=10s", "--auth-reload-interval=5s"});
+  EXPECT_EQ(half.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(half.status().message()),
+              HasSubstr("--tls-cert is set without --tls-key"));
+  // absl's flags keep their values: back to the defaults for later tests.
+  ASSERT_TRUE(
+      Parse({"--tls-cert=", "--tls-key=", "--auth-tokens=", "--auth-reload-interval=5s"}).ok());
+}
+
 TEST(ConfigTest, BadFlagsAndEnvironmentAreInvalidArgumentNamingThem) {
   EXPECT_THAT(std::string(Parse({"--no-such-flag=1"}).status().message()),
               HasSubstr("unknown flag --no-such-flag"));
