@@ -85,10 +85,13 @@ void SetUpLogging(const ServerConfig& config) {
   spdlog::set_default_logger(logger);
   gpr_set_log_function(&GrpcLog);
 
-  // The audit logger: the same stream, its events' fields in the line.
+  // The audit logger: the same stream, its events' fields in the line. A
+  // sink of its own: a formatter belongs to the sink, so sharing the main
+  // logger's would turn every line into an audit line. stdout sinks share
+  // one process-wide mutex, so the lines of the two do not interleave.
   spdlog::drop("audit");
   auto audit =
-      std::make_shared<spdlog::logger>("audit", logger->sinks().begin(), logger->sinks().end());
+      std::make_shared<spdlog::logger>("audit", std::make_shared<spdlog::sinks::stdout_sink_mt>());
   auto audit_formatter =
       std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
   if (config.log_format == "json") {

@@ -20,13 +20,14 @@ void SetUpLogging(const ServerConfig& config);
 // ImportFilter) with its outcome. Logged by the "audit" logger, which
 // SetUpLogging makes (else the default logger):
 //
-//   text: ... warn audit: caller=billing-ro method=DropFilter filter="billing.users"
+//   text: ... warning audit: caller=billing-ro method=DropFilter filter="billing.users"
 //         peer=ipv4:10.0.0.7:51234 outcome=PERMISSION_DENIED detail="..."
-//   json: {"time":"...","level":"warn","msg":"audit","audit":{"caller":"billing-ro",
+//   json: {"time":"...","level":"warning","msg":"audit","audit":{"caller":"billing-ro",
 //         "method":"DropFilter","filter":"billing.users","peer":"ipv4:10.0.0.7:51234",
 //         "outcome":"PERMISSION_DENIED","detail":"..."}}
 //
-// Refused calls are logged at warn, admin calls at info.
+// Refused calls are logged at warn (spdlog names the level "warning"), admin
+// calls at info.
 struct AuditEvent {
   std::string_view caller;  // the access file's entry name; "-" when unknown
   std::string_view method;
