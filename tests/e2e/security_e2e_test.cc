@@ -353,14 +353,14 @@ TEST_F(SecurityE2eTest, HealthOverTlsNeedsNoTokenButDoesNeedTls) {
   EXPECT_EQ(health.code, 0) << Describe(health);
   EXPECT_EQ(health.out, "SERVING\n");
   // Plaintext to a TLS port: no answer.
-  Result plain =
-      RunProcess({CUCKOOCTL_PATH, "--target=" + server_->address(), "health", "--timeout=2s"});
+  Result plain = RunProcess({CUCKOOCTL_PATH, "--target=" + server_->address(), "health",
+                             "--timeout=2s", "--retry-timeout=0"});
   EXPECT_EQ(plain.code, 3) << Describe(plain);
   // A CA that did not sign the server's certificate.
   const std::string other_ca = dir_.path() + "/other-ca.pem";
   WritePem(other_ca, MakeCa("someone else").cert);
   Result wrong_ca = RunProcess({CUCKOOCTL_PATH, "--target=" + server_->address(),
-                                "--ca=" + other_ca, "health", "--timeout=2s"});
+                                "--ca=" + other_ca, "health", "--timeout=2s", "--retry-timeout=0"});
   EXPECT_EQ(wrong_ca.code, 3) << Describe(wrong_ca);
 }
 
@@ -461,7 +461,7 @@ TEST_F(SecurityE2eTest, MutualTlsNeedsAClientCertificateSignedByTheClientCa) {
   EXPECT_THAT(outside.err, AllOf(HasSubstr("PERMISSION_DENIED"), HasSubstr("\"cart\"")));
 
   // No client certificate: the handshake fails, token or not.
-  Result without = Ctl(reader_.token, {"list", "--timeout=3s"});
+  Result without = Ctl(reader_.token, {"list", "--timeout=3s", "--retry-timeout=0"});
   EXPECT_EQ(without.code, 3) << Describe(without);
   EXPECT_THAT(without.err, Not(HasSubstr("UNAUTHENTICATED")));
   // A certificate from another CA is refused as well.
@@ -470,7 +470,7 @@ TEST_F(SecurityE2eTest, MutualTlsNeedsAClientCertificateSignedByTheClientCa) {
       IssueCert(stranger_ca, {.common_name = "cart-service", .client = true, .server = false});
   WritePem(client_cert, stranger.cert);
   WritePem(client_key, stranger.key);
-  Result foreign = with_cert(reader_.token, {"list", "--timeout=3s"});
+  Result foreign = with_cert(reader_.token, {"list", "--timeout=3s", "--retry-timeout=0"});
   EXPECT_EQ(foreign.code, 3) << Describe(foreign);
 }
 
