@@ -1,15 +1,24 @@
 #include "server/admin_http.h"
 
+#include <openssl/ssl.h>
+#include <sys/stat.h>
+
 #include <array>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <fstream>
 #include <optional>
+#include <sstream>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "boost/asio/ip/tcp.hpp"
+#include "boost/asio/ssl.hpp"
 #include "boost/beast/core/error.hpp"
 #include "boost/beast/core/flat_buffer.hpp"
 #include "boost/beast/core/tcp_stream.hpp"
@@ -17,6 +26,7 @@
 #include "boost/beast/http/read.hpp"
 #include "boost/beast/http/string_body.hpp"
 #include "boost/beast/http/write.hpp"
+#include "boost/beast/ssl.hpp"
 #include "cuckoo_version.h"
 #include "spdlog/spdlog.h"
 
@@ -38,6 +48,61 @@ constexpr std::chrono::seconds kLingerTime(2);
 
 const std::string kServerHeader = absl::StrCat("cuckood/", kVersion);
 
+using SslStream = beast::ssl_stream<beast::tcp_stream>;
+
+// What identifies a file's contents for the certificate watch: device,
+// inode, size and modification time of what the path resolves to (stat
+// follows symlinks: Kubernetes rotates a Secret volume by swapping the
+// ..data link the files point through). Empty when it cannot be stat'ed.
+std::string FileIdentity(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return "-";
+  return absl::StrCat(st.st_dev, "/", st.st_ino, "/", st.st_size, "/", st.st_mtim.tv_sec, ".",
+                      st.st_mtim.tv_nsec);
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, std::string_view flag) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  if (!in || !(text << in.rdbuf())) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("cannot read --%s=%s: %s", flag, path, std::strerror(errno)));
+  }
+  return text.str();
+}
+
+// A TLS server context with the certificate chain and key in these files
+// (read once each, so a rotation between two reads cannot mix them up),
+// TLS 1.2 and later.
+absl::StatusOr<std::shared_ptr<asio::ssl::context>> LoadTlsContext(const std::string& cert_file,
+                                                                   const std::string& key_file) {
+  absl::StatusOr<std::string> cert = ReadFile(cert_file, "tls-cert");
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadFile(key_file, "tls-key");
+  if (!key.ok()) return key.status();
+  auto context = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_server);
+  beast::error_code ec;
+  context->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                           asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                           asio::ssl::context::no_tlsv1_1 | asio::ssl::context::single_dh_use,
+                       ec);
+  if (ec) return absl::InternalError(absl::StrCat("TLS options: ", ec.message()));
+  if (context->use_certificate_chain(asio::buffer(*cert), ec); ec) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--tls-cert=%s: no certificate in it: %s", cert_file, ec.message()));
+  }
+  if (context->use_private_key(asio::buffer(*key), asio::ssl::context::pem, ec); ec) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--tls-key=%s: not a private key, or not the one of --tls-cert=%s: %s",
+                        key_file, cert_file, ec.message()));
+  }
+  if (SSL_CTX_check_private_key(context->native_handle()) != 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--tls-key=%s is not the private key of --tls-cert=%s", key_file, cert_file));
+  }
+  return context;
+}
+
 // The status a request that failed to parse gets.
 http::status ParseErrorStatus(const beast::error_code& ec) {
   if (ec == http::error::body_limit) return http::status::payload_too_large;
@@ -51,49 +116,102 @@ bool IsParseError(const beast::error_code& ec) {
 
 }  // namespace
 
-// One connection: read a request, answer it, repeat while keep-alive. Lives
-// on the server's thread; registered with the server (Sessions) for the
-// connection limits.
+// One connection: (TLS: handshake, then) read a request, answer it, repeat
+// while keep-alive. Lives on the server's thread; registered with the server
+// (Sessions) for the connection limits. Session is what the limits see;
+// StreamSession<beast::tcp_stream or SslStream> does the I/O.
 class AdminHttpServer::Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, const AdminHandlers* handlers, Sessions* sessions, std::string peer)
-      : stream_(std::move(socket)),
-        handlers_(handlers),
-        sessions_(sessions),
-        peer_(std::move(peer)) {}
-  ~Session() { sessions_->Remove(this, peer_); }
+  Session(Sessions* sessions, std::string peer) : sessions_(sessions), peer_(std::move(peer)) {}
+  virtual ~Session() { sessions_->Remove(this, peer_); }
 
   const std::string& peer() const { return peer_; }
+
+  // Closes a connection waiting for a request (or for its TLS handshake),
+  // to make room for a new one: at once, without the linger of Close() (it
+  // has sent nothing to be answered), so its descriptor goes with it and a
+  // peer opening connections fast cannot keep more than its limit open.
+  virtual void Evict() = 0;
+
+ protected:
+  Sessions* const sessions_;
+  const std::string peer_;
+};
+
+template <class Stream>
+class AdminHttpServer::StreamSession final : public AdminHttpServer::Session {
+ public:
+  static constexpr bool kTls = std::is_same_v<Stream, SslStream>;
+
+  // Plain.
+  StreamSession(tcp::socket socket, const AdminHandlers* handlers, Sessions* sessions,
+                std::string peer) requires(!kTls)
+      : Session(sessions, std::move(peer)), stream_(std::move(socket)), handlers_(handlers) {}
+  // TLS, with the context in use when the connection was accepted: kept
+  // alive by the connection, whatever rotations come later.
+  StreamSession(tcp::socket socket, std::shared_ptr<asio::ssl::context> context,
+                const AdminHandlers* handlers, Sessions* sessions, std::string peer) requires kTls
+      : Session(sessions, std::move(peer)),
+        context_(std::move(context)),
+        stream_(std::move(socket), *context_),
+        handlers_(handlers) {}
+
+  void Start() {
+    if constexpr (kTls) {
+      // A client that connects and never completes the handshake is treated
+      // like one that never sends a request: timed out, and evictable.
+      transport().expires_after(kTimeout);
+      sessions_->Waiting(shared_from_this());
+      stream_.async_handshake(asio::ssl::stream_base::server,
+                              [self = Self()](beast::error_code ec) { self->OnHandshake(ec); });
+    } else {
+      Read();
+    }
+  }
+
+  void Evict() override {
+    evicted_ = true;
+    beast::error_code ignored;
+    transport().socket().close(ignored);
+  }
+
+ private:
+  std::shared_ptr<StreamSession> Self() {
+    return std::static_pointer_cast<StreamSession>(shared_from_this());
+  }
+  beast::tcp_stream& transport() { return beast::get_lowest_layer(stream_); }
+
+  void OnHandshake(beast::error_code ec) {
+    sessions_->NotWaiting(this);
+    if (evicted_) return;
+    if (ec) {
+      // Not TLS (e.g. plain HTTP), a certificate the client refused, or
+      // too slow: nothing to answer.
+      transport().close();
+      return;
+    }
+    handshake_done_ = true;
+    Read();
+  }
 
   void Read() {
     parser_.emplace();
     parser_->header_limit(kMaxHeaderBytes);
     parser_->body_limit(kMaxBodyBytes);
-    stream_.expires_after(kTimeout);
+    transport().expires_after(kTimeout);
     sessions_->Waiting(shared_from_this());
-    http::async_read(
-        stream_, buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = Self()](beast::error_code ec, size_t) { self->OnRead(ec); });
   }
 
-  // Closes a connection waiting for a request, to make room for a new one:
-  // at once, without the linger of Close() (it has sent nothing to be
-  // answered), so its descriptor goes with it and a peer opening
-  // connections fast cannot keep more than its limit open.
-  void Evict() {
-    evicted_ = true;
-    beast::error_code ignored;
-    stream_.socket().close(ignored);
-  }
-
- private:
   void OnRead(beast::error_code ec) {
     sessions_->NotWaiting(this);
     if (evicted_) return;
     if (ec) {
       // end_of_stream: the client closed between requests; timeout: it was
-      // idle or too slow; anything else but a parse error: the socket failed.
-      if (!IsParseError(ec) || ec == http::error::end_of_stream) return Close();
+      // idle or too slow; anything else but a parse error: the socket (or
+      // the TLS session) failed.
+      if (!IsParseError(ec) || ec == http::error::end_of_stream) return CloseAfterError();
       const http::status status = ParseErrorStatus(ec);
       Respond(status, 11, /*keep_alive=*/false, /*head=*/false,
               AdminResponse{.status = static_cast<unsigned>(status),
@@ -139,41 +257,62 @@ class AdminHttpServer::Session : public std::enable_shared_from_this<Session> {
     res_.body() = std::move(response.body);
     res_.prepare_payload();
     if (head) res_.body().clear();  // Content-Length still tells the GET's.
-    stream_.expires_after(kTimeout);
-    http::async_write(stream_, res_,
-                      [self = shared_from_this(), keep_alive](beast::error_code ec, size_t) {
-                        if (ec || !keep_alive) return self->Close();
-                        self->Read();
-                      });
+    transport().expires_after(kTimeout);
+    http::async_write(stream_, res_, [self = Self(), keep_alive](beast::error_code ec, size_t) {
+      if (ec) return self->CloseAfterError();
+      if (!keep_alive) return self->Close();
+      self->Read();
+    });
   }
 
-  // Ends the connection: our side first, then whatever the client still
-  // sends is read and dropped until it closes too (for at most
-  // kLingerTime). Closing with unread input would make the kernel send a
-  // reset, which can destroy our last response before the client reads it
-  // (e.g. a 431 answered before the whole oversized header arrived).
+  // Ends the connection: our side first (TLS: its close_notify, then the
+  // TCP FIN), then whatever the client still sends is read and dropped
+  // until it closes too (for at most kLingerTime). Closing with unread input
+  // would make the kernel send a reset, which can destroy our last response
+  // before the client reads it (e.g. a 431 answered before the whole
+  // oversized header arrived).
   void Close() {
+    transport().expires_after(kLingerTime);
+    if constexpr (kTls) {
+      if (handshake_done_) {
+        stream_.async_shutdown([self = Self()](beast::error_code) { self->CloseTcp(); });
+        return;
+      }
+    }
+    CloseTcp();
+  }
+  // After a failed read or write. TLS: the session may be broken (and
+  // OpenSSL must not shut down a session after a fatal error), so the socket
+  // just closes; the client gave up or failed anyway.
+  void CloseAfterError() {
+    if constexpr (kTls) {
+      transport().close();
+    } else {
+      Close();
+    }
+  }
+  void CloseTcp() {
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.expires_after(kLingerTime);
+    transport().socket().shutdown(tcp::socket::shutdown_send, ignored);
     Drain();
   }
   void Drain() {
-    stream_.async_read_some(asio::buffer(drain_),
-                            [self = shared_from_this()](beast::error_code ec, size_t) {
-                              if (ec) return self->stream_.close();
-                              self->Drain();
-                            });
+    transport().async_read_some(asio::buffer(drain_),
+                                [self = Self()](beast::error_code ec, size_t) {
+                                  if (ec) return self->transport().close();
+                                  self->Drain();
+                                });
   }
 
-  beast::tcp_stream stream_;
+  // Declared before stream_, which refers to it.
+  const std::shared_ptr<asio::ssl::context> context_;
+  Stream stream_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   http::response<http::string_body> res_;
   std::array<char, 4096> drain_;
   const AdminHandlers* const handlers_;
-  Sessions* const sessions_;
-  const std::string peer_;
+  bool handshake_done_ = false;
   bool evicted_ = false;
 };
 
@@ -223,11 +362,15 @@ int AdminHttpServer::Sessions::PeerCount(const std::string& peer) const {
   return it == per_peer_.end() ? 0 : it->second;
 }
 
-AdminHttpServer::AdminHttpServer(AdminHandlers handlers)
-    : handlers_(std::move(handlers)), acceptor_(io_), retry_(io_) {}
+AdminHttpServer::AdminHttpServer(AdminHandlers handlers, std::optional<AdminTlsOptions> tls)
+    : handlers_(std::move(handlers)),
+      tls_(std::move(tls)),
+      acceptor_(io_),
+      retry_(io_),
+      certificate_timer_(io_) {}
 
-absl::StatusOr<std::unique_ptr<AdminHttpServer>> AdminHttpServer::Start(const std::string& listen,
-                                                                        AdminHandlers handlers) {
+absl::StatusOr<std::unique_ptr<AdminHttpServer>> AdminHttpServer::Start(
+    const std::string& listen, AdminHandlers handlers, std::optional<AdminTlsOptions> tls) {
   const size_t colon = listen.rfind(':');
   if (colon == std::string::npos) {
     return absl::InvalidArgumentError(
@@ -240,7 +383,10 @@ absl::StatusOr<std::unique_ptr<AdminHttpServer>> AdminHttpServer::Start(const st
   }
   if (host.empty()) host = "0.0.0.0";
 
-  std::unique_ptr<AdminHttpServer> s(new AdminHttpServer(std::move(handlers)));
+  std::unique_ptr<AdminHttpServer> s(new AdminHttpServer(std::move(handlers), std::move(tls)));
+  if (s->tls_.has_value()) {
+    if (absl::Status st = s->CheckCertificate(/*initial=*/true); !st.ok()) return st;
+  }
   auto fail = [&](std::string_view what, const beast::error_code& ec) {
     return absl::UnavailableError(
         absl::StrFormat("cannot listen on admin address %s: %s: %s", listen, what, ec.message()));
@@ -263,6 +409,7 @@ absl::StatusOr<std::unique_ptr<AdminHttpServer>> AdminHttpServer::Start(const st
   if (ec) return fail("getsockname", ec);
   s->address_ = absl::StrCat(listen.substr(0, colon + 1), s->port_);
   s->Accept();
+  if (s->tls_.has_value()) s->WatchCertificate();
   s->thread_ = std::thread([server = s.get()] { server->io_.run(); });
   return s;
 }
@@ -286,9 +433,49 @@ void AdminHttpServer::Accept() {
       socket.close(ignored);  // Every connection is busy: this one is refused.
     } else {
       sessions_.Add(peer);
-      std::make_shared<Session>(std::move(socket), &handlers_, &sessions_, peer)->Read();
+      if (tls_.has_value()) {
+        std::make_shared<StreamSession<SslStream>>(std::move(socket), tls_state_.context,
+                                                   &handlers_, &sessions_, peer)
+            ->Start();
+      } else {
+        std::make_shared<StreamSession<beast::tcp_stream>>(std::move(socket), &handlers_,
+                                                           &sessions_, peer)
+            ->Start();
+      }
     }
     Accept();
+  });
+}
+
+absl::Status AdminHttpServer::CheckCertificate(bool initial) {
+  const std::string identity =
+      absl::StrCat(FileIdentity(tls_->cert_file), " ", FileIdentity(tls_->key_file));
+  if (!initial && identity == tls_state_.identity) return absl::OkStatus();
+  tls_state_.identity = identity;
+  absl::StatusOr<std::shared_ptr<asio::ssl::context>> context =
+      LoadTlsContext(tls_->cert_file, tls_->key_file);
+  if (!context.ok()) {
+    if (initial) return context.status();
+    spdlog::warn(
+        "admin HTTPS: the changed certificate files were not loaded, new connections still get "
+        "the previous certificate: {}",
+        std::string(context.status().message()));
+    return context.status();
+  }
+  tls_state_.context = *std::move(context);
+  if (!initial) {
+    spdlog::info("admin HTTPS: certificate reloaded from {}; new connections get it",
+                 tls_->cert_file);
+  }
+  return absl::OkStatus();
+}
+
+void AdminHttpServer::WatchCertificate() {
+  certificate_timer_.expires_after(tls_->check_interval);
+  certificate_timer_.async_wait([this](beast::error_code ec) {
+    if (ec) return;
+    (void)CheckCertificate(/*initial=*/false);
+    WatchCertificate();
   });
 }
 

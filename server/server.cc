@@ -212,13 +212,24 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
   // that are set by now (and state_).
   if (!config.admin_listen.empty()) {
     const CuckooServer* server = s.get();
-    absl::StatusOr<std::unique_ptr<AdminHttpServer>> admin = AdminHttpServer::Start(
-        config.admin_listen, AdminHandlers{.metrics = [server] { return server->MetricsPage(); },
-                                           .healthz = [server] { return server->Healthz(); },
-                                           .readyz = [server] { return server->Readyz(); }});
+    std::optional<AdminTlsOptions> admin_tls;
+    if (config.admin_tls) {
+      // The gRPC port's files, checked as often as gRPC checks them.
+      admin_tls =
+          AdminTlsOptions{.cert_file = config.tls_cert,
+                          .key_file = config.tls_key,
+                          .check_interval = absl::ToChronoMilliseconds(config.tls_reload_interval)};
+    }
+    absl::StatusOr<std::unique_ptr<AdminHttpServer>> admin =
+        AdminHttpServer::Start(config.admin_listen,
+                               AdminHandlers{.metrics = [server] { return server->MetricsPage(); },
+                                             .healthz = [server] { return server->Healthz(); },
+                                             .readyz = [server] { return server->Readyz(); }},
+                               std::move(admin_tls));
     if (!admin.ok()) return admin.status();
     s->admin_ = *std::move(admin);
-    spdlog::info("admin HTTP on {} (/metrics, /healthz, /readyz)", s->admin_->address());
+    spdlog::info("admin {} on {} (/metrics, /healthz, /readyz)",
+                 s->admin_->tls() ? "HTTPS" : "HTTP", s->admin_->address());
   }
 
   // Every snapshot is loaded before the port opens: a client never sees a
