@@ -1,10 +1,13 @@
 // The admin HTTP server (/metrics, /healthz, /readyz) of an in-process
 // cuckood, over plain sockets: status codes, headers, bad requests, slow
-// clients, and that the metrics move by exactly the traffic sent.
+// clients, and that the metrics move by exactly the traffic sent. Then
+// HTTPS (--admin-tls), with a Beast client: certificates, rotation, and
+// clients that never finish their handshake.
 #include "server/admin_http.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <openssl/x509.h>
 
 #include <chrono>
 #include <filesystem>
@@ -12,9 +15,19 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/time/clock.h"
+#include "boost/asio/connect.hpp"
+#include "boost/asio/io_context.hpp"
+#include "boost/asio/ip/tcp.hpp"
+#include "boost/asio/ssl.hpp"
+#include "boost/beast/core.hpp"
+#include "boost/beast/http.hpp"
+#include "boost/beast/ssl.hpp"
 #include "cuckoo_version.h"
 #include "tests/server/test_server.h"
 #include "tests/util/http.h"
+#include "tests/util/test_pki.h"
 
 namespace cuckoo {
 namespace {
@@ -449,6 +462,260 @@ TEST(AdminHttpServerTest, AnEmptyAdminAddressMeansNoAdminServer) {
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ((*s)->admin_port(), 0);
   EXPECT_EQ((*s)->admin_address(), "");
+}
+
+// ---- HTTPS (--admin-tls) ----
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+
+// A blocking HTTPS/1.1 client on one keep-alive connection to
+// 127.0.0.1:port that trusts `ca_pem` and checks the name "localhost". Every
+// step is bounded by 5 s.
+class HttpsConnection {
+ public:
+  HttpsConnection(int port, const std::string& ca_pem)
+      : ctx_(asio::ssl::context::tls_client), stream_(io_, ctx_) {
+    // (The stream's SSL was made from ctx_ before this: the CA store is
+    // shared with it, the verify mode was copied, so it is set on both.)
+    ctx_.add_certificate_authority(asio::buffer(ca_pem));
+    ctx_.set_verify_mode(asio::ssl::verify_peer);
+    stream_.set_verify_mode(asio::ssl::verify_peer);
+    stream_.set_verify_callback(asio::ssl::host_name_verification("localhost"));
+    SSL_set_tlsext_host_name(stream_.native_handle(), "localhost");
+    const asio::ip::tcp::endpoint endpoint(asio::ip::make_address("127.0.0.1"),
+                                           static_cast<uint16_t>(port));
+    error_ =
+        Run([&](auto done) { beast::get_lowest_layer(stream_).async_connect(endpoint, done); });
+    if (error_) return;
+    error_ = Run([&](auto done) { stream_.async_handshake(asio::ssl::stream_base::client, done); });
+  }
+
+  // Empty when connected and the handshake succeeded.
+  std::string error() const { return error_ ? error_.message() : ""; }
+
+  HttpResponse Get(const std::string& target, http::verb method = http::verb::get) {
+    http::request<http::empty_body> req(method, target, 11);
+    req.set(http::field::host, "localhost");
+    return Send(req);
+  }
+
+  // Sends `req` as is (a raw request when it is a std::string), then reads
+  // one response.
+  template <class Request>
+  HttpResponse Send(const Request& req) {
+    beast::error_code ec;
+    if constexpr (std::is_same_v<Request, std::string>) {
+      ec = Run([&](auto done) {
+        asio::async_write(stream_, asio::buffer(req),
+                          [done](beast::error_code e, size_t) { done(e); });
+      });
+    } else {
+      ec = Run([&](auto done) {
+        http::async_write(stream_, req, [done](beast::error_code e, size_t) { done(e); });
+      });
+    }
+    HttpResponse r;
+    if (ec) return r;
+    http::response<http::string_body> res;
+    ec = Run([&](auto done) {
+      http::async_read(stream_, buffer_, res, [done](beast::error_code e, size_t) { done(e); });
+    });
+    if (ec) return r;
+    r.status = static_cast<int>(res.result_int());
+    for (const auto& field : res) {
+      r.headers[absl::AsciiStrToLower(std::string(field.name_string()))] =
+          std::string(field.value());
+    }
+    r.body = res.body();
+    return r;
+  }
+
+  // The common name of the certificate the server presented.
+  std::string PeerCommonName() {
+    X509* cert = SSL_get1_peer_certificate(stream_.native_handle());
+    if (cert == nullptr) return "";
+    char cn[256] = {};
+    X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, sizeof cn);
+    X509_free(cert);
+    return cn;
+  }
+
+ private:
+  // Starts an operation with a completion handler `done(error_code)`, runs
+  // it to its end (or 5 s, when the stream's timer cancels it).
+  template <class Start>
+  beast::error_code Run(Start start) {
+    beast::error_code ec = asio::error::would_block;
+    beast::get_lowest_layer(stream_).expires_after(std::chrono::seconds(5));
+    start([&ec](beast::error_code e) { ec = e; });
+    io_.restart();
+    io_.run();
+    return ec;
+  }
+
+  asio::io_context io_;
+  asio::ssl::context ctx_;
+  beast::ssl_stream<beast::tcp_stream> stream_;
+  beast::flat_buffer buffer_;
+  beast::error_code error_;
+};
+
+HttpResponse HttpsGet(int port, const std::string& ca_pem, const std::string& target) {
+  HttpsConnection c(port, ca_pem);
+  return c.Get(target);
+}
+
+testing::Pem ServerCert(const testing::Pem& ca, const std::string& common_name) {
+  return testing::IssueCert(
+      ca, {.common_name = common_name, .dns_sans = {"localhost"}, .ip_sans = {"127.0.0.1"}});
+}
+
+TEST(AdminHttpsTest, ServesHealthzAndMetricsWithTheGrpcPortsCertificate) {
+  testing::TempDir dir, data;
+  const testing::Pem ca = testing::MakeCa("test ca");
+  const testing::Pem cert = ServerCert(ca, "cuckood");
+  const std::string cert_file = dir.path() + "/tls.crt", key_file = dir.path() + "/tls.key";
+  testing::WritePem(cert_file, cert.cert);
+  testing::WritePem(key_file, cert.key);
+  server::ServerConfig config = testing::TestConfig(data.path());
+  config.tls_cert = cert_file;
+  config.tls_key = key_file;
+  config.admin_tls = true;
+  auto s = server::CuckooServer::Start(config);
+  ASSERT_TRUE(s.ok()) << s.status();
+  const int port = (*s)->admin_port();
+
+  HttpsConnection c(port, ca.cert);
+  ASSERT_EQ(c.error(), "");
+  EXPECT_EQ(c.PeerCommonName(), "cuckood");
+  HttpResponse health = c.Get("/healthz");
+  EXPECT_EQ(health.status, 200);
+  EXPECT_EQ(health.body, "ok\n");
+  HttpResponse metrics = c.Get("/metrics");  // Same connection: kept alive.
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_THAT(metrics.body, HasSubstr("cuckood_build_info"));
+  // A client that trusts another CA refuses the certificate.
+  EXPECT_NE(HttpsConnection(port, testing::MakeCa("other ca").cert).error(), "");
+}
+
+class AdminHttpsServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ca_ = testing::MakeCa("test ca");
+    Rotate(ServerCert(ca_, "admin-v1"));
+    auto admin = server::AdminHttpServer::Start(
+        "127.0.0.1:0",
+        {.metrics = [] { return server::AdminResponse{.body = "m 1\n"}; },
+         .healthz = [] { return server::AdminResponse{.body = "ok\n"}; },
+         .readyz = [] { return server::AdminResponse{.body = "ready\n"}; }},
+        server::AdminTlsOptions{.cert_file = secret_ + "/tls.crt",
+                                .key_file = secret_ + "/tls.key",
+                                .check_interval = std::chrono::milliseconds(100)});
+    ASSERT_TRUE(admin.ok()) << admin.status();
+    admin_ = *std::move(admin);
+    ASSERT_TRUE(admin_->tls());
+  }
+
+  // Swaps the mounted secret's certificate and key at once, like the
+  // kubelet.
+  void Rotate(const testing::Pem& pem) {
+    testing::WriteSecretVolume(secret_, {{"tls.crt", pem.cert}, {"tls.key", pem.key}});
+  }
+  int port() const { return admin_->port(); }
+  // The common name new connections get, once it is `want` (within 5 s),
+  // else the last seen.
+  std::string WaitForCommonName(const std::string& want) {
+    std::string seen;
+    for (int i = 0; i < 50; ++i) {
+      HttpsConnection c(port(), ca_.cert);
+      seen = c.error().empty() ? c.PeerCommonName() : "error: " + c.error();
+      if (seen == want) break;
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    return seen;
+  }
+
+  testing::TempDir dir_;
+  const std::string secret_ = dir_.path() + "/secret";
+  testing::Pem ca_;
+  std::unique_ptr<server::AdminHttpServer> admin_;
+};
+
+TEST_F(AdminHttpsServerTest, AnswersLikeThePlainServer) {
+  HttpsConnection c(port(), ca_.cert);
+  ASSERT_EQ(c.error(), "");
+  EXPECT_EQ(c.Get("/readyz").body, "ready\n");
+  EXPECT_EQ(c.Get("/nope").status, 404);
+  HttpResponse post = c.Get("/metrics", http::verb::post);
+  EXPECT_EQ(post.status, 405);
+  EXPECT_EQ(post.headers["allow"], "GET, HEAD");
+  EXPECT_EQ(c.Get("/healthz").status, 200);  // Still the same connection.
+
+  HttpsConnection bad(port(), ca_.cert);
+  EXPECT_EQ(bad.Send(std::string("GARBAGE\r\n\r\n")).status, 400);
+  HttpsConnection big(port(), ca_.cert);
+  EXPECT_EQ(
+      big.Send("GET /healthz HTTP/1.1\r\nX-Big: " + std::string(16 << 10, 'x') + "\r\n\r\n").status,
+      431);
+  EXPECT_EQ(HttpsGet(port(), ca_.cert, "/healthz").status, 200);
+}
+
+TEST_F(AdminHttpsServerTest, PlainHttpOnTheTlsPortGetsNoHttpAnswer) {
+  HttpConnection c(port());
+  ASSERT_TRUE(c.connected());
+  c.Send("GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n");
+  const std::string answer = c.ReadToEnd(std::chrono::seconds(5));
+  EXPECT_THAT(answer, ::testing::Not(HasSubstr("HTTP/1.")));
+  EXPECT_EQ(HttpGet(port(), "/healthz").status, 0);
+  EXPECT_EQ(HttpsGet(port(), ca_.cert, "/healthz").status, 200);
+}
+
+TEST_F(AdminHttpsServerTest, NewConnectionsGetARotatedCertificateOpenOnesKeepWorking) {
+  HttpsConnection open(port(), ca_.cert);
+  ASSERT_EQ(open.error(), "");
+  ASSERT_EQ(open.PeerCommonName(), "admin-v1");
+  ASSERT_EQ(open.Get("/healthz").status, 200);
+
+  const testing::Pem v2 = ServerCert(ca_, "admin-v2");
+  Rotate(v2);
+  EXPECT_EQ(WaitForCommonName("admin-v2"), "admin-v2");
+  // The connection made before the rotation goes on with its certificate.
+  EXPECT_EQ(open.Get("/healthz").status, 200);
+  EXPECT_EQ(open.PeerCommonName(), "admin-v1");
+
+  // A key that is not the certificate's is not taken: the previous pair
+  // stays in use.
+  const testing::Pem v3 = ServerCert(ca_, "admin-v3");
+  Rotate({.cert = v3.cert, .key = v2.key});
+  absl::SleepFor(absl::Milliseconds(500));  // Five checks.
+  HttpsConnection after_bad(port(), ca_.cert);
+  ASSERT_EQ(after_bad.error(), "");
+  EXPECT_EQ(after_bad.PeerCommonName(), "admin-v2");
+  EXPECT_EQ(after_bad.Get("/healthz").status, 200);
+  // Fixed: taken.
+  Rotate(v3);
+  EXPECT_EQ(WaitForCommonName("admin-v3"), "admin-v3");
+}
+
+TEST_F(AdminHttpsServerTest, ConnectionsThatNeverHandshakeDoNotBlockOthers) {
+  // More than one peer may hold: each new connection makes room by closing
+  // the one that has waited longest.
+  std::vector<std::unique_ptr<HttpConnection>> silent;
+  for (int i = 0; i < 40; ++i) {
+    silent.push_back(std::make_unique<HttpConnection>(port()));
+    ASSERT_TRUE(silent.back()->connected());
+  }
+  // Half a ClientHello, then nothing.
+  HttpConnection stalled(port(), "127.0.0.2");
+  stalled.Send(std::string("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 11));
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(HttpsGet(port(), ca_.cert, "/healthz").status, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_TRUE(silent.front()->ClosedByPeer(std::chrono::seconds(5))) << "the longest waiting";
+  // The handshake has the idle limit: 10 s.
+  EXPECT_TRUE(stalled.ClosedByPeer(std::chrono::seconds(12)));
 }
 
 }  // namespace
