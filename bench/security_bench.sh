@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
 # The security issue's targets, measured side by side in one run: the same
-# cuckood build twice, plain and with TLS + an access token
-# (--tls-cert/--tls-key, --auth-tokens), loaded in turn by cuckoo-bench
-# (client on the same box):
+# cuckood build three times, plain, with an access token only
+# (--auth-tokens), and with TLS + the token (--tls-cert/--tls-key too),
+# loaded in turn by cuckoo-bench (client on the same box):
 #   - batched lookups: 1000 16-byte keys per request, 8 in flight on each of
 #     2 connections; target: TLS + token >= 0.85 x plain;
 #   - single-key lookups: 1 key per request, 1 in flight, 1 connection;
 #     target: p50 latency with TLS + token <= 1.2 x plain.
-# Each pair runs ROUNDS times (default 3), alternating which server goes
-# first, so that drift of a shared machine hits both alike; the ratios are
-# of the medians.
+# Each round starts the three servers afresh (one process's speed differs
+# from the next one's by up to ~20% here, whatever its flags: placement of
+# its threads and tables), populates each, then loads them in a rotating
+# order, so that drift of a shared machine hits all alike; ROUNDS (default
+# 5) rounds, and the ratios are of the medians. Besides the client's view it reports each server's CPU time per
+# million keys (utime + stime from /proc during the run): on this box the
+# client's own TLS work competes with the server for the same cores, which a
+# client on another machine would not.
 #
 #   bash bench/security_bench.sh [OUT_DIR] [ROUNDS] [DURATION]
-#     (defaults build/release/security_bench, 3, 8s)
+#     (defaults build/release/security_bench, 5, 5s)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-build/release/security_bench}
-rounds=${2:-3}
-duration=${3:-8s}
+rounds=${2:-5}
+duration=${3:-5s}
 mkdir -p "$out"
 bin=build/release
 [ -x "$bin/server/cuckood" ] && [ -x "$bin/client/cuckoo-bench" ] && [ -x "$bin/client/cuckooctl" ] ||
@@ -54,77 +59,92 @@ start() {  # start NAME ARGS...: a cuckood on a free port; sets $port
   cat "$out/$name.log" >&2
   exit 1
 }
-start plain
-plain_target=127.0.0.1:$port
-start secure --tls-cert="$work/tls.crt" --tls-key="$work/tls.key" --auth-tokens="$work/tokens"
-secure_target=127.0.0.1:$port
 secure_flags=(--ca="$work/ca.crt" --token="$token")
-
-bench() {  # bench NAME TARGET FLAGS... -- ARGS...: one run, report to NAME.json
-  local name=$1 target=$2
-  shift 2
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+bench() {  # bench NAME PID TARGET FLAGS... -- ARGS...: one run, report to NAME.json,
+  local name=$1 pid=$2 target=$3  # the server's CPU ticks during it to NAME.cpu
+  shift 3
   local flags=()
   while [ "$1" != -- ]; do flags+=("$1"); shift; done
   shift
+  local before
+  before=$(cpu_ticks "$pid")
   "$bin/client/cuckoo-bench" --target="$target" "${flags[@]}" --json="$out/$name.json" "$@" \
     >"$out/$name.txt"
+  echo $(($(cpu_ticks "$pid") - before)) >"$out/$name.cpu"
 }
-
-echo "== populating 1M keys in each server"
-bench populate-plain "$plain_target" -- --filter=b --create=2M --populate --keyspace=1M \
-  --mix=lookup:100 --requests=1 --warmup=0
-bench populate-secure "$secure_target" "${secure_flags[@]}" -- --filter=b --create=2M \
-  --populate --keyspace=1M --mix=lookup:100 --requests=1 --warmup=0
 
 batched=(--filter=b --keyspace=1M --mix=lookup:100 --duration="$duration" --warmup=1s)
 single=(--filter=b --keyspace=1M --mix=lookup:100 --duration="$duration" --warmup=1s --batch=1
   --depth=1 --connections=1 --threads=1)
+servers=(plain token secure)
+populate=(--filter=b --create=2M --populate --keyspace=1M --mix=lookup:100 --requests=1 --warmup=0)
 for r in $(seq "$rounds"); do
-  echo "== round $r of $rounds"
-  order=(plain secure)
-  [ $((r % 2)) -eq 0 ] && order=(secure plain)
-  for which in "${order[@]}"; do
-    if [ "$which" = plain ]; then
-      bench "batched-plain-$r" "$plain_target" -- "${batched[@]}"
-      bench "single-plain-$r" "$plain_target" -- "${single[@]}"
-    else
-      bench "batched-secure-$r" "$secure_target" "${secure_flags[@]}" -- "${batched[@]}"
-      bench "single-secure-$r" "$secure_target" "${secure_flags[@]}" -- "${single[@]}"
-    fi
+  echo "== round $r of $rounds: three fresh servers, 1M keys each"
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  pids=()
+  rm -rf "$work/plain" "$work/token" "$work/secure"
+  start plain
+  plain_target=127.0.0.1:$port
+  plain_pid=${pids[-1]}
+  start token --auth-tokens="$work/tokens"
+  token_target=127.0.0.1:$port
+  token_pid=${pids[-1]}
+  start secure --tls-cert="$work/tls.crt" --tls-key="$work/tls.key" --auth-tokens="$work/tokens"
+  secure_target=127.0.0.1:$port
+  secure_pid=${pids[-1]}
+  bench "populate-plain-$r" "$plain_pid" "$plain_target" -- "${populate[@]}"
+  bench "populate-token-$r" "$token_pid" "$token_target" --token="$token" -- "${populate[@]}"
+  bench "populate-secure-$r" "$secure_pid" "$secure_target" "${secure_flags[@]}" -- "${populate[@]}"
+  for i in 0 1 2; do
+    which=${servers[$(((r + i) % 3))]}
+    case $which in
+      plain) args=("$plain_pid" "$plain_target") ;;
+      token) args=("$token_pid" "$token_target" --token="$token") ;;
+      secure) args=("$secure_pid" "$secure_target" "${secure_flags[@]}") ;;
+    esac
+    bench "batched-$which-$r" "${args[@]}" -- "${batched[@]}"
+    bench "single-$which-$r" "${args[@]}" -- "${single[@]}"
   done
 done
 
-/usr/bin/python3 - "$out" "$rounds" <<'PY'
+/usr/bin/python3 - "$out" "$rounds" "$(getconf CLK_TCK)" <<'PY'
 import json, statistics, sys
-out, rounds = sys.argv[1], int(sys.argv[2])
-def load(name):
-    with open(f"{out}/{name}.json") as f:
-        return json.load(f)
-def lookup(report):
-    return report["run"]["ops"]["lookup"]
-rows = {}
-for kind in ("batched", "single"):
-    for which in ("plain", "secure"):
-        ops = [lookup(load(f"{kind}-{which}-{r}")) for r in range(1, rounds + 1)]
-        rows[(kind, which)] = ops
-def med(kind, which, field):
-    return statistics.median(op[field] for op in rows[(kind, which)])
-kps_p, kps_s = med("batched", "plain", "keys_per_s"), med("batched", "secure", "keys_per_s")
-def lat(kind, which, q):
-    return statistics.median(op["latency_us"][q] for op in rows[(kind, which)])
-p50_p, p50_s = lat("single", "plain", "p50"), lat("single", "secure", "p50")
-p99_p, p99_s = lat("single", "plain", "p99"), lat("single", "secure", "p99")
-print(f"batched lookups (keys/s, median of {rounds}): plain {kps_p/1e6:.2f} M, TLS+token {kps_s/1e6:.2f} M"
-      f" -> ratio {kps_s/kps_p:.3f} (target >= 0.85)")
-print(f"single-key lookups p50 (us): plain {p50_p:.1f}, TLS+token {p50_s:.1f}"
-      f" -> ratio {p50_s/p50_p:.3f} (target <= 1.2); p99 {p99_p:.1f} vs {p99_s:.1f}")
-for kind in ("batched", "single"):
-    for which in ("plain", "secure"):
-        if kind == "batched":
-            vals = [op["keys_per_s"] for op in rows[(kind, which)]]
-            field = "keys/s"
-        else:
-            vals = [op["latency_us"]["p50"] for op in rows[(kind, which)]]
-            field = "p50 us"
-        print(f"  {kind:7} {which:6} {field}: " + ", ".join(f"{v:.4g}" for v in vals))
+out, rounds, hz = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+servers = ("plain", "token", "secure")
+label = {"plain": "plain", "token": "token only", "secure": "TLS + token"}
+def run(kind, which, r):
+    with open(f"{out}/{kind}-{which}-{r}.json") as f:
+        op = json.load(f)["run"]["ops"]["lookup"]
+    with open(f"{out}/{kind}-{which}-{r}.cpu") as f:
+        cpu_s = int(f.read()) / hz
+    op["server_cpu_s_per_mkey"] = cpu_s / (op["keys"] / 1e6) if op["keys"] else float("nan")
+    return op
+rows = {(k, w): [run(k, w, r) for r in range(1, rounds + 1)]
+        for k in ("batched", "single") for w in servers}
+def med(kind, which, get):
+    return statistics.median(get(op) for op in rows[(kind, which)])
+kps = lambda op: op["keys_per_s"]
+p50 = lambda op: op["latency_us"]["p50"]
+p99 = lambda op: op["latency_us"]["p99"]
+cpu = lambda op: op["server_cpu_s_per_mkey"]
+print(f"medians of {rounds} rounds; ratios against plain")
+print("batched lookups (1000 keys/request, 2 connections x 8 in flight):")
+for w in servers:
+    print(f"  {label[w]:12} {med('batched', w, kps)/1e6:6.2f} M keys/s"
+          f" (ratio {med('batched', w, kps)/med('batched', 'plain', kps):.3f}),"
+          f" server CPU {med('batched', w, cpu):.3f} s per M keys"
+          f" (ratio {med('batched', w, cpu)/med('batched', 'plain', cpu):.3f})")
+print("single-key lookups (1 key/request, 1 in flight):")
+for w in servers:
+    print(f"  {label[w]:12} p50 {med('single', w, p50):7.1f} us"
+          f" (ratio {med('single', w, p50)/med('single', 'plain', p50):.3f}),"
+          f" p99 {med('single', w, p99):7.1f} us,"
+          f" server CPU {med('single', w, cpu):.1f} s per M keys")
+print("targets: batched TLS + token >= 0.85 x plain; single-key p50 TLS + token <= 1.2 x plain")
+for k in ("batched", "single"):
+    for w in servers:
+        vals = [kps(op) / 1e6 if k == "batched" else p50(op) for op in rows[(k, w)]]
+        unit = "M keys/s" if k == "batched" else "p50 us"
+        print(f"  {k:7} {label[w]:12} {unit}: " + ", ".join(f"{v:.3g}" for v in vals))
 PY
