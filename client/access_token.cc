@@ -48,12 +48,17 @@ absl::Status ValidateGrant(std::string_view grant) {
   const std::string_view kind = grant.substr(0, colon);
   bool ok = colon != std::string_view::npos && colon + 1 < grant.size() &&
             (kind == "read" || kind == "write" || kind == "admin");
-  // The access file splits fields at spaces and tabs.
-  for (char c : grant) ok &= c >= '!' && c <= '~';
+  // What the server's access file takes (server/access.cc): filter-name
+  // characters and the wildcards.
+  for (char c : grant.substr(colon == std::string_view::npos ? grant.size() : colon + 1)) {
+    ok &= (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+          c == '_' || c == '-' || c == '*' || c == '?';
+  }
   if (ok) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrFormat(
       "grant \"%s\" must be KIND:PATTERN with KIND read, write or admin and PATTERN a filter "
-      "name glob (* any run of characters, ? one) of the characters ! to ~, e.g. read:billing.*",
+      "name glob (* any run of characters, ? one) of the characters A-Z a-z 0-9 . _ - * ?, e.g. "
+      "read:billing.*",
       absl::CEscape(absl::string_view(grant.data(), grant.size()))));
 }
 

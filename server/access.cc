@@ -270,7 +270,10 @@ const AccessEntry* AccessTable::FindToken(const std::array<uint8_t, 32>& sha256)
 
 const AccessEntry* AccessTable::FindCert(const std::vector<std::string_view>& common_names,
                                          const std::vector<std::string_view>& sans,
-                                         const std::vector<std::string_view>& subjects) const {
+                                         const std::vector<std::string_view>& subjects,
+                                         bool* ambiguous) const {
+  if (ambiguous != nullptr) *ambiguous = false;
+  const AccessEntry* found = nullptr;
   for (const AccessEntry& e : entries_) {
     if (e.kind != AccessEntry::Kind::kCert) continue;
     const std::vector<std::string_view>* values = nullptr;
@@ -287,9 +290,14 @@ const AccessEntry* AccessTable::FindCert(const std::vector<std::string_view>& co
       case AccessEntry::Selector::kNone:
         continue;
     }
-    if (std::find(values->begin(), values->end(), e.value) != values->end()) return &e;
+    if (std::find(values->begin(), values->end(), e.value) == values->end()) continue;
+    if (found != nullptr) {
+      if (ambiguous != nullptr) *ambiguous = true;
+      return nullptr;
+    }
+    found = &e;
   }
-  return nullptr;
+  return found;
 }
 
 }  // namespace cuckoo::server

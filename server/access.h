@@ -85,11 +85,14 @@ class AccessTable {
 
   // The entry of the token whose SHA-256 is `sha256`, or null.
   const AccessEntry* FindToken(const std::array<uint8_t, 32>& sha256) const;
-  // The first cert entry that matches the certificate's common name, one of
-  // its subject alternative names, or its subject; null if none does.
+  // The cert entry that matches the certificate's common name, one of its
+  // subject alternative names, or its subject; null if none does. When
+  // several entries match (say a cn: and a san: entry of one certificate),
+  // null and *ambiguous set: which grants apply would depend on line order.
   const AccessEntry* FindCert(const std::vector<std::string_view>& common_names,
                               const std::vector<std::string_view>& sans,
-                              const std::vector<std::string_view>& subjects) const;
+                              const std::vector<std::string_view>& subjects,
+                              bool* ambiguous = nullptr) const;
 
   const std::vector<AccessEntry>& entries() const { return entries_; }
   size_t tokens() const { return by_hash_.size(); }

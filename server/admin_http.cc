@@ -87,6 +87,10 @@ absl::StatusOr<std::shared_ptr<asio::ssl::context>> LoadTlsContext(const std::st
                            asio::ssl::context::no_tlsv1_1 | asio::ssl::context::single_dh_use,
                        ec);
   if (ec) return absl::InternalError(absl::StrCat("TLS options: ", ec.message()));
+  // An encrypted key is refused, never prompted for (OpenSSL's default
+  // callback reads the terminal and would block the admin thread).
+  SSL_CTX_set_default_passwd_cb(context->native_handle(),
+                                [](char*, int, int, void*) -> int { return 0; });
   if (context->use_certificate_chain(asio::buffer(*cert), ec); ec) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--tls-cert=%s: no certificate in it: %s", cert_file, ec.message()));

@@ -3,6 +3,7 @@
 #include <grpc/grpc_security_constants.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -52,6 +53,12 @@ std::string_view AuthFailureName(AuthFailure failure) {
       return "permission_denied";
   }
   return "?";
+}
+
+bool Caller::AdminOfSome() const {
+  if (entry_ == nullptr) return true;
+  return std::any_of(entry_->grants.begin(), entry_->grants.end(),
+                     [](const Grant& g) { return g.access == Access::kAdmin; });
 }
 
 std::string Caller::GrantsText() const {
@@ -110,6 +117,9 @@ absl::StatusOr<std::string> Authenticator::ReadFile(const std::string& path,
 }
 
 absl::Status Authenticator::Load(bool initial) {
+  // One load at a time: a SIGHUP's and the watcher's must not install an
+  // older read after a newer one (a revoked token back until the next).
+  MutexLock one_at_a_time(&load_mu_);
   std::string identity;
   absl::StatusOr<std::string> text = ReadFile(options_.path, &identity);
   absl::Status status = text.status();
@@ -204,8 +214,18 @@ absl::StatusOr<Caller> Authenticator::Authenticate(const grpc::ServerContextBase
         const std::vector<std::string_view> cns = values(GRPC_X509_CN_PROPERTY_NAME);
         const std::vector<std::string_view> sans = values(GRPC_X509_SAN_PROPERTY_NAME);
         const std::vector<std::string_view> subjects = values(GRPC_X509_SUBJECT_PROPERTY_NAME);
-        if (const AccessEntry* e = cache.table->FindCert(cns, sans, subjects); e != nullptr) {
+        bool ambiguous = false;
+        if (const AccessEntry* e = cache.table->FindCert(cns, sans, subjects, &ambiguous);
+            e != nullptr) {
           return Caller(cache.table, e);
+        }
+        if (ambiguous) {
+          return Unauthenticated(
+              failure, AuthFailure::kUnknownCertificate,
+              absl::StrFormat("the client certificate (subject \"%s\") matches several entries of "
+                              "the server's access file, so which grants apply is ambiguous; send "
+                              "a token, or make the entries name different certificates",
+                              subjects.empty() ? std::string_view("?") : subjects.front()));
         }
         return Unauthenticated(
             failure, AuthFailure::kUnknownCertificate,

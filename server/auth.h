@@ -71,6 +71,8 @@ class Caller {
     return entry_ == nullptr || entry_->Allows(access, filter);
   }
   bool AdminOfAll() const { return entry_ == nullptr || entry_->AdminOfAll(); }
+  // Whether some grant is admin (on any pattern).
+  bool AdminOfSome() const;
   // "read:billing.* write:cart.*", for messages.
   std::string GrantsText() const;
 
@@ -113,6 +115,7 @@ class Authenticator {
   static absl::StatusOr<std::string> ReadFile(const std::string& path, std::string* identity);
 
   const Options options_;
+  Mutex load_mu_;  // Held through a whole Load.
   mutable Mutex mu_;
   std::shared_ptr<const AccessTable> table_ ABSL_GUARDED_BY(mu_);
   // A process-wide unique id of table_, for the per-thread caches.

@@ -481,6 +481,16 @@ absl::Status ValidateConfig(const ServerConfig& c) {
           "--peer-ca is used only with TLS: set --tls-cert and --tls-key too");
     }
   }
+  if (!c.peer_token_file.empty() && !c.tls_cert.empty() && c.peer_ca.empty() &&
+      c.tls_client_ca.empty()) {
+    // Peers' addresses come from the cluster's NATS records: checked against
+    // the system's public roots, any host with a public certificate that got
+    // its address there would receive the token.
+    return absl::InvalidArgumentError(
+        "--peer-token-file with TLS needs --peer-ca (or --tls-client-ca): the peers' "
+        "certificates must come from a private CA, so that the token goes only to a replica of "
+        "this cluster");
+  }
   if (c.tls_reload_interval < absl::Seconds(1) || c.tls_reload_interval > absl::Hours(24)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--tls-reload-interval=%s must be between 1s and 24h",

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -181,6 +182,27 @@ absl::StatusOr<Caller> FilterServiceImpl::Authenticate(RpcMethod method,
   absl::StatusOr<Caller> caller = auth_->Authenticate(*ctx, &why);
   if (!caller.ok()) {
     if (metrics_ != nullptr) metrics_->RecordAuthFailure(method, why);
+    uint64_t suppressed = 0;
+    {
+      MutexLock lock(&audit_mu_);
+      const int64_t second = absl::ToUnixSeconds(absl::Now());
+      if (second != audit_second_) {
+        suppressed = std::exchange(audit_suppressed_, 0);
+        audit_second_ = second;
+        audit_lines_ = 0;
+      }
+      if (++audit_lines_ > kUnauthenticatedAuditsPerSecond) {
+        ++audit_suppressed_;
+        return caller;
+      }
+    }
+    if (suppressed > 0) {
+      const std::string detail = absl::StrFormat(
+          "%u more calls refused as UNAUTHENTICATED in an earlier second were not logged one by "
+          "one (at most %d a second; cuckood_auth_failures_total counts every one)",
+          suppressed, kUnauthenticatedAuditsPerSecond);
+      Audit({.caller = "-", .method = "-", .outcome = "UNAUTHENTICATED", .detail = detail});
+    }
     const std::string peer = ctx->peer();
     Audit({.caller = "-",
            .method = RpcMethodName(method),
@@ -194,10 +216,21 @@ absl::StatusOr<Caller> FilterServiceImpl::Authenticate(RpcMethod method,
 absl::Status FilterServiceImpl::Authorize(const Caller& caller, RpcMethod method,
                                           std::string_view filter,
                                           const grpc::CallbackServerContext* ctx) const {
-  if (auth_ == nullptr || caller.anyone()) return absl::OkStatus();
+  if (auth_ == nullptr) return absl::OkStatus();
+  // With authentication on every call has a caller (Accept, Authenticate):
+  // one without is a path that skipped them, refused rather than let in.
+  if (caller.anyone()) {
+    return absl::UnauthenticatedError(absl::StrFormat(
+        "%s: no authenticated caller (a bug in cuckood: please report it)", RpcMethodName(method)));
+  }
   const std::optional<Access> need = RequiredAccess(method);
   if (!need.has_value()) return absl::OkStatus();
-  const bool whole_server = filter.empty();
+  // Only a Snapshot may name no filter (then it means every filter).
+  const bool whole_server = filter.empty() && method == RpcMethod::kSnapshot;
+  if (filter.empty() && !whole_server) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: the request names no filter", RpcMethodName(method)));
+  }
   if (whole_server ? caller.AdminOfAll() : caller.Allows(*need, filter)) return absl::OkStatus();
   if (metrics_ != nullptr) metrics_->RecordAuthFailure(method, AuthFailure::kPermissionDenied);
   const std::string message =

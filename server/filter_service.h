@@ -37,6 +37,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "boost/asio/thread_pool.hpp"
+#include "core/mutex.h"
 #include "core/registry.h"
 #include "cuckoo/v1/filter_service.grpc.pb.h"
 #include "server/auth.h"
@@ -252,6 +253,15 @@ class FilterServiceImpl final : public FilterServiceBase {
   const absl::Duration snapshot_interval_;
   Cluster* const cluster_;
   const Authenticator* auth_ = nullptr;
+  // The audit lines of calls refused for their credentials, at most
+  // kUnauthenticatedAuditsPerSecond a second: anyone who reaches the port
+  // can make such calls, and must not be able to flood the log. The rest
+  // are counted and summed up in one line (and in the metrics).
+  static constexpr int kUnauthenticatedAuditsPerSecond = 50;
+  mutable Mutex audit_mu_;
+  mutable int64_t audit_second_ ABSL_GUARDED_BY(audit_mu_) = 0;
+  mutable int audit_lines_ ABSL_GUARDED_BY(audit_mu_) = 0;
+  mutable uint64_t audit_suppressed_ ABSL_GUARDED_BY(audit_mu_) = 0;
   RequestWindow window_;
   std::atomic<bool> accepting_{true};
   std::atomic<bool> abort_{false};

@@ -80,6 +80,7 @@ struct AuditedCall {
   }
   Caller caller;
   std::string peer;
+  std::string filter;  // ImportFilter: the name its first chunk gave
 };
 
 // What a chunk costs beyond its data: the first chunk's metadata (a
@@ -316,6 +317,24 @@ class FilterServiceImpl::ImportReactor final
     absl::StatusOr<Caller> caller = service_->Authenticate(RpcMethod::kImportFilter, ctx_);
     if (!caller.ok()) return End(caller.status());
     caller_ = *std::move(caller);
+    // The filter's name comes with the first chunk; a caller that may not
+    // import anything must not hold one of the few import slots until then.
+    if (service_->auth_ != nullptr && !caller_.AdminOfSome()) {
+      if (service_->metrics_ != nullptr) {
+        service_->metrics_->RecordAuthFailure(RpcMethod::kImportFilter,
+                                              AuthFailure::kPermissionDenied);
+      }
+      const std::string peer = ctx_->peer();
+      Audit({.caller = caller_.name(),
+             .method = "ImportFilter",
+             .peer = peer,
+             .outcome = "PERMISSION_DENIED",
+             .detail = "admin"});
+      return End(absl::PermissionDeniedError(absl::StrFormat(
+          "\"%s\" may not call ImportFilter: that needs the admin grant on the new filter (its "
+          "grants: %s)",
+          caller_.name(), caller_.GrantsText())));
+    }
     if (service_->cluster_ != nullptr) {
       // A replica's state changes only through the cluster's log.
       return End(absl::FailedPreconditionError(
@@ -373,7 +392,10 @@ class FilterServiceImpl::ImportReactor final
           !a.ok()) {
         return a;
       }
-      if (service_->auth_ != nullptr) audit_.emplace(caller_, ctx_->peer());
+      if (service_->auth_ != nullptr) {
+        audit_.emplace(caller_, ctx_->peer());
+        audit_->filter = chunk_.name();
+      }
       // Early, so that a taken name is refused before the upload. (It is
       // checked again, and claimed, once the snapshot has arrived.)
       if (service_->registry_->Get(chunk_.name()).ok()) {
@@ -497,7 +519,7 @@ class FilterServiceImpl::ImportReactor final
     if (std::exchange(holds_slot_, false)) {
       service_->imports_.fetch_sub(1, std::memory_order_acq_rel);
     }
-    if (audit_.has_value()) audit_->Log(RpcMethod::kImportFilter, name_, status);
+    if (audit_.has_value()) audit_->Log(RpcMethod::kImportFilter, audit_->filter, status);
     if (service_->metrics_ != nullptr) {
       service_->metrics_->RecordRpc(RpcMethod::kImportFilter,
                                     static_cast<grpc::StatusCode>(status.code()),

@@ -324,6 +324,11 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
           certificate->subject);
     }
   }
+  if (!config.peer_token_file.empty() && config.tls_cert.empty()) {
+    spdlog::warn(
+        "--peer-token-file without TLS: the peer token (admin of every filter) is sent "
+        "in plaintext to whatever address the cluster's records name");
+  }
   if (s->auth_ != nullptr) {
     spdlog::info(
         "authentication on: every call but grpc.health.v1 needs a token or certificate "

@@ -43,6 +43,10 @@ std::string OpenSslError() {
   return buf;
 }
 
+// An encrypted key is refused, never prompted for: OpenSSL's default asks
+// on the terminal, which would hang a server (or its watcher thread).
+int NoPassphrase(char*, int, int, void*) { return 0; }
+
 struct BioFree {
   void operator()(BIO* b) const { BIO_free(b); }
 };
@@ -97,7 +101,7 @@ absl::StatusOr<TlsFiles> ReadTlsFiles(const ServerConfig& config) {
                         config.tls_cert));
   }
   BioPtr key_bio(BIO_new_mem_buf(key->data(), static_cast<int>(key->size())));
-  PkeyPtr pkey(PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr));
+  PkeyPtr pkey(PEM_read_bio_PrivateKey(key_bio.get(), nullptr, NoPassphrase, nullptr));
   if (pkey == nullptr) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--tls-key=%s holds no unencrypted PEM private key: %s", config.tls_key, OpenSslError()));

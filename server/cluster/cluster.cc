@@ -1109,8 +1109,16 @@ ClusterStatus Cluster::Status() const {
   if (impl_->nc != nullptr) {
     st.nats_status = ConnStatusName(natsConnection_Status(impl_->nc));
     char url[256] = {0};
-    if (natsConnection_GetConnectedUrl(impl_->nc, url, sizeof(url)) == NATS_OK)
-      st.nats_server = url;
+    if (natsConnection_GetConnectedUrl(impl_->nc, url, sizeof(url)) == NATS_OK) {
+      // Without any user:password@ it may hold: GetServerInfo shows it to
+      // every caller.
+      std::string shown = url;
+      const size_t scheme = shown.find("://");
+      const size_t at = shown.find('@', scheme == std::string::npos ? 0 : scheme + 3);
+      if (scheme != std::string::npos && at != std::string::npos)
+        shown.erase(scheme + 3, at - scheme - 2);
+      st.nats_server = shown;
+    }
   } else {
     st.nats_status = "closed";
   }

@@ -51,6 +51,7 @@ absl::StatusOr<PeerCopy> CopyFromPeer(const std::string& address, const std::str
       args));
   PeerCopy copy;
   copy.address = address;
+  uint64_t server_filters = 0;  // GetServerInfo's count
 
   {
     grpc::ClientContext ctx;
@@ -75,6 +76,7 @@ absl::StatusOr<PeerCopy> CopyFromPeer(const std::string& address, const std::str
       return absl::FailedPreconditionError(
           absl::StrFormat("peer %s has applied nothing yet", address));
     }
+    server_filters = info.filters();
   }
 
   v1::ListFiltersResponse list;
@@ -85,6 +87,16 @@ absl::StatusOr<PeerCopy> CopyFromPeer(const std::string& address, const std::str
     if (grpc::Status s = stub->ListFilters(&ctx, v1::ListFiltersRequest(), &list); !s.ok()) {
       return PeerError(address, "ListFilters", s);
     }
+  }
+  // With an access file the peer lists only what this replica's token or
+  // certificate may read: a partial list would pass for the whole and leave
+  // this replica without the other filters. (A filter dropped between the
+  // two calls also fails it; the bootstrap then tries again.)
+  if (static_cast<uint64_t>(list.filters_size()) < server_filters) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "peer %s listed %d of its %u filters: the peer token (--peer-token-file) or this "
+        "replica's certificate must have admin:* in the peer's access file",
+        address, list.filters_size(), server_filters));
   }
   copy.listed_at = list.log_position();
   copy.resume_from = copy.listed_at + 1;

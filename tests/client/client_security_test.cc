@@ -330,6 +330,9 @@ TEST(AccessTokenTest, BadNamesGrantsAndTokensAreRefusedNamingTheValue) {
       {"n", "t", {"read:"}, "grant \"read:\""},
       {"n", "t", {"delete:x"}, "grant \"delete:x\""},
       {"n", "t", {"read:*", "write:a b"}, "grant \"write:a b\""},
+      // What the server's access file would refuse.
+      {"n", "t", {"read:a/b"}, "grant \"read:a/b\""},
+      {"n", "t", {"read:x:y"}, "grant \"read:x:y\""},
       {"n", "t k", {"read:*"}, "character 0x20"},
   };
   for (const Case& c : cases) {

@@ -229,6 +229,13 @@ TEST(ConfigTest, TlsSettingsThatNeedEachOtherAreRejectedNamingTheFlags) {
        "--tls-reload-interval=500ms must be between 1s and 24h"},
       {[](ServerConfig& c) { c.auth_reload_interval = absl::Milliseconds(10); },
        "--auth-reload-interval=10ms must be between 100ms and 24h"},
+      // A peer token must not go to any host with a public certificate.
+      {[](ServerConfig& c) {
+         c.tls_cert = "server.crt";
+         c.tls_key = "server.key";
+         c.peer_token_file = "peer-token";
+       },
+       "--peer-token-file with TLS needs --peer-ca (or --tls-client-ca)"},
   };
   for (const Case& k : cases) {
     ServerConfig c;
