@@ -95,11 +95,14 @@ class Monitor:
 
     def check_health(self):
         """As an orchestrator's probe would: a failure on the kept connection
-        (gRPC closes some connections when over its memory quota) is retried
-        once on a new one, and only then counted."""
+        (gRPC closes some connections when over its memory quota, with a
+        GOAWAY even to a new one while the quota stays full) is retried on a
+        new connection, 0.1 s apart, and counted only when three attempts in a
+        row fail (Kubernetes' default failureThreshold is 3, on a 10 s
+        period)."""
         while not self.stopped.is_set():
             failure = None
-            for attempt in range(2):
+            for attempt in range(3):
                 try:
                     r = self.health.Check(health_pb2.HealthCheckRequest(), timeout=2)
                     failure = (None if r.status == health_pb2.HealthCheckResponse.SERVING
@@ -108,7 +111,8 @@ class Monitor:
                     failure = f"{e.code().name}: {e.details()}"
                 if failure is None:
                     break
-                if attempt == 0:
+                if attempt < 2:
+                    time.sleep(0.1)
                     self.channel.close()
                     self.channel = grpc.insecure_channel(self.target)
                     self.health = health_pb2_grpc.HealthStub(self.channel)
