@@ -37,6 +37,13 @@ absl::Status Unauthenticated(AuthFailure* failure, AuthFailure why, absl::string
   return absl::UnauthenticatedError(message);
 }
 
+// What tells one version of the file from the next: its device, inode (a
+// Kubernetes Secret update swaps a symlink), size and modification time.
+std::string Identity(const struct stat& st) {
+  return absl::StrCat(st.st_dev, "/", st.st_ino, "/", st.st_size, "/", st.st_mtim.tv_sec, ".",
+                      st.st_mtim.tv_nsec);
+}
+
 }  // namespace
 
 std::string_view AuthFailureName(AuthFailure failure) {
@@ -104,8 +111,7 @@ absl::StatusOr<std::string> Authenticator::ReadFile(const std::string& path,
     return absl::InvalidArgumentError(absl::StrFormat(
         "the access file --auth-tokens=%s is %d bytes; at most 64 MiB", path, st.st_size));
   }
-  *identity = absl::StrCat(st.st_dev, "/", st.st_ino, "/", st.st_size, "/", st.st_mtim.tv_sec, ".",
-                           st.st_mtim.tv_nsec);
+  *identity = Identity(st);
   std::ifstream in(path, std::ios::binary);
   std::stringstream text;
   if (!in || !(text << in.rdbuf())) {
@@ -163,11 +169,7 @@ void Authenticator::Watch() {
     watch_mu_.WaitFor(&watch_cv_, absl::ToChronoNanoseconds(options_.reload_interval));
     if (stopping_) break;
     struct stat st {};
-    std::string identity;
-    if (::stat(options_.path.c_str(), &st) == 0) {
-      identity = absl::StrCat(st.st_dev, "/", st.st_ino, "/", st.st_size, "/", st.st_mtim.tv_sec,
-                              ".", st.st_mtim.tv_nsec);
-    }
+    const std::string identity = ::stat(options_.path.c_str(), &st) == 0 ? Identity(st) : "";
     bool changed;
     {
       MutexLock table_lock(&mu_);
