@@ -33,8 +33,10 @@
 #ifndef CUCKOO_CORE_CUCKOO_FILTER_H_
 #define CUCKOO_CORE_CUCKOO_FILTER_H_
 
+#include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string_view>
 #include <type_traits>
@@ -51,6 +53,17 @@
 
 namespace cuckoo {
 
+// One generation of a growing filter (index g: every shard's g-th table).
+struct GenerationStats {
+  uint32_t fingerprint_bits = 0;
+  uint32_t shards = 0;        // Shards that have grown this far.
+  uint64_t slots = 0;         // In those shards' g-th tables.
+  uint64_t items = 0;         // Fingerprints in them.
+  uint64_t memory_bytes = 0;  // Their tables' bytes.
+  // The generation's share of the rate: its rate when full (load 1).
+  double false_positive_bound = 0;
+};
+
 // A point-in-time view of a filter's occupancy and cost.
 struct FilterStats {
   uint64_t items = 0;         // Fingerprints stored (inserts - deletes).
@@ -64,6 +77,19 @@ struct FilterStats {
   double expected_false_positive_rate = 0;
   // The same with `capacity` items stored.
   double expected_false_positive_rate_at_capacity = 0;
+  // Growing filters (FilterShape::growing()); a fixed filter has one
+  // generation. Sum of the existing generations' false_positive_bound: no
+  // lookup's false-positive rate can exceed it, at any load; <= the shape's
+  // false_positive_rate for a growing filter.
+  double false_positive_bound = 0;
+  // Keys the filter is planned to hold once every shard has every
+  // generation its schedule allows (GenerationSchedule): capacity for a
+  // fixed filter.
+  uint64_t reachable_capacity = 0;
+  // Generations of the schedule (the most a shard may have).
+  uint32_t max_generations = 1;
+  // One entry per generation that at least one shard has, oldest first.
+  std::vector<GenerationStats> generations;
 };
 
 // Asked between the parts of a long write batch (from the batch's thread)
@@ -207,6 +233,29 @@ class CuckooFilter {
   uint64_t items() const;
   uint64_t memory_bytes() const { return memory_bytes_; }
 
+  // --- Growth (FilterShape::growing(), docs/GROWTH.md) ---
+  //
+  // A shard of a growing filter holds up to GenerationSchedule(shape()).size()
+  // tables. Inserts go to the newest; when its kick chain fails (the table
+  // is full, never because one key has 2b copies), the shard adds the next
+  // generation (no lock but its own is taken) and the keys that did not fit
+  // go there. kFull only once the shard has every generation of the
+  // schedule. Lookups and counts check every generation; a delete removes one
+  // copy from the newest generation that holds the key's fingerprint
+  // (newest first: their fingerprints are the longest, so a match there is
+  // the least likely to be another key's). Growth is deterministic: the
+  // same writes on the same state grow the same way (replay, replicas).
+
+  // Called with the bytes of each table a shard adds, from the inserting
+  // thread while it holds that shard's lock (keep it short: the registry
+  // charges the bytes to its memory budget). Set it before the filter is
+  // shared with other threads.
+  void set_growth_listener(std::function<void(uint64_t bytes)> listener) {
+    growth_listener_ = std::move(listener);
+  }
+  // Tables shard `i` has now (1 for a fixed filter).
+  uint32_t ShardGenerations(uint32_t i) const;
+
   // Successful inserts plus successful deletes since the filter was created
   // or loaded: a clock of changes, for "has this changed since its snapshot?"
   // (the server's persistence keeps the value each snapshot holds).
@@ -245,6 +294,34 @@ class CuckooFilter {
   // For a filter being loaded: the first bucket of shard `i` that its table
   // kind can never hold, or -1 (see CuckooTable::FirstInvalidBucket).
   int64_t FirstInvalidBucketForLoad(uint32_t i);
+
+  // Generations, for snapshots of growing filters. The calls above see
+  // generation 0 only; these see every generation.
+  struct GenerationView {
+    uint32_t fingerprint_bits = 0;
+    uint64_t buckets = 0;
+    absl::Span<const uint8_t> bytes;  // The packed slots.
+    uint64_t items = 0;
+    uint64_t rng_state = 0;
+  };
+  // Runs fn(generations, counters) holding shard `i`'s shared lock (as
+  // ReadShard): generations[g] is the shard's g-th table; counters.items is
+  // their sum.
+  void ReadShardGenerations(
+      uint32_t i,
+      absl::FunctionRef<void(absl::Span<const GenerationView>, const ShardState&)> fn) const;
+  // For a filter being loaded: gives shard `i` generations 1 .. count - 1 of
+  // the schedule (empty). INVALID_ARGUMENT when count is 0 or more than the
+  // schedule has, or the shard has more already; RESOURCE_EXHAUSTED when
+  // the memory cannot be had. Calls the growth listener.
+  absl::Status GrowShardForLoad(uint32_t i, uint32_t count);
+  // For a filter being loaded: generation `g` of shard `i` (g <
+  // ShardGenerations(i)): its bytes to fill in, its counters, and the first
+  // bucket its table kind can never hold, or -1. RestoreShardForLoad sets
+  // generation 0's counters and the shard's position.
+  absl::Span<uint8_t> MutableGenerationBytesForLoad(uint32_t i, uint32_t g);
+  void RestoreGenerationForLoad(uint32_t i, uint32_t g, uint64_t items, uint64_t rng_state);
+  int64_t FirstInvalidGenerationBucketForLoad(uint32_t i, uint32_t g);
 
  private:
   // One table, its lock, and a sequence counter that lets lookups skip the

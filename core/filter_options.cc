@@ -81,9 +81,10 @@ const char* TableKindName(TableKind kind) {
 std::string FilterShape::DebugString() const {
   return absl::StrFormat(
       "hash_id=%u seed=%#x capacity=%u fingerprint_bits=%u bucket_size=%u shards=%u "
-      "buckets_per_shard=%u max_kicks=%u table_kind=%s",
+      "buckets_per_shard=%u max_kicks=%u table_kind=%s growth_factor=%u max_capacity=%u "
+      "false_positive_rate=%g",
       hash_id, seed, capacity, fingerprint_bits, bucket_size, shards, buckets_per_shard, max_kicks,
-      TableKindName(table_kind));
+      TableKindName(table_kind), growth_factor, max_capacity, false_positive_rate);
 }
 
 namespace {
@@ -100,6 +101,59 @@ absl::Status CheckSemiSort(uint32_t bucket_size, uint32_t fingerprint_bits) {
   }
   return absl::OkStatus();
 }
+}  // namespace
+
+namespace {
+
+// Whether f-bit fingerprints, `shard_bits` shard bits and the bucket index of
+// `buckets` buckets fit in a 64-bit hash without sharing bits (hash.h).
+bool HashBitsFit(uint32_t f, uint32_t shard_bits, uint64_t buckets) {
+  return f + shard_bits <= 64 &&
+         64 - f - shard_bits >= static_cast<uint32_t>(std::bit_width(buckets)) + kMinSpareBucketHashBits;
+}
+
+// The smallest fingerprint size from `at_least` up whose bound at full load
+// is at most `rate`; 0 when none up to kMaxFingerprintBits is.
+uint32_t FingerprintBitsForBound(double rate, uint32_t b, uint32_t at_least) {
+  for (uint32_t f = at_least; f <= kMaxFingerprintBits; ++f) {
+    if (ExpectedFalsePositiveRate(f, b, 1.0) <= rate) return f;
+  }
+  return 0;
+}
+
+absl::Status ValidateGrowth(const FilterShape& s) {
+  if (!s.growing()) {
+    if (s.max_capacity != 0 || s.false_positive_rate != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "max_capacity=%u and false_positive_rate=%g are for growing filters only "
+          "(growth_factor=0)",
+          s.max_capacity, s.false_positive_rate));
+    }
+    return absl::OkStatus();
+  }
+  if (s.growth_factor < 2 || s.growth_factor > kMaxGrowthFactor) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "growth_factor=%u must be 0 (fixed size) or 2 to %u", s.growth_factor, kMaxGrowthFactor));
+  }
+  if (!(s.false_positive_rate > 0 && s.false_positive_rate < 1)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a growing filter's false_positive_rate=%g must be in (0, 1)", s.false_positive_rate));
+  }
+  if (s.max_capacity != 0 && (s.max_capacity <= s.capacity || s.max_capacity > kMaxCapacity)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_capacity=%u must be more than capacity=%u and at most %u",
+                        s.max_capacity, s.capacity, kMaxCapacity));
+  }
+  if (ExpectedFalsePositiveRate(s.fingerprint_bits, s.bucket_size, 1.0) >=
+      s.false_positive_rate) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a growing filter's first fingerprints (%u bits) leave nothing of "
+        "false_positive_rate=%g for its later generations",
+        s.fingerprint_bits, s.false_positive_rate));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateShape(const FilterShape& s) {
@@ -142,13 +196,66 @@ absl::Status ValidateShape(const FilterShape& s) {
   }
   uint32_t bucket_hash_bits = 64 - s.fingerprint_bits - s.shard_bits;
   uint32_t needed = std::bit_width(s.buckets_per_shard) + kMinSpareBucketHashBits;
-  if (bucket_hash_bits < needed) {
+  if (!HashBitsFit(s.fingerprint_bits, s.shard_bits, s.buckets_per_shard)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "fingerprint_bits=%u with %u shards leaves %u hash bits to pick one of %u buckets per "
         "shard; %u are needed for an even spread: use fewer fingerprint bits or a smaller capacity",
         s.fingerprint_bits, s.shards, bucket_hash_bits, s.buckets_per_shard, needed));
   }
-  return absl::OkStatus();
+  return ValidateGrowth(s);
+}
+
+std::vector<GenerationShape> GenerationSchedule(const FilterShape& s) {
+  std::vector<GenerationShape> out;
+  const uint32_t b = s.bucket_size;
+  out.push_back({.fingerprint_bits = s.fingerprint_bits,
+                 .buckets_per_shard = s.buckets_per_shard,
+                 .planned_items = s.capacity,
+                 .false_positive_bound = ExpectedFalsePositiveRate(s.fingerprint_bits, b, 1.0)});
+  if (!s.growing()) return out;
+  const uint64_t ceiling = s.max_capacity != 0 ? s.max_capacity : kMaxCapacity;
+  const uint32_t min_f = s.semi_sorted() ? 5 : kMinFingerprintBits;
+  double left = s.false_positive_rate - out[0].false_positive_bound;
+  uint64_t planned = s.capacity;
+  while (out.size() < kMaxGenerations && planned < ceiling) {
+    const GenerationShape& prev = out.back();
+    const uint32_t f = FingerprintBitsForBound(kGenerationRateShare * left, b,
+                                               std::max(prev.fingerprint_bits, min_f));
+    if (f == 0) break;
+    if (prev.buckets_per_shard > kMaxCapacity / s.growth_factor) break;
+    uint64_t buckets = prev.buckets_per_shard * s.growth_factor;
+    const double slots = static_cast<double>(buckets) * b;
+    uint64_t items = static_cast<uint64_t>(
+                         std::floor(slots * PlannedLoadFactor(b, f, slots * BaseLoad(b, f)))) *
+                     s.shards;
+    if (items >= ceiling - planned) {
+      // The last generation: cut to what reaches the ceiling.
+      items = ceiling - planned;
+      const double per_shard = static_cast<double>(items) / s.shards;
+      const double load = PlannedLoadFactor(b, f, per_shard);
+      buckets = std::min(buckets, std::max<uint64_t>(
+                                      1, static_cast<uint64_t>(std::ceil(per_shard / (b * load)))));
+    }
+    if (!HashBitsFit(f, s.shard_bits, buckets)) break;
+    GenerationShape g{.fingerprint_bits = f,
+                      .buckets_per_shard = buckets,
+                      .planned_items = items,
+                      .false_positive_bound = ExpectedFalsePositiveRate(f, b, 1.0)};
+    left -= g.false_positive_bound;
+    planned += items;
+    out.push_back(g);
+  }
+  return out;
+}
+
+FilterShape GenerationTableShape(const FilterShape& shape, const GenerationShape& generation) {
+  FilterShape t = shape;
+  t.fingerprint_bits = generation.fingerprint_bits;
+  t.buckets_per_shard = generation.buckets_per_shard;
+  t.growth_factor = 0;
+  t.max_capacity = 0;
+  t.false_positive_rate = 0;
+  return t;
 }
 
 absl::StatusOr<FilterShape> ComputeShape(const FilterOptions& o) {
@@ -169,7 +276,30 @@ absl::StatusOr<FilterShape> ComputeShape(const FilterOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrFormat("bucket_size=%u must be 2, 4 or 8", s.bucket_size));
   }
-  if (o.fingerprint_bits != 0) {
+  if (o.growth_factor != 0) {
+    if (o.fingerprint_bits != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "fingerprint_bits=%u cannot be given with growth_factor=%u: a growing filter's "
+          "fingerprint sizes come from its false_positive_rate",
+          o.fingerprint_bits, o.growth_factor));
+    }
+    s.growth_factor = o.growth_factor;
+    s.max_capacity = o.max_capacity;
+    s.false_positive_rate =
+        o.false_positive_rate != 0 ? o.false_positive_rate : kDefaultFalsePositiveRate;
+    s.fingerprint_bits = FingerprintBitsForBound(kGenerationRateShare * s.false_positive_rate,
+                                                 s.bucket_size, kMinFingerprintBits);
+    if (s.fingerprint_bits == 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "false_positive_rate=%g is too low for a growing filter: its first generation would "
+          "need more than %u fingerprint bits",
+          s.false_positive_rate, kMaxFingerprintBits));
+    }
+  } else if (o.max_capacity != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "max_capacity=%u needs growth_factor (2 to %u): a fixed filter's capacity is its maximum",
+        o.max_capacity, kMaxGrowthFactor));
+  } else if (o.fingerprint_bits != 0) {
     s.fingerprint_bits = o.fingerprint_bits;
   } else {
     double eps = o.false_positive_rate != 0 ? o.false_positive_rate : kDefaultFalsePositiveRate;
@@ -183,6 +313,9 @@ absl::StatusOr<FilterShape> ComputeShape(const FilterOptions& o) {
     s.fingerprint_bits = FingerprintBitsForRate(eps, s.bucket_size);
   }
   // An explicit semi_sort that cannot be encoded fails in ValidateShape below.
+  if (s.growing() && s.bucket_size == 4 && s.fingerprint_bits < 5 && o.semi_sort.value_or(false)) {
+    s.fingerprint_bits = 5;  // Semi-sorting needs 5; a longer one only lowers the rate.
+  }
   const bool automatic = o.fingerprint_bits == 0 && s.bucket_size == 4 && s.fingerprint_bits >= 5 &&
                          s.fingerprint_bits <= kMaxAutoSemiSortFingerprintBits;
   if (o.semi_sort.value_or(automatic)) s.table_kind = TableKind::kSemiSorted;
@@ -198,6 +331,19 @@ absl::StatusOr<FilterShape> ComputeShape(const FilterOptions& o) {
         std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(per_shard / (s.bucket_size * load))));
   }
   if (absl::Status st = ValidateShape(s); !st.ok()) return st;
+  if (s.growing() && s.max_capacity != 0) {
+    uint64_t reach = 0;
+    std::vector<GenerationShape> generations = GenerationSchedule(s);
+    for (const GenerationShape& g : generations) reach += g.planned_items;
+    if (reach < s.max_capacity) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "max_capacity=%u is out of reach: with growth_factor=%u, false_positive_rate=%g and "
+          "%u shards the filter can grow to %u keys in %u generations (fingerprint sizes, hash "
+          "bits); raise the rate, the capacity or the growth factor, or lower max_capacity",
+          s.max_capacity, s.growth_factor, s.false_positive_rate, s.shards, reach,
+          generations.size()));
+    }
+  }
   return s;
 }
 

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -77,7 +78,29 @@ struct FilterOptions {
   // the filter then has the rate's f at one bit less per slot. An explicit
   // fingerprint_bits keeps the packed table unless semi_sort is true.
   std::optional<bool> semi_sort;
+  // Growth (docs/GROWTH.md). 0: a fixed-size filter (inserts past its
+  // capacity end in kFull). 2 to kMaxGrowthFactor: when a shard's newest
+  // table cannot take a key (its kick chain fails), the shard adds a table
+  // growth_factor times larger, with fingerprints long enough that the sum
+  // of all tables' false-positive bounds stays <= false_positive_rate at
+  // any size. A growing filter's fingerprint sizes come from the rate, so
+  // fingerprint_bits must be 0.
+  uint32_t growth_factor = 0;
+  // Growing filters only: keys the filter may grow to hold; 0: as many as
+  // the hash layout and kMaxCapacity allow. The last table is cut to size so
+  // that the filter reaches this and not much more. Must exceed capacity.
+  uint64_t max_capacity = 0;
 };
+
+inline constexpr uint32_t kMaxGrowthFactor = 8;
+// A shard has at most this many tables (generations).
+inline constexpr uint32_t kMaxGenerations = 32;
+// A new generation's fingerprints are the shortest whose false-positive bound
+// is at most this share of the rate budget the earlier generations left:
+// generation 0 gets a fifth of the rate, generation 1 a fifth of the rest,
+// and so on, so the sum never reaches the rate, while rounding leftovers go
+// to later generations (docs/GROWTH.md explains the choice).
+inline constexpr double kGenerationRateShare = 0.2;
 
 // Everything needed to rebuild a filter's tables bit for bit (with the items).
 struct FilterShape {
@@ -91,7 +114,15 @@ struct FilterShape {
   uint64_t buckets_per_shard = 0;
   uint32_t max_kicks = 0;
   TableKind table_kind = TableKind::kPacked;
+  // Growth (FilterOptions): 0 for a fixed filter, else the factor.
+  uint32_t growth_factor = 0;
+  // Growing filters: FilterOptions::max_capacity (0: no limit of its own).
+  uint64_t max_capacity = 0;
+  // Growing filters: the rate all generations share (given or the default);
+  // 0 for a fixed filter.
+  double false_positive_rate = 0;
 
+  bool growing() const { return growth_factor != 0; }
   bool semi_sorted() const { return table_kind == TableKind::kSemiSorted; }
   uint64_t total_slots() const { return buckets_per_shard * bucket_size * shards; }
   // Bits one bucket takes: b * f packed, 4 * f - 4 semi-sorted.
@@ -103,6 +134,32 @@ struct FilterShape {
   bool operator==(const FilterShape&) const = default;
   std::string DebugString() const;
 };
+
+// One table (generation) of a growing filter's shard. Generation 0 is the
+// shape's own (fingerprint_bits, buckets_per_shard).
+struct GenerationShape {
+  uint32_t fingerprint_bits = 0;
+  uint64_t buckets_per_shard = 0;
+  // Keys the generation is planned to hold, in all shards together.
+  uint64_t planned_items = 0;
+  // Its share of the false-positive rate: the rate of a lookup that checks
+  // it when it is full (ExpectedFalsePositiveRate at load 1).
+  double false_positive_bound = 0;
+  bool operator==(const GenerationShape&) const = default;
+};
+
+// Every generation a shard of `shape` may come to have, in order; the
+// generations' false_positive_bound sum to <= shape.false_positive_rate. One
+// (the shape's table) for a fixed filter. Deterministic in the shape: every
+// replica and every replay grows the same way. The schedule ends at the
+// first generation that would pass max_capacity (that one is cut to size),
+// kMaxCapacity, kMaxGenerations, 32-bit fingerprints, or the hash bits
+// (ValidateShape's rule for each generation).
+std::vector<GenerationShape> GenerationSchedule(const FilterShape& shape);
+
+// The shape of one generation of `shape` as a fixed filter's shape (for
+// building its table).
+FilterShape GenerationTableShape(const FilterShape& shape, const GenerationShape& generation);
 
 // The load factor the sizing plans for with b slots per bucket and f-bit
 // fingerprints, for a shard expecting `items_per_shard` items. Just under the
