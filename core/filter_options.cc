@@ -326,7 +326,10 @@ absl::StatusOr<FilterShape> ComputeShape(const FilterOptions& o) {
   if (s.fingerprint_bits >= kMinFingerprintBits && s.fingerprint_bits <= kMaxFingerprintBits &&
       s.shards > 0) {
     double per_shard = static_cast<double>(o.capacity) / s.shards;
-    double load = PlannedLoadFactor(s.bucket_size, s.fingerprint_bits, per_shard);
+    // A growing filter needs no margin for the spread of keys over shards
+    // and buckets: a shard that fills early grows.
+    double load = s.growing() ? BaseLoad(s.bucket_size, s.fingerprint_bits)
+                              : PlannedLoadFactor(s.bucket_size, s.fingerprint_bits, per_shard);
     s.buckets_per_shard =
         std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(per_shard / (s.bucket_size * load))));
   }
