@@ -14,15 +14,16 @@ namespace {
 
 // Default shard count: one shard per 64 Mi items (a table of ~100 MiB at
 // f=12), but, up to 16 shards so that writers to a large filter spread over
-// several locks, one per 256 Ki items (kItemsPerWriterShard). Fewer, larger
+// several locks, one per 1 Mi items (kItemsPerWriterShard). Fewer, larger
 // shards make batches cheaper (a 1024-key batch on a 1 GiB filter: 128
 // shards 33 M keys/s, 16 shards 40 M, 1 shard 47 M), since each shard in a
 // batch costs a lock round trip and a pipeline restart. They are also
 // smaller: keys spread over S shards binomially, and the sizing plans for
 // the fullest shard (ComputeShape), so splitting n keys costs a margin of
-// 3 * sqrt((S - 1) / n) of the table. 256 Ki keys per shard keep it at most
-// 3 / 512 = 0.6% (16 shards from 4 Mi keys on; 16 shards at 10^6 keys cost
-// 1.2% and broke the f / 0.95 bits-per-key bound, docs/CORE_DESIGN.md).
+// 3 * sqrt((S - 1) / n) of the table. 1 Mi keys per shard keep it at most
+// 3 / 1024 = 0.3% (16 shards from 16 Mi keys on; 16 shards at 10^6 keys
+// cost 1.2% and broke the f / 0.95 bits-per-key bound; with 256 Ki keys per
+// shard, 0.6% still did for f = 9 to 10^6 keys: docs/CORE_DESIGN.md).
 constexpr uint64_t kItemsPerWriterShard = uint64_t{1} << 20;
 
 uint32_t DefaultShards(uint64_t capacity) {
@@ -43,8 +44,8 @@ double BaseLoad(uint32_t b, uint32_t f) {
   //   b=8: f=4 93%, 5 96%, 6 97%, 7 98%, 8 98.4%, 12 98.5%
   // b=4 with kDefaultMaxKicks = 2000, lowest first-failure load of one table
   // over 20 to 1000 seeds, 10^3 to 10^6 keys (docs/CORE_DESIGN.md, Sizing):
-  //   f=7 95.5%, f=8 96.7%, f=9 to 13 97.0% from 10^4 keys on (96.0% at
-  //   10^3 and 3*10^3 keys, where PlannedLoadFactor's margin takes over);
+  //   f=7 95.5%, f=8 96.6%, f=9 to 13 96.7-97.1% from 10^4 keys on (96.0%
+  //   at 10^3 and 3*10^3 keys, where PlannedLoadFactor's margin takes over);
   //   42 M keys: 97.1-97.2%.
   switch (b) {
     case 2:
@@ -343,7 +344,7 @@ absl::StatusOr<FilterShape> ComputeShape(const FilterOptions& o) {
     // Size every shard for three of them above the mean, so that the fullest
     // shard, not the average one, stays under the table's planned load.
     // (Not below half the base load: a few keys per shard, e.g. 4096
-    // shards asked for 10^4 keys, would otherwise get tables of 4 times
+    // shards asked for 10^4 keys, would otherwise get tables several times
     // their size.)
     double spread = 3.0 * std::sqrt((s.shards - 1.0) / static_cast<double>(o.capacity));
     double load = std::max(0.5 * BaseLoad(s.bucket_size, s.fingerprint_bits),
