@@ -30,6 +30,13 @@ uint64_t CuckooFilter::MemoryBytes(const FilterShape& shape) {
          uint64_t{shape.shards} * (sizeof(Shard) + kShardOverheadBytes) + sizeof(CuckooFilter);
 }
 
+uint64_t CuckooFilter::GrownTableMemoryBytes(const FilterShape& shape,
+                                             const GenerationShape& generation) {
+  // As Grow counts a table it adds.
+  return CuckooTable::AllocationBytes(GenerationTableShape(shape, generation)) +
+         sizeof(CuckooTable) + kShardOverheadBytes;
+}
+
 absl::StatusOr<std::unique_ptr<CuckooFilter>> CuckooFilter::FromShape(const FilterShape& shape) {
   if (absl::Status s = ValidateShape(shape); !s.ok()) return s;
   std::unique_ptr<CuckooFilter> f(new CuckooFilter(shape));

@@ -130,6 +130,11 @@ class CuckooFilter {
   static absl::StatusOr<std::unique_ptr<CuckooFilter>> FromShape(const FilterShape& shape);
   // Bytes FromShape(shape) allocates: the tables and the per-shard state.
   static uint64_t MemoryBytes(const FilterShape& shape);
+  // Bytes one shard's grown table `generation` (an entry of
+  // GenerationSchedule(shape) after the first) adds to memory_bytes() when
+  // the shard gets it: what a snapshot's reader budgets before it allocates.
+  static uint64_t GrownTableMemoryBytes(const FilterShape& shape,
+                                        const GenerationShape& generation);
 
   const FilterShape& shape() const { return shape_; }
   uint64_t Hash(std::string_view key) const { return HashKey(key, shape_.seed); }

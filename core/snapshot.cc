@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <memory>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
@@ -50,17 +52,21 @@ struct HeaderLayout {
   size_t fields;     // The settings, kFieldsBytes bytes (below), the same in every version.
   size_t name;       // kMaxFilterNameBytes bytes.
   size_t filter_id;  // 0: the version has none.
+  size_t growth;     // The growth settings and generation counts; 0: none.
   size_t reserved;   // Zeros from here to the checksum.
   size_t checksum;   // The header's last 8 bytes.
   size_t section_header_bytes;
-  bool has_writer() const { return version >= 2; }  // At kSnapshotWriterOffset.
-  bool has_positions() const { return version >= 2; }
+  constexpr bool has_writer() const { return version >= 2; }  // At kSnapshotWriterOffset.
+  constexpr bool has_positions() const { return version >= 2; }
+  // Sections hold a generation count and one block per generation.
+  constexpr bool has_generations() const { return version >= 3; }
 };
 constexpr HeaderLayout kVersion1 = {.version = 1,
                                     .header_bytes = 256,
                                     .fields = 16,
                                     .name = 88,
                                     .filter_id = 0,
+                                    .growth = 0,
                                     .reserved = 216,
                                     .checksum = 248,
                                     .section_header_bytes = 32};
@@ -69,14 +75,24 @@ constexpr HeaderLayout kVersion2 = {.version = 2,
                                     .fields = 48,
                                     .name = 120,
                                     .filter_id = 248,
+                                    .growth = 0,
                                     .reserved = 256,
                                     .checksum = 312,
                                     .section_header_bytes = 40};
-constexpr HeaderLayout kLayouts[] = {kVersion1, kVersion2};
+constexpr HeaderLayout kVersion3 = {.version = 3,
+                                    .header_bytes = 480,
+                                    .fields = 48,
+                                    .name = 120,
+                                    .filter_id = 248,
+                                    .growth = 256,
+                                    .reserved = 416,
+                                    .checksum = 472,
+                                    .section_header_bytes = 24};
+constexpr HeaderLayout kLayouts[] = {kVersion1, kVersion2, kVersion3};
 // What WriteSnapshotFile writes.
-constexpr const HeaderLayout& kWriteLayout = kVersion2;
+constexpr const HeaderLayout& kWriteLayout = kVersion3;
 constexpr size_t kMinHeaderBytes = kVersion1.header_bytes;
-constexpr size_t kMaxHeaderBytes = kVersion2.header_bytes;
+constexpr size_t kMaxHeaderBytes = kVersion3.header_bytes;
 constexpr size_t kMaxSectionHeaderBytes = kVersion2.section_header_bytes;
 static_assert(kWriteLayout.version == kSnapshotFormatVersion);
 static_assert(kVersion1.name + kMaxFilterNameBytes == kVersion1.reserved);
@@ -85,6 +101,8 @@ static_assert(kVersion2.fields == kSnapshotWriterOffset + kSnapshotWriterBytes);
 static_assert(kVersion2.name + kMaxFilterNameBytes == kVersion2.filter_id);
 static_assert(kVersion2.filter_id + 8 == kVersion2.reserved);
 static_assert(kVersion2.checksum == kVersion2.header_bytes - 8);
+static_assert(kVersion3.filter_id + 8 == kVersion3.growth);
+static_assert(kVersion3.checksum == kVersion3.header_bytes - 8);
 
 // The settings, at these offsets from HeaderLayout::fields.
 constexpr size_t kHashId = 0;
@@ -103,6 +121,37 @@ constexpr size_t kTakenUnixMicros = 64;
 constexpr size_t kFieldsBytes = 72;
 static_assert(kVersion1.fields + kFieldsBytes == kVersion1.name);
 static_assert(kVersion2.fields + kFieldsBytes == kVersion2.name);
+static_assert(kVersion3.fields + kFieldsBytes == kVersion3.name);
+
+// Version 3's growth settings, at these offsets from HeaderLayout::growth:
+// the shape's growth fields, the writer's generation schedule (its length
+// and a checksum of its tables' sizes) and, per generation g, the number of
+// shards that have it.
+constexpr size_t kGrowthFactor = 0;
+constexpr size_t kScheduleGenerations = 4;
+constexpr size_t kMaxCapacityField = 8;
+constexpr size_t kFalsePositiveRateBits = 16;
+constexpr size_t kScheduleChecksum = 24;
+constexpr size_t kShardsWithGeneration = 32;  // kMaxGenerations u32s.
+constexpr size_t kGrowthBytes = kShardsWithGeneration + 4 * kMaxGenerations;
+static_assert(kVersion3.growth + kGrowthBytes == kVersion3.reserved);
+
+// Version 3's section header: shard_index u32, generations u32, items u64
+// (all generations'), log_position u64; then per generation a block header
+// (generation u32, fingerprint_bits u32, buckets u64, items u64, rng_state
+// u64, table_bytes u64) and the table.
+constexpr size_t kV3Generations = 4;
+constexpr size_t kV3Items = 8;
+constexpr size_t kV3Position = 16;
+constexpr size_t kGenerationHeaderBytes = 40;
+constexpr size_t kGenIndex = 0;
+constexpr size_t kGenFingerprintBits = 4;
+constexpr size_t kGenBuckets = 8;
+constexpr size_t kGenItems = 16;
+constexpr size_t kGenRng = 24;
+constexpr size_t kGenTableBytes = 32;
+// The write buffer is at least this long (a block header fits).
+constexpr size_t kMinBufferBytes = 64;
 
 // A section header: shard_index u32, reserved u32, items, rng_state,
 // table_bytes, and from version 2 on log_position (u64 each).
@@ -129,7 +178,36 @@ absl::Status IoError(absl::string_view op, absl::string_view path, int err) {
   return absl::InternalError(msg);
 }
 
-// Bytes a file of this shape and format version must have.
+// Generation `g`'s table shape (a fixed filter's shape).
+FilterShape TableShape(const FilterShape& s, const GenerationShape& g) {
+  return GenerationTableShape(s, g);
+}
+
+// A checksum of the tables' sizes of `schedule`: two builds whose schedules
+// agree on it grow a shard's tables the same way.
+uint64_t ScheduleChecksum(const std::vector<GenerationShape>& schedule) {
+  std::vector<uint8_t> b(schedule.size() * 12);
+  for (size_t g = 0; g < schedule.size(); ++g) {
+    Put32(b.data() + 12 * g, schedule[g].fingerprint_bits);
+    Put64(b.data() + 12 * g + 4, schedule[g].buckets_per_shard);
+  }
+  return XXH3_64bits(b.data(), b.size());
+}
+
+// Bytes a version-3 file must have whose shards have these generations.
+uint64_t FileBytesV3(const FilterShape& s, const std::vector<GenerationShape>& schedule,
+                     const std::vector<uint32_t>& shards_with_generation) {
+  uint64_t n = kVersion3.header_bytes +
+               uint64_t{s.shards} * (kVersion3.section_header_bytes + kSectionTrailerBytes) +
+               kFooterBytes;
+  for (size_t g = 0; g < shards_with_generation.size(); ++g) {
+    n += uint64_t{shards_with_generation[g]} *
+         (kGenerationHeaderBytes + TableShape(s, schedule[g]).table_bytes_per_shard());
+  }
+  return n;
+}
+
+// Bytes a file of this shape and format version 1 or 2 must have.
 uint64_t FileBytes(const FilterShape& s, const HeaderLayout& layout) {
   return layout.header_bytes +
          uint64_t{s.shards} *
@@ -162,6 +240,20 @@ class FileWriter {
       }
       p += w;
       n -= static_cast<size_t>(w);
+    }
+    return absl::OkStatus();
+  }
+  // n bytes at `offset` (already written once), leaving the position.
+  absl::Status WriteAt(uint64_t offset, const uint8_t* p, size_t n) {
+    while (n > 0) {
+      ssize_t w = ::pwrite(fd_, p, n, static_cast<off_t>(offset));
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return IoError("write", path_, errno);
+      }
+      p += w;
+      n -= static_cast<size_t>(w);
+      offset += static_cast<uint64_t>(w);
     }
     return absl::OkStatus();
   }
@@ -281,6 +373,8 @@ struct DecodedHeader {
   SnapshotHeader header;
   const HeaderLayout* layout = nullptr;
   uint64_t filter_id = 0;
+  // GenerationSchedule(header.shape).
+  std::vector<GenerationShape> schedule;
 };
 
 // Checks and decodes the fixed header, of which `h` holds the first `have`
@@ -317,12 +411,12 @@ absl::StatusOr<DecodedHeader> DecodeHeader(const uint8_t* h, size_t have, uint64
     if (absl::Status st = corrupt_version(); !st.ok()) return st;
     const std::string writer = RecordedWriter(h);
     if (version > kSnapshotFormatVersion && !writer.empty()) {
-      return newer(absl::StrFormat("format version %u (this build reads versions 1 and %u)",
-                                   version, kSnapshotFormatVersion),
+      return newer(absl::StrFormat("format version %u (this build reads versions 1 to %u)", version,
+                                   kSnapshotFormatVersion),
                    writer);
     }
     return bad(absl::StrFormat(
-        "format version %u is not supported (this build reads versions 1 and %u) and the file "
+        "format version %u is not supported (this build reads versions 1 to %u) and the file "
         "names no writer: not a file any cuckood wrote",
         version, kSnapshotFormatVersion));
   }
@@ -366,6 +460,12 @@ absl::StatusOr<DecodedHeader> DecodeHeader(const uint8_t* h, size_t have, uint64
   s.buckets_per_shard = Get64(f + kBucketsPerShard);
   const uint64_t table_bytes = Get64(f + kTableBytes);
   const int64_t taken_us = static_cast<int64_t>(Get64(f + kTakenUnixMicros));
+  const uint8_t* const growth = layout->growth != 0 ? h + layout->growth : nullptr;
+  if (growth != nullptr) {
+    s.growth_factor = Get32(growth + kGrowthFactor);
+    s.max_capacity = Get64(growth + kMaxCapacityField);
+    s.false_positive_rate = std::bit_cast<double>(Get64(growth + kFalsePositiveRateBits));
+  }
   if (table_kind != static_cast<uint32_t>(TableKind::kPacked) &&
       table_kind != static_cast<uint32_t>(TableKind::kSemiSorted)) {
     return newer(absl::StrFormat("table kind %u is unknown (this build knows 0 packed and 1 "
@@ -387,12 +487,48 @@ absl::StatusOr<DecodedHeader> DecodeHeader(const uint8_t* h, size_t have, uint64
     return impossible(absl::StrFormat("table bytes per shard %u, but the shape needs %u",
                                       table_bytes, s.table_bytes_per_shard()));
   }
+  out.schedule = GenerationSchedule(s);
+  std::vector<uint32_t>& with = out.header.shards_with_generation;
+  with.assign(1, s.shards);
+  if (growth != nullptr) {
+    // The writer grew shards by its schedule; this build must grow them
+    // the same way (a build whose growth rule differs wrote it).
+    const uint32_t generations = Get32(growth + kScheduleGenerations);
+    const uint64_t checksum = Get64(growth + kScheduleChecksum);
+    if (generations != out.schedule.size() || checksum != ScheduleChecksum(out.schedule)) {
+      return newer(absl::StrFormat("its growth schedule (%u generations, checksum %016x) is not "
+                                   "this build's for the same settings (%u generations, "
+                                   "checksum %016x)",
+                                   generations, checksum, out.schedule.size(),
+                                   ScheduleChecksum(out.schedule)),
+                   newer_build);
+    }
+  }
+  if (growth != nullptr) {
+    uint32_t before = s.shards;  // Shards with the generation before.
+    for (uint32_t g = 0; g < kMaxGenerations; ++g) {
+      const uint32_t n = Get32(growth + kShardsWithGeneration + 4 * g);
+      if (g == 0 && n != s.shards) {
+        return impossible(absl::StrFormat(
+            "%u shards with generation 0 (every shard has it: expected %u)", n, s.shards));
+      }
+      const uint32_t most = g < out.schedule.size() ? before : 0;
+      if (g > 0 && n > most) {
+        return impossible(absl::StrFormat(
+            "%u shards with generation %u (at most %u: the shards with generation %u%s)", n, g,
+            most, g - 1, g < out.schedule.size() ? "" : ", and the schedule has no more"));
+      }
+      if (g > 0 && n > 0) with.push_back(n);
+      before = n;
+    }
+  }
   if (name_length == 0 || name_length > kMaxFilterNameBytes) {
     return impossible(absl::StrFormat("filter name length %u", name_length));
   }
-  // The name's padding, and the reserved bytes (after the filter id, if any).
+  // The name's padding, and the reserved bytes (after the filter id and the
+  // growth settings, if any).
   for (size_t i = layout->name + name_length; i < layout->checksum; ++i) {
-    if (layout->filter_id != 0 && i >= layout->filter_id && i < layout->filter_id + 8) continue;
+    if (layout->filter_id != 0 && i >= layout->filter_id && i < layout->reserved) continue;
     if (h[i] != 0) return impossible(absl::StrFormat("reserved header byte %u is not zero", i));
   }
   if (layout->filter_id != 0) out.filter_id = Get64(h + layout->filter_id);
@@ -405,7 +541,13 @@ absl::StatusOr<DecodedHeader> DecodeHeader(const uint8_t* h, size_t have, uint64
                                out.header.name, absl::CHexEscape(expected_name)));
   }
   out.header.taken = absl::FromUnixMicros(taken_us);
-  out.header.file_bytes = FileBytes(s, *layout);
+  out.header.file_bytes =
+      layout->has_generations() ? FileBytesV3(s, out.schedule, with) : FileBytes(s, *layout);
+  out.header.memory_bytes = CuckooFilter::MemoryBytes(s);
+  for (size_t g = 1; g < with.size(); ++g) {
+    out.header.memory_bytes +=
+        uint64_t{with[g]} * CuckooFilter::GrownTableMemoryBytes(s, out.schedule[g]);
+  }
   if (file_bytes < out.header.file_bytes) {
     return bad(absl::StrFormat("truncated: the file is %u bytes, its settings need %u", file_bytes,
                                out.header.file_bytes));
@@ -476,7 +618,108 @@ absl::StatusOr<LoadedSnapshot> Parse(Source& src, absl::string_view label,
   uint64_t items = 0;
   uint64_t min_position = std::numeric_limits<uint64_t>::max();
   uint64_t max_position = 0;
-  for (uint32_t i = 0; i < shape.shards; ++i) {
+  // Version 3: shards still to come with generation g, per g.
+  std::vector<uint32_t> left = decoded->header.shards_with_generation;
+  for (uint32_t i = 0; i < shape.shards && layout->has_generations(); ++i) {
+    uint8_t sh[kVersion3.section_header_bytes];
+    if (absl::Status st = src.Read(sh, sizeof(sh)); !st.ok()) return st;
+    XXH3_64bits_reset(section);
+    XXH3_64bits_update(section, sh, sizeof(sh));
+    // How much to read depends on the count, before the checksum can say
+    // whether it is intact: a count the header rules out is damage.
+    const uint32_t generations = Get32(sh + kV3Generations);
+    const uint32_t shards_after = shape.shards - i - 1;
+    bool count_fits = generations >= 1 && generations <= left.size();
+    for (size_t g = 0; g < left.size() && count_fits; ++g) {
+      count_fits = g < generations ? left[g] > 0 : left[g] <= shards_after;
+    }
+    if (!count_fits) {
+      return bad(absl::StrFormat(
+          "shard %u (section at byte %u) gives %u generations, which the header's counts of "
+          "shards per generation rule out (the section is corrupt)",
+          i, offset, generations));
+    }
+    if (generations > 1) {
+      if (absl::Status st = (*filter)->GrowShardForLoad(i, generations); !st.ok()) return st;
+    }
+    uint8_t gh[kMaxGenerations][kGenerationHeaderBytes];
+    uint64_t section_bytes = sizeof(sh) + kSectionTrailerBytes;
+    for (uint32_t g = 0; g < generations; ++g) {
+      --left[g];
+      if (absl::Status st = src.Read(gh[g], kGenerationHeaderBytes); !st.ok()) return st;
+      absl::Span<uint8_t> table = (*filter)->MutableGenerationBytesForLoad(i, g);
+      if (absl::Status st = src.Read(table.data(), table.size()); !st.ok()) return st;
+      XXH3_64bits_update(section, gh[g], kGenerationHeaderBytes);
+      XXH3_64bits_update(section, table.data(), table.size());
+      section_bytes += kGenerationHeaderBytes + table.size();
+    }
+    uint8_t trailer[kSectionTrailerBytes];
+    if (absl::Status st = src.Read(trailer, sizeof(trailer)); !st.ok()) return st;
+    if (XXH3_64bits_digest(section) != Get64(trailer)) {
+      return bad(
+          absl::StrFormat("shard %u checksum mismatch (section at byte %u is corrupt)", i, offset));
+    }
+    auto impossible = [&](absl::string_view why) {
+      return bad(absl::StrFormat("impossible settings in shard %u (byte %u): %s", i, offset, why));
+    };
+    if (Get32(sh) != i) return impossible(absl::StrFormat("section is for shard %u", Get32(sh)));
+    uint64_t shard_items = 0;
+    for (uint32_t g = 0; g < generations; ++g) {
+      auto impossible_in = [&](absl::string_view why) {
+        return impossible(absl::StrCat("generation ", g, ": ", why));
+      };
+      const GenerationShape& want = decoded->schedule[g];
+      const FilterShape table_shape = TableShape(shape, want);
+      const uint8_t* const b = gh[g];
+      if (Get32(b + kGenIndex) != g) {
+        return impossible_in(absl::StrFormat("block is for generation %u", Get32(b + kGenIndex)));
+      }
+      if (Get32(b + kGenFingerprintBits) != want.fingerprint_bits ||
+          Get64(b + kGenBuckets) != want.buckets_per_shard) {
+        return impossible_in(absl::StrFormat(
+            "%u-bit fingerprints in %u buckets, but the schedule gives %u bits in %u buckets",
+            Get32(b + kGenFingerprintBits), Get64(b + kGenBuckets), want.fingerprint_bits,
+            want.buckets_per_shard));
+      }
+      const uint64_t gen_table_bytes = table_shape.table_bytes_per_shard();
+      if (Get64(b + kGenTableBytes) != gen_table_bytes) {
+        return impossible_in(absl::StrFormat("table of %u bytes, expected %u",
+                                             Get64(b + kGenTableBytes), gen_table_bytes));
+      }
+      const uint64_t gen_items = Get64(b + kGenItems);
+      const uint64_t slots = want.buckets_per_shard * shape.bucket_size;
+      if (gen_items > slots) {
+        return impossible_in(absl::StrFormat("%u items in a table of %u slots", gen_items, slots));
+      }
+      const uint32_t gen_used_bits = UsedBitsInLastByte(table_shape);
+      absl::Span<uint8_t> table = (*filter)->MutableGenerationBytesForLoad(i, g);
+      if (gen_used_bits != 0 && (table[table.size() - 1] >> gen_used_bits) != 0) {
+        return impossible_in("bits set after the last slot");
+      }
+      if (const int64_t bucket = (*filter)->FirstInvalidGenerationBucketForLoad(i, g);
+          bucket >= 0) {
+        return impossible_in(absl::StrFormat(
+            "bucket %u is not a valid %s bucket (code 3876 or more, or entries out of order)",
+            bucket, TableKindName(shape.table_kind)));
+      }
+      shard_items += gen_items;
+    }
+    if (Get64(sh + kV3Items) != shard_items) {
+      return impossible(absl::StrFormat("%u items, but its generations hold %u",
+                                        Get64(sh + kV3Items), shard_items));
+    }
+    const uint64_t position = Get64(sh + kV3Position);
+    (*filter)->RestoreShardForLoad(i, Get64(gh[0] + kGenItems), Get64(gh[0] + kGenRng), position);
+    for (uint32_t g = 1; g < generations; ++g) {
+      (*filter)->RestoreGenerationForLoad(i, g, Get64(gh[g] + kGenItems), Get64(gh[g] + kGenRng));
+    }
+    min_position = std::min(min_position, position);
+    max_position = std::max(max_position, position);
+    items += shard_items;
+    XXH3_64bits_update(whole, trailer, sizeof(trailer));
+    offset += section_bytes;
+  }
+  for (uint32_t i = 0; i < shape.shards && !layout->has_generations(); ++i) {
     uint8_t sh[kMaxSectionHeaderBytes];
     if (absl::Status st = src.Read(sh, section_header_bytes); !st.ok()) return st;
     absl::Span<uint8_t> table = (*filter)->MutableShardBytesForLoad(i);
@@ -566,15 +809,18 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
   if (absl::Status st = FilterRegistry::ValidateName(name); !st.ok()) return st;
   const absl::Time start = absl::Now();
   const FilterShape& shape = filter.shape();
-  const uint64_t table_bytes = shape.table_bytes_per_shard();
+  const std::vector<GenerationShape> schedule = GenerationSchedule(shape);
   SnapshotWriteResult result;
   result.path = SnapshotPath(dir, name);
   result.taken = start;
-  result.bytes = FileBytes(shape, kWriteLayout);
   result.filter_id = filter.id();
   const std::string tmp = SnapshotTempPath(dir, name);
 
+  // The header is written last, once the shards' generation counts are
+  // known (a shard may grow while the others are copied); its place is
+  // written with zeros first.
   constexpr const HeaderLayout& layout = kWriteLayout;
+  static_assert(layout.has_generations());
   uint8_t h[layout.header_bytes] = {};
   std::memcpy(h, kMagic, sizeof(kMagic));
   Put32(h + 8, layout.version);
@@ -593,24 +839,38 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
   Put64(f + kSeed, shape.seed);
   Put64(f + kCapacity, shape.capacity);
   Put64(f + kBucketsPerShard, shape.buckets_per_shard);
-  Put64(f + kTableBytes, table_bytes);
+  Put64(f + kTableBytes, shape.table_bytes_per_shard());
   Put64(f + kTakenUnixMicros, static_cast<uint64_t>(absl::ToUnixMicros(start)));
   std::memcpy(h + layout.name, name.data(), name.size());
   Put64(h + layout.filter_id, result.filter_id);
-  Put64(h + layout.checksum, XXH3_64bits(h, layout.checksum));
+  uint8_t* const growth = h + layout.growth;
+  Put32(growth + kGrowthFactor, shape.growth_factor);
+  Put32(growth + kScheduleGenerations, static_cast<uint32_t>(schedule.size()));
+  Put64(growth + kMaxCapacityField, shape.max_capacity);
+  Put64(growth + kFalsePositiveRateBits, std::bit_cast<uint64_t>(shape.false_positive_rate));
+  Put64(growth + kScheduleChecksum, ScheduleChecksum(schedule));
 
   // One buffer, reused for every shard. A section that fits is copied whole
-  // (the table in place between its header and checksum) under the shard's
+  // (its tables in place between the block headers) under the shard's
   // shared lock, which is then released before the checksum and the write.
   // A larger one is written through the buffer in pieces while the lock is
-  // held, so the buffer never exceeds options.buffer_bytes.
+  // held, so the buffer never exceeds options.buffer_bytes. The buffer is
+  // as long as the largest section when the write starts; a shard that
+  // grows past it meanwhile is written in pieces.
   constexpr size_t kSectionHeaderBytes = layout.section_header_bytes;
-  const size_t section_bytes = kSectionHeaderBytes + table_bytes + kSectionTrailerBytes;
-  const bool copy_whole = section_bytes <= options.buffer_bytes;
-  const size_t buffer_bytes =
-      copy_whole
-          ? section_bytes
-          : std::max<size_t>(options.buffer_bytes, kSectionHeaderBytes + kSectionTrailerBytes);
+  auto section_bytes_for = [&](uint32_t generations) {
+    uint64_t n = kSectionHeaderBytes + kSectionTrailerBytes;
+    for (uint32_t g = 0; g < generations; ++g) {
+      n += kGenerationHeaderBytes + TableShape(shape, schedule[g]).table_bytes_per_shard();
+    }
+    return n;
+  };
+  uint64_t largest = 0;
+  for (uint32_t i = 0; i < shape.shards; ++i) {
+    largest = std::max(largest, section_bytes_for(filter.ShardGenerations(i)));
+  }
+  const size_t buffer_bytes = static_cast<size_t>(
+      std::max<uint64_t>(std::min<uint64_t>(largest, options.buffer_bytes), kMinBufferBytes));
   absl::StatusOr<PageBuffer> buf = PageBuffer::Allocate(buffer_bytes);
   if (!buf.ok()) return buf.status();
   buf->Prefault(0, buffer_bytes);
@@ -620,67 +880,104 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
   absl::Status st = [&]() -> absl::Status {
     if (absl::Status s = out.Open(tmp); !s.ok()) return s;
     if (absl::Status s = out.Write(h, sizeof(h)); !s.ok()) return s;
-    const XxhState whole_state = NewXxhState();
     const XxhState section_state = NewXxhState();
-    if (whole_state == nullptr || section_state == nullptr) return NoMemoryForChecksums();
-    XXH3_state_t* whole = whole_state.get();
+    if (section_state == nullptr) return NoMemoryForChecksums();
     XXH3_state_t* section = section_state.get();
-    XXH3_64bits_reset(whole);
-    XXH3_64bits_update(whole, h + layout.checksum, 8);
-    auto section_header = [&](uint32_t i, const CuckooFilter::ShardState& state) {
-      Put32(sec, i);
-      Put32(sec + 4, 0);
-      Put64(sec + 8, state.items);
-      Put64(sec + 16, state.rng_state);
-      Put64(sec + 24, table_bytes);
-      Put64(sec + kSectionPosition, state.position);
-    };
+    std::vector<uint8_t> trailers(uint64_t{shape.shards} * kSectionTrailerBytes);
+    std::vector<uint32_t> shards_with_generation(kMaxGenerations, 0);
+    result.bytes = sizeof(h);
     result.min_position = std::numeric_limits<uint64_t>::max();
     for (uint32_t i = 0; i < shape.shards; ++i) {
       CuckooFilter::ShardState state;
-      uint8_t trailer[kSectionTrailerBytes];
+      uint8_t* const trailer = trailers.data() + uint64_t{i} * kSectionTrailerBytes;
       const uint64_t floor = options.position_floor ? options.position_floor() : 0;
-      if (copy_whole) {
-        state = filter.CopyShard(i, sec + kSectionHeaderBytes);
+      uint64_t section_bytes = 0;
+      bool copied = false;
+      absl::Status write_status;
+      filter.ReadShardGenerations(i, [&](absl::Span<const CuckooFilter::GenerationView> gens,
+                                         const CuckooFilter::ShardState& locked_state) {
+        state = locked_state;
         state.position = std::max(state.position, floor);
-        section_header(i, state);
-        Put64(trailer, XXH3_64bits(sec, kSectionHeaderBytes + table_bytes));
-        std::memcpy(sec + kSectionHeaderBytes + table_bytes, trailer, sizeof(trailer));
+        for (size_t g = 0; g < gens.size(); ++g) ++shards_with_generation[g];
+        section_bytes = kSectionHeaderBytes + kSectionTrailerBytes;
+        for (const CuckooFilter::GenerationView& v : gens) {
+          section_bytes += kGenerationHeaderBytes + v.bytes.size();
+        }
+        Put32(sec, i);
+        Put32(sec + kV3Generations, static_cast<uint32_t>(gens.size()));
+        Put64(sec + kV3Items, state.items);
+        Put64(sec + kV3Position, state.position);
+        auto block_header = [&](uint8_t* p, uint32_t g) {
+          const CuckooFilter::GenerationView& v = gens[g];
+          Put32(p + kGenIndex, g);
+          Put32(p + kGenFingerprintBits, v.fingerprint_bits);
+          Put64(p + kGenBuckets, v.buckets);
+          Put64(p + kGenItems, v.items);
+          Put64(p + kGenRng, v.rng_state);
+          Put64(p + kGenTableBytes, v.bytes.size());
+        };
+        if (section_bytes <= buffer_bytes) {
+          size_t at = kSectionHeaderBytes;
+          for (uint32_t g = 0; g < gens.size(); ++g) {
+            block_header(sec + at, g);
+            at += kGenerationHeaderBytes;
+            std::memcpy(sec + at, gens[g].bytes.data(), gens[g].bytes.size());
+            at += gens[g].bytes.size();
+          }
+          copied = true;
+          return;
+        }
+        XXH3_64bits_reset(section);
+        XXH3_64bits_update(section, sec, kSectionHeaderBytes);
+        write_status = out.Write(sec, kSectionHeaderBytes);
+        for (uint32_t g = 0; g < gens.size() && write_status.ok(); ++g) {
+          block_header(sec, g);
+          XXH3_64bits_update(section, sec, kGenerationHeaderBytes);
+          write_status = out.Write(sec, kGenerationHeaderBytes);
+          const absl::Span<const uint8_t> table = gens[g].bytes;
+          for (size_t at = 0; at < table.size() && write_status.ok(); at += buffer_bytes) {
+            const size_t n = std::min(buffer_bytes, table.size() - at);
+            std::memcpy(sec, table.data() + at, n);
+            XXH3_64bits_update(section, sec, n);
+            write_status = out.Write(sec, n);
+          }
+        }
+      });
+      if (copied) {
+        const size_t n = section_bytes - kSectionTrailerBytes;
+        Put64(trailer, XXH3_64bits(sec, n));
+        std::memcpy(sec + n, trailer, kSectionTrailerBytes);
         if (absl::Status s = out.Write(sec, section_bytes); !s.ok()) return s;
       } else {
-        absl::Status write_status;
-        filter.ReadShard(
-            i, [&](absl::Span<const uint8_t> table, const CuckooFilter::ShardState& locked_state) {
-              state = locked_state;
-              state.position = std::max(state.position, floor);
-              section_header(i, state);
-              XXH3_64bits_reset(section);
-              XXH3_64bits_update(section, sec, kSectionHeaderBytes);
-              write_status = out.Write(sec, kSectionHeaderBytes);
-              for (size_t at = 0; at < table.size() && write_status.ok(); at += buffer_bytes) {
-                const size_t n = std::min(buffer_bytes, table.size() - at);
-                std::memcpy(sec, table.data() + at, n);
-                XXH3_64bits_update(section, sec, n);
-                write_status = out.Write(sec, n);
-              }
-            });
         if (!write_status.ok()) return write_status;
         Put64(trailer, XXH3_64bits_digest(section));
-        if (absl::Status s = out.Write(trailer, sizeof(trailer)); !s.ok()) return s;
+        if (absl::Status s = out.Write(trailer, kSectionTrailerBytes); !s.ok()) return s;
       }
-      XXH3_64bits_update(whole, trailer, sizeof(trailer));
+      result.bytes += section_bytes;
       result.items += state.items;
       result.changes += state.changes;
       result.min_position = std::min(result.min_position, state.position);
       result.max_position = std::max(result.max_position, state.position);
     }
+    result.bytes += kFooterBytes;
+    for (uint32_t g = 0; g < kMaxGenerations; ++g) {
+      Put32(growth + kShardsWithGeneration + 4 * g, shards_with_generation[g]);
+    }
+    Put64(h + layout.checksum, XXH3_64bits(h, layout.checksum));
     uint8_t footer[kFooterBytes] = {};
     std::memcpy(footer, kFooterMagic, sizeof(kFooterMagic));
     Put64(footer + 8, result.bytes);
     Put64(footer + 16, result.items);
+    const XxhState whole_state = NewXxhState();
+    if (whole_state == nullptr) return NoMemoryForChecksums();
+    XXH3_state_t* whole = whole_state.get();
+    XXH3_64bits_reset(whole);
+    XXH3_64bits_update(whole, h + layout.checksum, 8);
+    XXH3_64bits_update(whole, trailers.data(), trailers.size());
     XXH3_64bits_update(whole, footer, kFooterBytes - 8);
     Put64(footer + 24, XXH3_64bits_digest(whole));
     if (absl::Status s = out.Write(footer, sizeof(footer)); !s.ok()) return s;
+    if (absl::Status s = out.WriteAt(0, h, sizeof(h)); !s.ok()) return s;
     if (absl::Status s = out.SyncAndClose(); !s.ok()) return s;
     if (options.before_commit) {
       result.duration = absl::Now() - start;

@@ -24,6 +24,11 @@
 // the log after each shard's position. Files of format version 1, which
 // hold neither, still load, with id 0 and every position 0.
 //
+// A growing filter's shard (FilterShape::growing()) has one table per
+// generation it has reached; its section holds them all, copied under the
+// same lock. Format version 3 exists for them; files of versions 1 and 2
+// load as fixed filters, as they were written.
+//
 // Reading checks everything before the filter is handed out: a file that
 // fails any check yields DATA_LOSS with a message naming the file and the
 // check, and no filter. FAILED_PRECONDITION means the file is intact but
@@ -43,6 +48,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -54,7 +60,7 @@ namespace cuckoo {
 
 // The format version WriteSnapshotFile writes. Readers read this one and
 // every earlier one (1 and 2).
-inline constexpr uint32_t kSnapshotFormatVersion = 2;
+inline constexpr uint32_t kSnapshotFormatVersion = 3;
 // Every format version after 1 starts with the same 16 bytes (magic,
 // version, header size) and then, at bytes 16..47, the name and version of
 // the build that wrote it (ASCII, NUL-padded), so that a build that cannot
@@ -126,11 +132,19 @@ struct SnapshotHeader {
   FilterShape shape;
   absl::Time taken;
   uint64_t file_bytes = 0;
+  // shards_with_generation[g]: shards that have generation g
+  // (GenerationSchedule(shape)[g]); [0] is every shard. One entry for a
+  // fixed filter, and for every file of format version 1 or 2.
+  std::vector<uint32_t> shards_with_generation;
+  // What the loaded filter's memory_bytes() will be: CuckooFilter::
+  // MemoryBytes(shape) plus every grown table the file holds. For budgets:
+  // a growing filter may need far more than MemoryBytes(shape).
+  uint64_t memory_bytes = 0;
 };
 
 struct LoadedSnapshot {
   SnapshotHeader header;
-  uint32_t format_version = 0;  // The file's: 1 or 2.
+  uint32_t format_version = 0;  // The file's: 1, 2 or 3.
   uint64_t items = 0;
   // The filter's id (0 in a version-1 file); filter->id() returns it.
   uint64_t filter_id = 0;

@@ -463,12 +463,13 @@ class FilterServiceImpl::ImportReactor final
     const int fd = std::exchange(fd_, -1);
     if (::close(fd) != 0) return SystemError("write", path_, errno);
     // Every check of a snapshot loaded at start-up; the name and memory are
-    // claimed before the tables are allocated (the header says how much).
+    // claimed before the tables are allocated (the header says how much: a
+    // growing filter's grown tables included).
     FilterRegistry::Claim claim;
     absl::StatusOr<LoadedSnapshot> loaded =
         ReadSnapshotFile(path_, /*expected_name=*/{}, [&](const SnapshotHeader& h) {
           absl::StatusOr<FilterRegistry::Claim> c =
-              service_->registry_->ClaimName(name_, CuckooFilter::MemoryBytes(h.shape));
+              service_->registry_->ClaimName(name_, h.memory_bytes);
           if (!c.ok()) return c.status();
           claim = *std::move(c);
           return absl::OkStatus();

@@ -3,7 +3,8 @@
 // files: where each format version puts its header fields and how long its
 // sections are; ResealSnapshot, which recomputes every checksum as a writer
 // of such a file would; and SnapshotToVersion1, which turns a file this
-// build wrote into the version-1 file an older build would have written.
+// build wrote into the version-1 file an older build would have written
+// (SnapshotToVersion2 the same for version 2).
 #ifndef CUCKOO_TESTS_CORE_SNAPSHOT_LAYOUT_H_
 #define CUCKOO_TESTS_CORE_SNAPSHOT_LAYOUT_H_
 
@@ -44,13 +45,19 @@ struct SnapshotLayout {
   size_t header_checksum;   // The header's last 8 bytes.
   size_t section_header;    // Bytes of a section's header.
   size_t section_position;  // Offset of log_position in a section header; 0: none.
+  // Version 3: the growth settings' offset in the header, and the bytes of
+  // a generation's block header (after the section header, before each
+  // table). 0: none.
+  size_t growth = 0;
+  size_t generation_header = 0;
 
   // The offset of the setting at `field` (kSnapshotHashId, ...).
-  size_t at(size_t field) const { return fields + field; }
-  // The length of a file of this version.
-  uint64_t FileBytes(uint32_t shards, uint64_t table_bytes) const {
-    return header + shards * (section_header + table_bytes + kSnapshotSectionTrailer) +
-           kSnapshotFooter;
+  constexpr size_t at(size_t field) const { return fields + field; }
+  // The offset of the first table in a section: a fixed filter's only one.
+  constexpr size_t table() const { return section_header + generation_header; }
+  // The length of a file of this version of a fixed filter.
+  constexpr uint64_t FileBytes(uint32_t shards, uint64_t table_bytes) const {
+    return header + shards * (table() + table_bytes + kSnapshotSectionTrailer) + kSnapshotFooter;
   }
 };
 
@@ -72,8 +79,19 @@ inline constexpr SnapshotLayout kSnapshotV2 = {.version = 2,
                                                .header_checksum = 312,
                                                .section_header = 40,
                                                .section_position = 32};
+inline constexpr SnapshotLayout kSnapshotV3 = {.version = 3,
+                                               .header = 480,
+                                               .fields = 48,
+                                               .name = 120,
+                                               .filter_id = 248,
+                                               .reserved = 416,
+                                               .header_checksum = 472,
+                                               .section_header = 24,
+                                               .section_position = 16,
+                                               .growth = 256,
+                                               .generation_header = 40};
 // The version this build writes.
-inline constexpr const SnapshotLayout& kSnapshotWritten = kSnapshotV2;
+inline constexpr const SnapshotLayout& kSnapshotWritten = kSnapshotV3;
 
 // The settings, as offsets from SnapshotLayout::fields (SnapshotLayout::at).
 inline constexpr size_t kSnapshotHashId = 0;
@@ -97,6 +115,26 @@ inline constexpr size_t kSnapshotSectionItems = 8;
 inline constexpr size_t kSnapshotSectionRng = 16;
 inline constexpr size_t kSnapshotSectionTableBytes = 24;
 
+// Version 3. The growth settings, as offsets from SnapshotLayout::growth.
+inline constexpr size_t kSnapshotGrowthFactor = 0;
+inline constexpr size_t kSnapshotScheduleGenerations = 4;
+inline constexpr size_t kSnapshotMaxCapacity = 8;
+inline constexpr size_t kSnapshotFalsePositiveRate = 16;
+inline constexpr size_t kSnapshotScheduleChecksum = 24;
+inline constexpr size_t kSnapshotShardsWithGeneration = 32;  // 32 u32s.
+// A section's header: shard_index, generations, items, log_position.
+inline constexpr size_t kSnapshotV3Generations = 4;
+inline constexpr size_t kSnapshotV3Items = 8;
+// A generation's block header, at SnapshotLayout::section_header and after
+// each table: generation, fingerprint_bits, buckets, items, rng_state,
+// table_bytes.
+inline constexpr size_t kSnapshotGenIndex = 0;
+inline constexpr size_t kSnapshotGenFingerprintBits = 4;
+inline constexpr size_t kSnapshotGenBuckets = 8;
+inline constexpr size_t kSnapshotGenItems = 16;
+inline constexpr size_t kSnapshotGenRng = 24;
+inline constexpr size_t kSnapshotGenTableBytes = 32;
+
 // The layout of `b`'s format version (bytes 8..11), or null for a version
 // this build does not know or a file too short to say.
 inline const SnapshotLayout* SnapshotLayoutOf(const std::vector<uint8_t>& b) {
@@ -106,6 +144,8 @@ inline const SnapshotLayout* SnapshotLayoutOf(const std::vector<uint8_t>& b) {
       return &kSnapshotV1;
     case 2:
       return &kSnapshotV2;
+    case 3:
+      return &kSnapshotV3;
     default:
       return nullptr;
   }
@@ -117,6 +157,31 @@ inline const SnapshotLayout* SnapshotLayoutOf(const std::vector<uint8_t>& b) {
 inline void ResealSnapshot(std::vector<uint8_t>& b, const SnapshotLayout& layout) {
   if (b.size() < layout.header) return;
   SnapshotPut64(b.data() + layout.header_checksum, XXH3_64bits(b.data(), layout.header_checksum));
+  if (layout.generation_header != 0) {
+    // Version 3: each section's length is in its generations' block headers.
+    const uint32_t shards = SnapshotGet32(b.data() + layout.at(kSnapshotShards));
+    std::vector<uint8_t> chain(b.begin() + layout.header_checksum, b.begin() + layout.header);
+    uint64_t offset = layout.header;
+    for (uint32_t i = 0; i < shards; ++i) {
+      if (b.size() - offset < layout.section_header) return;
+      const uint32_t generations = SnapshotGet32(b.data() + offset + kSnapshotV3Generations);
+      uint64_t at = offset + layout.section_header;
+      for (uint32_t g = 0; g < generations; ++g) {
+        if (b.size() - at < layout.generation_header) return;
+        const uint64_t table = SnapshotGet64(b.data() + at + kSnapshotGenTableBytes);
+        if (table > b.size() - at - layout.generation_header) return;
+        at += layout.generation_header + table;
+      }
+      if (b.size() - at < kSnapshotSectionTrailer) return;
+      SnapshotPut64(b.data() + at, XXH3_64bits(b.data() + offset, at - offset));
+      chain.insert(chain.end(), b.begin() + at, b.begin() + at + kSnapshotSectionTrailer);
+      offset = at + kSnapshotSectionTrailer;
+    }
+    if (b.size() - offset < kSnapshotFooter) return;
+    chain.insert(chain.end(), b.begin() + offset, b.begin() + offset + kSnapshotFooter - 8);
+    SnapshotPut64(b.data() + offset + kSnapshotFooter - 8, XXH3_64bits(chain.data(), chain.size()));
+    return;
+  }
   const uint32_t shards = SnapshotGet32(b.data() + layout.at(kSnapshotShards));
   const uint64_t table_bytes = SnapshotGet64(b.data() + layout.at(kSnapshotTableBytes));
   if (table_bytes > b.size()) return;
@@ -142,11 +207,51 @@ inline void ResealSnapshot(std::vector<uint8_t>& b) {
   ResealSnapshot(b, layout != nullptr ? *layout : kSnapshotWritten);
 }
 
-// The version-1 file holding what the version-2 file `v2` holds, except
-// its filter id and log positions, which version 1 cannot hold: what an
-// older build wrote for the same filter. Empty if `v2` is not a whole
-// version-2 file.
-inline std::vector<uint8_t> SnapshotToVersion1(const std::vector<uint8_t>& v2) {
+// The version-2 file holding what the version-3 file `v3` of a fixed
+// filter (one generation per shard) holds: what the previous build wrote
+// for the same filter. Empty if `v3` is not a whole version-3 file of a
+// fixed filter.
+inline std::vector<uint8_t> SnapshotToVersion2(const std::vector<uint8_t>& v3) {
+  const SnapshotLayout& from = kSnapshotV3;
+  const SnapshotLayout& to = kSnapshotV2;
+  if (SnapshotLayoutOf(v3) != &kSnapshotV3 || v3.size() < from.header) return {};
+  const uint32_t shards = SnapshotGet32(v3.data() + from.at(kSnapshotShards));
+  const uint64_t table_bytes = SnapshotGet64(v3.data() + from.at(kSnapshotTableBytes));
+  if (SnapshotGet32(v3.data() + from.growth + kSnapshotGrowthFactor) != 0) return {};
+  if (v3.size() != from.FileBytes(shards, table_bytes)) return {};
+  std::vector<uint8_t> v2(to.FileBytes(shards, table_bytes));
+  // Magic, writer, settings, name and filter id are where they were.
+  std::memcpy(v2.data(), v3.data(), to.reserved);
+  SnapshotPut32(v2.data() + 8, to.version);
+  SnapshotPut32(v2.data() + 12, static_cast<uint32_t>(to.header));
+  uint64_t in = from.header;
+  uint64_t out = to.header;
+  for (uint32_t i = 0; i < shards; ++i) {
+    const uint8_t* s = v3.data() + in;
+    const uint8_t* g = s + from.section_header;
+    uint8_t* d = v2.data() + out;
+    SnapshotPut32(d, SnapshotGet32(s));  // shard_index; reserved stays 0.
+    SnapshotPut64(d + kSnapshotSectionItems, SnapshotGet64(g + kSnapshotGenItems));
+    SnapshotPut64(d + kSnapshotSectionRng, SnapshotGet64(g + kSnapshotGenRng));
+    SnapshotPut64(d + kSnapshotSectionTableBytes, table_bytes);
+    SnapshotPut64(d + to.section_position, SnapshotGet64(s + from.section_position));
+    std::memcpy(d + to.section_header, g + from.generation_header, table_bytes);
+    in += from.table() + table_bytes + kSnapshotSectionTrailer;
+    out += to.table() + table_bytes + kSnapshotSectionTrailer;
+  }
+  std::memcpy(v2.data() + out, v3.data() + in, kSnapshotFooter);
+  SnapshotPut64(v2.data() + out + 8, v2.size());
+  ResealSnapshot(v2, to);
+  return v2;
+}
+
+// The version-1 file holding what the version-2 file `v2` holds (or the
+// version-3 file of a fixed filter), except its filter id and log
+// positions, which version 1 cannot hold: what an older build wrote for
+// the same filter. Empty if `v2` is not a whole file of either kind.
+inline std::vector<uint8_t> SnapshotToVersion1(const std::vector<uint8_t>& file) {
+  if (SnapshotLayoutOf(file) == &kSnapshotV3) return SnapshotToVersion1(SnapshotToVersion2(file));
+  const std::vector<uint8_t>& v2 = file;
   const SnapshotLayout& from = kSnapshotV2;
   const SnapshotLayout& to = kSnapshotV1;
   if (SnapshotLayoutOf(v2) != &kSnapshotV2 || v2.size() < from.header) return {};

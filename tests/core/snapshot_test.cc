@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <bit>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -34,12 +36,15 @@ using testing::TempDir;
 
 using testing::kSnapshotV1;
 using testing::kSnapshotV2;
+using testing::kSnapshotV3;
 using testing::ResealSnapshot;
 using testing::SnapshotLayout;
 using testing::SnapshotToVersion1;
-// Files this build writes: version 2.
-constexpr size_t kHeader = kSnapshotV2.header;
-constexpr size_t kSectionHeader = kSnapshotV2.section_header;
+using testing::SnapshotToVersion2;
+// Files this build writes: version 3. A fixed filter's section: its
+// header, generation 0's block header, then the table.
+constexpr size_t kHeader = kSnapshotV3.header;
+constexpr size_t kSectionHeader = kSnapshotV3.table();
 constexpr size_t kFooter = testing::kSnapshotFooter;
 
 std::unique_ptr<CuckooFilter> MakeFilter(const FilterOptions& o) {
@@ -84,6 +89,49 @@ void InsertLogged(CuckooFilter& f, const std::vector<std::string>& keys, uint64_
 // "cuckood X.Y.Z", the writer this build records.
 std::string ThisBuild() { return absl::StrCat("cuckood ", kVersion); }
 
+// Where a version-3 file's sections and their generations' blocks start.
+struct SectionLayout {
+  size_t at = 0;              // The section.
+  std::vector<size_t> block;  // Each generation's block header.
+  size_t trailer = 0;
+};
+std::vector<SectionLayout> Sections(const std::vector<uint8_t>& b) {
+  std::vector<SectionLayout> out;
+  const uint32_t shards =
+      testing::SnapshotGet32(b.data() + kSnapshotV3.at(testing::kSnapshotShards));
+  size_t at = kSnapshotV3.header;
+  for (uint32_t i = 0; i < shards; ++i) {
+    SectionLayout s{.at = at};
+    const uint32_t gens = testing::SnapshotGet32(b.data() + at + testing::kSnapshotV3Generations);
+    size_t p = at + kSnapshotV3.section_header;
+    for (uint32_t g = 0; g < gens; ++g) {
+      s.block.push_back(p);
+      p += kSnapshotV3.generation_header +
+           testing::SnapshotGet64(b.data() + p + testing::kSnapshotGenTableBytes);
+    }
+    s.trailer = p;
+    at = p + 8;
+    out.push_back(s);
+  }
+  return out;
+}
+
+// Reseals version-3 file `b` as ResealSnapshot does, but with the sections
+// where `sections` says (a valid file's), whatever the block headers say
+// now: the file of a writer that recorded a wrong table length or size.
+void ResealLike(std::vector<uint8_t>& b, const std::vector<SectionLayout>& sections) {
+  const size_t header_checksum = kSnapshotV3.header_checksum;
+  testing::SnapshotPut64(b.data() + header_checksum, XXH3_64bits(b.data(), header_checksum));
+  std::vector<uint8_t> chain(b.begin() + header_checksum, b.begin() + kSnapshotV3.header);
+  for (const SectionLayout& s : sections) {
+    testing::SnapshotPut64(b.data() + s.trailer, XXH3_64bits(b.data() + s.at, s.trailer - s.at));
+    chain.insert(chain.end(), b.begin() + s.trailer, b.begin() + s.trailer + 8);
+  }
+  const size_t footer = b.size() - kFooter;
+  chain.insert(chain.end(), b.begin() + footer, b.begin() + footer + 24);
+  testing::SnapshotPut64(b.data() + footer + 24, XXH3_64bits(chain.data(), chain.size()));
+}
+
 struct RoundTripCase {
   uint32_t f;
   uint32_t b;
@@ -125,13 +173,13 @@ TEST_P(SnapshotRoundTripTest, LoadedFilterIsBitIdenticalAndAnswersTheSame) {
   EXPECT_EQ(w->bytes, std::filesystem::file_size(w->path));
   EXPECT_EQ(w->items, original->items());
   // The header's table_kind: 0 packed, as before semi-sorting; 1 semi-sorted.
-  EXPECT_EQ(testing::SnapshotGet32(copied.data() + kSnapshotV2.at(testing::kSnapshotTableKind)),
+  EXPECT_EQ(testing::SnapshotGet32(copied.data() + kSnapshotV3.at(testing::kSnapshotTableKind)),
             c.semi ? 1u : 0u);
 
   absl::StatusOr<LoadedSnapshot> r = ReadSnapshotFile(w->path, "rt");
   ASSERT_TRUE(r.ok()) << r.status();
   CuckooFilter& loaded = *r->filter;
-  EXPECT_EQ(r->format_version, 2u);
+  EXPECT_EQ(r->format_version, 3u);
   EXPECT_EQ(r->header.name, "rt");
   EXPECT_EQ(loaded.shape(), original->shape());
   EXPECT_EQ(loaded.shape().table_kind, original->shape().table_kind);
@@ -159,9 +207,10 @@ TEST_P(SnapshotRoundTripTest, LoadedFilterIsBitIdenticalAndAnswersTheSame) {
   }
 }
 
-// Files of builds before format version 2 still load, bit for bit, with no
-// filter id or log positions (version 1 holds none).
-TEST_P(SnapshotRoundTripTest, VersionOneFileLoadsBitIdenticalWithIdAndPositionsZero) {
+// Files of builds before format version 3 still load, bit for bit, as
+// fixed filters: version 2 with its filter id and log positions, version 1
+// with none (it holds none).
+TEST_P(SnapshotRoundTripTest, VersionOneAndTwoFilesLoadBitIdentical) {
   const RoundTripCase c = GetParam();
   TempDir dir;
   auto original = MakeFilter({.capacity = 20'000,
@@ -175,32 +224,50 @@ TEST_P(SnapshotRoundTripTest, VersionOneFileLoadsBitIdenticalWithIdAndPositionsZ
   InsertLogged(*original, Keys(0, 18'000), &position);
   absl::StatusOr<SnapshotWriteResult> w = WriteSnapshotFile(*original, "old", dir.path());
   ASSERT_TRUE(w.ok()) << w.status();
-  const std::vector<uint8_t> v1 = SnapshotToVersion1(ReadBytes(w->path));
-  ASSERT_EQ(v1.size(), kSnapshotV1.FileBytes(c.shards, original->shape().table_bytes_per_shard()));
-  ASSERT_EQ(testing::SnapshotGet32(v1.data() + 8), 1u);
+  const std::vector<uint8_t> v3 = ReadBytes(w->path);
+  const std::vector<uint64_t> positions = original->ShardPositions();
+  std::vector<std::unique_ptr<CuckooFilter>> loaded_filters;
+  for (uint32_t version : {1u, 2u}) {
+    SCOPED_TRACE(absl::StrCat("version ", version));
+    const std::vector<uint8_t> old = version == 1 ? SnapshotToVersion1(v3) : SnapshotToVersion2(v3);
+    const SnapshotLayout& layout = version == 1 ? kSnapshotV1 : kSnapshotV2;
+    ASSERT_EQ(old.size(), layout.FileBytes(c.shards, original->shape().table_bytes_per_shard()));
+    ASSERT_EQ(testing::SnapshotGet32(old.data() + 8), version);
 
-  absl::StatusOr<LoadedSnapshot> r = ParseSnapshot(v1, "old.cuckoo", "old");
-  ASSERT_TRUE(r.ok()) << r.status();
-  CuckooFilter& loaded = *r->filter;
-  EXPECT_EQ(r->format_version, 1u);
-  EXPECT_EQ(r->header.file_bytes, v1.size());
-  EXPECT_EQ(absl::ToUnixMicros(r->header.taken), absl::ToUnixMicros(w->taken));
-  EXPECT_EQ(loaded.shape(), original->shape());
-  EXPECT_EQ(r->items, original->items());
-  EXPECT_EQ(r->filter_id, 0u);
-  EXPECT_EQ(loaded.id(), 0u);
-  EXPECT_EQ(r->min_position, 0u);
-  EXPECT_EQ(r->max_position, 0u);
-  EXPECT_EQ(loaded.ShardPositions(), std::vector<uint64_t>(c.shards, 0));
-  for (uint32_t i = 0; i < c.shards; ++i) {
-    EXPECT_EQ(ShardBytes(loaded, i), ShardBytes(*original, i)) << "shard " << i;
+    absl::StatusOr<LoadedSnapshot> r = ParseSnapshot(old, "old.cuckoo", "old");
+    ASSERT_TRUE(r.ok()) << r.status();
+    CuckooFilter& loaded = *r->filter;
+    EXPECT_EQ(r->format_version, version);
+    EXPECT_EQ(r->header.file_bytes, old.size());
+    EXPECT_EQ(r->header.shards_with_generation, std::vector<uint32_t>{c.shards});
+    EXPECT_EQ(r->header.memory_bytes, CuckooFilter::MemoryBytes(original->shape()));
+    EXPECT_EQ(absl::ToUnixMicros(r->header.taken), absl::ToUnixMicros(w->taken));
+    EXPECT_EQ(loaded.shape(), original->shape());
+    EXPECT_EQ(r->items, original->items());
+    EXPECT_EQ(r->filter_id, version == 1 ? 0u : 12u);
+    EXPECT_EQ(loaded.id(), r->filter_id);
+    if (version == 1) {
+      EXPECT_EQ(r->min_position, 0u);
+      EXPECT_EQ(r->max_position, 0u);
+      EXPECT_EQ(loaded.ShardPositions(), std::vector<uint64_t>(c.shards, 0));
+    } else {
+      EXPECT_EQ(loaded.ShardPositions(), positions);
+    }
+    for (uint32_t i = 0; i < c.shards; ++i) {
+      EXPECT_EQ(ShardBytes(loaded, i), ShardBytes(*original, i)) << "shard " << i;
+      EXPECT_EQ(loaded.ShardGenerations(i), 1u);
+    }
+    loaded_filters.push_back(std::move(r->filter));
   }
+  ASSERT_EQ(loaded_filters.size(), 2u);
   // The kick-victim generators too: later inserts land identically.
   std::vector<std::string> more = Keys(2, 1'500);
-  InsertAll(loaded, more);
   InsertAll(*original, more);
-  for (uint32_t i = 0; i < c.shards; ++i) {
-    EXPECT_EQ(ShardBytes(loaded, i), ShardBytes(*original, i)) << "shard " << i;
+  for (const auto& loaded : loaded_filters) {
+    InsertAll(*loaded, more);
+    for (uint32_t i = 0; i < c.shards; ++i) {
+      EXPECT_EQ(ShardBytes(*loaded, i), ShardBytes(*original, i)) << "shard " << i;
+    }
   }
 }
 
@@ -252,7 +319,7 @@ TEST(SnapshotTest, FilterIdAndEveryShardPositionSurviveARoundTrip) {
     EXPECT_EQ(w->max_position, uint64_t{1} << 63) << buffer;
     absl::StatusOr<LoadedSnapshot> r = ReadSnapshotFile(w->path, "pos");
     ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_EQ(r->format_version, 2u);
+    EXPECT_EQ(r->format_version, 3u);
     EXPECT_EQ(r->filter_id, 0xC0FFEE'0000'0001u);
     EXPECT_EQ(r->filter->id(), 0xC0FFEE'0000'0001u);
     EXPECT_EQ(r->filter->ShardPositions(), positions) << buffer;
@@ -323,8 +390,9 @@ TEST(SnapshotTest, APositionFloorRaisesIdleShardsOnly) {
   EXPECT_EQ(f.ShardPositions(), positions) << "the filter itself keeps its positions";
 }
 
-// The bytes of docs/SNAPSHOT_FORMAT.md's version 2, which other code reads.
-TEST(SnapshotTest, WrittenFileHasTheVersionTwoLayout) {
+// The bytes of docs/SNAPSHOT_FORMAT.md's version 3 for a fixed filter,
+// which other code reads.
+TEST(SnapshotTest, WrittenFileHasTheVersionThreeLayout) {
   TempDir dir;
   auto made =
       CuckooFilter::FromShape(MakeFilter({.capacity = 3'000, .shards = 4, .seed = 8})->shape());
@@ -338,15 +406,15 @@ TEST(SnapshotTest, WrittenFileHasTheVersionTwoLayout) {
   const std::vector<uint8_t> b = ReadBytes(w->path);
   const FilterShape& shape = f.shape();
   const uint64_t t = shape.table_bytes_per_shard();
-  ASSERT_EQ(b.size(), 320 + 4 * (40 + t + 8) + 32);
+  ASSERT_EQ(b.size(), 480 + 4 * (24 + 40 + t + 8) + 32);
   EXPECT_EQ(w->bytes, b.size());
   auto u32 = [&](size_t at) { return testing::SnapshotGet32(b.data() + at); };
   auto u64 = [&](size_t at) { return testing::SnapshotGet64(b.data() + at); };
   EXPECT_EQ(std::string(b.begin(), b.begin() + 8),
             "\x89"
             "CUCKOO\n");
-  EXPECT_EQ(u32(8), 2u);
-  EXPECT_EQ(u32(12), 320u);
+  EXPECT_EQ(u32(8), 3u);
+  EXPECT_EQ(u32(12), 480u);
   std::string writer(b.begin() + 16, b.begin() + 48);
   EXPECT_EQ(writer, ThisBuild() + std::string(32 - ThisBuild().size(), '\0'));
   EXPECT_EQ(u32(48), shape.hash_id);
@@ -364,22 +432,41 @@ TEST(SnapshotTest, WrittenFileHasTheVersionTwoLayout) {
   EXPECT_EQ(static_cast<int64_t>(u64(112)), absl::ToUnixMicros(w->taken));
   EXPECT_EQ(std::string(b.begin() + 120, b.begin() + 248), "layout" + std::string(122, '\0'));
   EXPECT_EQ(u64(248), 77u);
-  EXPECT_EQ(std::vector<uint8_t>(b.begin() + 256, b.begin() + 312), std::vector<uint8_t>(56, 0));
-  EXPECT_EQ(u64(312), XXH3_64bits(b.data(), 312));
+  // Growth: none (a fixed filter), a schedule of one generation, which all
+  // 4 shards have.
+  EXPECT_EQ(u32(256), 0u);
+  EXPECT_EQ(u32(260), 1u);
+  EXPECT_EQ(u64(264), 0u);
+  EXPECT_EQ(u64(272), 0u);
+  uint8_t schedule[12];
+  testing::SnapshotPut32(schedule, shape.fingerprint_bits);
+  testing::SnapshotPut64(schedule + 4, shape.buckets_per_shard);
+  EXPECT_EQ(u64(280), XXH3_64bits(schedule, sizeof(schedule)));
+  EXPECT_EQ(u32(288), 4u);
+  for (size_t g = 1; g < 32; ++g) EXPECT_EQ(u32(288 + 4 * g), 0u) << g;
+  EXPECT_EQ(std::vector<uint8_t>(b.begin() + 416, b.begin() + 472), std::vector<uint8_t>(56, 0));
+  EXPECT_EQ(u64(472), XXH3_64bits(b.data(), 472));
   uint64_t items = 0;
+  std::vector<uint8_t> chain(b.begin() + 472, b.begin() + 480);
   for (uint32_t i = 0; i < 4; ++i) {
-    const size_t at = 320 + i * (40 + t + 8);
+    const size_t at = 480 + i * (24 + 40 + t + 8);
     CuckooFilter::ShardState state;
     std::vector<uint8_t> table(t);
     state = f.CopyShard(i, table.data());
     EXPECT_EQ(u32(at), i);
-    EXPECT_EQ(u32(at + 4), 0u);
+    EXPECT_EQ(u32(at + 4), 1u);  // Generations.
     EXPECT_EQ(u64(at + 8), state.items);
-    EXPECT_EQ(u64(at + 16), state.rng_state);
-    EXPECT_EQ(u64(at + 24), t);
-    EXPECT_EQ(u64(at + 32), 1000 + i);
-    EXPECT_EQ(std::vector<uint8_t>(b.begin() + at + 40, b.begin() + at + 40 + t), table);
-    EXPECT_EQ(u64(at + 40 + t), XXH3_64bits(b.data() + at, 40 + t));
+    EXPECT_EQ(u64(at + 16), 1000 + i);
+    // Generation 0's block.
+    EXPECT_EQ(u32(at + 24), 0u);
+    EXPECT_EQ(u32(at + 28), shape.fingerprint_bits);
+    EXPECT_EQ(u64(at + 32), shape.buckets_per_shard);
+    EXPECT_EQ(u64(at + 40), state.items);
+    EXPECT_EQ(u64(at + 48), state.rng_state);
+    EXPECT_EQ(u64(at + 56), t);
+    EXPECT_EQ(std::vector<uint8_t>(b.begin() + at + 64, b.begin() + at + 64 + t), table);
+    EXPECT_EQ(u64(at + 64 + t), XXH3_64bits(b.data() + at, 64 + t));
+    chain.insert(chain.end(), b.begin() + at + 64 + t, b.begin() + at + 72 + t);
     items += state.items;
   }
   const size_t footer = b.size() - 32;
@@ -388,6 +475,8 @@ TEST(SnapshotTest, WrittenFileHasTheVersionTwoLayout) {
             "CKFEND\n");
   EXPECT_EQ(u64(footer + 8), b.size());
   EXPECT_EQ(u64(footer + 16), items);
+  chain.insert(chain.end(), b.begin() + footer, b.begin() + footer + 24);
+  EXPECT_EQ(u64(footer + 24), XXH3_64bits(chain.data(), chain.size()));
   EXPECT_EQ(items, 1'000u);
 }
 
@@ -588,13 +677,15 @@ TEST(SnapshotTest, AdmitSeesTheHeaderAndCanRefuseBeforeAllocation) {
   EXPECT_EQ(seen.name, "adm");
   EXPECT_EQ(seen.shape, f->shape());
   EXPECT_EQ(seen.file_bytes, w->bytes);
+  EXPECT_EQ(seen.shards_with_generation, std::vector<uint32_t>{2});
+  EXPECT_EQ(seen.memory_bytes, f->memory_bytes());
 }
 
 // --- Corruption: every kind is DATA_LOSS with a message naming the file and why.
 
 struct CorruptionCase {
   TableKind kind;
-  uint32_t version;  // Of the file: 2 as this build writes it, 1 as older builds did.
+  uint32_t version;  // Of the file: 3 as this build writes it, 1 and 2 as older builds did.
 };
 
 void PrintTo(const CorruptionCase& c, std::ostream* os) {
@@ -603,13 +694,14 @@ void PrintTo(const CorruptionCase& c, std::ostream* os) {
 
 // Every corruption test runs on a packed file (table_kind 0: the format as it
 // was before semi-sorted tables) and on a semi-sorted one (table_kind 1), each
-// in format version 2 (this build's) and version 1 (earlier builds').
+// in format version 3 (this build's) and versions 1 and 2 (earlier builds').
 class SnapshotCorruptionTest : public ::testing::TestWithParam<CorruptionCase> {
  protected:
   static bool Semi() { return GetParam().kind == TableKind::kSemiSorted; }
   static bool V1() { return GetParam().version == 1; }
+  static bool V3() { return GetParam().version == 3; }
   // The layout of the file under test.
-  static const SnapshotLayout& L() { return V1() ? kSnapshotV1 : kSnapshotV2; }
+  static const SnapshotLayout& L() { return V1() ? kSnapshotV1 : V3() ? kSnapshotV3 : kSnapshotV2; }
   // The offset of a header setting (testing::kSnapshotHashId, ...).
   static size_t At(size_t field) { return L().at(field); }
   // `o` with the table kind under test.
@@ -619,7 +711,7 @@ class SnapshotCorruptionTest : public ::testing::TestWithParam<CorruptionCase> {
   }
   // A file this build wrote, in the version under test.
   static std::vector<uint8_t> InVersion(std::vector<uint8_t> written) {
-    return V1() ? SnapshotToVersion1(written) : written;
+    return V1() ? SnapshotToVersion1(written) : V3() ? written : SnapshotToVersion2(written);
   }
   // What a header this build cannot read says about the build that wrote it.
   static std::string WrittenBy() {
@@ -636,7 +728,7 @@ class SnapshotCorruptionTest : public ::testing::TestWithParam<CorruptionCase> {
     good_ = InVersion(ReadBytes(w->path));
     header_ = L().header;
     table_ = f->shape().table_bytes_per_shard();
-    section_ = L().section_header + table_ + 8;
+    section_ = L().table() + table_ + 8;
     ASSERT_EQ(good_.size(), header_ + 2 * section_ + kFooter);
   }
 
@@ -647,7 +739,7 @@ class SnapshotCorruptionTest : public ::testing::TestWithParam<CorruptionCase> {
     ASSERT_FALSE(r.ok()) << context;
     EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << context << r.status();
     EXPECT_THAT(r.status().message(), HasSubstr("snap.cuckoo: ")) << context;
-    EXPECT_THAT(r.status().message(), HasSubstr(why)) << context;
+    EXPECT_THAT(r.status().message(), HasSubstr(why)) << context << " " << r.status();
   }
 
   static uint64_t Get64(const std::vector<uint8_t>& b, size_t at) {
@@ -716,8 +808,9 @@ TEST_P(SnapshotCorruptionTest, TruncationAtAnyOffsetIsRejected) {
   }
   // Between the shortest header and this one's.
   std::vector<uint8_t> bad(good_.begin(), good_.begin() + 300);
-  ExpectRejected(bad, V1() ? "the file is 300 bytes, its settings need"
-                           : "the file is 300 bytes, shorter than the 320-byte header");
+  ExpectRejected(bad, V1()   ? "the file is 300 bytes, its settings need"
+                      : V3() ? "the file is 300 bytes, shorter than the 480-byte header"
+                             : "the file is 300 bytes, shorter than the 320-byte header");
 }
 
 TEST_P(SnapshotCorruptionTest, TrailingBytesAreRejected) {
@@ -727,13 +820,13 @@ TEST_P(SnapshotCorruptionTest, TrailingBytesAreRejected) {
 }
 
 TEST_P(SnapshotCorruptionTest, OtherVersionsThatNameNoWriterAreDataLoss) {
-  for (uint32_t v : {0u, 3u, 0xFFFFFFFFu}) {
+  for (uint32_t v : {0u, 4u, 0xFFFFFFFFu}) {
     std::vector<uint8_t> bad = good_;
     Put32(bad, 8, v);
     if (!V1()) PutWriter(bad, "");
     ResealSnapshot(bad, L());
     ExpectRejected(bad, absl::StrFormat("format version %u is not supported (this build reads "
-                                        "versions 1 and 2)",
+                                        "versions 1 to 3)",
                                         v));
     ExpectRejected(bad, "names no writer");
   }
@@ -742,8 +835,11 @@ TEST_P(SnapshotCorruptionTest, OtherVersionsThatNameNoWriterAreDataLoss) {
 // The header checksum of a file whose version field alone is damaged
 // matches with the field put back, whichever version the file is.
 TEST_P(SnapshotCorruptionTest, ADamagedVersionFieldIsDataLossNamingTheVersionOfTheRest) {
-  const uint32_t other_known = V1() ? 2 : 1;
-  for (uint32_t v : {0u, 3u, 0x100u | GetParam().version, 0xFFFFFFFFu, other_known}) {
+  std::vector<uint32_t> versions = {0u, 4u, 0x100u | GetParam().version, 0xFFFFFFFFu};
+  for (uint32_t other_known : {1u, 2u, 3u}) {
+    if (other_known != GetParam().version) versions.push_back(other_known);
+  }
+  for (uint32_t v : versions) {
     std::vector<uint8_t> bad = good_;
     Put32(bad, 8, v);  // Not resealed: the header checksum is the real version's.
     ExpectRejected(bad, absl::StrFormat("format version field is corrupt (%u; the rest is a valid "
@@ -755,7 +851,7 @@ TEST_P(SnapshotCorruptionTest, ADamagedVersionFieldIsDataLossNamingTheVersionOfT
 // A file a newer build wrote is intact: refusing it (FAILED_PRECONDITION)
 // keeps it in place, where a rollback's quarantine would lose the filter.
 TEST_P(SnapshotCorruptionTest, ANewerFormatIsRefusedNamingTheBuildThatWroteIt) {
-  for (uint32_t version : {3u, 0xFFFFFFFFu}) {
+  for (uint32_t version : {4u, 0xFFFFFFFFu}) {
     std::vector<uint8_t> newer = good_;
     Put32(newer, 8, version);
     PutWriter(newer, "cuckood 0.9.3");
@@ -763,7 +859,7 @@ TEST_P(SnapshotCorruptionTest, ANewerFormatIsRefusedNamingTheBuildThatWroteIt) {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
     EXPECT_THAT(r.status().message(),
                 HasSubstr(absl::StrFormat(
-                    "snap.cuckoo: format version %u (this build reads versions 1 and 2); it was "
+                    "snap.cuckoo: format version %u (this build reads versions 1 to 3); it was "
                     "written by cuckood 0.9.3, and this build (%s) cannot read it",
                     version, ThisBuild())));
     EXPECT_THAT(r.status().message(), HasSubstr("move the file out of the data directory"));
@@ -841,7 +937,7 @@ TEST_P(SnapshotCorruptionTest, ImpossibleSettingsAreRejectedEvenWithValidChecksu
     uint32_t value;
     std::string why;
   };
-  const std::vector<Case> cases = {
+  std::vector<Case> cases = {
       {12, 128, absl::StrFormat("header size 128 (expected %u", header_)},
       {12, V1() ? 320u : 256u, "header size"},
       {At(testing::kSnapshotNameLength), 0, "filter name length 0"},
@@ -849,13 +945,29 @@ TEST_P(SnapshotCorruptionTest, ImpossibleSettingsAreRejectedEvenWithValidChecksu
       {At(testing::kSnapshotNameLength), 2, "has character"},
       {L().reserved, 1, absl::StrFormat("reserved header byte %u", L().reserved)},
       {header_ + 0, 1, "section is for shard 1"},
+  };
+  std::vector<Case> section_cases = {
       {header_ + 4, 1, "reserved field is not zero"},
       {header_ + 24, 5, "table of 5 bytes"},
   };
+  if (V3()) {
+    const size_t block = header_ + L().section_header;  // Generation 0's.
+    section_cases = {
+        {block + testing::kSnapshotGenTableBytes, 5, "generation 0: table of 5 bytes"},
+        {block + testing::kSnapshotGenIndex, 1, "generation 0: block is for generation 1"},
+        {header_ + testing::kSnapshotV3Items, 1, "1 items, but its generations hold"},
+    };
+  }
+  cases.insert(cases.end(), section_cases.begin(), section_cases.end());
   for (const Case& c : cases) {
     std::vector<uint8_t> bad = good_;
     Put32(bad, c.at, c.value);
-    ResealSnapshot(bad, L());
+    // Version 3: the sections where they are, whatever a field says.
+    if (V3() && c.at >= header_) {
+      ResealLike(bad, Sections(good_));
+    } else {
+      ResealSnapshot(bad, L());
+    }
     ExpectRejected(bad, c.why, absl::StrFormat("u32 %u at %u", c.value, c.at));
   }
   std::vector<uint8_t> bad = good_;
@@ -865,7 +977,9 @@ TEST_P(SnapshotCorruptionTest, ImpossibleSettingsAreRejectedEvenWithValidChecksu
   ResealSnapshot(bad, L());
   ExpectRejected(bad, "table bytes per shard");
   bad = good_;
-  Put64(bad, header_ + 8, uint64_t{1} << 40);  // shard items
+  // The shard's items (version 3: generation 0's).
+  Put64(bad, V3() ? header_ + L().section_header + testing::kSnapshotGenItems : header_ + 8,
+        uint64_t{1} << 40);
   ResealSnapshot(bad, L());
   ExpectRejected(bad, "items in a table of");
   bad = good_;
@@ -881,6 +995,8 @@ TEST_P(SnapshotCorruptionTest, NonZeroReservedHeaderBytesAreDataLoss) {
   // After the name "c": its padding, then (version 2) the filter id, then
   // the reserved bytes.
   for (size_t at = L().name + 1; at < L().header_checksum; ++at) {
+    // Version 3's growth settings are not reserved (GrowingSnapshotTest).
+    if (L().growth != 0 && at >= L().growth && at < L().reserved) continue;
     std::vector<uint8_t> bad = good_;
     bad[at] = 0x40;
     ResealSnapshot(bad, L());
@@ -960,7 +1076,7 @@ TEST_P(SnapshotCorruptionTest, NonZeroBitsAfterTheLastSlotAreRejected) {
   ASSERT_TRUE(w.ok());
   std::vector<uint8_t> bad = InVersion(ReadBytes(w->path));
   const size_t table = f->shape().table_bytes_per_shard();
-  bad[header_ + L().section_header + table - 1] |= 0x80;
+  bad[header_ + L().table() + table - 1] |= 0x80;
   ResealSnapshot(bad, L());
   ExpectRejected(bad, "bits set after the last slot");
 }
@@ -974,7 +1090,9 @@ TEST_P(SnapshotCorruptionTest, FileOfTheOtherTableKindIsRejected) {
 }
 
 INSTANTIATE_TEST_SUITE_P(KindsAndVersions, SnapshotCorruptionTest,
-                         ::testing::Values(CorruptionCase{TableKind::kPacked, 2},
+                         ::testing::Values(CorruptionCase{TableKind::kPacked, 3},
+                                           CorruptionCase{TableKind::kSemiSorted, 3},
+                                           CorruptionCase{TableKind::kPacked, 2},
                                            CorruptionCase{TableKind::kSemiSorted, 2},
                                            CorruptionCase{TableKind::kPacked, 1},
                                            CorruptionCase{TableKind::kSemiSorted, 1}),
@@ -1017,7 +1135,7 @@ class SemiSortedSnapshotTest : public ::testing::Test {
 };
 
 TEST_F(SemiSortedSnapshotTest, IntactFileLoadsAsSemiSorted) {
-  ASSERT_EQ(testing::SnapshotGet32(good_.data() + kSnapshotV2.at(testing::kSnapshotTableKind)), 1u);
+  ASSERT_EQ(testing::SnapshotGet32(good_.data() + kSnapshotV3.at(testing::kSnapshotTableKind)), 1u);
   auto r = ParseSnapshot(good_, "snap.cuckoo", "c");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->filter->shape().table_kind, TableKind::kSemiSorted);
@@ -1084,7 +1202,7 @@ TEST_F(SemiSortedSnapshotTest, SemiSortedHeaderWithAShapeThisBuildCannotEncodeIs
   };
   for (const Case& c : cases) {
     std::vector<uint8_t> bad = good_;
-    Put32(bad, kSnapshotV2.at(c.field), c.value);
+    Put32(bad, kSnapshotV3.at(c.field), c.value);
     ResealSnapshot(bad);
     const absl::Status st = Parse(bad);
     EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << c.why << st;
@@ -1092,6 +1210,429 @@ TEST_F(SemiSortedSnapshotTest, SemiSortedHeaderWithAShapeThisBuildCannotEncodeIs
     EXPECT_THAT(st.message(), HasSubstr(c.why));
   }
 }
+
+// --- Growing filters (format version 3): every generation of every shard.
+
+// One shard's tables as ReadShardGenerations sees them.
+struct GenerationCopy {
+  uint32_t fingerprint_bits = 0;
+  uint64_t buckets = 0;
+  std::vector<uint8_t> bytes;
+  uint64_t items = 0;
+  uint64_t rng_state = 0;
+  bool operator==(const GenerationCopy&) const = default;
+};
+std::vector<GenerationCopy> Generations(const CuckooFilter& f, uint32_t i) {
+  std::vector<GenerationCopy> out;
+  f.ReadShardGenerations(i, [&](absl::Span<const CuckooFilter::GenerationView> gens,
+                                const CuckooFilter::ShardState&) {
+    for (const CuckooFilter::GenerationView& g : gens) {
+      out.push_back({g.fingerprint_bits, g.buckets,
+                     std::vector<uint8_t>(g.bytes.begin(), g.bytes.end()), g.items, g.rng_state});
+    }
+  });
+  return out;
+}
+
+class GrowingSnapshotTest : public ::testing::TestWithParam<TableKind> {
+ protected:
+  static bool Semi() { return GetParam() == TableKind::kSemiSorted; }
+  static FilterOptions Options(uint64_t capacity, uint32_t shards) {
+    return {.capacity = capacity,
+            .false_positive_rate = 0.01,
+            .shards = shards,
+            .seed = 21,
+            .semi_sort = Semi(),
+            .growth_factor = 2};
+  }
+  // `n` keys of `stream` that fall in shard `shard` of `f`.
+  static std::vector<std::string> KeysOfShard(const CuckooFilter& f, uint32_t shard,
+                                              uint64_t stream, size_t n) {
+    std::vector<std::string> keys;
+    const uint32_t bits = f.shape().shard_bits;
+    for (uint64_t i = 0; keys.size() < n; ++i) {
+      std::string k = Key(stream, i);
+      const uint64_t h = f.Hash(k);
+      if ((bits == 0 ? 0 : h >> (64 - bits)) == shard) keys.push_back(std::move(k));
+    }
+    return keys;
+  }
+
+  // A 4-shard growing filter whose shards have grown unevenly: shard 0 the
+  // most, shard 1 less, shards 2 and 3 not at all.
+  void SetUp() override {
+    auto made = CuckooFilter::Create(Options(2'000, 4));
+    ASSERT_TRUE(made.ok()) << made.status();
+    filter_ = *std::move(made);
+    ASSERT_TRUE(filter_->shape().growing());
+    ASSERT_EQ(filter_->shape().semi_sorted(), Semi());
+    filter_->set_id(5);
+    const size_t per_shard[4] = {12'000, 2'000, 300, 100};
+    for (uint32_t i = 0; i < 4; ++i) {
+      std::vector<std::string> keys = KeysOfShard(*filter_, i, 40 + i, per_shard[i]);
+      InsertLogged(*filter_, keys, &position_);
+      present_.insert(present_.end(), keys.begin(), keys.end());
+    }
+    ASSERT_GE(filter_->ShardGenerations(0), 4u);
+    ASSERT_GT(filter_->ShardGenerations(0), filter_->ShardGenerations(1));
+    ASSERT_GT(filter_->ShardGenerations(1), 1u);
+    ASSERT_EQ(filter_->ShardGenerations(2), 1u);
+    ASSERT_EQ(filter_->ShardGenerations(3), 1u);
+    ASSERT_EQ(filter_->items(), present_.size());
+    auto w = WriteSnapshotFile(*filter_, "g", dir_.path());
+    ASSERT_TRUE(w.ok()) << w.status();
+    written_ = *w;
+    good_ = ReadBytes(w->path);
+  }
+
+  // Parses `bytes`; expects `code` and a message with the label and `why`.
+  void ExpectRefused(const std::vector<uint8_t>& bytes, const std::string& why,
+                     absl::StatusCode code = absl::StatusCode::kDataLoss,
+                     const std::string& context = "") {
+    auto r = ParseSnapshot(bytes, "g.cuckoo", "g");
+    ASSERT_FALSE(r.ok()) << context;
+    EXPECT_EQ(r.status().code(), code) << context << " " << r.status();
+    EXPECT_THAT(r.status().message(), HasSubstr("g.cuckoo: ")) << context;
+    EXPECT_THAT(r.status().message(), HasSubstr(why)) << context;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<CuckooFilter> filter_;
+  std::vector<std::string> present_;
+  uint64_t position_ = 100;
+  SnapshotWriteResult written_;
+  std::vector<uint8_t> good_;
+};
+
+TEST_P(GrowingSnapshotTest, EveryGenerationOfEveryShardRoundTripsBitForBit) {
+  absl::StatusOr<LoadedSnapshot> r = ReadSnapshotFile(written_.path, "g");
+  ASSERT_TRUE(r.ok()) << r.status();
+  CuckooFilter& loaded = *r->filter;
+  EXPECT_EQ(r->format_version, 3u);
+  EXPECT_EQ(loaded.shape(), filter_->shape());
+  EXPECT_EQ(loaded.id(), 5u);
+  EXPECT_EQ(r->items, filter_->items());
+  EXPECT_EQ(written_.items, filter_->items());
+  EXPECT_EQ(loaded.items(), filter_->items());
+  EXPECT_EQ(loaded.ShardPositions(), filter_->ShardPositions());
+  EXPECT_EQ(r->max_position, position_);
+  // The admit's budget is what the filter takes once loaded.
+  EXPECT_EQ(r->header.memory_bytes, filter_->memory_bytes());
+  EXPECT_EQ(loaded.memory_bytes(), filter_->memory_bytes());
+  EXPECT_GT(r->header.memory_bytes, CuckooFilter::MemoryBytes(filter_->shape()));
+  std::vector<uint32_t> with(filter_->ShardGenerations(0), 0);
+  for (uint32_t i = 0; i < 4; ++i) {
+    for (uint32_t g = 0; g < filter_->ShardGenerations(i); ++g) ++with[g];
+  }
+  EXPECT_EQ(r->header.shards_with_generation, with);
+  for (uint32_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(loaded.ShardGenerations(i), filter_->ShardGenerations(i)) << "shard " << i;
+    EXPECT_EQ(Generations(loaded, i), Generations(*filter_, i)) << "shard " << i;
+  }
+  for (const std::string& k : present_) ASSERT_TRUE(loaded.MayContain(k)) << k;
+  for (const std::string& k : Keys(9, 5'000)) {
+    ASSERT_EQ(loaded.MayContain(k), filter_->MayContain(k)) << k;
+    ASSERT_EQ(loaded.ApproximateCount(k), filter_->ApproximateCount(k)) << k;
+  }
+  EXPECT_EQ(loaded.Stats().generations.size(), filter_->Stats().generations.size());
+}
+
+TEST_P(GrowingSnapshotTest, ALoadedFilterGoesOnGrowingExactlyAsTheOriginal) {
+  absl::StatusOr<LoadedSnapshot> r = ParseSnapshot(good_, "g.cuckoo", "g");
+  ASSERT_TRUE(r.ok()) << r.status();
+  CuckooFilter& loaded = *r->filter;
+  // Every shard grows further, shard 3 for the first time.
+  std::vector<std::string> more;
+  for (uint32_t i = 0; i < 4; ++i) {
+    std::vector<std::string> k = KeysOfShard(*filter_, i, 60 + i, i == 0 ? 10'000 : 5'000);
+    more.insert(more.end(), k.begin(), k.end());
+  }
+  uint64_t original_position = position_;
+  uint64_t loaded_position = position_;
+  InsertLogged(*filter_, more, &original_position);
+  InsertLogged(loaded, more, &loaded_position);
+  EXPECT_EQ(loaded_position, original_position);
+  EXPECT_GT(loaded.ShardGenerations(3), 1u);
+  for (uint32_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(loaded.ShardGenerations(i), filter_->ShardGenerations(i)) << "shard " << i;
+    EXPECT_EQ(Generations(loaded, i), Generations(*filter_, i)) << "shard " << i;
+  }
+  EXPECT_EQ(loaded.memory_bytes(), filter_->memory_bytes());
+  for (const auto* keys : {&present_, &more}) {
+    for (const std::string& k : *keys) ASSERT_TRUE(loaded.MayContain(k)) << k;
+  }
+  // And a second round trip of the grown filter.
+  auto w = WriteSnapshotFile(loaded, "g", dir_.path());
+  ASSERT_TRUE(w.ok()) << w.status();
+  absl::StatusOr<LoadedSnapshot> again = ReadSnapshotFile(w->path, "g");
+  ASSERT_TRUE(again.ok()) << again.status();
+  for (uint32_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(Generations(*again->filter, i), Generations(*filter_, i)) << "shard " << i;
+  }
+}
+
+TEST_P(GrowingSnapshotTest, WrittenThroughASmallBufferTheSectionsAreTheSame) {
+  for (size_t buffer : {size_t{64}, size_t{100}, size_t{4096}}) {
+    auto w = WriteSnapshotFile(*filter_, "g", dir_.path(), {.buffer_bytes = buffer});
+    ASSERT_TRUE(w.ok()) << w.status();
+    const std::vector<uint8_t> pieces = ReadBytes(w->path);
+    ASSERT_EQ(pieces.size(), good_.size()) << buffer;
+    // Only the time taken (and so the checksums over the header) differ.
+    EXPECT_TRUE(std::equal(good_.begin() + kHeader, good_.end() - 8, pieces.begin() + kHeader))
+        << buffer;
+    EXPECT_EQ(w->items, written_.items);
+    EXPECT_EQ(w->changes, written_.changes);
+    auto r = ParseSnapshot(pieces, "g.cuckoo", "g");
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (uint32_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(Generations(*r->filter, i), Generations(*filter_, i)) << "shard " << i;
+    }
+  }
+}
+
+TEST_P(GrowingSnapshotTest, ALargeGrowingShardIsWrittenThroughTheBufferInPieces) {
+  // One shard grown to MiBs of tables, through a 4 KiB buffer.
+  auto made = CuckooFilter::Create(Options(50'000, 1));
+  ASSERT_TRUE(made.ok()) << made.status();
+  CuckooFilter& f = **made;
+  std::vector<std::string> keys = Keys(70, 1'000'000);
+  InsertAll(f, keys);
+  ASSERT_GE(f.ShardGenerations(0), 4u);
+  ASSERT_EQ(f.items(), keys.size());
+  auto whole = WriteSnapshotFile(f, "big", dir_.path());
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const std::vector<uint8_t> copied = ReadBytes(whole->path);
+  auto w = WriteSnapshotFile(f, "big", dir_.path(), {.buffer_bytes = 4096});
+  ASSERT_TRUE(w.ok()) << w.status();
+  const std::vector<uint8_t> pieces = ReadBytes(w->path);
+  ASSERT_GT(pieces.size(), size_t{2} << 20);
+  ASSERT_EQ(pieces.size(), copied.size());
+  EXPECT_TRUE(std::equal(copied.begin() + kHeader, copied.end() - 8, pieces.begin() + kHeader));
+  auto r = ReadSnapshotFile(w->path, "big");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Generations(*r->filter, 0), Generations(f, 0));
+  for (const std::string& k : keys) ASSERT_TRUE(r->filter->MayContain(k)) << k;
+}
+
+TEST_P(GrowingSnapshotTest, TheHeaderCarriesTheGrowthSettingsAndGenerationCounts) {
+  const FilterShape& shape = filter_->shape();
+  const size_t growth = kSnapshotV3.growth;
+  auto u32 = [&](size_t at) { return testing::SnapshotGet32(good_.data() + at); };
+  auto u64 = [&](size_t at) { return testing::SnapshotGet64(good_.data() + at); };
+  EXPECT_EQ(u32(growth + testing::kSnapshotGrowthFactor), 2u);
+  EXPECT_EQ(u32(growth + testing::kSnapshotScheduleGenerations), GenerationSchedule(shape).size());
+  EXPECT_EQ(u64(growth + testing::kSnapshotMaxCapacity), shape.max_capacity);
+  EXPECT_EQ(u64(growth + testing::kSnapshotFalsePositiveRate),
+            std::bit_cast<uint64_t>(shape.false_positive_rate));
+  EXPECT_EQ(u32(growth + testing::kSnapshotShardsWithGeneration), 4u);
+  EXPECT_EQ(u32(growth + testing::kSnapshotShardsWithGeneration + 4), 2u);
+  const std::vector<GenerationShape> schedule = GenerationSchedule(shape);
+  for (const SectionLayout& s : Sections(good_)) {
+    for (size_t g = 0; g < s.block.size(); ++g) {
+      EXPECT_EQ(u32(s.block[g] + testing::kSnapshotGenIndex), g);
+      EXPECT_EQ(u32(s.block[g] + testing::kSnapshotGenFingerprintBits),
+                schedule[g].fingerprint_bits);
+      EXPECT_EQ(u64(s.block[g] + testing::kSnapshotGenBuckets), schedule[g].buckets_per_shard);
+    }
+  }
+}
+
+// --- Growing files that no writer produces.
+
+TEST_P(GrowingSnapshotTest, AFlippedByteInAnyGenerationIsAChecksumMismatchOfItsShard) {
+  const std::vector<SectionLayout> sections = Sections(good_);
+  for (size_t i = 0; i < sections.size(); ++i) {
+    for (size_t g = 0; g < sections[i].block.size(); ++g) {
+      const size_t end =
+          g + 1 < sections[i].block.size() ? sections[i].block[g + 1] : sections[i].trailer;
+      for (size_t at : {sections[i].block[g], sections[i].block[g] + 41,
+                        (sections[i].block[g] + end) / 2, end - 1}) {
+        std::vector<uint8_t> bad = good_;
+        bad[at] ^= 0x10;
+        ExpectRefused(bad, absl::StrFormat("shard %u checksum mismatch", i),
+                      absl::StatusCode::kDataLoss, absl::StrFormat("generation %u byte %u", g, at));
+      }
+    }
+  }
+}
+
+TEST_P(GrowingSnapshotTest, ATruncatedGenerationIsDataLoss) {
+  const std::vector<SectionLayout> sections = Sections(good_);
+  for (size_t at : {sections[0].block[1], sections[0].block[2] + 100, sections[1].block[1] + 7,
+                    sections[1].trailer}) {
+    std::vector<uint8_t> bad(good_.begin(), good_.begin() + at);
+    ExpectRefused(bad, "truncated", absl::StatusCode::kDataLoss, absl::StrCat("length ", at));
+  }
+}
+
+TEST_P(GrowingSnapshotTest, AGenerationCountTheHeaderRulesOutIsDataLoss) {
+  const std::vector<SectionLayout> sections = Sections(good_);
+  const uint32_t schedule = static_cast<uint32_t>(GenerationSchedule(filter_->shape()).size());
+  struct Case {
+    size_t shard;
+    uint32_t generations;
+  };
+  // 0; more than the schedule; one more than the shard has, which the
+  // header's count of shards per generation rules out; one fewer.
+  const uint32_t first = static_cast<uint32_t>(sections[0].block.size());
+  for (const Case& c : {Case{0, 0}, Case{2, 0}, Case{0, schedule + 1}, Case{0, 0xFFFFFFFF},
+                        Case{0, first + 1}, Case{2, 2}}) {
+    std::vector<uint8_t> bad = good_;
+    testing::SnapshotPut32(bad.data() + sections[c.shard].at + testing::kSnapshotV3Generations,
+                           c.generations);
+    ResealLike(bad, sections);
+    ExpectRefused(bad,
+                  absl::StrFormat("shard %u (section at byte %u) gives %u generations", c.shard,
+                                  sections[c.shard].at, c.generations),
+                  absl::StatusCode::kDataLoss, absl::StrCat("shard ", c.shard));
+  }
+  // One fewer: the header allows it (a later shard could have the rest),
+  // but the section is then read short, and its checksum fails.
+  std::vector<uint8_t> bad = good_;
+  testing::SnapshotPut32(bad.data() + sections[0].at + testing::kSnapshotV3Generations, first - 1);
+  ResealLike(bad, sections);
+  ExpectRefused(bad, "shard 0 checksum mismatch");
+}
+
+TEST_P(GrowingSnapshotTest, GenerationBlocksThatDisagreeWithTheScheduleAreDataLoss) {
+  const std::vector<SectionLayout> sections = Sections(good_);
+  const size_t block = sections[0].block[2];
+  struct Case {
+    size_t at;
+    uint64_t value;
+    bool wide;
+    std::string why;
+  };
+  const uint32_t f =
+      testing::SnapshotGet32(good_.data() + block + testing::kSnapshotGenFingerprintBits);
+  const uint64_t buckets =
+      testing::SnapshotGet64(good_.data() + block + testing::kSnapshotGenBuckets);
+  const std::vector<Case> cases = {
+      {block + testing::kSnapshotGenIndex, 3, false, "generation 2: block is for generation 3"},
+      {block + testing::kSnapshotGenFingerprintBits, f + 1, false,
+       absl::StrFormat("generation 2: %u-bit fingerprints in %u buckets, but the schedule gives %u "
+                       "bits in %u buckets",
+                       f + 1, buckets, f, buckets)},
+      {block + testing::kSnapshotGenBuckets, buckets * 2, true,
+       "generation 2: " + std::to_string(f) + "-bit fingerprints in " +
+           std::to_string(buckets * 2) + " buckets"},
+      {block + testing::kSnapshotGenItems, buckets * 4 + 1, true,
+       absl::StrFormat("generation 2: %u items in a table of %u slots", buckets * 4 + 1,
+                       buckets * 4)},
+      {sections[0].at + testing::kSnapshotV3Items, 7, true, "7 items, but its generations hold"},
+      {block + testing::kSnapshotGenTableBytes, 5, true, "generation 2: table of 5 bytes"},
+  };
+  for (const Case& c : cases) {
+    std::vector<uint8_t> bad = good_;
+    if (c.wide) {
+      testing::SnapshotPut64(bad.data() + c.at, c.value);
+    } else {
+      testing::SnapshotPut32(bad.data() + c.at, static_cast<uint32_t>(c.value));
+    }
+    ResealLike(bad, sections);
+    ExpectRefused(bad, "impossible settings in shard 0 ", absl::StatusCode::kDataLoss, c.why);
+    ExpectRefused(bad, c.why, absl::StatusCode::kDataLoss, c.why);
+  }
+}
+
+TEST_P(GrowingSnapshotTest, AnInvalidSemiSortedBucketInAGrownGenerationIsDataLoss) {
+  if (!Semi()) GTEST_SKIP() << "packed buckets have no invalid encodings";
+  const std::vector<SectionLayout> sections = Sections(good_);
+  for (uint32_t g : {1u, 3u}) {
+    std::vector<uint8_t> bad = good_;
+    const size_t table = sections[0].block[g] + kSnapshotV3.generation_header;
+    const uint32_t f = testing::SnapshotGet32(good_.data() + sections[0].block[g] +
+                                              testing::kSnapshotGenFingerprintBits);
+    const uint64_t bucket = 5;
+    testing::PutBits(absl::MakeSpan(bad).subspan(table), bucket * (4 * f - 4), 12, 3900);
+    ResealLike(bad, sections);
+    ExpectRefused(bad,
+                  absl::StrFormat("impossible settings in shard 0 (byte %u): generation %u: bucket "
+                                  "5 is not a valid semi_sorted bucket",
+                                  sections[0].at, g));
+  }
+}
+
+TEST_P(GrowingSnapshotTest, ImpossibleGenerationCountsInTheHeaderAreDataLoss) {
+  const size_t with = kSnapshotV3.growth + testing::kSnapshotShardsWithGeneration;
+  const uint32_t schedule = static_cast<uint32_t>(GenerationSchedule(filter_->shape()).size());
+  const uint32_t second = filter_->ShardGenerations(1);
+  struct Case {
+    size_t g;
+    uint32_t value;
+    std::string why;
+  };
+  const std::vector<Case> cases = {
+      {0, 3, "3 shards with generation 0 (every shard has it: expected 4)"},
+      {1, 5, "5 shards with generation 1 (at most 4"},
+      {1, 3, "truncated"},  // Allowed by the header, but the file is then too short.
+      // Only shard 0 has the generation after shard 1's last.
+      {second + 1, 2, absl::StrFormat("2 shards with generation %u (at most 1", second + 1)},
+      {schedule, 1, absl::StrFormat("1 shards with generation %u (at most 0", schedule)},
+      {31, 1, "1 shards with generation 31 (at most 0"},
+  };
+  for (const Case& c : cases) {
+    if (c.g >= 32) continue;
+    std::vector<uint8_t> bad = good_;
+    testing::SnapshotPut32(bad.data() + with + 4 * c.g, c.value);
+    ResealSnapshot(bad);
+    auto r = ParseSnapshot(bad, "g.cuckoo", "g");
+    ASSERT_FALSE(r.ok()) << c.why;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << c.why << r.status();
+    EXPECT_THAT(r.status().message(), HasSubstr(c.why)) << r.status();
+  }
+}
+
+// A build whose growth rule differs grows shards into other tables: its
+// file is intact, and refused as a newer build's (never quarantined).
+TEST_P(GrowingSnapshotTest, AnotherGrowthScheduleOrGrowthSettingIsRefusedNotLost) {
+  const size_t growth = kSnapshotV3.growth;
+  struct Case {
+    size_t at;
+    uint64_t value;
+    bool wide;
+    std::string why;
+  };
+  const std::vector<Case> cases = {
+      {growth + testing::kSnapshotScheduleChecksum, 12345, true, "its growth schedule"},
+      {growth + testing::kSnapshotScheduleGenerations, 3, false,
+       "its growth schedule (3 generations"},
+      {growth + testing::kSnapshotGrowthFactor, 9, false, "growth_factor=9"},
+      {growth + testing::kSnapshotGrowthFactor, 1, false, "growth_factor=1"},
+      {growth + testing::kSnapshotFalsePositiveRate, std::bit_cast<uint64_t>(1.5), true,
+       "false_positive_rate=1.5"},
+      {growth + testing::kSnapshotFalsePositiveRate, std::bit_cast<uint64_t>(std::nan("")), true,
+       "false_positive_rate=nan"},
+      {growth + testing::kSnapshotMaxCapacity, 1'000, true, "max_capacity=1000"},
+  };
+  for (const Case& c : cases) {
+    std::vector<uint8_t> newer = good_;
+    if (c.wide) {
+      testing::SnapshotPut64(newer.data() + c.at, c.value);
+    } else {
+      testing::SnapshotPut32(newer.data() + c.at, static_cast<uint32_t>(c.value));
+    }
+    ResealSnapshot(newer);
+    ExpectRefused(newer, c.why, absl::StatusCode::kFailedPrecondition, c.why);
+    ExpectRefused(newer, "it was written by " + ThisBuild(), absl::StatusCode::kFailedPrecondition,
+                  c.why);
+  }
+  // A fixed filter's file whose growth fields are set.
+  std::vector<uint8_t> fixed;
+  {
+    auto f = MakeFilter({.capacity = 1'000, .shards = 1, .seed = 2});
+    auto w = WriteSnapshotFile(*f, "g", dir_.path());
+    ASSERT_TRUE(w.ok()) << w.status();
+    fixed = ReadBytes(w->path);
+  }
+  testing::SnapshotPut64(fixed.data() + growth + testing::kSnapshotMaxCapacity, 5'000);
+  ResealSnapshot(fixed);
+  ExpectRefused(fixed, "are for growing filters only", absl::StatusCode::kFailedPrecondition);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, GrowingSnapshotTest,
+                         ::testing::Values(TableKind::kPacked, TableKind::kSemiSorted),
+                         [](const auto& p) { return std::string(TableKindName(p.param)); });
 
 }  // namespace
 }  // namespace cuckoo

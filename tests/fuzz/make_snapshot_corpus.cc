@@ -1,9 +1,10 @@
 // Writes the seed corpus of the snapshot fuzzer (tests/fuzz/snapshot_fuzz.cc)
 // into a directory: small valid snapshots of assorted shapes (fingerprint
 // bits, bucket sizes, shard counts, packed and semi-sorted tables; empty,
-// partly and nearly full; with filter ids and shard log positions), a few of
-// them also as the version-1 files older builds wrote, and a few invalid
-// files derived from them. About 60 KB in all; generated at build or test
+// partly and nearly full; with filter ids and shard log positions; growing
+// filters whose shards have grown), a few of them also as the version-1 and
+// version-2 files older builds wrote, and a few invalid files derived from
+// them. About 100 KB in all; generated at build or test
 // time, never committed.
 //
 //   make_snapshot_corpus <dir>
@@ -35,7 +36,7 @@ namespace {
 
 using cuckoo::CuckooFilter;
 using cuckoo::FilterOptions;
-using cuckoo::testing::kSnapshotV2;
+using cuckoo::testing::kSnapshotV3;
 
 struct Seed {
   const char* name;
@@ -96,17 +97,19 @@ std::vector<uint8_t> WriteSeed(const Seed& s, const std::string& dir) {
   return ReadBytes(w->path);
 }
 
-// Writes `v2` as the version-1 file an older build would have written.
-bool WriteVersion1(const std::string& dir, const std::string& name,
-                   const std::vector<uint8_t>& v2) {
-  const std::vector<uint8_t> v1 = cuckoo::testing::SnapshotToVersion1(v2);
-  const std::string path = absl::StrCat(dir, "/v1-", name, ".bin");
-  absl::StatusOr<cuckoo::LoadedSnapshot> r = cuckoo::ParseSnapshot(v1, path, name);
-  absl::StatusOr<cuckoo::LoadedSnapshot> r2 = cuckoo::ParseSnapshot(v2, path, name);
-  if (!r.ok() || !r2.ok() || r->format_version != 1 || r->items != r2->items) {
+// Writes `v3` (a fixed filter's) as the version-1 or version-2 file an
+// older build would have written.
+bool WriteOldVersion(const std::string& dir, const std::string& name,
+                     const std::vector<uint8_t>& v3, uint32_t version) {
+  const std::vector<uint8_t> old = version == 1 ? cuckoo::testing::SnapshotToVersion1(v3)
+                                                : cuckoo::testing::SnapshotToVersion2(v3);
+  const std::string path = absl::StrCat(dir, "/v", version, "-", name, ".bin");
+  absl::StatusOr<cuckoo::LoadedSnapshot> r = cuckoo::ParseSnapshot(old, path, name);
+  absl::StatusOr<cuckoo::LoadedSnapshot> r3 = cuckoo::ParseSnapshot(v3, path, name);
+  if (!r.ok() || !r3.ok() || r->format_version != version || r->items != r3->items) {
     return Fail(absl::StrCat(path, " does not read back: ", r.status().ToString()));
   }
-  if (!WriteBytes(path, v1)) return Fail(absl::StrCat("cannot write ", path));
+  if (!WriteBytes(path, old)) return Fail(absl::StrCat("cannot write ", path));
   return true;
 }
 
@@ -169,6 +172,24 @@ int main(int argc, char** argv) {
       {"semi-f20-b4-s1",
        {.capacity = 150, .fingerprint_bits = 20, .seed = 11, .semi_sort = true},
        0.5},
+      // Growing filters filled past their capacity: shards with several
+      // generations (version 3's blocks), packed and semi-sorted.
+      {"grow-packed-s2",
+       {.capacity = 60,
+        .false_positive_rate = 0.02,
+        .shards = 2,
+        .seed = 12,
+        .semi_sort = false,
+        .growth_factor = 2},
+       12.0},
+      {"grow-semi-s1",
+       {.capacity = 50,
+        .false_positive_rate = 0.01,
+        .shards = 1,
+        .seed = 13,
+        .growth_factor = 4,
+        .max_capacity = 2'000},
+       25.0},
   };
   std::vector<std::vector<uint8_t>> valid;
   for (const Seed& s : seeds) {
@@ -176,18 +197,22 @@ int main(int argc, char** argv) {
     if (valid.back().empty()) return 1;
     // The header's table_kind is the one asked for.
     const uint32_t kind = cuckoo::testing::SnapshotGet32(
-        valid.back().data() + kSnapshotV2.at(cuckoo::testing::kSnapshotTableKind));
-    const bool semi = std::string_view(s.name).starts_with("semi-");
+        valid.back().data() + kSnapshotV3.at(cuckoo::testing::kSnapshotTableKind));
+    const bool semi = std::string_view(s.name).starts_with("semi-") ||
+                      std::string_view(s.name).starts_with("grow-semi-");
     if (kind != (semi ? 1u : 0u)) {
       Fail(absl::StrCat(s.name, ": table_kind ", kind));
       return 1;
     }
   }
 
-  // Version-1 files, as builds before version 2 wrote them.
+  // Version-1 and version-2 files, as builds before versions 2 and 3
+  // wrote them.
   bool ok = true;
-  for (const size_t i : {size_t{1}, size_t{2}, size_t{6}, size_t{8}})
-    ok = WriteVersion1(dir, seeds[i].name, valid[i]) && ok;
+  for (const size_t i : {size_t{1}, size_t{2}, size_t{6}, size_t{8}}) {
+    ok = WriteOldVersion(dir, seeds[i].name, valid[i], 1) && ok;
+    ok = WriteOldVersion(dir, seeds[i].name, valid[i], 2) && ok;
+  }
 
   // Invalid files, each failing a different check.
   const std::vector<uint8_t>& base = valid[2];  // Four shards, mostly full.
@@ -201,7 +226,7 @@ int main(int argc, char** argv) {
   b[base.size() / 2] ^= 0x10;  // Inside a table: that shard's checksum.
   ok = WriteInvalid(dir, "table-bit-flip", b) && ok;
   b = base;
-  b[kSnapshotV2.name + 1] ^= 0x01;  // Inside the name: the header checksum.
+  b[kSnapshotV3.name + 1] ^= 0x01;  // Inside the name: the header checksum.
   ok = WriteInvalid(dir, "header-bit-flip", b, "header checksum mismatch") && ok;
   b = base;
   b.insert(b.end(), {0, 1, 2, 3});
@@ -210,8 +235,13 @@ int main(int argc, char** argv) {
   b[b.size() - 32] ^= 0xff;  // Footer magic.
   ok = WriteInvalid(dir, "footer-magic", b) && ok;
   b = base;
-  b[8] = 3;  // Format version, the checksum still version 2's.
-  ok = WriteInvalid(dir, "version-field-3", b,
+  b[8] = 4;  // Format version, the checksum still version 3's.
+  ok = WriteInvalid(dir, "version-field-4", b,
+                    "format version field is corrupt (4; the rest is a valid version-3 header)") &&
+       ok;
+  b = cuckoo::testing::SnapshotToVersion2(base);
+  b[8] = 3;
+  ok = WriteInvalid(dir, "v2-version-field-3", b,
                     "format version field is corrupt (3; the rest is a valid version-2 header)") &&
        ok;
   b = cuckoo::testing::SnapshotToVersion1(base);
@@ -220,14 +250,14 @@ int main(int argc, char** argv) {
                     "format version field is corrupt (2; the rest is a valid version-1 header)") &&
        ok;
   b = base;
-  b[8] = 3;  // A newer version, naming the build that wrote it.
-  cuckoo::testing::ResealSnapshot(b, kSnapshotV2);
-  ok = WriteInvalid(dir, "version-3", b, "format version 3 (this build reads versions 1 and 2)") &&
+  b[8] = 4;  // A newer version, naming the build that wrote it.
+  cuckoo::testing::ResealSnapshot(b, kSnapshotV3);
+  ok = WriteInvalid(dir, "version-4", b, "format version 4 (this build reads versions 1 to 3)") &&
        ok;
   b = base;
-  b[kSnapshotV2.reserved + 10] = 1;
+  b[kSnapshotV3.reserved + 10] = 1;
   cuckoo::testing::ResealSnapshot(b);
-  ok = WriteInvalid(dir, "reserved-byte", b, "reserved header byte 266 is not zero") && ok;
+  ok = WriteInvalid(dir, "reserved-byte", b, "reserved header byte 426 is not zero") && ok;
   b = base;
   b[cuckoo::kSnapshotWriterOffset + 3] = '\t';
   cuckoo::testing::ResealSnapshot(b);
@@ -236,14 +266,36 @@ int main(int argc, char** argv) {
   // recomputed so the reader gets as far as the bucket check.
   const std::vector<uint8_t>& semi = valid[8];  // semi-f12-b4-s2
   b = semi;
-  b[kSnapshotV2.header + kSnapshotV2.section_header] = 0xFF;
-  b[kSnapshotV2.header + kSnapshotV2.section_header + 1] |= 0x0F;
+  b[kSnapshotV3.header + kSnapshotV3.table()] = 0xFF;
+  b[kSnapshotV3.header + kSnapshotV3.table() + 1] |= 0x0F;
   cuckoo::testing::ResealSnapshot(b);
   ok = WriteInvalid(dir, "semi-bad-code", b, "bucket 0 is not a valid semi_sorted") && ok;
   b = semi;
-  b[kSnapshotV2.at(cuckoo::testing::kSnapshotTableKind)] = 2;  // Unknown table kind.
+  b[kSnapshotV3.at(cuckoo::testing::kSnapshotTableKind)] = 2;  // Unknown table kind.
   cuckoo::testing::ResealSnapshot(b);
   ok = WriteInvalid(dir, "table-kind-2", b, "table kind 2 is unknown") && ok;
+  // Growing: a section with 0 generations; generation 1 with a code of
+  // 4095; another build's growth schedule.
+  const std::vector<uint8_t>& grown = valid[std::size(seeds) - 1];  // grow-semi-s1
+  b = grown;
+  b[kSnapshotV3.header + cuckoo::testing::kSnapshotV3Generations] = 0;
+  cuckoo::testing::ResealSnapshot(b);
+  ok = WriteInvalid(dir, "grow-0-generations", b, "gives 0 generations") && ok;
+  b = grown;
+  {
+    const size_t block1 =
+        kSnapshotV3.table() + kSnapshotV3.header +
+        cuckoo::testing::SnapshotGet64(b.data() + kSnapshotV3.header + kSnapshotV3.section_header +
+                                       cuckoo::testing::kSnapshotGenTableBytes);
+    b[block1 + kSnapshotV3.generation_header] = 0xFF;
+    b[block1 + kSnapshotV3.generation_header + 1] |= 0x0F;
+  }
+  cuckoo::testing::ResealSnapshot(b);
+  ok = WriteInvalid(dir, "grow-semi-bad-code", b, "generation 1: bucket 0 is not a valid") && ok;
+  b = grown;
+  b[kSnapshotV3.growth + cuckoo::testing::kSnapshotScheduleChecksum] ^= 1;
+  cuckoo::testing::ResealSnapshot(b);
+  ok = WriteInvalid(dir, "grow-other-schedule", b, "its growth schedule") && ok;
   if (!ok) return 1;
 
   uint64_t bytes = 0;

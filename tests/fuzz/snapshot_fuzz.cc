@@ -55,16 +55,19 @@ void Exercise(const cuckoo::LoadedSnapshot& loaded, absl::Span<const uint8_t> da
   Check(loaded.header.file_bytes == data.size());
   Check(filter.items() == loaded.items);
   Check(filter.Stats().items == loaded.items);
-  Check(loaded.format_version == 1 || loaded.format_version == 2);
-  const SnapshotLayout& layout =
-      loaded.format_version == 1 ? cuckoo::testing::kSnapshotV1 : cuckoo::testing::kSnapshotV2;
+  Check(loaded.format_version >= 1 && loaded.format_version <= 3);
+  const SnapshotLayout& layout = loaded.format_version == 1   ? cuckoo::testing::kSnapshotV1
+                                 : loaded.format_version == 2 ? cuckoo::testing::kSnapshotV2
+                                                              : cuckoo::testing::kSnapshotV3;
+  // The admit saw what the filter takes.
+  Check(filter.memory_bytes() == loaded.header.memory_bytes);
   Check(SnapshotGet32(data.data() + 8) == layout.version);
   Check(filter.id() == loaded.filter_id);
   Check(loaded.filter_id ==
         (layout.filter_id != 0 ? SnapshotGet64(data.data() + layout.filter_id) : 0));
 
-  // The tables are the file's bytes, the shard counters sum to items, and
-  // the shard positions are the file's.
+  // The tables (every generation's) are the file's bytes, the shard
+  // counters sum to items, and the shard positions are the file's.
   const uint64_t table_bytes = shape.table_bytes_per_shard();
   std::vector<uint8_t> copy(table_bytes);
   const std::vector<uint64_t> positions = filter.ShardPositions();
@@ -74,6 +77,38 @@ void Exercise(const cuckoo::LoadedSnapshot& loaded, absl::Span<const uint8_t> da
   uint64_t min_position = positions[0];
   uint64_t max_position = positions[0];
   for (uint32_t i = 0; i < shape.shards; ++i) {
+    if (layout.generation_header != 0) {
+      const uint8_t* const section = data.data() + offset;
+      const uint32_t generations = SnapshotGet32(section + cuckoo::testing::kSnapshotV3Generations);
+      const uint64_t position = SnapshotGet64(section + layout.section_position);
+      Check(filter.ShardGenerations(i) == generations);
+      Check(generations <= loaded.header.shards_with_generation.size());
+      uint64_t at = offset + layout.section_header;
+      filter.ReadShardGenerations(
+          i, [&](absl::Span<const cuckoo::CuckooFilter::GenerationView> gens,
+                 const cuckoo::CuckooFilter::ShardState& st) {
+            Check(gens.size() == generations);
+            uint64_t sum = 0;
+            for (const cuckoo::CuckooFilter::GenerationView& g : gens) {
+              const uint8_t* const block = data.data() + at;
+              Check(g.items == SnapshotGet64(block + cuckoo::testing::kSnapshotGenItems));
+              Check(g.bytes.size() ==
+                    SnapshotGet64(block + cuckoo::testing::kSnapshotGenTableBytes));
+              Check(std::memcmp(g.bytes.data(), block + layout.generation_header, g.bytes.size()) ==
+                    0);
+              sum += g.items;
+              at += layout.generation_header + g.bytes.size();
+            }
+            Check(st.items == sum);
+            Check(st.position == position);
+            items += st.items;
+          });
+      Check(positions[i] == position);
+      min_position = std::min(min_position, position);
+      max_position = std::max(max_position, position);
+      offset = at + kSectionTrailer;
+      continue;
+    }
     cuckoo::CuckooFilter::ShardState st = filter.CopyShard(i, copy.data());
     Check(std::memcmp(copy.data(), data.data() + offset + layout.section_header, table_bytes) == 0);
     const uint64_t position = layout.section_position != 0
@@ -131,7 +166,7 @@ void Exercise(const cuckoo::LoadedSnapshot& loaded, absl::Span<const uint8_t> da
 
 void ParseOne(absl::Span<const uint8_t> data) {
   const cuckoo::SnapshotAdmit admit = [](const cuckoo::SnapshotHeader& h) -> absl::Status {
-    if (h.file_bytes > kMaxAdmittedFileBytes) {
+    if (h.file_bytes > kMaxAdmittedFileBytes || h.memory_bytes > 2 * kMaxAdmittedFileBytes) {
       return absl::ResourceExhaustedError("snapshot larger than the fuzzer's budget");
     }
     return absl::OkStatus();

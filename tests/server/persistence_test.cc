@@ -436,9 +436,9 @@ TEST_F(PersistenceTest, ASnapshotFromANewerBuildStopsStartUpNamingItAndStaysInPl
   server_.reset();
   const std::vector<uint8_t> good = ReadBytes(SnapshotFile("newer"));
 
-  // Format version 3, whose bytes 16..47 name the build that wrote it.
+  // The next format version, whose bytes 16..47 name the build that wrote it.
   std::vector<uint8_t> v3 = good;
-  v3[8] = 3;
+  v3[8] = static_cast<uint8_t>(kSnapshotFormatVersion + 1);
   std::memset(v3.data() + kSnapshotWriterOffset, 0, kSnapshotWriterBytes);
   std::memcpy(v3.data() + kSnapshotWriterOffset, "cuckood 0.4.1", 13);
   WriteBytes(SnapshotFile("newer"), v3);
