@@ -144,7 +144,8 @@ bool CuckooFilter::Grow(Shard& shard, size_t s) {
       CuckooTable::Create(GenerationTableShape(shape_, schedule_[n]), rng_seed);
   if (!t.ok()) return false;
   auto table = std::make_unique<CuckooTable>(*std::move(t));
-  const uint64_t bytes = table->allocated_bytes() + sizeof(CuckooTable) + kShardOverheadBytes;
+  // What snapshot loads budget before growing a shard (GrownTableMemoryBytes).
+  const uint64_t bytes = GrownTableMemoryBytes(shape_, schedule_[n]);
   shard.grown[n - 1].store(table.get(), std::memory_order_release);
   shard.owned.push_back(std::move(table));
   shard.generations.store(n + 1, std::memory_order_release);
@@ -223,13 +224,37 @@ void CuckooFilter::DeleteInShard(Shard& shard, CuckooTable& t, absl::Span<const 
     t.DeleteBatch(h, r, shape_.growing() ? Lookahead{} : next);
     return;
   }
-  // Newest first: the longest fingerprints, so a match there is the least
-  // likely to be another key's.
-  shard.Generation(gens - 1).DeleteBatch(h, r);
-  ScratchArray<uint32_t, 5> index(h.size());
-  for (uint32_t g = gens - 1; g-- > 0;) {
-    const size_t m = Select<DeleteResult>(r, DeleteResult::kNotFound, index.data());
-    if (m == 0) return;
+  // Each key's fingerprint is looked for in every generation. Held by one
+  // generation: that copy goes. Held by none: kNotFound. Held by several:
+  // all but one may be other keys' fingerprints (each generation has its
+  // own fingerprint function), and removing another key's would make it a
+  // false negative, so nothing is removed; the key may go on answering
+  // present, as a false positive does (docs/GROWTH.md).
+  const size_t n = h.size();
+  ScratchArray<uint32_t, 5> holder(n);  // Generation to delete from, or kNone.
+  constexpr uint32_t kNone = ~0u;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t found = 0;
+    holder[i] = kNone;
+    for (uint32_t g = gens; g-- > 0 && found < 2;) {
+      if (shard.Generation(g).MayContain(h[i])) {
+        holder[i] = g;
+        ++found;
+      }
+    }
+    if (found == 0) r[i] = DeleteResult::kNotFound;
+    if (found >= 2) {
+      r[i] = DeleteResult::kDeleted;
+      holder[i] = kNone;
+    }
+  }
+  ScratchArray<uint32_t, 6> index(n);
+  for (uint32_t g = gens; g-- > 0;) {
+    size_t m = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (holder[i] == g) index[m++] = static_cast<uint32_t>(i);
+    }
+    if (m == 0) continue;
     OnSubset(h, r, absl::Span<const uint32_t>(index.data(), m),
              [&](absl::Span<const uint64_t> sub, absl::Span<DeleteResult> sub_r) {
                shard.Generation(g).DeleteBatch(sub, sub_r);

@@ -19,6 +19,7 @@ namespace cuckoo {
 namespace {
 
 using ::cuckoo::testing::HashedKey;
+using ::cuckoo::testing::TempDir;
 
 constexpr uint64_t kAbsent = 10'000'000;
 // Every kDeleteEvery-th key is deleted right after its step's inserts.

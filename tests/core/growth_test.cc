@@ -218,7 +218,9 @@ TEST(GrowthTest, DeletesInterleavedWithGrowthLeaveEveryOtherKeyFound) {
     uint64_t kept = 0;
     for (uint64_t i = 0; i < n; ++i) kept += i % 7 != 0;
     ASSERT_EQ(CountFound(*f, 0, 0, n, 7), kept) << "false negatives at " << n;
-    EXPECT_EQ(f->items(), kept);
+    // A delete whose fingerprint several generations hold removes nothing.
+    EXPECT_GE(f->items(), kept);
+    EXPECT_LE(f->items(), kept + kept / 100);
   }
 }
 
@@ -273,7 +275,7 @@ TEST(GrowthTest, IfAbsentSeesCopiesInEveryGeneration) {
   EXPECT_EQ(f->items(), 20'000u);
 }
 
-TEST(GrowthTest, CountAddsUpCopiesAcrossGenerationsAndDeleteTakesTheNewestFirst) {
+TEST(GrowthTest, CountAddsUpCopiesAcrossGenerations) {
   std::unique_ptr<CuckooFilter> f = MakeGrowing(100, 0.001, 2, 0, 1);
   ASSERT_NE(f, nullptr);
   ASSERT_EQ(f->Insert("twice"), InsertResult::kInserted);
@@ -282,15 +284,50 @@ TEST(GrowthTest, CountAddsUpCopiesAcrossGenerationsAndDeleteTakesTheNewestFirst)
   uint64_t i = 0;
   while (f->ShardGenerations(0) < 3) InsertRange(*f, i, i + 1), ++i;
   ASSERT_EQ(f->Insert("twice"), InsertResult::kInserted);
-  EXPECT_GE(f->ApproximateCount("twice"), 2u);
-  const FilterStats before = f->Stats();
-  ASSERT_EQ(f->Delete("twice"), DeleteResult::kDeleted);
-  const FilterStats after = f->Stats();
-  EXPECT_EQ(after.generations.back().items + 1, before.generations.back().items);
-  EXPECT_EQ(after.generations[0].items, before.generations[0].items);
+  EXPECT_EQ(f->ApproximateCount("twice"), 2u);
+}
+
+// A delete removes a copy only from a generation that alone holds the key's
+// fingerprint: when several do, one of them may be another key's, and
+// removing it would make that key a false negative.
+TEST(GrowthTest, DeleteRemovesTheOnlyCopyButNoneWhenSeveralGenerationsMatch) {
+  std::unique_ptr<CuckooFilter> f = MakeGrowing(100, 0.001, 2, 0, 1);
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(f->Insert("twice"), InsertResult::kInserted);
+  uint64_t i = 0;
+  while (f->ShardGenerations(0) < 3) InsertRange(*f, i, i + 1), ++i;
+  ASSERT_EQ(f->Insert("once"), InsertResult::kInserted);
+  ASSERT_EQ(f->Insert("twice"), InsertResult::kInserted);
+  const uint64_t items = f->items();
+  EXPECT_EQ(f->Delete("once"), DeleteResult::kDeleted);
+  EXPECT_EQ(f->items(), items - 1);
+  EXPECT_FALSE(f->MayContain("once"));
+  EXPECT_EQ(f->Delete("once"), DeleteResult::kNotFound);
+  // In two generations: reported deleted, nothing removed, still present.
+  EXPECT_EQ(f->Delete("twice"), DeleteResult::kDeleted);
+  EXPECT_EQ(f->items(), items - 1);
   EXPECT_TRUE(f->MayContain("twice"));
-  ASSERT_EQ(f->Delete("twice"), DeleteResult::kDeleted);
-  EXPECT_EQ(after.generations[0].items, f->Stats().generations[0].items + 1);
+}
+
+// With a high rate, many deletes find their key's fingerprint in more than
+// one generation; none of them may cost another key its presence.
+TEST(GrowthTest, DeletesNeverMakeAnotherKeyAFalseNegative) {
+  std::unique_ptr<CuckooFilter> f = MakeGrowing(1000, 0.2, 2, 0, 1);
+  ASSERT_NE(f, nullptr);
+  InsertRange(*f, 0, 100'000);
+  std::vector<uint64_t> del;
+  for (uint64_t i = 0; i < 100'000; i += 2) del.push_back(HashedKey(0, i));
+  std::vector<DeleteResult> dr(del.size());
+  f->DeleteHashed(del, absl::MakeSpan(dr));
+  for (DeleteResult r : dr) ASSERT_EQ(r, DeleteResult::kDeleted);
+  std::vector<uint64_t> kept;
+  for (uint64_t i = 1; i < 100'000; i += 2) kept.push_back(HashedKey(0, i));
+  std::unique_ptr<bool[]> out(new bool[kept.size()]);
+  f->LookupHashed(kept, absl::MakeSpan(out.get(), kept.size()));
+  for (size_t k = 0; k < kept.size(); ++k) ASSERT_TRUE(out[k]) << "false negative " << k;
+  // Some deletes were ambiguous (the rate is 20%) and removed nothing.
+  EXPECT_GT(f->items(), 50'000u);
+  EXPECT_LT(f->items(), 50'000u + 50'000u / 4);
 }
 
 // Growth happens inside logged writes: replaying the log on the filter as
