@@ -48,7 +48,7 @@ absl::StatusOr<std::unique_ptr<CuckooFilter>> CuckooFilter::FromShape(const Filt
     f->shards_.push_back(std::make_unique<Shard>(*std::move(t)));
     f->tables_.push_back(&f->shards_.back()->table);
   }
-  f->memory_bytes_ = MemoryBytes(shape);
+  f->memory_bytes_.store(MemoryBytes(shape), std::memory_order_relaxed);
   return f;
 }
 
@@ -102,6 +102,169 @@ void CuckooFilter::ForEachShard(absl::Span<const uint64_t> hashes, absl::Span<Re
 
 namespace {
 
+// A sub-batch of a shard's batch: the keys at `index`, gathered, run
+// through one generation's batch call, and their results scattered back.
+template <typename Result, typename Fn>
+void OnSubset(absl::Span<const uint64_t> h, absl::Span<Result> r, absl::Span<const uint32_t> index,
+              Fn fn) {
+  const size_t m = index.size();
+  ScratchArray<uint64_t, 5> sub(m);
+  ScratchArray<Result, 5> sub_r(m);
+  for (size_t k = 0; k < m; ++k) sub[k] = h[index[k]];
+  fn(absl::Span<const uint64_t>(sub.data(), m), sub_r.span());
+  for (size_t k = 0; k < m; ++k) r[index[k]] = sub_r[k];
+}
+
+// Positions of `r` equal to `value`, in order, into `index`; returns how many.
+template <typename Result>
+size_t Select(absl::Span<const Result> r, Result value, uint32_t* index) {
+  size_t m = 0;
+  for (size_t i = 0; i < r.size(); ++i) {
+    if (r[i] == value) index[m++] = static_cast<uint32_t>(i);
+  }
+  return m;
+}
+
+}  // namespace
+
+bool CuckooFilter::Grow(Shard& shard, size_t s) {
+  const uint32_t n = shard.generations.load(std::memory_order_relaxed);
+  if (n >= schedule_.size()) return false;
+  // Distinct, deterministic kick-victim streams per shard and generation.
+  const uint64_t rng_seed =
+      shape_.seed ^ (0x9E3779B97F4A7C15ull * (s + 1)) ^ (0xC2B2AE3D27D4EB4Full * n);
+  absl::StatusOr<CuckooTable> t =
+      CuckooTable::Create(GenerationTableShape(shape_, schedule_[n]), rng_seed);
+  if (!t.ok()) return false;
+  auto table = std::make_unique<CuckooTable>(*std::move(t));
+  const uint64_t bytes = table->allocated_bytes() + sizeof(CuckooTable) + kShardOverheadBytes;
+  shard.grown[n - 1].store(table.get(), std::memory_order_release);
+  shard.owned.push_back(std::move(table));
+  shard.generations.store(n + 1, std::memory_order_release);
+  memory_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  if (growth_listener_) growth_listener_(bytes);
+  return true;
+}
+
+void CuckooFilter::InsertInShard(Shard& shard, size_t s, CuckooTable& t,
+                                 absl::Span<const uint64_t> h, bool if_absent,
+                                 absl::Span<InsertResult> r, const Lookahead& next, bool* full) {
+  if (!shape_.growing()) {
+    t.InsertBatch(h, if_absent, r, next, full);
+    return;
+  }
+  const size_t n = h.size();
+  ScratchArray<uint32_t, 5> index(n);
+  uint32_t gens = shard.generations.load(std::memory_order_relaxed);
+  // With if_absent, the keys an older generation holds are present; the
+  // newest generation's own call checks it.
+  size_t m = n;
+  for (size_t i = 0; i < n; ++i) index[i] = static_cast<uint32_t>(i);
+  if (if_absent && gens > 1) {
+    m = 0;
+    for (size_t i = 0; i < n; ++i) {
+      bool present = false;
+      for (uint32_t g = gens - 1; g-- > 0 && !present;) {
+        present = shard.Generation(g).MayContain(h[i]);
+      }
+      if (present) {
+        r[i] = InsertResult::kAlreadyPresent;
+      } else {
+        index[m++] = static_cast<uint32_t>(i);
+      }
+    }
+  }
+  auto insert_newest = [&](absl::Span<const uint32_t> keys) {
+    OnSubset(h, r, keys, [&](absl::Span<const uint64_t> sub, absl::Span<InsertResult> sub_r) {
+      shard.Generation(gens - 1).InsertBatch(sub, if_absent, sub_r, {}, full);
+    });
+  };
+  if (m == n && gens == 1) {
+    t.InsertBatch(h, if_absent, r, {}, full);
+  } else {
+    insert_newest(absl::Span<const uint32_t>(index.data(), m));
+  }
+  // A failed kick chain: the newest table is full. The keys it could not
+  // take go to a new generation (kFull without a failed chain means the
+  // key's slots all hold its own copies: no growth for that).
+  while (*full && Grow(shard, s)) {
+    ++gens;
+    *full = false;
+    m = Select<InsertResult>(r, InsertResult::kFull, index.data());
+    if (m == 0) break;
+    if (if_absent) {
+      // An earlier key of this batch may have put a copy in the table
+      // that just filled.
+      size_t kept = 0;
+      for (size_t k = 0; k < m; ++k) {
+        if (shard.Generation(gens - 2).MayContain(h[index[k]])) {
+          r[index[k]] = InsertResult::kAlreadyPresent;
+        } else {
+          index[kept++] = index[k];
+        }
+      }
+      m = kept;
+    }
+    insert_newest(absl::Span<const uint32_t>(index.data(), m));
+  }
+}
+
+void CuckooFilter::DeleteInShard(Shard& shard, CuckooTable& t, absl::Span<const uint64_t> h,
+                                 absl::Span<DeleteResult> r, const Lookahead& next) {
+  const uint32_t gens = shard.generations.load(std::memory_order_relaxed);
+  if (gens == 1) {
+    t.DeleteBatch(h, r, shape_.growing() ? Lookahead{} : next);
+    return;
+  }
+  // Newest first: the longest fingerprints, so a match there is the least
+  // likely to be another key's.
+  shard.Generation(gens - 1).DeleteBatch(h, r);
+  ScratchArray<uint32_t, 5> index(h.size());
+  for (uint32_t g = gens - 1; g-- > 0;) {
+    const size_t m = Select<DeleteResult>(r, DeleteResult::kNotFound, index.data());
+    if (m == 0) return;
+    OnSubset(h, r, absl::Span<const uint32_t>(index.data(), m),
+             [&](absl::Span<const uint64_t> sub, absl::Span<DeleteResult> sub_r) {
+               shard.Generation(g).DeleteBatch(sub, sub_r);
+             });
+  }
+}
+
+void CuckooFilter::LookupInShard(const Shard& shard, const CuckooTable& t,
+                                 absl::Span<const uint64_t> h, absl::Span<bool> r,
+                                 const Lookahead& next) const {
+  const uint32_t gens = shard.generations.load(std::memory_order_acquire);
+  if (gens == 1) {
+    t.LookupBatch(h, r, shape_.growing() ? Lookahead{} : next);
+    return;
+  }
+  // Newest first: it holds the most keys, so most present keys are found
+  // there and skip the older generations; each generation's pass is one
+  // prefetching pipeline over the keys still not found.
+  shard.Generation(gens - 1).LookupBatch(h, r);
+  ScratchArray<uint32_t, 5> index(h.size());
+  for (uint32_t g = gens - 1; g-- > 0;) {
+    const size_t m = Select<bool>(r, false, index.data());
+    if (m == 0) return;
+    OnSubset(h, r, absl::Span<const uint32_t>(index.data(), m),
+             [&](absl::Span<const uint64_t> sub, absl::Span<bool> sub_r) {
+               shard.Generation(g).LookupBatch(sub, sub_r);
+             });
+  }
+}
+
+void CuckooFilter::CountInShard(const Shard& shard, const CuckooTable& t,
+                                absl::Span<const uint64_t> h, absl::Span<uint32_t> r) const {
+  const uint32_t gens = shard.generations.load(std::memory_order_acquire);
+  for (size_t i = 0; i < h.size(); ++i) {
+    uint32_t c = t.ApproximateCount(h[i]);
+    for (uint32_t g = 1; g < gens; ++g) c += shard.Generation(g).ApproximateCount(h[i]);
+    r[i] = c;
+  }
+}
+
+namespace {
+
 bool NeverStop() { return false; }
 
 // Runs part(begin, end) over [0, n) in parts of CuckooFilter::kBatchPartKeys,
@@ -131,7 +294,7 @@ size_t CuckooFilter::InsertHashedImpl(absl::Span<const uint64_t> hashes, bool if
                    shards_[s]->Write([&](CuckooTable& t, uint64_t& position) {
                      const bool full_before = full[s] != 0;
                      bool shard_full = full_before;
-                     t.InsertBatch(h, if_absent, r, next, &shard_full);
+                     InsertInShard(*shards_[s], s, t, h, if_absent, r, next, &shard_full);
                      full[s] = shard_full;
                      if (log != nullptr) {
                        position = (*log)({.kind = ShardWrite::kInsert,
@@ -166,7 +329,8 @@ void CuckooFilter::LookupHashed(absl::Span<const uint64_t> hashes, absl::Span<bo
   // by shard and no scatter. Any writer inside or in between sends the batch
   // down the per-shard path below.
   const size_t num_shards = shards_.size();
-  if (num_shards > 1 && num_shards <= kMaxShardsForLookupAcross && hashes.size() > 1) {
+  if (num_shards > 1 && num_shards <= kMaxShardsForLookupAcross && hashes.size() > 1 &&
+      !shape_.growing()) {
     uint64_t seq[kMaxShardsForLookupAcross];
     bool quiet = true;
     for (size_t s = 0; s < num_shards; ++s) {
@@ -186,7 +350,8 @@ void CuckooFilter::LookupHashed(absl::Span<const uint64_t> hashes, absl::Span<bo
   ForEachShard(
       hashes, out,
       [&](size_t s, absl::Span<const uint64_t> h, absl::Span<bool> r, const Lookahead& next) {
-        shards_[s]->Read([&](const CuckooTable& t) { t.LookupBatch(h, r, next); });
+        const Shard& shard = *shards_[s];
+        shard.Read([&](const CuckooTable& t) { LookupInShard(shard, t, h, r, next); });
       });
 }
 
@@ -199,7 +364,7 @@ size_t CuckooFilter::DeleteHashedImpl(absl::Span<const uint64_t> hashes,
         [&](size_t s, absl::Span<const uint64_t> h, absl::Span<DeleteResult> r,
             const Lookahead& next) {
           shards_[s]->Write([&](CuckooTable& t, uint64_t& position) {
-            t.DeleteBatch(h, r, next);
+            DeleteInShard(*shards_[s], t, h, r, next);
             if (log != nullptr) {
               position = (*log)(
                   {.kind = ShardWrite::kDelete, .shard = static_cast<uint32_t>(s), .hashes = h});
@@ -233,7 +398,7 @@ void CuckooFilter::InsertHashedAt(absl::Span<const uint64_t> hashes, bool if_abs
                      return;
                    }
                    bool shard_full = false;
-                   t.InsertBatch(h, if_absent, r, next, &shard_full);
+                   InsertInShard(*shards_[s], s, t, h, if_absent, r, next, &shard_full);
                    shard_position = position;
                  });
                });
@@ -252,7 +417,7 @@ void CuckooFilter::DeleteHashedAt(absl::Span<const uint64_t> hashes, absl::Span<
                      std::fill(r.begin(), r.end(), DeleteResult::kDeleted);
                      return;
                    }
-                   t.DeleteBatch(h, r, next);
+                   DeleteInShard(*shards_[s], t, h, r, next);
                    shard_position = position;
                  });
                });
@@ -279,16 +444,18 @@ absl::Status CuckooFilter::CheckShardWrite(const ShardWrite& write) const {
 
 bool CuckooFilter::ApplyCheckedShardWrite(const ShardWrite& write, uint64_t position,
                                           const Lookahead& next) {
-  return shards_[write.shard]->Write([&](CuckooTable& t, uint64_t& shard_position) {
+  Shard& shard = *shards_[write.shard];
+  return shard.Write([&](CuckooTable& t, uint64_t& shard_position) {
     if (shard_position >= position) return false;
     const size_t n = write.hashes.size();
     if (write.kind == ShardWrite::kInsert) {
       ScratchArray<InsertResult, 2> results(n);
       bool full = write.full_before;
-      t.InsertBatch(write.hashes, write.if_absent, results.span(), next, &full);
+      InsertInShard(shard, write.shard, t, write.hashes, write.if_absent, results.span(), next,
+                    &full);
     } else {
       ScratchArray<DeleteResult, 2> results(n);
-      t.DeleteBatch(write.hashes, results.span(), next);
+      DeleteInShard(shard, t, write.hashes, results.span(), next);
     }
     shard_position = position;
     return true;
@@ -353,9 +520,8 @@ void CuckooFilter::CountHashed(absl::Span<const uint64_t> hashes, absl::Span<uin
   ForEachShard(
       hashes, out,
       [&](size_t s, absl::Span<const uint64_t> h, absl::Span<uint32_t> r, const Lookahead&) {
-        shards_[s]->Read([&](const CuckooTable& t) {
-          for (size_t i = 0; i < h.size(); ++i) r[i] = t.ApproximateCount(h[i]);
-        });
+        const Shard& shard = *shards_[s];
+        shard.Read([&](const CuckooTable& t) { CountInShard(shard, t, h, r); });
       });
 }
 
@@ -423,25 +589,45 @@ void CuckooFilter::CountBatch(absl::Span<const std::string_view> keys,
 
 InsertResult CuckooFilter::Insert(std::string_view key, bool if_absent) {
   uint64_t h = Hash(key);
-  return shards_[layout_.Shard(h)]->Write([&](CuckooTable& t) { return t.Insert(h, if_absent); });
+  const uint32_t s = layout_.Shard(h);
+  if (shape_.growing()) {
+    InsertResult r;
+    shards_[s]->Write([&](CuckooTable& t) {
+      bool full = false;
+      InsertInShard(*shards_[s], s, t, {&h, 1}, if_absent, {&r, 1}, {}, &full);
+    });
+    return r;
+  }
+  return shards_[s]->Write([&](CuckooTable& t) { return t.Insert(h, if_absent); });
 }
 
 bool CuckooFilter::MayContain(std::string_view key) const {
   uint64_t h = Hash(key);
+  const Shard& shard = *shards_[layout_.Shard(h)];
   bool found;
-  shards_[layout_.Shard(h)]->Read([&](const CuckooTable& t) { found = t.MayContain(h); });
+  shard.Read([&](const CuckooTable& t) {
+    found = t.MayContain(h);
+    const uint32_t gens = shard.generations.load(std::memory_order_acquire);
+    for (uint32_t g = gens; !found && g-- > 1;) found = shard.Generation(g).MayContain(h);
+  });
   return found;
 }
 
 DeleteResult CuckooFilter::Delete(std::string_view key) {
   uint64_t h = Hash(key);
-  return shards_[layout_.Shard(h)]->Write([&](CuckooTable& t) { return t.Delete(h); });
+  Shard& shard = *shards_[layout_.Shard(h)];
+  return shard.Write([&](CuckooTable& t) {
+    DeleteResult r;
+    DeleteInShard(shard, t, {&h, 1}, {&r, 1}, {});
+    return r;
+  });
 }
 
 uint32_t CuckooFilter::ApproximateCount(std::string_view key) const {
   uint64_t h = Hash(key);
+  const Shard& shard = *shards_[layout_.Shard(h)];
   uint32_t n;
-  shards_[layout_.Shard(h)]->Read([&](const CuckooTable& t) { n = t.ApproximateCount(h); });
+  shard.Read([&](const CuckooTable& t) { CountInShard(shard, t, {&h, 1}, {&n, 1}); });
   return n;
 }
 
@@ -492,7 +678,77 @@ void CuckooFilter::RestoreShardForLoad(uint32_t i, uint64_t items, uint64_t rng_
   WriterLock lock(&shard.mu);
   shard.table.RestoreCounters(items, rng_state);
   shard.position = position;
-  shard.items.store(items, std::memory_order_relaxed);
+  shard.items.store(shard.TotalItems(), std::memory_order_relaxed);
+}
+
+uint32_t CuckooFilter::ShardGenerations(uint32_t i) const {
+  return shards_[i]->generations.load(std::memory_order_acquire);
+}
+
+void CuckooFilter::ReadShardGenerations(
+    uint32_t i,
+    absl::FunctionRef<void(absl::Span<const GenerationView>, const ShardState&)> fn) const {
+  const Shard& shard = *shards_[i];
+  ReaderLock lock(&shard.mu);
+  const uint32_t gens = shard.generations.load(std::memory_order_relaxed);
+  std::array<GenerationView, kMaxGenerations> views;
+  for (uint32_t g = 0; g < gens; ++g) {
+    const CuckooTable& t = shard.Generation(g);
+    views[g] = {.fingerprint_bits = t.fingerprint_bits(),
+                .buckets = t.num_buckets(),
+                .bytes = t.bytes(),
+                .items = t.items(),
+                .rng_state = t.rng_state()};
+  }
+  fn(absl::Span<const GenerationView>(views.data(), gens),
+     {.items = shard.TotalItems(),
+      .rng_state = shard.table.rng_state(),
+      .changes = shard.changes.load(std::memory_order_relaxed),
+      .position = shard.position});
+}
+
+absl::Status CuckooFilter::GrowShardForLoad(uint32_t i, uint32_t count) {
+  if (i >= shards_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("shard %u of a filter with %u shards", i, shards_.size()));
+  }
+  Shard& shard = *shards_[i];
+  WriterLock lock(&shard.mu);
+  const uint32_t gens = shard.generations.load(std::memory_order_relaxed);
+  if (count == 0 || count > schedule_.size() || count < gens) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%u generations for shard %u, which has %u, of a filter whose schedule has %u", count, i,
+        gens, schedule_.size()));
+  }
+  for (uint32_t g = gens; g < count; ++g) {
+    if (!Grow(shard, i)) {
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("cannot allocate generation %u of shard %u (%u buckets)", g, i,
+                          schedule_[g].buckets_per_shard));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Span<uint8_t> CuckooFilter::MutableGenerationBytesForLoad(uint32_t i, uint32_t g) {
+  if (g == 0) return MutableShardBytesForLoad(i);
+  Shard& shard = *shards_[i];
+  WriterLock lock(&shard.mu);
+  return shard.Generation(g).mutable_bytes();
+}
+
+void CuckooFilter::RestoreGenerationForLoad(uint32_t i, uint32_t g, uint64_t items,
+                                            uint64_t rng_state) {
+  Shard& shard = *shards_[i];
+  WriterLock lock(&shard.mu);
+  shard.Generation(g).RestoreCounters(items, rng_state);
+  shard.items.store(shard.TotalItems(), std::memory_order_relaxed);
+}
+
+int64_t CuckooFilter::FirstInvalidGenerationBucketForLoad(uint32_t i, uint32_t g) {
+  Shard& shard = *shards_[i];
+  WriterLock lock(&shard.mu);
+  return shard.Generation(g).FirstInvalidBucket();
 }
 
 void CuckooFilter::SetShardPositionsForLoad(uint64_t position) {
@@ -522,15 +778,55 @@ FilterStats CuckooFilter::Stats() const {
   FilterStats st;
   st.items = items();
   st.capacity = shape_.capacity;
-  st.slots = shape_.total_slots();
-  st.memory_bytes = memory_bytes_;
+  st.memory_bytes = memory_bytes();
+  st.max_generations = static_cast<uint32_t>(schedule_.size());
+  for (const GenerationShape& g : schedule_) st.reachable_capacity += g.planned_items;
+  if (!shape_.growing()) {
+    st.slots = shape_.total_slots();
+  } else {
+    // Per generation, under each shard's shared lock in turn (a snapshot
+    // of each shard, not of the filter at one instant).
+    for (uint32_t i = 0; i < shards_.size(); ++i) {
+      ReadShardGenerations(i, [&](absl::Span<const GenerationView> gens, const ShardState&) {
+        if (st.generations.size() < gens.size()) st.generations.resize(gens.size());
+        for (size_t g = 0; g < gens.size(); ++g) {
+          GenerationStats& out = st.generations[g];
+          out.fingerprint_bits = gens[g].fingerprint_bits;
+          out.false_positive_bound = schedule_[g].false_positive_bound;
+          ++out.shards;
+          out.slots += gens[g].buckets * shape_.bucket_size;
+          out.items += gens[g].items;
+          out.memory_bytes += gens[g].bytes.size();
+        }
+      });
+    }
+    for (const GenerationStats& g : st.generations) st.slots += g.slots;
+  }
   st.load_factor = static_cast<double>(st.items) / st.slots;
   st.bits_per_item = st.items == 0 ? 0 : 8.0 * st.memory_bytes / st.items;
-  st.expected_false_positive_rate =
-      ExpectedFalsePositiveRate(shape_.fingerprint_bits, shape_.bucket_size, st.load_factor);
-  st.expected_false_positive_rate_at_capacity =
-      ExpectedFalsePositiveRate(shape_.fingerprint_bits, shape_.bucket_size,
-                                std::min(1.0, static_cast<double>(st.capacity) / st.slots));
+  if (!shape_.growing()) {
+    st.generations.push_back({.fingerprint_bits = shape_.fingerprint_bits,
+                              .shards = shape_.shards,
+                              .slots = st.slots,
+                              .items = st.items,
+                              .memory_bytes = shape_.table_bytes_per_shard() * shape_.shards,
+                              .false_positive_bound = schedule_[0].false_positive_bound});
+    st.expected_false_positive_rate =
+        ExpectedFalsePositiveRate(shape_.fingerprint_bits, shape_.bucket_size, st.load_factor);
+    st.false_positive_bound = schedule_[0].false_positive_bound;
+  } else {
+    // A lookup checks every generation of its shard: the rates add up
+    // (a union bound; the exact rate is a little lower).
+    for (const GenerationStats& g : st.generations) {
+      const double load = g.slots == 0 ? 0 : static_cast<double>(g.items) / g.slots;
+      st.expected_false_positive_rate +=
+          ExpectedFalsePositiveRate(g.fingerprint_bits, shape_.bucket_size, load);
+      st.false_positive_bound += g.false_positive_bound;
+    }
+  }
+  st.expected_false_positive_rate_at_capacity = ExpectedFalsePositiveRate(
+      shape_.fingerprint_bits, shape_.bucket_size,
+      std::min(1.0, static_cast<double>(st.capacity) / static_cast<double>(shape_.total_slots())));
   return st;
 }
 

@@ -231,7 +231,7 @@ class CuckooFilter {
 
   FilterStats Stats() const;
   uint64_t items() const;
-  uint64_t memory_bytes() const { return memory_bytes_; }
+  uint64_t memory_bytes() const { return memory_bytes_.load(std::memory_order_relaxed); }
 
   // --- Growth (FilterShape::growing(), docs/GROWTH.md) ---
   //
@@ -350,13 +350,13 @@ class CuckooFilter {
         ~Publish() {
           // A write section only inserts or only deletes, so the change in
           // items is the number of keys it inserted or deleted.
-          const uint64_t now = shard->table.items();
+          const uint64_t now = shard->TotalItems();
           shard->changes.fetch_add(now > items_before ? now - items_before : items_before - now,
                                    std::memory_order_relaxed);
           shard->items.store(now, std::memory_order_relaxed);
           shard->seq.store(next, std::memory_order_release);
         }
-      } publish{this, s + 2, table.items()};
+      } publish{this, s + 2, TotalItems()};
       if constexpr (std::is_invocable_v<Fn, CuckooTable&, uint64_t&>) {
         return fn(table, position);
       } else {
@@ -379,6 +379,23 @@ class CuckooFilter {
       fn(table);
     }
 
+    // Generation g's table: 0 is `table`, later ones (growing filters) are
+    // in `grown`. For writers (holding mu) and lock-free readers (who get
+    // the tables published before their acquire of `generations`).
+    const CuckooTable& Generation(uint32_t g) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return g == 0 ? table : *grown[g - 1].load(std::memory_order_acquire);
+    }
+    CuckooTable& Generation(uint32_t g) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return g == 0 ? table : *grown[g - 1].load(std::memory_order_relaxed);
+    }
+    // Items in all generations; with mu held.
+    uint64_t TotalItems() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      uint64_t n = table.items();
+      const uint32_t k = generations.load(std::memory_order_relaxed);
+      for (uint32_t g = 1; g < k; ++g) n += grown[g - 1].load(std::memory_order_relaxed)->items();
+      return n;
+    }
+
     // Where the table's slots live; fixed for the table's life, so batches
     // may prefetch from it without the lock.
     const uint8_t* const table_bytes;
@@ -392,7 +409,31 @@ class CuckooFilter {
     std::atomic<uint64_t> changes{0};
     // See ShardState::position.
     uint64_t position ABSL_GUARDED_BY(mu) = 0;
+    // Tables, counting `table`: 1 for a fixed filter. Raised (release)
+    // under mu only after the new table is in `grown`.
+    std::atomic<uint32_t> generations{1};
+    // Generations 1.. of a growing filter (grown[g - 1] is generation g),
+    // written once each under mu; owned by `owned`, which only writers
+    // holding mu touch.
+    std::array<std::atomic<CuckooTable*>, kMaxGenerations - 1> grown{};
+    std::vector<std::unique_ptr<CuckooTable>> owned;
   };
+
+  // The shard-level operations over every generation; `t` is the shard's
+  // generation 0 (its `table`), the caller holds the shard's lock for
+  // writes (Shard::Write) or reads through Shard::Read. For a fixed filter
+  // each is the table's own batch call.
+  void InsertInShard(Shard& shard, size_t s, CuckooTable& t, absl::Span<const uint64_t> h,
+                     bool if_absent, absl::Span<InsertResult> r, const Lookahead& next, bool* full);
+  void DeleteInShard(Shard& shard, CuckooTable& t, absl::Span<const uint64_t> h,
+                     absl::Span<DeleteResult> r, const Lookahead& next);
+  void LookupInShard(const Shard& shard, const CuckooTable& t, absl::Span<const uint64_t> h,
+                     absl::Span<bool> r, const Lookahead& next) const;
+  void CountInShard(const Shard& shard, const CuckooTable& t, absl::Span<const uint64_t> h,
+                    absl::Span<uint32_t> r) const;
+  // Adds shard `s`'s next generation (with its lock held); false when the
+  // schedule has no more or the memory cannot be had.
+  bool Grow(Shard& shard, size_t s);
 
   // The batch forms' bodies; `log` may be null.
   size_t InsertHashedImpl(absl::Span<const uint64_t> hashes, bool if_absent,
@@ -401,7 +442,9 @@ class CuckooFilter {
                           StopCheck stop, const WriteLog* log);
 
   explicit CuckooFilter(const FilterShape& shape)
-      : shape_(shape), layout_(shape.fingerprint_bits, shape.shard_bits, shape.buckets_per_shard) {}
+      : shape_(shape),
+        layout_(shape.fingerprint_bits, shape.shard_bits, shape.buckets_per_shard),
+        schedule_(GenerationSchedule(shape)) {}
 
   // Bytes between consecutive shards' tables in tables_memory_.
   static uint64_t ShardStride(const FilterShape& shape);
@@ -418,11 +461,15 @@ class CuckooFilter {
 
   const FilterShape shape_;
   const HashLayout layout_;
+  // Every generation a shard may get (one for a fixed filter).
+  const std::vector<GenerationShape> schedule_;
   // Every shard's table, ShardStride() bytes apart.
   PageBuffer tables_memory_;
   // &shards_[i]->table, fixed after creation, for CuckooTable::LookupAcross.
   std::vector<const CuckooTable*> tables_;
-  uint64_t memory_bytes_ = 0;
+  // MemoryBytes(shape_) plus every grown table.
+  std::atomic<uint64_t> memory_bytes_{0};
+  std::function<void(uint64_t)> growth_listener_;
   std::vector<std::unique_ptr<Shard>> shards_;
   std::atomic<uint64_t> id_{0};
 };

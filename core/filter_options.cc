@@ -109,7 +109,8 @@ namespace {
 // `buckets` buckets fit in a 64-bit hash without sharing bits (hash.h).
 bool HashBitsFit(uint32_t f, uint32_t shard_bits, uint64_t buckets) {
   return f + shard_bits <= 64 &&
-         64 - f - shard_bits >= static_cast<uint32_t>(std::bit_width(buckets)) + kMinSpareBucketHashBits;
+         64 - f - shard_bits >=
+             static_cast<uint32_t>(std::bit_width(buckets)) + kMinSpareBucketHashBits;
 }
 
 // The smallest fingerprint size from `at_least` up whose bound at full load
@@ -124,10 +125,10 @@ uint32_t FingerprintBitsForBound(double rate, uint32_t b, uint32_t at_least) {
 absl::Status ValidateGrowth(const FilterShape& s) {
   if (!s.growing()) {
     if (s.max_capacity != 0 || s.false_positive_rate != 0) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "max_capacity=%u and false_positive_rate=%g are for growing filters only "
-          "(growth_factor=0)",
-          s.max_capacity, s.false_positive_rate));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("max_capacity=%u and false_positive_rate=%g are for growing filters only "
+                          "(growth_factor=0)",
+                          s.max_capacity, s.false_positive_rate));
     }
     return absl::OkStatus();
   }
@@ -144,12 +145,11 @@ absl::Status ValidateGrowth(const FilterShape& s) {
         absl::StrFormat("max_capacity=%u must be more than capacity=%u and at most %u",
                         s.max_capacity, s.capacity, kMaxCapacity));
   }
-  if (ExpectedFalsePositiveRate(s.fingerprint_bits, s.bucket_size, 1.0) >=
-      s.false_positive_rate) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "a growing filter's first fingerprints (%u bits) leave nothing of "
-        "false_positive_rate=%g for its later generations",
-        s.fingerprint_bits, s.false_positive_rate));
+  if (ExpectedFalsePositiveRate(s.fingerprint_bits, s.bucket_size, 1.0) >= s.false_positive_rate) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("a growing filter's first fingerprints (%u bits) leave nothing of "
+                        "false_positive_rate=%g for its later generations",
+                        s.fingerprint_bits, s.false_positive_rate));
   }
   return absl::OkStatus();
 }
@@ -225,16 +225,16 @@ std::vector<GenerationShape> GenerationSchedule(const FilterShape& s) {
     if (prev.buckets_per_shard > kMaxCapacity / s.growth_factor) break;
     uint64_t buckets = prev.buckets_per_shard * s.growth_factor;
     const double slots = static_cast<double>(buckets) * b;
-    uint64_t items = static_cast<uint64_t>(
-                         std::floor(slots * PlannedLoadFactor(b, f, slots * BaseLoad(b, f)))) *
-                     s.shards;
+    uint64_t items =
+        static_cast<uint64_t>(std::floor(slots * PlannedLoadFactor(b, f, slots * BaseLoad(b, f)))) *
+        s.shards;
     if (items >= ceiling - planned) {
       // The last generation: cut to what reaches the ceiling.
       items = ceiling - planned;
       const double per_shard = static_cast<double>(items) / s.shards;
       const double load = PlannedLoadFactor(b, f, per_shard);
-      buckets = std::min(buckets, std::max<uint64_t>(
-                                      1, static_cast<uint64_t>(std::ceil(per_shard / (b * load)))));
+      buckets = std::min(
+          buckets, std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(per_shard / (b * load)))));
     }
     if (!HashBitsFit(f, s.shard_bits, buckets)) break;
     GenerationShape g{.fingerprint_bits = f,
@@ -326,7 +326,10 @@ absl::StatusOr<FilterShape> ComputeShape(const FilterOptions& o) {
   if (s.fingerprint_bits >= kMinFingerprintBits && s.fingerprint_bits <= kMaxFingerprintBits &&
       s.shards > 0) {
     double per_shard = static_cast<double>(o.capacity) / s.shards;
-    double load = PlannedLoadFactor(s.bucket_size, s.fingerprint_bits, per_shard);
+    // A growing filter needs no margin for the spread of keys over shards
+    // and buckets: a shard that fills early grows.
+    double load = s.growing() ? BaseLoad(s.bucket_size, s.fingerprint_bits)
+                              : PlannedLoadFactor(s.bucket_size, s.fingerprint_bits, per_shard);
     s.buckets_per_shard =
         std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(per_shard / (s.bucket_size * load))));
   }

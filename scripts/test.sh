@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs every test:
 #   1. clang-format check of every C++ file;
-#   2. release build of the binaries, the benchmarks and the cluster's
-#      kill -9 loops (CTest label "chaos", too slow under the sanitizers):
-#      the loops, plus the benchmark in --small mode as a smoke run;
+#   2. release build of the binaries, the benchmarks, the cluster's kill -9
+#      loops (CTest label "chaos") and the growing filters' 10^7-key test
+#      (label "slow"), both too slow under the sanitizers; then the
+#      benchmarks in --small mode as a smoke run;
 #   3. AddressSanitizer + UBSan build: every other test (each test is
 #      compiled once, in the build that checks the most);
 #   4. ThreadSanitizer build: the engine's concurrency tests and the
@@ -31,16 +32,18 @@ phase "format check"
 git ls-files '*.cc' '*.h' | xargs clang-format --dry-run --Werror
 
 phase "release build: binaries, benchmarks, kill -9 loops"
-bash scripts/build.sh release cuckood cuckooctl cuckoo-bench filter_bench cluster_chaos_test
-ctest --test-dir build/release --output-on-failure -j "$jobs" -L chaos
+bash scripts/build.sh release cuckood cuckooctl cuckoo-bench filter_bench growth_bench \
+  cluster_chaos_test growth_scale_test
+ctest --test-dir build/release --output-on-failure -j "$jobs" -L 'chaos|slow'
 phase "benchmark smoke run (--small)"
 build/release/bench/filter_bench --small --json=build/release/filter_bench_small.json >/dev/null
+build/release/bench/growth_bench --small --json=build/release/growth_bench_small.json >/dev/null
 
 phase "ASan+UBSan build + every test but the kill -9 loops"
 bash scripts/build.sh asan
 # One more test than cores: the end-to-end tests spend much of their time
 # waiting for the processes they start.
-ctest --test-dir build/asan --output-on-failure -j "$((jobs + 1))" -LE chaos
+ctest --test-dir build/asan --output-on-failure -j "$((jobs + 1))" -LE 'chaos|slow'
 
 phase "TSan build + concurrency tests"
 # Only the engine's and the write-ahead log's concurrency tests: TSan cannot see the synchronisation

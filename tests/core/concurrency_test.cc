@@ -188,6 +188,77 @@ TEST(ConcurrencyTest, LockFreeCrossShardBatchesOfSemiSortedBucketsNeverMissResid
   ChurnUnderReaders(4, 12, true);
 }
 
+// Growth under readers: two writers grow a filter made for 1,000 keys 200-fold
+// (every shard adds generations while readers run, batched and single-key,
+// lock-free); no reader ever misses a key whose insert had returned, and
+// counts never undercount.
+TEST_P(ConcurrencyKindTest, ReadersNeverMissKeysWhileShardsGrow) {
+  auto created = CuckooFilter::Create({.capacity = 1000,
+                                       .false_positive_rate = 0.002,
+                                       .shards = 4,
+                                       .seed = 5,
+                                       .semi_sort = GetParam() == TableKind::kSemiSorted,
+                                       .growth_factor = 2});
+  ASSERT_TRUE(created.ok()) << created.status();
+  CuckooFilter& filter = **created;
+  constexpr uint64_t kKeys = 100'000;
+  std::atomic<uint64_t> published[kWriters] = {};
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> misses{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWriters; ++w) {
+    threads.emplace_back([&, w] {
+      std::vector<std::string> keys;
+      for (uint64_t i = 0; i < kKeys; i += 128) {
+        keys.clear();
+        for (uint64_t j = i; j < std::min(i + 128, kKeys); ++j) keys.push_back(Key(20 + w, j));
+        std::vector<std::string_view> views(keys.begin(), keys.end());
+        std::vector<InsertResult> out(views.size());
+        // Writer 1 inserts if absent: a false positive (rate 0.002) answers
+        // kAlreadyPresent, and the key is then found all the same.
+        filter.InsertBatch(views, w == 1, absl::MakeSpan(out));
+        for (InsertResult r : out) {
+          ASSERT_TRUE(r == InsertResult::kInserted ||
+                      (w == 1 && r == InsertResult::kAlreadyPresent));
+        }
+        published[w].store(std::min(i + 128, kKeys), std::memory_order_release);
+      }
+    });
+  }
+  for (int r = 0; r < kReaders; ++r) {
+    threads.emplace_back([&, r] {
+      std::vector<std::string> keys;
+      std::unique_ptr<bool[]> found(new bool[256]);
+      uint64_t round = 0;
+      while (!done.load(std::memory_order_acquire)) {
+        for (int w = 0; w < kWriters; ++w) {
+          const uint64_t n = published[w].load(std::memory_order_acquire);
+          if (n == 0) continue;
+          keys.clear();
+          for (uint64_t j = 0; j < 256; ++j) keys.push_back(Key(20 + w, testing::Mix(++round) % n));
+          if (r == 0) {
+            std::vector<std::string_view> views(keys.begin(), keys.end());
+            filter.LookupBatch(views, absl::Span<bool>(found.get(), views.size()));
+            for (size_t j = 0; j < views.size(); ++j) misses += !found[j];
+          } else {
+            for (const auto& k : keys) {
+              misses += !filter.MayContain(k);
+              misses += filter.ApproximateCount(k) == 0;
+            }
+          }
+        }
+      }
+    });
+  }
+  for (int w = 0; w < kWriters; ++w) threads[w].join();
+  done.store(true, std::memory_order_release);
+  for (size_t t = kWriters; t < threads.size(); ++t) threads[t].join();
+  EXPECT_EQ(misses.load(), 0u);
+  EXPECT_GT(filter.Stats().generations.size(), 4u);
+  EXPECT_LE(filter.items(), kWriters * kKeys);
+  EXPECT_GT(filter.items(), kWriters * kKeys - kKeys / 100);
+}
+
 TEST(ConcurrencyTest, RegistryCreateGetDropFromManyThreadsStaysConsistent) {
   FilterRegistry reg({.memory_budget_bytes = 1 << 30, .max_filters = 64});
   std::vector<std::thread> threads;

@@ -1,0 +1,376 @@
+// Growing filters (FilterShape::growing(), docs/GROWTH.md): the generation
+// schedule and its hash-bit budget, growth without false negatives, the
+// false-positive bound, the ceiling, and deterministic replay of growth.
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/cuckoo_filter.h"
+#include "core/filter_options.h"
+#include "core/hash.h"
+#include "gtest/gtest.h"
+#include "tests/core/test_keys.h"
+
+namespace cuckoo {
+namespace {
+
+using ::cuckoo::testing::HashedKey;
+
+std::unique_ptr<CuckooFilter> MakeGrowing(uint64_t capacity, double rate, uint32_t factor,
+                                          uint64_t max_capacity = 0, uint32_t shards = 0,
+                                          std::optional<bool> semi_sort = std::nullopt) {
+  FilterOptions o{.capacity = capacity,
+                  .false_positive_rate = rate,
+                  .shards = shards,
+                  .seed = 42,
+                  .semi_sort = semi_sort,
+                  .growth_factor = factor,
+                  .max_capacity = max_capacity};
+  absl::StatusOr<std::unique_ptr<CuckooFilter>> f = CuckooFilter::Create(o);
+  EXPECT_TRUE(f.ok()) << f.status();
+  return f.ok() ? *std::move(f) : nullptr;
+}
+
+// Item 6 of the issue: for every reachable configuration, every generation's
+// shard, bucket and fingerprint bits are disjoint parts of the 64-bit hash,
+// and the generations' bounds add up to at most the rate.
+TEST(GenerationScheduleTest, EveryConfigurationKeepsHashBitsDisjointAndBoundsBelowTheRate) {
+  size_t configurations = 0;
+  for (double rate : {0.5, 0.1, 0.03, 0.002, 0.001, 1e-5, 1e-7}) {
+    for (uint32_t factor = 2; factor <= kMaxGrowthFactor; ++factor) {
+      for (uint64_t capacity :
+           {uint64_t{1}, uint64_t{1000}, uint64_t{1} << 20, uint64_t{1} << 32, kMaxCapacity / 2}) {
+        for (uint32_t shards : {1u, 16u, 4096u}) {
+          for (uint32_t b : {2u, 4u, 8u}) {
+            for (bool semi : {false, true}) {
+              if (semi && b != 4) continue;
+              for (uint64_t max_capacity : {uint64_t{0}, capacity * 3, capacity * 1000}) {
+                if (max_capacity > kMaxCapacity) continue;
+                absl::StatusOr<FilterShape> shape = ComputeShape({.capacity = capacity,
+                                                                  .false_positive_rate = rate,
+                                                                  .bucket_size = b,
+                                                                  .shards = shards,
+                                                                  .seed = 1,
+                                                                  .semi_sort = semi,
+                                                                  .growth_factor = factor,
+                                                                  .max_capacity = max_capacity});
+                if (!shape.ok()) continue;  // Refused with a reason (checked elsewhere).
+                ++configurations;
+                const std::vector<GenerationShape> gens = GenerationSchedule(*shape);
+                ASSERT_GE(gens.size(), 1u);
+                ASSERT_LE(gens.size(), kMaxGenerations);
+                double sum = 0;
+                uint64_t reach = 0;
+                for (size_t g = 0; g < gens.size(); ++g) {
+                  const GenerationShape& gen = gens[g];
+                  SCOPED_TRACE(shape->DebugString() + " generation " + std::to_string(g));
+                  // [shard: s][bucket source: >= bit_width(m) + 8][fingerprint: f]
+                  const uint32_t s = shape->shard_bits, f = gen.fingerprint_bits;
+                  ASSERT_LE(s + f + std::bit_width(gen.buckets_per_shard) + kMinSpareBucketHashBits,
+                            64u);
+                  const uint64_t fp_mask = (uint64_t{1} << f) - 1;
+                  const uint64_t shard_mask = s == 0 ? 0 : ~uint64_t{0} << (64 - s);
+                  const uint64_t bucket_mask = ~fp_mask & ~shard_mask;
+                  ASSERT_EQ(fp_mask & shard_mask, 0u);
+                  ASSERT_GE(std::popcount(bucket_mask),
+                            std::bit_width(gen.buckets_per_shard) + kMinSpareBucketHashBits);
+                  ASSERT_TRUE(ValidateShape(GenerationTableShape(*shape, gen)).ok());
+                  if (g > 0) {
+                    ASSERT_GE(f, gens[g - 1].fingerprint_bits);
+                    ASSERT_LE(gen.buckets_per_shard, gens[g - 1].buckets_per_shard * factor);
+                    if (g + 1 < gens.size()) {
+                      ASSERT_EQ(gen.buckets_per_shard, gens[g - 1].buckets_per_shard * factor);
+                    }
+                  }
+                  sum += gen.false_positive_bound;
+                  reach += gen.planned_items;
+                }
+                ASSERT_LE(sum, rate);
+                if (max_capacity != 0) {
+                  ASSERT_GE(reach, max_capacity);
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(configurations, 2000u);
+}
+
+TEST(GenerationScheduleTest, RefusesImpossibleGrowthSettingsNamingTheField) {
+  auto error = [](FilterOptions o) {
+    absl::StatusOr<FilterShape> s = ComputeShape(o);
+    return s.ok() ? std::string("ok") : std::string(s.status().message());
+  };
+  EXPECT_NE(error({.capacity = 1000, .growth_factor = 1}).find("growth_factor=1"),
+            std::string::npos);
+  EXPECT_NE(error({.capacity = 1000, .growth_factor = 9}).find("growth_factor=9"),
+            std::string::npos);
+  EXPECT_NE(error({.capacity = 1000, .fingerprint_bits = 12, .growth_factor = 2})
+                .find("fingerprint_bits=12 cannot be given"),
+            std::string::npos);
+  EXPECT_NE(error({.capacity = 1000, .growth_factor = 2, .max_capacity = 1000})
+                .find("max_capacity=1000 must be more than capacity"),
+            std::string::npos);
+  EXPECT_NE(error({.capacity = 1000, .max_capacity = 5000}).find("needs growth_factor"),
+            std::string::npos);
+  EXPECT_NE(error({.capacity = 1000,
+                   .false_positive_rate = 1e-8,
+                   .growth_factor = 2,
+                   .max_capacity = kMaxCapacity})
+                .find("out of reach"),
+            std::string::npos);
+}
+
+// Inserts hashes [from, to) of stream 0 in batches; every result must be
+// kInserted.
+void InsertRange(CuckooFilter& f, uint64_t from, uint64_t to) {
+  std::vector<uint64_t> h;
+  std::vector<InsertResult> r;
+  for (uint64_t at = from; at < to;) {
+    const uint64_t end = std::min(to, at + 4096);
+    h.clear();
+    for (uint64_t i = at; i < end; ++i) h.push_back(HashedKey(0, i));
+    r.assign(h.size(), InsertResult::kFull);
+    f.InsertHashed(h, false, absl::MakeSpan(r));
+    for (size_t k = 0; k < r.size(); ++k) {
+      ASSERT_EQ(r[k], InsertResult::kInserted) << "key " << at + k;
+    }
+    at = end;
+  }
+}
+
+// Looks up hashes [from, to) of `stream`; returns how many were found.
+uint64_t CountFound(const CuckooFilter& f, uint64_t stream, uint64_t from, uint64_t to,
+                    uint64_t skip_every = 0) {
+  std::vector<uint64_t> h;
+  std::vector<char> r;
+  uint64_t found = 0;
+  for (uint64_t at = from; at < to;) {
+    const uint64_t end = std::min(to, at + 4096);
+    h.clear();
+    for (uint64_t i = at; i < end; ++i) {
+      if (skip_every != 0 && i % skip_every == 0) continue;
+      h.push_back(HashedKey(stream, i));
+    }
+    std::unique_ptr<bool[]> out(new bool[h.size()]);
+    f.LookupHashed(h, absl::MakeSpan(out.get(), h.size()));
+    for (size_t k = 0; k < h.size(); ++k) found += out[k] ? 1 : 0;
+    at = end;
+  }
+  return found;
+}
+
+class GrowthTest : public ::testing::TestWithParam<std::tuple<uint32_t, bool>> {};
+
+// Grows a filter made for 1,000 keys 1000-fold, checking at every tenfold
+// step that every key is found, the measured false-positive rate is below
+// the requested one, and the bound it reports is too.
+TEST_P(GrowthTest, GrowsAThousandFoldWithNoFalseNegativeAndTheRateKept) {
+  const auto [factor, semi] = GetParam();
+  const double rate = 0.01;
+  std::unique_ptr<CuckooFilter> f = MakeGrowing(1000, rate, factor, 0, 0, semi);
+  ASSERT_NE(f, nullptr);
+  uint64_t n = 0;
+  for (uint64_t target : {10'000, 100'000, 1'000'000}) {
+    InsertRange(*f, n, target);
+    n = target;
+    ASSERT_EQ(CountFound(*f, 0, 0, n), n) << "false negatives at " << n;
+    const uint64_t absent = 200'000;
+    const double measured = static_cast<double>(CountFound(*f, 1, 0, absent)) / absent;
+    const FilterStats st = f->Stats();
+    EXPECT_LE(measured, rate) << n;
+    EXPECT_LE(st.false_positive_bound, rate);
+    EXPECT_LE(st.expected_false_positive_rate, st.false_positive_bound);
+    EXPECT_GT(st.generations.size(), 1u);
+    EXPECT_EQ(st.items, n);
+    uint64_t items = 0;
+    for (const GenerationStats& g : st.generations) items += g.items;
+    EXPECT_EQ(items, n);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(FactorsAndKinds, GrowthTest,
+                         ::testing::Combine(::testing::Values(2u, 4u), ::testing::Bool()));
+
+TEST(GrowthTest, DeletesInterleavedWithGrowthLeaveEveryOtherKeyFound) {
+  std::unique_ptr<CuckooFilter> f = MakeGrowing(1000, 0.002, 2);
+  ASSERT_NE(f, nullptr);
+  uint64_t n = 0;
+  std::vector<uint64_t> del;
+  std::vector<DeleteResult> dr;
+  for (uint64_t target : {5'000, 20'000, 80'000, 200'000}) {
+    InsertRange(*f, n, target);
+    // Delete every 7th key inserted in this step.
+    del.clear();
+    for (uint64_t i = n; i < target; ++i) {
+      if (i % 7 == 0) del.push_back(HashedKey(0, i));
+    }
+    dr.assign(del.size(), DeleteResult::kNotFound);
+    f->DeleteHashed(del, absl::MakeSpan(dr));
+    for (DeleteResult r : dr) ASSERT_EQ(r, DeleteResult::kDeleted);
+    n = target;
+    uint64_t kept = 0;
+    for (uint64_t i = 0; i < n; ++i) kept += i % 7 != 0;
+    ASSERT_EQ(CountFound(*f, 0, 0, n, 7), kept) << "false negatives at " << n;
+    EXPECT_EQ(f->items(), kept);
+  }
+}
+
+TEST(GrowthTest, FullOnlyAtMaxCapacityAndNothingEvicted) {
+  const uint64_t max_capacity = 50'000;
+  std::unique_ptr<CuckooFilter> f = MakeGrowing(1000, 0.01, 2, max_capacity, 4);
+  ASSERT_NE(f, nullptr);
+  const FilterStats before = f->Stats();
+  EXPECT_GE(before.reachable_capacity, max_capacity);
+  EXPECT_LT(before.reachable_capacity, max_capacity + max_capacity / 10);
+  uint64_t inserted = 0;
+  std::vector<uint64_t> placed;
+  for (uint64_t i = 0; i < 4 * max_capacity; ++i) {
+    uint64_t h = HashedKey(0, i);
+    InsertResult r;
+    f->InsertHashed({&h, 1}, false, {&r, 1});
+    if (r == InsertResult::kFull) break;
+    ASSERT_EQ(r, InsertResult::kInserted);
+    placed.push_back(h);
+    ++inserted;
+  }
+  EXPECT_GE(inserted, max_capacity) << "FULL before max_capacity";
+  EXPECT_LT(inserted, 4 * max_capacity) << "no ceiling";
+  const FilterStats st = f->Stats();
+  EXPECT_EQ(st.generations.size(), st.max_generations);
+  std::unique_ptr<bool[]> out(new bool[placed.size()]);
+  f->LookupHashed(placed, absl::MakeSpan(out.get(), placed.size()));
+  for (size_t k = 0; k < placed.size(); ++k) ASSERT_TRUE(out[k]) << k;
+}
+
+TEST(GrowthTest, RepeatedCopiesOfOneKeyNeverGrowTheFilter) {
+  std::unique_ptr<CuckooFilter> f = MakeGrowing(1000, 0.01, 2);
+  ASSERT_NE(f, nullptr);
+  const uint64_t bytes = f->memory_bytes();
+  int full = 0;
+  for (int i = 0; i < 1000; ++i) full += f->Insert("same key") == InsertResult::kFull;
+  EXPECT_EQ(f->Stats().generations.size(), 1u);
+  EXPECT_EQ(f->memory_bytes(), bytes);
+  EXPECT_EQ(full, 1000 - 8);  // 2b copies fit.
+}
+
+TEST(GrowthTest, IfAbsentSeesCopiesInEveryGeneration) {
+  std::unique_ptr<CuckooFilter> f = MakeGrowing(1000, 0.001, 2);
+  ASSERT_NE(f, nullptr);
+  InsertRange(*f, 0, 20'000);
+  ASSERT_GT(f->Stats().generations.size(), 2u);
+  std::vector<uint64_t> h;
+  for (uint64_t i = 0; i < 20'000; ++i) h.push_back(HashedKey(0, i));
+  std::vector<InsertResult> r(h.size(), InsertResult::kFull);
+  f->InsertHashed(h, /*if_absent=*/true, absl::MakeSpan(r));
+  for (size_t k = 0; k < r.size(); ++k) ASSERT_EQ(r[k], InsertResult::kAlreadyPresent) << k;
+  EXPECT_EQ(f->items(), 20'000u);
+}
+
+TEST(GrowthTest, CountAddsUpCopiesAcrossGenerationsAndDeleteTakesTheNewestFirst) {
+  std::unique_ptr<CuckooFilter> f = MakeGrowing(100, 0.001, 2, 0, 1);
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(f->Insert("twice"), InsertResult::kInserted);
+  // Fill until the shard grows twice, then add the key again: one copy in
+  // generation 0, one in the newest.
+  uint64_t i = 0;
+  while (f->ShardGenerations(0) < 3) InsertRange(*f, i, i + 1), ++i;
+  ASSERT_EQ(f->Insert("twice"), InsertResult::kInserted);
+  EXPECT_GE(f->ApproximateCount("twice"), 2u);
+  const FilterStats before = f->Stats();
+  ASSERT_EQ(f->Delete("twice"), DeleteResult::kDeleted);
+  const FilterStats after = f->Stats();
+  EXPECT_EQ(after.generations.back().items + 1, before.generations.back().items);
+  EXPECT_EQ(after.generations[0].items, before.generations[0].items);
+  EXPECT_TRUE(f->MayContain("twice"));
+  ASSERT_EQ(f->Delete("twice"), DeleteResult::kDeleted);
+  EXPECT_EQ(after.generations[0].items, f->Stats().generations[0].items + 1);
+}
+
+// Growth happens inside logged writes: replaying the log on the filter as
+// it was reproduces every generation bit for bit (what WAL replay and the
+// cluster's replicas rely on).
+TEST(GrowthTest, ReplayingTheLoggedWritesReproducesEveryGeneration) {
+  std::unique_ptr<CuckooFilter> live = MakeGrowing(500, 0.005, 2, 0, 4);
+  ASSERT_NE(live, nullptr);
+  struct Logged {
+    ShardWrite write;
+    std::vector<uint64_t> hashes;
+  };
+  std::vector<Logged> log;
+  uint64_t position = 0;
+  auto record = [&](const ShardWrite& w) {
+    log.push_back({w, std::vector<uint64_t>(w.hashes.begin(), w.hashes.end())});
+    return ++position;
+  };
+  std::vector<uint64_t> h;
+  for (uint64_t round = 0; round < 40; ++round) {
+    h.clear();
+    for (uint64_t i = 0; i < 1500; ++i) h.push_back(HashedKey(0, round * 1500 + i));
+    std::vector<InsertResult> r(h.size());
+    live->InsertHashed(
+        h, round % 3 == 0, absl::MakeSpan(r), [] { return false; }, record);
+    if (round % 4 == 3) {
+      std::vector<uint64_t> d(h.begin(), h.begin() + 300);
+      std::vector<DeleteResult> dr(d.size());
+      live->DeleteHashed(
+          d, absl::MakeSpan(dr), [] { return false; }, record);
+    }
+  }
+  absl::StatusOr<std::unique_ptr<CuckooFilter>> replica = CuckooFilter::FromShape(live->shape());
+  ASSERT_TRUE(replica.ok());
+  for (size_t k = 0; k < log.size(); ++k) {
+    ShardWrite w = log[k].write;
+    w.hashes = log[k].hashes;
+    ASSERT_TRUE((*replica)->ApplyShardWrite(w, k + 1).ok());
+  }
+  ASSERT_GT(live->Stats().generations.size(), 3u);
+  for (uint32_t s = 0; s < live->shape().shards; ++s) {
+    ASSERT_EQ(live->ShardGenerations(s), (*replica)->ShardGenerations(s));
+    std::vector<std::vector<uint8_t>> a, b;
+    std::vector<std::pair<uint64_t, uint64_t>> ca, cb;
+    live->ReadShardGenerations(
+        s, [&](absl::Span<const CuckooFilter::GenerationView> g, const CuckooFilter::ShardState&) {
+          for (const auto& v : g) {
+            a.emplace_back(v.bytes.begin(), v.bytes.end());
+            ca.emplace_back(v.items, v.rng_state);
+          }
+        });
+    (*replica)->ReadShardGenerations(
+        s, [&](absl::Span<const CuckooFilter::GenerationView> g, const CuckooFilter::ShardState&) {
+          for (const auto& v : g) {
+            b.emplace_back(v.bytes.begin(), v.bytes.end());
+            cb.emplace_back(v.items, v.rng_state);
+          }
+        });
+    EXPECT_EQ(a, b) << "shard " << s;
+    EXPECT_EQ(ca, cb) << "shard " << s;
+  }
+}
+
+TEST(GrowthTest, GrowthListenerHearsEveryTableAndMemoryBytesCountsThem) {
+  std::unique_ptr<CuckooFilter> f = MakeGrowing(1000, 0.01, 4, 0, 2);
+  ASSERT_NE(f, nullptr);
+  const uint64_t start = f->memory_bytes();
+  uint64_t heard = 0;
+  int tables = 0;
+  f->set_growth_listener([&](uint64_t bytes) {
+    heard += bytes;
+    ++tables;
+  });
+  InsertRange(*f, 0, 50'000);
+  EXPECT_GT(tables, 2);
+  EXPECT_EQ(f->memory_bytes(), start + heard);
+  uint32_t grown = 0;
+  for (uint32_t s = 0; s < 2; ++s) grown += f->ShardGenerations(s) - 1;
+  EXPECT_EQ(static_cast<int>(grown), tables);
+}
+
+}  // namespace
+}  // namespace cuckoo
