@@ -13,38 +13,47 @@ namespace cuckoo {
 namespace {
 
 // Default shard count: one shard per 64 Mi items (a table of ~100 MiB at
-// f=12), but at least one per 64 Ki items up to 16 so small filters still
-// spread writers. Fewer, larger shards make batches cheaper (a 1024-key batch
-// on a 1 GiB filter: 128 shards 33 M keys/s, 16 shards 40 M, 1 shard 47 M),
-// since each shard in a batch costs a lock round trip and a pipeline restart.
+// f=12), but, up to 16 shards so that writers to a large filter spread over
+// several locks, one per 1 Mi items (kItemsPerWriterShard). Fewer, larger
+// shards make batches cheaper (a 1024-key batch on a 1 GiB filter: 128
+// shards 33 M keys/s, 16 shards 40 M, 1 shard 47 M), since each shard in a
+// batch costs a lock round trip and a pipeline restart. They are also
+// smaller: keys spread over S shards binomially, and the sizing plans for
+// the fullest shard (ComputeShape), so splitting n keys costs a margin of
+// 3 * sqrt((S - 1) / n) of the table. 1 Mi keys per shard keep it at most
+// 3 / 1024 = 0.3% (16 shards from 16 Mi keys on; 16 shards at 10^6 keys
+// cost 1.2% and broke the f / 0.95 bits-per-key bound; with 256 Ki keys per
+// shard, 0.6% still did for f = 9 to 10^6 keys: docs/CORE_DESIGN.md).
+constexpr uint64_t kItemsPerWriterShard = uint64_t{1} << 20;
+
 uint32_t DefaultShards(uint64_t capacity) {
   uint64_t by_size = std::bit_ceil(std::max<uint64_t>(1, (capacity + (1 << 26) - 1) >> 26));
-  uint64_t by_writers =
-      std::min<uint64_t>(16, std::bit_ceil(std::max<uint64_t>(1, capacity >> 16)));
+  uint64_t by_writers = std::min<uint64_t>(
+      16, std::bit_floor(std::max<uint64_t>(1, capacity / kItemsPerWriterShard)));
   return static_cast<uint32_t>(std::min<uint64_t>(kMaxShards, std::max(by_size, by_writers)));
 }
 
-// Load factor at which a large (2,b) table starts failing inserts with 500
-// kicks, less a little, by fingerprint size: with few fingerprint bits a
-// bucket's entries have few distinct alternate buckets and the table fills
-// earlier (;login: 2013, Table 2).
+// The load one (2,b) table is planned to, a little under the load at which a
+// large one starts failing inserts, by fingerprint size: with few
+// fingerprint bits a bucket's entries have few distinct alternate buckets
+// and the table fills earlier (;login: 2013, Table 2).
 double BaseLoad(uint32_t b, uint32_t f) {
   // Measured load at first failure with 2^22 buckets, 500 kicks (f=4..20):
   //   b=2: f=4 28%, 5 42%, 6 80%, 7 84%, 8 86%, 12 87%
   //   b=4: f=4 79%, 5 91%, 6 93%, 7 95%, 8 95.2%, 12 95.8%
   //   b=8: f=4 93%, 5 96%, 6 97%, 7 98%, 8 98.4%, 12 98.5%
+  // b=4 with kDefaultMaxKicks = 2000, lowest first-failure load of one table
+  // over 20 to 1000 seeds, 10^3 to 10^6 keys (docs/CORE_DESIGN.md, Sizing):
+  //   f=7 95.5%, f=8 96.6%, f=9 to 13 96.7-97.1% from 10^4 keys on (96.0%
+  //   at 10^3 and 3*10^3 keys, where PlannedLoadFactor's margin takes over);
+  //   42 M keys: 97.1-97.2%.
   switch (b) {
     case 2:
       return f >= 8 ? 0.84 : f == 7 ? 0.83 : f == 6 ? 0.78 : f == 5 ? 0.40 : 0.26;
     case 8:
       return f >= 7 ? 0.97 : f == 6 ? 0.96 : f == 5 ? 0.94 : 0.90;
     default:
-      return f >= 10  ? 0.95
-             : f >= 8 ? 0.945
-             : f == 7 ? 0.935
-             : f == 6 ? 0.92
-             : f == 5 ? 0.88
-                      : 0.76;
+      return f >= 9 ? 0.96 : f == 8 ? 0.955 : f == 7 ? 0.935 : f == 6 ? 0.92 : f == 5 ? 0.88 : 0.76;
   }
 }
 
@@ -52,8 +61,12 @@ double BaseLoad(uint32_t b, uint32_t f) {
 
 double PlannedLoadFactor(uint32_t bucket_size, uint32_t fingerprint_bits, double items_per_shard) {
   double base = BaseLoad(bucket_size, fingerprint_bits);
-  // Items land on shards (and buckets) binomially; leave ~3 standard deviations.
-  double margin = 3.0 / std::sqrt(std::max(1.0, items_per_shard));
+  // One table's first-failure load spreads more when the table is small
+  // (lowest of 1000 seeds at b=4, f=12: 96.0% at 10^3 keys, 96.9% at 10^4,
+  // 97.1% at 3*10^4); 1/sqrt(items) covers that with room: 96.9% of base at
+  // 10^3 keys, 99.7% at 10^5. The spread of keys over shards is
+  // ComputeShape's.
+  double margin = 1.0 / std::sqrt(std::max(1.0, items_per_shard));
   return std::max(base * 0.5, base * (1.0 - margin));
 }
 
@@ -319,7 +332,14 @@ absl::StatusOr<FilterShape> ComputeShape(const FilterOptions& o) {
   const bool automatic = o.fingerprint_bits == 0 && s.bucket_size == 4 && s.fingerprint_bits >= 5 &&
                          s.fingerprint_bits <= kMaxAutoSemiSortFingerprintBits;
   if (o.semi_sort.value_or(automatic)) s.table_kind = TableKind::kSemiSorted;
-  s.shards = o.shards == 0 ? DefaultShards(o.capacity) : o.shards;
+  // A growing filter's shards are chosen for the size it may reach: its
+  // max_capacity, else 1024 times its capacity (its shard count is fixed,
+  // and shards are what lets writers run in parallel).
+  const uint64_t sized_for = !s.growing() ? o.capacity
+                             : o.max_capacity != 0
+                                 ? o.max_capacity
+                                 : std::min(kMaxCapacity, std::max(o.capacity, o.capacity << 10));
+  s.shards = o.shards == 0 ? DefaultShards(sized_for) : o.shards;
   s.shard_bits = std::has_single_bit(s.shards) ? std::countr_zero(s.shards) : 0;
   s.max_kicks = o.max_kicks == 0 ? kDefaultMaxKicks : o.max_kicks;
   s.seed = o.seed.has_value() ? *o.seed : absl::Uniform<uint64_t>(absl::BitGen());
@@ -328,8 +348,22 @@ absl::StatusOr<FilterShape> ComputeShape(const FilterOptions& o) {
     double per_shard = static_cast<double>(o.capacity) / s.shards;
     // A growing filter needs no margin for the spread of keys over shards
     // and buckets: a shard that fills early grows.
-    double load = s.growing() ? BaseLoad(s.bucket_size, s.fingerprint_bits)
-                              : PlannedLoadFactor(s.bucket_size, s.fingerprint_bits, per_shard);
+    double load;
+    if (s.growing()) {
+      load = BaseLoad(s.bucket_size, s.fingerprint_bits);
+    } else {
+      // A shard's keys are Binomial(capacity, 1/S): relative to the mean
+      // capacity / S, their standard deviation is sqrt((S - 1) / capacity).
+      // Size every shard for three of them above the mean, so that the fullest
+      // shard, not the average one, stays under the table's planned load.
+      // (Not below half the base load: a few keys per shard, e.g. 4096
+      // shards asked for 10^4 keys, would otherwise get tables several times
+      // their size.)
+      const double spread = 3.0 * std::sqrt((s.shards - 1.0) / static_cast<double>(o.capacity));
+      load = std::max(
+          0.5 * BaseLoad(s.bucket_size, s.fingerprint_bits),
+          PlannedLoadFactor(s.bucket_size, s.fingerprint_bits, per_shard) / (1.0 + spread));
+    }
     s.buckets_per_shard =
         std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(per_shard / (s.bucket_size * load))));
   }

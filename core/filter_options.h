@@ -6,7 +6,7 @@
 //   - buckets per shard  = ceil(capacity / (S * b * target_load))    (Eq. 4)
 // The bucket count is *not* rounded to a power of two (see hash.h), so memory
 // is f * b * buckets bits for any capacity: about f / target_load bits per
-// item, e.g. 12.63 bits/item at f=12, b=4.
+// item, e.g. 12.5 bits/item at f=12, b=4 (target_load ~0.96).
 #ifndef CUCKOO_CORE_FILTER_OPTIONS_H_
 #define CUCKOO_CORE_FILTER_OPTIONS_H_
 
@@ -161,10 +161,12 @@ std::vector<GenerationShape> GenerationSchedule(const FilterShape& shape);
 // building its table).
 FilterShape GenerationTableShape(const FilterShape& shape, const GenerationShape& generation);
 
-// The load factor the sizing plans for with b slots per bucket and f-bit
-// fingerprints, for a shard expecting `items_per_shard` items. Just under the
-// load the paper measures at first failure (b=4: 95%), minus a margin for the
-// binomial spread of items over shards.
+// The load factor one table with b slots per bucket and f-bit fingerprints
+// is planned to for `items_per_shard` items: just under the load at which
+// such a table first fails an insert with the default kicks (b=4, f >= 9:
+// 96%), less a margin for small tables. ComputeShape divides it further by
+// the spread of a fixed filter's keys over its shards (docs/CORE_DESIGN.md,
+// Sizing).
 double PlannedLoadFactor(uint32_t bucket_size, uint32_t fingerprint_bits, double items_per_shard);
 
 // Probability that a lookup of an absent key matches, with f-bit

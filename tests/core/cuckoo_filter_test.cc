@@ -256,10 +256,10 @@ TEST_P(CuckooFilterKindTest, StatsReportRealMemoryLoadAndExpectedRate) {
   EXPECT_GT(st.load_factor, 0.9);
   EXPECT_NEAR(st.bits_per_item, 8.0 * st.memory_bytes / 1e5, 1e-9);
   // f - 1 bits per slot semi-sorted, f packed; a little more for the load
-  // (< 1) and page rounding.
+  // (< 1) and page rounding (up to 4 KiB: 0.33 bits per item at 10^5 items).
   const double bits_per_slot = GetParam() == TableKind::kSemiSorted ? 11 : 12;
   EXPECT_GT(st.bits_per_item, bits_per_slot);
-  EXPECT_LT(st.bits_per_item, bits_per_slot / st.load_factor + 0.2);
+  EXPECT_LT(st.bits_per_item, bits_per_slot / st.load_factor + 0.4);
   // ~2b * load / 2^f = 8 * 0.93 / 4096: semi-sorted buckets store f = 12
   // bits of fingerprint in 11 bits per slot.
   EXPECT_NEAR(st.expected_false_positive_rate, 8 * st.load_factor / 4095.0, 2e-5);
