@@ -91,7 +91,7 @@ Usage: cuckooctl [GLOBAL FLAGS] COMMAND [ARGUMENTS] [FLAGS]
 Filters:
   create NAME --capacity=N [--fpr=RATE | --fingerprint-bits=F] [--bucket-size=B]
               [--semi-sort[=true|false]] [--shards=S] [--max-kicks=K] [--seed=N]
-              [--if-not-exists]
+              [--growth-factor=G [--max-capacity=N]] [--if-not-exists]
                         create a filter; prints its info and whether it was created
   info NAME             a filter's settings and state
   list                  every filter, sorted by name
@@ -283,14 +283,36 @@ and whether it was created.
   --max-kicks=K         longest eviction chain per insert, 1 to 10000 (default 2000)
   --seed=N              64-bit hash seed (default random); filters with the same
                         settings and seed give identical answers
+  --growth-factor=G     let the filter grow past its capacity instead of
+                        answering FULL: 2 to 8 (default: off, a fixed filter).
+                        A shard that fills adds a table G times larger with
+                        longer fingerprints, so the false-positive rate stays
+                        under --fpr at any size. Off by default because growth
+                        costs from the first key: every generation's rate is a
+                        share of --fpr, so even the first table has longer
+                        fingerprints (about 2 to 3 more bits per key than a
+                        fixed filter), and each later one a bit or so more.
+                        Use it when the final size is unknown. Not with
+                        --fingerprint-bits (the sizes come from --fpr)
+  --max-capacity=N      with --growth-factor: the most keys it may grow to hold
+                        (FULL beyond), more than --capacity; k/M/G/T as for
+                        --capacity (default: as far as the hash bits allow).
+                        Growth is charged to the server's --memory-budget; when
+                        the budget is used up, inserts into growing filters
+                        fail with RESOURCE_EXHAUSTED and nothing is evicted
   --if-not-exists       if NAME exists with the same settings, print it
                         (created: false) instead of failing with ALREADY_EXISTS
 )"},
     {"info", kInfo, R"(Usage: cuckooctl info NAME
 
 Prints a filter's settings (capacity, fingerprint_bits, bucket_size, semi_sort,
-shards, max_kicks, seed, ...) and state (items, load_factor, memory_bytes,
-bits_per_item, expected_false_positive_rate, ...).
+shards, max_kicks, seed, growth_factor, max_capacity, ...) and state (items,
+load_factor, memory_bytes, bits_per_item, expected_false_positive_rate, ...).
+A growing filter (create --growth-factor) also shows its rate budget
+(false_positive_rate), the bound no lookup's false-positive rate passes
+(false_positive_bound), the keys it can reach (reachable_capacity) and one
+line per generation: fingerprint bits, shards that have it, slots, items,
+memory and its share of the rate.
 )"},
     {"list", kList, R"(Usage: cuckooctl list
 
@@ -478,6 +500,8 @@ constexpr FlagSpec kFlags[] = {
     {"shards", true, kCreate},
     {"max-kicks", true, kCreate},
     {"seed", true, kCreate},
+    {"growth-factor", true, kCreate},
+    {"max-capacity", true, kCreate},
     {"if-not-exists", false, kCreate},
     {"changed-only", false, kSnapshot},
     {"if-absent", false, kInsert},
@@ -623,7 +647,7 @@ std::optional<Failure> ParseUintFlag(const CommandLine& cl, const std::string& n
                                      uint64_t& out) {
   std::string text = *cl.Get(name);
   uint64_t multiplier = 1;
-  if (name == "capacity" && !text.empty()) {
+  if ((name == "capacity" || name == "max-capacity") && !text.empty()) {
     switch (text.back()) {
       case 'k':
       case 'K':
@@ -870,6 +894,18 @@ std::string FormatTimestamp(const google::protobuf::Timestamp& t) {
 }
 
 std::string FilterInfoJson(const v1::FilterInfo& f) {
+  std::string generations = "[";
+  for (const v1::FilterInfo::Generation& g : f.generations()) {
+    if (generations.size() > 1) generations.push_back(',');
+    generations += JsonObject()
+                       .Uint("fingerprint_bits", g.fingerprint_bits())
+                       .Uint("shards", g.shards())
+                       .Uint("slots", g.slots())
+                       .Uint("items", g.items())
+                       .Uint("memory_bytes", g.memory_bytes())
+                       .Double("false_positive_bound", g.false_positive_bound())
+                       .Done();
+  }
   return JsonObject()
       .String("name", f.name())
       .Uint("capacity", f.capacity())
@@ -896,6 +932,13 @@ std::string FilterInfoJson(const v1::FilterInfo& f) {
       .Uint("last_snapshot_bytes", f.last_snapshot_bytes())
       .Uint("unsnapshotted_changes", f.unsnapshotted_changes())
       .Bool("has_unsnapshotted_changes", f.has_unsnapshotted_changes())
+      .Uint("growth_factor", f.growth_factor())
+      .Uint("max_capacity", f.max_capacity())
+      .Double("false_positive_rate", f.false_positive_rate())
+      .Double("false_positive_bound", f.false_positive_bound())
+      .Uint("reachable_capacity", f.reachable_capacity())
+      .Uint("max_generations", f.max_generations())
+      .Raw("generations", generations + "]")
       .Done();
 }
 
@@ -929,6 +972,27 @@ void AddFilterInfoText(TextFields& t, const v1::FilterInfo& f) {
                            f.has_unsnapshotted_changes()
                                ? " (only in the write-ahead log: a restart replays them)"
                                : ""));
+  if (f.growth_factor() == 0) {
+    t.Add("growth_factor", "0 (fixed size: inserts past the capacity answer FULL)");
+    return;
+  }
+  t.Add("growth_factor", absl::StrFormat("%u", f.growth_factor()))
+      .Add("max_capacity", f.max_capacity() != 0 ? absl::StrFormat("%u", f.max_capacity())
+                                                 : std::string("0 (as far as it can grow)"))
+      .Add("false_positive_rate",
+           absl::StrFormat("%.6g (shared by every generation)", f.false_positive_rate()))
+      .Add("false_positive_bound", absl::StrFormat("%.6g (no lookup's rate is higher, at any load)",
+                                                   f.false_positive_bound()))
+      .Add("reachable_capacity", absl::StrFormat("%u", f.reachable_capacity()))
+      .Add("generations",
+           absl::StrFormat("%u of at most %u", f.generations_size(), f.max_generations()));
+  for (int i = 0; i < f.generations_size(); ++i) {
+    const v1::FilterInfo::Generation& g = f.generations(i);
+    t.Add(absl::StrFormat("generation %d", i),
+          absl::StrFormat("%u-bit fingerprints, %u shards, %u slots, %u items, %s, bound %.3g",
+                          g.fingerprint_bits(), g.shards(), g.slots(), g.items(),
+                          HumanBytes(g.memory_bytes()), g.false_positive_bound()));
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -1472,6 +1536,7 @@ int RunCreate(const GlobalOptions& g, const CommandLine& cl) {
       {"bucket-size", &v1::CreateFilterRequest::set_bucket_size},
       {"shards", &v1::CreateFilterRequest::set_shards},
       {"max-kicks", &v1::CreateFilterRequest::set_max_kicks},
+      {"growth-factor", &v1::CreateFilterRequest::set_growth_factor},
   };
   for (const U32Flag& flag : kU32Flags) {
     if (!cl.Has(flag.name)) continue;
@@ -1481,6 +1546,14 @@ int RunCreate(const GlobalOptions& g, const CommandLine& cl) {
   if (cl.Has("seed")) {
     if (auto f = ParseUintFlag(cl, "seed", UINT64_MAX, v)) return Fail(*f);
     req.set_seed(v);
+  }
+  if (cl.Has("max-capacity")) {
+    if (!cl.Has("growth-factor")) {
+      return Fail(UsageError(
+          "--max-capacity needs --growth-factor: a fixed filter's capacity is its maximum"));
+    }
+    if (auto f = ParseUintFlag(cl, "max-capacity", UINT64_MAX, v)) return Fail(*f);
+    req.set_max_capacity(v);
   }
   if (cl.Has("semi-sort")) req.set_semi_sort(cl.Bool("semi-sort"));
   req.set_if_not_exists(cl.Bool("if-not-exists"));

@@ -26,6 +26,12 @@ std::vector<std::string> Differences(const FilterShape& have, const FilterShape&
   cmp("bucket_size", have.bucket_size, want.bucket_size);
   cmp("shards", have.shards, want.shards);
   cmp("max_kicks", have.max_kicks, want.max_kicks);
+  cmp("growth_factor", have.growth_factor, want.growth_factor);
+  cmp("max_capacity", have.max_capacity, want.max_capacity);
+  if (have.false_positive_rate != want.false_positive_rate) {
+    d.push_back(absl::StrFormat("false_positive_rate %g (requested %g)", have.false_positive_rate,
+                                want.false_positive_rate));
+  }
   if (seed_given) cmp("seed", have.seed, want.seed);
   if (have.table_kind != want.table_kind) {
     d.push_back(absl::StrFormat("table kind %s (requested %s)", TableKindName(have.table_kind),
@@ -76,6 +82,11 @@ class FilterRegistry::Budget {
   absl::Status Check(absl::string_view name, uint64_t bytes) const {
     return Fits(name, bytes, used_.load(std::memory_order_relaxed));
   }
+  // Charges `bytes` whatever the limit: a filter's growth, which happens as
+  // a write is applied and cannot be refused there (replay and replicas
+  // must apply it the same way). The server refuses writes that could grow
+  // once used() reaches the limit.
+  void Charge(uint64_t bytes) { used_.fetch_add(bytes, std::memory_order_relaxed); }
   void Release(uint64_t bytes) { used_.fetch_sub(bytes, std::memory_order_relaxed); }
   uint64_t used() const { return used_.load(std::memory_order_relaxed); }
 
@@ -96,13 +107,16 @@ class FilterRegistry::Budget {
 namespace {
 
 // What the registry hands out: a filter, and its charge on the budget,
-// released after the filter is freed.
+// released after the filter is freed: the bytes charged when it was added,
+// and those of every table it grew since (`grown`, counted by its growth
+// listener).
 struct ChargedFilter {
   std::unique_ptr<CuckooFilter> filter;
-  std::function<void()> release;
+  std::atomic<uint64_t> grown{0};
+  std::function<void(uint64_t grown)> release;
   ~ChargedFilter() {
     filter.reset();
-    if (release) release();
+    if (release) release(grown.load(std::memory_order_relaxed));
   }
 };
 
@@ -219,12 +233,15 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::AddReserved(
   std::shared_ptr<ChargedFilter> charged;
   try {
     charged = std::make_shared<ChargedFilter>();
-    charged->release = [budget = budget_, reserved] { budget->Release(reserved); };
+    charged->release = [budget = budget_, reserved](uint64_t grown) {
+      budget->Release(reserved + grown);
+    };
   } catch (...) {
     budget_->Release(reserved);
     throw;
   }
   charged->filter = std::move(filter);
+  WatchGrowth(*charged->filter, &charged->grown);
   std::shared_ptr<CuckooFilter> shared(charged, charged->filter.get());
   WriterLock lock(&mu_);
   if (absl::Status s = CheckNameAndCountLocked(name); !s.ok()) return s;
@@ -275,23 +292,40 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::AddClaimed(
     return absl::InvalidArgumentError("AddClaimed: the claim is not held on this registry");
   }
   if (filter->memory_bytes() > claim.bytes_) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("AddClaimed: filter \"%s\" takes %u bytes, more than the %u claimed",
-                        claim.name_, filter->memory_bytes(), claim.bytes_));
+    // A grown filter read from a snapshot: the claim was made from its
+    // header, whose shape gives its first generation's bytes only. The rest
+    // is reserved now, held by the claim until the filter is published.
+    const uint64_t more = filter->memory_bytes() - claim.bytes_;
+    if (absl::Status s = budget_->Reserve(claim.name_, more); !s.ok()) return s;
+    claim.bytes_ += more;
   }
   // From here the charge belongs to the filter, freed with it.
   auto charged = std::make_shared<ChargedFilter>();
   charged->filter = std::move(filter);
+  WatchGrowth(*charged->filter, &charged->grown);
+  // Until it is published, the claim holds the filter's bytes (and gives
+  // them back if it is not); the filter only what it might grow.
+  charged->release = [budget = budget_](uint64_t grown) { budget->Release(grown); };
   std::shared_ptr<CuckooFilter> shared(charged, charged->filter.get());
   WriterLock lock(&mu_);
   if (before_publish) {
     if (absl::Status s = before_publish(*shared); !s.ok()) return s;  // The claim gives back.
   }
-  charged->release = [budget = budget_, bytes = claim.bytes_] { budget->Release(bytes); };
+  charged->release = [budget = budget_, bytes = claim.bytes_](uint64_t grown) {
+    budget->Release(bytes + grown);
+  };
   claimed_.erase(claim.name_);
   claim.registry_ = nullptr;  // Its name and bytes are the filter's now.
   filters_.emplace(claim.name_, shared);
   return shared;
+}
+
+void FilterRegistry::WatchGrowth(CuckooFilter& filter, std::atomic<uint64_t>* grown) {
+  // Called under the growing shard's lock: two atomic adds.
+  filter.set_growth_listener([budget = budget_, grown](uint64_t bytes) {
+    budget->Charge(bytes);
+    grown->fetch_add(bytes, std::memory_order_relaxed);
+  });
 }
 
 absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::Get(absl::string_view name) const {

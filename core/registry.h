@@ -12,10 +12,19 @@
 // last such request ends. The budget therefore bounds the memory of all
 // filters that exist, not only of those that have names.
 //
+// A growing filter (FilterShape::growing()) adds tables as inserts need
+// them. Each is charged when it is added, whatever the budget says (growth
+// happens while a logged write is applied, and must happen the same way on
+// replay and on every replica), and released when the filter is freed. So
+// memory_bytes() may pass the budget; cuckood refuses inserts into growing
+// filters while it does (FilterServiceImpl), which bounds the excess by the
+// growth of the batches already admitted.
+//
 // Thread safety: all methods are safe to call concurrently.
 #ifndef CUCKOO_CORE_REGISTRY_H_
 #define CUCKOO_CORE_REGISTRY_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -68,7 +77,9 @@ class FilterRegistry {
                                                        const BeforePublish& before_publish = {});
   // Create's handling of a name that is taken, without creating: NOT_FOUND
   // when there is no filter `name`; the filter when if_not_exists and it
-  // has the settings of `shape` (the seed compared only if `seed_given`);
+  // has the settings of `shape` (growth_factor, max_capacity and a growing
+  // filter's false_positive_rate included; the seed compared only if
+  // `seed_given`);
   // else ALREADY_EXISTS naming the differences. For callers that create
   // through a log (cuckood's cluster mode).
   absl::StatusOr<std::shared_ptr<CuckooFilter>> CheckExisting(absl::string_view name,
@@ -111,8 +122,10 @@ class FilterRegistry {
   // when the memory budget or filter count has no room.
   absl::StatusOr<Claim> ClaimName(absl::string_view name, uint64_t bytes);
   // Adds `filter` under the claim's name (it cannot be taken meanwhile);
-  // `before_publish` as in Create. INVALID_ARGUMENT for a claim not held, or
-  // a filter larger than the claim's bytes.
+  // `before_publish` as in Create. INVALID_ARGUMENT for a claim not held. A
+  // filter larger than the claim's bytes (a grown filter, claimed from its
+  // snapshot header's shape) reserves the difference first:
+  // RESOURCE_EXHAUSTED when it does not fit the budget.
   absl::StatusOr<std::shared_ptr<CuckooFilter>> AddClaimed(
       Claim claim, std::unique_ptr<CuckooFilter> filter, const BeforePublish& before_publish = {});
 
@@ -129,7 +142,9 @@ class FilterRegistry {
   std::vector<std::pair<std::string, std::shared_ptr<CuckooFilter>>> List() const;
 
   // Bytes charged to the memory budget now: every filter not yet freed
-  // (named or dropped but still in use) and creations under way.
+  // (named or dropped but still in use, with the tables it grew) and
+  // creations under way. May exceed limits().memory_budget_bytes by what
+  // growing filters added (see above).
   uint64_t memory_bytes() const;
   size_t size() const;
   const RegistryLimits& limits() const { return limits_; }
@@ -146,6 +161,9 @@ class FilterRegistry {
       const std::shared_ptr<CuckooFilter>& existing, absl::string_view name,
       const FilterShape& shape, bool seed_given, bool if_not_exists) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Makes `filter` charge each table it grows to the budget, counted in
+  // *grown (released when the filter is freed).
+  void WatchGrowth(CuckooFilter& filter, std::atomic<uint64_t>* grown);
   // Charges `filter` to the budget (`reserved` bytes of it reserved
   // already) and adds it under `name`.
   absl::StatusOr<std::shared_ptr<CuckooFilter>> AddReserved(

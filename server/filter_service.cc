@@ -120,6 +120,21 @@ void FillFilterInfo(const std::string& name, const CuckooFilter& filter, const S
   }
   info->set_unsnapshotted_changes(snap.UnsnapshottedChanges(filter));
   info->set_has_unsnapshotted_changes(!snap.exists || info->unsnapshotted_changes() > 0);
+  info->set_growth_factor(shape.growth_factor);
+  info->set_max_capacity(shape.max_capacity);
+  info->set_false_positive_rate(shape.false_positive_rate);
+  info->set_false_positive_bound(st.false_positive_bound);
+  info->set_reachable_capacity(st.reachable_capacity);
+  info->set_max_generations(st.max_generations);
+  for (const GenerationStats& g : st.generations) {
+    v1::FilterInfo::Generation* out = info->add_generations();
+    out->set_fingerprint_bits(g.fingerprint_bits);
+    out->set_shards(g.shards);
+    out->set_slots(g.slots);
+    out->set_items(g.items);
+    out->set_memory_bytes(g.memory_bytes);
+    out->set_false_positive_bound(g.false_positive_bound);
+  }
 }
 
 FilterServiceImpl::CallReactor* FilterServiceImpl::Accept(RpcMethod method,
@@ -522,6 +537,9 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::CallbackServerC
   absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = FindFilter(req.filter);
   if (!filter.ok()) return filter.status();
   if (write && cluster_ != nullptr) {
+    if (method == RpcMethod::kInsert) {
+      if (absl::Status m = CheckGrowthBudget(req.filter, **filter); !m.ok()) return m;
+    }
     next->answered = true;
     ClusterWrite<Result>(method, *filter, req.filter, req.keys, req.if_absent, req.request_id,
                          response, encode, reactor);
@@ -574,6 +592,11 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::CallbackServerC
         next->window_key = key;
         break;
     }
+  }
+  // After the window: a retry of a request applied already gets its answer.
+  // Before the log: a refused insert changed nothing.
+  if (method == RpcMethod::kInsert) {
+    if (absl::Status m = CheckGrowthBudget(req.filter, **filter); !m.ok()) return m;
   }
   const uint64_t read_position = write ? 0 : AppliedPosition();
   ScratchArray<Result, 3> results(req.keys.size());
@@ -662,6 +685,19 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::CallbackServerC
   return absl::OkStatus();
 }
 
+absl::Status FilterServiceImpl::CheckGrowthBudget(std::string_view name,
+                                                  const CuckooFilter& filter) const {
+  if (!filter.shape().growing()) return absl::OkStatus();
+  const uint64_t used = registry_->memory_bytes();
+  const uint64_t budget = registry_->limits().memory_budget_bytes;
+  if (used < budget) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "cannot insert into growing filter \"%s\": the server's filters use %u bytes of its memory "
+      "budget of %u bytes, and an insert may grow the filter; nothing was applied (lookups, "
+      "deletes and inserts into fixed filters go on; drop filters or raise --memory-budget)",
+      absl::CHexEscape(absl::string_view(name.data(), name.size())), used, budget));
+}
+
 absl::Status FilterServiceImpl::DoCreateFilter(const v1::CreateFilterRequest& req,
                                                v1::CreateFilterResponse* resp, CallReactor* reactor,
                                                Next* next) {
@@ -676,7 +712,9 @@ absl::Status FilterServiceImpl::DoCreateFilter(const v1::CreateFilterRequest& re
                         .fingerprint_bits = req.fingerprint_bits(),
                         .bucket_size = req.bucket_size(),
                         .shards = req.shards(),
-                        .max_kicks = req.max_kicks()};
+                        .max_kicks = req.max_kicks(),
+                        .growth_factor = req.growth_factor(),
+                        .max_capacity = req.max_capacity()};
   if (req.has_seed()) options.seed = req.seed();
   if (req.has_semi_sort()) options.semi_sort = req.semi_sort();
   if (cluster_ != nullptr) {
@@ -754,9 +792,15 @@ absl::Status FilterServiceImpl::DoCreateFilter(const v1::CreateFilterRequest& re
     const FilterShape& s = (*filter)->shape();
     spdlog::info(
         "created filter {}: capacity {}, fingerprint_bits {}, bucket_size {}, {} table, shards {}, "
-        "{} bytes",
+        "{} bytes{}",
         req.name(), s.capacity, s.fingerprint_bits, s.bucket_size, TableKindName(s.table_kind),
-        s.shards, (*filter)->memory_bytes());
+        s.shards, (*filter)->memory_bytes(),
+        s.growing()
+            ? absl::StrFormat(
+                  "; growing by %u up to %s keys at false_positive_rate %g", s.growth_factor,
+                  s.max_capacity != 0 ? absl::StrCat(s.max_capacity) : std::string("the reachable"),
+                  s.false_positive_rate)
+            : std::string());
   }
   return absl::OkStatus();
 }

@@ -181,6 +181,11 @@ class FilterServiceImpl final : public FilterServiceBase {
   // The filter a request names: INVALID_ARGUMENT for a malformed name,
   // NOT_FOUND for an unknown one.
   absl::StatusOr<std::shared_ptr<CuckooFilter>> FindFilter(std::string_view name) const;
+  // Admission of an Insert into `filter`: RESOURCE_EXHAUSTED naming it, the
+  // memory in use and the budget when it is growing and the registry's
+  // memory in use is at or over the budget (growth is charged as it
+  // happens and cannot be refused once a write is logged; FilterRegistry).
+  absl::Status CheckGrowthBudget(std::string_view name, const CuckooFilter& filter) const;
   // A read's min_log_position: OK to go on (next->min_position left 0), or
   // next->min_position set (wait for it), or OUT_OF_RANGE on a single node
   // asked for a position past its log.

@@ -392,7 +392,18 @@ std::string Metrics::Render(const ScrapeState& state) const {
              "Memory of all filters (dropped ones until the last call using them ends)",
              static_cast<double>(registry.memory_bytes()));
 
-    enum { kItems, kCapacity, kLoad, kBytes, kFpr, kAge, kChanges, kFamilies };
+    enum {
+      kItems,
+      kCapacity,
+      kLoad,
+      kBytes,
+      kFpr,
+      kAge,
+      kChanges,
+      kGenerations,
+      kBound,
+      kFamilies
+    };
     const size_t first = out.size();
     out.push_back(
         Family("cuckood_filter_items", "Keys stored (inserted minus deleted)", MetricType::Gauge));
@@ -409,6 +420,12 @@ std::string Metrics::Render(const ScrapeState& state) const {
                          MetricType::Gauge));
     out.push_back(Family("cuckood_filter_unsnapshotted_changes",
                          "Keys inserted or deleted since the last snapshot", MetricType::Gauge));
+    out.push_back(Family("cuckood_filter_generations",
+                         "Table generations of the filter (1 until a growing filter grows)",
+                         MetricType::Gauge));
+    out.push_back(Family("cuckood_filter_false_positive_bound",
+                         "Highest false-positive rate a lookup can have, at any load",
+                         MetricType::Gauge));
     const absl::Time now = absl::Now();
     for (const auto& [name, filter] : filters) {
       const FilterStats st = filter->Stats();
@@ -425,6 +442,8 @@ std::string Metrics::Render(const ScrapeState& state) const {
       gauge(kFpr, st.expected_false_positive_rate);
       if (snap.exists) gauge(kAge, std::max(0.0, absl::ToDoubleSeconds(now - snap.time)));
       gauge(kChanges, static_cast<double>(snap.UnsnapshottedChanges(*filter)));
+      gauge(kGenerations, static_cast<double>(st.generations.size()));
+      gauge(kBound, st.false_positive_bound);
     }
   }
 

@@ -252,9 +252,10 @@ uint64_t Wal::AppendShardWrite(uint64_t filter_id, const ShardWrite& write) {
 }
 
 uint64_t Wal::AppendCreateFilter(absl::string_view name, const FilterShape& shape) {
-  return Append(WalCreateFilterBytes(name), [&](uint64_t lsn, uint64_t synced, uint8_t* out) {
-    EncodeCreateFilter(lsn, synced, name, shape, out);
-  });
+  return Append(WalCreateFilterBytes(name, shape),
+                [&](uint64_t lsn, uint64_t synced, uint8_t* out) {
+                  EncodeCreateFilter(lsn, synced, name, shape, out);
+                });
 }
 
 uint64_t Wal::AppendRequestStart(uint64_t filter_id, const WalRequest& request) {

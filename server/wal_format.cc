@@ -1,6 +1,7 @@
 #include "server/wal_format.h"
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstring>
 
@@ -40,9 +41,14 @@ constexpr uint8_t kFlagFullBefore = 2;
 
 // Create payload: name_length u32, reserved u32, then the shape (hash_id,
 // table_kind, fingerprint_bits, bucket_size, shards, shard_bits, max_kicks
-// u32, reserved u32, seed, capacity, buckets_per_shard u64), then the name,
-// zero-padded to a multiple of 8.
+// u32, reserved u32, seed, capacity, buckets_per_shard u64), then, with
+// kFlagCreateGrowth, the growth block (growth_factor u32, reserved u32,
+// max_capacity u64, false_positive_rate f64 as its IEEE-754 bits), then the
+// name, zero-padded to a multiple of 8. Records without the flag are fixed
+// filters (all records of builds before growth).
 constexpr size_t kCreateFixed = 8 + 8 * 4 + 3 * 8;
+constexpr size_t kCreateGrowthBytes = 24;
+constexpr uint8_t kFlagCreateGrowth = 1;
 
 size_t Pad8(size_t n) { return (n + 7) / 8 * 8; }
 
@@ -68,8 +74,14 @@ void EncodeSegmentHeader(const WalSegmentHeader& h, uint8_t out[kWalSegmentHeade
 uint32_t WalRecordLength(const uint8_t* record) { return Get32(record); }
 uint64_t WalRecordLsn(const uint8_t* record) { return Get64(record + 8); }
 
+size_t WalCreateFilterBytes(absl::string_view name, const FilterShape& shape) {
+  return kWalRecordHeaderBytes + kCreateFixed + (shape.growing() ? kCreateGrowthBytes : 0) +
+         Pad8(name.size()) + kWalRecordTrailerBytes;
+}
+
 size_t WalCreateFilterBytes(absl::string_view name) {
-  return kWalRecordHeaderBytes + kCreateFixed + Pad8(name.size()) + kWalRecordTrailerBytes;
+  return kWalRecordHeaderBytes + kCreateFixed + kCreateGrowthBytes + Pad8(name.size()) +
+         kWalRecordTrailerBytes;
 }
 
 void EncodeShardWrite(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id, const ShardWrite& w,
@@ -90,9 +102,10 @@ void EncodeShardWrite(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id, con
 
 void EncodeCreateFilter(uint64_t lsn, uint64_t synced_lsn, absl::string_view name,
                         const FilterShape& s, uint8_t* out) {
-  const size_t length = WalCreateFilterBytes(name);
+  const size_t length = WalCreateFilterBytes(name, s);
   std::memset(out, 0, length);
-  PutHeader(out, length, WalRecordType::kCreateFilter, 0, lsn, synced_lsn, lsn);
+  PutHeader(out, length, WalRecordType::kCreateFilter, s.growing() ? kFlagCreateGrowth : 0, lsn,
+            synced_lsn, lsn);
   uint8_t* p = out + kWalRecordHeaderBytes;
   Put32(p, static_cast<uint32_t>(name.size()));
   p += 8;
@@ -108,6 +121,12 @@ void EncodeCreateFilter(uint64_t lsn, uint64_t synced_lsn, absl::string_view nam
   Put64(p + 8, s.capacity);
   Put64(p + 16, s.buckets_per_shard);
   p += 24;
+  if (s.growing()) {
+    Put32(p, s.growth_factor);
+    Put64(p + 8, s.max_capacity);
+    Put64(p + 16, std::bit_cast<uint64_t>(s.false_positive_rate));
+    p += kCreateGrowthBytes;
+  }
   std::memcpy(p, name.data(), name.size());
   Seal(out, length);
 }
@@ -240,11 +259,15 @@ WalParse ParseWalRecord(absl::Span<const uint8_t> data, WalRecord* out, size_t* 
       break;
     }
     case static_cast<uint8_t>(WalRecordType::kCreateFilter): {
-      if (flags != 0) return unknown(absl::StrFormat("unknown record flags %#x", flags));
-      if (payload_bytes < kCreateFixed) return bad("a create record too short for a filter");
+      if ((flags & ~kFlagCreateGrowth) != 0) {
+        return unknown(absl::StrFormat("unknown record flags %#x", flags));
+      }
+      const bool growth = (flags & kFlagCreateGrowth) != 0;
+      const size_t fixed = kCreateFixed + (growth ? kCreateGrowthBytes : 0);
+      if (payload_bytes < fixed) return bad("a create record too short for a filter");
       const uint32_t name_len = Get32(payload);
       if (name_len == 0 || name_len > kMaxFilterNameBytes ||
-          payload_bytes != kCreateFixed + Pad8(name_len)) {
+          payload_bytes != fixed + Pad8(name_len)) {
         return bad(absl::StrFormat("a create record with a %u-byte name in %u bytes", name_len,
                                    payload_bytes));
       }
@@ -261,9 +284,18 @@ WalParse ParseWalRecord(absl::Span<const uint8_t> data, WalRecord* out, size_t* 
       s.seed = Get64(q + 32);
       s.capacity = Get64(q + 40);
       s.buckets_per_shard = Get64(q + 48);
+      q += 56;
+      if (growth) {
+        s.growth_factor = Get32(q);
+        if (Get32(q + 4) != 0) return bad("non-zero reserved bytes in a create record's growth");
+        if (s.growth_factor == 0) return bad("a create record's growth block without a factor");
+        s.max_capacity = Get64(q + 8);
+        s.false_positive_rate = std::bit_cast<double>(Get64(q + 16));
+        q += kCreateGrowthBytes;
+      }
       out->type = WalRecordType::kCreateFilter;
       out->shape = s;
-      out->name.assign(reinterpret_cast<const char*>(q + 56), name_len);
+      out->name.assign(reinterpret_cast<const char*>(q), name_len);
       if (absl::Status st = FilterRegistry::ValidateName(out->name); !st.ok()) {
         return bad(absl::StrCat("a create record with a bad filter name: ", st.message()));
       }

@@ -111,6 +111,10 @@ void EncodeSegmentHeader(const WalSegmentHeader& h, uint8_t out[kWalSegmentHeade
 inline constexpr size_t WalShardWriteBytes(size_t keys) {
   return kWalRecordHeaderBytes + 8 + 8 * keys + kWalRecordTrailerBytes;
 }
+// A create record of filter `name` of `shape` (longer for a growing one).
+size_t WalCreateFilterBytes(absl::string_view name, const FilterShape& shape);
+// The most a create record of `name` takes, whatever its shape: what to
+// reserve before the shape is known.
 size_t WalCreateFilterBytes(absl::string_view name);
 inline constexpr size_t kWalDropFilterBytes = kWalRecordHeaderBytes + kWalRecordTrailerBytes;
 void EncodeShardWrite(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id, const ShardWrite& w,

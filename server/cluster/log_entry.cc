@@ -1,5 +1,6 @@
 #include "server/cluster/log_entry.h"
 
+#include <bit>
 #include <cstring>
 
 #include "absl/strings/escaping.h"
@@ -12,6 +13,9 @@ namespace cuckoo::server {
 namespace {
 
 constexpr uint32_t kMagic = 0x454c4b43;  // "CKLE" little-endian.
+// Flags: an insert's if_absent; a create's growth block after the shape.
+constexpr uint8_t kFlagIfAbsent = 1;
+constexpr uint8_t kFlagGrowth = 2;
 
 size_t Pad8(size_t n) { return (n + 7) / 8 * 8; }
 
@@ -68,7 +72,7 @@ absl::string_view LogEntryTypeName(LogEntryType type) {
 
 std::string EncodeInsertEntry(uint64_t filter_id, absl::string_view name, bool if_absent,
                               absl::Span<const uint64_t> hashes) {
-  return HashesEntry(LogEntryType::kInsert, if_absent ? 1 : 0, filter_id, name, hashes);
+  return HashesEntry(LogEntryType::kInsert, if_absent ? kFlagIfAbsent : 0, filter_id, name, hashes);
 }
 
 std::string EncodeDeleteEntry(uint64_t filter_id, absl::string_view name,
@@ -77,7 +81,8 @@ std::string EncodeDeleteEntry(uint64_t filter_id, absl::string_view name,
 }
 
 std::string EncodeCreateEntry(absl::string_view name, const FilterShape& s) {
-  std::string out = Frame(LogEntryType::kCreateFilter, 0, 0, name, 0, kLogEntryShapeBytes);
+  std::string out = Frame(LogEntryType::kCreateFilter, s.growing() ? kFlagGrowth : 0, 0, name, 0,
+                          kLogEntryShapeBytes + (s.growing() ? kLogEntryGrowthBytes : 0));
   const size_t at = kLogEntryHeaderBytes + Pad8(name.size());
   Put32(out.data() + at + 0, s.hash_id);
   Put32(out.data() + at + 4, s.fingerprint_bits);
@@ -89,6 +94,12 @@ std::string EncodeCreateEntry(absl::string_view name, const FilterShape& s) {
   Put64(out.data() + at + 32, s.seed);
   Put64(out.data() + at + 40, s.capacity);
   Put64(out.data() + at + 48, s.buckets_per_shard);
+  if (s.growing()) {
+    const size_t g = at + kLogEntryShapeBytes;
+    Put32(out.data() + g, s.growth_factor);
+    Put64(out.data() + g + 8, s.max_capacity);
+    Put64(out.data() + g + 16, std::bit_cast<uint64_t>(s.false_positive_rate));
+  }
   return Seal(std::move(out));
 }
 
@@ -108,7 +119,8 @@ absl::StatusOr<LogEntry> DecodeLogEntry(absl::string_view bytes) {
   const uint8_t version = static_cast<uint8_t>(p[4]);
   const uint8_t type = static_cast<uint8_t>(p[5]);
   const uint8_t flags = static_cast<uint8_t>(p[6]);
-  if (version > kLogEntryVersion || type < 1 || type > 4 || flags > 1) {
+  if (version > kLogEntryVersion || type < 1 || type > 4 ||
+      (flags & ~(kFlagIfAbsent | kFlagGrowth)) != 0) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "cluster log entry of version %d, type %d, flags %d: written by a newer cuckood (this "
         "one writes version %d); upgrade this replica",
@@ -131,7 +143,12 @@ absl::StatusOr<LogEntry> DecodeLogEntry(absl::string_view bytes) {
   e.name.assign(b, name_bytes);
   const char* tail = b + Pad8(name_bytes);
   const size_t tail_bytes = body - Pad8(name_bytes);
-  if (flags != 0 && e.type != LogEntryType::kInsert) return Bad("flags on a non-insert");
+  const uint8_t allowed = e.type == LogEntryType::kInsert         ? kFlagIfAbsent
+                          : e.type == LogEntryType::kCreateFilter ? kFlagGrowth
+                                                                  : 0;
+  if ((flags & ~allowed) != 0) {
+    return Bad(absl::StrFormat("flags %d on a %s", flags, LogEntryTypeName(e.type)));
+  }
   if ((e.type == LogEntryType::kCreateFilter) != (e.filter_id == 0)) {
     return Bad(absl::StrFormat("%s with filter id %u", LogEntryTypeName(e.type), e.filter_id));
   }
@@ -155,8 +172,10 @@ absl::StatusOr<LogEntry> DecodeLogEntry(absl::string_view bytes) {
       if (hashes != 0 || tail_bytes != 0) return Bad("a drop with a body");
       return e;
     case LogEntryType::kCreateFilter: {
-      if (hashes != 0 || tail_bytes != kLogEntryShapeBytes) {
-        return Bad(absl::StrFormat("a create with %u bytes of shape", tail_bytes));
+      const bool growth = (flags & kFlagGrowth) != 0;
+      if (hashes != 0 || tail_bytes != kLogEntryShapeBytes + (growth ? kLogEntryGrowthBytes : 0)) {
+        return Bad(absl::StrFormat("a create%s with %u bytes of shape",
+                                   growth ? " of a growing filter" : "", tail_bytes));
       }
       const char* s = tail;
       FilterShape& shape = e.shape;
@@ -179,6 +198,14 @@ absl::StatusOr<LogEntry> DecodeLogEntry(absl::string_view bytes) {
             kind));
       }
       shape.table_kind = static_cast<TableKind>(kind);
+      if (growth) {
+        const char* g = s + kLogEntryShapeBytes;
+        shape.growth_factor = Get32(g);
+        if (shape.growth_factor == 0) return Bad("a growth block without a growth factor");
+        if (Get32(g + 4) != 0) return Bad("reserved growth bytes set");
+        shape.max_capacity = Get64(g + 8);
+        shape.false_positive_rate = std::bit_cast<double>(Get64(g + 16));
+      }
       if (absl::Status st = ValidateShape(shape); !st.ok()) {
         return Bad(absl::StrCat("create of \"", absl::CHexEscape(e.name), "\": ", st.message()));
       }

@@ -11,15 +11,18 @@
 // 400 MB. The format (little-endian, docs/CLUSTER.md "Log entries"):
 //
 //   0   u32 magic "CKLE"      4  u8 version (1)   5  u8 type   6  u8 flags
-//                                                 (bit 0: if_absent)
+//                                                 (insert bit 0: if_absent;
+//                                                 create bit 1: growth)
 //   7   u8  0                 8  u64 filter id (the log position of the
 //                                filter's creation; 0 in a create)
 //   16  u32 hashes            20 u32 name bytes (1 to 128)
 //   24  the filter's name, zero-padded to a multiple of 8 bytes; then for a
 //       create the shape: hash_id, fingerprint_bits, bucket_size, shards,
 //       shard_bits, max_kicks, table_kind (u32 each), a u32 0, seed,
-//       capacity, buckets_per_shard (u64 each); for an insert or delete the
-//       hashes (u64 each)
+//       capacity, buckets_per_shard (u64 each), and with the growth flag
+//       a growth block: growth_factor, a u32 0, max_capacity, and
+//       false_positive_rate as its IEEE-754 bits (u64 each but the first
+//       two); for an insert or delete the hashes (u64 each)
 //   end u64 XXH3-64 of every byte before it
 //
 // Writes name their filter by id and name: an entry for a filter that was
@@ -48,6 +51,8 @@ inline constexpr uint8_t kLogEntryVersion = 1;
 inline constexpr size_t kLogEntryHeaderBytes = 24;
 inline constexpr size_t kLogEntryTrailerBytes = 8;
 inline constexpr size_t kLogEntryShapeBytes = 56;
+// A growing filter's create: after the shape (docs/CLUSTER.md).
+inline constexpr size_t kLogEntryGrowthBytes = 24;
 
 enum class LogEntryType : uint8_t { kCreateFilter = 1, kDropFilter = 2, kInsert = 3, kDelete = 4 };
 // "create", "drop", "insert", "delete".

@@ -177,6 +177,85 @@ TEST(RegistryTest, IfNotExistsWithSameSettingsReturnsTheExistingFilter) {
   EXPECT_TRUE((*second)->MayContain("kept"));
 }
 
+TEST(RegistryTest, IfNotExistsComparesGrowthSettingsAndNamesEachDifference) {
+  FilterRegistry reg;
+  const FilterOptions grows{
+      .capacity = 1000, .false_positive_rate = 0.01, .seed = 3, .growth_factor = 2};
+  auto first = reg.Create("g", grows);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto same = reg.Create("g", grows, true);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(same->get(), first->get());
+  FilterOptions factor = grows;
+  factor.growth_factor = 4;
+  EXPECT_THAT(Message(reg.Create("g", factor, true).status()),
+              HasSubstr("growth_factor 2 (requested 4)"));
+  FilterOptions ceiling = grows;
+  ceiling.max_capacity = 100'000;
+  EXPECT_THAT(Message(reg.Create("g", ceiling, true).status()),
+              HasSubstr("max_capacity 0 (requested 100000)"));
+  // Two rates may pick the same fingerprints; the rate budget still differs.
+  FilterOptions rate = grows;
+  rate.false_positive_rate = 0.011;
+  EXPECT_THAT(Message(reg.Create("g", rate, true).status()),
+              HasSubstr("false_positive_rate 0.01 (requested 0.011)"));
+  FilterOptions fixed = grows;
+  fixed.growth_factor = 0;
+  auto as_fixed = reg.Create("g", fixed, true);
+  EXPECT_EQ(as_fixed.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(Message(as_fixed.status()), HasSubstr("growth_factor 2 (requested 0)"));
+}
+
+TEST(RegistryTest, GrowthIsChargedAsItHappensEvenPastTheBudgetAndReleasedWithTheFilter) {
+  FilterRegistry reg({.memory_budget_bytes = 64 << 10, .max_filters = 10});
+  auto f = reg.Create(
+      "g", {.capacity = 1000, .false_positive_rate = 0.01, .seed = 3, .growth_factor = 2});
+  ASSERT_TRUE(f.ok()) << f.status();
+  const uint64_t initial = (*f)->memory_bytes();
+  EXPECT_EQ(reg.memory_bytes(), initial);
+  // Far past the budget: growth is never refused by the registry (the
+  // server refuses inserts instead), and every byte is charged.
+  for (int i = 0; i < 100'000; ++i) {
+    ASSERT_EQ((*f)->Insert("key-" + std::to_string(i)), InsertResult::kInserted) << i;
+  }
+  EXPECT_GT((*f)->memory_bytes(), initial);
+  EXPECT_GT(reg.memory_bytes(), reg.limits().memory_budget_bytes);
+  EXPECT_EQ(reg.memory_bytes(), (*f)->memory_bytes());
+  // A new filter cannot be had while growth holds the budget.
+  EXPECT_EQ(reg.Create("h", {.capacity = 10}).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(reg.Drop("g").ok());
+  EXPECT_GT(reg.memory_bytes(), 0u);  // Still in use here.
+  f = absl::CancelledError("the last user let go");
+  EXPECT_EQ(reg.memory_bytes(), 0u);
+  EXPECT_TRUE(reg.Create("h", {.capacity = 10}).ok());
+}
+
+TEST(RegistryTest, AClaimSmallerThanItsFilterReservesTheRestOrIsResourceExhausted) {
+  // A grown filter read from a snapshot is claimed from its header's shape,
+  // which gives only its first generation's bytes.
+  const FilterShape shape = *ComputeShape({.capacity = 1000, .seed = 1});
+  const uint64_t bytes = CuckooFilter::MemoryBytes(shape);
+  {
+    FilterRegistry reg;
+    auto claim = reg.ClaimName("f", 1);
+    ASSERT_TRUE(claim.ok()) << claim.status();
+    auto added = reg.AddClaimed(*std::move(claim), *CuckooFilter::FromShape(shape));
+    ASSERT_TRUE(added.ok()) << added.status();
+    EXPECT_EQ(reg.memory_bytes(), bytes);
+    ASSERT_TRUE(reg.Drop("f").ok());
+    added->reset();
+    EXPECT_EQ(reg.memory_bytes(), 0u);
+  }
+  FilterRegistry tight({.memory_budget_bytes = bytes - 1, .max_filters = 10});
+  auto claim = tight.ClaimName("f", 1);
+  ASSERT_TRUE(claim.ok()) << claim.status();
+  auto added = tight.AddClaimed(*std::move(claim), *CuckooFilter::FromShape(shape));
+  EXPECT_EQ(added.status().code(), absl::StatusCode::kResourceExhausted) << added.status();
+  EXPECT_EQ(tight.memory_bytes(), 0u);  // The claim gave everything back.
+  EXPECT_EQ(tight.size(), 0u);
+}
+
 // Two idempotent creates of one name whose budget holds one such filter:
 // the loser used to get RESOURCE_EXHAUSTED for the memory its twin had
 // reserved, instead of the twin's filter.

@@ -265,6 +265,42 @@ TEST_F(CuckooctlTest, SemiSortFlagIsSentAndTheTableKindShowsInInfoJsonAndList) {
                                   HasSubstr("table kind semi_sorted (requested packed)")));
 }
 
+TEST_F(CuckooctlTest, GrowthFlagsAreSentAndInfoShowsGenerationsBoundAndReach) {
+  // Off by default.
+  Result fixed = Ctl({"create", "fixed", "--capacity=1000", "--seed=7"});
+  ASSERT_EQ(fixed.code, 0) << Describe(fixed);
+  EXPECT_THAT(Fields(fixed.out)["growth_factor"], StartsWith("0 (fixed size"));
+  Result grows = Ctl({"create", "grows", "--capacity=1000", "--fpr=0.01", "--seed=7",
+                      "--growth-factor=2", "--max-capacity=1M"});
+  ASSERT_EQ(grows.code, 0) << Describe(grows);
+  EXPECT_EQ(Fields(grows.out)["growth_factor"], "2");
+  EXPECT_EQ(Fields(grows.out)["max_capacity"], "1000000");
+  EXPECT_THAT(Fields(grows.out)["false_positive_rate"], StartsWith("0.01 "));
+  std::string keys;
+  for (int i = 0; i < 20'000; ++i) keys += "k" + std::to_string(i) + "\n";
+  Result inserted = Ctl({"insert", "grows", "--quiet"}, keys);
+  ASSERT_EQ(inserted.code, 0) << Describe(inserted);
+  Result info = Ctl({"info", "grows"});
+  ASSERT_EQ(info.code, 0) << Describe(info);
+  std::map<std::string, std::string> f = Fields(info.out);
+  EXPECT_EQ(f["items"], "20000");
+  EXPECT_EQ(f["reachable_capacity"], "1000000");
+  EXPECT_LE(std::stod(Words(f["false_positive_bound"]).at(0)), 0.01);
+  EXPECT_GT(std::stoi(Words(f["generations"]).at(0)), 1) << info.out;
+  EXPECT_THAT(f["generation 1"], HasSubstr("-bit fingerprints")) << info.out;
+  Result json = Ctl({"info", "grows", "--format=json"});
+  EXPECT_THAT(json.out, AllOf(HasSubstr("\"growth_factor\":2,\"max_capacity\":1000000,"),
+                              HasSubstr("\"generations\":[{\"fingerprint_bits\":")));
+
+  Result no_growth = Ctl({"create", "g2", "--capacity=1000", "--max-capacity=5000"});
+  EXPECT_EQ(no_growth.code, 2);
+  EXPECT_THAT(no_growth.err, HasSubstr("--max-capacity needs --growth-factor"));
+  Result with_bits =
+      Ctl({"create", "g3", "--capacity=1000", "--growth-factor=2", "--fingerprint-bits=12"});
+  EXPECT_EQ(with_bits.code, 3);
+  EXPECT_THAT(with_bits.err, HasSubstr("fingerprint_bits=12 cannot be given with growth_factor=2"));
+}
+
 TEST_F(CuckooctlTest, BadSemiSortValueExitsTwoAndImpossibleSemiSortExitsThree) {
   Result bogus = Ctl({"create", "f", "--capacity=1000", "--semi-sort=bogus"});
   EXPECT_EQ(bogus.code, 2) << Describe(bogus);

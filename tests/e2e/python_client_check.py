@@ -227,6 +227,44 @@ class Checks:
         c.drop_filter("py-life-b")
         c.drop_filter("py-seed0")
 
+    def check_growing_filter(self):
+        """growth_factor / max_capacity: sent, reported, compared, and the filter grows."""
+        c = self.client
+        try:
+            c.drop_filter("py-grows")
+        except CuckooError as e:
+            assert e.code == grpc.StatusCode.NOT_FOUND, e
+        info = c.create_filter("py-grows", 1000, false_positive_rate=0.01, seed=5,
+                               growth_factor=2, max_capacity=1_000_000)
+        assert (info.growth_factor, info.max_capacity, info.false_positive_rate) == \
+            (2, 1_000_000, 0.01), info
+        # Off by default.
+        fixed = self.fresh("py-fixed", 1000)
+        assert (fixed.growth_factor, fixed.max_capacity, fixed.false_positive_rate) == \
+            (0, 0, 0.0), fixed
+        c.drop_filter("py-fixed")
+        e = expect_error(grpc.StatusCode.ALREADY_EXISTS, c.create_filter, "py-grows", 1000,
+                         false_positive_rate=0.01, seed=5, growth_factor=4,
+                         max_capacity=1_000_000, if_not_exists=True)
+        assert "growth_factor 2 (requested 4)" in str(e), str(e)
+        e = expect_error(grpc.StatusCode.INVALID_ARGUMENT, c.create_filter, "py-bad", 1000,
+                         max_capacity=5000)
+        assert "needs growth_factor" in str(e), str(e)
+        keys = [f"grow-{i}" for i in range(20_000)]
+        results = c.insert("py-grows", keys)
+        assert all(r == cuckoo_client.InsertResult.INSERTED for r in results), \
+            sum(r != cuckoo_client.InsertResult.INSERTED for r in results)
+        assert all(c.lookup("py-grows", keys))
+        grown = c.get_filter("py-grows")
+        assert grown.items == 20_000, grown
+        assert len(grown.generations) > 1, grown
+        assert all(isinstance(g, cuckoo_client.Generation) for g in grown.generations)
+        assert sum(g.items for g in grown.generations) == 20_000, grown.generations
+        assert 0 < grown.false_positive_bound <= 0.01, grown
+        assert grown.reachable_capacity >= 1_000_000, grown
+        assert len(grown.generations) <= grown.max_generations, grown
+        c.drop_filter("py-grows")
+
     def check_semi_sort(self):
         """semi_sort=True/False/None: sent, reported, checked, and the filter works."""
         c = self.client

@@ -52,7 +52,7 @@ TEST(PythonClientTest, ChecksPassAgainstARealServer) {
         "ok multiple_targets", "ok retry_unavailable", "ok channel_retries"}) {
     EXPECT_THAT(r.out, HasSubstr(std::string(check) + "\n")) << r.out << r.err;
   }
-  EXPECT_THAT(r.out, HasSubstr("22 checks passed")) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("23 checks passed")) << r.out << r.err;
   EXPECT_THAT(r.out, Not(HasSubstr("FAIL")));
 }
 

@@ -33,6 +33,12 @@ int main(int argc, char** argv) {
     if (!shape.ok()) return 1;
     seeds.push_back(EncodeCreateEntry(semi ? "semi" : "packed", *shape));
   }
+  {
+    absl::StatusOr<cuckoo::FilterShape> growing = cuckoo::ComputeShape(
+        {.capacity = 1000, .seed = 3, .growth_factor = 2, .max_capacity = 1'000'000});
+    if (!growing.ok()) return 1;
+    seeds.push_back(EncodeCreateEntry("grows", *growing));
+  }
   std::filesystem::create_directories(dir);
   for (size_t i = 0; i < seeds.size(); ++i) {
     std::ofstream(dir + "/seed-" + std::to_string(i), std::ios::binary) << seeds[i];

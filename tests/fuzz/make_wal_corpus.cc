@@ -52,8 +52,14 @@ std::vector<uint8_t> WriteLog(const std::string& dir) {
   if (!wal.ok()) Fail(wal.status().ToString());
   uint64_t last = 0;
   for (int f = 0; f < 2; ++f) {
-    absl::StatusOr<std::unique_ptr<cuckoo::CuckooFilter>> filter = cuckoo::CuckooFilter::Create(
-        {.capacity = 200, .shards = 2, .max_kicks = 20, .seed = uint64_t(7 + f)});
+    absl::StatusOr<std::unique_ptr<cuckoo::CuckooFilter>> filter =
+        cuckoo::CuckooFilter::Create({.capacity = 200,
+                                      .shards = 2,
+                                      .max_kicks = 20,
+                                      .seed = uint64_t(7 + f),
+                                      // The second filter grows (its create record has the growth
+                                      // block; its 360 keys pass its capacity).
+                                      .growth_factor = f == 1 ? 2u : 0u});
     if (!filter.ok()) Fail(filter.status().ToString());
     const std::string name = f == 0 ? "users" : "urls";
     const uint64_t id = (*wal)->AppendCreateFilter(name, (*filter)->shape());

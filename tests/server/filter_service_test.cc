@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
 #include "core/cuckoo_filter.h"
 #include "core/snapshot.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -26,6 +27,7 @@
 namespace cuckoo {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::Key;
@@ -453,6 +455,227 @@ TEST_F(FilterServiceTest, MemoryBudgetAndFilterCountAreResourceExhausted) {
   EXPECT_EQ(fifth.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(fifth.status.error_message(), HasSubstr("max filters 4"));
   EXPECT_EQ(server_->registry().size(), 4u);
+}
+
+// --- Growing filters (CreateFilterRequest.growth_factor) ---
+
+v1::CreateFilterRequest GrowingRequest(const std::string& name, uint64_t capacity,
+                                       uint32_t growth_factor = 2, double rate = 0.01) {
+  v1::CreateFilterRequest req;
+  req.set_name(name);
+  req.set_capacity(capacity);
+  req.set_seed(7);
+  req.set_false_positive_rate(rate);
+  req.set_growth_factor(growth_factor);
+  return req;
+}
+
+TEST_F(FilterServiceTest, GrowthSettingsThatCannotWorkAreInvalidArgumentWithAClearMessage) {
+  struct Case {
+    void (*set)(v1::CreateFilterRequest&);
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](v1::CreateFilterRequest& r) { r.set_growth_factor(1); },
+       "growth_factor=1 must be 0 (fixed size) or 2 to 8"},
+      {[](v1::CreateFilterRequest& r) { r.set_growth_factor(9); },
+       "growth_factor=9 must be 0 (fixed size) or 2 to 8"},
+      {[](v1::CreateFilterRequest& r) {
+         r.set_growth_factor(2);
+         r.set_max_capacity(1000);
+       },
+       "max_capacity=1000 must be more than capacity=1000"},
+      {[](v1::CreateFilterRequest& r) {
+         r.set_growth_factor(2);
+         r.set_max_capacity(999);
+       },
+       "max_capacity=999 must be more than capacity=1000"},
+      {[](v1::CreateFilterRequest& r) { r.set_max_capacity(5000); },
+       "max_capacity=5000 needs growth_factor"},
+      {[](v1::CreateFilterRequest& r) {
+         r.set_growth_factor(2);
+         r.set_fingerprint_bits(12);
+       },
+       "fingerprint_bits=12 cannot be given with growth_factor=2"},
+  };
+  for (const Case& c : cases) {
+    v1::CreateFilterRequest req;
+    req.set_name("g");
+    req.set_capacity(1000);
+    c.set(req);
+    auto r = Call(&v1::FilterService::Stub::CreateFilter, req);
+    EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.message;
+    EXPECT_THAT(r.status.error_message(), HasSubstr(c.message));
+  }
+  EXPECT_EQ(server_->registry().size(), 0u);
+}
+
+TEST_F(FilterServiceTest, GrowingFilterInfoReportsItsGrowthSettingsAndAFixedOneZeros) {
+  v1::CreateFilterRequest req = GrowingRequest("g", 1000, 4, 0.01);
+  req.set_max_capacity(1'000'000);
+  auto r = Call(&v1::FilterService::Stub::CreateFilter, req);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  const v1::FilterInfo& info = r.response.filter();
+  EXPECT_EQ(info.growth_factor(), 4u);
+  EXPECT_EQ(info.max_capacity(), 1'000'000u);
+  EXPECT_EQ(info.false_positive_rate(), 0.01);
+  // The first generation gets a fifth of the rate: longer fingerprints than
+  // a fixed filter of the same rate (ceil(log2(8 / 0.01)) = 10).
+  EXPECT_GT(info.fingerprint_bits(), 10u);
+  ASSERT_TRUE(Create("fixed", 1000).status.ok());
+  const v1::FilterInfo fixed = Get("fixed").response.filter();
+  EXPECT_EQ(fixed.growth_factor(), 0u);
+  EXPECT_EQ(fixed.max_capacity(), 0u);
+  EXPECT_EQ(fixed.false_positive_rate(), 0);
+}
+
+TEST_F(FilterServiceTest, IfNotExistsComparesGrowthSettingsAndNamesTheDifferences) {
+  ASSERT_TRUE(Call(&v1::FilterService::Stub::CreateFilter, GrowingRequest("g", 1000)).status.ok());
+  v1::CreateFilterRequest same = GrowingRequest("g", 1000);
+  same.set_if_not_exists(true);
+  auto existing = Call(&v1::FilterService::Stub::CreateFilter, same);
+  ASSERT_TRUE(existing.status.ok()) << existing.status.error_message();
+  EXPECT_FALSE(existing.response.created());
+  EXPECT_EQ(existing.response.filter().growth_factor(), 2u);
+
+  struct Case {
+    v1::CreateFilterRequest req;
+    const char* message;
+  };
+  std::vector<Case> cases;
+  cases.push_back({GrowingRequest("g", 1000, 4), "growth_factor 2 (requested 4)"});
+  cases.push_back(
+      {GrowingRequest("g", 1000, 2, 0.02), "false_positive_rate 0.01 (requested 0.02)"});
+  cases.push_back({GrowingRequest("g", 1000), "max_capacity 0 (requested 50000)"});
+  cases.back().req.set_max_capacity(50'000);
+  v1::CreateFilterRequest fixed = GrowingRequest("g", 1000, 0);
+  cases.push_back({fixed, "growth_factor 2 (requested 0)"});
+  for (Case& c : cases) {
+    c.req.set_if_not_exists(true);
+    auto r = Call(&v1::FilterService::Stub::CreateFilter, c.req);
+    EXPECT_EQ(r.status.error_code(), grpc::StatusCode::ALREADY_EXISTS) << c.message;
+    EXPECT_THAT(r.status.error_message(), HasSubstr(c.message));
+  }
+}
+
+TEST_F(FilterServiceTest,
+       GrowingFilterCreatedForAThousandKeysTakesAHundredThousandWithoutLosingOne) {
+  ASSERT_TRUE(Call(&v1::FilterService::Stub::CreateFilter, GrowingRequest("g", 1000)).status.ok());
+  const int kBatches = 100;  // Of 1000 keys: the server's max_batch_keys.
+  for (int b = 0; b < kBatches; ++b) {
+    auto r = Insert("g", Keys(b, 1000));
+    ASSERT_TRUE(r.status.ok()) << "batch " << b << ": " << r.status.error_message();
+    ASSERT_EQ(r.response.inserted(), 1000u)
+        << "batch " << b << ": " << r.response.full() << " FULL while the filter can grow";
+  }
+  for (int b = 0; b < kBatches; ++b) {
+    auto look = Lookup("g", Keys(b, 1000));
+    ASSERT_TRUE(look.status.ok());
+    ASSERT_EQ(look.response.present_count(), 1000u) << "false negatives in batch " << b;
+  }
+  const v1::FilterInfo info = Get("g").response.filter();
+  EXPECT_EQ(info.items(), 100'000u);
+  EXPECT_GT(info.generations_size(), 1);
+  EXPECT_LE(info.generations_size(), static_cast<int>(info.max_generations()));
+  EXPECT_GT(info.false_positive_bound(), 0);
+  EXPECT_LE(info.false_positive_bound(), info.false_positive_rate());
+  EXPECT_GT(info.reachable_capacity(), 100'000u);
+  uint64_t items = 0, bytes = 0;
+  for (int g = 0; g < info.generations_size(); ++g) {
+    const v1::FilterInfo::Generation& gen = info.generations(g);
+    items += gen.items();
+    bytes += gen.memory_bytes();
+    EXPECT_GT(gen.slots(), 0u) << g;
+    if (g > 0) {
+      EXPECT_GE(gen.fingerprint_bits(), info.generations(g - 1).fingerprint_bits()) << g;
+    }
+  }
+  EXPECT_EQ(items, 100'000u);
+  EXPECT_LE(bytes, info.memory_bytes());
+  // Grown tables are charged to the budget, and given back with the filter.
+  EXPECT_EQ(server_->registry().memory_bytes(), info.memory_bytes());
+  ASSERT_TRUE(Drop("g").status.ok());
+  EXPECT_EQ(server_->registry().memory_bytes(), 0u);
+}
+
+TEST_F(FilterServiceTest, InsertIntoAGrowingFilterIsRefusedWholeWhileTheBudgetIsUsedUp) {
+  // A budget the growing filter fills exactly: memory in use == budget.
+  const FilterShape shape =
+      *ComputeShape({.capacity = 1000, .false_positive_rate = 0.01, .seed = 7, .growth_factor = 2});
+  server::ServerConfig config = testing::TestConfig(dir_.path());
+  config.memory_budget_bytes = CuckooFilter::MemoryBytes(shape);
+  StartServer(config);
+  ASSERT_TRUE(Call(&v1::FilterService::Stub::CreateFilter, GrowingRequest("g", 1000)).status.ok());
+  ASSERT_EQ(server_->registry().memory_bytes(), config.memory_budget_bytes);
+  auto refused = Insert("g", Keys(0, 10));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(
+      refused.status.error_message(),
+      AllOf(HasSubstr("cannot insert into growing filter \"g\""),
+            HasSubstr(absl::StrFormat("use %u bytes of its memory budget of %u bytes",
+                                      config.memory_budget_bytes, config.memory_budget_bytes)),
+            HasSubstr("nothing was applied")));
+  // Nothing applied or logged; reads and deletes go on.
+  EXPECT_EQ(Get("g").response.filter().items(), 0u);
+  auto look = Lookup("g", Keys(0, 10));
+  ASSERT_TRUE(look.status.ok());
+  EXPECT_EQ(look.response.present_count(), 0u);
+  auto del = Delete("g", Keys(0, 1));
+  ASSERT_TRUE(del.status.ok());
+  EXPECT_EQ(del.response.not_found(), 1u);
+  // The same request with a request id is refused the same way, and its
+  // id is not remembered as applied: a retry once there is room applies it.
+  auto with_id = WithKeys<v1::InsertRequest>("g", Keys(0, 10));
+  with_id.set_request_id("grow-1");
+  EXPECT_EQ(Call(&v1::FilterService::Stub::Insert, with_id).status.error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(Call(&v1::FilterService::Stub::Insert, with_id).status.error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+}
+
+TEST_F(FilterServiceTest, GrowingFilterAtTheMemoryBudgetRefusesInsertsAndKeepsEveryAckedKey) {
+  server::ServerConfig config = testing::TestConfig(dir_.path());
+  config.memory_budget_bytes = 256 << 10;
+  StartServer(config);
+  ASSERT_TRUE(Create("fixed", 1000).status.ok());
+  const uint64_t fixed_bytes = server_->registry().memory_bytes();
+  ASSERT_TRUE(Call(&v1::FilterService::Stub::CreateFilter, GrowingRequest("g", 1000)).status.ok());
+  std::vector<std::vector<std::string>> acked;
+  grpc::Status refused;
+  for (int b = 0; b < 1000 && refused.ok(); ++b) {
+    std::vector<std::string> keys = Keys(b, 1000);
+    auto r = Insert("g", keys);
+    if (!r.status.ok()) {
+      refused = r.status;
+      break;
+    }
+    ASSERT_EQ(r.response.inserted(), 1000u) << "batch " << b << " answered FULL before the budget";
+    acked.push_back(std::move(keys));
+  }
+  ASSERT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << refused.error_message() << " after " << acked.size() << " batches";
+  EXPECT_THAT(refused.error_message(), HasSubstr("growing filter \"g\""));
+  EXPECT_THAT(refused.error_message(), HasSubstr("memory budget of 262144 bytes"));
+  EXPECT_GE(server_->registry().memory_bytes(), config.memory_budget_bytes);
+  ASSERT_GT(acked.size(), 10u);
+  // Refused whole: nothing of it was applied, and it stays refused.
+  const uint64_t items = Get("g").response.filter().items();
+  EXPECT_EQ(items, 1000u * acked.size());
+  EXPECT_EQ(Insert("g", Keys(5000, 10)).status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(Get("g").response.filter().items(), items);
+  // Nothing acknowledged was evicted; reads, deletes and fixed filters go on.
+  for (size_t b = 0; b < acked.size(); ++b) {
+    auto look = Lookup("g", acked[b]);
+    ASSERT_TRUE(look.status.ok());
+    ASSERT_EQ(look.response.present_count(), 1000u) << "acknowledged keys lost in batch " << b;
+  }
+  auto del = Delete("g", std::vector<std::string>(acked[0].begin(), acked[0].begin() + 10));
+  ASSERT_TRUE(del.status.ok());
+  EXPECT_EQ(del.response.deleted(), 10u);
+  EXPECT_TRUE(Insert("fixed", Keys(9000, 10)).status.ok());
+  // Dropping the grown filter gives back every byte it was charged.
+  ASSERT_TRUE(Drop("g").status.ok());
+  EXPECT_EQ(server_->registry().memory_bytes(), fixed_bytes);
 }
 
 TEST_F(FilterServiceTest, EmptyKeyRejectsTheWholeBatchAndChangesNothing) {

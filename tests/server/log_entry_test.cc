@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/little_endian.h"
 #include "xxhash.h"
 
 namespace cuckoo::server {
@@ -123,10 +124,96 @@ TEST(LogEntryTest, NewerVersionIsFailedPreconditionAndBrokenRulesAreDataLoss) {
   EXPECT_TRUE(absl::IsDataLoss(DecodeLogEntry(Reseal(shape)).status()));
 }
 
+FilterShape GrowingShape() {
+  absl::StatusOr<FilterShape> s = ComputeShape({.capacity = 1000,
+                                                .false_positive_rate = 0.001,
+                                                .seed = 77,
+                                                .growth_factor = 2,
+                                                .max_capacity = 5'000'000});
+  EXPECT_TRUE(s.ok()) << s.status();
+  return *s;
+}
+
+TEST(LogEntryTest, GrowingFilterCreateCarriesItsGrowthSettings) {
+  const FilterShape shape = GrowingShape();
+  ASSERT_TRUE(shape.growing());
+  const std::string e = EncodeCreateEntry("grows", shape);
+  EXPECT_EQ(e.size(), 24 + 8 + kLogEntryShapeBytes + kLogEntryGrowthBytes + 8);
+  EXPECT_EQ(e[6], 2);  // The growth flag.
+  absl::StatusOr<LogEntry> d = DecodeLogEntry(e);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->type, LogEntryType::kCreateFilter);
+  EXPECT_EQ(d->shape, shape);
+  EXPECT_EQ(d->shape.growth_factor, 2u);
+  EXPECT_EQ(d->shape.max_capacity, 5'000'000u);
+  EXPECT_EQ(d->shape.false_positive_rate, 0.001);
+}
+
+// A create as builds before growing filters wrote it, from the layout in
+// log_entry.h (not from the encoder).
+std::string OldCreateEntry(absl::string_view name, const FilterShape& s) {
+  const size_t padded = (name.size() + 7) / 8 * 8;
+  std::string e(24 + padded + 56 + 8, '\0');
+  Put32(e.data(), 0x454c4b43);
+  e[4] = 1;  // Version 1.
+  e[5] = 1;  // Create, flags 0.
+  Put32(e.data() + 20, static_cast<uint32_t>(name.size()));
+  std::memcpy(e.data() + 24, name.data(), name.size());
+  char* p = e.data() + 24 + padded;
+  const uint32_t u32s[] = {s.hash_id,
+                           s.fingerprint_bits,
+                           s.bucket_size,
+                           s.shards,
+                           s.shard_bits,
+                           s.max_kicks,
+                           static_cast<uint32_t>(s.table_kind)};
+  for (size_t i = 0; i < 7; ++i) Put32(p + 4 * i, u32s[i]);
+  Put64(p + 32, s.seed);
+  Put64(p + 40, s.capacity);
+  Put64(p + 48, s.buckets_per_shard);
+  return Reseal(e);
+}
+
+TEST(LogEntryTest, FixedFilterCreateIsTheEntryOfBuildsBeforeGrowthAndOldEntriesStillDecode) {
+  const std::string old = OldCreateEntry("x", Shape());
+  EXPECT_EQ(EncodeCreateEntry("x", Shape()), old);
+  absl::StatusOr<LogEntry> d = DecodeLogEntry(old);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->shape, Shape());
+  EXPECT_FALSE(d->shape.growing());
+}
+
+TEST(LogEntryTest, UnknownFlagsAreNewerAndMisplacedOrBrokenGrowthIsDataLoss) {
+  std::string newer = EncodeCreateEntry("grows", GrowingShape());
+  newer[6] = 2 | 4;
+  absl::StatusOr<LogEntry> d = DecodeLogEntry(Reseal(newer));
+  EXPECT_TRUE(absl::IsFailedPrecondition(d.status())) << d.status();
+  std::string on_insert = EncodeInsertEntry(1, "x", false, {1});
+  on_insert[6] = 2;
+  EXPECT_TRUE(absl::IsDataLoss(DecodeLogEntry(Reseal(on_insert)).status()));
+  std::string if_absent_on_create = EncodeCreateEntry("x", Shape());
+  if_absent_on_create[6] = 1;
+  EXPECT_TRUE(absl::IsDataLoss(DecodeLogEntry(Reseal(if_absent_on_create)).status()));
+  std::string flag_without_block = EncodeCreateEntry("x", Shape());
+  flag_without_block[6] = 2;
+  EXPECT_TRUE(absl::IsDataLoss(DecodeLogEntry(Reseal(flag_without_block)).status()));
+  const size_t block = 24 + 8 + kLogEntryShapeBytes;
+  std::string no_factor = EncodeCreateEntry("grows", GrowingShape());
+  Put32(no_factor.data() + block, 0);
+  EXPECT_TRUE(absl::IsDataLoss(DecodeLogEntry(Reseal(no_factor)).status()));
+  std::string low_max = EncodeCreateEntry("grows", GrowingShape());
+  Put64(low_max.data() + block + 8, 10);  // Below the capacity.
+  absl::StatusOr<LogEntry> low = DecodeLogEntry(Reseal(low_max));
+  EXPECT_TRUE(absl::IsDataLoss(low.status())) << low.status();
+  EXPECT_THAT(std::string(low.status().message()), HasSubstr("max_capacity"));
+}
+
 TEST(LogEntryTest, RandomBytesNeverCrashTheDecoder) {
   std::mt19937_64 rng(1);
-  const std::string base = EncodeCreateEntry("f", Shape());
+  const std::string bases[] = {EncodeCreateEntry("f", Shape()),
+                               EncodeCreateEntry("f", GrowingShape())};
   for (int i = 0; i < 20'000; ++i) {
+    const std::string& base = bases[i % 2];
     std::string b = base;
     const int edits = 1 + static_cast<int>(rng() % 4);
     for (int k = 0; k < edits; ++k) b[rng() % b.size()] = static_cast<char>(rng());

@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "core/hash.h"
+#include "core/little_endian.h"
 #include "server/wal_format.h"
 #include "tests/server/fault_wal_env.h"
 #include "tests/util/temp_dir.h"
@@ -32,6 +33,17 @@ constexpr uint64_t kSegment = kWalMinSegmentBytes;
 
 FilterShape SomeShape() {
   absl::StatusOr<FilterShape> s = ComputeShape({.capacity = 1000, .shards = 2, .seed = 5});
+  return *s;
+}
+
+FilterShape GrowingShape() {
+  absl::StatusOr<FilterShape> s = ComputeShape({.capacity = 1000,
+                                                .false_positive_rate = 0.01,
+                                                .shards = 2,
+                                                .seed = 5,
+                                                .growth_factor = 4,
+                                                .max_capacity = 1'000'000});
+  EXPECT_TRUE(s.ok()) << s.status();
   return *s;
 }
 
@@ -86,14 +98,15 @@ TEST(WalTest, RecordsRoundTripInOrder) {
     AppendInsert(*wal, id, 100, 3);
     const uint64_t hashes[] = {7, 8};
     wal->AppendShardWrite(id, {.kind = ShardWrite::kDelete, .shard = 0, .hashes = hashes});
-    const uint64_t last = wal->AppendDropFilter(id);
+    wal->AppendDropFilter(id);
+    const uint64_t last = wal->AppendCreateFilter("grows", GrowingShape());
     ASSERT_TRUE(wal->WaitDurable(last).ok());
   }
   std::vector<WalRecord> records;
   absl::StatusOr<WalScan> scan = Scan(PosixWalEnv(), wal_dir, &records);
   ASSERT_TRUE(scan.ok()) << scan.status();
   EXPECT_TRUE(scan->cut.empty()) << scan->cut;
-  ASSERT_EQ(records.size(), 4u);
+  ASSERT_EQ(records.size(), 5u);
   EXPECT_EQ(records[0].type, WalRecordType::kCreateFilter);
   EXPECT_EQ(records[0].name, "users");
   EXPECT_EQ(records[0].shape, SomeShape());
@@ -106,8 +119,10 @@ TEST(WalTest, RecordsRoundTripInOrder) {
   EXPECT_EQ(records[2].type, WalRecordType::kDelete);
   EXPECT_EQ(records[2].hashes, (std::vector<uint64_t>{7, 8}));
   EXPECT_EQ(records[3].type, WalRecordType::kDropFilter);
-  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(records[i].lsn, i + 1);
-  EXPECT_EQ(scan->last_lsn, 4u);
+  EXPECT_EQ(records[4].type, WalRecordType::kCreateFilter);
+  EXPECT_EQ(records[4].shape, GrowingShape());
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(records[i].lsn, i + 1);
+  EXPECT_EQ(scan->last_lsn, 5u);
 }
 
 TEST(WalTest, ReopenedLogContinuesTheLsnsAndKeepsEveryRecord) {
@@ -253,6 +268,107 @@ TEST(WalTest, RequestRecordsRoundTripWithResultsSplitAcrossRecords) {
                    records[i].request.results.end());
   }
   EXPECT_EQ(results, req.results);
+}
+
+std::vector<uint8_t> EncodedCreate(absl::string_view name, const FilterShape& shape,
+                                   uint64_t lsn = 7) {
+  std::vector<uint8_t> out(WalCreateFilterBytes(name, shape));
+  EncodeCreateFilter(lsn, lsn - 1, name, shape, out.data());
+  return out;
+}
+
+WalParse Parse(const std::vector<uint8_t>& bytes, WalRecord* r, std::string* why) {
+  size_t length = 0;
+  return ParseWalRecord(bytes, r, &length, why);
+}
+
+// A create record as builds before growing filters wrote it, from the
+// layout in docs/WAL_FORMAT.md (not from the encoder): flags 0, the shape,
+// the name.
+std::vector<uint8_t> OldCreateRecord(uint64_t lsn, absl::string_view name, const FilterShape& s) {
+  const size_t length = 32 + 64 + (name.size() + 7) / 8 * 8 + 8;
+  std::vector<uint8_t> out(length, 0);
+  Put32(out.data(), static_cast<uint32_t>(length));
+  out[4] = 1;  // CreateFilter, flags 0.
+  Put64(out.data() + 8, lsn);
+  Put64(out.data() + 16, lsn - 1);
+  Put64(out.data() + 24, lsn);
+  uint8_t* p = out.data() + 32;
+  Put32(p, static_cast<uint32_t>(name.size()));
+  const uint32_t u32s[] = {s.hash_id,          static_cast<uint32_t>(s.table_kind),
+                           s.fingerprint_bits, s.bucket_size,
+                           s.shards,           s.shard_bits,
+                           s.max_kicks};
+  for (size_t i = 0; i < 7; ++i) Put32(p + 8 + 4 * i, u32s[i]);
+  Put64(p + 40, s.seed);
+  Put64(p + 48, s.capacity);
+  Put64(p + 56, s.buckets_per_shard);
+  std::memcpy(p + 64, name.data(), name.size());
+  Put64(out.data() + length - 8, XXH3_64bits(out.data(), length - 8));
+  return out;
+}
+
+TEST(WalTest, GrowingFilterCreateRecordCarriesItsGrowthSettings) {
+  const FilterShape shape = GrowingShape();
+  ASSERT_TRUE(shape.growing());
+  const std::vector<uint8_t> bytes = EncodedCreate("grows", shape);
+  EXPECT_EQ(bytes.size(), 128u + 8);  // 24 more than a fixed filter's.
+  EXPECT_EQ(bytes[5], 1);             // The growth flag.
+  WalRecord r;
+  std::string why;
+  ASSERT_EQ(Parse(bytes, &r, &why), WalParse::kRecord) << why;
+  EXPECT_EQ(r.type, WalRecordType::kCreateFilter);
+  EXPECT_EQ(r.name, "grows");
+  EXPECT_EQ(r.shape, shape);
+  EXPECT_EQ(r.shape.growth_factor, 4u);
+  EXPECT_EQ(r.shape.max_capacity, 1'000'000u);
+  EXPECT_EQ(r.shape.false_positive_rate, 0.01);
+  // Reservations made before the shape is known cover either kind.
+  EXPECT_GE(WalCreateFilterBytes("grows"), bytes.size());
+}
+
+TEST(WalTest, CreateRecordOfAFixedFilterIsTheFormatOfBuildsBeforeGrowth) {
+  const FilterShape shape = SomeShape();
+  ASSERT_FALSE(shape.growing());
+  const std::vector<uint8_t> old = OldCreateRecord(7, "users", shape);
+  // Written byte for byte as before, so older builds read new logs of
+  // fixed filters ...
+  EXPECT_EQ(EncodedCreate("users", shape), old);
+  // ... and old logs still load, as fixed filters.
+  WalRecord r;
+  std::string why;
+  ASSERT_EQ(Parse(old, &r, &why), WalParse::kRecord) << why;
+  EXPECT_EQ(r.shape, shape);
+  EXPECT_FALSE(r.shape.growing());
+  EXPECT_EQ(r.shape.max_capacity, 0u);
+  EXPECT_EQ(r.shape.false_positive_rate, 0.0);
+}
+
+TEST(WalTest, UnknownCreateFlagsAreNewerAndABrokenGrowthBlockIsDamage) {
+  auto reseal = [](std::vector<uint8_t> b) {
+    Put64(b.data() + b.size() - 8, XXH3_64bits(b.data(), b.size() - 8));
+    return b;
+  };
+  WalRecord r;
+  std::string why;
+  std::vector<uint8_t> flag = EncodedCreate("grows", GrowingShape());
+  flag[5] |= 2;
+  EXPECT_EQ(Parse(reseal(flag), &r, &why), WalParse::kUnknown);
+  EXPECT_TRUE(absl::StrContains(why, "unknown record flags")) << why;
+
+  std::vector<uint8_t> no_factor = EncodedCreate("grows", GrowingShape());
+  Put32(no_factor.data() + 32 + 64, 0);
+  EXPECT_EQ(Parse(reseal(no_factor), &r, &why), WalParse::kBad);
+
+  std::vector<uint8_t> big_factor = EncodedCreate("grows", GrowingShape());
+  Put32(big_factor.data() + 32 + 64, 9);
+  EXPECT_EQ(Parse(reseal(big_factor), &r, &why), WalParse::kBad);
+  EXPECT_TRUE(absl::StrContains(why, "growth_factor")) << why;
+
+  // The flag on a record without the block: the lengths disagree.
+  std::vector<uint8_t> short_block = EncodedCreate("users", SomeShape());
+  short_block[5] = 1;
+  EXPECT_EQ(Parse(reseal(short_block), &r, &why), WalParse::kBad);
 }
 
 TEST(WalTest, NewerSegmentVersionOrRecordTypeIsRefusedNotCut) {

@@ -351,6 +351,31 @@ class DeleteResult(enum.IntEnum):
 
 
 @dataclasses.dataclass(frozen=True)
+class Generation:
+    """One table generation of a growing filter (``cuckoo.v1.FilterInfo.Generation``).
+
+    The g-th table of every shard that has grown that far.
+    """
+
+    #: Its fingerprint size (longer in later generations).
+    fingerprint_bits: int
+    #: Shards that have this generation.
+    shards: int
+    #: Fingerprint slots and fingerprints stored in those shards' tables of it.
+    slots: int
+    items: int
+    #: Bytes of those tables.
+    memory_bytes: int
+    #: Its share of the false-positive rate: its rate when full.
+    false_positive_bound: float
+
+    @classmethod
+    def from_proto(cls, message: Any) -> "Generation":
+        """The Generation of a ``cuckoo.v1.FilterInfo.Generation`` message."""
+        return cls(**{f.name: getattr(message, f.name) for f in dataclasses.fields(cls)})
+
+
+@dataclasses.dataclass(frozen=True)
 class FilterInfo:
     """A filter's settings and state (``cuckoo.v1.FilterInfo``).
 
@@ -391,6 +416,20 @@ class FilterInfo:
     last_snapshot_bytes: int = 0
     unsnapshotted_changes: int = 0
     has_unsnapshotted_changes: bool = False
+    #: Growth (``create_filter(growth_factor=...)``): 0 and 0 for a fixed
+    #: filter. ``false_positive_rate`` is the rate a growing filter's
+    #: generations share (0 for a fixed filter); ``false_positive_bound`` no
+    #: lookup's false-positive rate exceeds, at any load;
+    #: ``reachable_capacity`` the keys it can grow to hold;
+    #: ``max_generations`` the most tables a shard may have; ``generations``
+    #: one :class:`Generation` per table generation, oldest first.
+    growth_factor: int = 0
+    max_capacity: int = 0
+    false_positive_rate: float = 0.0
+    false_positive_bound: float = 0.0
+    reachable_capacity: int = 0
+    max_generations: int = 0
+    generations: Tuple[Generation, ...] = ()
     last_snapshot_time: Optional[datetime.datetime] = None
     created: Optional[bool] = None
     log_position: Optional[int] = dataclasses.field(default=None, compare=False)
@@ -402,8 +441,9 @@ class FilterInfo:
         """The FilterInfo of a ``cuckoo.v1.FilterInfo`` message."""
         when = (message.last_snapshot_time.ToDatetime(tzinfo=datetime.timezone.utc)
                 if message.HasField("last_snapshot_time") else None)
+        generations = tuple(Generation.from_proto(g) for g in message.generations)
         return cls(**_fields_of(cls, message), last_snapshot_time=when, created=created,
-                   log_position=log_position, raw=message)
+                   log_position=log_position, generations=generations, raw=message)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -522,7 +562,8 @@ class Results(List[_T]):
 
 
 # Dataclass fields that are not copied from the message by name.
-_NOT_COPIED = ("created", "raw", "last_snapshot_time", "log_position", "dedup_window", "cluster")
+_NOT_COPIED = ("created", "raw", "last_snapshot_time", "log_position", "dedup_window", "cluster",
+               "generations")
 
 
 def _fields_of(cls: type, message: Any) -> dict:
@@ -835,7 +876,9 @@ class Client:
                       max_kicks: Optional[int] = None,
                       seed: Optional[int] = None,
                       if_not_exists: bool = False,
-                      semi_sort: Optional[bool] = None) -> FilterInfo:
+                      semi_sort: Optional[bool] = None,
+                      growth_factor: Optional[int] = None,
+                      max_capacity: Optional[int] = None) -> FilterInfo:
         """Creates a filter sized for `capacity` keys and returns its info.
 
         Args left ``None`` take the server's defaults (see
@@ -860,6 +903,20 @@ class Client:
                 ``fingerprint_bits`` >= 5), ``False`` for packed ones, ``None``
                 for the server's choice (semi-sorted when the rate picks 5 to
                 16 bits with 4-slot buckets).
+            growth_factor: ``None`` or 0 (the default) for a fixed filter
+                (inserts past its capacity answer ``FULL``); 2 to 8 for one
+                that grows instead: a shard that fills adds a table that many
+                times larger, with fingerprints long enough that the
+                false-positive rate stays under `false_positive_rate` at any
+                size. Off by default because it costs from the first key
+                (about 2 to 3 more bits per key than a fixed filter, a bit or
+                so more per later generation); not with `fingerprint_bits`.
+                Growth is charged to the server's memory budget; while the
+                budget is used up, inserts into growing filters raise
+                ``RESOURCE_EXHAUSTED`` (nothing is evicted).
+            max_capacity: with `growth_factor`, the most keys the filter may
+                grow to hold (``FULL`` beyond); more than `capacity`.
+                ``None``: as far as it can grow.
 
         Returns:
             The filter's :class:`FilterInfo`, with ``created`` ``True`` if this
@@ -889,6 +946,10 @@ class Client:
             request.seed = seed
         if semi_sort is not None:
             request.semi_sort = semi_sort
+        if growth_factor is not None:
+            request.growth_factor = growth_factor
+        if max_capacity is not None:
+            request.max_capacity = max_capacity
         # Only with if_not_exists is a second try of a create that was
         # applied harmless: without, it would fail with ALREADY_EXISTS.
         response = self._call(self._stub.CreateFilter, request, retry=if_not_exists)
