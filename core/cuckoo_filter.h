@@ -245,11 +245,12 @@ class CuckooFilter {
   // is full, never because one key has 2b copies), the shard adds the next
   // generation (no lock but its own is taken) and the keys that did not fit
   // go there. kFull only once the shard has every generation of the
-  // schedule. Lookups and counts check every generation; a delete removes one
-  // copy from the newest generation that holds the key's fingerprint
-  // (newest first: their fingerprints are the longest, so a match there is
-  // the least likely to be another key's). Growth is deterministic: the
-  // same writes on the same state grow the same way (replay, replicas).
+  // schedule. Lookups and counts check every generation; a delete removes
+  // the key's copy when one generation alone holds its fingerprint, and
+  // nothing (answering kDeleted) when several do: one of them may be another
+  // key's, and removing that would make it a false negative. Growth is
+  // deterministic: the same writes on the same state grow the same way
+  // (replay, replicas).
 
   // Called with the bytes of each table a shard adds, from the inserting
   // thread while it holds that shard's lock (keep it short: the registry
