@@ -215,15 +215,17 @@ class CuckooFilter {
   // Applies a batch that a log holds as one entry at `position` (cuckood's
   // cluster mode: a JetStream message), with InsertHashed's / DeleteHashed's
   // batch semantics and results, except that each shard's keys are applied
-  // in one write section: a snapshot (CopyShard) then sees all of an entry's
+  // in one write section: a snapshot (ReadShardGenerations) then sees all of an entry's
   // keys of a shard or none, and the shard's position says which. A shard
   // whose position is already `position` or later holds the entry (it was
   // loaded from a snapshot taken after it) and is skipped: its keys'
   // results, which this call cannot know, are set to kInserted (kDeleted),
   // and *skipped (if given) counts them.
   // Applying the same entries in the same order to the same state gives the
-  // same tables, counters and results on every replica; the results equal
-  // those of InsertHashed / DeleteHashed on the same state.
+  // same tables, counters and results on every replica; for a fixed filter
+  // the results equal those of InsertHashed / DeleteHashed on the same state
+  // (a growing shard may grow at another key than InsertHashed's parts of
+  // kBatchPartKeys would: each path is replayed by itself).
   void InsertHashedAt(absl::Span<const uint64_t> hashes, bool if_absent,
                       absl::Span<InsertResult> out, uint64_t position, size_t* skipped = nullptr);
   void DeleteHashedAt(absl::Span<const uint64_t> hashes, absl::Span<DeleteResult> out,

@@ -368,6 +368,16 @@ absl::StatusOr<FilterShape> ComputeShape(const FilterOptions& o) {
         std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(per_shard / (s.bucket_size * load))));
   }
   if (absl::Status st = ValidateShape(s); !st.ok()) return st;
+  if (s.growing()) {
+    const std::vector<GenerationShape> schedule = GenerationSchedule(s);
+    if (schedule.size() < 2) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "a filter of capacity=%u with false_positive_rate=%g and %u shards cannot grow: a "
+          "second generation's longer fingerprints and larger table would not fit the 64-bit "
+          "hash; raise the rate, or ask for fewer shards",
+          s.capacity, s.false_positive_rate, s.shards));
+    }
+  }
   if (s.growing() && s.max_capacity != 0) {
     uint64_t reach = 0;
     std::vector<GenerationShape> generations = GenerationSchedule(s);

@@ -220,9 +220,15 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::Add(
     ReaderLock lock(&mu_);
     if (absl::Status s = CheckNameAndCountLocked(name); !s.ok()) return s;
   }
-  const uint64_t bytes = filter->memory_bytes();
+  // The budget admits what the filter's creation was admitted for (its
+  // first generation); tables it has grown since are charged whatever the
+  // budget, as growth is: a server whose filters grew past the budget must
+  // still load them all at its next start.
+  const uint64_t total = filter->memory_bytes();
+  const uint64_t bytes = std::min(total, CuckooFilter::MemoryBytes(filter->shape()));
   if (absl::Status s = budget_->Reserve(name, bytes); !s.ok()) return s;
-  return AddReserved(name, std::move(filter), bytes);
+  budget_->Charge(total - bytes);
+  return AddReserved(name, std::move(filter), total);
 }
 
 absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::AddReserved(
@@ -292,11 +298,12 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::AddClaimed(
     return absl::InvalidArgumentError("AddClaimed: the claim is not held on this registry");
   }
   if (filter->memory_bytes() > claim.bytes_) {
-    // A grown filter read from a snapshot: the claim was made from its
-    // header, whose shape gives its first generation's bytes only. The rest
-    // is reserved now, held by the claim until the filter is published.
+    // A grown filter whose claim covered its first generation (a peer
+    // copy: the replica must hold every filter of the log, as replay
+    // would): the tables it grew are charged whatever the budget, as
+    // growth is, and held by the claim until the filter is published.
     const uint64_t more = filter->memory_bytes() - claim.bytes_;
-    if (absl::Status s = budget_->Reserve(claim.name_, more); !s.ok()) return s;
+    budget_->Charge(more);
     claim.bytes_ += more;
   }
   // From here the charge belongs to the filter, freed with it.

@@ -88,6 +88,9 @@ class FilterRegistry {
                                                               bool if_not_exists) const;
   // Adds an already-built filter (e.g. loaded from a snapshot) under `name`,
   // with the same checks as Create; returns it as the registry hands it out.
+  // A grown filter's budget check covers its first generation (what its
+  // creation was admitted for); the tables it grew are charged whatever the
+  // budget, as growth is.
   absl::StatusOr<std::shared_ptr<CuckooFilter>> Add(absl::string_view name,
                                                     std::unique_ptr<CuckooFilter> filter);
 
@@ -123,9 +126,10 @@ class FilterRegistry {
   absl::StatusOr<Claim> ClaimName(absl::string_view name, uint64_t bytes);
   // Adds `filter` under the claim's name (it cannot be taken meanwhile);
   // `before_publish` as in Create. INVALID_ARGUMENT for a claim not held. A
-  // filter larger than the claim's bytes (a grown filter, claimed from its
-  // snapshot header's shape) reserves the difference first:
-  // RESOURCE_EXHAUSTED when it does not fit the budget.
+  // filter larger than the claim's bytes (a grown filter claimed for its
+  // first generation: a cluster replica's peer copy) has the difference
+  // charged whatever the budget, as its growth was. ImportFilter claims a
+  // file's whole size, so an import is checked against the budget in full.
   absl::StatusOr<std::shared_ptr<CuckooFilter>> AddClaimed(
       Claim claim, std::unique_ptr<CuckooFilter> filter, const BeforePublish& before_publish = {});
 

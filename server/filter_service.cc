@@ -537,7 +537,10 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::CallbackServerC
   absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = FindFilter(req.filter);
   if (!filter.ok()) return filter.status();
   if (write && cluster_ != nullptr) {
-    if (method == RpcMethod::kInsert) {
+    // A retry of an insert this replica applied gets its answer, even if
+    // that insert's growth took the memory to the budget.
+    if (method == RpcMethod::kInsert &&
+        !cluster_->Remembers(absl::string_view(req.request_id.data(), req.request_id.size()))) {
       if (absl::Status m = CheckGrowthBudget(req.filter, **filter); !m.ok()) return m;
     }
     next->answered = true;
@@ -693,8 +696,9 @@ absl::Status FilterServiceImpl::CheckGrowthBudget(std::string_view name,
   if (used < budget) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrFormat(
       "cannot insert into growing filter \"%s\": the server's filters use %u bytes of its memory "
-      "budget of %u bytes, and an insert may grow the filter; nothing was applied (lookups, "
-      "deletes and inserts into fixed filters go on; drop filters or raise --memory-budget)",
+      "budget of %u bytes, and an insert may grow the filter; this request was refused before "
+      "it was logged (lookups, deletes and inserts into fixed filters go on; drop filters or "
+      "raise --memory-budget)",
       absl::CHexEscape(absl::string_view(name.data(), name.size())), used, budget));
 }
 

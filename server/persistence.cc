@@ -172,7 +172,9 @@ absl::StatusOr<LoadSummary> Persistence::LoadAll() {
     const absl::Time t0 = absl::Now();
     absl::StatusOr<LoadedSnapshot> loaded =
         ReadSnapshotFile(path, name, [&](const SnapshotHeader& h) {
-          absl::Status room = registry_->CheckRoom(name, h.memory_bytes);
+          // What the filter's creation was admitted for: the tables it grew
+          // since are charged whatever the budget (FilterRegistry::Add).
+          absl::Status room = registry_->CheckRoom(name, CuckooFilter::MemoryBytes(h.shape));
           if (room.ok()) return room;
           return absl::Status(room.code(),
                               absl::StrCat(path, ": ", room.message(),

@@ -261,6 +261,12 @@ size_t Cluster::max_hashes_per_entry() const {
       1, MaxHashesPerLogEntry(payload > kHeaderRoom ? payload - kHeaderRoom : payload));
 }
 
+bool Cluster::Remembers(absl::string_view request_id) const {
+  if (request_id.empty()) return false;
+  MutexLock lock(&mu_);
+  return remembered_.contains(absl::StrCat("r/", request_id, "/0"));
+}
+
 void Cluster::Publish(std::vector<std::string> entries, absl::string_view request_id,
                       WriteDone done) {
   auto call = std::make_shared<Call>();

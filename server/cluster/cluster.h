@@ -156,6 +156,9 @@ class Cluster final : public ExternalLog {
   // retry with the same request id applies the rest once) or the apply's
   // status (NOT_FOUND, ALREADY_EXISTS, RESOURCE_EXHAUSTED, ...).
   void Publish(std::vector<std::string> entries, absl::string_view request_id, WriteDone done);
+  // Whether this replica applied a write published under `request_id` and
+  // still remembers its results (a retry of it is answered, not applied).
+  bool Remembers(absl::string_view request_id) const;
 
   // Calls fn(OK) on the completion thread once this replica has applied the
   // log up to `position` (at once, on this thread, if it has), or

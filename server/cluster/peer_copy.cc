@@ -182,7 +182,7 @@ absl::StatusOr<PeerCopy> CopyFromPeer(const std::string& address, const std::str
     absl::StatusOr<LoadedSnapshot> loaded =
         ReadSnapshotFile(path, info.name(), [&](const SnapshotHeader& h) {
           absl::StatusOr<FilterRegistry::Claim> c =
-              registry->ClaimName(info.name(), h.memory_bytes);
+              registry->ClaimName(info.name(), CuckooFilter::MemoryBytes(h.shape));
           if (!c.ok()) return c.status();
           f.claim = *std::move(c);
           return absl::OkStatus();

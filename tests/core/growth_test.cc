@@ -120,7 +120,7 @@ TEST(GenerationScheduleTest, RefusesImpossibleGrowthSettingsNamingTheField) {
   EXPECT_NE(error({.capacity = 1000, .max_capacity = 5000}).find("needs growth_factor"),
             std::string::npos);
   EXPECT_NE(error({.capacity = 1000,
-                   .false_positive_rate = 1e-8,
+                   .false_positive_rate = 1e-6,
                    .growth_factor = 2,
                    .max_capacity = kMaxCapacity})
                 .find("out of reach"),

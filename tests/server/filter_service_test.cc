@@ -614,7 +614,7 @@ TEST_F(FilterServiceTest, InsertIntoAGrowingFilterIsRefusedWholeWhileTheBudgetIs
       AllOf(HasSubstr("cannot insert into growing filter \"g\""),
             HasSubstr(absl::StrFormat("use %u bytes of its memory budget of %u bytes",
                                       config.memory_budget_bytes, config.memory_budget_bytes)),
-            HasSubstr("nothing was applied")));
+            HasSubstr("refused before it was logged")));
   // Nothing applied or logged; reads and deletes go on.
   EXPECT_EQ(Get("g").response.filter().items(), 0u);
   auto look = Lookup("g", Keys(0, 10));
