@@ -351,6 +351,37 @@ TEST_F(PersistenceTest, SnapshotOverTheMemoryBudgetStopsStartUpAndStaysInPlace) 
   EXPECT_TRUE(fs::exists(SnapshotFile("big")));
 }
 
+// A growing filter may pass the budget (growth is never refused while a
+// logged write applies); the next start must still load it, as a replay of
+// its log would: its first generation is admitted, its grown tables charged.
+TEST_F(PersistenceTest, AFilterGrownPastTheBudgetLoadsAtTheNextStart) {
+  server::ServerConfig config = testing::TestConfig(dir_.path());
+  config.memory_budget_bytes = 256 << 10;
+  Restart(config);
+  v1::CreateFilterRequest create;
+  create.set_name("grown");
+  create.set_capacity(1000);
+  create.set_growth_factor(2);
+  ASSERT_TRUE(client_->CreateFilter(create).ok());
+  std::vector<std::string> acked;
+  for (uint64_t round = 0; round < 200; ++round) {
+    std::vector<std::string> keys = Keys(round + 10, 1000);
+    std::vector<std::string_view> views(keys.begin(), keys.end());
+    auto r = client_->Insert("grown", views);
+    if (!r.ok()) {
+      ASSERT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+      break;
+    }
+    acked.insert(acked.end(), keys.begin(), keys.end());
+  }
+  const uint64_t used = client_->GetFilter("grown")->memory_bytes();
+  ASSERT_GE(used, config.memory_budget_bytes);  // Grown past the budget.
+  Restart(config);                              // The final snapshot holds every generation.
+  EXPECT_EQ(server_->loaded().loaded, 1u);
+  EXPECT_EQ(client_->GetFilter("grown")->memory_bytes(), used);
+  EXPECT_EQ(Lookup("grown", acked), std::vector<bool>(acked.size(), true));
+}
+
 TEST_F(PersistenceTest, PeriodicSnapshotWritesChangedFilters) {
   server::ServerConfig config = testing::TestConfig(dir_.path());
   config.snapshot_interval = absl::Seconds(1);
