@@ -369,20 +369,17 @@ absl::StatusOr<FilterShape> ComputeShape(const FilterOptions& o) {
   }
   if (absl::Status st = ValidateShape(s); !st.ok()) return st;
   if (s.growing()) {
-    const std::vector<GenerationShape> schedule = GenerationSchedule(s);
-    if (schedule.size() < 2) {
+    const std::vector<GenerationShape> generations = GenerationSchedule(s);
+    if (generations.size() < 2) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "a filter of capacity=%u with false_positive_rate=%g and %u shards cannot grow: a "
           "second generation's longer fingerprints and larger table would not fit the 64-bit "
           "hash; raise the rate, or ask for fewer shards",
           s.capacity, s.false_positive_rate, s.shards));
     }
-  }
-  if (s.growing() && s.max_capacity != 0) {
     uint64_t reach = 0;
-    std::vector<GenerationShape> generations = GenerationSchedule(s);
     for (const GenerationShape& g : generations) reach += g.planned_items;
-    if (reach < s.max_capacity) {
+    if (s.max_capacity != 0 && reach < s.max_capacity) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "max_capacity=%u is out of reach: with growth_factor=%u, false_positive_rate=%g and "
           "%u shards the filter can grow to %u keys in %u generations (fingerprint sizes, hash "
