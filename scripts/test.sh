@@ -12,8 +12,8 @@
 #   5. the libFuzzer targets, built with clang: the snapshot reader for 30 s,
 #      the data path's wire parser (differential against the generated
 #      parser) for 20 s, the write-ahead log reader for 20 s, the cluster
-#      log's entry decoder for 15 s and the access file's parser for 10 s
-#      (scripts/fuzz.sh);
+#      log's entry decoder for 15 s, the access file's parser for 10 s and
+#      the RESP command parser for 20 s (scripts/fuzz.sh);
 #   6. the deployment files (scripts/container-test.sh): the Kubernetes
 #      manifests and compose file validated, the Docker image built (podman or
 #      docker, no registry needed) and run: create/insert/lookup through the
@@ -52,8 +52,8 @@ phase "TSan build + concurrency tests"
 bash scripts/build.sh tsan concurrency_test wal_test wal_apply_test
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   ctest --test-dir build/tsan --output-on-failure -j "$jobs" -L concurrency
-phase "fuzzing: snapshot reader, wire parser, write-ahead log reader, cluster log entries"
-bash scripts/fuzz.sh 30 20 20 15 10
+phase "fuzzing: snapshot reader, wire parser, write-ahead log reader, cluster log entries, access file, RESP parser"
+bash scripts/fuzz.sh 30 20 20 15 10 20
 phase "deployment: k8s manifests, compose file, container image"
 bash scripts/container-test.sh
 phase "all tests passed"
