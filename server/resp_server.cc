@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 #include <list>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -93,6 +94,7 @@ class RespServer::Core : public std::enable_shared_from_this<RespServer::Core> {
   void Sweep(Worker* worker);
   void CloseAll(Worker* worker, bool force);
   void Shutdown(absl::Duration drain);
+  void DoShutdown(absl::Duration drain);
   void Closed(std::string_view reason) {
     connection_count.fetch_sub(1);
     if (options.on_close) options.on_close(reason);
@@ -118,8 +120,8 @@ class RespServer::Core : public std::enable_shared_from_this<RespServer::Core> {
   std::atomic<bool> shutting_down{false};
   std::atomic<bool> closing_all{false};
   std::atomic<bool> stopped{false};
-  std::atomic<int> posting{0};  // Completion::Reply calls between checking `stopped` and posting
-  std::atomic<bool> shutdown_started{false};
+  std::atomic<int> posting{0};   // Completion::Reply calls between checking `stopped` and posting
+  std::once_flag shutdown_once;  // a second Shutdown waits for the first
   std::atomic<bool> acceptor_closed{false};
 };
 
@@ -305,7 +307,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       in_cap_ = cap;
       in_begin_ = 0;
       in_end_ = have;
-    } else if (in_begin_ > 0 && in_cap_ - in_end_ < in_cap_ / 2) {
+    } else if (in_begin_ > 0 && (in_cap_ - in_end_ < in_cap_ / 2 || in_begin_ + hint > in_cap_)) {
       std::memmove(in_.get(), in_.get() + in_begin_, have);
       in_begin_ = 0;
       in_end_ = have;
@@ -654,7 +656,10 @@ void RespServer::Core::CloseAll(Worker* worker, bool force) {
 }
 
 void RespServer::Core::Shutdown(absl::Duration drain) {
-  if (shutdown_started.exchange(true)) return;
+  std::call_once(shutdown_once, [&] { DoShutdown(drain); });
+}
+
+void RespServer::Core::DoShutdown(absl::Duration drain) {
   auto wait_until = [](Clock::time_point deadline, auto done) {
     while (!done() && Clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));

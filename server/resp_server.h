@@ -85,6 +85,7 @@ class Connection;
 // called exactly once (over all copies), on any thread.
 class Completion {
  public:
+  Completion() = default;  // answers nothing: only to be assigned a real one
   // Queues `bytes` (the RESP replies of every command Execute took,
   // concatenated in order) for the client and lets the connection go on.
   // `then`, if given, runs first on the connection's thread with its
@@ -168,7 +169,7 @@ class RespServer {
   // "-ERR cuckood is shutting down" instead. Waits until no command is in
   // flight or `drain` passed, then closes every connection (its pending
   // replies written first, for at most 1 s) and joins the threads.
-  // Idempotent; later calls return at once.
+  // Idempotent: a later call returns once the first has finished.
   void Shutdown(absl::Duration drain);
 
   class Core;  // internal
