@@ -406,7 +406,8 @@ absl::Status ValidateConfig(const ServerConfig& c) {
                         FormatByteSize(c.max_message_bytes)));
   }
   if (!c.redis_listen.empty()) {
-    if (c.redis_listen == c.listen || c.redis_listen == c.admin_listen) {
+    if (!absl::EndsWith(c.redis_listen, ":0") &&
+        (c.redis_listen == c.listen || c.redis_listen == c.admin_listen)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "--redis-listen=%s is also --listen or --admin-listen: give each port its own address",
           c.redis_listen));

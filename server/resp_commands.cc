@@ -634,7 +634,6 @@ void RedisCommands::Write(Session* s, absl::Span<const Command> run, size_t comm
   call->command = command;
   call->commands = run.size();
   call->start = start;
-  call->done = std::move(done);
   // The items, and CF.INSERT's options.
   std::vector<std::string_view> items;
   uint64_t capacity = options_.default_capacity;
@@ -698,6 +697,7 @@ void RedisCommands::Write(Session* s, absl::Span<const Command> run, size_t comm
   const bool exists = registry_->Get(A(key)).ok();
   if (!exists && command == kCfDel) return fail("ERR Not found");
   if (!exists && !create) return fail("ERR not found");
+  call->done = std::move(done);
 
   // The reply once the call is answered.
   auto reply = [this, call](const grpc::Status& st) {

@@ -1,0 +1,498 @@
+// The Redis port's commands (server/resp_commands.h) against an in-process
+// cuckood, over a socket, with a small RESP client of the test's own: the
+// replies byte for byte as RedisBloom's clients read them, pipelines, the
+// filters shared with gRPC, authentication and grants, CF.SCANDUMP /
+// CF.LOADCHUNK, durability across a restart, and the metrics. (Real clients,
+// redis-cli and redis-py, are in tests/e2e/redis_*.)
+#include "server/resp_commands.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
+#include "server/access.h"
+#include "tests/server/test_server.h"
+
+namespace cuckoo::testing {
+namespace {
+
+// One connection: sends commands as RESP arrays, reads replies as text:
+// "OK" (simple), "-ERR ..." (error), ":1" (integer), "$abc" (bulk), "nil",
+// "[a,b]" (array / set / map flattened), ",0.5" (double), "#t" (boolean).
+class RespClient {
+ public:
+  explicit RespClient(int port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    const int one = 1;
+    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  }
+  ~RespClient() { ::close(fd_); }
+  bool connected() const { return connected_; }
+
+  static std::string Encode(const std::vector<std::string>& args) {
+    std::string out = absl::StrCat("*", args.size(), "\r\n");
+    for (const std::string& a : args) absl::StrAppend(&out, "$", a.size(), "\r\n", a, "\r\n");
+    return out;
+  }
+  void SendRaw(const std::string& bytes) {
+    size_t off = 0;
+    while (off < bytes.size()) {
+      const ssize_t n = ::send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) return;
+      off += static_cast<size_t>(n);
+    }
+  }
+  void Send(const std::vector<std::string>& args) { SendRaw(Encode(args)); }
+  std::string Call(const std::vector<std::string>& args) {
+    Send(args);
+    return Read();
+  }
+  // The next reply; "<closed>" if the connection ended.
+  std::string Read() {
+    std::string line;
+    if (!Line(&line)) return "<closed>";
+    const char type = line[0];
+    const std::string rest = line.substr(1);
+    switch (type) {
+      case '+':
+        return rest;
+      case '-':
+        return "-" + rest;
+      case ':':
+        return ":" + rest;
+      case ',':
+        return "," + rest;
+      case '#':
+        return "#" + rest;
+      case '_':
+        return "nil";
+      case '$':
+      case '=': {
+        const long n = std::stol(rest);
+        if (n < 0) return "nil";
+        std::string data;
+        if (!Bytes(static_cast<size_t>(n) + 2, &data)) return "<closed>";
+        data.resize(static_cast<size_t>(n));
+        return "$" + data;
+      }
+      case '*':
+      case '~':
+      case '%':
+      case '>': {
+        long n = std::stol(rest);
+        if (n < 0) return "nil";
+        if (type == '%') n *= 2;
+        std::vector<std::string> items;
+        for (long i = 0; i < n; ++i) items.push_back(Read());
+        return "[" + absl::StrJoin(items, ",") + "]";
+      }
+      default:
+        return "<bad reply " + line + ">";
+    }
+  }
+  // The raw bulk bytes of the next reply, which must be [integer, bulk].
+  bool ReadDumpChunk(int64_t* iterator, std::string* data) {
+    std::string line;
+    if (!Line(&line) || line != "*2") return false;
+    if (!Line(&line) || line[0] != ':') return false;
+    *iterator = std::stoll(line.substr(1));
+    if (!Line(&line) || line[0] != '$') return false;
+    const long n = std::stol(line.substr(1));
+    if (!Bytes(static_cast<size_t>(n) + 2, data)) return false;
+    data->resize(static_cast<size_t>(n));
+    return true;
+  }
+
+ private:
+  bool Fill() {
+    char buf[65536];
+    const ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
+    if (n <= 0) return false;
+    in_.append(buf, static_cast<size_t>(n));
+    return true;
+  }
+  bool Line(std::string* line) {
+    size_t end;
+    while ((end = in_.find("\r\n")) == std::string::npos) {
+      if (!Fill()) return false;
+    }
+    *line = in_.substr(0, end);
+    in_.erase(0, end + 2);
+    return !line->empty();
+  }
+  bool Bytes(size_t n, std::string* out) {
+    while (in_.size() < n) {
+      if (!Fill()) return false;
+    }
+    *out = in_.substr(0, n);
+    in_.erase(0, n);
+    return true;
+  }
+
+  int fd_ = -1;
+  bool connected_ = false;
+  std::string in_;
+};
+
+class RedisPortTest : public ServerTest {
+ protected:
+  void SetUp() override { StartServer(Config()); }
+  server::ServerConfig Config() {
+    server::ServerConfig c = TestConfig(dir_.path());
+    c.redis_listen = "127.0.0.1:0";
+    c.max_filters = 64;
+    c.max_key_bytes = 64;
+    c.max_batch_keys = 5000;
+    c.max_message_bytes = 4 << 20;
+    return c;
+  }
+  int port() { return server_->redis_port(); }
+};
+
+TEST_F(RedisPortTest, CfCommandsAnswerAsRedisBloom) {
+  RespClient c(port());
+  ASSERT_TRUE(c.connected());
+  EXPECT_EQ(c.Call({"PING"}), "PONG");
+  EXPECT_EQ(c.Call({"CF.RESERVE", "f", "1000"}), "OK");
+  EXPECT_EQ(c.Call({"CF.RESERVE", "f", "1000"}), "-ERR item exists");
+  EXPECT_EQ(c.Call({"cf.add", "f", "a"}), ":1");
+  EXPECT_EQ(c.Call({"CF.ADDNX", "f", "a"}), ":0");
+  EXPECT_EQ(c.Call({"CF.ADDNX", "f", "b"}), ":1");
+  EXPECT_EQ(c.Call({"CF.EXISTS", "f", "a"}), ":1");
+  EXPECT_EQ(c.Call({"CF.EXISTS", "f", "zz"}), ":0");
+  EXPECT_EQ(c.Call({"CF.EXISTS", "nofilter", "a"}), ":0");
+  EXPECT_EQ(c.Call({"CF.MEXISTS", "f", "a", "zz", "b"}), "[:1,:0,:1]");
+  EXPECT_EQ(c.Call({"CF.MEXISTS", "nofilter", "a", "b"}), "[:0,:0]");
+  EXPECT_EQ(c.Call({"CF.ADD", "f", "a"}), ":1");
+  EXPECT_EQ(c.Call({"CF.COUNT", "f", "a"}), ":2");
+  EXPECT_EQ(c.Call({"CF.COUNT", "nofilter", "a"}), ":0");
+  EXPECT_EQ(c.Call({"CF.DEL", "f", "a"}), ":1");
+  EXPECT_EQ(c.Call({"CF.COUNT", "f", "a"}), ":1");
+  EXPECT_EQ(c.Call({"CF.DEL", "f", "never"}), ":0");
+  EXPECT_EQ(c.Call({"CF.DEL", "nofilter", "a"}), "-ERR Not found");
+  EXPECT_EQ(c.Call({"CF.INSERT", "g", "ITEMS", "x", "y"}), "[:1,:1]");
+  EXPECT_EQ(c.Call({"CF.INSERTNX", "g", "CAPACITY", "10", "ITEMS", "x", "w"}), "[:0,:1]");
+  EXPECT_EQ(c.Call({"CF.INSERT", "h", "NOCREATE", "ITEMS", "x"}), "-ERR not found");
+  EXPECT_EQ(c.Call({"CF.INSERT", "h", "ITEMS"}).substr(0, 4), "-ERR");
+  EXPECT_EQ(c.Call({"CF.INSERT", "h", "BOGUS", "x"}).substr(0, 25), "-ERR unknown argument 'BO");
+  EXPECT_EQ(c.Call({"CF.ADD", "f"}), "-ERR wrong number of arguments for 'cf.add' command");
+  EXPECT_EQ(c.Call({"CF.ADD", "f", ""}).substr(0, 22), "-ERR item is empty; cu");
+  EXPECT_EQ(c.Call({"CF.ADD", "f", std::string(65, 'k')}).substr(0, 21), "-ERR item is 65 bytes");
+  EXPECT_EQ(c.Call({"CF.ADD", "a/b", "x"}).substr(0, 32), "-ERR invalid filter name 'a/b': ");
+  EXPECT_EQ(c.Call({"CF.RESERVE", "r", "abc"}).substr(0, 22), "-ERR Bad capacity 'abc");
+  EXPECT_EQ(c.Call({"CF.RESERVE", "r", "100", "BUCKETSIZE", "9"}).substr(0, 22),
+            "-ERR Bad bucket size 9");
+  EXPECT_EQ(c.Call({"CF.RESERVE", "r", "100", "BUCKETSIZE", "3", "MAXITERATIONS", "20", "EXPANSION",
+                    "0"}),
+            "OK");
+  // CF.INFO: RedisBloom's eight fields first.
+  const std::string info = c.Call({"CF.INFO", "r"});
+  EXPECT_EQ(info.substr(0, info.find(",Capacity")),
+            "[Size,:" + info.substr(7, info.find(',', 7) - 7) + ",Number of buckets,:" +
+                info.substr(info.find("buckets,:") + 9, info.find(',', info.find("buckets,:") + 9) -
+                                                            (info.find("buckets,:") + 9)) +
+                ",Number of filters,:1,Number of items inserted,:0,Number of items deleted,:0,"
+                "Bucket size,:4,Expansion rate,:0,Max iterations,:20");
+  EXPECT_EQ(c.Call({"CF.INFO", "nofilter"}), "-ERR not found");
+  EXPECT_EQ(c.Call({"CF.FROB", "f"}),
+            "-ERR unknown command 'CF.FROB', with args beginning with: 'f' ");
+}
+
+TEST_F(RedisPortTest, Resp3AfterHello) {
+  RespClient c(port());
+  const std::string hello = c.Call({"HELLO", "3"});
+  EXPECT_NE(hello.find("$server,$cuckood,$version,$7.0.0,$proto,:3"), std::string::npos) << hello;
+  EXPECT_EQ(c.Call({"HELLO", "4"}), "-NOPROTO unsupported protocol version");
+  EXPECT_EQ(c.Call({"CF.ADD", "f", "a"}), ":1");
+  // A map, with doubles as doubles.
+  const std::string info = c.Call({"CF.INFO", "f"});
+  EXPECT_NE(info.find("Error rate,,0.002"), std::string::npos) << info;
+  EXPECT_EQ(c.Call({"CLIENT", "GETNAME"}), "nil");
+  EXPECT_EQ(c.Call({"CLIENT", "SETNAME", "svc"}), "OK");
+  EXPECT_EQ(c.Call({"CLIENT", "GETNAME"}), "$svc");
+  EXPECT_EQ(c.Call({"CLIENT", "SETNAME", "a b"}).substr(0, 30), "-ERR Client names cannot conta");
+  EXPECT_EQ(c.Call({"CONFIG", "GET", "save"}), "[]");
+  EXPECT_EQ(c.Call({"HELLO", "2"}).substr(0, 8), "[$server");
+  EXPECT_EQ(c.Call({"CONFIG", "GET", "save"}), "[]");
+}
+
+TEST_F(RedisPortTest, ConnectionAndKeyspaceCommands) {
+  RespClient c(port());
+  EXPECT_EQ(c.Call({"PING", "hi"}), "$hi");
+  EXPECT_EQ(c.Call({"ECHO", "x\r\ny"}), "$x\r\ny");
+  EXPECT_EQ(c.Call({"SELECT", "0"}), "OK");
+  EXPECT_EQ(c.Call({"SELECT", "1"}).substr(0, 33), "-ERR DB index is out of range (cu");
+  EXPECT_EQ(c.Call({"AUTH", "x"}).substr(0, 30), "-ERR AUTH <password> called wi");
+  EXPECT_EQ(c.Call({"CLIENT", "SETINFO", "LIB-NAME", "redis-py"}), "OK");
+  EXPECT_EQ(c.Call({"CLIENT", "ID"}).substr(0, 1), ":");
+  EXPECT_EQ(c.Call({"COMMAND", "COUNT"}), ":29");
+  EXPECT_EQ(c.Call({"COMMAND", "INFO", "cf.add", "nope"}).substr(0, 17), "[[$cf.add,:3,[wri");
+  EXPECT_EQ(c.Call({"DBSIZE"}), ":0");
+  for (const char* f : {"users", "urls", "tokens"}) {
+    EXPECT_EQ(c.Call({"CF.ADD", f, "k"}), ":1");
+  }
+  EXPECT_EQ(c.Call({"DBSIZE"}), ":3");
+  EXPECT_EQ(c.Call({"KEYS", "u*"}), "[$urls,$users]");
+  EXPECT_EQ(c.Call({"KEYS", "*"}), "[$tokens,$urls,$users]");
+  EXPECT_EQ(c.Call({"EXISTS", "users", "nope", "urls", "bad/name"}), ":2");
+  EXPECT_EQ(c.Call({"TYPE", "users"}), "MBbloomCF");
+  EXPECT_EQ(c.Call({"TYPE", "nope"}), "none");
+  // SCAN one name at a time visits each once.
+  std::vector<std::string> seen;
+  std::string cursor = "0";
+  for (int i = 0; i < 10; ++i) {
+    const std::string r = c.Call({"SCAN", cursor, "COUNT", "1"});
+    ASSERT_EQ(r.substr(0, 2), "[$") << r;
+    cursor = r.substr(2, r.find(',') - 2);
+    const std::string names = r.substr(r.find(",[") + 2, r.size() - r.find(",[") - 4);
+    if (!names.empty()) seen.push_back(names);
+    if (cursor == "0") break;
+  }
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(absl::StrJoin(seen, " "), "$tokens $urls $users");
+  EXPECT_EQ(c.Call({"SCAN", "0", "MATCH", "t*", "COUNT", "100"}), "[$0,[$tokens]]");
+  EXPECT_EQ(c.Call({"SCAN", "0", "TYPE", "string"}), "[$0,[]]");
+  EXPECT_EQ(c.Call({"SCAN", "x"}), "-ERR invalid cursor");
+  EXPECT_EQ(c.Call({"DEL", "users", "nope", "urls"}), ":2");
+  EXPECT_EQ(c.Call({"KEYS", "*"}), "[$tokens]");
+  EXPECT_NE(c.Call({"INFO"}).find("redis_version:7.0.0"), std::string::npos);
+  EXPECT_EQ(c.Call({"RESET"}), "RESET");
+  EXPECT_EQ(c.Call({"QUIT"}), "OK");
+  EXPECT_EQ(c.Read(), "<closed>");
+}
+
+TEST_F(RedisPortTest, PipelinedWritesAndReadsKeepTheirOrder) {
+  RespClient c(port());
+  ASSERT_EQ(c.Call({"CF.RESERVE", "p", "100000"}), "OK");
+  // Runs of one command are merged into batches; every reply must still be
+  // the one of its own command, in order, seeing the writes before it.
+  std::string pipeline;
+  std::vector<std::string> expected;
+  // Blocks of 10 keys: each step is a run of 10 (20 for the first ADDs).
+  const std::vector<std::pair<std::string, std::string>> steps = {
+      {"CF.ADD", ":1"},    {"CF.ADD", ":1"}, {"CF.COUNT", ":2"}, {"CF.DEL", ":1"},
+      {"CF.EXISTS", ":1"}, {"CF.DEL", ":1"}, {"CF.ADD", ":1"}};
+  for (int block = 0; block < 50; ++block) {
+    for (const auto& [command, reply] : steps) {
+      for (int k = 0; k < 10; ++k) {
+        pipeline += RespClient::Encode({command, "p", absl::StrCat("key-", block, "-", k)});
+        expected.push_back(reply);
+      }
+    }
+  }
+  c.SendRaw(pipeline);
+  for (size_t i = 0; i < expected.size(); ++i) {
+    ASSERT_EQ(c.Read(), expected[i]) << "reply " << i;
+  }
+  EXPECT_NE(c.Call({"CF.INFO", "p"}).find("Number of items inserted,:500,"), std::string::npos);
+}
+
+TEST_F(RedisPortTest, FiltersAreSharedWithTheGrpcApi) {
+  {
+    grpc::ClientContext ctx;
+    v1::CreateFilterRequest req;
+    req.set_name("shared");
+    req.set_capacity(1000);
+    v1::CreateFilterResponse resp;
+    ASSERT_TRUE(stub_->CreateFilter(&ctx, req, &resp).ok());
+    grpc::ClientContext ictx;
+    v1::InsertRequest ins;
+    ins.set_filter("shared");
+    ins.add_keys("from-grpc");
+    v1::InsertResponse iresp;
+    ASSERT_TRUE(stub_->Insert(&ictx, ins, &iresp).ok());
+  }
+  RespClient c(port());
+  EXPECT_EQ(c.Call({"CF.EXISTS", "shared", "from-grpc"}), ":1");
+  EXPECT_EQ(c.Call({"CF.ADD", "shared", "from-redis"}), ":1");
+  EXPECT_EQ(c.Call({"CF.ADD", "made-by-redis", "k"}), ":1");
+  grpc::ClientContext ctx;
+  v1::LookupRequest req;
+  req.set_filter("shared");
+  req.add_keys("from-redis");
+  v1::LookupResponse resp;
+  ASSERT_TRUE(stub_->Lookup(&ctx, req, &resp).ok());
+  EXPECT_TRUE(resp.present(0));
+  grpc::ClientContext gctx;
+  v1::GetFilterRequest get;
+  get.set_name("made-by-redis");
+  v1::GetFilterResponse got;
+  ASSERT_TRUE(stub_->GetFilter(&gctx, get, &got).ok());
+  // Made by CF.ADD: growing, at --redis-error-rate.
+  EXPECT_EQ(got.filter().growth_factor(), 2u);
+  EXPECT_EQ(got.filter().capacity(), 1024u);
+  EXPECT_DOUBLE_EQ(got.filter().false_positive_rate(), 0.002);
+  EXPECT_EQ(got.filter().items(), 1u);
+}
+
+TEST_F(RedisPortTest, AcknowledgedWritesSurviveARestart) {
+  {
+    RespClient c(port());
+    std::string pipeline;
+    for (int i = 0; i < 2000; ++i) {
+      pipeline += RespClient::Encode({"CF.ADD", "durable", absl::StrCat("item-", i)});
+    }
+    c.SendRaw(pipeline);
+    for (int i = 0; i < 2000; ++i) ASSERT_EQ(c.Read(), ":1") << i;
+  }
+  // No final snapshot: the write-ahead log alone brings them back.
+  server::ServerConfig config = Config();
+  server_->persistence().wal();  // (the log is on by default)
+  StartServer(config);
+  RespClient c(port());
+  std::vector<std::string> cmd = {"CF.MEXISTS", "durable"};
+  for (int i = 0; i < 2000; ++i) cmd.push_back(absl::StrCat("item-", i));
+  const std::string r = c.Call(cmd);
+  EXPECT_EQ(r.find(":0"), std::string::npos);
+  EXPECT_EQ(std::count(r.begin(), r.end(), '1'), 2000);
+}
+
+TEST_F(RedisPortTest, ScanDumpThenLoadChunkRestoresTheFilter) {
+  RespClient c(port());
+  std::vector<std::string> insert = {"CF.INSERT", "src", "CAPACITY", "50000", "ITEMS"};
+  for (int i = 0; i < 4000; ++i) insert.push_back(absl::StrCat("member-", i));
+  ASSERT_EQ(c.Call(insert).find(":-1"), std::string::npos);
+  std::vector<std::pair<int64_t, std::string>> chunks;
+  int64_t it = 0;
+  for (int guard = 0; guard < 100; ++guard) {
+    c.Send({"CF.SCANDUMP", "src", absl::StrCat(it)});
+    std::string data;
+    ASSERT_TRUE(c.ReadDumpChunk(&it, &data));
+    if (it == 0) {
+      EXPECT_TRUE(data.empty());
+      break;
+    }
+    chunks.emplace_back(it, data);
+  }
+  ASSERT_GE(chunks.size(), 2u);
+  EXPECT_EQ(chunks[0].second.substr(0, 8), "CKDUMP01");
+  // Out of order: refused, and the load can start again.
+  EXPECT_EQ(c.Call({"CF.LOADCHUNK", "copy", absl::StrCat(chunks[0].first), chunks[0].second}),
+            "OK");
+  if (chunks.size() > 2) {
+    EXPECT_EQ(c.Call({"CF.LOADCHUNK", "copy", absl::StrCat(chunks[2].first), chunks[2].second})
+                  .substr(0, 10),
+              "-ERR chunk");
+  }
+  for (const auto& [iter, data] : chunks) {
+    ASSERT_EQ(c.Call({"CF.LOADCHUNK", "copy", absl::StrCat(iter), data}), "OK");
+  }
+  std::vector<std::string> check = {"CF.MEXISTS", "copy"};
+  for (int i = 0; i < 4000; ++i) check.push_back(absl::StrCat("member-", i));
+  const std::string r = c.Call(check);
+  EXPECT_EQ(r.find(":0"), std::string::npos);
+  // Not a cuckood dump; an iterator of no dump.
+  EXPECT_EQ(c.Call({"CF.LOADCHUNK", "other", "1", "RedisBloom-bytes"}).substr(0, 41),
+            "-ERR this is not the first chunk of a cuc");
+  EXPECT_EQ(c.Call({"CF.SCANDUMP", "src", "99999999999"}).substr(0, 25),
+            "-ERR no CF.SCANDUMP of 's");
+  EXPECT_EQ(c.Call({"CF.LOADCHUNK", "copy", absl::StrCat(chunks[0].first), chunks[0].second})
+                .substr(0, 25),
+            "-ERR filter 'copy' exists");
+}
+
+std::string Hex(const std::array<uint8_t, 32>& h) {
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(h.data()), h.size()));
+}
+
+TEST_F(RedisPortTest, TokensAndGrantsApplyAsOnGrpc) {
+  const std::string path = dir_.path() + "/access";
+  auto write_access = [&](bool with_reader) {
+    std::ofstream out(path);
+    out << "token root sha256:" << Hex(server::Sha256("tok-root")) << " admin:*\n";
+    if (with_reader) {
+      out << "token reader sha256:" << Hex(server::Sha256("tok-reader")) << " read:billing.*\n";
+    }
+  };
+  write_access(true);
+  server::ServerConfig config = Config();
+  config.auth_tokens = path;
+  StartServer(config);
+  RespClient root(port());
+  EXPECT_EQ(root.Call({"CF.ADD", "billing.x", "k"}), "-NOAUTH Authentication required.");
+  EXPECT_EQ(root.Call({"AUTH", "wrong"}).substr(0, 68),
+            "-WRONGPASS invalid username-password pair or user is disabled. (the ");
+  EXPECT_EQ(root.Call({"AUTH", "default", "tok-root"}), "OK");
+  EXPECT_EQ(root.Call({"CF.ADD", "billing.x", "k"}), ":1");
+  EXPECT_EQ(root.Call({"CF.ADD", "cart.y", "k"}), ":1");
+  RespClient reader(port());
+  EXPECT_EQ(reader.Call({"HELLO", "3", "AUTH", "u", "tok-reader"}).substr(0, 8), "[$server");
+  EXPECT_EQ(reader.Call({"CF.EXISTS", "billing.x", "k"}), ":1");
+  EXPECT_EQ(reader.Call({"CF.EXISTS", "cart.y", "k"}).substr(0, 48),
+            "-NOPERM \"reader\" may not run CF.EXISTS on filter");
+  EXPECT_EQ(reader.Call({"CF.ADD", "billing.x", "k2"}).substr(0, 8), "-NOPERM ");
+  EXPECT_EQ(reader.Call({"DEL", "billing.x"}).substr(0, 8), "-NOPERM ");
+  EXPECT_EQ(reader.Call({"KEYS", "*"}), "[$billing.x]");
+  EXPECT_EQ(reader.Call({"DBSIZE"}), ":1");
+  // Revoked: the open connection stops working at once.
+  write_access(false);
+  ASSERT_TRUE(server_->ReloadAccess().ok());
+  EXPECT_EQ(reader.Call({"CF.EXISTS", "billing.x", "k"}).substr(0, 7), "-NOAUTH");
+  EXPECT_EQ(root.Call({"CF.EXISTS", "billing.x", "k"}), ":1");
+}
+
+TEST_F(RedisPortTest, HostileInputGetsAnErrorAndTheServerGoesOn) {
+  {
+    RespClient c(port());
+    c.SendRaw("*1\r\n$2147483648\r\n");
+    EXPECT_EQ(c.Read().substr(0, 40), "-ERR Protocol error: bulk length 2147483");
+    EXPECT_EQ(c.Read(), "<closed>");
+  }
+  {
+    RespClient c(port());
+    c.SendRaw("*1000000\r\n");
+    EXPECT_EQ(c.Read().substr(0, 20), "-ERR Protocol error:");
+  }
+  {
+    RespClient c(port());
+    c.SendRaw("*2\r\n$4\r\nPINGxx$1\r\n");
+    EXPECT_EQ(c.Read().substr(0, 20), "-ERR Protocol error:");
+  }
+  {
+    RespClient c(port());
+    c.SendRaw("*3\r\n$6\r\nCF.ADD\r\n$1\r\nf\r\n$100\r\nabc");
+  }  // Half a command, then closed.
+  RespClient c(port());
+  EXPECT_EQ(c.Call({"PING"}), "PONG");
+  EXPECT_EQ(c.Call({"DBSIZE"}), ":0");
+}
+
+TEST_F(RedisPortTest, CommandsAreCountedInTheMetrics) {
+  RespClient c(port());
+  EXPECT_EQ(c.Call({"CF.ADD", "m", "k"}), ":1");
+  EXPECT_EQ(c.Call({"CF.EXISTS", "m", "k"}), ":1");
+  EXPECT_EQ(c.Call({"CF.EXISTS", "m/x", "k"}).substr(0, 4), "-ERR");
+  EXPECT_EQ(c.Call({"NOPE"}).substr(0, 4), "-ERR");
+  const std::string metrics = server_->metrics().Render(
+      {.registry = &server_->registry(), .redis = true, .redis_connections = 1});
+  EXPECT_NE(metrics.find(R"(cuckood_redis_commands_total{command="cf.add",outcome="ok"} 1)"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find(R"(cuckood_redis_commands_total{command="cf.exists",outcome="ok"} 1)"),
+            std::string::npos);
+  EXPECT_NE(metrics.find(R"(cuckood_redis_commands_total{command="cf.exists",outcome="error"} 1)"),
+            std::string::npos);
+  EXPECT_NE(metrics.find(R"(cuckood_redis_commands_total{command="unknown",outcome="error"} 1)"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("cuckood_redis_connections_total 1"), std::string::npos);
+  EXPECT_NE(metrics.find(R"(cuckood_redis_items_total{command="cf.add"} 1)"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cuckoo::testing
