@@ -173,6 +173,8 @@ class Writer {
   void Verbatim(std::string_view format, std::string_view text);
   // RESP3 ">n" (an out-of-band push); RESP2 "*n"; then n replies follow.
   void Push(size_t n);
+  // Replies already encoded (by a Writer of the same protocol), as they are.
+  void Raw(std::string_view replies) { out_->append(replies); }
 
  private:
   void Header(char type, uint64_t n);
