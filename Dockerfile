@@ -1,12 +1,16 @@
-# cuckood: the gRPC server of named cuckoo filters, plus cuckooctl.
+# cuckood: the gRPC server of named cuckoo filters, plus cuckooctl; RedisBloom's
+# CF.* commands on the Redis port (6379) too.
 #
 #   docker build -t cuckood .
-#   docker run -d --name cuckood -p 50051:50051 -p 9090:9090 -v cuckood-data:/var/lib/cuckood cuckood
+#   docker run -d --name cuckood -p 50051:50051 -p 9090:9090 -p 6379:6379 -v cuckood-data:/var/lib/cuckood cuckood
 #   docker exec cuckood cuckooctl create users --capacity=1M
+#   redis-cli -p 6379 CF.EXISTS users alice
 #   docker stop -t 60 cuckood      # SIGTERM: drain, final snapshot, exit 0
 #
 # Configuration: CUCKOOD_* environment variables or flags after the image name
 # (server/README.md lists them). Data lives in /var/lib/cuckood (a volume).
+# The Redis port has no TLS: with TLS on (CUCKOOD_TLS_CERT) cuckood refuses to
+# start unless CUCKOOD_REDIS_PLAINTEXT=true or CUCKOOD_REDIS_LISTEN= (empty).
 # More in deploy/README.md.
 
 # ---------------------------------------------------------------- build
@@ -71,7 +75,7 @@ RUN apt-get update \
 COPY --from=build /out/bin/cuckood /out/bin/cuckooctl /usr/local/bin/
 
 LABEL org.opencontainers.image.title="cuckood" \
-      org.opencontainers.image.description="gRPC server of named cuckoo filters (batched insert/lookup/delete/count), with cuckooctl"
+      org.opencontainers.image.description="gRPC server of named cuckoo filters (batched insert/lookup/delete/count), with cuckooctl; RedisBloom's CF.* commands on port 6379"
 
 # A new named volume starts as a copy of this directory, owned by 10001:10001,
 # so `-v NAME:/var/lib/cuckood` is writable with no extra step. A bind mount
@@ -80,9 +84,17 @@ ENV CUCKOOD_DATA_DIR=/var/lib/cuckood
 VOLUME ["/var/lib/cuckood"]
 WORKDIR /var/lib/cuckood
 USER 10001:10001
+# The Redis port is on in the image (the flag's default is off), so that
+# clients written for Redis + RedisBloom need only the address changed. It
+# has no TLS: with CUCKOOD_TLS_CERT set, cuckood refuses to start until
+# CUCKOOD_REDIS_PLAINTEXT=true says plaintext is meant there (a private
+# network, a port published on 127.0.0.1 only), or CUCKOOD_REDIS_LISTEN=
+# (empty) turns it off. docs/REDIS_COMPATIBILITY.md.
+ENV CUCKOOD_REDIS_LISTEN=0.0.0.0:6379
 # 50051: gRPC (cuckoo.v1.FilterService, grpc.health.v1, reflection).
 # 9090: admin HTTP (/metrics, /healthz, /readyz).
-EXPOSE 50051 9090
+# 6379: Redis protocol (RESP2/RESP3: RedisBloom's CF.* commands).
+EXPOSE 50051 9090 6379
 
 # Healthy once every snapshot is loaded and gRPC serves; NOT_SERVING (unhealthy)
 # while draining on shutdown. The start period covers loading large snapshots.
@@ -94,7 +106,8 @@ EXPOSE 50051 9090
 # a Kubernetes Secret from cert-manager, or deploy/k8s/components/mtls's),
 # else the certificate itself (self-signed). With mutual TLS it presents the
 # server's own certificate (which must then allow clientAuth), unless
-# CUCKOO_CERT/CUCKOO_KEY say otherwise. Health needs no token. A shell
+# CUCKOO_CERT/CUCKOO_KEY say otherwise. Health needs no token. Not the Redis
+# port: it may be turned off, and it serves the same filters as gRPC. A shell
 # (dash) for that; cuckood itself stays PID 1 (ENTRYPOINT, exec form).
 HEALTHCHECK --interval=10s --timeout=5s --start-period=5m --retries=3 \
   CMD if [ -n "$CUCKOOD_TLS_CERT" ]; then \

@@ -16,25 +16,38 @@
 #      docker, no registry: it makes the Debian base image itself). It builds
 #      the Dockerfile and runs the image the way the README does, with TLS and
 #      access tokens on (deploy/README.md, TLS and access tokens),
-#        run -p 127.0.0.1:P:50051 -p 127.0.0.1:A:9090 -v VOLUME:/var/lib/cuckood
+#        run -p 127.0.0.1:P:50051 -p 127.0.0.1:A:9090 -p 127.0.0.1:R:6379
+#            -v VOLUME:/var/lib/cuckood
 #            -v TLS_DIR:/etc/cuckood/tls:ro -v AUTH_DIR:/etc/cuckood/auth:ro
-#            -e CUCKOOD_TLS_CERT=... -e CUCKOOD_TLS_KEY=... -e CUCKOOD_AUTH_TOKENS=... IMAGE
+#            -e CUCKOOD_TLS_CERT=... -e CUCKOOD_TLS_KEY=... -e CUCKOOD_AUTH_TOKENS=...
+#            -e CUCKOOD_REDIS_PLAINTEXT=true IMAGE
 #      (periodic snapshots off, so only the SIGTERM snapshot persists data; a
 #      throwaway CA, a server certificate for localhost and 127.0.0.1 and two
-#      tokens, made here with the openssl CLI), then, from the host with
-#      build/release/client/cuckooctl --ca=... --token=... (the "verify" step
+#      tokens, made here with the openssl CLI; the image turns the Redis port
+#      on, which has no TLS, so with TLS on it needs CUCKOOD_REDIS_PLAINTEXT,
+#      and is published on 127.0.0.1 only), then, from the host with
+#      build/release/client/cuckooctl --ca=... --token=... and Debian's
+#      redis-cli (redis-tools, installed if missing) (the "verify" step
 #      below, run by container-smoke.sh while the container runs):
 #      - create a filter, insert keys, look them up; /readyz and /metrics on 9090;
 #      - no token or an unknown one: UNAUTHENTICATED; a read-only token may
 #        look up but not insert (PERMISSION_DENIED); gRPC health needs no
 #        token; a plaintext client gets nothing;
+#      - the Redis port (EXPOSE 6379, CUCKOOD_REDIS_LISTEN in the image),
+#        with redis-cli --pass TOKEN: CF.EXISTS of keys inserted over gRPC
+#        is 1, CF.MEXISTS of keys never inserted not all 1; AUTH TOKEN, then
+#        CF.ADD of a new item is 1 and CF.EXISTS of it 1, and cuckooctl
+#        finds it over gRPC; no token or an unknown one: NOAUTH; the
+#        read-only token: CF.EXISTS yes, CF.ADD NOPERM; the image with TLS
+#        but without CUCKOOD_REDIS_PLAINTEXT refuses to start, saying why;
 #      - the image: cuckood is PID 1 as 10001:10001, no build packages,
 #        cuckooctl inside;
 #      - SIGTERM (`stop -t 60`): exit code 0 and "final snapshot: 1 filters
 #        written" in the log;
 #      - a new container on the same volume, hardened as in Kubernetes
-#        (--read-only, --cap-drop=ALL, no-new-privileges): every key present,
-#        the item count unchanged; SIGTERM again, exit 0;
+#        (--read-only, --cap-drop=ALL, no-new-privileges): every key present
+#        (the one added over Redis too), the item count unchanged; SIGTERM
+#        again, exit 0;
 #      - the first container started again on the volume: keys still present.
 #      container-smoke.sh then runs the image's HEALTHCHECK in it (over TLS:
 #      the Dockerfile's HEALTHCHECK follows CUCKOOD_TLS_*) and checks that
@@ -55,8 +68,9 @@ if [ "${1:-}" = --verify ]; then
   # Run by container-smoke.sh, retried once a second until it exits 0. It
   # sees $SMOKE_ENGINE and $SMOKE_CONTAINER, and from the main part below
   # $CT_STATE, $CT_IMAGE, $CT_GRPC_PORT, $CT_GRPC_PORT2, $CT_ADMIN_PORT,
-  # $CT_VOLUME, $CT_CTL, $CT_SECURE_ARGS (the run arguments for TLS and
-  # tokens), $CT_TOKEN (admin:*) and $CT_READER_TOKEN (read:*).
+  # $CT_REDIS_PORT, $CT_VOLUME, $CT_CTL, $CT_SECURE_ARGS (the run arguments
+  # for TLS and tokens), $CT_REDIS_ARGS (those that keep the Redis port on
+  # with TLS), $CT_TOKEN (admin:*) and $CT_READER_TOKEN (read:*).
   # Until the server answers, failing just means "not yet". Past that point a
   # failure is final: it is recorded in $CT_STATE/failed (later retries only
   # repeat it) and the smoke container is stopped, so container-smoke.sh stops
@@ -64,6 +78,9 @@ if [ "${1:-}" = --verify ]; then
   engine=$SMOKE_ENGINE
   smoke=$SMOKE_CONTAINER
   second=$smoke-restarted
+  # (podman cannot schedule HEALTHCHECKs without systemd, and says so.)
+  no_hc=()
+  [ "$engine" = podman ] && no_hc=(--no-healthcheck)
   # Every call over TLS, checked against the throwaway CA (the certificate
   # names 127.0.0.1, the address dialled), with the admin token.
   ca=$CT_STATE/tls/ca.crt
@@ -182,6 +199,71 @@ if [ "${1:-}" = --verify ]; then
   say "TLS only; no token or an unknown one: UNAUTHENTICATED; read:* token: lookup yes," \
     "insert PERMISSION_DENIED; health open"
 
+  # 1c. The Redis port, the same filters, with Debian's redis-cli. It prints
+  # an error reply as "CODE message" on stdout and still exits 0, so the
+  # replies are compared, not exit codes.
+  # rcli REDIS_CLI_ARGS...: the replies, one a line.
+  rcli() {
+    timeout 10 redis-cli -h 127.0.0.1 -p "$CT_REDIS_PORT" --no-auth-warning "$@" \
+      2>>"$CT_STATE/redis-cli.stderr"
+  }
+  # expect_redis WANT WHAT REDIS_CLI_ARGS...: the replies match WANT (an
+  # extended regular expression of the whole output, newlines as spaces).
+  expect_redis() {
+    local want=$1 what=$2 got
+    shift 2
+    got=$(rcli "$@" | tr -s '\n' ' ') || true
+    got=${got% }
+    [[ $got =~ ^($want)$ ]] ||
+      fail "Redis port, $what: got '$got', not '$want'" \
+        "($(tail -n 3 "$CT_STATE/redis-cli.stderr" 2>/dev/null | tr '\n' ' '))"
+  }
+  # The Redis port opens after the gRPC port: give it 10 s.
+  for i in $(seq 10); do
+    [ "$(rcli --pass "$CT_TOKEN" PING)" = PONG ] && break
+    [ "$i" = 10 ] && fail "no PONG from the Redis port 127.0.0.1:$CT_REDIS_PORT (container port 6379)"
+    sleep 1
+  done
+  expect_redis 1 "CF.EXISTS of a key inserted over gRPC" --pass "$CT_TOKEN" \
+    CF.EXISTS "$filter" key-000001
+  expect_redis "1 1 1" "CF.MEXISTS of keys inserted over gRPC" --pass "$CT_TOKEN" \
+    CF.MEXISTS "$filter" key-000002 key-010000 key-020000
+  mapfile -t absent <"$CT_STATE/absent"
+  got=$(rcli --pass "$CT_TOKEN" CF.MEXISTS "$filter" "${absent[@]}") || true
+  [ "$(grep -c '^[01]$' <<<"$got")" = 100 ] ||
+    fail "Redis port, CF.MEXISTS of 100 keys: not 100 integer replies: $(head -c 200 <<<"$got")"
+  grep -q '^0$' <<<"$got" || fail "Redis port, CF.MEXISTS: 100 keys never inserted all present"
+  # AUTH as a command (what clients send on connect), then a write: it goes
+  # through the gRPC service's path, so gRPC sees it (and the restart in 5.
+  # finds it: the item count is 20001 from here).
+  got=$(printf 'AUTH %s\nCF.ADD %s %s\nCF.EXISTS %s %s\n' "$CT_TOKEN" "$filter" redis-item-1 \
+    "$filter" redis-item-1 | rcli | tr -s '\n' ' ') || true
+  [ "$got" = "OK 1 1 " ] || fail "Redis port, AUTH then CF.ADD and CF.EXISTS: got '$got', not 'OK 1 1'"
+  ctl --target="$grpc" lookup "$filter" --quiet redis-item-1 >/dev/null ||
+    fail "an item added over the Redis port (CF.ADD) is not there over gRPC"
+  expect_redis "NOAUTH .*" "CF.EXISTS without a token" CF.EXISTS "$filter" key-000001
+  expect_redis "NOAUTH .*" "CF.EXISTS with an unknown token" \
+    --pass ck_not-a-token-of-this-server CF.EXISTS "$filter" key-000001
+  expect_redis 1 "CF.EXISTS with a read:* token" --pass "$CT_READER_TOKEN" \
+    CF.EXISTS "$filter" key-000001
+  expect_redis "NOPERM .*" "CF.ADD with a read:* token" --pass "$CT_READER_TOKEN" \
+    CF.ADD "$filter" reader-item
+  # The image turns the Redis port on; with TLS on and no
+  # CUCKOOD_REDIS_PLAINTEXT, cuckood must refuse to start and say why (what
+  # users of the image with TLS meet first).
+  read -r -a secure <<<"$CT_SECURE_ARGS"
+  rc=0
+  timeout 120 "$engine" run --rm "${no_hc[@]}" "${secure[@]}" "$CT_IMAGE" \
+    >"$CT_STATE/refused.log" 2>&1 || rc=$?
+  if [ "$rc" = 0 ] || ! grep -q redis-plaintext "$CT_STATE/refused.log"; then
+    fail "TLS and the image's Redis port without CUCKOOD_REDIS_PLAINTEXT: exit $rc, not a" \
+      "refusal naming --redis-plaintext: $(tail -n 3 "$CT_STATE/refused.log")"
+  fi
+  say "Redis port 127.0.0.1:$CT_REDIS_PORT -> container port 6379 (redis-cli):" \
+    "CF.EXISTS/CF.MEXISTS of gRPC's keys 1; AUTH + CF.ADD seen by gRPC; no token or an" \
+    "unknown one: NOAUTH; read:* token: CF.EXISTS yes, CF.ADD NOPERM; TLS without" \
+    "CUCKOOD_REDIS_PLAINTEXT: refused at start"
+
   # 2. The admin HTTP port (EXPOSE 9090, default --admin-listen).
   http_get "$CT_ADMIN_PORT" /readyz >/dev/null || fail "GET /readyz on 127.0.0.1:$CT_ADMIN_PORT"
   # (Into a file first: `http_get | grep -q` fails under pipefail when grep
@@ -190,7 +272,16 @@ if [ "${1:-}" = --verify ]; then
     fail "GET /metrics on 127.0.0.1:$CT_ADMIN_PORT"
   grep -q '^# TYPE cuckood_' "$CT_STATE/metrics" ||
     fail "GET /metrics on 127.0.0.1:$CT_ADMIN_PORT: no cuckood_ metrics"
-  say "/readyz and /metrics answer through 127.0.0.1:$CT_ADMIN_PORT -> container port 9090"
+  # The Redis port's commands of 1c are counted: CF.EXISTS answered, the
+  # read:* token's CF.ADD denied.
+  for want in 'cf.exists.*outcome="ok"' 'cf.add".*outcome="denied"'; do
+    awk -v want="$want" '/^cuckood_redis_commands_total\{/ && $0 ~ want && $NF > 0 {found = 1}
+      END {exit !found}' "$CT_STATE/metrics" ||
+      fail "GET /metrics on 127.0.0.1:$CT_ADMIN_PORT: no cuckood_redis_commands_total" \
+        "matching $want above 0"
+  done
+  say "/readyz and /metrics (the Redis port's commands counted) answer through" \
+    "127.0.0.1:$CT_ADMIN_PORT -> container port 9090"
 
   # 3. The image: cuckood is PID 1 (SIGTERM reaches it) as 10001:10001;
   # runtime libraries only; cuckooctl in it.
@@ -212,22 +303,24 @@ if [ "${1:-}" = --verify ]; then
 
   # 5. A new container on the same volume, hardened as in deploy/k8s.
   "$engine" rm -f "$second" >/dev/null 2>&1 || true
-  # (podman cannot schedule HEALTHCHECKs without systemd, and says so.)
-  no_hc=()
-  [ "$engine" = podman ] && no_hc=(--no-healthcheck)
   read -r -a secure <<<"$CT_SECURE_ARGS"
+  read -r -a redis_args <<<"$CT_REDIS_ARGS"
   "$engine" run -d --name "$second" "${no_hc[@]}" --read-only --cap-drop=ALL \
     --security-opt=no-new-privileges -p "127.0.0.1:$CT_GRPC_PORT2:50051" \
     -v "$CT_VOLUME:/var/lib/cuckood" -e CUCKOOD_SNAPSHOT_INTERVAL=0 "${secure[@]}" \
-    "$CT_IMAGE" >/dev/null || fail "$engine run $second"
+    "${redis_args[@]}" "$CT_IMAGE" >/dev/null || fail "$engine run $second"
   wait_serving "$CT_GRPC_PORT2" "$second"
   ctl --target="127.0.0.1:$CT_GRPC_PORT2" lookup "$filter" --file="$keys" --quiet >/dev/null ||
     fail "after the restart, not every key present"
   items=$(ctl --target="127.0.0.1:$CT_GRPC_PORT2" --format=json info "$filter" |
     grep -o '"items": *"\?[0-9]*' | head -n 1 | grep -o '[0-9]*$') ||
     fail "cuckooctl info after the restart"
-  [ "$items" = 20000 ] || fail "after the restart: $items items, expected 20000"
-  say "new container on volume $CT_VOLUME (read-only root, no capabilities): all 20000 keys present"
+  # 20000 over gRPC and redis-item-1 over the Redis port.
+  [ "$items" = 20001 ] || fail "after the restart: $items items, expected 20001"
+  ctl --target="127.0.0.1:$CT_GRPC_PORT2" lookup "$filter" --quiet redis-item-1 >/dev/null ||
+    fail "after the restart, the item added over the Redis port is missing"
+  say "new container on volume $CT_VOLUME (read-only root, no capabilities): all 20000 keys" \
+    "and the one added over Redis present"
   stop_sigterm "$second" 0
   "$engine" rm -f "$second" >/dev/null
 
@@ -328,10 +421,11 @@ CT_STATE=$(mktemp -d /tmp/cuckood-container-test.XXXXXX)
 CT_GRPC_PORT=$(free_port)
 CT_GRPC_PORT2=$(free_port)
 CT_ADMIN_PORT=$(free_port)
+CT_REDIS_PORT=$(free_port)
 CT_VOLUME=cuckood-container-test-$$
 CT_CTL=$PWD/build/release/client/cuckooctl
 CT_IMAGE=$image
-export CT_STATE CT_IMAGE CT_GRPC_PORT CT_GRPC_PORT2 CT_ADMIN_PORT CT_VOLUME CT_CTL
+export CT_STATE CT_IMAGE CT_GRPC_PORT CT_GRPC_PORT2 CT_ADMIN_PORT CT_REDIS_PORT CT_VOLUME CT_CTL
 # The volume outlives container-smoke.sh's containers; remove it with the
 # engine it used (podman with its private containers.conf, or docker). With
 # CONTAINER_ENGINE=dockerd the private daemon is gone by then: it stays there.
@@ -395,10 +489,17 @@ ctl_hash=$(printf %s "$CT_TOKEN" | "$CT_CTL" hash-token container-test --stdin -
 CT_SECURE_ARGS="-v $CT_STATE/tls:/etc/cuckood/tls:ro -v $CT_STATE/auth:/etc/cuckood/auth:ro \
 -e CUCKOOD_TLS_CERT=/etc/cuckood/tls/tls.crt -e CUCKOOD_TLS_KEY=/etc/cuckood/tls/tls.key \
 -e CUCKOOD_AUTH_TOKENS=/etc/cuckood/auth/tokens"
-export CT_TOKEN CT_READER_TOKEN CT_SECURE_ARGS
+# The image serves the Redis port, which has no TLS: with TLS on, cuckood
+# starts only if told the plaintext is meant, as for a port published on
+# 127.0.0.1 alone (below).
+CT_REDIS_ARGS="-e CUCKOOD_REDIS_PLAINTEXT=true"
+export CT_TOKEN CT_READER_TOKEN CT_SECURE_ARGS CT_REDIS_ARGS
+# redis-cli for the checks of the Redis port, from the host.
+apt_install redis-tools redis-cli
 
 RUN_ARGS="-p 127.0.0.1:$CT_GRPC_PORT:50051 -p 127.0.0.1:$CT_ADMIN_PORT:9090 \
--v $CT_VOLUME:/var/lib/cuckood -e CUCKOOD_SNAPSHOT_INTERVAL=0 $CT_SECURE_ARGS" \
+-p 127.0.0.1:$CT_REDIS_PORT:6379 -v $CT_VOLUME:/var/lib/cuckood -e CUCKOOD_SNAPSHOT_INTERVAL=0 \
+$CT_SECURE_ARGS $CT_REDIS_ARGS" \
   VERIFY_TIMEOUT=${VERIFY_TIMEOUT:-120} SMOKE_REQUIRE_SIGTERM=1 \
   bash "$tools/container-smoke.sh" Dockerfile . "$image" "bash scripts/container-test.sh --verify"
 echo "== container image: done in $((SECONDS - t0))s"

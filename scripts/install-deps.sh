@@ -14,6 +14,7 @@ PACKAGES=(
   clang libclang-rt-14-dev
   libnats-dev nats-server
   libssl-dev openssl
+  redis-tools python3-redis redis-server
 )
 
 missing=()
