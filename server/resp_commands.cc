@@ -1778,10 +1778,32 @@ void RedisCommands::DbSize(Session* s, Writer& w) {
 }
 
 void RedisCommands::Config(Session*, const Command& c, Writer& w) {
-  if (Is(c.args[1], "GET")) {
-    // No Redis settings to show (clients such as redis-benchmark ask for
-    // "save" and "appendonly" and carry on without them).
-    w.Map(0);
+  if (Is(c.args[1], "GET") && c.args.size() >= 3) {
+    // The few Redis settings clients ask for on connect (redis-benchmark:
+    // save and appendonly), as what they mean here: no RDB snapshots in
+    // Redis's sense, every write in the write-ahead log.
+    const std::vector<std::pair<std::string, std::string>> settings = {
+        {"save", ""},
+        {"appendonly", "yes"},
+        {"databases", "1"},
+        {"maxmemory", absl::StrCat(registry_->limits().memory_budget_bytes)},
+        {"maxclients", absl::StrCat(options_.max_clients)},
+        {"proto-max-bulk-len", absl::StrCat(options_.max_bulk_bytes)},
+    };
+    std::vector<const std::pair<std::string, std::string>*> found;
+    for (const auto& setting : settings) {
+      for (size_t i = 2; i < c.args.size(); ++i) {
+        if (Matches(absl::AsciiStrToLower(A(c.args[i])), setting.first)) {
+          found.push_back(&setting);
+          break;
+        }
+      }
+    }
+    w.Map(found.size());
+    for (const auto* setting : found) {
+      w.Bulk(setting->first);
+      w.Bulk(setting->second);
+    }
     return;
   }
   w.Error(absl::StrFormat(

@@ -78,6 +78,9 @@ struct RedisOptions {
   // As the gRPC API's limits (--max-batch-keys, --max-key-bytes).
   uint32_t max_batch_keys = 100'000;
   uint32_t max_key_bytes = 4096;
+  // For CONFIG GET: --redis-max-clients and the longest argument.
+  uint32_t max_clients = 10'000;
+  size_t max_bulk_bytes = 0;
   // Where dumps and loads keep their private files.
   std::string data_dir;
   // An unfinished dump or load not touched for this long is dropped.

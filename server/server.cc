@@ -353,12 +353,15 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
     s->redis_commands_ = std::make_unique<RedisCommands>(
         s->registry_.get(), s->auth_.get(), s->metrics_.get(),
         s->grpc_server_->InProcessChannel(args),
-        RedisOptions{.default_capacity = config.redis_default_capacity,
-                     .error_rate = config.redis_error_rate,
-                     .default_expansion = config.redis_default_expansion,
-                     .max_batch_keys = config.max_batch_keys,
-                     .max_key_bytes = config.max_key_bytes,
-                     .data_dir = config.data_dir});
+        RedisOptions{
+            .default_capacity = config.redis_default_capacity,
+            .error_rate = config.redis_error_rate,
+            .default_expansion = config.redis_default_expansion,
+            .max_batch_keys = config.max_batch_keys,
+            .max_key_bytes = config.max_key_bytes,
+            .max_clients = config.redis_max_clients,
+            .max_bulk_bytes = std::max<size_t>(config.max_key_bytes, kRedisDumpChunkBytes + 4096),
+            .data_dir = config.data_dir});
     resp::ServerOptions options;
     options.listen = config.redis_listen;
     options.threads = static_cast<int>(config.redis_threads);

@@ -226,9 +226,11 @@ TEST_F(RedisPortTest, Resp3AfterHello) {
   EXPECT_EQ(c.Call({"CLIENT", "SETNAME", "svc"}), "OK");
   EXPECT_EQ(c.Call({"CLIENT", "GETNAME"}), "$svc");
   EXPECT_EQ(c.Call({"CLIENT", "SETNAME", "a b"}).substr(0, 30), "-ERR Client names cannot conta");
-  EXPECT_EQ(c.Call({"CONFIG", "GET", "save"}), "[]");
+  EXPECT_EQ(c.Call({"CONFIG", "GET", "save"}), "[$save,$]");
   EXPECT_EQ(c.Call({"HELLO", "2"}).substr(0, 8), "[$server");
-  EXPECT_EQ(c.Call({"CONFIG", "GET", "save"}), "[]");
+  EXPECT_EQ(c.Call({"CONFIG", "GET", "appendonly", "nope"}), "[$appendonly,$yes]");
+  EXPECT_EQ(c.Call({"CONFIG", "SET", "save", ""}).substr(0, 35),
+            "-ERR CONFIG SET is not supported: c");
 }
 
 TEST_F(RedisPortTest, ConnectionAndKeyspaceCommands) {
