@@ -534,11 +534,11 @@ TEST_P(RedisCliTest, CommandAndInfoAreEnoughForRedisCli) {
   EXPECT_EQ(Run({"COMMAND", "DOCS"}), P("(empty array)\n", "(empty hash)\n"));
   EXPECT_EQ(Run({"COMMAND", "DOCS", "cf.add"}), P("(empty array)\n", "(empty hash)\n"));
   EXPECT_EQ(Run({"COMMAND", "INFO", "nosuch"}), "1) (nil)\n");
+  // Flags and ACL categories are sets: "1~" in RESP3.
   EXPECT_EQ(Run({"COMMAND", "INFO", "CF.MEXISTS"}),
             "1)  1) \"cf.mexists\"\n"
-            "    2) (integer) -3\n"
-            "    3) " +
-                P("1) readonly\n       2) fast\n", "1) readonly\n       2) fast\n") +
+            "    2) (integer) -3\n" +
+                P("    3) 1) readonly\n       2) fast\n", "    3) 1~ readonly\n       2~ fast\n") +
                 "    4) (integer) 1\n"
                 "    5) (integer) 1\n"
                 "    6) (integer) 1\n" +
@@ -573,7 +573,7 @@ TEST_P(RedisCliTest, CommandAndInfoAreEnoughForRedisCli) {
   }
   EXPECT_THAT(info, HasSubstr("tcp_port:" + std::to_string(server_->redis_port()) + "\r\n"));
   const std::string keyspace = Run({"INFO", "keyspace"});
-  EXPECT_EQ(keyspace, "# Keyspace\r\ndb0:keys=2,expires=0,avg_ttl=0\r\n\n");
+  EXPECT_EQ(keyspace, "# Keyspace\r\ndb0:keys=2,expires=0,avg_ttl=0\r\n");
   EXPECT_THAT(Run({"INFO", "modules"}), HasSubstr("module:name=bf,ver=20612,"));
   EXPECT_THAT(Run({"INFO", "modules"}), Not(HasSubstr("# Server")));
 }

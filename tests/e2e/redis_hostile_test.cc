@@ -79,12 +79,13 @@ TEST_F(RedisHostileTest, TwoGibibyteBulkLengthIsRefusedAtOnce) {
 TEST_F(RedisHostileTest, NegativeLengthsAreProtocolErrors) {
   ExpectErrorThenClose("*2\r\n$4\r\nECHO\r\n$-5\r\n", "ERR Protocol error: invalid bulk length");
   ExpectErrorThenClose("*2\r\n$4\r\nECHO\r\n$-1\r\n", "ERR Protocol error: invalid bulk length");
-  ExpectErrorThenClose("*-5\r\n", "ERR Protocol error: invalid multibulk length");
+  ExpectErrorThenClose("*x\r\n", "ERR Protocol error: invalid multibulk length");
   ExpectErrorThenClose("*2\r\n$x\r\n", "ERR Protocol error: invalid bulk length");
   ExpectErrorThenClose("*2\r\n:4\r\n", "ERR Protocol error: expected '$', got ':'");
-  // *0 and *-1 are empty commands, skipped without a reply, as in Redis.
+  // *0, *-1 and other negative counts are empty commands, skipped without
+  // a reply, as in Redis (processMultibulkBuffer: a count <= 0).
   RespConn c(server_->redis_port());
-  ASSERT_TRUE(c.Send("*0\r\n*-1\r\n*1\r\n$4\r\nPING\r\n"));
+  ASSERT_TRUE(c.Send("*0\r\n*-1\r\n*-5\r\n*1\r\n$4\r\nPING\r\n"));
   std::optional<RespReply> pong = c.Read();
   ASSERT_TRUE(pong.has_value());
   EXPECT_EQ(pong->str, "PONG");
