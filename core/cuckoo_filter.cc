@@ -219,6 +219,16 @@ void CuckooFilter::InsertInShard(Shard& shard, size_t s, CuckooTable& t,
 
 void CuckooFilter::DeleteInShard(Shard& shard, CuckooTable& t, absl::Span<const uint64_t> h,
                                  absl::Span<DeleteResult> r, const Lookahead& next) {
+  DeleteInGenerations(shard, t, h, r, next);
+  uint64_t deleted = 0;
+  for (const DeleteResult x : r) deleted += x == DeleteResult::kDeleted ? 1 : 0;
+  // Under the shard's write lock: one writer at a time.
+  shard.deletes.store(shard.deletes.load(std::memory_order_relaxed) + deleted,
+                      std::memory_order_relaxed);
+}
+
+void CuckooFilter::DeleteInGenerations(Shard& shard, CuckooTable& t, absl::Span<const uint64_t> h,
+                                       absl::Span<DeleteResult> r, const Lookahead& next) {
   const uint32_t gens = shard.generations.load(std::memory_order_relaxed);
   if (gens == 1) {
     t.DeleteBatch(h, r, shape_.growing() ? Lookahead{} : next);
@@ -809,6 +819,7 @@ int64_t CuckooFilter::FirstInvalidBucketForLoad(uint32_t i) {
 FilterStats CuckooFilter::Stats() const {
   FilterStats st;
   st.items = items();
+  for (const auto& s : shards_) st.deletes += s->deletes.load(std::memory_order_relaxed);
   st.capacity = shape_.capacity;
   st.memory_bytes = memory_bytes();
   st.max_generations = static_cast<uint32_t>(schedule_.size());

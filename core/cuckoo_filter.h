@@ -66,7 +66,10 @@ struct GenerationStats {
 
 // A point-in-time view of a filter's occupancy and cost.
 struct FilterStats {
-  uint64_t items = 0;         // Fingerprints stored (inserts - deletes).
+  uint64_t items = 0;  // Fingerprints stored (inserts - deletes).
+  // Deletes answered kDeleted since the filter was created or loaded by
+  // this process (not kept in snapshots).
+  uint64_t deletes = 0;
   uint64_t capacity = 0;      // As requested at creation.
   uint64_t slots = 0;         // Fingerprint slots in all tables.
   uint64_t memory_bytes = 0;  // Bytes allocated for the tables.
@@ -415,6 +418,8 @@ class CuckooFilter {
     std::atomic<uint64_t> items{0};
     // Keys inserted or deleted so far (see changes()).
     std::atomic<uint64_t> changes{0};
+    // Deletes answered kDeleted (FilterStats::deletes).
+    std::atomic<uint64_t> deletes{0};
     // See ShardState::position.
     uint64_t position ABSL_GUARDED_BY(mu) = 0;
     // Tables, counting `table`: 1 for a fixed filter. Raised (release)
@@ -435,6 +440,9 @@ class CuckooFilter {
                      bool if_absent, absl::Span<InsertResult> r, const Lookahead& next, bool* full);
   void DeleteInShard(Shard& shard, CuckooTable& t, absl::Span<const uint64_t> h,
                      absl::Span<DeleteResult> r, const Lookahead& next);
+  // DeleteInShard without counting the deletes.
+  void DeleteInGenerations(Shard& shard, CuckooTable& t, absl::Span<const uint64_t> h,
+                           absl::Span<DeleteResult> r, const Lookahead& next);
   void LookupInShard(const Shard& shard, const CuckooTable& t, absl::Span<const uint64_t> h,
                      absl::Span<bool> r, const Lookahead& next) const;
   void CountInShard(const Shard& shard, const CuckooTable& t, absl::Span<const uint64_t> h,

@@ -3,10 +3,12 @@
 # path's request parser (tests/fuzz/wire_fuzz.cc, differential against the
 # generated protobuf parser), the write-ahead log reader
 # (tests/fuzz/wal_fuzz.cc), the cluster log's entry decoder
-# (tests/fuzz/log_entry_fuzz.cc) and the access file's parser
-# (tests/fuzz/access_fuzz.cc), each for a while:
+# (tests/fuzz/log_entry_fuzz.cc), the access file's parser
+# (tests/fuzz/access_fuzz.cc) and the RESP command parser
+# (tests/fuzz/resp_fuzz.cc, whole against split reads), each for a while:
 #   scripts/fuzz.sh [snapshot-seconds] [wire-seconds] [wal-seconds] [entry-seconds] [access-seconds]
-#       (defaults 45, 30, 30, 20 and 20; 0 skips that fuzzer)
+#                   [resp-seconds]
+#       (defaults 45, 30, 30, 20, 20 and 20; 0 skips that fuzzer)
 #
 # Builds the fuzzers and their seed corpus generators with clang + libFuzzer,
 # ASan and UBSan into build/fuzz, and the libraries cuckoo_core, cuckoo_server
@@ -14,8 +16,8 @@
 # -Wthread-safety checks the lock annotations (ABSL_GUARDED_BY and the like)
 # as errors. Each fuzzer has its own corpus directory,
 # build/fuzz/corpus (snapshot), build/fuzz/wire-corpus,
-# build/fuzz/wal-corpus, build/fuzz/log-entry-corpus and
-# build/fuzz/access-corpus, seeded by its
+# build/fuzz/wal-corpus, build/fuzz/log-entry-corpus,
+# build/fuzz/access-corpus and build/fuzz/resp-corpus, seeded by its
 # generator; inputs the fuzzer finds are kept there too, so later runs start
 # from them, and past 1000 files a corpus is merged down to the inputs that
 # add coverage. Two fuzzers run at a time. Quiet on success apart from one
@@ -26,8 +28,9 @@
 #
 # Without clang++ or libFuzzer (Debian: clang, libclang-rt-14-dev) it prints a
 # notice and falls back to the g++ ASan+UBSan corpus replays instead
-# (snapshot_fuzz_replay, wire_fuzz_replay, wal_fuzz_replay and
-# log_entry_fuzz_replay over their seed corpora in
+# (snapshot_fuzz_replay, wire_fuzz_replay, wal_fuzz_replay,
+# log_entry_fuzz_replay, access_fuzz_replay and resp_fuzz_replay over their
+# seed corpora in
 # build/asan, via CTest), which check the seeds but do not fuzz; it fails only
 # if a replay fails.
 set -euo pipefail
@@ -37,10 +40,13 @@ wire_seconds=${2:-30}
 wal_seconds=${3:-30}
 entry_seconds=${4:-20}
 access_seconds=${5:-20}
-for s in "$snapshot_seconds" "$wire_seconds" "$wal_seconds" "$entry_seconds" "$access_seconds"; do
+resp_seconds=${6:-20}
+for s in "$snapshot_seconds" "$wire_seconds" "$wal_seconds" "$entry_seconds" "$access_seconds" \
+  "$resp_seconds"; do
   case "$s" in
     '' | *[!0-9]*)
-      echo "usage: $0 [snapshot-seconds] [wire-seconds] [wal-seconds] [entry-seconds] [access-seconds]" >&2
+      echo "usage: $0 [snapshot-seconds] [wire-seconds] [wal-seconds] [entry-seconds]" \
+        "[access-seconds] [resp-seconds]" >&2
       exit 2
       ;;
   esac
@@ -61,8 +67,8 @@ if ! have_libfuzzer; then
   echo "fuzz: clang++ with libFuzzer not found (install clang and libclang-rt-14-dev);" \
     "falling back to the g++ ASan corpus replays, no fuzzing" >&2
   bash scripts/build.sh asan snapshot_fuzz_replay wire_fuzz_replay wal_fuzz_replay \
-    log_entry_fuzz_replay access_fuzz_replay >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
-  ctest --test-dir build/asan --output-on-failure -R '^(snapshot|wire|wal|log_entry|access)_fuzz_' >>"$log" 2>&1 ||
+    log_entry_fuzz_replay access_fuzz_replay resp_fuzz_replay >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
+  ctest --test-dir build/asan --output-on-failure -R '^(snapshot|wire|wal|log_entry|access|resp)_fuzz_' >>"$log" 2>&1 ||
     { cat "$log" >&2; exit 1; }
   echo "fuzz: corpus replays (g++ ASan+UBSan) passed"
   exit 0
@@ -84,6 +90,7 @@ targets=(cuckoo_core cuckoo_server cuckoo_client)
 [ "$wal_seconds" -gt 0 ] && targets+=(wal_fuzz make_wal_corpus)
 [ "$entry_seconds" -gt 0 ] && targets+=(log_entry_fuzz make_log_entry_corpus)
 [ "$access_seconds" -gt 0 ] && targets+=(access_fuzz make_access_corpus)
+[ "$resp_seconds" -gt 0 ] && targets+=(resp_fuzz make_resp_corpus)
 ninja -C "$out" "${targets[@]}" >>"$log" 2>&1 || { cat "$log" >&2; exit 1; }
 
 # run_fuzzer NAME SECONDS CORPUS_DIR CORPUS_TOOL MAX_LEN
@@ -147,5 +154,6 @@ wait_all
   start log_entry_fuzz "$entry_seconds" "$out/log-entry-corpus" make_log_entry_corpus 8192
 wait_all
 [ "$access_seconds" -gt 0 ] && start access_fuzz "$access_seconds" "$out/access-corpus" make_access_corpus 4096
+[ "$resp_seconds" -gt 0 ] && start resp_fuzz "$resp_seconds" "$out/resp-corpus" make_resp_corpus 4096
 wait_all
 exit "$failed"

@@ -7,13 +7,14 @@
 #      benchmarks in --small mode as a smoke run;
 #   3. AddressSanitizer + UBSan build: every other test (each test is
 #      compiled once, in the build that checks the most);
-#   4. ThreadSanitizer build: the engine's concurrency tests and the
-#      write-ahead log's (CTest label "concurrency");
+#   4. ThreadSanitizer build: the engine's concurrency tests, the
+#      write-ahead log's and the RESP port's connections' (CTest label
+#      "concurrency");
 #   5. the libFuzzer targets, built with clang: the snapshot reader for 30 s,
 #      the data path's wire parser (differential against the generated
 #      parser) for 20 s, the write-ahead log reader for 20 s, the cluster
-#      log's entry decoder for 15 s and the access file's parser for 10 s
-#      (scripts/fuzz.sh);
+#      log's entry decoder for 15 s, the access file's parser for 10 s and
+#      the RESP command parser for 20 s (scripts/fuzz.sh);
 #   6. the deployment files (scripts/container-test.sh): the Kubernetes
 #      manifests and compose file validated, the Docker image built (podman or
 #      docker, no registry needed) and run: create/insert/lookup through the
@@ -47,14 +48,15 @@ bash scripts/build.sh asan
 ctest --test-dir build/asan --output-on-failure -j "$((jobs + 1))" -LE 'chaos|slow'
 
 phase "TSan build + concurrency tests"
-# Only the engine's and the write-ahead log's concurrency tests: TSan cannot see the synchronisation
+# Only the engine's, the write-ahead log's and the RESP connections' concurrency tests (no gRPC in
+# them): TSan cannot see the synchronisation
 # inside Debian's (uninstrumented) gRPC and abseil, so server tests report
 # races there that are not real; they run under ASan instead.
-bash scripts/build.sh tsan concurrency_test wal_test wal_apply_test
+bash scripts/build.sh tsan concurrency_test wal_test wal_apply_test resp_server_test
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   ctest --test-dir build/tsan --output-on-failure -j "$jobs" -L concurrency
-phase "fuzzing: snapshot reader, wire parser, write-ahead log reader, cluster log entries"
-bash scripts/fuzz.sh 30 20 20 15 10
+phase "fuzzing: snapshot reader, wire parser, write-ahead log reader, cluster log entries, access file, RESP parser"
+bash scripts/fuzz.sh 30 20 20 15 10 20
 phase "deployment: k8s manifests, compose file, container image"
 bash scripts/container-test.sh
 phase "all tests passed"

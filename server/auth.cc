@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -188,10 +189,12 @@ std::shared_ptr<const AccessTable> Authenticator::table() const {
   return table_;
 }
 
-absl::StatusOr<Caller> Authenticator::Authenticate(const grpc::ServerContextBase& ctx,
-                                                   AuthFailure* failure) const {
+namespace {
+// This thread's cache, refreshed when the table changed.
+TokenCache& FreshCache(const std::atomic<uint64_t>& table_id,
+                       absl::FunctionRef<std::shared_ptr<const AccessTable>()> table) {
   TokenCache& cache = token_cache;
-  const uint64_t id = table_id_.load(std::memory_order_acquire);
+  const uint64_t id = table_id.load(std::memory_order_acquire);
   if (cache.id != id) {
     cache.tokens.clear();
     cache.table = table();
@@ -199,6 +202,13 @@ absl::StatusOr<Caller> Authenticator::Authenticate(const grpc::ServerContextBase
     // then refreshed on the next call.
     cache.id = id;
   }
+  return cache;
+}
+}  // namespace
+
+absl::StatusOr<Caller> Authenticator::Authenticate(const grpc::ServerContextBase& ctx,
+                                                   AuthFailure* failure) const {
+  TokenCache& cache = FreshCache(table_id_, [this] { return table(); });
   const auto& metadata = ctx.client_metadata();
   auto header = metadata.find("authorization");
   if (header == metadata.end()) {
@@ -245,7 +255,14 @@ absl::StatusOr<Caller> Authenticator::Authenticate(const grpc::ServerContextBase
     return Unauthenticated(failure, AuthFailure::kMalformedHeader,
                            "the authorization metadata must be \"Bearer <token>\"");
   }
-  absl::string_view token = absl::StripLeadingAsciiWhitespace(value.substr(7));
+  const absl::string_view token = absl::StripLeadingAsciiWhitespace(value.substr(7));
+  return AuthenticateToken(std::string_view(token.data(), token.size()), failure);
+}
+
+absl::StatusOr<Caller> Authenticator::AuthenticateToken(std::string_view token_view,
+                                                        AuthFailure* failure) const {
+  TokenCache& cache = FreshCache(table_id_, [this] { return table(); });
+  const absl::string_view token(token_view.data(), token_view.size());
   if (token.empty() || token.size() > kMaxTokenBytes) {
     return Unauthenticated(
         failure, AuthFailure::kMalformedHeader,

@@ -101,6 +101,10 @@ class Authenticator {
   // The caller of the call `ctx`, or UNAUTHENTICATED (and *failure).
   absl::StatusOr<Caller> Authenticate(const grpc::ServerContextBase& ctx,
                                       AuthFailure* failure) const;
+  // The caller whose token is `token` (the Redis port's AUTH), or
+  // UNAUTHENTICATED (and *failure): the same check and cache as a call's
+  // "authorization: Bearer <token>".
+  absl::StatusOr<Caller> AuthenticateToken(std::string_view token, AuthFailure* failure) const;
   // Re-reads the file now (SIGHUP). On error the previous table stays.
   absl::Status Reload();
 

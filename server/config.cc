@@ -147,6 +147,23 @@ ABSL_FLAG(std::string, peer_token_file, "",
 ABSL_FLAG(std::string, peer_ca, "",
           "cluster mode with TLS: CA that peers' certificates are checked against; default "
           "--tls-client-ca, else the system's roots");
+ABSL_FLAG(std::string, redis_listen, "",
+          "host:port of the Redis-protocol port (RESP2/RESP3, RedisBloom's CF.* commands); "
+          "empty: off");
+ABSL_FLAG(uint32_t, redis_threads, kDefaults.redis_threads,
+          "I/O threads of the Redis port; 0: one per CPU");
+ABSL_FLAG(uint32_t, redis_max_clients, kDefaults.redis_max_clients,
+          "most open connections on the Redis port");
+ABSL_FLAG(absl::Duration, redis_idle_timeout, kDefaults.redis_idle_timeout,
+          "close Redis-port connections idle this long; 0: never");
+ABSL_FLAG(uint64_t, redis_default_capacity, kDefaults.redis_default_capacity,
+          "capacity of a filter that CF.ADD or CF.INSERT creates");
+ABSL_FLAG(double, redis_error_rate, kDefaults.redis_error_rate,
+          "false-positive rate of filters made over the Redis port");
+ABSL_FLAG(uint32_t, redis_default_expansion, kDefaults.redis_default_expansion,
+          "growth factor of Redis-made filters without EXPANSION: 0 fixed, 2 to 8");
+ABSL_FLAG(bool, redis_plaintext, kDefaults.redis_plaintext,
+          "allow the Redis port (which has no TLS) when --tls-cert is set");
 ABSL_FLAG(std::string, log_level, kDefaults.log_level,
           "trace, debug, info, warn, error, critical or off");
 ABSL_FLAG(std::string, log_format, kDefaults.log_format, "text or json (one object per line)");
@@ -194,6 +211,14 @@ constexpr const char* kFlagNames[] = {
     "reflection",
     "peer_token_file",
     "peer_ca",
+    "redis_listen",
+    "redis_threads",
+    "redis_max_clients",
+    "redis_idle_timeout",
+    "redis_default_capacity",
+    "redis_error_rate",
+    "redis_default_expansion",
+    "redis_plaintext",
 };
 
 struct Unit {
@@ -379,6 +404,43 @@ absl::Status ValidateConfig(const ServerConfig& c) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--max-message-size=%s must be between 4KiB and 2GiB",
                         FormatByteSize(c.max_message_bytes)));
+  }
+  if (!c.redis_listen.empty()) {
+    if (c.redis_listen == c.listen || c.redis_listen == c.admin_listen) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--redis-listen=%s is also --listen or --admin-listen: give each port its own address",
+          c.redis_listen));
+    }
+    if (!c.tls_cert.empty() && !c.redis_plaintext) {
+      return absl::InvalidArgumentError(
+          "--redis-listen serves plaintext (the Redis port has no TLS), and --tls-cert says "
+          "clients must use TLS: set --redis-plaintext=true if plaintext is meant there (a "
+          "sidecar on localhost, a private network), or leave --redis-listen empty");
+    }
+  }
+  if (c.redis_threads > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--redis-threads=%u must be 0 (one per CPU) to 1024", c.redis_threads));
+  }
+  if (c.redis_max_clients == 0) {
+    return absl::InvalidArgumentError("--redis-max-clients must be at least 1");
+  }
+  if (c.redis_idle_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--redis-idle-timeout=%s must not be negative",
+                        absl::FormatDuration(c.redis_idle_timeout)));
+  }
+  if (c.redis_default_capacity < 1 || c.redis_default_capacity > (uint64_t{1} << 40)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--redis-default-capacity=%u must be 1 to 2^40", c.redis_default_capacity));
+  }
+  if (!(c.redis_error_rate > 0 && c.redis_error_rate < 1)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--redis-error-rate=%g must be more than 0 and less than 1", c.redis_error_rate));
+  }
+  if (c.redis_default_expansion == 1 || c.redis_default_expansion > 8) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--redis-default-expansion=%u must be 0 (fixed) or 2 to 8", c.redis_default_expansion));
   }
   if (c.drain_timeout < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrFormat("--drain-timeout=%s must not be negative",
@@ -630,6 +692,14 @@ absl::StatusOr<ServerConfig> ConfigFromCommandLine(int argc, char** argv) {
   c.reflection = absl::GetFlag(FLAGS_reflection);
   c.peer_token_file = absl::GetFlag(FLAGS_peer_token_file);
   c.peer_ca = absl::GetFlag(FLAGS_peer_ca);
+  c.redis_listen = absl::GetFlag(FLAGS_redis_listen);
+  c.redis_threads = absl::GetFlag(FLAGS_redis_threads);
+  c.redis_max_clients = absl::GetFlag(FLAGS_redis_max_clients);
+  c.redis_idle_timeout = absl::GetFlag(FLAGS_redis_idle_timeout);
+  c.redis_default_capacity = absl::GetFlag(FLAGS_redis_default_capacity);
+  c.redis_error_rate = absl::GetFlag(FLAGS_redis_error_rate);
+  c.redis_default_expansion = absl::GetFlag(FLAGS_redis_default_expansion);
+  c.redis_plaintext = absl::GetFlag(FLAGS_redis_plaintext);
   if (absl::Status s = ValidateConfig(c); !s.ok()) return s;
   return c;
 }

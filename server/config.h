@@ -120,6 +120,26 @@ struct ServerConfig {
   // the system's roots).
   std::string peer_token_file;
   std::string peer_ca;
+  // The Redis-protocol port (server/resp_server.h, server/resp_commands.h):
+  // host:port serving RESP2/RESP3 and RedisBloom's CF.* commands over the
+  // same filters; empty: off. Port 0 picks a free port (tests).
+  std::string redis_listen;
+  // Its I/O threads; 0: one per CPU.
+  uint32_t redis_threads = 0;
+  // Most open connections (more are refused with an error reply).
+  uint32_t redis_max_clients = 10'000;
+  // A connection idle this long is closed; zero: never (Redis's default).
+  absl::Duration redis_idle_timeout = absl::ZeroDuration();
+  // Filters made over the Redis port: the capacity of one that CF.ADD or
+  // CF.INSERT creates, the false-positive rate of all (RedisBloom has no
+  // argument for it), and the growth factor when CF.RESERVE gives no
+  // EXPANSION (0 fixed, 2 to 8).
+  uint64_t redis_default_capacity = 1024;
+  double redis_error_rate = 0.002;
+  uint32_t redis_default_expansion = 2;
+  // The Redis port has no TLS: with --tls-cert it is refused unless this
+  // says plaintext is meant (a sidecar on localhost, a private network).
+  bool redis_plaintext = false;
   // spdlog level name: trace, debug, info, warn, error, critical, off.
   std::string log_level = "info";
   // "text" or "json" (one JSON object per line).

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
 #include "cuckoo_version.h"
@@ -263,6 +264,48 @@ void Metrics::RecordAuthFailure(RpcMethod method, AuthFailure reason) {
       1, std::memory_order_relaxed);
 }
 
+namespace {
+// Why the Redis port closed a connection (resp::ServerOptions::on_close).
+constexpr std::array<std::string_view, 9> kRedisCloseReasons = {
+    "quit",        "eof",      "error",       "protocol_error", "idle",
+    "slow_client", "shutdown", "max_clients", "other"};
+}  // namespace
+
+size_t RedisCommandIndex(std::string_view name) {
+  char lower[16];
+  if (name.size() > sizeof(lower)) return kRedisCommands - 1;
+  for (size_t i = 0; i < name.size(); ++i) lower[i] = absl::ascii_tolower(name[i]);
+  const std::string_view l(lower, name.size());
+  for (size_t i = 0; i + 1 < kRedisCommands; ++i) {
+    if (kRedisCommandNames[i] == l) return i;
+  }
+  return kRedisCommands - 1;
+}
+
+void Metrics::RecordRedisCommand(size_t command, RedisOutcome outcome,
+                                 std::chrono::nanoseconds elapsed, size_t keys) {
+  static std::atomic<size_t> next{0};
+  thread_local const size_t stripe = next.fetch_add(1, std::memory_order_relaxed) % kStripes;
+  RedisCounters& c = stripes_[stripe].redis[std::min(command, kRedisCommands - 1)];
+  c.calls[static_cast<size_t>(outcome)].fetch_add(1, std::memory_order_relaxed);
+  const int64_t ns = std::max<int64_t>(0, elapsed.count());
+  const size_t bucket = std::lower_bound(kDurationBucketsNs.begin(), kDurationBucketsNs.end(), ns) -
+                        kDurationBucketsNs.begin();
+  c.duration[bucket].fetch_add(1, std::memory_order_relaxed);
+  c.duration_ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+  if (keys > 0) c.keys.fetch_add(keys, std::memory_order_relaxed);
+}
+
+void Metrics::RecordRedisConnection() {
+  redis_connections_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Metrics::RecordRedisClose(std::string_view reason) {
+  size_t i = 0;
+  while (i + 1 < kRedisCloseReasons.size() && kRedisCloseReasons[i] != reason) ++i;
+  redis_closes_[i].fetch_add(1, std::memory_order_relaxed);
+}
+
 void Metrics::RecordAuthReload(bool ok) {
   (ok ? auth_reloads_ok_ : auth_reloads_failed_).fetch_add(1, std::memory_order_relaxed);
 }
@@ -375,6 +418,74 @@ std::string Metrics::Render(const ScrapeState& state) const {
   out.push_back(std::move(batches));
   AddGauge(out, "cuckood_rpc_in_flight", "Calls started and not yet finished",
            static_cast<double>(state.calls_in_flight));
+
+  // The Redis-protocol port, when it is on.
+  if (state.redis) {
+    MetricFamily commands = Family(
+        "cuckood_redis_commands_total",
+        "Redis-protocol commands answered, by command and outcome (ok; error: an -ERR reply; "
+        "denied: -NOAUTH, -WRONGPASS or -NOPERM)",
+        MetricType::Counter);
+    MetricFamily redis_durations =
+        Family("cuckood_redis_command_duration_seconds",
+               "Time from a Redis command's parse to its reply, by command", MetricType::Histogram);
+    MetricFamily items =
+        Family("cuckood_redis_items_total", "Items in answered CF.* data commands, by command",
+               MetricType::Counter);
+    constexpr std::array<std::string_view, kRedisOutcomes> kOutcomes = {"ok", "error", "denied"};
+    for (size_t m = 0; m < kRedisCommands; ++m) {
+      std::array<uint64_t, kRedisOutcomes> calls{};
+      std::array<uint64_t, kRpcDurationBuckets.size() + 1> duration{};
+      uint64_t duration_ns = 0, item_count = 0;
+      for (size_t s = 0; s < kStripes; ++s) {
+        const RedisCounters& c = stripes_[s].redis[m];
+        for (size_t i = 0; i < calls.size(); ++i) {
+          calls[i] += c.calls[i].load(std::memory_order_relaxed);
+        }
+        for (size_t i = 0; i < duration.size(); ++i) {
+          duration[i] += c.duration[i].load(std::memory_order_relaxed);
+        }
+        duration_ns += c.duration_ns.load(std::memory_order_relaxed);
+        item_count += c.keys.load(std::memory_order_relaxed);
+      }
+      const uint64_t total = calls[0] + calls[1] + calls[2];
+      // The CF.* commands always, the others once used.
+      const bool cf = m < 12;
+      if (total == 0 && !cf) continue;
+      const std::string command(kRedisCommandNames[m]);
+      for (size_t o = 0; o < kRedisOutcomes; ++o) {
+        if (calls[o] == 0 && o != 0) continue;
+        Add(commands, {{"command", command}, {"outcome", std::string(kOutcomes[o])}})
+            .counter.value = static_cast<double>(calls[o]);
+      }
+      FillHistogram(duration, kRpcDurationBuckets, static_cast<double>(duration_ns) / 1e9,
+                    &Add(redis_durations, {{"command", command}}));
+      if (cf) Add(items, {{"command", command}}).counter.value = static_cast<double>(item_count);
+    }
+    out.push_back(std::move(commands));
+    out.push_back(std::move(redis_durations));
+    out.push_back(std::move(items));
+    MetricFamily accepted = Family("cuckood_redis_connections_total",
+                                   "Redis-protocol connections accepted", MetricType::Counter);
+    Add(accepted).counter.value =
+        static_cast<double>(redis_connections_.load(std::memory_order_relaxed));
+    out.push_back(std::move(accepted));
+    MetricFamily closed =
+        Family("cuckood_redis_connections_closed_total",
+               "Redis-protocol connections closed, by reason (quit, eof, error, protocol_error, "
+               "idle, slow_client, shutdown, max_clients, other)",
+               MetricType::Counter);
+    for (size_t i = 0; i < kRedisCloseReasons.size(); ++i) {
+      Add(closed, {{"reason", std::string(kRedisCloseReasons[i])}}).counter.value =
+          static_cast<double>(redis_closes_[i].load(std::memory_order_relaxed));
+    }
+    out.push_back(std::move(closed));
+    AddGauge(out, "cuckood_redis_connections", "Open Redis-protocol connections",
+             static_cast<double>(state.redis_connections));
+    AddGauge(out, "cuckood_redis_commands_in_flight",
+             "Redis-protocol commands parsed and not yet answered",
+             static_cast<double>(state.redis_commands_in_flight));
+  }
 
   // The registry and its filters, as they are now.
   if (state.registry != nullptr) {

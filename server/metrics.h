@@ -76,6 +76,25 @@ inline constexpr std::array<double, 19> kRpcDurationBuckets = {
 inline constexpr std::array<double, 11> kBatchKeysBuckets = {1,    5,    10,    50,    100,   500,
                                                              1000, 5000, 10000, 50000, 100000};
 
+// The Redis-protocol port's commands (server/resp_commands.h), the `command`
+// label of cuckood_redis_*: lower case, "unknown" for every command
+// cuckood does not serve (a client cannot add series by sending names).
+inline constexpr std::array<std::string_view, 30> kRedisCommandNames = {
+    "cf.reserve", "cf.add",  "cf.addnx", "cf.insert", "cf.insertnx", "cf.exists",
+    "cf.mexists", "cf.del",  "cf.count", "cf.info",   "cf.scandump", "cf.loadchunk",
+    "ping",       "echo",    "hello",    "auth",      "select",      "client",
+    "quit",       "command", "info",     "del",       "exists",      "type",
+    "scan",       "keys",    "dbsize",   "config",    "reset",       "unknown"};
+inline constexpr size_t kRedisCommands = kRedisCommandNames.size();
+// A Redis command's index in kRedisCommandNames (lower-cases `name`):
+// kRedisCommands - 1 ("unknown") for one not served.
+size_t RedisCommandIndex(std::string_view name);
+// How a Redis command ended, the `outcome` label: answered, refused for its
+// input or state (an -ERR reply), or refused for its credentials (-NOAUTH,
+// -WRONGPASS, -NOPERM).
+enum class RedisOutcome : uint8_t { kOk, kError, kDenied };
+inline constexpr size_t kRedisOutcomes = 3;
+
 // State read at scrape time.
 class Persistence;
 class Wal;
@@ -87,6 +106,11 @@ struct ScrapeState {
   const Persistence* persistence = nullptr;
   // Calls started and not yet done (FilterServiceImpl::calls_in_flight()).
   int64_t calls_in_flight = 0;
+  // The Redis-protocol port (--redis-listen): whether it is on, its open
+  // connections and its commands running.
+  bool redis = false;
+  int64_t redis_connections = 0;
+  int64_t redis_commands_in_flight = 0;
   // The write-ahead log's state (none if null).
   const Wal* wal = nullptr;
   // Cluster mode: the replica's view of its cluster (null on a single node).
@@ -127,6 +151,15 @@ class Metrics {
   // A reload of the access file (file changed, or SIGHUP).
   void RecordAuthReload(bool ok);
 
+  // The Redis-protocol port: one command (index into kRedisCommandNames)
+  // answered, how, and how long from its parse to its reply; `keys` is the
+  // items of a CF.* data command (0 for others).
+  void RecordRedisCommand(size_t command, RedisOutcome outcome, std::chrono::nanoseconds elapsed,
+                          size_t keys);
+  // A connection accepted, and one closed with `reason` (kRedisCloseReasons).
+  void RecordRedisConnection();
+  void RecordRedisClose(std::string_view reason);
+
   // The whole exposition: the counters above, plus gauges computed now from
   // `state` and /proc/self.
   std::string Render(const ScrapeState& state) const;
@@ -140,8 +173,15 @@ class Metrics {
     std::atomic<uint64_t> keys{0};
     std::array<std::atomic<uint64_t>, kBatchKeysBuckets.size() + 1> batch{};
   };
+  struct alignas(64) RedisCounters {
+    std::array<std::atomic<uint64_t>, kRedisOutcomes> calls{};
+    std::array<std::atomic<uint64_t>, kRpcDurationBuckets.size() + 1> duration{};
+    std::atomic<uint64_t> duration_ns{0};
+    std::atomic<uint64_t> keys{0};
+  };
   struct Stripe {
     std::array<MethodCounters, kRpcMethods> method;
+    std::array<RedisCounters, kRedisCommands> redis;
   };
   static constexpr size_t kStripes = 16;
   // This thread's stripe.
@@ -150,6 +190,9 @@ class Metrics {
   std::unique_ptr<Stripe[]> stripes_;
   std::array<std::array<std::atomic<uint64_t>, kAuthFailures>, kRpcMethods> auth_failures_{};
   std::atomic<uint64_t> auth_reloads_ok_{0};
+  std::atomic<uint64_t> redis_connections_{0};
+  // By reason, in the order of kRedisCloseReasons (metrics.cc).
+  std::array<std::atomic<uint64_t>, 9> redis_closes_{};
   std::atomic<uint64_t> auth_reloads_failed_{0};
   // When this process started (/proc/self/stat), seconds since the epoch.
   double start_time_seconds_ = 0;

@@ -119,15 +119,17 @@ absl::StatusOr<LoadSummary> Persistence::LoadAll() {
   for (fs::directory_iterator it(data_dir_, ec), end; !ec && it != end; it.increment(ec)) {
     const fs::path& p = it->path();
     const std::string file = p.filename().string();
-    if (file == kExportDir || file == kImportDir) {
+    if (file == kExportDir || file == kImportDir || file == kRedisDumpDir) {
       // The private copies of exports and imports that were running when
       // the process stopped: nothing in them is needed any more (an import
       // is in the data directory only once its own snapshot file is).
       std::error_code ignored;
       if (fs::recursive_directory_iterator(p, ignored) != fs::recursive_directory_iterator() &&
           !ignored) {
-        spdlog::warn("removing {}: the private files of exports or imports cut short by a stop",
-                     p.string());
+        spdlog::warn(
+            "removing {}: the private files of exports, imports or Redis dumps cut short "
+            "by a stop",
+            p.string());
       }
       fs::remove_all(p, ec);
       ec.clear();

@@ -74,6 +74,8 @@ inline constexpr char kRequestWindowFile[] = "REQUESTS";
 // filter_service.h); removed at start-up with whatever a stop left in them.
 inline constexpr char kExportDir[] = ".export";
 inline constexpr char kImportDir[] = ".import";
+// The Redis port's CF.SCANDUMP and CF.LOADCHUNK files (server/resp_commands.h).
+inline constexpr char kRedisDumpDir[] = ".redis-dump";
 
 // A log kept outside the data directory (cluster mode: the JetStream
 // stream, server/cluster/cluster.h). Persistence then keeps no write-ahead

@@ -345,6 +345,50 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
         "filter",
         s->address_);
   }
+  if (!config.redis_listen.empty()) {
+    // Its writes go through the service itself, in process.
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    args.SetMaxSendMessageSize(-1);
+    s->redis_commands_ = std::make_unique<RedisCommands>(
+        s->registry_.get(), s->auth_.get(), s->metrics_.get(),
+        s->grpc_server_->InProcessChannel(args),
+        RedisOptions{.default_capacity = config.redis_default_capacity,
+                     .error_rate = config.redis_error_rate,
+                     .default_expansion = config.redis_default_expansion,
+                     .max_batch_keys = config.max_batch_keys,
+                     .max_key_bytes = config.max_key_bytes,
+                     .data_dir = config.data_dir});
+    resp::ServerOptions options;
+    options.listen = config.redis_listen;
+    options.threads = static_cast<int>(config.redis_threads);
+    options.max_connections = config.redis_max_clients;
+    options.idle_timeout = config.redis_idle_timeout;
+    // A command's bytes become one gRPC message at most (CF.INSERT): RESP
+    // spends more bytes per key than protobuf does.
+    options.limits.max_args = config.max_batch_keys + 16;
+    options.limits.max_bulk_bytes =
+        std::max<size_t>(config.max_key_bytes, kRedisDumpChunkBytes + 4096);
+    options.limits.max_command_bytes =
+        std::max<size_t>(config.max_message_bytes, kRedisDumpChunkBytes + 8192);
+    Metrics* metrics = s->metrics_.get();
+    options.on_connect = [metrics] { metrics->RecordRedisConnection(); };
+    options.on_close = [metrics](std::string_view reason) { metrics->RecordRedisClose(reason); };
+    absl::StatusOr<std::unique_ptr<resp::RespServer>> redis =
+        resp::RespServer::Start(options, s->redis_commands_.get());
+    if (!redis.ok()) return redis.status();
+    s->redis_server_ = *std::move(redis);
+    resp::RespServer* server = s->redis_server_.get();
+    s->redis_commands_->set_connection_count([server] { return server->connections(); });
+    s->redis_commands_->set_port(s->redis_server_->port());
+    spdlog::info("Redis protocol (RESP2/RESP3, CF.* commands) on {}", s->redis_server_->address());
+    if (s->auth_ == nullptr && !Loopback(config.redis_listen)) {
+      spdlog::warn(
+          "no --auth-tokens: every client that reaches the Redis port {} may read, "
+          "write and drop every filter",
+          s->redis_server_->address());
+    }
+  }
   grpc::HealthCheckServiceInterface* health = s->grpc_server_->GetHealthCheckService();
   health->SetServingStatus(true);
   health->SetServingStatus(kServiceName, true);
@@ -396,6 +440,12 @@ AdminResponse CuckooServer::MetricsPage() const {
           {.registry = registry_.get(),
            .persistence = persistence_.get(),
            .calls_in_flight = service_->calls_in_flight(),
+           .redis = redis_server_ != nullptr,
+           .redis_connections =
+               redis_server_ != nullptr ? static_cast<int64_t>(redis_server_->connections()) : 0,
+           .redis_commands_in_flight =
+               redis_server_ != nullptr ? static_cast<int64_t>(redis_server_->commands_in_flight())
+                                        : 0,
            .wal = persistence_->wal(),
            .cluster = cluster_ != nullptr ? &cluster : nullptr,
            .tls_not_after_seconds =
@@ -416,6 +466,10 @@ void CuckooServer::Shutdown(absl::Duration drain) {
     grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
     health->SetServingStatus(false);
     health->SetServingStatus(kServiceName, false);
+    // The Redis port first: the writes of its commands still running are
+    // calls of the service, which must still take them.
+    const absl::Time deadline = absl::Now() + drain;
+    if (redis_server_ != nullptr) redis_server_->Shutdown(drain);
     service_->StopAccepting();
     // Snapshot and DropFilter calls still waiting for the persistence
     // thread answer now; the final snapshot writes every changed filter.
@@ -425,7 +479,6 @@ void CuckooServer::Shutdown(absl::Duration drain) {
     // retry, rather than being cancelled; what still runs a second later is.
     // (Passing the drain deadline to gRPC alone would also wait that long for
     // idle client connections to go away.)
-    const absl::Time deadline = absl::Now() + drain;
     auto idle_or = [&](absl::Time until, bool hurry_ends) {
       while (service_->calls_in_flight() > 0) {
         if (absl::Now() >= until || (hurry_ends && hurry_.load(std::memory_order_acquire))) {

@@ -40,6 +40,8 @@
 #include "server/filter_service.h"
 #include "server/metrics.h"
 #include "server/persistence.h"
+#include "server/resp_commands.h"
+#include "server/resp_server.h"
 #include "server/tls.h"
 
 namespace cuckoo::server {
@@ -66,6 +68,10 @@ class CuckooServer {
 
   // host:port actually bound (the port resolved when config.listen ends in :0).
   const std::string& address() const { return address_; }
+  // The Redis port's host:port and port ("" and 0 when config.redis_listen
+  // is empty).
+  std::string redis_address() const { return redis_server_ ? redis_server_->address() : ""; }
+  int redis_port() const { return redis_server_ ? redis_server_->port() : 0; }
   int port() const { return port_; }
   // The admin HTTP server's host:port and port ("" and 0 when
   // config.admin_listen is empty).
@@ -91,7 +97,9 @@ class CuckooServer {
   const Authenticator* authenticator() const { return auth_.get(); }
 
   // Stops serving: /healthz and /readyz answer 503 and gRPC health turns
-  // NOT_SERVING, new calls fail with UNAVAILABLE, queued Snapshot and
+  // NOT_SERVING; the Redis port stops taking commands and gets up to
+  // `drain` for those running (their writes are gRPC calls, which go on
+  // meanwhile); then new calls fail with UNAVAILABLE, queued Snapshot and
   // DropFilter calls are answered UNAVAILABLE, and calls in flight get up to
   // `drain` to finish. Insert and Delete batches still running then stop at
   // their next part with UNAVAILABLE (Persistence, FilterServiceImpl), and
@@ -132,6 +140,10 @@ class CuckooServer {
   std::unique_ptr<grpc::Server> grpc_server_;
   std::string address_;
   int port_ = 0;
+  // The Redis port (config.redis_listen), after grpc_server_: its commands
+  // call the service through an in-process channel. Stopped first.
+  std::unique_ptr<RedisCommands> redis_commands_;
+  std::unique_ptr<resp::RespServer> redis_server_;
   std::once_flag shutdown_once_;
   std::atomic<bool> hurry_{false};
   absl::Notification shutdown_done_;

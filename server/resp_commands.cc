@@ -1,0 +1,1793 @@
+#include "server/resp_commands.h"
+
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "boost/asio/post.hpp"
+#include "core/little_endian.h"
+#include "core/scratch.h"
+#include "cuckoo_version.h"
+#include "server/logging.h"
+#include "xxhash.h"
+
+namespace cuckoo::server {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using resp::Command;
+using resp::Session;
+using resp::Writer;
+
+// Indices into kRedisCommandNames.
+enum : size_t {
+  kCfReserve,
+  kCfAdd,
+  kCfAddNx,
+  kCfInsert,
+  kCfInsertNx,
+  kCfExists,
+  kCfMExists,
+  kCfDel,
+  kCfCount,
+  kCfInfo,
+  kCfScanDump,
+  kCfLoadChunk,
+  kPing,
+  kEcho,
+  kHello,
+  kAuth,
+  kSelect,
+  kClient,
+  kQuit,
+  kCommand,
+  kInfo,
+  kDel,
+  kExists,
+  kType,
+  kScan,
+  kKeys,
+  kDbSize,
+  kConfig,
+  kReset,
+  kUnknown,
+};
+static_assert(kRedisCommandNames[kCfLoadChunk] == "cf.loadchunk");
+static_assert(kRedisCommandNames[kReset] == "reset");
+static_assert(kUnknown == kRedisCommands - 1);
+
+// Arity as Redis's command table gives it: n exactly, or -n for at least n
+// (the command's name included).
+constexpr int kArity[kRedisCommands] = {
+    -3, 3,  3,  -4, -4, 3,  -3, 3,  3,  2, 3, 4,  // CF.*
+    -1, 2,  -1, -2, 2,  -2, -1, -1, -1,           // PING .. INFO
+    -2, -2, 2,  -2, 2,  1,  -2, 1,  0,            // DEL .. RESET, unknown
+};
+
+// RedisBloom's type name for a cuckoo filter (TYPE).
+constexpr std::string_view kTypeName = "MBbloomCF";
+// The Redis version whose protocol this port speaks (HELLO, INFO): what
+// clients check before they use RESP3 and newer commands.
+constexpr std::string_view kRedisVersion = "7.0.0";
+// RedisBloom's module version reported to clients that look for it.
+constexpr int kBloomModuleVersion = 20612;
+
+absl::string_view A(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+bool Is(std::string_view a, std::string_view b) { return absl::EqualsIgnoreCase(A(a), A(b)); }
+
+// A strict decimal integer, as Redis's string2ll: no spaces, no '+'.
+bool ParseInt(std::string_view s, int64_t* out) {
+  if (s.empty() || s.size() > 20) return false;
+  size_t i = 0;
+  const bool negative = s[0] == '-';
+  if (negative) i = 1;
+  if (i == s.size()) return false;
+  uint64_t v = 0;
+  for (; i < s.size(); ++i) {
+    if (s[i] < '0' || s[i] > '9') return false;
+    const uint64_t d = static_cast<uint64_t>(s[i] - '0');
+    if (v > (UINT64_MAX - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  if (negative) {
+    if (v > uint64_t{1} << 63) return false;
+    *out = static_cast<int64_t>(0 - v);
+  } else {
+    if (v > static_cast<uint64_t>(INT64_MAX)) return false;
+    *out = static_cast<int64_t>(v);
+  }
+  return true;
+}
+
+// `s` shown in a message: at most 64 bytes, non-printable bytes escaped.
+std::string Shown(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < 64; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\'') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      absl::StrAppendFormat(&out, "\\x%02x", c);
+    }
+  }
+  if (s.size() > 64) out += "...";
+  return out;
+}
+
+// The error reply for a failed gRPC call of this server's own service.
+std::string StatusError(const grpc::Status& st) {
+  switch (st.error_code()) {
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return "NOAUTH " + st.error_message();
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return "NOPERM " + st.error_message();
+    default:
+      return "ERR " + st.error_message();
+  }
+}
+
+// The filter name check of the registry, as an error reply.
+std::string NameError(std::string_view key, const absl::Status& s) {
+  return absl::StrFormat("ERR invalid filter name '%s': %s", Shown(key), s.message());
+}
+
+RedisOutcome OutcomeOf(std::string_view reply) {
+  if (reply.empty() || reply[0] != '-') return RedisOutcome::kOk;
+  if (absl::StartsWith(A(reply), "-NOAUTH") || absl::StartsWith(A(reply), "-NOPERM") ||
+      absl::StartsWith(A(reply), "-WRONGPASS")) {
+    return RedisOutcome::kDenied;
+  }
+  return RedisOutcome::kError;
+}
+
+// SCAN's order: a 63-bit hash of the name, never 0 (cursor 0 starts and
+// ends a scan). Names present from a scan's start to its end are returned
+// exactly once whatever else is created or dropped meanwhile.
+uint64_t ScanHash(std::string_view name) {
+  return (XXH3_64bits(name.data(), name.size()) >> 1) | 1;
+}
+
+bool Matches(std::string_view pattern, const std::string& name) {
+  if (pattern == "*") return true;
+  const std::string p(pattern);
+  return ::fnmatch(p.c_str(), name.c_str(), 0) == 0;
+}
+
+// What an item check says of one item: "" if it is a valid key.
+std::string ItemError(std::string_view item, uint32_t max_key_bytes) {
+  if (item.empty()) {
+    return absl::StrFormat("ERR item is empty; cuckood items are 1 to %u bytes", max_key_bytes);
+  }
+  if (item.size() > max_key_bytes) {
+    return absl::StrFormat("ERR item is %u bytes; the server's limit (--max-key-bytes) is %u bytes",
+                           item.size(), max_key_bytes);
+  }
+  return std::string();
+}
+
+}  // namespace
+
+// One in-process gRPC call and what its reply needs.
+struct RedisCommands::Call {
+  grpc::ClientContext ctx;
+  v1::CreateFilterRequest create;
+  v1::CreateFilterResponse created;
+  v1::InsertRequest insert;
+  v1::InsertResponse inserted;
+  v1::DeleteRequest del;
+  v1::DeleteResponse deleted;
+  v1::DropFilterRequest drop;
+  v1::DropFilterResponse dropped;
+  int protocol = 2;
+  size_t command = 0;
+  // Commands merged into this call (one reply each), or 1.
+  size_t commands = 1;
+  Clock::time_point start;
+  resp::Completion done;
+  std::string token;
+};
+
+// A CF.SCANDUMP in progress: its snapshot, whole, in a private file.
+struct RedisCommands::Dump {
+  uint64_t id = 0;
+  std::string name;
+  std::string path;
+  uint64_t bytes = 0;
+  uint64_t items = 0;
+  bool ready = false;
+  absl::Time touched;
+};
+
+// A CF.LOADCHUNK in progress: the chunks so far, in a private file.
+struct RedisCommands::Load {
+  uint64_t id = 0;
+  std::string name;
+  std::string path;
+  int fd = -1;
+  uint64_t bytes = 0;
+  uint64_t received = 0;
+  uint64_t next_chunk = 2;
+  bool importing = false;
+  absl::Time touched;
+};
+
+RedisCommands::RedisCommands(FilterRegistry* registry, const Authenticator* auth, Metrics* metrics,
+                             std::shared_ptr<grpc::Channel> channel, RedisOptions options)
+    : registry_(registry),
+      auth_(auth),
+      metrics_(metrics),
+      channel_(std::move(channel)),
+      stub_(v1::FilterService::NewStub(channel_)),
+      options_(std::move(options)) {}
+
+RedisCommands::~RedisCommands() {
+  transfer_threads_.join();
+  MutexLock lock(&transfer_mu_);
+  for (auto& [id, d] : dumps_) ::unlink(d->path.c_str());
+  for (auto& [name, l] : loads_) {
+    if (l->fd >= 0) ::close(l->fd);
+    ::unlink(l->path.c_str());
+  }
+}
+
+std::string RedisCommands::WrongArity(std::string_view command) {
+  return absl::StrFormat("ERR wrong number of arguments for '%s' command",
+                         absl::AsciiStrToLower(A(command)));
+}
+
+void RedisCommands::Record(size_t command, std::string_view reply, Clock::time_point start,
+                           size_t keys) {
+  if (metrics_ == nullptr) return;
+  metrics_->RecordRedisCommand(command, OutcomeOf(reply), Clock::now() - start, keys);
+}
+
+void RedisCommands::AddCredentials(const Session& s, grpc::ClientContext* ctx) const {
+  if (auth_ != nullptr && !s.token.empty()) ctx->AddMetadata("authorization", "Bearer " + s.token);
+}
+
+bool RedisCommands::CurrentCaller(Session* s, Writer& w, Caller* caller) {
+  if (auth_ == nullptr) {
+    *caller = Caller();
+    return true;
+  }
+  AuthFailure why;
+  absl::StatusOr<Caller> c = auth_->AuthenticateToken(s->token, &why);
+  if (!c.ok()) {
+    w.Error(absl::StrCat("NOAUTH the token this connection authenticated with no longer works (",
+                         c.status().message(), "); AUTH again"));
+    return false;
+  }
+  *caller = *std::move(c);
+  return true;
+}
+
+bool RedisCommands::Authorize(Session* s, Writer& w, size_t command, Access need,
+                              std::string_view filter, Caller* caller) {
+  if (!CurrentCaller(s, w, caller)) return false;
+  if (caller->Allows(need, filter)) return true;
+  if (metrics_ != nullptr) {
+    metrics_->RecordAuthFailure(need == Access::kRead ? RpcMethod::kLookup : RpcMethod::kInsert,
+                                AuthFailure::kPermissionDenied);
+  }
+  const std::string name = absl::AsciiStrToUpper(A(kRedisCommandNames[command]));
+  Audit({.caller = caller->name(),
+         .method = name,
+         .filter = filter,
+         .peer = s->peer,
+         .outcome = "PERMISSION_DENIED",
+         .detail = AccessName(need)});
+  w.Error(absl::StrFormat(
+      "NOPERM \"%s\" may not run %s on filter '%s': that needs the %s grant on it (its grants: "
+      "%s)",
+      caller->name(), name, Shown(filter), AccessName(need), caller->GrantsText()));
+  return false;
+}
+
+size_t RedisCommands::Execute(Session* session, absl::Span<const Command> commands,
+                              resp::Completion done) {
+  return Dispatch(session, commands, std::move(done));
+}
+
+size_t RedisCommands::Dispatch(Session* s, absl::Span<const Command> commands,
+                               resp::Completion done) {
+  const Clock::time_point start = Clock::now();
+  const Command& c = commands[0];
+  std::string out;
+  Writer w(&out, s->protocol);
+  const size_t argc = c.args.size();
+  const size_t command = argc == 0 ? kUnknown : RedisCommandIndex(c.args[0]);
+  auto finish = [&](size_t taken, size_t keys) {
+    Record(command, out, start, keys);
+    done.Reply(std::move(out));
+    return taken;
+  };
+  if (command == kUnknown) {
+    std::string args;
+    for (size_t i = 1; i < argc && args.size() < 128; ++i) {
+      absl::StrAppend(&args, "'", Shown(c.args[i]), "' ");
+    }
+    w.Error(absl::StrFormat("ERR unknown command '%s', with args beginning with: %s",
+                            argc == 0 ? std::string() : Shown(c.args[0]), args));
+    return finish(1, 0);
+  }
+  const int arity = kArity[command];
+  if ((arity > 0 && argc != static_cast<size_t>(arity)) ||
+      (arity < 0 && argc < static_cast<size_t>(-arity))) {
+    w.Error(WrongArity(c.args[0]));
+    return finish(1, 0);
+  }
+  if (auth_ != nullptr && !s->authenticated && command != kAuth && command != kHello &&
+      command != kQuit && command != kReset) {
+    w.Error("NOAUTH Authentication required.");
+    return finish(1, 0);
+  }
+  // A run of commands that can go as one batch: the same single-item
+  // command on the same filter, each item valid.
+  auto run_length = [&] {
+    size_t n = 1;
+    if (!ItemError(c.args[2], options_.max_key_bytes).empty()) return n;
+    while (n < commands.size() && n < options_.max_batch_keys) {
+      const Command& next = commands[n];
+      if (next.args.size() != 3 || RedisCommandIndex(next.args[0]) != command ||
+          next.args[1] != c.args[1] || !ItemError(next.args[2], options_.max_key_bytes).empty()) {
+        break;
+      }
+      ++n;
+    }
+    return n;
+  };
+  switch (command) {
+    case kCfExists: {
+      const size_t n = run_length();
+      Exists(s, commands.subspan(0, n), w);
+      return finish(n, n);
+    }
+    case kCfMExists:
+      MExists(s, c, w);
+      return finish(1, argc - 2);
+    case kCfCount:
+      Count(s, c, w);
+      return finish(1, 1);
+    case kCfInfo:
+      Info(s, c, w);
+      return finish(1, 0);
+    case kCfAdd:
+    case kCfAddNx:
+    case kCfDel: {
+      const size_t n = run_length();
+      Write(s, commands.subspan(0, n), command, std::move(done), start);
+      return n;
+    }
+    case kCfInsert:
+    case kCfInsertNx:
+      Write(s, commands.subspan(0, 1), command, std::move(done), start);
+      return 1;
+    case kCfReserve:
+      Reserve(s, c, std::move(done), start);
+      return 1;
+    case kDel:
+      DropKeys(s, c, std::move(done), start);
+      return 1;
+    case kCfScanDump:
+      ScanDump(s, c, std::move(done), start);
+      return 1;
+    case kCfLoadChunk:
+      LoadChunk(s, c, std::move(done), start);
+      return 1;
+    case kPing:
+      if (argc == 1) {
+        w.SimpleString("PONG");
+      } else if (argc == 2) {
+        w.Bulk(c.args[1]);
+      } else {
+        w.Error(WrongArity(c.args[0]));
+      }
+      return finish(1, 0);
+    case kEcho:
+      w.Bulk(c.args[1]);
+      return finish(1, 0);
+    case kHello:
+      Hello(s, c, w);
+      return finish(1, 0);
+    case kAuth:
+      if (argc > 3) {
+        w.Error("ERR syntax error");
+      } else {
+        Auth(s, c, w);
+      }
+      return finish(1, 0);
+    case kSelect: {
+      int64_t db;
+      if (!ParseInt(c.args[1], &db)) {
+        w.Error("ERR value is not an integer or out of range");
+      } else if (db != 0) {
+        w.Error("ERR DB index is out of range (cuckood has one keyspace: database 0)");
+      } else {
+        w.SimpleString("OK");
+      }
+      return finish(1, 0);
+    }
+    case kClient:
+      Client(s, c, w);
+      return finish(1, 0);
+    case kQuit:
+      w.SimpleString("OK");
+      s->close_after_reply = true;
+      return finish(1, 0);
+    case kReset:
+      s->protocol = 2;
+      s->name.clear();
+      if (auth_ != nullptr) {
+        s->authenticated = false;
+        s->token.clear();
+      }
+      {
+        std::string reset;
+        Writer(&reset, 2).SimpleString("RESET");
+        out = std::move(reset);
+      }
+      return finish(1, 0);
+    case kCommand:
+      CommandInfo(s, c, w);
+      return finish(1, 0);
+    case kInfo:
+      ServerInfo(s, c, w);
+      return finish(1, 0);
+    case kExists:
+      KeyExists(s, c, w);
+      return finish(1, 0);
+    case kType:
+      Type(s, c, w);
+      return finish(1, 0);
+    case kScan:
+      Scan(s, c, w);
+      return finish(1, 0);
+    case kKeys:
+      Keys(s, c, w);
+      return finish(1, 0);
+    case kDbSize:
+      DbSize(s, w);
+      return finish(1, 0);
+    case kConfig:
+      Config(s, c, w);
+      return finish(1, 0);
+    default:
+      break;
+  }
+  w.Error("ERR internal error: a command without a handler (a bug in cuckood: please report it)");
+  return finish(1, 0);
+}
+
+// ---- Reads, on the connection's thread ----
+
+void RedisCommands::Exists(Session* s, absl::Span<const Command> run, Writer& w) {
+  const std::string_view key = run[0].args[1];
+  std::string error;
+  Caller caller;
+  {
+    std::string e;
+    Writer ew(&e, s->protocol);
+    if (!Authorize(s, ew, kCfExists, Access::kRead, key, &caller)) error = std::move(e);
+  }
+  if (error.empty()) {
+    if (std::string e = ItemError(run[0].args[2], options_.max_key_bytes); !e.empty()) {
+      w.Error(e);
+      return;
+    }
+    if (absl::Status v = FilterRegistry::ValidateName(A(key)); !v.ok()) {
+      w.Error(NameError(key, v));
+      return;
+    }
+  }
+  if (!error.empty()) {
+    for (size_t i = 0; i < run.size(); ++i) w.Raw(error);
+    return;
+  }
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> f = registry_->Get(A(key));
+  if (!f.ok()) {
+    // RedisBloom: a missing filter holds nothing.
+    for (size_t i = 0; i < run.size(); ++i) w.Integer(0);
+    return;
+  }
+  if (run.size() == 1) {
+    w.Integer((*f)->MayContain(run[0].args[2]) ? 1 : 0);
+    return;
+  }
+  ScratchArray<std::string_view, 1> keys(run.size());
+  ScratchArray<bool, 2> present(run.size());
+  for (size_t i = 0; i < run.size(); ++i) keys[i] = run[i].args[2];
+  (*f)->LookupBatch(keys.span(), present.span());
+  for (size_t i = 0; i < run.size(); ++i) w.Integer(present[i] ? 1 : 0);
+}
+
+void RedisCommands::MExists(Session* s, const Command& c, Writer& w) {
+  const std::string_view key = c.args[1];
+  Caller caller;
+  if (!Authorize(s, w, kCfMExists, Access::kRead, key, &caller)) return;
+  if (absl::Status v = FilterRegistry::ValidateName(A(key)); !v.ok()) {
+    w.Error(NameError(key, v));
+    return;
+  }
+  const size_t n = c.args.size() - 2;
+  if (n > options_.max_batch_keys) {
+    w.Error(absl::StrFormat(
+        "ERR %u items; the server's limit (--max-batch-keys) is %u: split the command", n,
+        options_.max_batch_keys));
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (std::string e = ItemError(c.args[2 + i], options_.max_key_bytes); !e.empty()) {
+      w.Error(absl::StrCat(e, " (item ", i + 1, ")"));
+      return;
+    }
+  }
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> f = registry_->Get(A(key));
+  w.Array(n);
+  if (!f.ok()) {
+    for (size_t i = 0; i < n; ++i) w.Integer(0);
+    return;
+  }
+  ScratchArray<bool, 2> present(n);
+  (*f)->LookupBatch(absl::MakeConstSpan(c.args.data() + 2, n), present.span());
+  for (size_t i = 0; i < n; ++i) w.Integer(present[i] ? 1 : 0);
+}
+
+void RedisCommands::Count(Session* s, const Command& c, Writer& w) {
+  const std::string_view key = c.args[1];
+  Caller caller;
+  if (!Authorize(s, w, kCfCount, Access::kRead, key, &caller)) return;
+  if (absl::Status v = FilterRegistry::ValidateName(A(key)); !v.ok()) {
+    w.Error(NameError(key, v));
+    return;
+  }
+  if (std::string e = ItemError(c.args[2], options_.max_key_bytes); !e.empty()) {
+    w.Error(e);
+    return;
+  }
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> f = registry_->Get(A(key));
+  w.Integer(f.ok() ? (*f)->ApproximateCount(c.args[2]) : 0);
+}
+
+void RedisCommands::Info(Session* s, const Command& c, Writer& w) {
+  const std::string_view key = c.args[1];
+  Caller caller;
+  if (!Authorize(s, w, kCfInfo, Access::kRead, key, &caller)) return;
+  if (absl::Status v = FilterRegistry::ValidateName(A(key)); !v.ok()) {
+    w.Error(NameError(key, v));
+    return;
+  }
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> f = registry_->Get(A(key));
+  if (!f.ok()) {
+    w.Error("ERR not found");
+    return;
+  }
+  const FilterShape& shape = (*f)->shape();
+  const FilterStats st = (*f)->Stats();
+  const uint64_t filters = std::max<uint64_t>(1, st.generations.size());
+  w.Map(17);
+  auto integer = [&](std::string_view name, uint64_t v) {
+    w.SimpleString(name);
+    w.Integer(static_cast<int64_t>(std::min<uint64_t>(v, INT64_MAX)));
+  };
+  auto real = [&](std::string_view name, double v) {
+    w.SimpleString(name);
+    w.Double(v);
+  };
+  // RedisBloom's eight, in its order.
+  integer("Size", st.memory_bytes);
+  integer("Number of buckets", st.slots / shape.bucket_size);
+  integer("Number of filters", filters);
+  integer("Number of items inserted", st.items);
+  integer("Number of items deleted", st.deletes);
+  integer("Bucket size", shape.bucket_size);
+  integer("Expansion rate", shape.growth_factor);
+  integer("Max iterations", shape.max_kicks);
+  // cuckood's own.
+  integer("Capacity", shape.capacity);
+  integer("Max capacity", st.reachable_capacity);
+  integer("Max filters", st.max_generations);
+  integer("Fingerprint bits", shape.fingerprint_bits);
+  integer("Shards", shape.shards);
+  integer("Semi-sorted", shape.semi_sorted() ? 1 : 0);
+  real("Load factor", st.load_factor);
+  real("Error rate",
+       shape.growing() ? shape.false_positive_rate : st.expected_false_positive_rate_at_capacity);
+  real("Error rate bound", st.false_positive_bound);
+}
+
+// ---- Writes, through this server's own FilterService ----
+
+void RedisCommands::Write(Session* s, absl::Span<const Command> run, size_t command,
+                          resp::Completion done, Clock::time_point start) {
+  const Command& c = run[0];
+  const std::string_view key = c.args[1];
+  std::string out;
+  Writer w(&out, s->protocol);
+  auto fail = [&](std::string_view error) {
+    for (size_t i = 0; i < run.size(); ++i) {
+      const size_t before = out.size();
+      w.Error(error);
+      Record(command, std::string_view(out).substr(before), start, 0);
+    }
+    done.Reply(std::move(out));
+  };
+  if (absl::Status v = FilterRegistry::ValidateName(A(key)); !v.ok()) {
+    return fail(NameError(key, v));
+  }
+  const bool insert_many = command == kCfInsert || command == kCfInsertNx;
+  auto call = std::make_shared<Call>();
+  call->protocol = s->protocol;
+  call->command = command;
+  call->commands = run.size();
+  call->start = start;
+  call->done = std::move(done);
+  // The items, and CF.INSERT's options.
+  std::vector<std::string_view> items;
+  uint64_t capacity = options_.default_capacity;
+  bool create = command != kCfDel;
+  if (insert_many) {
+    size_t i = 2;
+    bool have_items = false;
+    while (i < c.args.size()) {
+      if (Is(c.args[i], "CAPACITY")) {
+        int64_t v;
+        if (i + 1 >= c.args.size() || !ParseInt(c.args[i + 1], &v) || v < 1 ||
+            v > (int64_t{1} << 40)) {
+          return fail(
+              absl::StrFormat("ERR Bad capacity: CAPACITY must be followed by an integer "
+                              "from 1 to %d",
+                              int64_t{1} << 40));
+        }
+        capacity = static_cast<uint64_t>(v);
+        i += 2;
+      } else if (Is(c.args[i], "NOCREATE")) {
+        create = false;
+        ++i;
+      } else if (Is(c.args[i], "ITEMS")) {
+        have_items = true;
+        ++i;
+        break;
+      } else {
+        return fail(absl::StrFormat(
+            "ERR unknown argument '%s' (expected CAPACITY c, NOCREATE or ITEMS item...)",
+            Shown(c.args[i])));
+      }
+    }
+    if (!have_items || i == c.args.size()) {
+      return fail(absl::StrFormat("ERR %s needs ITEMS followed by at least one item",
+                                  absl::AsciiStrToUpper(A(kRedisCommandNames[command]))));
+    }
+    if (c.args.size() - i > options_.max_batch_keys) {
+      return fail(absl::StrFormat(
+          "ERR %u items; the server's limit (--max-batch-keys) is %u: split the command",
+          c.args.size() - i, options_.max_batch_keys));
+    }
+    items.assign(c.args.begin() + i, c.args.end());
+  } else {
+    items.reserve(run.size());
+    for (const Command& r : run) items.push_back(r.args[2]);
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (std::string e = ItemError(items[i], options_.max_key_bytes); !e.empty()) {
+      return fail(insert_many ? absl::StrCat(e, " (item ", i + 1, ")") : e);
+    }
+  }
+  Caller caller;
+  {
+    std::string e;
+    Writer ew(&e, s->protocol);
+    if (!CurrentCaller(s, ew, &caller)) {
+      return fail(std::string_view(e).substr(1, e.size() - 3));
+    }
+  }
+  call->token = s->token;
+  const bool exists = registry_->Get(A(key)).ok();
+  if (!exists && command == kCfDel) return fail("ERR Not found");
+  if (!exists && !create) return fail("ERR not found");
+
+  // The reply once the call is answered.
+  auto reply = [this, call](const grpc::Status& st) {
+    std::string out;
+    Writer w(&out, call->protocol);
+    auto each = [&](auto write_one, size_t keys) {
+      const size_t before = out.size();
+      write_one();
+      Record(call->command, std::string_view(out).substr(before), call->start, keys);
+    };
+    if (!st.ok()) {
+      const std::string error =
+          st.error_code() == grpc::StatusCode::NOT_FOUND && call->command == kCfDel
+              ? std::string("ERR Not found")
+              : StatusError(st);
+      for (size_t i = 0; i < call->commands; ++i) each([&] { w.Error(error); }, 0);
+      call->done.Reply(std::move(out));
+      return;
+    }
+    switch (call->command) {
+      case kCfAdd:
+      case kCfAddNx:
+        for (int r : call->inserted.results()) {
+          each(
+              [&] {
+                if (r == v1::INSERT_RESULT_INSERTED) {
+                  w.Integer(1);
+                } else if (r == v1::INSERT_RESULT_ALREADY_PRESENT) {
+                  w.Integer(0);
+                } else {
+                  w.Error("ERR Filter is full");
+                }
+              },
+              1);
+        }
+        break;
+      case kCfInsert:
+      case kCfInsertNx:
+        each(
+            [&] {
+              w.Array(call->inserted.results_size());
+              for (int r : call->inserted.results()) {
+                w.Integer(r == v1::INSERT_RESULT_INSERTED          ? 1
+                          : r == v1::INSERT_RESULT_ALREADY_PRESENT ? 0
+                                                                   : -1);
+              }
+            },
+            call->inserted.results_size());
+        break;
+      case kCfDel:
+        for (int r : call->deleted.results()) {
+          each([&] { w.Integer(r == v1::DELETE_RESULT_DELETED ? 1 : 0); }, 1);
+        }
+        break;
+      default:
+        break;
+    }
+    call->done.Reply(std::move(out));
+  };
+
+  // Then the write itself.
+  auto send = [this, call, reply](auto&&) {
+    grpc::ClientContext* ctx = new grpc::ClientContext();
+    if (auth_ != nullptr && !call->token.empty()) {
+      ctx->AddMetadata("authorization", "Bearer " + call->token);
+    }
+    if (call->command == kCfDel) {
+      stub_->async()->Delete(ctx, &call->del, &call->deleted, [call, ctx, reply](grpc::Status st) {
+        delete ctx;
+        reply(st);
+      });
+    } else {
+      stub_->async()->Insert(ctx, &call->insert, &call->inserted,
+                             [call, ctx, reply](grpc::Status st) {
+                               delete ctx;
+                               reply(st);
+                             });
+    }
+  };
+  if (command == kCfDel) {
+    call->del.set_filter(std::string(key));
+    for (std::string_view k : items) call->del.add_keys(k.data(), k.size());
+  } else {
+    call->insert.set_filter(std::string(key));
+    call->insert.set_if_absent(command == kCfAddNx || command == kCfInsertNx);
+    for (std::string_view k : items) call->insert.add_keys(k.data(), k.size());
+  }
+  if (exists) {
+    send(0);
+    return;
+  }
+  // A filter made on the first add, as RedisBloom does: growing, sized for
+  // `capacity` keys at first.
+  call->create.set_name(std::string(key));
+  call->create.set_capacity(capacity);
+  call->create.set_false_positive_rate(options_.error_rate);
+  call->create.set_growth_factor(options_.default_expansion);
+  call->create.set_if_not_exists(true);
+  AddCredentials(*s, &call->ctx);
+  stub_->async()->CreateFilter(
+      &call->ctx, &call->create, &call->created, [call, send, reply](grpc::Status st) {
+        // Made meanwhile by another client, maybe
+        // with other settings: add to it.
+        if (st.ok() || st.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
+          send(0);
+        } else {
+          reply(st);
+        }
+      });
+}
+
+void RedisCommands::Reserve(Session* s, const Command& c, resp::Completion done,
+                            Clock::time_point start) {
+  const std::string_view key = c.args[1];
+  auto fail = [&](std::string_view error) {
+    std::string out;
+    Writer(&out, s->protocol).Error(error);
+    Record(kCfReserve, out, start, 0);
+    done.Reply(std::move(out));
+  };
+  if (absl::Status v = FilterRegistry::ValidateName(A(key)); !v.ok()) {
+    return fail(NameError(key, v));
+  }
+  auto call = std::make_shared<Call>();
+  v1::CreateFilterRequest& req = call->create;
+  req.set_name(std::string(key));
+  int64_t capacity;
+  if (!ParseInt(c.args[2], &capacity) || capacity < 1 || capacity > (int64_t{1} << 40)) {
+    return fail(absl::StrFormat("ERR Bad capacity '%s': an integer from 1 to %d", Shown(c.args[2]),
+                                int64_t{1} << 40));
+  }
+  req.set_capacity(static_cast<uint64_t>(capacity));
+  req.set_false_positive_rate(options_.error_rate);
+  req.set_growth_factor(options_.default_expansion);
+  for (size_t i = 3; i < c.args.size(); i += 2) {
+    const std::string_view option = c.args[i];
+    int64_t v;
+    if (i + 1 >= c.args.size() || !ParseInt(c.args[i + 1], &v)) {
+      return fail(
+          absl::StrFormat("ERR %s needs an integer value", absl::AsciiStrToUpper(A(option))));
+    }
+    if (Is(option, "BUCKETSIZE")) {
+      // cuckood's bucket sizes are 2, 4 and 8: a size between them takes the
+      // next larger (RedisBloom takes 1 to 255).
+      if (v < 1 || v > 8) {
+        return fail(absl::StrFormat(
+            "ERR Bad bucket size %d: cuckood supports 1 to 8 (1 and 2 give 2, 3 and 4 give 4, 5 "
+            "to 8 give 8)",
+            v));
+      }
+      req.set_bucket_size(v <= 2 ? 2 : v <= 4 ? 4 : 8);
+    } else if (Is(option, "MAXITERATIONS")) {
+      if (v < 1 || v > 65535) {
+        return fail(absl::StrFormat("ERR Bad max iterations %d: an integer from 1 to 65535", v));
+      }
+      req.set_max_kicks(static_cast<uint32_t>(std::min<int64_t>(v, 10'000)));
+    } else if (Is(option, "EXPANSION")) {
+      if (v < 0 || v > 32768) {
+        return fail(absl::StrFormat("ERR Bad expansion %d: an integer from 0 to 32768", v));
+      }
+      // 0: a fixed filter; 1 and 2: doubling (cuckood's smallest growth
+      // factor); up to 8; more: 8.
+      req.set_growth_factor(v == 0 ? 0 : static_cast<uint32_t>(std::clamp<int64_t>(v, 2, 8)));
+    } else {
+      return fail(absl::StrFormat(
+          "ERR unknown argument '%s' (expected BUCKETSIZE, MAXITERATIONS or EXPANSION)",
+          Shown(option)));
+    }
+  }
+  call->protocol = s->protocol;
+  call->start = start;
+  call->done = std::move(done);
+  AddCredentials(*s, &call->ctx);
+  stub_->async()->CreateFilter(&call->ctx, &call->create, &call->created,
+                               [this, call](grpc::Status st) {
+                                 std::string out;
+                                 Writer w(&out, call->protocol);
+                                 if (st.ok()) {
+                                   w.SimpleString("OK");
+                                 } else if (st.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
+                                   w.Error("ERR item exists");
+                                 } else {
+                                   w.Error(StatusError(st));
+                                 }
+                                 Record(kCfReserve, out, call->start, 0);
+                                 call->done.Reply(std::move(out));
+                               });
+}
+
+void RedisCommands::DropKeys(Session* s, const Command& c, resp::Completion done,
+                             Clock::time_point start) {
+  std::string out;
+  Writer w(&out, s->protocol);
+  Caller caller;
+  if (!CurrentCaller(s, w, &caller)) {
+    Record(kDel, out, start, 0);
+    return done.Reply(std::move(out));
+  }
+  // As Redis's ACLs: every key is checked before any is deleted.
+  std::vector<std::string> names;
+  for (size_t i = 1; i < c.args.size(); ++i) {
+    if (!FilterRegistry::ValidateName(A(c.args[i])).ok()) continue;  // Cannot exist.
+    if (!Authorize(s, w, kDel, Access::kAdmin, c.args[i], &caller)) {
+      Record(kDel, out, start, 0);
+      return done.Reply(std::move(out));
+    }
+    names.emplace_back(c.args[i]);
+  }
+  struct State {
+    std::vector<std::string> names;
+    size_t next = 0;
+    int64_t dropped = 0;
+    std::string token;
+    int protocol = 2;
+    resp::Completion done;
+    Clock::time_point start;
+    std::function<void()> step;
+  };
+  auto state = std::make_shared<State>();
+  state->names = std::move(names);
+  state->token = s->token;
+  state->protocol = s->protocol;
+  state->done = std::move(done);
+  state->start = start;
+  // One DropFilter after another; the reply counts the filters dropped.
+  state->step = [this, state] {
+    if (state->next == state->names.size()) {
+      std::string out;
+      Writer(&out, state->protocol).Integer(state->dropped);
+      Record(kDel, out, state->start, 0);
+      state->done.Reply(std::move(out));
+      state->step = nullptr;  // Breaks the cycle.
+      return;
+    }
+    auto call = std::make_shared<Call>();
+    call->drop.set_name(state->names[state->next++]);
+    if (auth_ != nullptr) call->ctx.AddMetadata("authorization", "Bearer " + state->token);
+    stub_->async()->DropFilter(&call->ctx, &call->drop, &call->dropped,
+                               [this, state, call](grpc::Status st) {
+                                 if (st.ok()) {
+                                   ++state->dropped;
+                                 } else if (st.error_code() != grpc::StatusCode::NOT_FOUND) {
+                                   std::string out;
+                                   Writer(&out, state->protocol).Error(StatusError(st));
+                                   Record(kDel, out, state->start, 0);
+                                   state->done.Reply(std::move(out));
+                                   state->step = nullptr;
+                                   return;
+                                 }
+                                 state->step();
+                               });
+  };
+  state->step();
+}
+
+// ---- CF.SCANDUMP and CF.LOADCHUNK ----
+
+void RedisCommands::ExpireTransfers() {
+  const absl::Time now = absl::Now();
+  MutexLock lock(&transfer_mu_);
+  for (auto it = dumps_.begin(); it != dumps_.end();) {
+    if (it->second->ready && now - it->second->touched > options_.dump_idle_timeout) {
+      ::unlink(it->second->path.c_str());
+      it = dumps_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = loads_.begin(); it != loads_.end();) {
+    if (!it->second->importing && now - it->second->touched > options_.dump_idle_timeout) {
+      if (it->second->fd >= 0) ::close(it->second->fd);
+      ::unlink(it->second->path.c_str());
+      it = loads_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+namespace {
+// A dump's iterators: the dump's id in the high 31 bits, the chunk in the
+// low 32 (1 = the header).
+constexpr uint64_t Iterator(uint64_t id, uint64_t chunk) { return id << 32 | chunk; }
+}  // namespace
+
+void RedisCommands::ScanDump(Session* s, const Command& c, resp::Completion done,
+                             Clock::time_point start) {
+  ExpireTransfers();
+  const std::string_view key = c.args[1];
+  const int protocol = s->protocol;
+  auto reply = [this, start, protocol](resp::Completion& d, std::string_view error,
+                                       uint64_t iterator, std::string_view data) {
+    std::string out;
+    Writer w(&out, protocol);
+    if (!error.empty()) {
+      w.Error(error);
+    } else {
+      w.Array(2);
+      w.Integer(static_cast<int64_t>(iterator));
+      w.Bulk(data);
+    }
+    Record(kCfScanDump, out, start, 0);
+    d.Reply(std::move(out));
+  };
+  if (absl::Status v = FilterRegistry::ValidateName(A(key)); !v.ok()) {
+    return reply(done, NameError(key, v), 0, "");
+  }
+  int64_t it;
+  if (!ParseInt(c.args[2], &it) || it < 0) {
+    return reply(done, "ERR Bad iterator: a non-negative integer, 0 to start", 0, "");
+  }
+  {
+    std::string e;
+    Writer ew(&e, protocol);
+    Caller caller;
+    if (!Authorize(s, ew, kCfScanDump, Access::kAdmin, key, &caller)) {
+      Record(kCfScanDump, e, start, 0);
+      return done.Reply(std::move(e));
+    }
+  }
+  if (it != 0) {
+    const uint64_t id = static_cast<uint64_t>(it) >> 32;
+    const uint64_t chunk = static_cast<uint64_t>(it) & 0xffffffffu;
+    std::shared_ptr<Dump> dump;
+    {
+      MutexLock lock(&transfer_mu_);
+      auto found = dumps_.find(id);
+      if (found != dumps_.end() && found->second->ready && found->second->name == key) {
+        dump = found->second;
+        dump->touched = absl::Now();
+      }
+    }
+    if (dump == nullptr || chunk == 0) {
+      return reply(
+          done,
+          absl::StrFormat("ERR no CF.SCANDUMP of '%s' is in progress with iterator %d "
+                          "(finished, idle for more than %s, or not from this server): "
+                          "start again with iterator 0",
+                          Shown(key), it, absl::FormatDuration(options_.dump_idle_timeout)),
+          0, "");
+    }
+    const uint64_t offset = (chunk - 1) * kRedisDumpChunkBytes;
+    if (offset >= dump->bytes) {
+      {
+        MutexLock lock(&transfer_mu_);
+        dumps_.erase(id);
+      }
+      ::unlink(dump->path.c_str());
+      return reply(done, "", 0, "");
+    }
+    // Read on a transfer thread: the file may be out of the page cache.
+    boost::asio::post(transfer_threads_, [dump, offset, chunk, id, reply,
+                                          done = std::move(done)]() mutable {
+      std::string data(std::min<uint64_t>(kRedisDumpChunkBytes, dump->bytes - offset), '\0');
+      const int fd = ::open(dump->path.c_str(), O_RDONLY | O_CLOEXEC);
+      ssize_t got = fd < 0 ? -1 : ::pread(fd, data.data(), data.size(), static_cast<off_t>(offset));
+      const int err = errno;
+      if (fd >= 0) ::close(fd);
+      if (got != static_cast<ssize_t>(data.size())) {
+        return reply(done,
+                     absl::StrFormat("ERR cannot read the dump file %s: %s", dump->path,
+                                     got < 0 ? std::strerror(err) : "short read"),
+                     0, "");
+      }
+      reply(done, "", Iterator(id, chunk + 1), data);
+    });
+    return;
+  }
+  // Iterator 0: export the filter, whole, to a private file.
+  size_t running;
+  {
+    MutexLock lock(&transfer_mu_);
+    running = dumps_.size();
+  }
+  if (running >= kMaxRedisDumps) {
+    return reply(done,
+                 absl::StrFormat("ERR %u CF.SCANDUMPs are in progress already (the most at once); "
+                                 "finish one, or wait %s for an abandoned one to expire",
+                                 running, absl::FormatDuration(options_.dump_idle_timeout)),
+                 0, "");
+  }
+  auto dump = std::make_shared<Dump>();
+  dump->id = next_dump_.fetch_add(1, std::memory_order_relaxed) & 0x7fffffffu;
+  dump->name = std::string(key);
+  const fs::path dir = fs::path(options_.data_dir) / kRedisDumpDir;
+  dump->path = (dir / absl::StrCat("dump-", dump->id)).string();
+  dump->touched = absl::Now();
+  {
+    MutexLock lock(&transfer_mu_);
+    dumps_[dump->id] = dump;
+  }
+  const std::string token = s->token;
+  boost::asio::post(transfer_threads_, [this, dump, dir, token, reply,
+                                        done = std::move(done)]() mutable {
+    auto failed = [&](std::string_view error) {
+      {
+        MutexLock lock(&transfer_mu_);
+        dumps_.erase(dump->id);
+      }
+      ::unlink(dump->path.c_str());
+      reply(done, error, 0, "");
+    };
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) {
+      return failed(absl::StrFormat("ERR cannot create %s: %s", dir.string(), ec.message()));
+    }
+    const int fd = ::open(dump->path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      return failed(absl::StrFormat("ERR cannot create %s: %s", dump->path, std::strerror(errno)));
+    }
+    grpc::ClientContext ctx;
+    if (auth_ != nullptr) ctx.AddMetadata("authorization", "Bearer " + token);
+    v1::ExportFilterRequest req;
+    req.set_name(dump->name);
+    std::unique_ptr<grpc::ClientReader<v1::ExportFilterChunk>> reader =
+        stub_->ExportFilter(&ctx, req);
+    v1::ExportFilterChunk chunk;
+    uint64_t written = 0;
+    std::string write_error;
+    while (reader->Read(&chunk)) {
+      if (chunk.total_bytes() != 0) {
+        dump->bytes = chunk.total_bytes();
+        dump->items = chunk.items();
+      }
+      const std::string& data = chunk.data();
+      size_t off = 0;
+      while (write_error.empty() && off < data.size()) {
+        const ssize_t n = ::write(fd, data.data() + off, data.size() - off);
+        if (n < 0) {
+          if (errno == EINTR) continue;
+          write_error =
+              absl::StrFormat("ERR cannot write %s: %s", dump->path, std::strerror(errno));
+        } else {
+          off += static_cast<size_t>(n);
+        }
+      }
+      written += data.size();
+      if (!write_error.empty()) ctx.TryCancel();
+    }
+    const grpc::Status st = reader->Finish();
+    ::close(fd);
+    if (!write_error.empty()) return failed(write_error);
+    if (!st.ok()) {
+      return failed(st.error_code() == grpc::StatusCode::NOT_FOUND ? std::string("ERR not found")
+                                                                   : StatusError(st));
+    }
+    if (written != dump->bytes || written == 0) {
+      return failed(absl::StrFormat("ERR the export sent %u bytes of %u", written, dump->bytes));
+    }
+    char header[kRedisDumpHeaderBytes];
+    std::memcpy(header, kRedisDumpMagic, 8);
+    Put64(header + 8, dump->bytes);
+    Put64(header + 16, dump->items);
+    {
+      MutexLock lock(&transfer_mu_);
+      dump->ready = true;
+      dump->touched = absl::Now();
+    }
+    reply(done, "", Iterator(dump->id, 1), std::string_view(header, sizeof(header)));
+  });
+}
+
+void RedisCommands::LoadChunk(Session* s, const Command& c, resp::Completion done,
+                              Clock::time_point start) {
+  ExpireTransfers();
+  const std::string_view key = c.args[1];
+  const std::string_view data = c.args[3];
+  const int protocol = s->protocol;
+  auto reply = [this, start, protocol](resp::Completion& d, std::string_view error) {
+    std::string out;
+    Writer w(&out, protocol);
+    if (error.empty()) {
+      w.SimpleString("OK");
+    } else {
+      w.Error(error);
+    }
+    Record(kCfLoadChunk, out, start, 0);
+    d.Reply(std::move(out));
+  };
+  if (absl::Status v = FilterRegistry::ValidateName(A(key)); !v.ok()) {
+    return reply(done, NameError(key, v));
+  }
+  int64_t it;
+  if (!ParseInt(c.args[2], &it) || it <= 0 || (it & 0xffffffff) == 0) {
+    return reply(done, "ERR Bad iterator: use the iterator CF.SCANDUMP returned with this chunk");
+  }
+  {
+    std::string e;
+    Writer ew(&e, protocol);
+    Caller caller;
+    if (!Authorize(s, ew, kCfLoadChunk, Access::kAdmin, key, &caller)) {
+      Record(kCfLoadChunk, e, start, 0);
+      return done.Reply(std::move(e));
+    }
+  }
+  const uint64_t id = static_cast<uint64_t>(it) >> 32;
+  const uint64_t chunk = static_cast<uint64_t>(it) & 0xffffffffu;
+  const std::string name(key);
+  if (chunk == 1) {
+    // The header: starts (or restarts) the load of `key`.
+    if (data.size() != kRedisDumpHeaderBytes || std::memcmp(data.data(), kRedisDumpMagic, 8) != 0) {
+      return reply(done,
+                   "ERR this is not the first chunk of a cuckood CF.SCANDUMP (chunks of "
+                   "RedisBloom's own dumps cannot be loaded: see docs/REDIS_COMPATIBILITY.md)");
+    }
+    if (registry_->Get(A(key)).ok()) {
+      return reply(done, absl::StrFormat("ERR filter '%s' exists: DEL it first, or load the dump "
+                                         "under another name",
+                                         Shown(key)));
+    }
+    auto load = std::make_shared<Load>();
+    load->id = id;
+    load->name = name;
+    load->bytes = Get64(data.data() + 8);
+    load->touched = absl::Now();
+    const fs::path dir = fs::path(options_.data_dir) / kRedisDumpDir;
+    load->path = (dir / absl::StrCat("load-", id, "-", name)).string();
+    if (load->bytes == 0 || load->bytes > registry_->limits().memory_budget_bytes * 2 + (1 << 20)) {
+      return reply(done, absl::StrFormat("ERR the dump holds %u bytes, more than this server's "
+                                         "memory budget could load",
+                                         load->bytes));
+    }
+    MutexLock lock(&transfer_mu_);
+    auto old = loads_.find(name);
+    if (old != loads_.end()) {
+      if (old->second->importing) {
+        return reply(done, absl::StrFormat("ERR a load of '%s' is being committed", Shown(key)));
+      }
+      if (old->second->fd >= 0) ::close(old->second->fd);
+      ::unlink(old->second->path.c_str());
+      loads_.erase(old);
+    }
+    if (loads_.size() >= kMaxRedisLoads) {
+      return reply(
+          done, absl::StrFormat("ERR %u CF.LOADCHUNK loads are in progress already (the "
+                                "most at once); finish one, or wait %s for an abandoned "
+                                "one to expire",
+                                loads_.size(), absl::FormatDuration(options_.dump_idle_timeout)));
+    }
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    load->fd = ::open(load->path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (load->fd < 0) {
+      return reply(done,
+                   absl::StrFormat("ERR cannot create %s: %s", load->path, std::strerror(errno)));
+    }
+    loads_[name] = load;
+    return reply(done, "");
+  }
+  std::shared_ptr<Load> load;
+  {
+    MutexLock lock(&transfer_mu_);
+    auto found = loads_.find(name);
+    if (found == loads_.end() || found->second->importing) {
+      return reply(done, absl::StrFormat("ERR no CF.LOADCHUNK of '%s' is in progress: load the "
+                                         "dump's first chunk first",
+                                         Shown(key)));
+    }
+    load = found->second;
+    if (load->id != id || chunk != load->next_chunk) {
+      return reply(done, absl::StrFormat("ERR chunk %u of dump %u arrived, but chunk %u of dump %u "
+                                         "was expected next: load the chunks in the order "
+                                         "CF.SCANDUMP returned them",
+                                         chunk, id, load->next_chunk, load->id));
+    }
+    if (load->received + data.size() > load->bytes) {
+      ::close(load->fd);
+      ::unlink(load->path.c_str());
+      loads_.erase(found);
+      return reply(done, absl::StrFormat("ERR the chunks hold more than the %u bytes the dump's "
+                                         "header announced; the load is abandoned",
+                                         load->bytes));
+    }
+    size_t off = 0;
+    while (off < data.size()) {
+      const ssize_t n = ::write(load->fd, data.data() + off, data.size() - off);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        const std::string error = absl::StrFormat("ERR cannot write %s: %s; the load is abandoned",
+                                                  load->path, std::strerror(errno));
+        ::close(load->fd);
+        ::unlink(load->path.c_str());
+        loads_.erase(found);
+        return reply(done, error);
+      }
+      off += static_cast<size_t>(n);
+    }
+    load->received += data.size();
+    ++load->next_chunk;
+    load->touched = absl::Now();
+    if (load->received < load->bytes) return reply(done, "");
+    load->importing = true;
+    ::close(load->fd);
+    load->fd = -1;
+  }
+  // The last chunk: import the file, then answer.
+  const std::string token = s->token;
+  boost::asio::post(
+      transfer_threads_, [this, load, token, reply, done = std::move(done)]() mutable {
+        std::string error;
+        const int fd = ::open(load->path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+          error = absl::StrFormat("ERR cannot read %s: %s", load->path, std::strerror(errno));
+        } else {
+          grpc::ClientContext ctx;
+          if (auth_ != nullptr) ctx.AddMetadata("authorization", "Bearer " + token);
+          v1::ImportFilterResponse resp;
+          std::unique_ptr<grpc::ClientWriter<v1::ImportFilterChunk>> writer =
+              stub_->ImportFilter(&ctx, &resp);
+          v1::ImportFilterChunk chunk;
+          chunk.set_name(load->name);
+          chunk.set_total_bytes(load->bytes);
+          std::string buffer(kRedisDumpChunkBytes, '\0');
+          uint64_t sent = 0;
+          while (sent < load->bytes) {
+            const ssize_t n = ::read(fd, buffer.data(), buffer.size());
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) {
+              error = absl::StrFormat("ERR cannot read %s: %s", load->path,
+                                      n < 0 ? std::strerror(errno) : "short file");
+              ctx.TryCancel();
+              break;
+            }
+            chunk.set_data(buffer.data(), static_cast<size_t>(n));
+            sent += static_cast<uint64_t>(n);
+            if (!writer->Write(chunk)) break;
+            chunk.clear_name();
+            chunk.clear_total_bytes();
+          }
+          writer->WritesDone();
+          const grpc::Status st = writer->Finish();
+          ::close(fd);
+          if (error.empty() && !st.ok()) {
+            error = st.error_code() == grpc::StatusCode::ALREADY_EXISTS
+                        ? absl::StrFormat(
+                              "ERR filter '%s' exists: DEL it first, or load the dump "
+                              "under another name",
+                              Shown(load->name))
+                        : StatusError(st);
+          }
+        }
+        {
+          MutexLock lock(&transfer_mu_);
+          auto found = loads_.find(load->name);
+          if (found != loads_.end() && found->second == load) loads_.erase(found);
+        }
+        ::unlink(load->path.c_str());
+        reply(done, error);
+      });
+}
+
+// ---- Connection commands ----
+
+void RedisCommands::Auth(Session* s, const Command& c, Writer& w) {
+  const std::string_view token = c.args.size() == 3 ? c.args[2] : c.args[1];
+  if (auth_ == nullptr) {
+    if (c.args.size() == 2) {
+      w.Error(
+          "ERR AUTH <password> called without any password configured for the default user. Are "
+          "you sure your configuration is correct?");
+    } else {
+      w.SimpleString("OK");
+    }
+    return;
+  }
+  AuthFailure why;
+  absl::StatusOr<Caller> caller = auth_->AuthenticateToken(token, &why);
+  if (!caller.ok()) {
+    if (metrics_ != nullptr) metrics_->RecordAuthFailure(RpcMethod::kGetServerInfo, why);
+    w.Error(absl::StrCat("WRONGPASS invalid username-password pair or user is disabled. (",
+                         caller.status().message(), ")"));
+    return;
+  }
+  s->authenticated = true;
+  s->token = std::string(token);
+  w.SimpleString("OK");
+}
+
+void RedisCommands::Hello(Session* s, const Command& c, Writer& w) {
+  int protocol = s->protocol;
+  size_t i = 1;
+  if (c.args.size() >= 2) {
+    int64_t v;
+    if (!ParseInt(c.args[1], &v)) {
+      w.Error("ERR Protocol version is not an integer or out of range");
+      return;
+    }
+    if (v != 2 && v != 3) {
+      w.Error("NOPROTO unsupported protocol version");
+      return;
+    }
+    protocol = static_cast<int>(v);
+    i = 2;
+  }
+  std::string_view token, name;
+  bool auth = false, set_name = false;
+  for (; i < c.args.size(); ++i) {
+    if (Is(c.args[i], "AUTH") && i + 2 < c.args.size()) {
+      auth = true;
+      token = c.args[i + 2];
+      i += 2;
+    } else if (Is(c.args[i], "SETNAME") && i + 1 < c.args.size()) {
+      set_name = true;
+      name = c.args[i + 1];
+      i += 1;
+    } else {
+      w.Error(absl::StrFormat("ERR Syntax error in HELLO option '%s'", Shown(c.args[i])));
+      return;
+    }
+  }
+  if (auth && auth_ != nullptr) {
+    AuthFailure why;
+    absl::StatusOr<Caller> caller = auth_->AuthenticateToken(token, &why);
+    if (!caller.ok()) {
+      w.Error(absl::StrCat("WRONGPASS invalid username-password pair or user is disabled. (",
+                           caller.status().message(), ")"));
+      return;
+    }
+    s->authenticated = true;
+    s->token = std::string(token);
+  }
+  if (auth_ != nullptr && !s->authenticated) {
+    w.Error(
+        "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO "
+        "<proto> AUTH <user> <pass> option can be used to authenticate the client and select the "
+        "RESP protocol version at the same time");
+    return;
+  }
+  if (set_name) {
+    for (char ch : name) {
+      if (ch < '!' || ch > '~') {
+        w.Error("ERR Client names cannot contain spaces, newlines or special characters.");
+        return;
+      }
+    }
+    s->name = std::string(name);
+  }
+  s->protocol = protocol;
+  // The reply is in the protocol just chosen.
+  std::string out;
+  Writer h(&out, protocol);
+  h.Map(8);
+  h.Bulk("server");
+  h.Bulk("cuckood");
+  h.Bulk("version");
+  h.Bulk(kRedisVersion);
+  h.Bulk("proto");
+  h.Integer(protocol);
+  h.Bulk("id");
+  h.Integer(static_cast<int64_t>(s->id));
+  h.Bulk("mode");
+  h.Bulk("standalone");
+  h.Bulk("role");
+  h.Bulk("master");
+  h.Bulk("modules");
+  h.Array(1);
+  h.Map(4);
+  h.Bulk("name");
+  h.Bulk("bf");
+  h.Bulk("ver");
+  h.Integer(kBloomModuleVersion);
+  h.Bulk("path");
+  h.Bulk("");
+  h.Bulk("args");
+  h.Array(0);
+  h.Bulk("cuckood_version");
+  h.Bulk(kVersion);
+  w.Raw(out);
+}
+
+void RedisCommands::Client(Session* s, const Command& c, Writer& w) {
+  const std::string_view sub = c.args[1];
+  if (Is(sub, "SETNAME") && c.args.size() == 3) {
+    for (char ch : c.args[2]) {
+      if (ch < '!' || ch > '~') {
+        w.Error("ERR Client names cannot contain spaces, newlines or special characters.");
+        return;
+      }
+    }
+    s->name = std::string(c.args[2]);
+    w.SimpleString("OK");
+  } else if (Is(sub, "GETNAME") && c.args.size() == 2) {
+    if (s->name.empty()) {
+      w.Null();
+    } else {
+      w.Bulk(s->name);
+    }
+  } else if (Is(sub, "SETINFO") && c.args.size() == 4) {
+    for (char ch : c.args[3]) {
+      if (ch < '!' || ch > '~') {
+        w.Error("ERR lib-name and lib-ver cannot contain spaces, newlines or special characters.");
+        return;
+      }
+    }
+    if (Is(c.args[2], "LIB-NAME")) {
+      s->lib_name = std::string(c.args[3]);
+    } else if (Is(c.args[2], "LIB-VER")) {
+      s->lib_version = std::string(c.args[3]);
+    } else {
+      w.Error(absl::StrFormat("ERR Unrecognized option '%s'", Shown(c.args[2])));
+      return;
+    }
+    w.SimpleString("OK");
+  } else if (Is(sub, "ID") && c.args.size() == 2) {
+    w.Integer(static_cast<int64_t>(s->id));
+  } else if (Is(sub, "INFO") && c.args.size() == 2) {
+    w.Verbatim("txt", absl::StrFormat("id=%u addr=%s name=%s age=%d db=0 resp=%d lib-name=%s "
+                                      "lib-ver=%s\n",
+                                      s->id, s->peer, s->name,
+                                      absl::ToInt64Seconds(absl::Now() - s->connected_at),
+                                      s->protocol, s->lib_name, s->lib_version));
+  } else {
+    w.Error(absl::StrFormat(
+        "ERR unknown subcommand or wrong number of arguments for '%s'. cuckood serves CLIENT "
+        "SETNAME, GETNAME, SETINFO, ID and INFO",
+        Shown(sub)));
+  }
+}
+
+namespace {
+struct CommandDoc {
+  std::string_view name;
+  int arity;
+  std::string_view flags;  // space-separated
+  int first_key, last_key, step;
+};
+constexpr CommandDoc kDocs[] = {
+    {"cf.reserve", -3, "write denyoom", 1, 1, 1},
+    {"cf.add", 3, "write denyoom", 1, 1, 1},
+    {"cf.addnx", 3, "write denyoom", 1, 1, 1},
+    {"cf.insert", -4, "write denyoom", 1, 1, 1},
+    {"cf.insertnx", -4, "write denyoom", 1, 1, 1},
+    {"cf.exists", 3, "readonly fast", 1, 1, 1},
+    {"cf.mexists", -3, "readonly fast", 1, 1, 1},
+    {"cf.del", 3, "write fast", 1, 1, 1},
+    {"cf.count", 3, "readonly fast", 1, 1, 1},
+    {"cf.info", 2, "readonly fast", 1, 1, 1},
+    {"cf.scandump", 3, "readonly", 1, 1, 1},
+    {"cf.loadchunk", 4, "write denyoom", 1, 1, 1},
+    {"ping", -1, "fast", 0, 0, 0},
+    {"echo", 2, "fast", 0, 0, 0},
+    {"hello", -1, "noscript loading stale fast no_auth", 0, 0, 0},
+    {"auth", -2, "noscript loading stale fast no_auth", 0, 0, 0},
+    {"select", 2, "loading stale fast", 0, 0, 0},
+    {"client", -2, "noscript loading stale", 0, 0, 0},
+    {"quit", -1, "noscript loading stale fast no_auth", 0, 0, 0},
+    {"command", -1, "loading stale", 0, 0, 0},
+    {"info", -1, "loading stale", 0, 0, 0},
+    {"del", -2, "write", 1, -1, 1},
+    {"exists", -2, "readonly fast", 1, -1, 1},
+    {"type", 2, "readonly fast", 1, 1, 1},
+    {"scan", -2, "readonly", 0, 0, 0},
+    {"keys", 2, "readonly", 0, 0, 0},
+    {"dbsize", 1, "readonly fast", 0, 0, 0},
+    {"config", -2, "admin noscript loading stale", 0, 0, 0},
+    {"reset", 1, "noscript loading stale fast no_auth", 0, 0, 0},
+};
+
+void WriteCommandEntry(const CommandDoc& d, Writer& w) {
+  std::vector<std::string_view> flags;
+  for (std::string_view rest = d.flags; !rest.empty();) {
+    const size_t sp = rest.find(' ');
+    flags.push_back(rest.substr(0, sp));
+    rest = sp == std::string_view::npos ? std::string_view() : rest.substr(sp + 1);
+  }
+  w.Array(10);
+  w.Bulk(d.name);
+  w.Integer(d.arity);
+  w.Set(flags.size());
+  for (std::string_view f : flags) w.SimpleString(f);
+  w.Integer(d.first_key);
+  w.Integer(d.last_key);
+  w.Integer(d.step);
+  w.Set(0);    // ACL categories
+  w.Set(0);    // tips
+  w.Array(0);  // key specs
+  w.Array(0);  // subcommands
+}
+}  // namespace
+
+void RedisCommands::CommandInfo(Session*, const Command& c, Writer& w) {
+  if (c.args.size() == 1) {
+    w.Array(std::size(kDocs));
+    for (const CommandDoc& d : kDocs) WriteCommandEntry(d, w);
+    return;
+  }
+  const std::string_view sub = c.args[1];
+  if (Is(sub, "COUNT") && c.args.size() == 2) {
+    w.Integer(std::size(kDocs));
+  } else if (Is(sub, "INFO")) {
+    if (c.args.size() == 2) {
+      w.Array(std::size(kDocs));
+      for (const CommandDoc& d : kDocs) WriteCommandEntry(d, w);
+      return;
+    }
+    w.Array(c.args.size() - 2);
+    for (size_t i = 2; i < c.args.size(); ++i) {
+      const CommandDoc* found = nullptr;
+      for (const CommandDoc& d : kDocs) {
+        if (Is(d.name, c.args[i])) found = &d;
+      }
+      if (found != nullptr) {
+        WriteCommandEntry(*found, w);
+      } else {
+        w.NullArray();
+      }
+    }
+  } else if (Is(sub, "DOCS")) {
+    // No documents: redis-cli then falls back to its own help.
+    w.Map(0);
+  } else if (Is(sub, "LIST")) {
+    w.Array(std::size(kDocs));
+    for (const CommandDoc& d : kDocs) w.Bulk(d.name);
+  } else {
+    w.Error(absl::StrFormat(
+        "ERR unknown subcommand '%s'. cuckood serves COMMAND, COMMAND COUNT, INFO, DOCS and LIST",
+        Shown(sub)));
+  }
+}
+
+void RedisCommands::ServerInfo(Session* s, const Command& c, Writer& w) {
+  auto wanted = [&](std::string_view section) {
+    if (c.args.size() == 1) return true;
+    for (size_t i = 1; i < c.args.size(); ++i) {
+      if (Is(c.args[i], section) || Is(c.args[i], "all") || Is(c.args[i], "everything") ||
+          Is(c.args[i], "default")) {
+        return true;
+      }
+    }
+    return false;
+  };
+  std::string text;
+  if (wanted("server")) {
+    absl::StrAppendFormat(&text,
+                          "# Server\r\nredis_version:%s\r\ncuckood_version:%s\r\nredis_mode:"
+                          "standalone\r\nprocess_id:%d\r\ntcp_port:%d\r\nuptime_in_seconds:%d\r\n"
+                          "\r\n",
+                          kRedisVersion, kVersion, ::getpid(), port_,
+                          absl::ToInt64Seconds(absl::Now() - started_));
+  }
+  if (wanted("clients")) {
+    absl::StrAppendFormat(&text, "# Clients\r\nconnected_clients:%u\r\n\r\n",
+                          connections_ ? connections_() : 0);
+  }
+  if (wanted("memory")) {
+    absl::StrAppendFormat(&text, "# Memory\r\nused_memory:%u\r\nmaxmemory:%u\r\n\r\n",
+                          registry_->memory_bytes(), registry_->limits().memory_budget_bytes);
+  }
+  if (wanted("modules")) {
+    absl::StrAppendFormat(&text,
+                          "# Modules\r\nmodule:name=bf,ver=%d,api=1,filters=0,usedby=[],"
+                          "using=[],options=[]\r\n\r\n",
+                          kBloomModuleVersion);
+  }
+  if (wanted("keyspace")) {
+    text += "# Keyspace\r\n";
+    Caller caller;
+    std::string ignored;
+    Writer iw(&ignored, s->protocol);
+    if (CurrentCaller(s, iw, &caller)) {
+      size_t n = 0;
+      for (const auto& [name, f] : registry_->List()) n += caller.Allows(Access::kRead, name);
+      if (n > 0) absl::StrAppendFormat(&text, "db0:keys=%u,expires=0,avg_ttl=0\r\n", n);
+    }
+  }
+  w.Verbatim("txt", text);
+}
+
+// ---- Keyspace commands over filter names ----
+
+void RedisCommands::KeyExists(Session* s, const Command& c, Writer& w) {
+  Caller caller;
+  if (!CurrentCaller(s, w, &caller)) return;
+  int64_t n = 0;
+  for (size_t i = 1; i < c.args.size(); ++i) {
+    if (!FilterRegistry::ValidateName(A(c.args[i])).ok()) continue;
+    if (!caller.Allows(Access::kRead, c.args[i])) continue;  // As SCAN: not shown.
+    n += registry_->Get(A(c.args[i])).ok() ? 1 : 0;
+  }
+  w.Integer(n);
+}
+
+void RedisCommands::Type(Session* s, const Command& c, Writer& w) {
+  Caller caller;
+  if (!CurrentCaller(s, w, &caller)) return;
+  const bool found = FilterRegistry::ValidateName(A(c.args[1])).ok() &&
+                     caller.Allows(Access::kRead, c.args[1]) && registry_->Get(A(c.args[1])).ok();
+  w.SimpleString(found ? kTypeName : "none");
+}
+
+void RedisCommands::Scan(Session* s, const Command& c, Writer& w) {
+  uint64_t cursor = 0;
+  {
+    const std::string_view t = c.args[1];
+    bool ok = !t.empty() && t.size() <= 20;
+    for (char ch : t) ok = ok && ch >= '0' && ch <= '9';
+    if (ok) {
+      uint64_t v = 0;
+      for (char ch : t) {
+        const uint64_t d = static_cast<uint64_t>(ch - '0');
+        if (v > (UINT64_MAX - d) / 10) ok = false;
+        v = v * 10 + d;
+      }
+      cursor = v;
+    }
+    if (!ok) {
+      w.Error("ERR invalid cursor");
+      return;
+    }
+  }
+  std::string_view pattern = "*";
+  int64_t count = 10;
+  bool type_ok = true;
+  for (size_t i = 2; i < c.args.size(); i += 2) {
+    if (i + 1 >= c.args.size()) {
+      w.Error("ERR syntax error");
+      return;
+    }
+    if (Is(c.args[i], "MATCH")) {
+      pattern = c.args[i + 1];
+    } else if (Is(c.args[i], "COUNT")) {
+      if (!ParseInt(c.args[i + 1], &count)) {
+        w.Error("ERR value is not an integer or out of range");
+        return;
+      }
+      if (count < 1) {
+        w.Error("ERR syntax error");
+        return;
+      }
+    } else if (Is(c.args[i], "TYPE")) {
+      type_ok = Is(c.args[i + 1], kTypeName);
+    } else {
+      w.Error("ERR syntax error");
+      return;
+    }
+  }
+  Caller caller;
+  if (!CurrentCaller(s, w, &caller)) return;
+  std::vector<std::pair<uint64_t, std::string>> names;
+  for (auto& [name, f] : registry_->List()) {
+    const uint64_t h = ScanHash(name);
+    if (h >= cursor && caller.Allows(Access::kRead, name)) names.emplace_back(h, name);
+  }
+  std::sort(names.begin(), names.end());
+  size_t end = std::min<size_t>(names.size(), static_cast<size_t>(count));
+  // Names of one hash go together, so the next cursor never splits them.
+  while (end > 0 && end < names.size() && names[end].first == names[end - 1].first) ++end;
+  const uint64_t next = end < names.size() ? names[end].first : 0;
+  std::vector<std::string_view> shown;
+  for (size_t i = 0; i < end; ++i) {
+    if (type_ok && Matches(pattern, names[i].second)) shown.push_back(names[i].second);
+  }
+  w.Array(2);
+  w.Bulk(absl::StrCat(next));
+  w.Array(shown.size());
+  for (std::string_view n : shown) w.Bulk(n);
+}
+
+void RedisCommands::Keys(Session* s, const Command& c, Writer& w) {
+  Caller caller;
+  if (!CurrentCaller(s, w, &caller)) return;
+  std::vector<std::string> names;
+  for (auto& [name, f] : registry_->List()) {
+    if (caller.Allows(Access::kRead, name) && Matches(c.args[1], name)) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  w.Array(names.size());
+  for (const std::string& n : names) w.Bulk(n);
+}
+
+void RedisCommands::DbSize(Session* s, Writer& w) {
+  Caller caller;
+  if (!CurrentCaller(s, w, &caller)) return;
+  int64_t n = 0;
+  for (const auto& [name, f] : registry_->List()) n += caller.Allows(Access::kRead, name);
+  w.Integer(n);
+}
+
+void RedisCommands::Config(Session*, const Command& c, Writer& w) {
+  if (Is(c.args[1], "GET")) {
+    // No Redis settings to show (clients such as redis-benchmark ask for
+    // "save" and "appendonly" and carry on without them).
+    w.Map(0);
+    return;
+  }
+  w.Error(absl::StrFormat(
+      "ERR CONFIG %s is not supported: cuckood is configured with flags and environment "
+      "variables (cuckood --help)",
+      Shown(absl::AsciiStrToUpper(A(c.args[1])))));
+}
+
+}  // namespace cuckoo::server

@@ -1,0 +1,177 @@
+// RedisCommands: RedisBloom's cuckoo-filter commands (CF.*) and the
+// connection and keyspace commands Redis clients send, served on the Redis
+// port (--redis-listen, server/resp_server.h) over the same filters as the
+// gRPC API. docs/REDIS_COMPATIBILITY.md lists every command, its replies and
+// where cuckood differs from RedisBloom.
+//
+// Reads (CF.EXISTS, CF.MEXISTS, CF.COUNT, CF.INFO, EXISTS, TYPE, SCAN, KEYS,
+// DBSIZE) run on the connection's thread, straight on the filters, like
+// gRPC's Lookup and Count (lock-free batched lookups). Everything that
+// changes state (CF.RESERVE, CF.ADD, CF.ADDNX, CF.INSERT, CF.INSERTNX,
+// CF.DEL, DEL, CF.LOADCHUNK) and CF.SCANDUMP are gRPC calls of the server's
+// own FilterService over an in-process channel: they are logged, made durable
+// (or published to the cluster), authorised, audited and counted exactly as
+// the same call from a gRPC client, and answered once gRPC answers.
+// Consecutive pipelined CF.ADD, CF.ADDNX or CF.DEL of one connection on one
+// filter are sent as one batch (one log write, one fdatasync), and
+// consecutive CF.EXISTS as one batched lookup.
+//
+// Authentication: with an access file (--auth-tokens) a connection must send
+// AUTH <token> (or HELLO ... AUTH <user> <token>) first; the token is checked
+// again, against the file in force, for every command, so a revoked token
+// stops working at once. Grants apply per filter as on gRPC: CF.EXISTS needs
+// read, CF.ADD write, CF.RESERVE and DEL admin.
+//
+// CF.SCANDUMP / CF.LOADCHUNK move a filter as chunks of its snapshot file
+// (ExportFilter / ImportFilter): the first chunk is a 24-byte header (magic
+// "CKDUMP01", the snapshot's size and items, little-endian u64s), then the
+// snapshot file in 1 MiB chunks. A dump is taken whole when it starts (a
+// private copy under data_dir/.redis-dump), so its chunks are one consistent
+// snapshot; an unfinished dump or load is forgotten after dump_idle_timeout.
+//
+// Thread safety: Execute is called from many connection threads at once.
+#ifndef CUCKOO_SERVER_RESP_COMMANDS_H_
+#define CUCKOO_SERVER_RESP_COMMANDS_H_
+
+#include <grpcpp/channel.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/time/time.h"
+#include "boost/asio/thread_pool.hpp"
+#include "core/mutex.h"
+#include "core/registry.h"
+#include "cuckoo/v1/filter_service.grpc.pb.h"
+#include "server/auth.h"
+#include "server/metrics.h"
+#include "server/persistence.h"
+#include "server/resp_server.h"
+
+namespace cuckoo::server {
+
+// The first chunk of a dump: magic, snapshot bytes, items.
+inline constexpr char kRedisDumpMagic[] = "CKDUMP01";
+inline constexpr size_t kRedisDumpHeaderBytes = 24;
+// Data bytes per dump chunk.
+inline constexpr size_t kRedisDumpChunkBytes = size_t{1} << 20;
+// Dumps and loads that may be unfinished at once (more get an error).
+inline constexpr size_t kMaxRedisDumps = 4;
+inline constexpr size_t kMaxRedisLoads = 2;
+
+struct RedisOptions {
+  // A filter that CF.ADD, CF.ADDNX, CF.INSERT or CF.INSERTNX creates (the
+  // key does not exist) holds this many keys before it grows
+  // (--redis-default-capacity; RedisBloom's default is 1024 too).
+  uint64_t default_capacity = 1024;
+  // The false-positive rate of filters made over this port
+  // (--redis-error-rate): CF.RESERVE has no argument for it.
+  double error_rate = 0.002;
+  // The growth factor of a filter made with no EXPANSION
+  // (--redis-default-expansion): 0 fixed, 2 to 8 growing.
+  uint32_t default_expansion = 2;
+  // As the gRPC API's limits (--max-batch-keys, --max-key-bytes).
+  uint32_t max_batch_keys = 100'000;
+  uint32_t max_key_bytes = 4096;
+  // Where dumps and loads keep their private files.
+  std::string data_dir;
+  // An unfinished dump or load not touched for this long is dropped.
+  absl::Duration dump_idle_timeout = absl::Minutes(10);
+};
+
+class RedisCommands final : public resp::CommandHandler {
+ public:
+  // `auth` null: no authentication. `channel`: an in-process channel to
+  // this server's FilterService. `metrics` may be null.
+  RedisCommands(FilterRegistry* registry, const Authenticator* auth, Metrics* metrics,
+                std::shared_ptr<grpc::Channel> channel, RedisOptions options);
+  ~RedisCommands() override;  // Waits for dump and load work running.
+
+  size_t Execute(resp::Session* session, absl::Span<const resp::Command> commands,
+                 resp::Completion done) override;
+
+  // For INFO's clients section.
+  void set_connection_count(std::function<size_t()> count) { connections_ = std::move(count); }
+  // For INFO's server section: the bound port.
+  void set_port(int port) { port_ = port; }
+  // Files and sessions of dumps and loads not touched for dump_idle_timeout
+  // are removed (also done on each CF.SCANDUMP and CF.LOADCHUNK).
+  void ExpireTransfers();
+
+  // The reply to a command after authentication failed or is missing, etc.:
+  // public for tests of the error wording.
+  static std::string WrongArity(std::string_view command);
+
+ private:
+  struct Call;
+  struct Dump;
+  struct Load;
+
+  // One command (or a run of merged ones) given to Execute.
+  size_t Dispatch(resp::Session* session, absl::Span<const resp::Command> commands,
+                  resp::Completion done);
+  // The authenticated caller for this command, or an error reply written.
+  bool Authorize(resp::Session* session, resp::Writer& w, size_t command, Access need,
+                 std::string_view filter, Caller* caller);
+  bool CurrentCaller(resp::Session* session, resp::Writer& w, Caller* caller);
+
+  // The commands (resp_commands.cc).
+  void Exists(resp::Session* s, absl::Span<const resp::Command> run, resp::Writer& w);
+  void MExists(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void Count(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void Info(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void Write(resp::Session* s, absl::Span<const resp::Command> run, size_t command,
+             resp::Completion done, std::chrono::steady_clock::time_point start);
+  void Reserve(resp::Session* s, const resp::Command& c, resp::Completion done,
+               std::chrono::steady_clock::time_point start);
+  void DropKeys(resp::Session* s, const resp::Command& c, resp::Completion done,
+                std::chrono::steady_clock::time_point start);
+  void ScanDump(resp::Session* s, const resp::Command& c, resp::Completion done,
+                std::chrono::steady_clock::time_point start);
+  void LoadChunk(resp::Session* s, const resp::Command& c, resp::Completion done,
+                 std::chrono::steady_clock::time_point start);
+  void Hello(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void Auth(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void Client(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void CommandInfo(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void ServerInfo(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void KeyExists(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void Type(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void Scan(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void Keys(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void DbSize(resp::Session* s, resp::Writer& w);
+  void Config(resp::Session* s, const resp::Command& c, resp::Writer& w);
+
+  // Counts a reply in the metrics (outcome from its first bytes).
+  void Record(size_t command, std::string_view reply, std::chrono::steady_clock::time_point start,
+              size_t keys);
+  // Adds "authorization" metadata for the session's token.
+  void AddCredentials(const resp::Session& s, grpc::ClientContext* ctx) const;
+
+  FilterRegistry* const registry_;
+  const Authenticator* const auth_;
+  Metrics* const metrics_;
+  const std::shared_ptr<grpc::Channel> channel_;
+  const std::unique_ptr<v1::FilterService::Stub> stub_;
+  const RedisOptions options_;
+  std::function<size_t()> connections_;
+  int port_ = 0;
+  const absl::Time started_ = absl::Now();
+
+  Mutex transfer_mu_;
+  std::atomic<uint64_t> next_dump_{1};
+  std::map<uint64_t, std::shared_ptr<Dump>> dumps_ ABSL_GUARDED_BY(transfer_mu_);
+  std::map<std::string, std::shared_ptr<Load>> loads_ ABSL_GUARDED_BY(transfer_mu_);
+  // Dumps' and loads' blocking work (the export's and import's streams).
+  // Last: joined first.
+  boost::asio::thread_pool transfer_threads_{2};
+};
+
+}  // namespace cuckoo::server
+
+#endif  // CUCKOO_SERVER_RESP_COMMANDS_H_

@@ -1,0 +1,727 @@
+#include "server/resp_server.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <list>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "boost/asio/executor_work_guard.hpp"
+#include "boost/asio/io_context.hpp"
+#include "boost/asio/ip/tcp.hpp"
+#include "boost/asio/post.hpp"
+#include "boost/asio/steady_timer.hpp"
+#include "boost/asio/write.hpp"
+
+namespace cuckoo::server::resp {
+
+namespace asio = boost::asio;
+using tcp = boost::asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using boost::system::error_code;
+
+namespace {
+
+// Commands parsed at once before running them; the rest of the buffer is
+// parsed when these have run (a 1000-command pipeline still gets one write).
+constexpr size_t kMaxBatchCommands = 1024;
+// A Command whose argument vector grew past this gives the memory back.
+constexpr size_t kKeepArgs = 4096;
+// An output buffer larger than this is freed once written.
+constexpr size_t kKeepOutputBytes = 1 << 20;
+// The first read buffer; it grows to read_chunk when a read fills it.
+constexpr size_t kInitialReadBytes = 16 << 10;
+// How long a closing connection may take to flush its replies.
+constexpr auto kCloseFlushTime = std::chrono::seconds(1);
+
+constexpr std::string_view kShuttingDown = "-ERR cuckood is shutting down\r\n";
+constexpr std::string_view kMaxClients = "-ERR max number of clients reached\r\n";
+
+std::string FormatEndpoint(const tcp::endpoint& endpoint) {
+  const asio::ip::address address = endpoint.address();
+  if (address.is_v6()) return absl::StrCat("[", address.to_string(), "]:", endpoint.port());
+  return absl::StrCat(address.to_string(), ":", endpoint.port());
+}
+
+}  // namespace
+
+namespace internal {
+class Connection;
+}  // namespace internal
+
+// The state shared by the server, its threads and its connections. Kept
+// alive by every connection (their sockets need the io_contexts), so a
+// handler answering after the server is gone touches only live memory.
+class RespServer::Core : public std::enable_shared_from_this<RespServer::Core> {
+ public:
+  // One I/O thread and the connections it owns.
+  struct Worker {
+    asio::io_context io{1};
+    std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;
+    asio::steady_timer sweep{io};
+    // Open connections of this thread; touched on this thread only.
+    std::list<std::shared_ptr<internal::Connection>> connections;
+    // Where closing connections' unread input goes.
+    std::array<char, 4096> discard;
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
+
+  Core(const ServerOptions& options, CommandHandler* handler)
+      : options(options),
+        handler(handler),
+        stall_timeout(absl::ToChronoNanoseconds(options.write_stall_timeout)),
+        idle_timeout(absl::ToChronoNanoseconds(options.idle_timeout)) {
+    const int n = options.threads > 0
+                      ? options.threads
+                      : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    for (int i = 0; i < n; ++i) workers.push_back(std::make_unique<Worker>());
+    acceptor.emplace(workers[0]->io);
+    retry.emplace(workers[0]->io);
+  }
+
+  absl::Status Listen();
+  void Run();
+  void Accept();
+  void Sweep(Worker* worker);
+  void CloseAll(Worker* worker, bool force);
+  void Shutdown(absl::Duration drain);
+  void DoShutdown(absl::Duration drain);
+  void Closed(std::string_view reason) {
+    connection_count.fetch_sub(1);
+    if (options.on_close) options.on_close(reason);
+  }
+
+  const ServerOptions options;
+  CommandHandler* const handler;
+  const std::chrono::nanoseconds stall_timeout;
+  const std::chrono::nanoseconds idle_timeout;
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::optional<tcp::acceptor> acceptor;
+  std::optional<asio::steady_timer> retry;  // paces accepting again after an error
+  size_t next_worker = 0;                   // on workers[0]'s thread
+  std::string address;
+  int port = 0;
+
+  std::atomic<uint64_t> next_id{1};
+  std::atomic<size_t> connection_count{0};
+  std::atomic<int64_t> in_flight{0};
+  // Shutdown's phases: commands get the shutting-down error; connections are
+  // being closed (a command in flight no longer holds one open); no more
+  // posts to the threads (late replies are dropped).
+  std::atomic<bool> shutting_down{false};
+  std::atomic<bool> closing_all{false};
+  std::atomic<bool> stopped{false};
+  std::atomic<int> posting{0};   // Completion::Reply calls between checking `stopped` and posting
+  std::once_flag shutdown_once;  // a second Shutdown waits for the first
+  std::atomic<bool> acceptor_closed{false};
+};
+
+namespace internal {
+
+namespace {
+// The connection whose handler's Execute is running on this thread: a Reply
+// for it is synchronous.
+thread_local Connection* tl_executing = nullptr;
+}  // namespace
+
+// One client connection; lives on its worker's thread (see the top of
+// resp_server.h for the loop). Owned by the worker's list while open, and by
+// pending I/O handlers and handlers' Completions.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  using Core = RespServer::Core;
+
+  Connection(std::shared_ptr<Core> core, Core::Worker* worker, tcp::socket socket)
+      : core_(std::move(core)),
+        worker_(worker),
+        socket_(std::move(socket)),
+        parser_(core_->options.limits) {}
+
+  // On the worker's thread.
+  void Start() {
+    worker_->connections.push_front(shared_from_this());
+    registered_ = worker_->connections.begin();
+    error_code ec;
+    socket_.set_option(tcp::no_delay(true), ec);
+    const tcp::endpoint peer = socket_.remote_endpoint(ec);
+    session_.peer = ec ? "?:0" : FormatEndpoint(peer);
+    session_.id = core_->next_id.fetch_add(1);
+    session_.connected_at = absl::Now();
+    if (core_->closing_all.load()) {  // accepted just as the server shut down
+      Close("shutdown");
+      return;
+    }
+    last_input_ = Clock::now();
+    in_cap_ = std::min(kInitialReadBytes, std::max<size_t>(core_->options.read_chunk, 512));
+    in_.reset(new char[in_cap_]);
+    Process();
+  }
+
+  // Completion::Reply: the handler's answer, from any thread.
+  void OnReply(std::shared_ptr<Connection> self, std::string bytes,
+               std::function<void(Session*)> then) {
+    if (tl_executing == this) {
+      sync_replied_ = true;
+      Apply(bytes, then);
+      return;
+    }
+    Core& core = *core_;
+    core.posting.fetch_add(1);
+    if (!core.stopped.load()) {
+      asio::post(worker_->io, [self = std::move(self), bytes = std::move(bytes),
+                               then = std::move(then)]() mutable {
+        self->AsyncDone(std::move(bytes), std::move(then));
+      });
+    }
+    core.posting.fetch_sub(1);
+  }
+
+  // The periodic check of the timeouts, on the worker's thread.
+  void Sweep(Clock::time_point now) {
+    if (closed_) return;
+    if (close_after_flush_) {
+      if (now >= close_deadline_) Close(reason_);
+    } else if (writing_active_ && now - write_progress_ >= core_->stall_timeout &&
+               core_->stall_timeout.count() > 0) {
+      Close("slow_client");
+    } else if (core_->idle_timeout.count() > 0 && reading_ && !in_flight_ &&
+               now - last_input_ >= core_->idle_timeout) {
+      Close("idle");
+    }
+  }
+
+  // Shutdown: flush what is pending, then close (force: close now).
+  void CloseForShutdown(bool force) {
+    if (force) {
+      Close("shutdown");
+      MaybeFinalize();  // also one closed earlier, still waiting for a reply
+      return;
+    }
+    CloseAfterFlush("shutdown");
+  }
+
+ private:
+  // Runs commands and reads until it has to wait (for a read, a reply in
+  // flight, or the client to take its output), then writes what it has.
+  void Process() {
+    while (!closed_ && !close_after_flush_ && !in_flight_ && !reading_) {
+      if (PendingOutput() >= core_->options.output_soft_limit) {
+        paused_ = true;  // OnWrite resumes
+        break;
+      }
+      if (next_cmd_ < n_cmds_) {
+        RunNext();
+        continue;
+      }
+      if (parse_error_) {
+        absl::StrAppend(&out_, "-", error_, "\r\n");
+        CloseAfterFlush("protocol_error");
+        break;
+      }
+      if (!ParseBatch()) StartRead();
+    }
+    Flush();
+  }
+
+  size_t PendingOutput() const { return out_.size() + (writing_.size() - written_); }
+
+  void RunNext() {
+    if (core_->shutting_down.load(std::memory_order_relaxed)) {
+      out_.append(kShuttingDown);
+      ++next_cmd_;
+      return;
+    }
+    const absl::Span<const Command> commands(commands_.data() + next_cmd_, n_cmds_ - next_cmd_);
+    sync_replied_ = false;
+    tl_executing = this;
+    size_t took = core_->handler->Execute(&session_, commands, Completion(shared_from_this()));
+    tl_executing = nullptr;
+    next_cmd_ += std::clamp<size_t>(took, 1, commands.size());
+    if (!sync_replied_) {
+      in_flight_ = true;
+      core_->in_flight.fetch_add(1);
+    }
+  }
+
+  // Parses the complete commands at the front of the unparsed input; true
+  // if there is something to run (or a protocol error to answer).
+  bool ParseBatch() {
+    if (big_args_) {
+      big_args_ = false;
+      for (Command& c : commands_) {
+        if (c.args.capacity() > kKeepArgs) std::vector<std::string_view>().swap(c.args);
+      }
+    }
+    n_cmds_ = next_cmd_ = 0;
+    while (n_cmds_ < kMaxBatchCommands && in_begin_ < in_end_) {
+      if (n_cmds_ == commands_.size()) commands_.emplace_back();
+      std::vector<std::string_view>& args = commands_[n_cmds_].args;
+      args.clear();
+      size_t consumed = 0;
+      const Parser::Result r = parser_.Parse(
+          std::string_view(in_.get() + in_begin_, in_end_ - in_begin_), &consumed, &args, &error_);
+      if (r == Parser::Result::kNeedMore) break;
+      if (r == Parser::Result::kError) {
+        parse_error_ = true;
+        break;
+      }
+      in_begin_ += consumed;
+      if (args.size() > kKeepArgs) big_args_ = true;
+      if (!args.empty()) ++n_cmds_;  // "*0", an empty line: nothing to run
+    }
+    return n_cmds_ > 0 || parse_error_;
+  }
+
+  // Makes room for the rest of the partial command (or the next ones) and
+  // reads. Only when every parsed command has run: their views into the
+  // buffer must not move.
+  void StartRead() {
+    const ServerOptions& options = core_->options;
+    if (in_begin_ == in_end_) in_begin_ = in_end_ = 0;
+    const size_t have = in_end_ - in_begin_;
+    const size_t hint = parser_.pending_hint();
+    const size_t chunk = std::max<size_t>(options.read_chunk, 512);
+    const size_t max_cap =
+        std::max(options.limits.max_command_bytes, options.limits.max_inline_bytes) + chunk;
+    size_t cap = in_cap_;
+    if (cap > chunk && have <= chunk / 2 && hint <= chunk) cap = chunk;  // after a big command
+    if (hint > cap) {
+      cap = std::min(hint, max_cap);
+    } else if (have == cap || (last_read_filled_ && cap < chunk)) {
+      cap = std::min(std::max(cap * 2, chunk), max_cap);
+    }
+    cap = std::max(cap, have + 1);
+    if (cap != in_cap_) {
+      std::unique_ptr<char[]> bigger(new char[cap]);
+      std::memcpy(bigger.get(), in_.get() + in_begin_, have);
+      in_ = std::move(bigger);
+      in_cap_ = cap;
+      in_begin_ = 0;
+      in_end_ = have;
+    } else if (in_begin_ > 0 && (in_cap_ - in_end_ < in_cap_ / 2 || in_begin_ + hint > in_cap_)) {
+      std::memmove(in_.get(), in_.get() + in_begin_, have);
+      in_begin_ = 0;
+      in_end_ = have;
+    }
+    reading_ = true;
+    socket_.async_read_some(
+        asio::buffer(in_.get() + in_end_, in_cap_ - in_end_),
+        [self = shared_from_this()](error_code ec, size_t n) { self->OnRead(ec, n); });
+  }
+
+  void OnRead(error_code ec, size_t n) {
+    reading_ = false;
+    if (closed_) return;
+    if (close_after_flush_) {
+      if (ec) {
+        if (lingering_ || ec != asio::error::eof) Close(reason_);
+        return;
+      }
+      if (lingering_) StartDiscardRead();
+      return;
+    }
+    if (ec) {
+      if (ec == asio::error::eof && PendingOutput() > 0) {
+        CloseAfterFlush("eof");  // a client that half-closed still gets its replies
+      } else {
+        Close(ec == asio::error::eof ? "eof" : "error");
+      }
+      return;
+    }
+    in_end_ += n;
+    last_read_filled_ = in_end_ == in_cap_;
+    last_input_ = Clock::now();
+    Process();
+  }
+
+  // The handler's answer, posted from another thread.
+  void AsyncDone(std::string bytes, std::function<void(Session*)> then) {
+    if (finalized_) return;
+    in_flight_ = false;
+    core_->in_flight.fetch_sub(1);
+    Apply(bytes, then);
+    if (closed_) {
+      MaybeFinalize();
+      return;
+    }
+    Process();
+  }
+
+  void Apply(const std::string& bytes, const std::function<void(Session*)>& then) {
+    if (then) then(&session_);
+    if (!lingering_) out_.append(bytes);
+    if (session_.close_after_reply && !closed_) CloseAfterFlush("quit");
+  }
+
+  // Writes the output gathered so far, unless a write is in progress (its
+  // completion writes what came meanwhile).
+  void Flush() {
+    if (writing_active_ || out_.empty() || closed_) return;
+    writing_.clear();
+    writing_.swap(out_);
+    written_ = 0;
+    writing_active_ = true;
+    write_progress_ = Clock::now();
+    WriteSome();
+  }
+
+  void WriteSome() {
+    socket_.async_write_some(
+        asio::buffer(writing_.data() + written_, writing_.size() - written_),
+        [self = shared_from_this()](error_code ec, size_t n) { self->OnWrite(ec, n); });
+  }
+
+  void OnWrite(error_code ec, size_t n) {
+    if (closed_) {
+      writing_active_ = false;
+      return;
+    }
+    if (ec) {
+      writing_active_ = false;
+      Close("error");
+      return;
+    }
+    written_ += n;
+    write_progress_ = Clock::now();
+    if (written_ < writing_.size()) {
+      WriteSome();
+      return;
+    }
+    writing_active_ = false;
+    writing_.clear();
+    written_ = 0;
+    if (writing_.capacity() > kKeepOutputBytes) std::string().swap(writing_);
+    if (close_after_flush_) {
+      if (!out_.empty()) {
+        Flush();
+      } else {
+        FinishGraceful();
+      }
+      return;
+    }
+    if (paused_ && PendingOutput() < core_->options.output_soft_limit) {
+      paused_ = false;
+      Process();  // flushes too
+      return;
+    }
+    Flush();
+  }
+
+  // Stops running commands; closes once the output is written (bounded by
+  // kCloseFlushTime, checked by the sweep).
+  void CloseAfterFlush(std::string_view reason) {
+    if (close_after_flush_ || closed_) return;
+    close_after_flush_ = true;
+    reason_ = std::string(reason);
+    close_deadline_ = Clock::now() + kCloseFlushTime;
+    Flush();
+    if (!writing_active_) FinishGraceful();
+  }
+
+  // Everything written: our FIN, then the client's unread input is read and
+  // dropped until it closes too (or the deadline), so that closing with
+  // unread input does not reset the connection and destroy the last replies
+  // before the client reads them.
+  void FinishGraceful() {
+    if (lingering_ || closed_) return;
+    lingering_ = true;
+    error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_send, ignored);
+    if (!reading_) StartDiscardRead();
+  }
+
+  void StartDiscardRead() {
+    reading_ = true;
+    socket_.async_read_some(asio::buffer(worker_->discard),
+                            [self = shared_from_this()](error_code ec, size_t) {
+                              self->reading_ = false;
+                              if (self->closed_) return;
+                              if (ec) {
+                                self->Close(self->reason_);
+                              } else {
+                                self->StartDiscardRead();
+                              }
+                            });
+  }
+
+  void Close(std::string_view reason) {
+    if (closed_) return;
+    closed_ = true;
+    if (!close_after_flush_) reason_ = std::string(reason);
+    error_code ignored;
+    socket_.close(ignored);
+    MaybeFinalize();
+  }
+
+  // Once closed and no command in flight (or the server is closing every
+  // connection): tells the handler and the metrics, and leaves the worker's
+  // list. The caller holds a reference.
+  void MaybeFinalize() {
+    if (finalized_ || !closed_) return;
+    if (in_flight_ && !core_->closing_all.load()) return;
+    finalized_ = true;
+    if (in_flight_) {
+      in_flight_ = false;
+      core_->in_flight.fetch_sub(1);
+    }
+    core_->handler->Closed(&session_);
+    core_->Closed(reason_);
+    worker_->connections.erase(registered_);
+  }
+
+  const std::shared_ptr<Core> core_;
+  Core::Worker* const worker_;
+  tcp::socket socket_;
+  std::list<std::shared_ptr<Connection>>::iterator registered_;
+  Session session_;
+  Parser parser_;
+
+  // Input: [in_begin_, in_end_) not parsed yet; parsed commands' views
+  // point before in_begin_.
+  std::unique_ptr<char[]> in_;
+  size_t in_cap_ = 0;
+  size_t in_begin_ = 0;
+  size_t in_end_ = 0;
+  bool last_read_filled_ = false;
+
+  // Parsed commands: [next_cmd_, n_cmds_) still to run. Reused.
+  std::vector<Command> commands_;
+  size_t n_cmds_ = 0;
+  size_t next_cmd_ = 0;
+  bool big_args_ = false;
+  bool parse_error_ = false;  // after the parsed commands
+  std::string error_;
+
+  // Output: out_ gathers replies while writing_ is being written.
+  std::string out_;
+  std::string writing_;
+  size_t written_ = 0;
+
+  bool reading_ = false;
+  bool writing_active_ = false;
+  bool in_flight_ = false;
+  bool sync_replied_ = false;
+  bool paused_ = false;
+  bool close_after_flush_ = false;
+  bool lingering_ = false;
+  bool closed_ = false;
+  bool finalized_ = false;
+  std::string reason_;
+  Clock::time_point last_input_;
+  Clock::time_point write_progress_;
+  Clock::time_point close_deadline_;
+};
+
+}  // namespace internal
+
+void Completion::Reply(std::string bytes, std::function<void(Session*)> then) {
+  std::shared_ptr<internal::Connection> c = std::move(connection_);
+  if (c == nullptr) return;  // a second Reply on this handle
+  internal::Connection* raw = c.get();
+  raw->OnReply(std::move(c), std::move(bytes), std::move(then));
+}
+
+absl::Status RespServer::Core::Listen() {
+  const std::string& listen = options.listen;
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("RESP listen address \"%s\" is not host:port", listen));
+  }
+  std::string host = listen.substr(0, colon);
+  const std::string port_text = listen.substr(colon + 1);
+  if (port_text.empty() || port_text.size() > 5 ||
+      !std::all_of(port_text.begin(), port_text.end(),
+                   [](char c) { return c >= '0' && c <= '9'; }) ||
+      std::stoi(port_text) > 65535) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "RESP listen address \"%s\": port \"%s\" is not a number 0..65535", listen, port_text));
+  }
+  if (!host.empty() && host.front() == '[') {
+    if (host.size() < 2 || host.back() != ']') {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("RESP listen address \"%s\": unbalanced '[' in the host", listen));
+    }
+    host = host.substr(1, host.size() - 2);
+  } else if (host.find(':') != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "RESP listen address \"%s\": an IPv6 host must be in brackets, e.g. [::1]:6379", listen));
+  }
+  if (host.empty()) host = "0.0.0.0";
+  error_code ec;
+  tcp::resolver resolver(workers[0]->io);
+  tcp::resolver::results_type endpoints = resolver.resolve(
+      host, port_text, tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || endpoints.empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "RESP listen address \"%s\": cannot resolve \"%s\": %s", listen, host, ec.message()));
+  }
+  const tcp::endpoint endpoint = endpoints.begin()->endpoint();
+  auto fail = [&](std::string_view what) {
+    return absl::UnavailableError(
+        absl::StrFormat("cannot listen on RESP address %s: %s: %s", listen, what, ec.message()));
+  };
+  if (acceptor->open(endpoint.protocol(), ec); ec) return fail("socket");
+  if (acceptor->set_option(asio::socket_base::reuse_address(true), ec); ec) {
+    return fail("SO_REUSEADDR");
+  }
+  if (acceptor->bind(endpoint, ec); ec) return fail("bind");
+  if (acceptor->listen(options.listen_backlog, ec); ec) return fail("listen");
+  const tcp::endpoint bound = acceptor->local_endpoint(ec);
+  if (ec) return fail("getsockname");
+  port = bound.port();
+  address = FormatEndpoint(bound);
+  return absl::OkStatus();
+}
+
+void RespServer::Core::Run() {
+  Accept();
+  for (auto& w : workers) {
+    w->guard.emplace(w->io.get_executor());
+    Sweep(w.get());
+    w->thread = std::thread([w = w.get()] {
+      w->io.run();
+      w->done.store(true);
+    });
+  }
+}
+
+void RespServer::Core::Accept() {
+  Worker* const worker = workers[next_worker].get();
+  next_worker = (next_worker + 1) % workers.size();
+  acceptor->async_accept(worker->io, [this, worker](error_code ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted || !acceptor->is_open()) return;
+    if (ec) {
+      // E.g. out of file descriptors: try again shortly rather than spin.
+      retry->expires_after(std::chrono::milliseconds(100));
+      retry->async_wait([this](error_code wait_ec) {
+        if (!wait_ec) Accept();
+      });
+      return;
+    }
+    if (options.on_connect) options.on_connect();
+    if (connection_count.load() >= options.max_connections) {
+      // As Redis: the error, then close. It fits the socket buffer.
+      error_code ignored;
+      socket.non_blocking(true, ignored);
+      socket.write_some(asio::buffer(kMaxClients), ignored);
+      socket.shutdown(tcp::socket::shutdown_send, ignored);
+      socket.close(ignored);
+      if (options.on_close) options.on_close("max_clients");
+    } else {
+      connection_count.fetch_add(1);
+      auto connection =
+          std::make_shared<internal::Connection>(shared_from_this(), worker, std::move(socket));
+      asio::post(worker->io, [connection] { connection->Start(); });
+    }
+    Accept();
+  });
+}
+
+void RespServer::Core::Sweep(Worker* worker) {
+  absl::Duration interval = absl::Milliseconds(250);
+  if (options.idle_timeout > absl::ZeroDuration()) {
+    interval = std::min(interval, options.idle_timeout / 10);
+  }
+  if (options.write_stall_timeout > absl::ZeroDuration()) {
+    interval = std::min(interval, options.write_stall_timeout / 10);
+  }
+  interval = std::max(interval, absl::Milliseconds(10));
+  worker->sweep.expires_after(absl::ToChronoNanoseconds(interval));
+  worker->sweep.async_wait([this, worker](error_code ec) {
+    if (ec || stopped.load()) return;
+    const Clock::time_point now = Clock::now();
+    for (auto it = worker->connections.begin(); it != worker->connections.end();) {
+      std::shared_ptr<internal::Connection> c = *it++;  // Sweep may erase it from the list
+      c->Sweep(now);
+    }
+    Sweep(worker);
+  });
+}
+
+void RespServer::Core::CloseAll(Worker* worker, bool force) {
+  for (auto it = worker->connections.begin(); it != worker->connections.end();) {
+    std::shared_ptr<internal::Connection> c = *it++;
+    c->CloseForShutdown(force);
+  }
+}
+
+void RespServer::Core::Shutdown(absl::Duration drain) {
+  std::call_once(shutdown_once, [&] { DoShutdown(drain); });
+}
+
+void RespServer::Core::DoShutdown(absl::Duration drain) {
+  auto wait_until = [](Clock::time_point deadline, auto done) {
+    while (!done() && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+  // New commands get the shutting-down error; no new connections.
+  shutting_down.store(true);
+  asio::post(workers[0]->io, [this] {
+    error_code ignored;
+    acceptor->close(ignored);
+    retry->cancel();
+    acceptor_closed.store(true);
+  });
+  wait_until(Clock::now() + std::chrono::seconds(1), [&] { return acceptor_closed.load(); });
+  // Commands in flight complete and are answered.
+  wait_until(Clock::now() + absl::ToChronoNanoseconds(std::max(drain, absl::ZeroDuration())),
+             [&] { return in_flight.load() <= 0; });
+  // Every connection flushes and closes.
+  closing_all.store(true);
+  for (auto& w : workers) asio::post(w->io, [this, w = w.get()] { CloseAll(w, false); });
+  wait_until(Clock::now() + kCloseFlushTime + std::chrono::milliseconds(200),
+             [&] { return connection_count.load() == 0; });
+  // No more posts from late replies; what is left closes now; the threads
+  // return once their io_contexts have nothing left to do.
+  stopped.store(true);
+  while (posting.load() > 0) std::this_thread::yield();
+  for (auto& w : workers) {
+    asio::post(w->io, [this, w = w.get()] {
+      CloseAll(w, true);
+      w->sweep.cancel();
+    });
+    w->guard.reset();
+  }
+  wait_until(Clock::now() + std::chrono::seconds(2), [&] {
+    return std::all_of(workers.begin(), workers.end(), [](auto& w) { return w->done.load(); });
+  });
+  for (auto& w : workers) {
+    w->io.stop();  // (a no-op unless something still had work after 2 s)
+    if (w->thread.joinable()) w->thread.join();
+  }
+  // Connections still referenced here only (the cycle through Core).
+  for (auto& w : workers) w->connections.clear();
+}
+
+RespServer::RespServer(std::shared_ptr<Core> core) : core_(std::move(core)) {}
+
+RespServer::~RespServer() { Shutdown(absl::ZeroDuration()); }
+
+absl::StatusOr<std::unique_ptr<RespServer>> RespServer::Start(const ServerOptions& options,
+                                                              CommandHandler* handler) {
+  auto core = std::make_shared<Core>(options, handler);
+  if (absl::Status s = core->Listen(); !s.ok()) return s;
+  core->Run();
+  return std::unique_ptr<RespServer>(new RespServer(std::move(core)));
+}
+
+std::string RespServer::address() const { return core_->address; }
+int RespServer::port() const { return core_->port; }
+size_t RespServer::connections() const { return core_->connection_count.load(); }
+size_t RespServer::commands_in_flight() const {
+  return static_cast<size_t>(std::max<int64_t>(0, core_->in_flight.load()));
+}
+void RespServer::Shutdown(absl::Duration drain) { core_->Shutdown(drain); }
+
+}  // namespace cuckoo::server::resp

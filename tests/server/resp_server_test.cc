@@ -1,0 +1,600 @@
+// RespServer's connections, with a fake CommandHandler and plain POSIX
+// sockets as clients: pipelining order with synchronous and delayed
+// (other-thread) replies, handlers taking several commands, protocol errors,
+// half commands, timeouts, slow clients, connection limits, shutdown drain,
+// and many connections at once. Runs under ASan and TSan (label
+// "concurrency").
+#include "server/resp_server.h"
+
+#include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace cuckoo::server::resp {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+using Clock = std::chrono::steady_clock;
+
+std::string Bulk(std::string_view s) {
+  std::string out = absl::StrCat("$", s.size(), "\r\n");
+  out.append(s);
+  out += "\r\n";
+  return out;
+}
+
+// A command as a RESP array of bulk strings.
+std::string Cmd(std::initializer_list<std::string_view> args) {
+  std::string out = absl::StrCat("*", args.size(), "\r\n");
+  for (std::string_view a : args) out += Bulk(a);
+  return out;
+}
+
+// Replies after a delay, from its own thread.
+class Delayer {
+ public:
+  Delayer() : thread_([this] { Loop(); }) {}
+  ~Delayer() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  // `bytes` is called on the delay thread, just before Reply.
+  void After(std::chrono::milliseconds delay, Completion done, std::function<std::string()> bytes,
+             std::function<void(Session*)> then = nullptr) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.emplace(Clock::now() + delay,
+                     Item{std::move(done), std::move(bytes), std::move(then)});
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  struct Item {
+    Completion done;
+    std::function<std::string()> bytes;
+    std::function<void(Session*)> then;
+  };
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      if (queue_.empty()) {
+        if (stop_) return;
+        cv_.wait(lock);
+        continue;
+      }
+      auto it = queue_.begin();
+      if (Clock::now() < it->first && !stop_) {
+        cv_.wait_until(lock, it->first);
+        continue;
+      }
+      Item item = std::move(it->second);
+      queue_.erase(it);
+      lock.unlock();
+      item.done.Reply(item.bytes(), std::move(item.then));
+      lock.lock();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::multimap<Clock::time_point, Item> queue_;
+  bool stop_ = false;
+  std::thread thread_;  // last: started after the rest is initialised
+};
+
+// The fake handler:
+//   PING -> +PONG; ECHO x -> bulk x; ID -> :session id
+//   DELAY ms x -> bulk x, answered after ms from another thread
+//   ADD x -> :1 per ADD; consecutive ADDs are taken together
+//   BIG n -> a bulk of n bytes; QUIT -> +OK then close;
+//   AQUIT -> +OK from another thread, then close
+class FakeHandler : public CommandHandler {
+ public:
+  size_t Execute(Session* session, absl::Span<const Command> commands, Completion done) override {
+    executed.fetch_add(1);
+    const std::vector<std::string_view>& a = commands[0].args;
+    const std::string name(a[0]);
+    if (name == "PING") {
+      done.Reply("+PONG\r\n");
+    } else if (name == "ECHO" && a.size() == 2) {
+      done.Reply(Bulk(a[1]));
+    } else if (name == "ID") {
+      done.Reply(absl::StrCat(":", session->id, "\r\n"));
+    } else if (name == "DELAY" && a.size() == 3) {
+      int ms = 0;
+      EXPECT_TRUE(absl::SimpleAtoi(std::string(a[1]), &ms));
+      // The arguments stay valid until Reply: read on the other thread.
+      const std::string_view value = a[2];
+      delayer.After(std::chrono::milliseconds(ms), std::move(done),
+                    [value] { return Bulk(value); });
+      return 1;
+    } else if (name == "ADD") {
+      size_t n = 0;
+      std::string out;
+      while (n < commands.size() && commands[n].args[0] == "ADD") {
+        out += ":1\r\n";
+        ++n;
+      }
+      int seen = max_taken.load();
+      while (static_cast<int>(n) > seen && !max_taken.compare_exchange_weak(seen, n)) {
+      }
+      done.Reply(std::move(out));
+      return n;
+    } else if (name == "BIG" && a.size() == 2) {
+      size_t n = 0;
+      EXPECT_TRUE(absl::SimpleAtoi(std::string(a[1]), &n));
+      big.fetch_add(1);
+      done.Reply(Bulk(std::string(n, 'x')));
+    } else if (name == "QUIT") {
+      done.Reply("+OK\r\n", [](Session* s) { s->close_after_reply = true; });
+    } else if (name == "AQUIT") {
+      delayer.After(
+          std::chrono::milliseconds(20), std::move(done), [] { return std::string("+OK\r\n"); },
+          [](Session* s) { s->close_after_reply = true; });
+    } else {
+      done.Reply(absl::StrCat("-ERR unknown command '", name, "'\r\n"));
+    }
+    return 1;
+  }
+  void Closed(Session*) override { closed.fetch_add(1); }
+
+  std::atomic<int> executed{0};
+  std::atomic<int> closed{0};
+  std::atomic<int> max_taken{0};
+  std::atomic<int> big{0};
+  Delayer delayer;  // destroyed first: its pending replies go to live handles
+};
+
+// A blocking client socket with a receive timeout.
+class Client {
+ public:
+  explicit Client(int port, int rcvbuf = 0) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (rcvbuf > 0) ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+    timeval tv{.tv_sec = 10, .tv_usec = 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  }
+  ~Client() { Close(); }
+  bool connected() const { return connected_; }
+  void Close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  void ShutdownWrite() { ::shutdown(fd_, SHUT_WR); }
+  bool Send(std::string_view data) {
+    while (!data.empty()) {
+      const ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      data.remove_prefix(static_cast<size_t>(n));
+    }
+    return true;
+  }
+  // One reply, raw ("+PONG\r\n", "$3\r\nabc\r\n", ...); "" at EOF or timeout.
+  std::string Reply() {
+    std::string line;
+    if (!ReadLine(&line)) return "";
+    if (line[0] != '$') return line;
+    int64_t len = 0;
+    if (!absl::SimpleAtoi(line.substr(1, line.size() - 3), &len) || len < 0) return line;
+    std::string data;
+    if (!ReadN(static_cast<size_t>(len) + 2, &data)) return "";
+    return line + data;
+  }
+  // True if the server closed the connection (EOF or reset) with nothing
+  // more to read.
+  bool AtEof() {
+    char c;
+    if (!buf_.empty()) return false;
+    const ssize_t n = ::recv(fd_, &c, 1, 0);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+  }
+
+ private:
+  bool Fill() {
+    char tmp[65536];
+    const ssize_t n = ::recv(fd_, tmp, sizeof(tmp), 0);
+    if (n <= 0) return false;
+    buf_.append(tmp, static_cast<size_t>(n));
+    return true;
+  }
+  bool ReadLine(std::string* line) {
+    size_t pos;
+    while ((pos = buf_.find("\r\n")) == std::string::npos) {
+      if (!Fill()) return false;
+    }
+    *line = buf_.substr(0, pos + 2);
+    buf_.erase(0, pos + 2);
+    return true;
+  }
+  bool ReadN(size_t n, std::string* out) {
+    while (buf_.size() < n) {
+      if (!Fill()) return false;
+    }
+    *out = buf_.substr(0, n);
+    buf_.erase(0, n);
+    return true;
+  }
+  int fd_ = -1;
+  bool connected_ = false;
+  std::string buf_;
+};
+
+// Reasons given to on_close, counted.
+struct CloseLog {
+  std::mutex mu;
+  std::map<std::string, int> reasons;
+  int Count(const std::string& r) {
+    std::lock_guard<std::mutex> lock(mu);
+    return reasons[r];
+  }
+};
+
+class RespServerTest : public ::testing::Test {
+ protected:
+  void StartServer(ServerOptions options = {}) {
+    if (options.listen.empty()) options.listen = "127.0.0.1:0";
+    if (options.threads == 0) options.threads = 2;
+    options.on_connect = [this] { connects_.fetch_add(1); };
+    options.on_close = [this](std::string_view reason) {
+      std::lock_guard<std::mutex> lock(log_.mu);
+      ++log_.reasons[std::string(reason)];
+    };
+    auto server = RespServer::Start(options, &handler_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+  template <class F>
+  bool WaitFor(F f, std::chrono::milliseconds limit = std::chrono::milliseconds(5000)) {
+    const auto deadline = Clock::now() + limit;
+    while (!f()) {
+      if (Clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return true;
+  }
+
+  FakeHandler handler_;  // outlives server_
+  std::atomic<int> connects_{0};
+  CloseLog log_;
+  std::unique_ptr<RespServer> server_;
+};
+
+TEST_F(RespServerTest, AnswersCommandsAndReportsItsAddress) {
+  StartServer();
+  EXPECT_GT(server_->port(), 0);
+  EXPECT_EQ(server_->address(), absl::StrCat("127.0.0.1:", server_->port()));
+  Client c(server_->port());
+  ASSERT_TRUE(c.connected());
+  ASSERT_TRUE(c.Send(Cmd({"PING"})));
+  EXPECT_EQ(c.Reply(), "+PONG\r\n");
+  ASSERT_TRUE(c.Send("ECHO hello\r\n"));  // inline
+  EXPECT_EQ(c.Reply(), "$5\r\nhello\r\n");
+  ASSERT_TRUE(c.Send(Cmd({"ECHO", std::string_view("a\0\r\nb", 5)})));
+  EXPECT_EQ(c.Reply(), Bulk(std::string_view("a\0\r\nb", 5)));
+  EXPECT_EQ(server_->connections(), 1u);
+}
+
+TEST_F(RespServerTest, PipelinedRepliesKeepOrderWithSyncAndDelayedReplies) {
+  StartServer();
+  Client c(server_->port());
+  std::mt19937 rng(17);
+  std::string request;
+  std::vector<std::string> expected;
+  for (int i = 0; i < 300; ++i) {
+    const std::string tag = absl::StrCat("v", i);
+    switch (rng() % 3) {
+      case 0:
+        request += Cmd({"ECHO", tag});
+        expected.push_back(Bulk(tag));
+        break;
+      case 1:
+        request += Cmd({"DELAY", absl::StrCat(rng() % 3), tag});
+        expected.push_back(Bulk(tag));
+        break;
+      default:
+        request += Cmd({"PING"});
+        expected.push_back("+PONG\r\n");
+    }
+  }
+  ASSERT_TRUE(c.Send(request));
+  for (size_t i = 0; i < expected.size(); ++i) ASSERT_EQ(c.Reply(), expected[i]) << "reply " << i;
+  EXPECT_EQ(server_->commands_in_flight(), 0u);
+}
+
+TEST_F(RespServerTest, DelayedReplyIsNotOvertakenByTheNextCommand) {
+  StartServer();
+  Client c(server_->port());
+  ASSERT_TRUE(c.Send(Cmd({"DELAY", "200", "x"}) + Cmd({"PING"})));
+  const auto start = Clock::now();
+  EXPECT_EQ(c.Reply(), Bulk("x"));
+  EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(150));
+  EXPECT_EQ(c.Reply(), "+PONG\r\n");
+}
+
+TEST_F(RespServerTest, HandlerTakesSeveralPipelinedCommands) {
+  StartServer();
+  Client c(server_->port());
+  std::string request;
+  for (int i = 0; i < 50; ++i) request += Cmd({"ADD", absl::StrCat(i)});
+  request += Cmd({"PING"});
+  ASSERT_TRUE(c.Send(request));
+  for (int i = 0; i < 50; ++i) ASSERT_EQ(c.Reply(), ":1\r\n") << i;
+  EXPECT_EQ(c.Reply(), "+PONG\r\n");
+  EXPECT_GT(handler_.max_taken.load(), 1);
+  EXPECT_LT(handler_.executed.load(), 51);
+}
+
+TEST_F(RespServerTest, ProtocolErrorIsAnsweredAfterEarlierRepliesThenCloses) {
+  StartServer();
+  Client c(server_->port());
+  ASSERT_TRUE(c.Send(Cmd({"PING"}) + "*1\r\n$x\r\n" + Cmd({"PING"})));
+  EXPECT_EQ(c.Reply(), "+PONG\r\n");
+  EXPECT_EQ(c.Reply(), "-ERR Protocol error: invalid bulk length\r\n");
+  EXPECT_EQ(c.Reply(), "");  // closed; the PING after the error is not run
+  c.Close();  // (the server drains unread input until the client closes, for 1 s at most)
+  EXPECT_TRUE(WaitFor([&] { return log_.Count("protocol_error") == 1; }));
+  EXPECT_TRUE(WaitFor([&] { return server_->connections() == 0; }));
+  EXPECT_EQ(handler_.executed.load(), 1);
+}
+
+TEST_F(RespServerTest, BulkLengthOverTheLimitIsRefusedBeforeItsData) {
+  StartServer();
+  Client c(server_->port());
+  ASSERT_TRUE(c.Send("*2\r\n$4\r\nECHO\r\n$2147483648\r\n"));
+  const std::string reply = c.Reply();
+  EXPECT_THAT(reply, StartsWith("-ERR Protocol error"));
+  EXPECT_THAT(reply, HasSubstr("2147483648"));
+  EXPECT_EQ(c.Reply(), "");
+}
+
+TEST_F(RespServerTest, NegativeBulkLengthIsAnError) {
+  StartServer();
+  for (std::string_view bad : {"*1\r\n$-1\r\n", "*1\r\n$-7\r\n"}) {
+    Client c(server_->port());
+    ASSERT_TRUE(c.Send(bad));
+    EXPECT_EQ(c.Reply(), "-ERR Protocol error: invalid bulk length\r\n") << bad;
+    EXPECT_EQ(c.Reply(), "");
+  }
+}
+
+TEST_F(RespServerTest, MillionArgumentHeaderIsRefusedAtOnce) {
+  StartServer();
+  Client c(server_->port());
+  // Only the header: refused from it, not after a million arguments.
+  ASSERT_TRUE(c.Send("*1000000\r\n"));
+  const std::string reply = c.Reply();
+  EXPECT_THAT(reply, StartsWith("-ERR Protocol error"));
+  EXPECT_THAT(reply, HasSubstr("1000000"));
+  EXPECT_EQ(c.Reply(), "");
+}
+
+TEST_F(RespServerTest, LargeArgumentArrivingInPiecesIsReadWhole) {
+  StartServer();
+  Client c(server_->port());
+  std::string value(5 << 20, 'v');
+  for (size_t i = 0; i < value.size(); i += 4099) value[i] = static_cast<char>('a' + i % 26);
+  const std::string request = Cmd({"ECHO", value}) + Cmd({"PING"});
+  std::thread sender([&] {
+    for (size_t off = 0; off < request.size(); off += 100'000) {
+      ASSERT_TRUE(c.Send(std::string_view(request).substr(off, 100'000)));
+    }
+  });
+  EXPECT_EQ(c.Reply(), Bulk(value));
+  EXPECT_EQ(c.Reply(), "+PONG\r\n");
+  sender.join();
+}
+
+TEST_F(RespServerTest, HalfACommandThenCloseIsQuiet) {
+  StartServer();
+  {
+    Client c(server_->port());
+    ASSERT_TRUE(c.Send("*2\r\n$4\r\nECHO\r\n$5\r\nab"));
+  }
+  EXPECT_TRUE(WaitFor([&] { return log_.Count("eof") == 1; }));
+  EXPECT_TRUE(WaitFor([&] { return handler_.closed.load() == 1; }));
+  EXPECT_EQ(handler_.executed.load(), 0);
+  Client c(server_->port());
+  ASSERT_TRUE(c.Send(Cmd({"PING"})));
+  EXPECT_EQ(c.Reply(), "+PONG\r\n");
+}
+
+TEST_F(RespServerTest, HalfClosedClientStillGetsItsReplies) {
+  StartServer();
+  Client c(server_->port());
+  ASSERT_TRUE(c.Send(Cmd({"DELAY", "100", "x"}) + Cmd({"PING"})));
+  c.ShutdownWrite();
+  EXPECT_EQ(c.Reply(), Bulk("x"));
+  EXPECT_EQ(c.Reply(), "+PONG\r\n");
+  EXPECT_EQ(c.Reply(), "");
+}
+
+TEST_F(RespServerTest, QuitClosesAfterItsReply) {
+  StartServer();
+  for (std::string_view quit : {"QUIT", "AQUIT"}) {
+    Client c(server_->port());
+    ASSERT_TRUE(c.Send(Cmd({"PING"}) + Cmd({quit}) + Cmd({"PING"})));
+    EXPECT_EQ(c.Reply(), "+PONG\r\n");
+    EXPECT_EQ(c.Reply(), "+OK\r\n");
+    EXPECT_EQ(c.Reply(), "") << quit;
+  }
+  EXPECT_TRUE(WaitFor([&] { return log_.Count("quit") == 2; }));
+  EXPECT_EQ(handler_.executed.load(), 4);
+}
+
+TEST_F(RespServerTest, IdleConnectionsAreClosed) {
+  StartServer({.idle_timeout = absl::Milliseconds(200)});
+  Client c(server_->port());
+  ASSERT_TRUE(c.Send(Cmd({"PING"})));
+  EXPECT_EQ(c.Reply(), "+PONG\r\n");
+  const auto start = Clock::now();
+  EXPECT_EQ(c.Reply(), "");
+  EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(150));
+  EXPECT_TRUE(WaitFor([&] { return log_.Count("idle") == 1; }));
+}
+
+TEST_F(RespServerTest, CommandInFlightIsNotIdle) {
+  StartServer({.idle_timeout = absl::Milliseconds(100)});
+  Client c(server_->port());
+  ASSERT_TRUE(c.Send(Cmd({"DELAY", "400", "x"})));
+  EXPECT_EQ(c.Reply(), Bulk("x"));
+}
+
+TEST_F(RespServerTest, SlowClientIsHeldBackThenClosedWhileOthersAreServed) {
+  StartServer({.threads = 1,
+               .output_soft_limit = 256 << 10,
+               .write_stall_timeout = absl::Milliseconds(500)});
+  Client slow(server_->port(), /*rcvbuf=*/4096);
+  std::string request;
+  for (int i = 0; i < 200; ++i) request += Cmd({"BIG", "1000000"});
+  ASSERT_TRUE(slow.Send(request));  // fits the socket buffers; the replies do not
+  // Another connection on the same (only) thread is served meanwhile.
+  Client other(server_->port());
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(other.Send(Cmd({"PING"})));
+    ASSERT_EQ(other.Reply(), "+PONG\r\n");
+  }
+  EXPECT_TRUE(WaitFor([&] { return log_.Count("slow_client") == 1; }));
+  // Backpressure: it stopped running commands once its output was over the
+  // limit, far before the 200 it sent.
+  EXPECT_LT(handler_.big.load(), 20);
+  ASSERT_TRUE(other.Send(Cmd({"PING"})));
+  EXPECT_EQ(other.Reply(), "+PONG\r\n");
+}
+
+TEST_F(RespServerTest, ClientsOverMaxConnectionsAreRefused) {
+  StartServer({.max_connections = 2});
+  Client a(server_->port()), b(server_->port());
+  for (Client* c : {&a, &b}) {
+    ASSERT_TRUE(c->Send(Cmd({"PING"})));
+    ASSERT_EQ(c->Reply(), "+PONG\r\n");
+  }
+  Client refused(server_->port());
+  EXPECT_EQ(refused.Reply(), "-ERR max number of clients reached\r\n");
+  EXPECT_EQ(refused.Reply(), "");
+  EXPECT_TRUE(WaitFor([&] { return log_.Count("max_clients") == 1; }));
+  a.Close();
+  ASSERT_TRUE(WaitFor([&] { return server_->connections() == 1; }));
+  Client c(server_->port());
+  ASSERT_TRUE(c.Send(Cmd({"PING"})));
+  EXPECT_EQ(c.Reply(), "+PONG\r\n");
+}
+
+TEST_F(RespServerTest, ShutdownDrainsTheCommandInFlight) {
+  StartServer();
+  Client busy(server_->port()), other(server_->port());
+  ASSERT_TRUE(other.Send(Cmd({"PING"})));
+  ASSERT_EQ(other.Reply(), "+PONG\r\n");
+  ASSERT_TRUE(busy.Send(Cmd({"DELAY", "300", "x"})));
+  ASSERT_TRUE(WaitFor([&] { return server_->commands_in_flight() == 1; }));
+  std::thread shutdown([&] { server_->Shutdown(absl::Seconds(10)); });
+  // Once new connections are refused, commands get the shutting-down error.
+  ASSERT_TRUE(WaitFor([&] { return !Client(server_->port()).connected(); }));
+  ASSERT_TRUE(other.Send(Cmd({"PING"})));
+  EXPECT_EQ(other.Reply(), "-ERR cuckood is shutting down\r\n");
+  EXPECT_EQ(busy.Reply(), Bulk("x"));  // the drained command's reply
+  EXPECT_EQ(busy.Reply(), "");
+  EXPECT_EQ(other.Reply(), "");
+  shutdown.join();
+  EXPECT_EQ(server_->connections(), 0u);
+  EXPECT_GE(log_.Count("shutdown"), 2);  // (and the probes accepted before the acceptor closed)
+  EXPECT_EQ(handler_.closed.load(), connects_.load());
+}
+
+TEST_F(RespServerTest, ShutdownDrainIsBounded) {
+  StartServer();
+  Client busy(server_->port());
+  ASSERT_TRUE(busy.Send(Cmd({"DELAY", "3000", "x"})));
+  ASSERT_TRUE(WaitFor([&] { return server_->commands_in_flight() == 1; }));
+  const auto start = Clock::now();
+  server_->Shutdown(absl::Milliseconds(100));
+  EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(2500));
+  EXPECT_EQ(busy.Reply(), "");
+  server_.reset();  // the late reply (the delayer still holds it) is dropped
+}
+
+TEST_F(RespServerTest, ManyConnectionsInParallel) {
+  StartServer();
+  constexpr int kClients = 200;
+  constexpr int kThreads = 8;
+  std::atomic<int> failures{0};
+  std::mutex ids_mu;
+  std::set<std::string> ids;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<std::unique_ptr<Client>> clients;
+      for (int i = t; i < kClients; i += kThreads) {
+        clients.push_back(std::make_unique<Client>(server_->port()));
+      }
+      for (size_t i = 0; i < clients.size(); ++i) {
+        std::string request = Cmd({"ID"});
+        for (int j = 0; j < 20; ++j) {
+          const std::string tag = absl::StrCat(t, "/", i, "/", j);
+          request += j % 4 == 0 ? Cmd({"DELAY", "1", tag}) : Cmd({"ECHO", tag});
+        }
+        if (!clients[i]->Send(request)) failures.fetch_add(1);
+      }
+      for (size_t i = 0; i < clients.size(); ++i) {
+        const std::string id = clients[i]->Reply();
+        {
+          std::lock_guard<std::mutex> lock(ids_mu);
+          ids.insert(id);
+        }
+        for (int j = 0; j < 20; ++j) {
+          const std::string tag = absl::StrCat(t, "/", i, "/", j);
+          if (clients[i]->Reply() != Bulk(tag)) failures.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(ids.size(), static_cast<size_t>(kClients));  // CLIENT IDs are unique
+  EXPECT_EQ(connects_.load(), kClients);
+}
+
+TEST(RespServerStartTest, BadAddressesAreRefused) {
+  FakeHandler handler;
+  for (std::string listen : {"nocolon", "127.0.0.1:99999", "127.0.0.1:x", "::1:80", "[::1:80"}) {
+    auto server = RespServer::Start({.listen = listen}, &handler);
+    EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument) << listen;
+  }
+  auto first = RespServer::Start({.listen = "127.0.0.1:0", .threads = 1}, &handler);
+  ASSERT_TRUE(first.ok());
+  auto second = RespServer::Start(
+      {.listen = absl::StrCat("127.0.0.1:", (*first)->port()), .threads = 1}, &handler);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr("bind"));
+}
+
+}  // namespace
+}  // namespace cuckoo::server::resp
