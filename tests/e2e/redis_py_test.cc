@@ -37,11 +37,8 @@ TEST(RedisPyTest, CuckooFilterCommandsPipelinedAndNotAndTheBackupLoop) {
         "ok pipelined_thousands", "ok threads", "ok scandump_loadchunk_backup"}) {
     EXPECT_THAT(r.out, HasSubstr(std::string(check) + "\n")) << r.out << r.err;
   }
-  // TODO(lead): RedisBloom ends CF.SCANDUMP with [0, NULL] (redis-py's
-  // docstring: "until (0, NULL) to indicate completion"); cuckood answers
-  // [0, ""]. Re-enable once the last reply's data is a null bulk:
-  //   EXPECT_THAT(r.out, HasSubstr("ok scandump_ends_with_null\n"));
-  //   EXPECT_EQ(r.code, 0); EXPECT_THAT(r.out, HasSubstr("8 checks passed"));
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("8 checks passed"));
   EXPECT_THAT(r.out, Not(HasSubstr("Traceback (most recent call last)\n  File \"" + kCheckScript +
                                    "\", line")))
       << "a check raised outside of its assertions: " << r.out;
