@@ -312,6 +312,32 @@ TEST_P(RedisCliTest, DISABLED_WriteArgumentErrorsAreAnswered) {
             "(error) ERR item is 4097 bytes; the server's limit (--max-key-bytes) is 4096 bytes\n");
 }
 
+// TODO(lead): server bug: CF.MEXISTS (and consecutive pipelined CF.EXISTS,
+// merged into one batch) answers wrongly, false negatives among them, on a
+// multi-shard filter when present and absent items mix: RedisCommands::MExists
+// and ::Exists keep their answers in a ScratchArray<bool, 2>, the slot that
+// CuckooFilter's batch path uses for its own per-key results on the same
+// thread (core/scratch.h: two live arrays of one type and slot share memory).
+// gRPC Lookup of the same keys is right. Enable once fixed.
+TEST_P(RedisCliTest, DISABLED_MExistsOfPresentAndAbsentItemsOnALargeFilter) {
+  ASSERT_EQ(Run({"CF.RESERVE", "big", "100000"}), "OK\n");
+  std::vector<std::string> insert = {"CF.INSERT", "big", "ITEMS"};
+  std::vector<std::string> mexists = {"CF.MEXISTS", "big"};
+  std::string expected;
+  for (int i = 0; i < 50; ++i) {
+    insert.push_back("p" + std::to_string(i));
+    mexists.push_back("p" + std::to_string(i));
+    mexists.push_back("absent" + std::to_string(i));
+  }
+  for (int i = 1; i <= 100; ++i) {
+    const std::string idx = std::to_string(i);
+    expected +=
+        std::string(3 - idx.size(), ' ') + idx + ") (integer) " + (i % 2 ? "1" : "0") + "\n";
+  }
+  ASSERT_EQ(Lines(Run(insert)).size(), 50u);
+  EXPECT_EQ(Run(mexists), expected);
+}
+
 TEST_P(RedisCliTest, FullFixedFilterSaysFilterIsFullAndInsertAnswersMinusOne) {
   std::string script = "CF.RESERVE tiny 64 EXPANSION 0\n";
   for (int i = 0; i < 1500; ++i) script += "CF.ADD tiny k" + std::to_string(i) + "\n";
