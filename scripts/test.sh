@@ -34,11 +34,12 @@ git ls-files '*.cc' '*.h' | xargs clang-format --dry-run --Werror
 
 phase "release build: binaries, benchmarks, kill -9 loops"
 bash scripts/build.sh release cuckood cuckooctl cuckoo-bench filter_bench growth_bench \
-  cluster_chaos_test growth_scale_test
+  cluster_chaos_test redis_crash_test growth_scale_test
 ctest --test-dir build/release --output-on-failure -j "$jobs" -L 'chaos|slow'
 phase "benchmark smoke run (--small)"
 build/release/bench/filter_bench --small --json=build/release/filter_bench_small.json >/dev/null
 build/release/bench/growth_bench --small --json=build/release/growth_bench_small.json >/dev/null
+bash bench/redis_bench.sh --smoke build/release/redis_bench_smoke >/dev/null
 
 phase "ASan+UBSan build + every test but the kill -9 loops"
 bash scripts/build.sh asan

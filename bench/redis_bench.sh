@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# The Redis port's targets (issue 17) in one run, on this machine, with
+# Debian's redis-benchmark as the client: the server pinned to CPU0, the
+# client to CPU1 (taskset), as in the issue's RedisBloom figures.
+#
+#   bash bench/redis_bench.sh [--smoke] [OUT_DIR]    (default build/release/redis_bench)
+#
+# 1. Depth 1 (-c 1 -P 1): plain `EXISTS key:N` on Debian's redis-server
+#    against `CF.EXISTS f key:N` on cuckood's Redis port (keys preloaded),
+#    three alternating rounds; p50/p99 latency and requests/s.
+# 2. Pipelined `CF.MEXISTS f key:N ... (1000 keys)`, -P 8 -c 2: keys/s.
+# 3. The gRPC batched lookup of cuckoo-bench (1000 keys a request, 8 in
+#    flight on each of 2 connections) on the same cuckood: keys/s, for the
+#    "MEXISTS >= 0.8 x gRPC" target.
+# Then a table. Each redis-benchmark report is OUT_DIR/<phase>.csv. About
+# two minutes; --smoke runs every phase for a second or so (for CI).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+smoke=0
+if [ "${1:-}" = "--smoke" ]; then
+  smoke=1
+  shift
+fi
+out=${1:-build/release/redis_bench}
+mkdir -p "$out"
+bin=build/release
+[ -x "$bin/server/cuckood" ] && [ -x "$bin/client/cuckoo-bench" ] ||
+  bash scripts/build.sh release cuckood cuckoo-bench >/dev/null
+for tool in redis-server redis-benchmark redis-cli taskset; do
+  command -v "$tool" >/dev/null || { echo "redis_bench: $tool is missing (apt-get install redis-server redis-tools util-linux)" >&2; exit 2; }
+done
+
+if [ "$smoke" = 1 ]; then
+  requests=2000 mexists_requests=200 keys=20000 grpc_duration=1s rounds=1
+else
+  requests=100000 mexists_requests=20000 keys=1000000 grpc_duration=10s rounds=3
+fi
+# Pinning needs two CPUs; with one, both share it (the figures then mean less).
+if [ "$(nproc)" -ge 2 ]; then server_cpu=0 client_cpu=1; else server_cpu=0 client_cpu=0; fi
+
+free_port() {
+  /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+redis_port=$(free_port)
+grpc_port=$(free_port)
+resp_port=$(free_port)
+data=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$data"
+}
+trap cleanup EXIT
+
+taskset -c "$server_cpu" redis-server --port "$redis_port" --bind 127.0.0.1 --save '' \
+  --appendonly no --daemonize no >"$out/redis-server.log" 2>&1 &
+pids+=($!)
+taskset -c "$server_cpu" "$bin/server/cuckood" --listen="127.0.0.1:$grpc_port" \
+  --redis-listen="127.0.0.1:$resp_port" --data-dir="$data" \
+  --admin-listen=127.0.0.1:0 >"$out/cuckood.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do
+  grep -q "serving on" "$out/cuckood.log" && redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break
+  sleep 0.1
+done
+grep -q "serving on" "$out/cuckood.log" || { echo "cuckood did not start:" >&2; cat "$out/cuckood.log" >&2; exit 1; }
+
+# The filter, preloaded with redis-benchmark's key names (key:%012d, what
+# __rand_int__ becomes with -r).
+/usr/bin/python3 - "$resp_port" "$keys" <<'PY'
+import socket, sys
+port, n = int(sys.argv[1]), int(sys.argv[2])
+s = socket.create_connection(("127.0.0.1", port))
+f = s.makefile("rb")
+def command(*args):
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    s.sendall(b"".join(out))
+def reply():
+    line = f.readline()
+    if line[:1] == b"*":
+        return [reply() for _ in range(int(line[1:]))]
+    if line[:1] == b"-":
+        sys.exit("preload: " + line.decode().strip())
+    return line.strip()
+command("CF.RESERVE", "f", n)
+reply()
+batch = 10000
+sent = 0
+for start in range(0, n, batch):
+    command("CF.INSERT", "f", "ITEMS", *[b"key:%012d" % i for i in range(start, min(n, start + batch))])
+    sent += 1
+    if sent >= 8:  # a few in flight
+        r = reply(); sent -= 1
+        assert all(x == b":1" for x in r), "preload: an item was not inserted"
+while sent:
+    reply(); sent -= 1
+PY
+
+bench() {  # bench NAME PORT ARGS...: one redis-benchmark run, its CSV to NAME.csv
+  local name=$1 port=$2
+  shift 2
+  taskset -c "$client_cpu" redis-benchmark -h 127.0.0.1 -p "$port" --csv "$@" >"$out/$name.csv"
+}
+
+echo "== depth 1: EXISTS (redis-server) vs CF.EXISTS (cuckood), $requests requests, $rounds rounds"
+for round in $(seq "$rounds"); do
+  bench "exists-redis-$round" "$redis_port" -c 1 -P 1 -n "$requests" -r "$keys" EXISTS 'key:__rand_int__'
+  bench "exists-cuckood-$round" "$resp_port" -c 1 -P 1 -n "$requests" -r "$keys" CF.EXISTS f 'key:__rand_int__'
+done
+
+echo "== pipelined CF.MEXISTS of 1000 keys, -P 8 -c 2, $mexists_requests requests"
+mexists=(CF.MEXISTS f)
+for _ in $(seq 1000); do mexists+=('key:__rand_int__'); done
+bench mexists "$resp_port" -c 2 -P 8 -n "$mexists_requests" -r "$keys" "${mexists[@]}"
+
+echo "== gRPC batched lookup (cuckoo-bench), $grpc_duration"
+taskset -c "$client_cpu" "$bin/client/cuckoo-bench" --target="127.0.0.1:$grpc_port" \
+  --json="$out/grpc.json" --filter=grpc --create="$keys" --populate --keyspace="$keys" \
+  --mix=lookup:100 --duration="$grpc_duration" >"$out/grpc.log" 2>&1 ||
+  { cat "$out/grpc.log" >&2; exit 1; }
+
+/usr/bin/python3 - "$out" "$rounds" <<'PY'
+import csv, json, sys
+out, rounds = sys.argv[1], int(sys.argv[2])
+def row(name):
+    with open(f"{out}/{name}.csv") as f:
+        r = list(csv.DictReader(f))
+    assert len(r) == 1, (name, r)
+    return r[0]
+def us(r, field):
+    return float(r[field]) * 1000
+print("\n== summary (server on one CPU, client on another)")
+print(f"{'':34s} {'p50 us':>8s} {'p99 us':>8s} {'req/s':>10s}")
+ok = True
+for i in range(1, rounds + 1):
+    for who in ("redis", "cuckood"):
+        r = row(f"exists-{who}-{i}")
+        label = f"round {i}: " + ("EXISTS (redis-server)" if who == "redis" else "CF.EXISTS (cuckood)")
+        print(f"{label:34s} {us(r, 'p50_latency_ms'):8.0f} {us(r, 'p99_latency_ms'):8.0f} {float(r['rps']):10.0f}")
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+p50 = {w: median([us(row(f"exists-{w}-{i}"), "p50_latency_ms") for i in range(1, rounds + 1)]) for w in ("redis", "cuckood")}
+p99 = {w: median([us(row(f"exists-{w}-{i}"), "p99_latency_ms") for i in range(1, rounds + 1)]) for w in ("redis", "cuckood")}
+mex = row("mexists")
+mex_keys = float(mex["rps"]) * 1000
+with open(f"{out}/grpc.json") as f:
+    grpc = json.load(f)
+grpc_keys = grpc["run"]["ops"]["lookup"]["keys_per_s"]
+print(f"\n{'median p50 / p99, EXISTS (redis)':34s} {p50['redis']:8.0f} {p99['redis']:8.0f}")
+print(f"{'median p50 / p99, CF.EXISTS':34s} {p50['cuckood']:8.0f} {p99['cuckood']:8.0f}")
+print(f"{'CF.MEXISTS x1000, -P 8 -c 2':34s} {mex_keys / 1e6:8.2f} M keys/s")
+print(f"{'gRPC batched lookup':34s} {grpc_keys / 1e6:8.2f} M keys/s")
+print(f"{'MEXISTS / gRPC':34s} {mex_keys / grpc_keys:8.2f}   (target >= 0.8)")
+print(f"{'MEXISTS / 6.1 M (RedisBloom)':34s} {mex_keys / 6.1e6:8.2f}   (target >= 2)")
+print(f"{'CF.EXISTS p50, p99 <= EXISTS':34s} {'yes' if p50['cuckood'] <= p50['redis'] else 'no':>8s} {'yes' if p99['cuckood'] <= p99['redis'] else 'no':>8s}")
+if not grpc.get("ok", False):
+    print(f"cuckoo-bench reported errors: see {out}/grpc.json")
+    sys.exit(1)
+PY

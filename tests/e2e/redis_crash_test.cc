@@ -1,0 +1,145 @@
+// Durability through the Redis port, on the real process: writers send
+// pipelined CF.ADD, CF.ADDNX and CF.INSERT over plain sockets and record
+// every item the server acknowledged (":1", or 1 in CF.INSERT's array);
+// cuckood is killed with SIGKILL at a random moment, restarted on the same
+// data directory, and every item ever acknowledged must be present
+// (CF.MEXISTS). Five rounds, with snapshots and log rotation going on.
+// A RESP write is answered only after the gRPC Insert it became is durable
+// (server/resp_commands.h): this checks that promise holds when RESP replies
+// are batched and pipelined.
+//
+// CTest label "chaos": runs in the release build only (tests/e2e/CMakeLists.txt).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/e2e/redis_test_util.h"
+
+namespace cuckoo::testing {
+namespace {
+
+TEST(RedisCrashTest, KillDashNineLosesNoAcknowledgedRespWrite) {
+  TempDir data;
+  const std::vector<std::string> flags = {"--wal-segment-size=256KiB", "--wal-max-size=1MiB",
+                                          "--snapshot-interval=1s", "--redis-error-rate=1e-6"};
+  const auto started = std::chrono::steady_clock::now();
+  std::mt19937 rng(2017);
+  std::mutex mu;
+  // Acknowledged items per filter, across rounds.
+  std::vector<std::string> acked_add, acked_insert;
+  uint64_t unanswered = 0;
+  for (int round = 0; round < 5; ++round) {
+    SCOPED_TRACE(round);
+    auto server = std::make_unique<RedisCuckood>(data.path(), flags);
+    ASSERT_TRUE(server->ready()) << server->Log();
+    if (round == 0) {
+      RespConn c(server->redis_port());
+      std::optional<RespReply> r = c.Call({"CF.RESERVE", "adds", "2000000"});
+      ASSERT_TRUE(r.has_value());
+      ASSERT_EQ(r->str, "OK");
+    }
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> writers;
+    for (int w = 0; w < 3; ++w) {
+      writers.emplace_back([&, w, port = server->redis_port()] {
+        RespConn c(port, std::chrono::seconds(10));
+        if (!c.ok()) return;
+        for (uint64_t batch = 0; !stop.load(); ++batch) {
+          // 200 single-item writes and one 50-item CF.INSERT, pipelined.
+          const std::string tag = "r" + std::to_string(round) + "-w" + std::to_string(w) + "-" +
+                                  std::to_string(batch) + "-";
+          std::string pipeline;
+          std::vector<std::string> singles, many;
+          for (int i = 0; i < 200; ++i) {
+            singles.push_back(tag + std::to_string(i));
+            pipeline += RespConn::Encode({w == 2 ? "CF.ADDNX" : "CF.ADD", "adds", singles.back()});
+          }
+          std::vector<std::string> insert = {"CF.INSERT", "inserts", "ITEMS"};
+          for (int i = 0; i < 50; ++i) {
+            many.push_back(tag + "i" + std::to_string(i));
+            insert.push_back(many.back());
+          }
+          pipeline += RespConn::Encode(insert);
+          if (!c.Send(pipeline)) return;
+          for (const std::string& item : singles) {
+            std::optional<RespReply> r = c.Read();
+            if (!r) {  // Killed: this and the rest are unknown.
+              std::lock_guard<std::mutex> lock(mu);
+              ++unanswered;
+              return;
+            }
+            if (r->type == ':' && r->integer == 1) {
+              std::lock_guard<std::mutex> lock(mu);
+              acked_add.push_back(item);
+            } else {
+              ADD_FAILURE() << "CF.ADD " << item << ": " << r->type << r->str;
+            }
+          }
+          std::optional<RespReply> r = c.Read();
+          if (!r) {
+            std::lock_guard<std::mutex> lock(mu);
+            ++unanswered;
+            return;
+          }
+          if (r->type != '*' || r->elems.size() != many.size()) {
+            ADD_FAILURE() << "CF.INSERT: " << r->type << r->str;
+            continue;
+          }
+          std::lock_guard<std::mutex> lock(mu);
+          for (size_t i = 0; i < many.size(); ++i) {
+            if (r->elems[i].integer == 1) acked_insert.push_back(many[i]);
+          }
+        }
+      });
+    }
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(std::uniform_int_distribution<int>(300, 1500)(rng)));
+    server->process().Signal(SIGKILL);
+    ASSERT_EQ(server->process().Wait(), 128 + SIGKILL);
+    stop = true;
+    for (auto& t : writers) t.join();
+
+    server = std::make_unique<RedisCuckood>(data.path(), flags);
+    ASSERT_TRUE(server->ready()) << server->Log();
+    RespConn c(server->redis_port(), std::chrono::seconds(30));
+    uint64_t missing = 0;
+    for (const auto& [filter, items] :
+         {std::pair{"adds", &acked_add}, std::pair{"inserts", &acked_insert}}) {
+      for (size_t i = 0; i < items->size(); i += 5000) {
+        std::vector<std::string> args = {"CF.MEXISTS", filter};
+        args.insert(args.end(), items->begin() + i,
+                    items->begin() + std::min(items->size(), i + 5000));
+        std::optional<RespReply> r = c.Call(args);
+        ASSERT_TRUE(r.has_value());
+        ASSERT_EQ(r->type, '*') << r->str;
+        ASSERT_EQ(r->elems.size(), args.size() - 2);
+        for (size_t j = 0; j < r->elems.size(); ++j) {
+          if (r->elems[j].integer != 1 && ++missing <= 10) {
+            ADD_FAILURE() << "acknowledged " << args[j + 2] << " missing from " << filter;
+          }
+        }
+      }
+    }
+    EXPECT_EQ(missing, 0u);
+    std::cout << "round " << round << ": " << acked_add.size() << " CF.ADD and "
+              << acked_insert.size() << " CF.INSERT items acknowledged, all present; " << unanswered
+              << " pipelines cut off by the kills so far\n";
+    server->process().Signal(SIGKILL);
+    server->process().Wait();
+  }
+  EXPECT_GT(acked_add.size(), 10'000u) << "the load was too light";
+  EXPECT_GT(acked_insert.size(), 1'000u);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(90));
+}
+
+}  // namespace
+}  // namespace cuckoo::testing

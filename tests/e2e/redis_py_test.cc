@@ -1,0 +1,92 @@
+// redis-py (Debian's python3-redis 4.3, a client nobody here wrote) against
+// the Redis port of a real cuckood: runs tests/e2e/redis_py_check.py with
+// /usr/bin/python3, once against a server without authentication and once
+// against one with --auth-tokens (tokens made by cuckooctl hash-token).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/e2e/redis_test_util.h"
+
+namespace cuckoo::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr char kPython[] = "/usr/bin/python3";
+const std::string kCheckScript = std::string(SOURCE_DIR) + "/tests/e2e/redis_py_check.py";
+
+Result RunCheck(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"/usr/bin/env", "PYTHONDONTWRITEBYTECODE=1", kPython,
+                                   kCheckScript};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunProcess(argv);
+}
+
+TEST(RedisPyTest, CuckooFilterCommandsPipelinedAndNotAndTheBackupLoop) {
+  TempDir dir;
+  RedisCuckood server(dir.path(), {"--redis-error-rate=1e-7"});
+  ASSERT_TRUE(server.ready()) << server.Log();
+  Result r = RunCheck({"--port", std::to_string(server.redis_port())});
+  for (const char* check :
+       {"ok connection", "ok reserve_add_exists", "ok insert_options", "ok keyspace",
+        "ok pipelined_thousands", "ok threads", "ok scandump_loadchunk_backup"}) {
+    EXPECT_THAT(r.out, HasSubstr(std::string(check) + "\n")) << r.out << r.err;
+  }
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("8 checks passed"));
+  EXPECT_THAT(r.out, Not(HasSubstr("Traceback (most recent call last)\n  File \"" + kCheckScript +
+                                   "\", line")))
+      << "a check raised outside of its assertions: " << r.out;
+}
+
+// TODO(lead): two server bugs. (1) Errors that RedisCommands::Write finds
+// after it made its Call (NOCREATE or CF.DEL on a missing filter, an empty
+// item) never get a reply. (2) CF.MEXISTS, and consecutive pipelined
+// CF.EXISTS (one merged batch), give wrong answers, false negatives among
+// them, on a multi-shard filter when present and absent items mix. Enable
+// once fixed.
+TEST(RedisPyTest, DISABLED_WriteArgumentErrorsRaise) {
+  TempDir dir;
+  RedisCuckood server(dir.path(), {"--redis-error-rate=1e-7"});
+  ASSERT_TRUE(server.ready()) << server.Log();
+  Result r = RunCheck({"--port", std::to_string(server.redis_port()), "--known-bugs"});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("ok pipelined_mixed_answers\n"));
+  EXPECT_THAT(r.out, HasSubstr("ok write_argument_errors\n"));
+}
+
+TEST(RedisPyTest, TokensAuthenticateAndPermissionErrorsAreNoPerm) {
+  TempDir dir;
+  auto token = [](const std::string& name, const std::string& grant) {
+    Result r = RunProcess({CUCKOOCTL_PATH, "hash-token", name, "--grant=" + grant});
+    EXPECT_EQ(r.code, 0) << r.out << r.err;
+    std::istringstream in(r.out);
+    std::string t, entry;
+    std::getline(in, t);
+    std::getline(in, entry);
+    return std::pair{t, entry};
+  };
+  const auto [admin, admin_entry] = token("ops", "admin:*");
+  const auto [reader, reader_entry] = token("reader", "read:*");
+  const std::string access = dir.path() + "/access.conf";
+  WriteFile(access, admin_entry + "\n" + reader_entry + "\n");
+  TempDir data;
+  RedisCuckood server(data.path(), {"--redis-error-rate=1e-7", "--auth-tokens=" + access});
+  ASSERT_TRUE(server.ready()) << server.Log();
+  Result r = RunCheck({"--port", std::to_string(server.redis_port()), "--admin-token", admin,
+                       "--reader-token", reader});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  for (const char* check : {"ok auth_with_token", "ok reader_token",
+                            "ok permission_errors_are_noperm", "ok no_or_wrong_token"}) {
+    EXPECT_THAT(r.out, HasSubstr(std::string(check) + "\n")) << r.out << r.err;
+  }
+  EXPECT_THAT(r.out, HasSubstr("4 checks passed"));
+}
+
+}  // namespace
+}  // namespace cuckoo::testing
