@@ -507,8 +507,10 @@ void RedisCommands::Exists(Session* s, absl::Span<const Command> run, Writer& w)
     w.Integer((*f)->MayContain(run[0].args[2]) ? 1 : 0);
     return;
   }
-  ScratchArray<std::string_view, 1> keys(run.size());
-  ScratchArray<bool, 2> present(run.size());
+  // Slot 3: the server's (core's batch calls use 0, 1, 2, 5 and 6 of the
+  // same types on this thread while these are live).
+  ScratchArray<std::string_view, 3> keys(run.size());
+  ScratchArray<bool, 3> present(run.size());
   for (size_t i = 0; i < run.size(); ++i) keys[i] = run[i].args[2];
   (*f)->LookupBatch(keys.span(), present.span());
   for (size_t i = 0; i < run.size(); ++i) w.Integer(present[i] ? 1 : 0);
@@ -541,7 +543,7 @@ void RedisCommands::MExists(Session* s, const Command& c, Writer& w) {
     for (size_t i = 0; i < n; ++i) w.Integer(0);
     return;
   }
-  ScratchArray<bool, 2> present(n);
+  ScratchArray<bool, 3> present(n);  // Slot 3: see Exists.
   (*f)->LookupBatch(absl::MakeConstSpan(c.args.data() + 2, n), present.span());
   for (size_t i = 0; i < n; ++i) w.Integer(present[i] ? 1 : 0);
 }

@@ -275,13 +275,9 @@ TEST_P(RedisCliTest, AddAddNxInsertInsertNxAnswerAsRedisBloom) {
   EXPECT_EQ(InfoMap("g")["Capacity"], "(integer) 500");
 }
 
-// TODO(lead): server bug: RedisCommands::Write moves `done` into the Call
-// before its argument checks, so every error it finds after that (bad
-// CF.INSERT options, an empty or too long item in CF.ADD/ADDNX/DEL/INSERT,
-// NOCREATE or CF.DEL on a missing filter, a revoked token) replies on the
-// moved-from Completion: no reply ever comes and the connection hangs.
-// Enable once fixed.
-TEST_P(RedisCliTest, DISABLED_WriteArgumentErrorsAreAnswered) {
+// Every error a write command finds in its arguments is answered (a
+// regression: these were once never answered and the connection hung).
+TEST_P(RedisCliTest, WriteArgumentErrorsAreAnswered) {
   ASSERT_EQ(Run({"CF.ADD", "f", "a"}), "(integer) 1\n");
   EXPECT_EQ(Script("CF.INSERT nope NOCREATE ITEMS x\n"
                    "CF.INSERTNX nope NOCREATE ITEMS x\n"
@@ -312,14 +308,10 @@ TEST_P(RedisCliTest, DISABLED_WriteArgumentErrorsAreAnswered) {
             "(error) ERR item is 4097 bytes; the server's limit (--max-key-bytes) is 4096 bytes\n");
 }
 
-// TODO(lead): server bug: CF.MEXISTS (and consecutive pipelined CF.EXISTS,
-// merged into one batch) answers wrongly, false negatives among them, on a
-// multi-shard filter when present and absent items mix: RedisCommands::MExists
-// and ::Exists keep their answers in a ScratchArray<bool, 2>, the slot that
-// CuckooFilter's batch path uses for its own per-key results on the same
-// thread (core/scratch.h: two live arrays of one type and slot share memory).
-// gRPC Lookup of the same keys is right. Enable once fixed.
-TEST_P(RedisCliTest, DISABLED_MExistsOfPresentAndAbsentItemsOnALargeFilter) {
+// CF.MEXISTS of present and absent items mixed, on a multi-shard filter (a
+// regression: its answers once shared scratch memory with the filter's own
+// batch path, and came out wrong, false negatives among them).
+TEST_P(RedisCliTest, MExistsOfPresentAndAbsentItemsOnALargeFilter) {
   ASSERT_EQ(Run({"CF.RESERVE", "big", "100000"}), "OK\n");
   std::vector<std::string> insert = {"CF.INSERT", "big", "ITEMS"};
   std::vector<std::string> mexists = {"CF.MEXISTS", "big"};

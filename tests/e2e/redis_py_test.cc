@@ -44,17 +44,14 @@ TEST(RedisPyTest, CuckooFilterCommandsPipelinedAndNotAndTheBackupLoop) {
       << "a check raised outside of its assertions: " << r.out;
 }
 
-// TODO(lead): two server bugs. (1) Errors that RedisCommands::Write finds
-// after it made its Call (NOCREATE or CF.DEL on a missing filter, an empty
-// item) never get a reply. (2) CF.MEXISTS, and consecutive pipelined
-// CF.EXISTS (one merged batch), give wrong answers, false negatives among
-// them, on a multi-shard filter when present and absent items mix. Enable
-// once fixed.
-TEST(RedisPyTest, DISABLED_WriteArgumentErrorsRaise) {
+// Argument errors of write commands raise redis-py's exceptions (regression:
+// once never answered), and pipelined lookups of present and absent items
+// mixed on a multi-shard filter are right (regression: once wrong).
+TEST(RedisPyTest, WriteArgumentErrorsRaiseAndMixedLookupsAreRight) {
   TempDir dir;
   RedisCuckood server(dir.path(), {"--redis-error-rate=1e-7"});
   ASSERT_TRUE(server.ready()) << server.Log();
-  Result r = RunCheck({"--port", std::to_string(server.redis_port()), "--known-bugs"});
+  Result r = RunCheck({"--port", std::to_string(server.redis_port()), "--error-checks"});
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("ok pipelined_mixed_answers\n"));
   EXPECT_THAT(r.out, HasSubstr("ok write_argument_errors\n"));
