@@ -48,8 +48,8 @@ bash scripts/build.sh asan
 ctest --test-dir build/asan --output-on-failure -j "$((jobs + 1))" -LE 'chaos|slow'
 
 phase "TSan build + concurrency tests"
-# Only the engine's, the write-ahead log's and the RESP connections' concurrency tests (no gRPC in
-# them): TSan cannot see the synchronisation
+# Only the engine's, the write-ahead log's and the RESP connections'
+# concurrency tests (no gRPC in them): TSan cannot see the synchronisation
 # inside Debian's (uninstrumented) gRPC and abseil, so server tests report
 # races there that are not real; they run under ASan instead.
 bash scripts/build.sh tsan concurrency_test wal_test wal_apply_test resp_server_test
