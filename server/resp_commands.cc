@@ -21,6 +21,7 @@
 #include "core/scratch.h"
 #include "cuckoo_version.h"
 #include "server/logging.h"
+#include "spdlog/spdlog.h"
 #include "xxhash.h"
 
 namespace cuckoo::server {
@@ -181,6 +182,12 @@ std::string ItemError(std::string_view item, uint32_t max_key_bytes) {
 
 }  // namespace
 
+// Counts an in-process call's callback as done when it returns.
+struct CallDone {
+  std::atomic<int64_t>* calls;
+  ~CallDone() { calls->fetch_sub(1, std::memory_order_acq_rel); }
+};
+
 // One in-process gRPC call and what its reply needs.
 struct RedisCommands::Call {
   grpc::ClientContext ctx;
@@ -235,6 +242,16 @@ RedisCommands::RedisCommands(FilterRegistry* registry, const Authenticator* auth
       options_(std::move(options)) {}
 
 RedisCommands::~RedisCommands() {
+  // The server's gRPC service is shut down by now, so every call made
+  // through the in-process channel ends soon (cancelled if need be); their
+  // callbacks use this object.
+  for (int i = 0; calls_.load(std::memory_order_acquire) > 0; ++i) {
+    if (i == 30'000) {
+      spdlog::error("{} in-process calls of the Redis port still unanswered after 30s",
+                    calls_.load());
+    }
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   transfer_threads_.join();
   MutexLock lock(&transfer_mu_);
   for (auto& [id, d] : dumps_) ::unlink(d->path.c_str());
@@ -330,10 +347,16 @@ size_t RedisCommands::Dispatch(Session* s, absl::Span<const Command> commands,
     w.Error(WrongArity(c.args[0]));
     return finish(1, 0);
   }
-  if (auth_ != nullptr && !s->authenticated && command != kAuth && command != kHello &&
-      command != kQuit && command != kReset) {
-    w.Error("NOAUTH Authentication required.");
-    return finish(1, 0);
+  if (auth_ != nullptr && command != kAuth && command != kHello && command != kQuit &&
+      command != kReset) {
+    if (!s->authenticated) {
+      w.Error("NOAUTH Authentication required.");
+      return finish(1, 0);
+    }
+    // The token again, against the access file in force: a revoked one
+    // stops working on open connections at once.
+    Caller caller;
+    if (!CurrentCaller(s, w, &caller)) return finish(1, 0);
   }
   // A run of commands that can go as one batch: the same single-item
   // command on the same filter, each item valid.
@@ -354,7 +377,9 @@ size_t RedisCommands::Dispatch(Session* s, absl::Span<const Command> commands,
     case kCfExists: {
       const size_t n = run_length();
       Exists(s, commands.subspan(0, n), w);
-      return finish(n, n);
+      // Counted per command: the replies of a run are all alike in kind.
+      for (size_t i = 0; i + 1 < n; ++i) Record(command, out, start, 1);
+      return finish(n, 1);
     }
     case kCfMExists:
       MExists(s, c, w);
@@ -476,21 +501,17 @@ size_t RedisCommands::Dispatch(Session* s, absl::Span<const Command> commands,
 
 void RedisCommands::Exists(Session* s, absl::Span<const Command> run, Writer& w) {
   const std::string_view key = run[0].args[1];
+  // A refusal is the same for every command of the run (their items are
+  // all valid, or the run is one command): one reply each.
   std::string error;
-  Caller caller;
   {
-    std::string e;
-    Writer ew(&e, s->protocol);
-    if (!Authorize(s, ew, kCfExists, Access::kRead, key, &caller)) error = std::move(e);
-  }
-  if (error.empty()) {
-    if (std::string e = ItemError(run[0].args[2], options_.max_key_bytes); !e.empty()) {
-      w.Error(e);
-      return;
-    }
-    if (absl::Status v = FilterRegistry::ValidateName(A(key)); !v.ok()) {
-      w.Error(NameError(key, v));
-      return;
+    Writer ew(&error, s->protocol);
+    Caller caller;
+    if (!Authorize(s, ew, kCfExists, Access::kRead, key, &caller)) {
+    } else if (absl::Status v = FilterRegistry::ValidateName(A(key)); !v.ok()) {
+      ew.Error(NameError(key, v));
+    } else if (std::string e = ItemError(run[0].args[2], options_.max_key_bytes); !e.empty()) {
+      ew.Error(e);
     }
   }
   if (!error.empty()) {
@@ -696,6 +717,16 @@ void RedisCommands::Write(Session* s, absl::Span<const Command> run, size_t comm
     }
   }
   call->token = s->token;
+  {
+    // The grant first: whether the filter exists is not for callers
+    // without one (the gRPC call checks again).
+    std::string e;
+    Writer ew(&e, s->protocol);
+    if (!caller.Allows(Access::kWrite, key) &&
+        !Authorize(s, ew, command, Access::kWrite, key, &caller)) {
+      return fail(std::string_view(e).substr(1, e.size() - 3));
+    }
+  }
   const bool exists = registry_->Get(A(key)).ok();
   if (!exists && command == kCfDel) return fail("ERR Not found");
   if (!exists && !create) return fail("ERR not found");
@@ -715,6 +746,17 @@ void RedisCommands::Write(Session* s, absl::Span<const Command> run, size_t comm
           st.error_code() == grpc::StatusCode::NOT_FOUND && call->command == kCfDel
               ? std::string("ERR Not found")
               : StatusError(st);
+      for (size_t i = 0; i < call->commands; ++i) each([&] { w.Error(error); }, 0);
+      call->done.Reply(std::move(out));
+      return;
+    }
+    const size_t results =
+        call->command == kCfDel ? call->deleted.results_size() : call->inserted.results_size();
+    const bool many = call->command == kCfInsert || call->command == kCfInsertNx;
+    if (!many && results != call->commands) {
+      // Never expected; but one reply per command whatever happens.
+      const std::string error = absl::StrFormat("ERR internal error: %u results for %u commands",
+                                                results, call->commands);
       for (size_t i = 0; i < call->commands; ++i) each([&] { w.Error(error); }, 0);
       call->done.Reply(std::move(out));
       return;
@@ -767,13 +809,18 @@ void RedisCommands::Write(Session* s, absl::Span<const Command> run, size_t comm
       ctx->AddMetadata("authorization", "Bearer " + call->token);
     }
     if (call->command == kCfDel) {
-      stub_->async()->Delete(ctx, &call->del, &call->deleted, [call, ctx, reply](grpc::Status st) {
-        delete ctx;
-        reply(st);
-      });
+      calls_.fetch_add(1, std::memory_order_relaxed);
+      stub_->async()->Delete(ctx, &call->del, &call->deleted,
+                             [this, call, ctx, reply](grpc::Status st) {
+                               const CallDone call_done(&calls_);
+                               delete ctx;
+                               reply(st);
+                             });
     } else {
+      calls_.fetch_add(1, std::memory_order_relaxed);
       stub_->async()->Insert(ctx, &call->insert, &call->inserted,
-                             [call, ctx, reply](grpc::Status st) {
+                             [this, call, ctx, reply](grpc::Status st) {
+                               const CallDone call_done(&calls_);
                                delete ctx;
                                reply(st);
                              });
@@ -799,8 +846,10 @@ void RedisCommands::Write(Session* s, absl::Span<const Command> run, size_t comm
   call->create.set_growth_factor(options_.default_expansion);
   call->create.set_if_not_exists(true);
   AddCredentials(*s, &call->ctx);
+  calls_.fetch_add(1, std::memory_order_relaxed);
   stub_->async()->CreateFilter(
-      &call->ctx, &call->create, &call->created, [call, send, reply](grpc::Status st) {
+      &call->ctx, &call->create, &call->created, [this, call, send, reply](grpc::Status st) {
+        const CallDone call_done(&calls_);
         // Made meanwhile by another client, maybe
         // with other settings: add to it.
         if (st.ok() || st.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
@@ -873,8 +922,10 @@ void RedisCommands::Reserve(Session* s, const Command& c, resp::Completion done,
   call->start = start;
   call->done = std::move(done);
   AddCredentials(*s, &call->ctx);
+  calls_.fetch_add(1, std::memory_order_relaxed);
   stub_->async()->CreateFilter(&call->ctx, &call->create, &call->created,
                                [this, call](grpc::Status st) {
+                                 const CallDone call_done(&calls_);
                                  std::string out;
                                  Writer w(&out, call->protocol);
                                  if (st.ok()) {
@@ -937,8 +988,10 @@ void RedisCommands::DropKeys(Session* s, const Command& c, resp::Completion done
     auto call = std::make_shared<Call>();
     call->drop.set_name(state->names[state->next++]);
     if (auth_ != nullptr) call->ctx.AddMetadata("authorization", "Bearer " + state->token);
+    calls_.fetch_add(1, std::memory_order_relaxed);
     stub_->async()->DropFilter(&call->ctx, &call->drop, &call->dropped,
                                [this, state, call](grpc::Status st) {
+                                 const CallDone call_done(&calls_);
                                  if (st.ok()) {
                                    ++state->dropped;
                                  } else if (st.error_code() != grpc::StatusCode::NOT_FOUND) {
@@ -1069,18 +1122,6 @@ void RedisCommands::ScanDump(Session* s, const Command& c, resp::Completion done
     return;
   }
   // Iterator 0: export the filter, whole, to a private file.
-  size_t running;
-  {
-    MutexLock lock(&transfer_mu_);
-    running = dumps_.size();
-  }
-  if (running >= kMaxRedisDumps) {
-    return reply(done,
-                 absl::StrFormat("ERR %u CF.SCANDUMPs are in progress already (the most at once); "
-                                 "finish one, or wait %s for an abandoned one to expire",
-                                 running, absl::FormatDuration(options_.dump_idle_timeout)),
-                 0, "");
-  }
   auto dump = std::make_shared<Dump>();
   dump->id = next_dump_.fetch_add(1, std::memory_order_relaxed) & 0x7fffffffu;
   dump->name = std::string(key);
@@ -1089,6 +1130,13 @@ void RedisCommands::ScanDump(Session* s, const Command& c, resp::Completion done
   dump->touched = absl::Now();
   {
     MutexLock lock(&transfer_mu_);
+    if (dumps_.size() >= kMaxRedisDumps) {
+      return reply(done,
+                   absl::StrFormat("ERR %u CF.SCANDUMPs are in progress already (the most at "
+                                   "once); finish one, or wait %s for an abandoned one to expire",
+                                   dumps_.size(), absl::FormatDuration(options_.dump_idle_timeout)),
+                   0, "");
+    }
     dumps_[dump->id] = dump;
   }
   const std::string token = s->token;
@@ -1369,7 +1417,6 @@ void RedisCommands::Auth(Session* s, const Command& c, Writer& w) {
   AuthFailure why;
   absl::StatusOr<Caller> caller = auth_->AuthenticateToken(token, &why);
   if (!caller.ok()) {
-    if (metrics_ != nullptr) metrics_->RecordAuthFailure(RpcMethod::kGetServerInfo, why);
     w.Error(absl::StrCat("WRONGPASS invalid username-password pair or user is disabled. (",
                          caller.status().message(), ")"));
     return;

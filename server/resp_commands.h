@@ -166,6 +166,8 @@ class RedisCommands final : public resp::CommandHandler {
   int port_ = 0;
   const absl::Time started_ = absl::Now();
 
+  // In-process gRPC calls whose callbacks have not returned.
+  std::atomic<int64_t> calls_{0};
   Mutex transfer_mu_;
   std::atomic<uint64_t> next_dump_{1};
   std::map<uint64_t, std::shared_ptr<Dump>> dumps_ ABSL_GUARDED_BY(transfer_mu_);

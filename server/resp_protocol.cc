@@ -205,6 +205,10 @@ size_t Parser::pending_hint() const {
 
 Parser::Result Parser::Fail(std::string message, std::string* error) {
   state_ = State::kError;
+  if (limits_.note != nullptr && *limits_.note != '\0' &&
+      message.find(" over the limit of ") != std::string::npos) {
+    message += limits_.note;
+  }
   error_ = std::move(message);
   *error = error_;
   return Result::kError;

@@ -52,6 +52,8 @@ struct ParserLimits {
   size_t max_args = 100'016;             // arguments in one command (multibulk length)
   size_t max_inline_bytes = 64 << 10;    // an inline command's line; also a length line
   size_t max_command_bytes = 128 << 20;  // all bytes of one command, headers included
+  // Added to the errors of these limits (e.g. why they are so small).
+  const char* note = "";
 };
 
 // An incremental parser of client commands: RESP arrays of bulk strings
@@ -100,6 +102,10 @@ class Parser {
   // so far. Call it when none of those commands' args are used any more,
   // e.g. whenever the connection drops consumed bytes from its buffer.
   void ReleaseArgs();
+  // The limits from the next Parse on (the RESP server tightens them for
+  // connections that have not authenticated yet).
+  void set_limits(const ParserLimits& limits) { limits_ = limits; }
+  const ParserLimits& limits() const { return limits_; }
 
   // Bytes from the start of `data` that the current partial command needs at
   // least (for buffer sizing): known while a bulk's data is awaited,

@@ -262,7 +262,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
     }
     n_cmds_ = next_cmd_ = 0;
+    // Every command parsed before has run: the parser's own copies of
+    // unescaped inline arguments can go.
+    parser_.ReleaseArgs();
     while (n_cmds_ < kMaxBatchCommands && in_begin_ < in_end_) {
+      const ServerOptions& options = core_->options;
+      const ParserLimits& limits = options.auth_required && !session_.authenticated
+                                       ? options.unauthenticated_limits
+                                       : options.limits;
+      if (parser_.limits().max_args != limits.max_args ||
+          parser_.limits().max_bulk_bytes != limits.max_bulk_bytes) {
+        parser_.set_limits(limits);
+      }
       if (n_cmds_ == commands_.size()) commands_.emplace_back();
       std::vector<std::string_view>& args = commands_[n_cmds_].args;
       args.clear();

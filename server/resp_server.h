@@ -126,6 +126,16 @@ struct ServerOptions {
   std::string listen;  // "host:port", ":port" (every address), "[::1]:port"; port 0 = ephemeral
   int threads = 0;     // I/O threads; 0 = std::thread::hardware_concurrency() (min 1)
   ParserLimits limits;
+  // With authentication on (the handler sets Session::authenticated), a
+  // connection that has not authenticated yet is held to these instead, as
+  // Redis does since CVE-2021-32675: anyone who reaches the port could
+  // otherwise make it buffer max_command_bytes per connection.
+  bool auth_required = false;
+  ParserLimits unauthenticated_limits = {.max_bulk_bytes = 16 << 10,
+                                         .max_args = 10,
+                                         .max_inline_bytes = 16 << 10,
+                                         .max_command_bytes = 256 << 10,
+                                         .note = " before AUTH"};
   size_t max_connections = 10'000;  // more: "-ERR max number of clients reached", closed
   absl::Duration idle_timeout = absl::ZeroDuration();  // 0 = never (Redis "timeout 0")
   // Pending reply bytes past which the connection stops reading and running

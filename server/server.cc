@@ -374,6 +374,7 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
         std::max<size_t>(config.max_key_bytes, kRedisDumpChunkBytes + 4096);
     options.limits.max_command_bytes =
         std::max<size_t>(config.max_message_bytes, kRedisDumpChunkBytes + 8192);
+    options.auth_required = s->auth_ != nullptr;
     Metrics* metrics = s->metrics_.get();
     options.on_connect = [metrics] { metrics->RecordRedisConnection(); };
     options.on_close = [metrics](std::string_view reason) { metrics->RecordRedisClose(reason); };

@@ -426,6 +426,18 @@ TEST_F(RedisPortTest, TokensAndGrantsApplyAsOnGrpc) {
   server::ServerConfig config = Config();
   config.auth_tokens = path;
   StartServer(config);
+  {
+    // Before AUTH, Redis's small limits (CVE-2021-32675).
+    RespClient c(port());
+    std::vector<std::string> many = {"CF.MEXISTS", "billing.x"};
+    for (int i = 0; i < 10; ++i) many.push_back("k");
+    EXPECT_EQ(c.Call(many),
+              "-ERR Protocol error: 12 arguments is over the limit of 10 before AUTH");
+    EXPECT_EQ(c.Read(), "<closed>");
+    RespClient d(port());
+    EXPECT_EQ(d.Call({"AUTH", std::string(20000, 'x')}).substr(0, 52),
+              "-ERR Protocol error: bulk length 20000 is over the l");
+  }
   RespClient root(port());
   EXPECT_EQ(root.Call({"CF.ADD", "billing.x", "k"}), "-NOAUTH Authentication required.");
   EXPECT_EQ(root.Call({"AUTH", "wrong"}).substr(0, 68),
@@ -446,6 +458,17 @@ TEST_F(RedisPortTest, TokensAndGrantsApplyAsOnGrpc) {
   write_access(false);
   ASSERT_TRUE(server_->ReloadAccess().ok());
   EXPECT_EQ(reader.Call({"CF.EXISTS", "billing.x", "k"}).substr(0, 7), "-NOAUTH");
+  EXPECT_EQ(reader.Call({"PING"}).substr(0, 7), "-NOAUTH");
+  EXPECT_EQ(reader.Call({"INFO"}).substr(0, 7), "-NOAUTH");
+  // Whether a filter exists is not told to callers without a grant on it.
+  RespClient other(port());
+  EXPECT_EQ(other.Call({"AUTH", "tok-root"}), "OK");
+  write_access(true);
+  ASSERT_TRUE(server_->ReloadAccess().ok());
+  RespClient reader2(port());
+  EXPECT_EQ(reader2.Call({"AUTH", "tok-reader"}), "OK");
+  EXPECT_EQ(reader2.Call({"CF.DEL", "cart.y", "k"}).substr(0, 8), "-NOPERM ");
+  EXPECT_EQ(reader2.Call({"CF.DEL", "cart.nope", "k"}).substr(0, 8), "-NOPERM ");
   EXPECT_EQ(root.Call({"CF.EXISTS", "billing.x", "k"}), ":1");
 }
 
@@ -473,6 +496,43 @@ TEST_F(RedisPortTest, HostileInputGetsAnErrorAndTheServerGoesOn) {
   RespClient c(port());
   EXPECT_EQ(c.Call({"PING"}), "PONG");
   EXPECT_EQ(c.Call({"DBSIZE"}), ":0");
+}
+
+TEST_F(RedisPortTest, PipelinedLookupsOfABadNameGetOneErrorEach) {
+  RespClient c(port());
+  c.SendRaw(RespClient::Encode({"CF.EXISTS", "_bad", "a"}) +
+            RespClient::Encode({"CF.EXISTS", "_bad", "b"}) + RespClient::Encode({"PING"}));
+  EXPECT_EQ(c.Read().substr(0, 31), "-ERR invalid filter name '_bad'");
+  EXPECT_EQ(c.Read().substr(0, 31), "-ERR invalid filter name '_bad'");
+  EXPECT_EQ(c.Read(), "PONG");
+}
+
+long RssKiB() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return 0;
+}
+
+TEST_F(RedisPortTest, QuotedInlineCommandsDoNotAccumulateMemory) {
+  // Unescaped inline arguments live in the parser's own storage: it must be
+  // given back as commands finish (it once grew for the connection's life).
+  RespClient c(port());
+  std::string escaped;
+  for (int i = 0; i < 15000; ++i) escaped += "\\x41";
+  const std::string line = "ECHO \"" + escaped + "\"\r\n";
+  ASSERT_EQ(c.Call({"PING"}), "PONG");
+  const long before = RssKiB();
+  for (int round = 0; round < 40; ++round) {
+    std::string batch;
+    for (int i = 0; i < 50; ++i) batch += line;
+    c.SendRaw(batch);
+    for (int i = 0; i < 50; ++i) ASSERT_EQ(c.Read().size(), 15001u);
+  }
+  // 2000 arguments of 15,000 bytes: 30 MB if kept.
+  EXPECT_LT(RssKiB() - before, 20 * 1024);
 }
 
 TEST_F(RedisPortTest, CommandsAreCountedInTheMetrics) {
