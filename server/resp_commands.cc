@@ -812,7 +812,7 @@ void RedisCommands::Write(Session* s, absl::Span<const Command> run, size_t comm
       calls_.fetch_add(1, std::memory_order_relaxed);
       stub_->async()->Delete(ctx, &call->del, &call->deleted,
                              [this, call, ctx, reply](grpc::Status st) {
-                               const CallDone call_done(&calls_);
+                               const CallDone call_done{&calls_};
                                delete ctx;
                                reply(st);
                              });
@@ -820,7 +820,7 @@ void RedisCommands::Write(Session* s, absl::Span<const Command> run, size_t comm
       calls_.fetch_add(1, std::memory_order_relaxed);
       stub_->async()->Insert(ctx, &call->insert, &call->inserted,
                              [this, call, ctx, reply](grpc::Status st) {
-                               const CallDone call_done(&calls_);
+                               const CallDone call_done{&calls_};
                                delete ctx;
                                reply(st);
                              });
@@ -849,7 +849,7 @@ void RedisCommands::Write(Session* s, absl::Span<const Command> run, size_t comm
   calls_.fetch_add(1, std::memory_order_relaxed);
   stub_->async()->CreateFilter(
       &call->ctx, &call->create, &call->created, [this, call, send, reply](grpc::Status st) {
-        const CallDone call_done(&calls_);
+        const CallDone call_done{&calls_};
         // Made meanwhile by another client, maybe
         // with other settings: add to it.
         if (st.ok() || st.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
@@ -925,7 +925,7 @@ void RedisCommands::Reserve(Session* s, const Command& c, resp::Completion done,
   calls_.fetch_add(1, std::memory_order_relaxed);
   stub_->async()->CreateFilter(&call->ctx, &call->create, &call->created,
                                [this, call](grpc::Status st) {
-                                 const CallDone call_done(&calls_);
+                                 const CallDone call_done{&calls_};
                                  std::string out;
                                  Writer w(&out, call->protocol);
                                  if (st.ok()) {
@@ -991,7 +991,7 @@ void RedisCommands::DropKeys(Session* s, const Command& c, resp::Completion done
     calls_.fetch_add(1, std::memory_order_relaxed);
     stub_->async()->DropFilter(&call->ctx, &call->drop, &call->dropped,
                                [this, state, call](grpc::Status st) {
-                                 const CallDone call_done(&calls_);
+                                 const CallDone call_done{&calls_};
                                  if (st.ok()) {
                                    ++state->dropped;
                                  } else if (st.error_code() != grpc::StatusCode::NOT_FOUND) {
