@@ -5,8 +5,10 @@
 #include <memory>
 #include <vector>
 
+#include "absl/base/optimization.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "core/prefetch.h"
 #include "core/scratch.h"
 
 namespace cuckoo {
@@ -629,6 +631,21 @@ void CuckooFilter::CountBatch(absl::Span<const std::string_view> keys,
   CountHashed(h.span(), out);
 }
 
+void CuckooFilter::PrefetchBuckets(const Shard& shard, uint64_t h) const {
+  const uint32_t fp = layout_.Fingerprint(h);
+  const uint64_t i1 = layout_.Bucket(h);
+  const uint64_t i2 = layout_.AltBucket(i1, fp);
+  for (const uint64_t i : {i1, i2}) {
+    // The bucket's first and last bytes, and the end of the eight-byte
+    // window a table may read from its first byte (cuckoo_table.cc, Load).
+    const uint64_t bit = i * bucket_bits_;
+    const uint64_t first = bit >> 3;
+    const uint64_t last = std::max((bit + bucket_bits_ - 1) >> 3, first + 7);
+    PrefetchLine(shard.table_bytes + first);
+    PrefetchLine(shard.table_bytes + last);
+  }
+}
+
 InsertResult CuckooFilter::Insert(std::string_view key, bool if_absent) {
   uint64_t h = Hash(key);
   const uint32_t s = layout_.Shard(h);
@@ -640,17 +657,28 @@ InsertResult CuckooFilter::Insert(std::string_view key, bool if_absent) {
     });
     return r;
   }
+  PrefetchBuckets(*shards_[s], h);
   return shards_[s]->Write([&](CuckooTable& t) { return t.Insert(h, if_absent); });
 }
 
 bool CuckooFilter::MayContain(std::string_view key) const {
-  uint64_t h = Hash(key);
+  const uint64_t h = Hash(key);
   const Shard& shard = *shards_[layout_.Shard(h)];
   bool found;
+  // The common case: one table (a fixed filter, or a shard that has not
+  // grown) and no writer in the way.
+  if (ABSL_PREDICT_TRUE(shard.TryMayContain(h, &found))) return found;
+  return MayContainInGenerations(shard, h);
+}
+
+bool CuckooFilter::MayContainInGenerations(const Shard& shard, uint64_t h) const {
+  bool found;
   shard.Read([&](const CuckooTable& t) {
-    found = t.MayContain(h);
+    // Newest generation first: it holds the most keys.
+    found = false;
     const uint32_t gens = shard.generations.load(std::memory_order_acquire);
     for (uint32_t g = gens; !found && g-- > 1;) found = shard.Generation(g).MayContain(h);
+    if (!found) found = t.MayContain(h);
   });
   return found;
 }
@@ -658,6 +686,10 @@ bool CuckooFilter::MayContain(std::string_view key) const {
 DeleteResult CuckooFilter::Delete(std::string_view key) {
   uint64_t h = Hash(key);
   Shard& shard = *shards_[layout_.Shard(h)];
+  if (!shape_.growing()) {
+    PrefetchBuckets(shard, h);
+    return shard.DeleteOne(h);
+  }
   return shard.Write([&](CuckooTable& t) {
     DeleteResult r;
     DeleteInShard(shard, t, {&h, 1}, {&r, 1}, {});

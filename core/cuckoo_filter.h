@@ -42,6 +42,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "absl/base/attributes.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -360,10 +361,13 @@ class CuckooFilter {
         uint64_t items_before;
         ~Publish() {
           // A write section only inserts or only deletes, so the change in
-          // items is the number of keys it inserted or deleted.
+          // items is the number of keys it inserted or deleted. Only
+          // writers, holding mu, change the counters: plain loads and
+          // stores, no atomic read-modify-write.
           const uint64_t now = shard->TotalItems();
-          shard->changes.fetch_add(now > items_before ? now - items_before : items_before - now,
-                                   std::memory_order_relaxed);
+          shard->changes.store(shard->changes.load(std::memory_order_relaxed) +
+                                   (now > items_before ? now - items_before : items_before - now),
+                               std::memory_order_relaxed);
           shard->items.store(now, std::memory_order_relaxed);
           shard->seq.store(next, std::memory_order_release);
         }
@@ -388,6 +392,40 @@ class CuckooFilter {
       }
       ReaderLock lock(&mu);
       fn(table);
+    }
+
+    // One lock-free attempt at a single-key lookup in generation 0: true,
+    // with *found set, when the shard has that one table and no writer was
+    // inside or came in between (Read's protocol, without a lambda or a
+    // retry); false otherwise, and the caller reads again the long way.
+    // No branch depends on the table's bytes, so consecutive calls overlap
+    // their cache misses.
+    bool TryMayContain(uint64_t h, bool* found) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      // Tables are only ever added: one added after this load belongs to
+      // writes concurrent with this call, which it may or may not see. A
+      // shard that has grown reads every generation (the caller's other
+      // path).
+      if (generations.load(std::memory_order_acquire) != 1) return false;
+      const int r = table.MayContainUnderSequence(h, seq);
+      *found = r > 0;
+      return r >= 0;
+    }
+
+    // A single-key delete in a shard of a fixed filter: Write's protocol
+    // with its counters updated directly (what Publish would compute).
+    DeleteResult DeleteOne(uint64_t h) {
+      WriterLock lock(&mu);
+      const uint64_t s = seq.load(std::memory_order_relaxed);
+      seq.store(s + 1, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_release);
+      const DeleteResult r = table.Delete(h);
+      if (r == DeleteResult::kDeleted) {
+        items.store(table.items(), std::memory_order_relaxed);
+        changes.store(changes.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        deletes.store(deletes.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      }
+      seq.store(s + 2, std::memory_order_release);
+      return r;
     }
 
     // Generation g's table: 0 is `table`, later ones (growing filters) are
@@ -447,6 +485,18 @@ class CuckooFilter {
                      absl::Span<bool> r, const Lookahead& next) const;
   void CountInShard(const Shard& shard, const CuckooTable& t, absl::Span<const uint64_t> h,
                     absl::Span<uint32_t> r) const;
+  // MayContain's other path: every generation of the shard, newest first,
+  // under Read's protocol. Out of line, so that the common path saves no
+  // registers for it.
+  ABSL_ATTRIBUTE_NOINLINE bool MayContainInGenerations(const Shard& shard, uint64_t h) const;
+
+  // Requests from memory the lines of h's two buckets in the shard's first
+  // table. Needs no lock (it reads nothing): single-key writes call it
+  // before taking the shard's lock, whose atomic read-modify-write would
+  // otherwise keep the CPU from starting this key's misses while the
+  // previous call's are outstanding.
+  void PrefetchBuckets(const Shard& shard, uint64_t h) const;
+
   // Adds shard `s`'s next generation (with its lock held); false when the
   // schedule has no more or the memory cannot be had.
   bool Grow(Shard& shard, size_t s);
@@ -460,6 +510,7 @@ class CuckooFilter {
   explicit CuckooFilter(const FilterShape& shape)
       : shape_(shape),
         layout_(shape.fingerprint_bits, shape.shard_bits, shape.buckets_per_shard),
+        bucket_bits_(shape.bucket_bits()),
         schedule_(GenerationSchedule(shape)) {}
 
   // Bytes between consecutive shards' tables in tables_memory_.
@@ -477,6 +528,8 @@ class CuckooFilter {
 
   const FilterShape shape_;
   const HashLayout layout_;
+  // Bits of one bucket of the first generation's tables.
+  const uint32_t bucket_bits_;
   // Every generation a shard may get (one for a fixed filter).
   const std::vector<GenerationShape> schedule_;
   // Every shard's table, ShardStride() bytes apart.

@@ -214,18 +214,18 @@ struct TableImpl {
   };
   ABSL_ATTRIBUTE_ALWAYS_INLINE Window Load(uint64_t bucket) const {
     if constexpr (kWindowBucket) {
-      // The eight bytes from the bucket's first byte, unless they would reach
-      // into the next cache line; then the eight bytes ending at its last
-      // byte. Either way the load touches only lines the bucket occupies (the
-      // ones Prefetch requested), and the tail padding keeps it in the table.
-      // Arithmetic, not a branch: a mispredicted branch here (one bucket in
-      // nine) would also discard the loads of the lookups behind it.
+      // The eight bytes from the bucket's first byte: Prefetch requests the
+      // lines of the first and the eighth, and the tail padding keeps the
+      // last bucket's window in the table. Bytes past the bucket are other
+      // buckets' (don't care). Whole-byte buckets start at bit 0 of the
+      // window, a compile-time constant; so the lookup of a single key is a
+      // load and a SWAR compare per bucket, as few instructions as the
+      // out-of-order core needs to keep several calls' misses in flight.
+      if constexpr (kBucketBits % 8 == 0) {
+        return {LoadUnaligned(data() + bucket * (kBucketBits / 8)), 0};
+      }
       const uint64_t bit = bucket * kBucketBits;
-      const uint64_t first = bit >> 3;
-      const uint64_t last = (bit + kBucketBits - 1) >> 3;
-      const uint64_t from_end = 0 - static_cast<uint64_t>((first & 63) > 64 - 8);  // 0 or ~0
-      const uint64_t at = first - (from_end & (first + 7 - last));
-      return {LoadUnaligned(data() + at), static_cast<uint32_t>(bit - 8 * at)};
+      return {LoadUnaligned(data() + (bit >> 3)), static_cast<uint32_t>(bit & 7)};
     }
     return {Bits(bucket * bucket_bits(), bucket_bits()), 0};
   }
@@ -316,14 +316,14 @@ struct TableImpl {
 
   // First slot of `bucket` equal to `value`, or -1. `value` 0 finds a free slot.
   ABSL_ATTRIBUTE_ALWAYS_INLINE int Find(uint64_t bucket, uint32_t value) const {
+    if (swar()) {
+      // The lowest flagged lane is the first slot holding `value` (only
+      // lanes above a match can be flagged spuriously).
+      const uint64_t z = SwarMatch(bucket, value);
+      const int lane_bits = kSemiSorted ? 16 : static_cast<int>(f());
+      return z == 0 ? -1 : std::countr_zero(z) / lane_bits;
+    }
     if constexpr (kSemiSorted) {
-      if (swar()) {
-        constexpr uint64_t kLo = 0x0001000100010001ull;
-        constexpr uint64_t kHi = kLo << 15;
-        const uint64_t x = Lanes(bucket) ^ (Lane(value) * kLo);
-        const uint64_t z = (x - kLo) & ~x & kHi;
-        return z == 0 ? -1 : std::countr_zero(z) / 16;
-      }
       uint32_t v[4];
       Decode(bucket, v);
       for (uint32_t j = 0; j < 4; ++j) {
@@ -331,26 +331,41 @@ struct TableImpl {
       }
       return -1;
     }
-    if (swar()) {
-      // One SWAR compare of all slots. Bits outside the bucket cannot flag a
-      // slot: the subtraction's borrows only run upwards, and `hi` masks
-      // everything but the bucket's lanes.
-      const Window w = Load(bucket);
-      const uint64_t lo = lanes_lo() << w.shift;
-      const uint64_t hi = lo << (f() - 1);
-      const uint64_t x = w.bits ^ (value * lo);
-      // Exact "some lane is zero" test; the lowest flagged lane is the first
-      // zero lane (only lanes above a zero lane can be flagged spuriously).
-      const uint64_t z = (x - lo) & ~x & hi;
-      return z == 0 ? -1 : static_cast<int>((std::countr_zero(z) - w.shift) / f());
-    }
     for (uint32_t j = 0; j < b(); ++j) {
       if (Get(bucket, j) == value) return static_cast<int>(j);
     }
     return -1;
   }
+  // Whether some slot of `bucket` holds `value`: Find without the slot
+  // number (no count of trailing zeros, no division), the lookups' match.
   ABSL_ATTRIBUTE_ALWAYS_INLINE bool Contains(uint64_t bucket, uint32_t value) const {
-    return Find(bucket, value) >= 0;
+    return Match(bucket, value) != 0;
+  }
+  // Nonzero iff `bucket` holds `value` (SwarMatch's lanes for SWAR buckets).
+  ABSL_ATTRIBUTE_ALWAYS_INLINE uint64_t Match(uint64_t bucket, uint32_t value) const {
+    if (swar()) return SwarMatch(bucket, value);
+    return Find(bucket, value) >= 0 ? 1 : 0;
+  }
+  // For SWAR buckets: one compare of all slots, the high bit of each lane
+  // holding `value` set, lanes from bit 0 (16 bits each when semi-sorted,
+  // f() when packed). Nonzero exactly when some slot holds `value`, and the
+  // lowest flagged lane does.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE uint64_t SwarMatch(uint64_t bucket, uint32_t value) const {
+    if constexpr (kSemiSorted) {
+      constexpr uint64_t kLo = 0x0001000100010001ull;
+      constexpr uint64_t kHi = kLo << 15;
+      const uint64_t x = Lanes(bucket) ^ (Lane(value) * kLo);
+      return (x - kLo) & ~x & kHi;
+    } else {
+      // The bucket's lanes moved down to bit 0; bits above them are other
+      // buckets' and cannot flag a lane (borrows only run upwards, `hi`
+      // keeps only the bucket's lanes).
+      const Window w = Load(bucket);
+      const uint64_t lo = lanes_lo();
+      const uint64_t hi = lo << (f() - 1);
+      const uint64_t x = (w.bits >> w.shift) ^ (value * lo);
+      return (x - lo) & ~x & hi;
+    }
   }
 
   ABSL_ATTRIBUTE_ALWAYS_INLINE bool TryPlace(uint64_t bucket, uint32_t fp) const {
@@ -381,10 +396,13 @@ struct TableImpl {
     return true;
   }
 
-  // Requests the cache line(s) of `bucket`; a bucket can straddle two lines.
+  // Requests the cache line(s) that reading `bucket` touches: a bucket can
+  // straddle two lines, and a window bucket is read as the eight bytes from
+  // its first (see Load).
   ABSL_ATTRIBUTE_ALWAYS_INLINE void Prefetch(const uint8_t* base, uint64_t bucket) const {
-    uint64_t first = (bucket * bucket_bits()) >> 3;
-    uint64_t last = (bucket * bucket_bits() + bucket_bits() - 1) >> 3;
+    const uint64_t first = (bucket * bucket_bits()) >> 3;
+    const uint64_t last =
+        kWindowBucket ? first + 7 : (bucket * bucket_bits() + bucket_bits() - 1) >> 3;
     // Both ends, always: a branch on whether the bucket straddles two lines
     // is a coin flip the CPU mispredicts, and prefetching a line twice is
     // nearly free.
@@ -405,9 +423,8 @@ struct TableImpl {
 
   ABSL_ATTRIBUTE_ALWAYS_INLINE bool Lookup(const Place& p) const {
     // Both buckets, no short circuit: the two loads overlap and the branch on
-    // a 50/50 outcome goes away. (`|` promotes bools to int anyway; spelled
-    // out, clang knows the `|` is meant.)
-    return int{Contains(p.i1, p.fp)} | int{Contains(p.i2, p.fp)};
+    // a 50/50 outcome goes away (the two match words are or-ed, one test).
+    return (Match(p.i1, p.fp) | Match(p.i2, p.fp)) != 0;
   }
 
   // Inserts p's fingerprint. With `walk` false, only a slot free within two
@@ -564,6 +581,16 @@ struct TableImpl {
     TableImpl impl{t};
     return impl.Lookup(impl.Locate(h));
   }
+  static int LookupUnderSequence(const CuckooTable& t, uint64_t h,
+                                 const std::atomic<uint64_t>& seq) {
+    const uint64_t s = seq.load(std::memory_order_acquire);
+    TableImpl impl{t};
+    const bool found = impl.Lookup(impl.Locate(h));
+    std::atomic_thread_fence(std::memory_order_acquire);
+    // No branch on the table's bytes: the caller's next call can start its
+    // misses before this one's arrive.
+    return ((s & 1) | (seq.load(std::memory_order_relaxed) ^ s)) == 0 ? int{found} : -1;
+  }
   static DeleteResult DeleteOne(CuckooTable& t, uint64_t h) {
     TableImpl impl{t};
     return impl.Delete(impl.Locate(h));
@@ -630,8 +657,9 @@ struct TableImpl {
     return n;
   }
 
-  static constexpr CuckooTable::Ops kOps = {&InsertOne,  &LookupOne,  &DeleteOne,    &InsertMany,
-                                            &LookupMany, &DeleteMany, &LookupAcross, &FirstInvalid};
+  static constexpr CuckooTable::Ops kOps = {&InsertOne,  &LookupOne,    &LookupUnderSequence,
+                                            &DeleteOne,  &InsertMany,   &LookupMany,
+                                            &DeleteMany, &LookupAcross, &FirstInvalid};
 };
 
 const CuckooTable::Ops* CuckooTable::SelectOps(uint32_t f, uint32_t b, TableKind kind) {

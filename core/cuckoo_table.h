@@ -51,6 +51,7 @@
 #ifndef CUCKOO_CORE_CUCKOO_TABLE_H_
 #define CUCKOO_CORE_CUCKOO_TABLE_H_
 
+#include <atomic>
 #include <bit>
 #include <cstdint>
 #include <vector>
@@ -117,6 +118,14 @@ class CuckooTable {
     return ops_->insert(*this, hash, if_absent, full);
   }
   bool MayContain(uint64_t hash) const { return ops_->lookup(*this, hash); }
+  // MayContain for a lock-free reader under a sequence counter (see
+  // CuckooFilter): reads `seq` (acquire), looks the hash up, fences
+  // (acquire) and reads `seq` again, all in one call with no frame to set
+  // up. Returns the answer (0 or 1), or -1 when the counter was odd or
+  // changed: a writer was inside, and the answer may be wrong.
+  int MayContainUnderSequence(uint64_t hash, const std::atomic<uint64_t>& seq) const {
+    return ops_->lookup_under_sequence(*this, hash, seq);
+  }
   DeleteResult Delete(uint64_t hash) { return ops_->remove(*this, hash); }
   // Number of slots in the key's two buckets holding its fingerprint: the
   // copies inserted, plus any colliding keys. An estimate, never an undercount.
@@ -200,6 +209,7 @@ class CuckooTable {
   struct Ops {
     InsertResult (*insert)(CuckooTable&, uint64_t, bool, bool*);
     bool (*lookup)(const CuckooTable&, uint64_t);
+    int (*lookup_under_sequence)(const CuckooTable&, uint64_t, const std::atomic<uint64_t>&);
     DeleteResult (*remove)(CuckooTable&, uint64_t);
     void (*insert_batch)(CuckooTable&, absl::Span<const uint64_t>, bool, absl::Span<InsertResult>,
                          const Lookahead&, bool*);

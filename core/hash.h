@@ -40,6 +40,15 @@ inline constexpr uint32_t kHashIdXxh3V1 = 1;
 // The hash of `key` under `seed`. Deterministic across processes, machines and
 // builds (XXH3 output is specified to be portable).
 inline uint64_t HashKey(std::string_view key, uint64_t seed) {
+  // Keys of up to 16 bytes (ids, tokens, most keys) take XXH3's short-input
+  // code inline: what XXH3_64bits_withSeed runs for them (the same secret,
+  // the same result; hash_layout_test pins both paths), without the call
+  // and the length dispatch of the general entry point. A single-key
+  // lookup's instructions are what limits how many calls the CPU overlaps.
+  if (key.size() <= 16) {
+    return XXH3_len_0to16_64b(reinterpret_cast<const xxh_u8*>(key.data()), key.size(), XXH3_kSecret,
+                              seed);
+  }
   return XXH3_64bits_withSeed(key.data(), key.size(), seed);
 }
 

@@ -103,6 +103,17 @@ INSTANTIATE_TEST_SUITE_P(Kinds, ConcurrencyKindTest,
                          ::testing::Values(TableKind::kPacked, TableKind::kSemiSorted),
                          [](const auto& p) { return std::string(TableKindName(p.param)); });
 
+// Inserts keys 0..n-1 of stream 0 (each must go in): *keys holds them and
+// *views views them, for readers that look them up.
+void InsertResidents(CuckooFilter& filter, uint64_t n, std::vector<std::string>* keys,
+                     std::vector<std::string_view>* views) {
+  for (uint64_t i = 0; i < n; ++i) keys->push_back(Key(0, i));
+  views->assign(keys->begin(), keys->end());
+  std::vector<InsertResult> ins(views->size());
+  filter.InsertBatch(*views, false, absl::MakeSpan(ins));
+  for (InsertResult r : ins) ASSERT_EQ(r, InsertResult::kInserted);
+}
+
 // Near full load every insert kicks residents between their two buckets, so a
 // lock-free reader can catch a key in flight; the sequence check must send it
 // back to read again under the lock. Readers look up a fixed resident set
@@ -119,13 +130,9 @@ void ChurnUnderReaders(uint32_t shards, uint32_t f = 16, bool semi_sort = false)
   ASSERT_EQ((*created)->shape().semi_sorted(), semi_sort);
   CuckooFilter& filter = **created;
   const uint64_t slots = filter.shape().total_slots();
-  const uint64_t residents = slots * 90 / 100;
   std::vector<std::string> keys;
-  for (uint64_t i = 0; i < residents; ++i) keys.push_back(Key(0, i));
-  std::vector<std::string_view> views(keys.begin(), keys.end());
-  std::vector<InsertResult> ins(views.size());
-  filter.InsertBatch(views, false, absl::MakeSpan(ins));
-  for (InsertResult r : ins) ASSERT_EQ(r, InsertResult::kInserted);
+  std::vector<std::string_view> views;
+  ASSERT_NO_FATAL_FAILURE(InsertResidents(filter, slots * 90 / 100, &keys, &views));
 
   std::atomic<bool> done{false};
   std::atomic<uint64_t> misses{0};
@@ -186,6 +193,70 @@ TEST(ConcurrencyTest, LockFreeLookupsOfWideSemiSortedBucketsNeverMissResidentsMo
 
 TEST(ConcurrencyTest, LockFreeCrossShardBatchesOfSemiSortedBucketsNeverMissResidents) {
   ChurnUnderReaders(4, 12, true);
+}
+
+// The single-key lookup's own lock-free path (CuckooFilter::MayContain, no
+// lambda, no retry loop) under writers that churn keys through the same
+// shards near full load, kicking residents between buckets: single-key
+// inserts and deletes (the delete that prefetches before its lock) and
+// batches. No resident may ever be reported absent.
+void SingleKeyLookupsUnderChurn(TableKind kind) {
+  auto created =
+      CuckooFilter::Create({.capacity = 20'000,
+                            .fingerprint_bits = kind == TableKind::kSemiSorted ? 13u : 12u,
+                            .shards = 2,
+                            .seed = 17,
+                            .semi_sort = kind == TableKind::kSemiSorted});
+  ASSERT_TRUE(created.ok()) << created.status();
+  CuckooFilter& filter = **created;
+  const uint64_t slots = filter.shape().total_slots();
+  std::vector<std::string> keys;
+  std::vector<std::string_view> views;
+  ASSERT_NO_FATAL_FAILURE(InsertResidents(filter, slots * 88 / 100, &keys, &views));
+
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> misses{0};
+  std::atomic<uint64_t> churned{0};
+  std::vector<std::thread> writers;
+  for (int w = 0; w < 2; ++w) {
+    writers.emplace_back([&, w] {
+      const uint64_t window = slots * 3 / 100;
+      const uint64_t stream = 1 + w;
+      for (uint64_t i = 0; i < 60'000; ++i) {
+        if (w == 0 || i % 64 != 0) {
+          if (filter.Insert(Key(stream, i)) != InsertResult::kInserted) continue;
+        } else {
+          // Now and then a batch of one, through the batch path.
+          std::string k = Key(stream, i);
+          std::string_view v = k;
+          InsertResult r;
+          filter.InsertBatch({&v, 1}, false, {&r, 1});
+          if (r != InsertResult::kInserted) continue;
+        }
+        if (i >= window) (void)filter.Delete(Key(stream, i - window));
+        churned.fetch_add(1, std::memory_order_relaxed);
+      }
+    });
+  }
+  std::thread reader([&] {
+    while (!done.load(std::memory_order_acquire)) {
+      for (const auto& k : views) misses += !filter.MayContain(k);
+    }
+  });
+  for (auto& t : writers) t.join();
+  done.store(true, std::memory_order_release);
+  reader.join();
+  EXPECT_GT(churned.load(), 10'000u);
+  EXPECT_EQ(misses.load(), 0u);
+  for (const auto& k : views) ASSERT_TRUE(filter.MayContain(k));
+}
+
+TEST(ConcurrencyTest, SingleKeyLookupsNeverMissResidentsWhileSingleKeyWritersChurn) {
+  SingleKeyLookupsUnderChurn(TableKind::kPacked);
+}
+
+TEST(ConcurrencyTest, SingleKeyLookupsOfSemiSortedBucketsNeverMissResidentsUnderChurn) {
+  SingleKeyLookupsUnderChurn(TableKind::kSemiSorted);
 }
 
 // Growth under readers: two writers grow a filter made for 1,000 keys 200-fold

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <string>
+#include <string_view>
 
 #include "core/hash.h"
 #include "tests/core/test_keys.h"
@@ -16,6 +18,20 @@ TEST(HashLayoutTest, HashOfKnownKeysIsStableAcrossBuilds) {
   EXPECT_EQ(HashKey("hello", 0), 0x9555E8555C62DCFDull);
   EXPECT_EQ(HashKey("hello", 42), 0xBAFA072F07DB7937ull);
   EXPECT_EQ(HashKey("user:1234567890", 0x5EED), 0x3EFCD8BA4E2EE944ull);
+}
+
+// HashKey runs XXH3's short-input code itself for keys of up to 16 bytes;
+// every length on both sides of that bound must hash as XXH3_64bits_withSeed.
+TEST(HashLayoutTest, ShortKeysHashExactlyAsXxh3DoesAtEveryLength) {
+  std::string bytes;
+  for (int i = 0; i < 40; ++i) bytes.push_back(static_cast<char>(testing::Mix(i)));
+  for (uint64_t seed : {uint64_t{0}, uint64_t{42}, uint64_t{0xC0FFEE5EED}, ~uint64_t{0}}) {
+    for (size_t len = 0; len <= bytes.size(); ++len) {
+      EXPECT_EQ(HashKey(std::string_view(bytes.data(), len), seed),
+                XXH3_64bits_withSeed(bytes.data(), len, seed))
+          << "length " << len << ", seed " << seed;
+    }
+  }
 }
 
 TEST(HashLayoutTest, LayoutOfKnownHashIsStableAcrossBuilds) {
