@@ -12,15 +12,21 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_set>
 #include <vector>
@@ -28,6 +34,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "core/snapshot.h"
 #include "cuckoo/v1/filter_service.grpc.pb.h"
 #include "tests/e2e/process.h"
@@ -37,46 +45,165 @@ namespace cuckoo::testing {
 
 namespace fs = std::filesystem;
 
-// Three nats-server processes forming one JetStream cluster.
+inline std::string Now() {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", absl::Now(), absl::UTCTimeZone());
+}
+
+// The last `n` bytes of a log, for a failure message.
+inline std::string Tail(const std::string& log, size_t n) {
+  return log.substr(log.size() > n ? log.size() - n : 0);
+}
+
+// The message id (Nats-Msg-Id) of each message a nats-server's copy of
+// `stream` holds (its JetStream store_dir), by stream sequence, read from
+// the store's files (nats-server 2.9's file store: records of length |
+// sequence | time | subject length | subject | [headers length | headers] |
+// data | hash, little-endian, the length's top bit saying headers follow).
+// A record still being written at the end of a file is left out.
+inline std::map<uint64_t, std::string> NatsStoredIds(const std::string& store_dir,
+                                                     const std::string& stream) {
+  std::map<uint64_t, std::string> ids;
+  const fs::path msgs = fs::path(store_dir) / "jetstream" / "$G" / "streams" / stream / "msgs";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(msgs, ec)) {
+    if (e.path().extension() != ".blk") continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    const std::string b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto u = [&](size_t at, int bytes) {
+      uint64_t v = 0;
+      for (int k = bytes - 1; k >= 0; --k) v = v << 8 | static_cast<uint8_t>(b[at + k]);
+      return v;
+    };
+    for (size_t at = 0; at + 22 <= b.size();) {
+      const uint64_t length = u(at, 4) & 0x7fffffff;
+      const bool headers = (u(at, 4) >> 31) != 0;
+      if (length < 22 || at + length > b.size()) break;
+      const uint64_t seq = u(at + 4, 8) & ~(uint64_t{1} << 63);
+      const size_t p = at + 22 + u(at + 20, 2);
+      std::string id;
+      if (headers && p + 4 <= at + length) {
+        const std::string_view h(b.data() + p + 4, std::min<size_t>(u(p, 4), at + length - p - 4));
+        constexpr std::string_view kKey = "Nats-Msg-Id:";
+        if (size_t k = h.find(kKey); k != std::string_view::npos) {
+          k = h.find_first_not_of(' ', k + kKey.size());
+          if (k != std::string_view::npos) id = std::string(h.substr(k, h.find('\r', k) - k));
+        }
+      }
+      ids[seq] = id;
+      at += length;
+    }
+  }
+  return ids;
+}
+
+// "" when the copies of `stream` in `stores` (three) hold the same message
+// at every sequence all of them hold; else how they differ.
+inline std::string NatsCopiesDiffer(const std::vector<std::string>& stores,
+                                    const std::string& stream) {
+  std::vector<std::map<uint64_t, std::string>> copy;
+  for (const std::string& s : stores) copy.push_back(NatsStoredIds(s, stream));
+  uint64_t differ = 0;
+  std::string first;
+  for (const auto& [seq, id] : copy[0]) {
+    auto one = copy[1].find(seq), two = copy[2].find(seq);
+    if (one == copy[1].end() || two == copy[2].end()) continue;
+    if (id == one->second && id == two->second) continue;
+    if (differ++ == 0) {
+      first = absl::StrFormat("at sequence %d n0 holds \"%s\", n1 \"%s\", n2 \"%s\"", seq, id,
+                              one->second, two->second);
+    }
+  }
+  if (differ == 0) return "";
+  return absl::StrFormat("%d sequences differ; first %s (messages held: %d, %d, %d)", differ, first,
+                         copy[0].size(), copy[1].size(), copy[2].size());
+}
+
+// Three nats-server processes forming one JetStream cluster. The
+// constructor returns once JetStream's meta group has a leader every server
+// follows (each server's /healthz says ok), so a test starts on a formed
+// cluster.
 class NatsCluster {
  public:
   explicit NatsCluster(const std::string& dir) : dir_(dir) {
-    for (int i = 0; i < 3; ++i) {
-      client_.push_back(FreePort());
-      route_.push_back(FreePort());
-      monitor_.push_back(FreePort());
+    servers_.resize(3);
+    // A port from FreePort can be taken before nats-server binds it (by a
+    // parallel test's process, or as the local port of an outgoing
+    // connection); the server then exits and the cluster would never form:
+    // then all three again on other ports.
+    for (int attempt = 0;; ++attempt) {
+      Configure();
+      bool taken = false;
+      for (int i = 0; i < 3 && !taken; ++i) {
+        const Outcome o = TryStart(i);
+        if (o == Outcome::kFailed) return;
+        taken = o == Outcome::kPortTaken;
+      }
+      if (!taken) break;
+      if (attempt == 4) {
+        ADD_FAILURE() << "nats-server found a port taken in 5 attempts:\n" << Logs();
+        return;
+      }
+      for (int i = 0; i < 3; ++i) {
+        if (Alive(i)) Kill(i);
+        fs::remove_all(absl::StrFormat("%s/js%d", dir_, i));
+        fs::remove(LogPath(i));
+      }
     }
-    std::vector<std::string> routes;
-    for (int p : route_) routes.push_back(absl::StrCat("nats-route://127.0.0.1:", p));
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     for (int i = 0; i < 3; ++i) {
-      const std::string conf = absl::StrFormat("%s/n%d.conf", dir_, i);
-      WriteFile(conf,
-                absl::StrFormat(
-                    "server_name: n%d\nlisten: 127.0.0.1:%d\nhttp: 127.0.0.1:%d\n"
-                    "jetstream { store_dir: \"%s/js%d\" }\n"
-                    "cluster { name: cuckoo-test, listen: 127.0.0.1:%d, routes: [%s] }\n",
-                    i, client_[i], monitor_[i], dir_, i, route_[i], absl::StrJoin(routes, ", ")));
-      servers_.emplace_back();
-      Start(i);
+      while (HttpGet(monitor_[i], "/healthz").status != 200) {
+        if (std::chrono::steady_clock::now() >= until || !Alive(i)) {
+          ADD_FAILURE() << "the JetStream cluster did not form (n" << i
+                        << "'s /healthz is not ok):\n"
+                        << Logs();
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
     }
   }
 
+  // Starts server i (again, after Kill) on its ports, and waits until it
+  // listens for clients and routes; a port taken meanwhile is waited for.
   void Start(int i) {
-    servers_[i] = std::make_unique<Process>(
-        std::vector<std::string>{NATS_SERVER_PATH, "-c", absl::StrFormat("%s/n%d.conf", dir_, i)});
-    ASSERT_TRUE(servers_[i]->started());
+    for (int attempt = 0; attempt < 40; ++attempt) {
+      if (TryStart(i) != Outcome::kPortTaken) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+    ADD_FAILURE() << "n" << i << "'s ports stayed taken for 10 s:\n" << Logs();
   }
   void Kill(int i) {
+    if (servers_[i] == nullptr) return;  // Never started: the start failed.
+    std::fprintf(stderr, "[harness] %s kill -9 nats n%d\n", Now().c_str(), i);
     servers_[i]->Signal(SIGKILL);
     servers_[i]->Wait();
   }
-  bool Alive(int i) { return servers_[i]->Wait(std::chrono::milliseconds(0)) == -1; }
+  bool Alive(int i) {
+    return servers_[i] != nullptr && servers_[i]->Wait(std::chrono::milliseconds(0)) == -1;
+  }
+
+  // The end of each server's log, for a failure message.
+  std::string Logs() const {
+    std::string all;
+    for (int i = 0; i < 3; ++i) {
+      absl::StrAppend(&all, "--- n", i, ".log (end)\n", Tail(ReadFile(LogPath(i)), 4000), "\n");
+    }
+    return all;
+  }
 
   // nats://127.0.0.1:a,nats://127.0.0.1:b,...
   std::string Urls() const {
     std::vector<std::string> urls;
     for (int p : client_) urls.push_back(absl::StrCat("nats://127.0.0.1:", p));
     return absl::StrJoin(urls, ",");
+  }
+
+  // "" when the three servers' copies of `stream` hold the same message at
+  // every sequence all three hold; else how they differ.
+  std::string CopiesDiffer(const std::string& stream) const {
+    std::vector<std::string> stores;
+    for (int i = 0; i < 3; ++i) stores.push_back(absl::StrFormat("%s/js%d", dir_, i));
+    return NatsCopiesDiffer(stores, stream);
   }
 
   // Which server (0-2) leads `stream`, as a live server's monitoring port
@@ -96,6 +223,70 @@ class NatsCluster {
   }
 
  private:
+  enum class Outcome { kListening, kPortTaken, kFailed };
+
+  std::string LogPath(int i) const { return absl::StrFormat("%s/n%d.log", dir_, i); }
+
+  // New ports and the three servers' configuration files.
+  void Configure() {
+    client_.clear();
+    route_.clear();
+    monitor_.clear();
+    for (int i = 0; i < 3; ++i) {
+      client_.push_back(FreePort());
+      route_.push_back(FreePort());
+      monitor_.push_back(FreePort());
+    }
+    std::vector<std::string> routes;
+    for (int p : route_) routes.push_back(absl::StrCat("nats-route://127.0.0.1:", p));
+    for (int i = 0; i < 3; ++i) {
+      WriteFile(
+          absl::StrFormat("%s/n%d.conf", dir_, i),
+          absl::StrFormat("server_name: n%d\nlisten: 127.0.0.1:%d\nhttp: 127.0.0.1:%d\n"
+                          "jetstream { store_dir: \"%s/js%d\" }\n"
+                          "cluster { name: cuckoo-test, listen: 127.0.0.1:%d, routes: [%s] }\n"
+                          "log_file: \"%s\"\n%s",
+                          i, client_[i], monitor_[i], dir_, i, route_[i],
+                          absl::StrJoin(routes, ", "), LogPath(i),
+                          std::getenv("CUCKOO_NATS_DEBUG") != nullptr ? "debug: true\n" : ""));
+    }
+  }
+
+  // Starts server i and waits for its log (appended to across restarts) to
+  // say it listens for routes, its last listener.
+  Outcome TryStart(int i) {
+    std::fprintf(stderr, "[harness] %s start nats n%d\n", Now().c_str(), i);
+    const size_t from = ReadFile(LogPath(i)).size();
+    servers_[i] = std::make_unique<Process>(
+        std::vector<std::string>{NATS_SERVER_PATH, "-c", absl::StrFormat("%s/n%d.conf", dir_, i)});
+    if (!servers_[i]->started()) {
+      ADD_FAILURE() << "cannot run " << NATS_SERVER_PATH;
+      return Outcome::kFailed;
+    }
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (true) {
+      const bool alive = Alive(i);
+      const std::string log = ReadFile(LogPath(i));
+      const std::string_view mine = std::string_view(log).substr(log.size() >= from ? from : 0);
+      if (alive && mine.find("Listening for route connections") != std::string_view::npos) {
+        return Outcome::kListening;
+      }
+      if (!alive) {
+        if (mine.find("address already in use") != std::string_view::npos) {
+          return Outcome::kPortTaken;
+        }
+        ADD_FAILURE() << "nats-server n" << i << " exited:\n"
+                      << mine << servers_[i]->out() << servers_[i]->err();
+        return Outcome::kFailed;
+      }
+      if (std::chrono::steady_clock::now() >= until) {
+        ADD_FAILURE() << "nats-server n" << i << " did not listen within 60 s:\n" << mine;
+        return Outcome::kFailed;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
   std::string dir_;
   std::vector<int> client_, route_, monitor_;
   std::vector<std::unique_ptr<Process>> servers_;
@@ -170,10 +361,15 @@ class TestCluster {
   // consumes it).
   explicit TestCluster(int n, std::vector<std::string> extra_flags = {})
       : nats_(dir_.path()), extra_(std::move(extra_flags)) {
+    std::fprintf(stderr, "[harness] test dir %s\n", dir_.path().c_str());
+    if (const char* l = std::getenv("CUCKOO_REPLICA_LOG_LEVEL")) {
+      extra_.push_back(absl::StrCat("--log-level=", l));
+    }
     for (int i = 0; i < n; ++i) AddReplica();
     for (int i = 0; i < n; ++i) {
-      EXPECT_TRUE(replica(i).WaitCaughtUp(0)) << "replica " << i << " never became ready:\n"
-                                              << replica(i).process().process().out();
+      EXPECT_TRUE(replica(i).WaitCaughtUp(0))
+          << "replica " << i << " never became ready:\n"
+          << replica(i).process().process().out() << nats_.Logs();
     }
   }
   Replica& AddReplica() {
@@ -184,6 +380,13 @@ class TestCluster {
     flags.insert(flags.end(), extra_.begin(), extra_.end());
     replicas_.push_back(std::make_unique<Replica>(data, flags));
     return *replicas_.back();
+  }
+  ~TestCluster() {
+    if (std::getenv("CUCKOO_KEEP_TEST_DIR") == nullptr) return;
+    for (size_t i = 0; i < replicas_.size(); ++i) {
+      WriteFile(absl::StrFormat("%s/r%d.log", dir_.path(), i),
+                replicas_[i]->process().process().out() + replicas_[i]->process().process().err());
+    }
   }
   Replica& replica(int i) { return *replicas_[i]; }
   int size() const { return static_cast<int>(replicas_.size()); }

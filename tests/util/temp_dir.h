@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -17,6 +18,8 @@ class TempDir {
     path_ = mkdtemp(tmpl.data());
   }
   ~TempDir() {
+    // CUCKOO_KEEP_TEST_DIR set: kept for a post-mortem (the caller removes it).
+    if (std::getenv("CUCKOO_KEEP_TEST_DIR") != nullptr) return;
     std::error_code ec;
     std::filesystem::remove_all(path_, ec);
   }
