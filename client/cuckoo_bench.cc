@@ -52,12 +52,14 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <bit>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -100,9 +102,10 @@ p99.9, max), plus false negatives, which must be 0. See bench/LOADGEN.md.
 
 Connections:
   --target=HOST:PORT[,HOST:PORT...]
-                        the cuckood to load (default localhost:50051); with
-                        several (a cluster's replicas), connection i goes to
-                        the (i mod n)-th
+                        the cuckood to load (default localhost:50051), or
+                        unix:PATH / unix:///ABSOLUTE/PATH for its Unix
+                        socket; with several (a cluster's replicas),
+                        connection i goes to the (i mod n)-th
   --connections=N       gRPC channels, each its own TCP connection (default 2)
   --depth=D             requests in flight on each connection (default 8)
   --threads=T           client threads, each with a completion queue driving
@@ -110,6 +113,10 @@ Connections:
   --timeout=DURATION    deadline of each request (default 30s)
   --max-errors=N        stop a phase after N failed requests (default 100;
                         0: never)
+  --pin-cpu=LIST        run this process (every thread, gRPC's included) on
+                        these CPUs only, e.g. 1 or 2-3 or 1,3 (sched_setaffinity;
+                        default: wherever the kernel likes). Pin the server
+                        apart: taskset -c 0 cuckood ... (bench/LOADGEN.md)
 
 Security (as cuckooctl's flags of the same names):
   --token=TOKEN         access token, sent as "authorization: Bearer TOKEN"
@@ -159,7 +166,8 @@ Output:
   --help                print this text
 
 Numbers take a k, M or G suffix (10M = 10000000); durations are like 500ms,
-10s, 1m. Single-key latency: --batch=1 --depth=1 --connections=1.
+10s, 1m. Single-key latency: --batch=1 --depth=1 --connections=1, with
+cuckood and cuckoo-bench pinned to different CPUs (--pin-cpu).
 Exit status: 0 success; 1 a request failed, a false negative was seen, or the
 server or filter could not be used; 2 usage error.
 )";
@@ -235,6 +243,8 @@ struct Options {
   std::string ca, cert, key, tls_server_name;
   // What ParseFlags made of the five above.
   client::TlsOptions tls_options;
+  // --pin-cpu: the CPUs this process runs on; empty: not pinned.
+  std::vector<int> pin_cpus;
 
   bool uses(Op op) const { return weights[op] > 0; }
   bool churns() const { return uses(kInsert) || uses(kDelete); }
@@ -330,6 +340,43 @@ absl::Status ParseMix(const std::string& text, std::array<uint32_t, kNumOps>* we
   return absl::OkStatus();
 }
 
+// "1", "0-3", "1,3,5-6": CPU numbers, ascending, each once.
+absl::Status ParseCpuList(const std::string& text, std::vector<int>* cpus) {
+  std::vector<bool> in(CPU_SETSIZE, false);
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    std::vector<std::string> range = absl::StrSplit(part, absl::MaxSplits('-', 1));
+    int first = -1, last = -1;
+    if (!absl::SimpleAtoi(range[0], &first) ||
+        !absl::SimpleAtoi(range.size() == 2 ? range[1] : range[0], &last) || first < 0 ||
+        last < first || last >= CPU_SETSIZE) {
+      return UsageError(
+          "--pin-cpu=%s: \"%s\" is not a CPU number or range (e.g. 1, 2-3, 1,3; below %d)", text,
+          std::string(part), CPU_SETSIZE);
+    }
+    for (int c = first; c <= last; ++c) in[c] = true;
+  }
+  cpus->clear();
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (in[c]) cpus->push_back(c);
+  }
+  return absl::OkStatus();
+}
+
+// Pins the calling thread, before any other starts: the threads it starts
+// (gRPC's too) inherit the mask, so the whole process runs on `cpus`.
+absl::Status PinToCpus(const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus) CPU_SET(c, &set);
+  if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--pin-cpu=%s: cannot run there (%s): %d CPUs are online (nproc), and a container or "
+        "taskset may allow fewer",
+        absl::StrJoin(cpus, ","), std::strerror(errno), std::thread::hardware_concurrency()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseFlags(int argc, char** argv, Options* o, bool* help) {
   bool duration_set = false;
   bool fpr_set = false;
@@ -415,6 +462,8 @@ absl::Status ParseFlags(int argc, char** argv, Options* o, bool* help) {
         return UsageError("--semi-sort=%s: must be true or false", v);
       }
       o->semi_sort = v == "true";
+    } else if (name == "pin-cpu") {
+      s = ParseCpuList(v, &o->pin_cpus);
     } else if (name == "json") {
       if (v.empty()) return UsageError("--json is empty");
       o->json = v;
@@ -1181,6 +1230,13 @@ int Main(int argc, char** argv) {
     absl::PrintF("%s", kHelp);
     return 0;
   }
+  // First, before gRPC starts a thread: they all inherit the pinning.
+  if (!o.pin_cpus.empty()) {
+    if (absl::Status s = PinToCpus(o.pin_cpus); !s.ok()) {
+      absl::FPrintF(stderr, "cuckoo-bench: %s\n", s.message());
+      return 2;
+    }
+  }
   // gRPC locks absl::Mutexes on every call; Debian's abseil checks each lock
   // for deadlock cycles (GraphCycles), a few percent of this process's CPU.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
@@ -1256,9 +1312,10 @@ int Main(int argc, char** argv) {
 
   absl::PrintF(
       "cuckoo-bench: %s (cuckood %s), filter \"%s\" (capacity %u, %u items), %d connections x "
-      "depth %d, %d thread%s, batch %d, %d-byte keys\n",
+      "depth %d, %d thread%s, batch %d, %d-byte keys%s\n",
       o.target, server->version(), o.filter, info->capacity(), info->items(), o.connections,
-      o.depth, o.threads, o.threads == 1 ? "" : "s", o.batch, o.key_bytes);
+      o.depth, o.threads, o.threads == 1 ? "" : "s", o.batch, o.key_bytes,
+      o.pin_cpus.empty() ? "" : absl::StrCat(", pinned to CPU ", absl::StrJoin(o.pin_cpus, ",")));
 
   Bench bench(o);
   if (absl::Status s = bench.Connect(); !s.ok()) {
@@ -1277,6 +1334,7 @@ int Main(int argc, char** argv) {
   j.Int("threads", o.threads);
   j.Int("batch", o.batch);
   j.Int("key_bytes", o.key_bytes);
+  j.Str("pin_cpus", absl::StrJoin(o.pin_cpus, ","));
   j.Begin("mix");
   for (int op = 0; op < kNumOps; ++op) {
     if (o.uses(static_cast<Op>(op))) j.Int(kOpNames[op], o.weights[op]);

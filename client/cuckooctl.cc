@@ -152,7 +152,9 @@ Keys:
 Global flags (before or after the command):
   --target=HOST:PORT[,HOST:PORT...]
                        server address, or the replicas of a cluster, used
-                       round-robin (default: $CUCKOO_TARGET, else localhost:50051)
+                       round-robin, or unix:PATH / unix:///ABSOLUTE/PATH for a
+                       server's Unix socket (default: $CUCKOO_TARGET, else
+                       localhost:50051)
   --timeout=DURATION   deadline of each RPC, e.g. 500ms, 2s, 1m (default 30s)
   --retry-timeout=DURATION
                        how long to retry an RPC that fails UNAVAILABLE (server
@@ -453,7 +455,9 @@ constexpr char kGlobalFlagsHelp[] = R"(
 Global flags:
   --target=HOST:PORT[,HOST:PORT...]
                        server address, or the replicas of a cluster, used
-                       round-robin (default: $CUCKOO_TARGET, else localhost:50051)
+                       round-robin, or unix:PATH / unix:///ABSOLUTE/PATH for a
+                       server's Unix socket (default: $CUCKOO_TARGET, else
+                       localhost:50051)
   --timeout=DURATION   deadline of each RPC, e.g. 500ms, 2s, 1m (default 30s)
   --retry-timeout=DURATION
                        how long to retry an RPC that fails UNAVAILABLE, with
@@ -2164,7 +2168,8 @@ int Main(int argc, char** argv) {
   } else {
     g.target = "localhost:50051";
   }
-  if (g.target.empty()) return Fail(UsageError("--target must not be empty: give HOST:PORT"));
+  if (g.target.empty())
+    return Fail(UsageError("--target must not be empty: give HOST:PORT or unix:PATH"));
   g.timeout = absl::Seconds(30);
   if (std::optional<std::string> timeout = cl.Get("timeout")) {
     std::optional<absl::Duration> d = ParseTimeout(*timeout);

@@ -30,6 +30,7 @@
 #include "absl/strings/strip.h"
 #include "core/filter_options.h"
 #include "cuckoo_version.h"
+#include "server/listen.h"
 #include "server/wal_apply.h"
 #include "server/wal_format.h"
 
@@ -52,13 +53,41 @@ bool AbslParseFlag(absl::string_view text, ByteSizeFlag* flag, std::string* erro
 
 std::string AbslUnparseFlag(ByteSizeFlag flag) { return FormatByteSizeExactly(flag.bytes); }
 
+// A file mode, in octal: "0660", "660", "0600".
+struct FileModeFlag {
+  uint32_t mode = 0;
+};
+
+bool AbslParseFlag(absl::string_view text, FileModeFlag* flag, std::string* error) {
+  uint32_t mode = 0;
+  if (text.empty() || text.size() > 4 ||
+      text.find_first_not_of("01234567") != absl::string_view::npos) {
+    *error = "expected an octal file mode such as 0660 (owner and group) or 0666 (everyone)";
+    return false;
+  }
+  for (char c : text) mode = mode * 8 + static_cast<uint32_t>(c - '0');
+  if (mode > 0777) {
+    *error = "only the permission bits (at most 0777) apply to a socket";
+    return false;
+  }
+  flag->mode = mode;
+  return true;
+}
+
+std::string AbslUnparseFlag(FileModeFlag flag) { return absl::StrFormat("%04o", flag.mode); }
+
 }  // namespace cuckoo::server
 
 namespace {
 const cuckoo::server::ServerConfig kDefaults;
 }  // namespace
 
-ABSL_FLAG(std::string, listen, kDefaults.listen, "gRPC listen address, host:port");
+ABSL_FLAG(std::string, listen, kDefaults.listen,
+          "gRPC listen address: host:port, unix:PATH or unix:///ABSOLUTE/PATH (a Unix socket), "
+          "or a comma-separated list of them, e.g. 0.0.0.0:50051,unix:///run/cuckood/cuckood.sock");
+ABSL_FLAG(cuckoo::server::FileModeFlag, listen_socket_mode, {kDefaults.listen_socket_mode},
+          "file mode of --listen's Unix sockets, octal; connecting needs write permission: 0660 "
+          "(default) lets the owner and group connect, 0666 everyone who can reach the directory");
 ABSL_FLAG(std::string, admin_listen, kDefaults.admin_listen,
           "admin HTTP address, host:port, serving /metrics (Prometheus), /healthz and /readyz; "
           "empty: no admin server");
@@ -142,6 +171,9 @@ ABSL_FLAG(std::string, auth_tokens, "",
 ABSL_FLAG(absl::Duration, auth_reload_interval, kDefaults.auth_reload_interval,
           "how often the access file is checked for changes (SIGHUP re-reads it at once)");
 ABSL_FLAG(bool, reflection, kDefaults.reflection, "serve gRPC server reflection");
+ABSL_FLAG(uint32_t, grpc_threads, kDefaults.grpc_threads,
+          "threads serving Insert, Lookup, Delete and Count, each polling its own completion "
+          "queue; 0: one per CPU");
 ABSL_FLAG(std::string, peer_token_file, "",
           "cluster mode: file with the token sent when copying filters from a peer");
 ABSL_FLAG(std::string, peer_ca, "",
@@ -174,6 +206,7 @@ namespace {
 // Every flag of the server, for the environment fallback.
 constexpr const char* kFlagNames[] = {
     "listen",
+    "listen_socket_mode",
     "admin_listen",
     "data_dir",
     "max_batch_keys",
@@ -209,6 +242,7 @@ constexpr const char* kFlagNames[] = {
     "auth_tokens",
     "auth_reload_interval",
     "reflection",
+    "grpc_threads",
     "peer_token_file",
     "peer_ca",
     "redis_listen",
@@ -378,9 +412,21 @@ uint64_t StatedMemoryOverhead(const ServerConfig& config) {
 }
 
 absl::Status ValidateConfig(const ServerConfig& c) {
-  if (c.listen.empty() || c.listen.find(':') == std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("--listen=\"%s\" must be host:port, e.g. 0.0.0.0:50051", c.listen));
+  absl::StatusOr<std::vector<ListenAddress>> listen = ParseListenAddresses(c.listen);
+  if (!listen.ok()) return listen.status();
+  if (c.listen_socket_mode > 0777) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--listen-socket-mode=%o: only the permission bits (at most 0777) apply to a socket",
+        c.listen_socket_mode));
+  }
+  const bool has_tcp = std::any_of(listen->begin(), listen->end(),
+                                   [](const ListenAddress& a) { return !a.is_unix(); });
+  if (!c.nats_urls.empty() && c.advertise.empty() && !has_tcp) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--listen=\"%s\" has no TCP address, from which cluster mode (--nats) would take the "
+        "address peer replicas copy filters from: set --advertise=HOST:PORT (an address that "
+        "reaches this replica's gRPC port), or add a TCP address to --listen",
+        c.listen));
   }
   if (!c.admin_listen.empty()) {
     const size_t colon = c.admin_listen.rfind(':');
@@ -406,8 +452,10 @@ absl::Status ValidateConfig(const ServerConfig& c) {
                         FormatByteSize(c.max_message_bytes)));
   }
   if (!c.redis_listen.empty()) {
-    if (!absl::EndsWith(c.redis_listen, ":0") &&
-        (c.redis_listen == c.listen || c.redis_listen == c.admin_listen)) {
+    const bool also_grpc = std::any_of(listen->begin(), listen->end(), [&](const ListenAddress& a) {
+      return a.text == c.redis_listen;
+    });
+    if (!absl::EndsWith(c.redis_listen, ":0") && (also_grpc || c.redis_listen == c.admin_listen)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "--redis-listen=%s is also --listen or --admin-listen: give each port its own address",
           c.redis_listen));
@@ -418,6 +466,10 @@ absl::Status ValidateConfig(const ServerConfig& c) {
           "clients must use TLS: set --redis-plaintext=true if plaintext is meant there (a "
           "sidecar on localhost, a private network), or leave --redis-listen empty");
     }
+  }
+  if (c.grpc_threads > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--grpc-threads=%u must be 0 (one per CPU) to 1024", c.grpc_threads));
   }
   if (c.redis_threads > 1024) {
     return absl::InvalidArgumentError(
@@ -648,6 +700,7 @@ absl::StatusOr<ServerConfig> ConfigFromCommandLine(int argc, char** argv) {
 
   ServerConfig c;
   c.listen = absl::GetFlag(FLAGS_listen);
+  c.listen_socket_mode = absl::GetFlag(FLAGS_listen_socket_mode).mode;
   c.admin_listen = absl::GetFlag(FLAGS_admin_listen);
   c.data_dir = absl::GetFlag(FLAGS_data_dir);
   c.max_batch_keys = absl::GetFlag(FLAGS_max_batch_keys);
@@ -691,6 +744,7 @@ absl::StatusOr<ServerConfig> ConfigFromCommandLine(int argc, char** argv) {
   c.auth_tokens = absl::GetFlag(FLAGS_auth_tokens);
   c.auth_reload_interval = absl::GetFlag(FLAGS_auth_reload_interval);
   c.reflection = absl::GetFlag(FLAGS_reflection);
+  c.grpc_threads = absl::GetFlag(FLAGS_grpc_threads);
   c.peer_token_file = absl::GetFlag(FLAGS_peer_token_file);
   c.peer_ca = absl::GetFlag(FLAGS_peer_ca);
   c.redis_listen = absl::GetFlag(FLAGS_redis_listen);

@@ -21,8 +21,13 @@
 namespace cuckoo::server {
 
 struct ServerConfig {
-  // gRPC listen address, host:port. Port 0 picks a free port (tests).
+  // gRPC listen addresses (server/listen.h): host:port, unix:PATH or
+  // unix:///ABS/PATH, or a comma-separated list of them, each its own
+  // listening port. Port 0 picks a free port (tests).
   std::string listen = "0.0.0.0:50051";
+  // The file mode of the Unix sockets of `listen` (connecting needs write
+  // permission): 0660, the owner and the group.
+  uint32_t listen_socket_mode = 0660;
   // Admin HTTP listen address (/metrics, /healthz, /readyz), host:port; port
   // 0 picks a free port (tests); empty: no admin server.
   std::string admin_listen = "0.0.0.0:9090";
@@ -79,8 +84,9 @@ struct ServerConfig {
   // This replica's name; empty: the host name.
   std::string replica_id;
   // Cluster: host:port at which peer replicas reach this one's gRPC port to
-  // copy its filters when they bootstrap; empty: the host name and the
-  // --listen port (or --listen itself when it names a host).
+  // copy its filters when they bootstrap; empty: the host name and the port
+  // of --listen's first TCP address (or that address itself when it names a
+  // host). Required when --listen has no TCP address.
   std::string advertise;
   // Cluster: a replica not heard of for this long no longer holds the
   // stream's retention back (and bootstraps from a peer when it returns).
@@ -114,6 +120,9 @@ struct ServerConfig {
   absl::Duration auth_reload_interval = absl::Seconds(5);
   // Serve gRPC server reflection (grpc.reflection.v1alpha).
   bool reflection = true;
+  // Threads of the data path (Insert, Lookup, Delete, Count), each with its
+  // own completion queue; 0: one per CPU.
+  uint32_t grpc_threads = 0;
   // Cluster: the file holding the token this replica sends when it copies
   // filters from a peer (it needs admin on every filter), and the CA its
   // certificate is checked against with TLS (default: tls_client_ca, else

@@ -1,5 +1,9 @@
 #include "server/filter_service.h"
 
+#include <grpcpp/server_builder.h>
+#include <pthread.h>
+
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -9,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "core/scratch.h"
@@ -36,22 +41,26 @@ void SetDuration(absl::Duration d, google::protobuf::Duration* out) {
 
 }  // namespace
 
-// A unary call's reactor that counts the call as in flight until gRPC is
-// done with it (response sent or call cancelled), so shutdown can wait for
-// exactly the calls that are running, and records the call in the metrics
-// when it is finished.
-class FilterServiceImpl::CallReactor final : public grpc::ServerUnaryReactor {
+// One unary call being answered: counted in in_flight from
+// Begin until the API is done with it (response sent or call cancelled), so
+// shutdown can wait for exactly the calls that are running, and recorded in
+// the metrics when it is finished.
+class FilterServiceImpl::CallReactor {
  public:
   CallReactor(std::atomic<int64_t>* in_flight, Metrics* metrics, RpcMethod method,
-              grpc::CallbackServerContext* ctx)
-      : in_flight_(in_flight),
-        metrics_(metrics),
-        method_(method),
-        ctx_(ctx),
-        start_(std::chrono::steady_clock::now()) {
+              grpc::ServerContextBase* ctx)
+      : in_flight_(in_flight), metrics_(metrics), method_(method), ctx_(ctx) {}
+  virtual ~CallReactor() = default;
+  CallReactor(const CallReactor&) = delete;
+  CallReactor& operator=(const CallReactor&) = delete;
+
+  // The call has started: counted in flight, its duration from now.
+  void Begin() {
+    start_ = std::chrono::steady_clock::now();
     in_flight_->fetch_add(1, std::memory_order_acq_rel);
   }
-  // Finish(status), counted, and audited if MarkAudited.
+  // Answers with `status` (and the response, when OK), counted, and
+  // audited if MarkAudited. From any thread.
   void Done(const grpc::Status& status) {
     if (metrics_ != nullptr) {
       metrics_->RecordRpc(method_, status.error_code(), std::chrono::steady_clock::now() - start_);
@@ -66,14 +75,11 @@ class FilterServiceImpl::CallReactor final : public grpc::ServerUnaryReactor {
            .outcome = StatusCodeName(status.error_code()),
            .detail = status.ok() ? std::string_view() : std::string_view(status.error_message())});
     }
-    Finish(status);
-  }
-  void OnDone() override {
-    in_flight_->fetch_sub(1, std::memory_order_acq_rel);
-    delete this;
+    Send(status);
   }
 
-  grpc::CallbackServerContext* ctx() const { return ctx_; }
+  grpc::ServerContextBase* ctx() const { return ctx_; }
+  RpcMethod method() const { return method_; }
   const Caller& caller() const { return caller_; }
   void set_caller(Caller caller) { caller_ = std::move(caller); }
   // An admin call: Done logs an audit line with its outcome.
@@ -82,16 +88,153 @@ class FilterServiceImpl::CallReactor final : public grpc::ServerUnaryReactor {
     audit_filter_ = std::string(filter);
   }
 
+ protected:
+  // Hands the answer to gRPC.
+  virtual void Send(const grpc::Status& status) = 0;
+  // The API is done with the call.
+  void End() { in_flight_->fetch_sub(1, std::memory_order_acq_rel); }
+
  private:
   std::atomic<int64_t>* const in_flight_;
   Metrics* const metrics_;
   const RpcMethod method_;
-  grpc::CallbackServerContext* const ctx_;
-  const std::chrono::steady_clock::time_point start_;
+  grpc::ServerContextBase* const ctx_;
+  std::chrono::steady_clock::time_point start_;
   Caller caller_;
   bool audited_ = false;
   std::string audit_filter_;
 };
+
+// A unary call on the asynchronous API (CallQueues::Call): posted on a
+// queue, it is matched to an incoming call, runs on the queue's thread, and
+// is deleted once gRPC delivered both its Finish and its done tags. Its
+// answer may be sent from any thread (a write is answered by the log's
+// committer once durable).
+template <typename Request, typename Response>
+class FilterServiceImpl::UnaryCall final : public CallReactor, public CallQueues::Call {
+ public:
+  using RequestFn = void (FilterServiceImpl::*)(grpc::ServerContext*, Request*,
+                                                grpc::ServerAsyncResponseWriter<Response>*,
+                                                grpc::CompletionQueue*,
+                                                grpc::ServerCompletionQueue*, void*);
+  // What every call of one method shares.
+  struct Kind {
+    RpcMethod method;
+    RequestFn request;
+    std::function<void(UnaryCall*)> handle;
+  };
+
+  static void Post(FilterServiceImpl* service, const Kind* kind, grpc::ServerCompletionQueue* cq,
+                   size_t queue, int id) {
+    auto* call = new UnaryCall(service, kind, queue, id);
+    call->ctx_.AsyncNotifyWhenDone(call->done_tag());
+    (service->*kind->request)(&call->ctx_, &call->request_, &call->responder_, cq, cq,
+                              call->start_tag());
+  }
+
+  grpc::ServerContext* context() { return &ctx_; }
+  const Request& request() const { return request_; }
+  Response* response() { return &response_; }
+
+ private:
+  UnaryCall(FilterServiceImpl* service, const Kind* kind, size_t queue, int id)
+      : CallReactor(&service->in_flight_, service->metrics_, kind->method, &ctx_),
+        CallQueues::Call(service->queues_, id, queue),
+        service_(service),
+        kind_(kind) {}
+
+  void OnStarted() override {
+    Begin();
+    if (service_->Admit(this, kind_->method)) kind_->handle(this);
+  }
+  void OnEnded() override { End(); }
+
+  void Send(const grpc::Status& status) override {
+    if (status.ok()) {
+      responder_.Finish(response_, status, finish_tag());
+    } else {
+      responder_.FinishWithError(status, finish_tag());
+    }
+  }
+
+  FilterServiceImpl* const service_;
+  const Kind* const kind_;
+  grpc::ServerContext ctx_;
+  Request request_;
+  Response response_;
+  grpc::ServerAsyncResponseWriter<Response> responder_{&ctx_};
+};
+
+namespace {
+// Calls of each method posted ahead on each queue: a burst of calls finds
+// them waiting (more wait in gRPC until one is posted again). The data
+// path's get more.
+constexpr int kPostedDataCalls = 8;
+constexpr int kPostedAdminCalls = 2;
+}  // namespace
+
+template <typename Request, typename Response, typename RequestFn, typename Handle>
+void FilterServiceImpl::AddUnary(CallQueues* queues, RpcMethod method, RequestFn request,
+                                 Handle handle) {
+  using Call = UnaryCall<Request, Response>;
+  auto kind = std::make_shared<typename Call::Kind>();
+  kind->method = method;
+  kind->request = request;
+  kind->handle = std::move(handle);
+  const typename Call::Kind* k = kind.get();
+  const bool data = method == RpcMethod::kInsert || method == RpcMethod::kLookup ||
+                    method == RpcMethod::kDelete || method == RpcMethod::kCount;
+  queues->AddMethod([this, k](grpc::ServerCompletionQueue* cq, size_t queue,
+                              int id) { Call::Post(this, k, cq, queue, id); },
+                    data ? kPostedDataCalls : kPostedAdminCalls);
+  call_kinds_.push_back(std::move(kind));
+}
+
+void FilterServiceImpl::RegisterCalls(CallQueues* queues) {
+  queues_ = queues;
+  using Bytes = grpc::ByteBuffer;
+  using DataCallType = UnaryCall<Bytes, Bytes>;
+  const std::pair<RpcMethod, DataCallType::RequestFn> data[] = {
+      {RpcMethod::kInsert, &FilterServiceImpl::RequestInsert},
+      {RpcMethod::kLookup, &FilterServiceImpl::RequestLookup},
+      {RpcMethod::kDelete, &FilterServiceImpl::RequestDelete},
+      {RpcMethod::kCount, &FilterServiceImpl::RequestCount}};
+  for (const auto& [method, request] : data) {
+    AddUnary<Bytes, Bytes>(queues, method, request, [this](DataCallType* call) {
+      Continue(call, call->context(), [this, call](CallReactor* r, Next* next) {
+        return DataCall(call->method(), call->context(), call->request(), call->response(), r,
+                        next);
+      });
+    });
+  }
+  // The admin methods' bodies run as the data path's do (Continue).
+  auto admin = [this](auto* call, auto body) {
+    Continue(call, call->context(), [this, call, body](CallReactor* r, Next* next) {
+      return (this->*body)(call->request(), call->response(), r, next);
+    });
+  };
+  AddUnary<v1::CreateFilterRequest, v1::CreateFilterResponse>(
+      queues, RpcMethod::kCreateFilter, &FilterServiceImpl::RequestCreateFilter,
+      [admin](auto* call) { admin(call, &FilterServiceImpl::DoCreateFilter); });
+  AddUnary<v1::GetFilterRequest, v1::GetFilterResponse>(
+      queues, RpcMethod::kGetFilter, &FilterServiceImpl::RequestGetFilter,
+      [admin](auto* call) { admin(call, &FilterServiceImpl::DoGetFilter); });
+  AddUnary<v1::ListFiltersRequest, v1::ListFiltersResponse>(
+      queues, RpcMethod::kListFilters, &FilterServiceImpl::RequestListFilters,
+      [admin](auto* call) { admin(call, &FilterServiceImpl::DoListFilters); });
+  AddUnary<v1::DropFilterRequest, v1::DropFilterResponse>(
+      queues, RpcMethod::kDropFilter, &FilterServiceImpl::RequestDropFilter,
+      [admin](auto* call) { admin(call, &FilterServiceImpl::DoDropFilter); });
+  AddUnary<v1::GetServerInfoRequest, v1::GetServerInfoResponse>(
+      queues, RpcMethod::kGetServerInfo, &FilterServiceImpl::RequestGetServerInfo,
+      [this](auto* call) {
+        call->Done(ToGrpcStatus(Guarded([&] { return DoGetServerInfo(call->response()); })));
+      });
+  AddUnary<v1::SnapshotRequest, v1::SnapshotResponse>(
+      queues, RpcMethod::kSnapshot, &FilterServiceImpl::RequestSnapshot,
+      [this](auto* call) { ServeSnapshot(call, call->request(), call->response()); });
+  AddTransfers(queues);
+}
 
 void FillFilterInfo(const std::string& name, const CuckooFilter& filter, const SnapshotRecord& snap,
                     v1::FilterInfo* info) {
@@ -137,30 +280,25 @@ void FillFilterInfo(const std::string& name, const CuckooFilter& filter, const S
   }
 }
 
-FilterServiceImpl::CallReactor* FilterServiceImpl::Accept(RpcMethod method,
-                                                          grpc::CallbackServerContext* ctx,
-                                                          bool* accepted) {
-  // Counted before the check, so that shutdown, which stops accepting and
-  // then waits for the count to drop, never misses a call that got in.
-  CallReactor* reactor = new CallReactor(&in_flight_, metrics_, method, ctx);
+bool FilterServiceImpl::Admit(CallReactor* reactor, RpcMethod method) {
+  // The call is counted before the check, so that shutdown, which stops
+  // accepting and then waits for the count to drop, never misses a call
+  // that got in.
   if (!accepting_.load(std::memory_order_acquire)) {
     reactor->Done(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                "cuckood is shutting down; retry against another replica or "
                                "after the restart"));
-    *accepted = false;
-    return reactor;
+    return false;
   }
   if (auth_ != nullptr) {
-    absl::StatusOr<Caller> caller = Authenticate(method, ctx);
+    absl::StatusOr<Caller> caller = Authenticate(method, reactor->ctx());
     if (!caller.ok()) {
       reactor->Done(ToGrpcStatus(caller.status()));
-      *accepted = false;
-      return reactor;
+      return false;
     }
     reactor->set_caller(*std::move(caller));
   }
-  *accepted = true;
-  return reactor;
+  return true;
 }
 
 namespace {
@@ -191,7 +329,7 @@ std::optional<Access> RequiredAccess(RpcMethod method) {
 }  // namespace
 
 absl::StatusOr<Caller> FilterServiceImpl::Authenticate(RpcMethod method,
-                                                       grpc::CallbackServerContext* ctx) const {
+                                                       grpc::ServerContextBase* ctx) const {
   if (auth_ == nullptr) return Caller();
   AuthFailure why = AuthFailure::kMissingCredentials;
   absl::StatusOr<Caller> caller = auth_->Authenticate(*ctx, &why);
@@ -230,7 +368,7 @@ absl::StatusOr<Caller> FilterServiceImpl::Authenticate(RpcMethod method,
 
 absl::Status FilterServiceImpl::Authorize(const Caller& caller, RpcMethod method,
                                           std::string_view filter,
-                                          const grpc::CallbackServerContext* ctx) const {
+                                          const grpc::ServerContextBase* ctx) const {
   if (auth_ == nullptr) return absl::OkStatus();
   // With authentication on every call has a caller (Accept, Authenticate):
   // one without is a path that skipped them, refused rather than let in.
@@ -271,26 +409,7 @@ absl::Status FilterServiceImpl::Authorize(const Caller& caller, RpcMethod method
 }
 
 template <typename Body>
-grpc::ServerUnaryReactor* FilterServiceImpl::Run(RpcMethod method, grpc::CallbackServerContext* ctx,
-                                                 Body body) {
-  bool accepted;
-  CallReactor* reactor = Accept(method, ctx, &accepted);
-  if (accepted) reactor->Done(ToGrpcStatus(Guarded(body)));
-  return reactor;
-}
-
-template <typename Body>
-grpc::ServerUnaryReactor* FilterServiceImpl::RunAsync(RpcMethod method,
-                                                      grpc::CallbackServerContext* ctx, Body body) {
-  bool accepted;
-  CallReactor* reactor = Accept(method, ctx, &accepted);
-  if (accepted) Continue(reactor, ctx, std::move(body));
-  return reactor;
-}
-
-template <typename Body>
-void FilterServiceImpl::Continue(CallReactor* reactor, grpc::CallbackServerContext* ctx,
-                                 Body body) {
+void FilterServiceImpl::Continue(CallReactor* reactor, grpc::ServerContextBase* ctx, Body body) {
   Next next;
   const absl::Status s = Guarded([&] { return body(reactor, &next); });
   if (!s.ok()) {
@@ -497,7 +616,7 @@ void FilterServiceImpl::ClusterWrite(RpcMethod method, const std::shared_ptr<Cuc
 }
 
 template <typename Result, typename Apply, typename Encode>
-absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::CallbackServerContext* ctx,
+absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::ServerContextBase* ctx,
                                          const grpc::ByteBuffer& request, std::string_view message,
                                          grpc::ByteBuffer* response, Apply apply, Encode encode,
                                          CallReactor* reactor, Next* next) {
@@ -936,119 +1055,71 @@ absl::Status FilterServiceImpl::DoGetServerInfo(v1::GetServerInfoResponse* resp)
   return absl::OkStatus();
 }
 
-grpc::ServerUnaryReactor* FilterServiceImpl::CreateFilter(grpc::CallbackServerContext* ctx,
-                                                          const v1::CreateFilterRequest* req,
-                                                          v1::CreateFilterResponse* resp) {
-  return RunAsync(RpcMethod::kCreateFilter, ctx, [this, req, resp](CallReactor* r, Next* next) {
-    return DoCreateFilter(*req, resp, r, next);
-  });
+absl::Status FilterServiceImpl::DataCall(RpcMethod method, grpc::ServerContextBase* ctx,
+                                         const grpc::ByteBuffer& request,
+                                         grpc::ByteBuffer* response, CallReactor* reactor,
+                                         Next* next) {
+  switch (method) {
+    case RpcMethod::kInsert:
+      return DataPath<InsertResult>(
+          method, ctx, request, "InsertRequest", response,
+          [](CuckooFilter& f, const wire::KeysRequest& q, absl::Span<InsertResult> out,
+             StopCheck stop, const WriteLog* log) {
+            return log != nullptr ? f.InsertBatch(q.keys, q.if_absent, out, stop, *log)
+                                  : f.InsertBatch(q.keys, q.if_absent, out, stop);
+          },
+          wire::InsertResponse, reactor, next);
+    case RpcMethod::kLookup:
+      return DataPath<bool>(
+          method, ctx, request, "LookupRequest", response,
+          [](const CuckooFilter& f, const wire::KeysRequest& q, absl::Span<bool> out, StopCheck,
+             const WriteLog*) {
+            f.LookupBatch(q.keys, out);
+            return q.keys.size();
+          },
+          wire::LookupResponse, reactor, next);
+    case RpcMethod::kDelete:
+      return DataPath<DeleteResult>(
+          method, ctx, request, "DeleteRequest", response,
+          [](CuckooFilter& f, const wire::KeysRequest& q, absl::Span<DeleteResult> out,
+             StopCheck stop, const WriteLog* log) {
+            return log != nullptr ? f.DeleteBatch(q.keys, out, stop, *log)
+                                  : f.DeleteBatch(q.keys, out, stop);
+          },
+          wire::DeleteResponse, reactor, next);
+    case RpcMethod::kCount:
+      return DataPath<uint32_t>(
+          method, ctx, request, "CountRequest", response,
+          [](const CuckooFilter& f, const wire::KeysRequest& q, absl::Span<uint32_t> out, StopCheck,
+             const WriteLog*) {
+            f.CountBatch(q.keys, out);
+            return q.keys.size();
+          },
+          wire::CountResponse, reactor, next);
+    default:
+      return absl::InternalError(absl::StrFormat("%s is not a data-path method (a bug in cuckood)",
+                                                 RpcMethodName(method)));
+  }
 }
 
-grpc::ServerUnaryReactor* FilterServiceImpl::GetFilter(grpc::CallbackServerContext* ctx,
-                                                       const v1::GetFilterRequest* req,
-                                                       v1::GetFilterResponse* resp) {
-  return RunAsync(RpcMethod::kGetFilter, ctx, [this, req, resp](CallReactor* r, Next* next) {
-    return DoGetFilter(*req, resp, r, next);
-  });
-}
-
-grpc::ServerUnaryReactor* FilterServiceImpl::ListFilters(grpc::CallbackServerContext* ctx,
-                                                         const v1::ListFiltersRequest* req,
-                                                         v1::ListFiltersResponse* resp) {
-  return RunAsync(RpcMethod::kListFilters, ctx, [this, req, resp](CallReactor* r, Next* next) {
-    return DoListFilters(*req, resp, r, next);
-  });
-}
-
-grpc::ServerUnaryReactor* FilterServiceImpl::DropFilter(grpc::CallbackServerContext* ctx,
-                                                        const v1::DropFilterRequest* req,
-                                                        v1::DropFilterResponse* resp) {
-  return RunAsync(RpcMethod::kDropFilter, ctx, [this, req, resp](CallReactor* r, Next* next) {
-    return DoDropFilter(*req, resp, r, next);
-  });
-}
-
-grpc::ServerUnaryReactor* FilterServiceImpl::Insert(grpc::CallbackServerContext* ctx,
-                                                    const grpc::ByteBuffer* req,
-                                                    grpc::ByteBuffer* resp) {
-  return RunAsync(RpcMethod::kInsert, ctx, [this, ctx, req, resp](CallReactor* r, Next* next) {
-    return DataPath<InsertResult>(
-        RpcMethod::kInsert, ctx, *req, "InsertRequest", resp,
-        [](CuckooFilter& f, const wire::KeysRequest& q, absl::Span<InsertResult> out,
-           StopCheck stop, const WriteLog* log) {
-          return log != nullptr ? f.InsertBatch(q.keys, q.if_absent, out, stop, *log)
-                                : f.InsertBatch(q.keys, q.if_absent, out, stop);
-        },
-        wire::InsertResponse, r, next);
-  });
-}
-
-grpc::ServerUnaryReactor* FilterServiceImpl::Lookup(grpc::CallbackServerContext* ctx,
-                                                    const grpc::ByteBuffer* req,
-                                                    grpc::ByteBuffer* resp) {
-  return RunAsync(RpcMethod::kLookup, ctx, [this, ctx, req, resp](CallReactor* r, Next* next) {
-    return DataPath<bool>(
-        RpcMethod::kLookup, ctx, *req, "LookupRequest", resp,
-        [](const CuckooFilter& f, const wire::KeysRequest& q, absl::Span<bool> out, StopCheck,
-           const WriteLog*) {
-          f.LookupBatch(q.keys, out);
-          return q.keys.size();
-        },
-        wire::LookupResponse, r, next);
-  });
-}
-
-grpc::ServerUnaryReactor* FilterServiceImpl::Delete(grpc::CallbackServerContext* ctx,
-                                                    const grpc::ByteBuffer* req,
-                                                    grpc::ByteBuffer* resp) {
-  return RunAsync(RpcMethod::kDelete, ctx, [this, ctx, req, resp](CallReactor* r, Next* next) {
-    return DataPath<DeleteResult>(
-        RpcMethod::kDelete, ctx, *req, "DeleteRequest", resp,
-        [](CuckooFilter& f, const wire::KeysRequest& q, absl::Span<DeleteResult> out,
-           StopCheck stop, const WriteLog* log) {
-          return log != nullptr ? f.DeleteBatch(q.keys, out, stop, *log)
-                                : f.DeleteBatch(q.keys, out, stop);
-        },
-        wire::DeleteResponse, r, next);
-  });
-}
-
-grpc::ServerUnaryReactor* FilterServiceImpl::Count(grpc::CallbackServerContext* ctx,
-                                                   const grpc::ByteBuffer* req,
-                                                   grpc::ByteBuffer* resp) {
-  return RunAsync(RpcMethod::kCount, ctx, [this, ctx, req, resp](CallReactor* r, Next* next) {
-    return DataPath<uint32_t>(
-        RpcMethod::kCount, ctx, *req, "CountRequest", resp,
-        [](const CuckooFilter& f, const wire::KeysRequest& q, absl::Span<uint32_t> out, StopCheck,
-           const WriteLog*) {
-          f.CountBatch(q.keys, out);
-          return q.keys.size();
-        },
-        wire::CountResponse, r, next);
-  });
-}
-
-grpc::ServerUnaryReactor* FilterServiceImpl::Snapshot(grpc::CallbackServerContext* ctx,
-                                                      const v1::SnapshotRequest* req,
-                                                      v1::SnapshotResponse* resp) {
-  bool accepted;
-  CallReactor* reactor = Accept(RpcMethod::kSnapshot, ctx, &accepted);
-  if (!accepted) return reactor;
-  if (absl::Status a = Authorize(reactor->caller(), RpcMethod::kSnapshot, req->filter(), ctx);
+void FilterServiceImpl::ServeSnapshot(CallReactor* reactor, const v1::SnapshotRequest& req,
+                                      v1::SnapshotResponse* resp) {
+  if (absl::Status a =
+          Authorize(reactor->caller(), RpcMethod::kSnapshot, req.filter(), reactor->ctx());
       !a.ok()) {
     reactor->Done(ToGrpcStatus(a));
-    return reactor;
+    return;
   }
-  reactor->MarkAudited(req->filter());
-  if (!req->filter().empty()) {
+  reactor->MarkAudited(req.filter());
+  if (!req.filter().empty()) {
     // As in DropFilter: unknown names never take a place in the queue.
-    if (absl::StatusOr<std::shared_ptr<CuckooFilter>> f = FindFilter(req->filter()); !f.ok()) {
+    if (absl::StatusOr<std::shared_ptr<CuckooFilter>> f = FindFilter(req.filter()); !f.ok()) {
       reactor->Done(ToGrpcStatus(f.status()));
-      return reactor;
+      return;
     }
   }
-  // gRPC keeps req and resp alive until the reactor finishes.
-  persistence_->SnapshotAsync(req->filter(), req->changed_only(),
+  // The call keeps resp alive until it is answered.
+  persistence_->SnapshotAsync(req.filter(), req.changed_only(),
                               [reactor, resp](absl::StatusOr<SnapshotRun> run) {
                                 reactor->Done(ToGrpcStatus(Guarded([&]() -> absl::Status {
                                   if (!run.ok()) return run.status();
@@ -1068,13 +1139,6 @@ grpc::ServerUnaryReactor* FilterServiceImpl::Snapshot(grpc::CallbackServerContex
                                   return absl::OkStatus();
                                 })));
                               });
-  return reactor;
-}
-
-grpc::ServerUnaryReactor* FilterServiceImpl::GetServerInfo(grpc::CallbackServerContext* ctx,
-                                                           const v1::GetServerInfoRequest*,
-                                                           v1::GetServerInfoResponse* resp) {
-  return Run(RpcMethod::kGetServerInfo, ctx, [&] { return DoGetServerInfo(resp); });
 }
 
 }  // namespace cuckoo::server

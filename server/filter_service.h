@@ -1,7 +1,18 @@
 // FilterServiceImpl: cuckoo.v1.FilterService (proto/cuckoo/v1/filter_service.proto)
-// over a FilterRegistry, on gRPC's callback API.
+// over a FilterRegistry.
 //
-// Handlers run inline on gRPC's threads: a batch is short, CPU-bound work.
+// The data path (Insert, Lookup, Delete, Count) is served on gRPC's
+// asynchronous API: each of N completion queues has one thread of its own
+// that polls, reads a call, runs it inline (a batch is short, CPU-bound
+// work) and sends the answer, with no hand-off to another thread on the way
+// (docs/SERVER_DESIGN.md, "Threads of the request path", has the
+// measurements that chose this). The other methods are asynchronous too,
+// answered on the same threads or, for work that waits (snapshots, the
+// log's fdatasync, transfers' disk work), from the threads that wait.
+//
+// A batch runs on the thread that would notice its cancellation, so a
+// cancelled Insert or Delete batch runs to its end, or to its deadline, or
+// to AbortRunning at shutdown, whichever comes first.
 // Request-level problems become gRPC statuses whose message names the
 // problem and the value (the mapping from absl::Status is in status.h); a
 // request rejected that way changed nothing, because every key is checked
@@ -30,7 +41,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -41,6 +54,7 @@
 #include "core/registry.h"
 #include "cuckoo/v1/filter_service.grpc.pb.h"
 #include "server/auth.h"
+#include "server/call_queues.h"
 #include "server/cluster/cluster.h"
 #include "server/metrics.h"
 #include "server/persistence.h"
@@ -83,9 +97,22 @@ void FillFilterInfo(const std::string& name, const CuckooFilter& filter,
 // The data-path RPCs (Insert, Lookup, Delete, Count) take their messages as
 // raw bytes and parse them with wire_format.h (no per-key allocation); the
 // rest use the generated messages.
-using FilterServiceBase = v1::FilterService::WithRawCallbackMethod_Insert<
-    v1::FilterService::WithRawCallbackMethod_Lookup<v1::FilterService::WithRawCallbackMethod_Delete<
-        v1::FilterService::WithRawCallbackMethod_Count<v1::FilterService::CallbackService>>>>;
+// Every method is on gRPC's asynchronous API (server/call_queues.h says
+// why); the data path's raw. (gRPC resets a method's handler only when a
+// synchronous method is marked asynchronous, so the chain starts from the
+// synchronous Service and marks every method.)
+using FilterServiceBase = v1::FilterService::WithAsyncMethod_CreateFilter<
+    v1::FilterService::WithAsyncMethod_GetFilter<v1::FilterService::WithAsyncMethod_ListFilters<
+        v1::FilterService::WithAsyncMethod_DropFilter<
+            v1::FilterService::WithAsyncMethod_GetServerInfo<
+                v1::FilterService::WithAsyncMethod_Snapshot<
+                    v1::FilterService::WithAsyncMethod_ExportFilter<
+                        v1::FilterService::WithAsyncMethod_ImportFilter<
+                            v1::FilterService::WithRawMethod_Insert<
+                                v1::FilterService::WithRawMethod_Lookup<
+                                    v1::FilterService::WithRawMethod_Delete<
+                                        v1::FilterService::WithRawMethod_Count<
+                                            v1::FilterService::Service>>>>>>>>>>>>;
 
 class FilterServiceImpl final : public FilterServiceBase {
  public:
@@ -124,41 +151,15 @@ class FilterServiceImpl final : public FilterServiceBase {
   // Calls started and not yet done (their response not yet sent).
   int64_t calls_in_flight() const { return in_flight_.load(std::memory_order_acquire); }
 
-  grpc::ServerUnaryReactor* CreateFilter(grpc::CallbackServerContext* ctx,
-                                         const v1::CreateFilterRequest* req,
-                                         v1::CreateFilterResponse* resp) override;
-  grpc::ServerUnaryReactor* GetFilter(grpc::CallbackServerContext* ctx,
-                                      const v1::GetFilterRequest* req,
-                                      v1::GetFilterResponse* resp) override;
-  grpc::ServerUnaryReactor* ListFilters(grpc::CallbackServerContext* ctx,
-                                        const v1::ListFiltersRequest* req,
-                                        v1::ListFiltersResponse* resp) override;
-  grpc::ServerUnaryReactor* DropFilter(grpc::CallbackServerContext* ctx,
-                                       const v1::DropFilterRequest* req,
-                                       v1::DropFilterResponse* resp) override;
-  grpc::ServerUnaryReactor* Insert(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-                                   grpc::ByteBuffer* resp) override;
-  grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-                                   grpc::ByteBuffer* resp) override;
-  grpc::ServerUnaryReactor* Delete(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-                                   grpc::ByteBuffer* resp) override;
-  grpc::ServerUnaryReactor* Count(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-                                  grpc::ByteBuffer* resp) override;
-  grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* ctx,
-                                          const v1::GetServerInfoRequest* req,
-                                          v1::GetServerInfoResponse* resp) override;
-  // Runs on the persistence thread, not on gRPC's.
-  grpc::ServerUnaryReactor* Snapshot(grpc::CallbackServerContext* ctx,
-                                     const v1::SnapshotRequest* req,
-                                     v1::SnapshotResponse* resp) override;
-  // Streams; their disk work runs on the transfer threads.
-  grpc::ServerWriteReactor<v1::ExportFilterChunk>* ExportFilter(
-      grpc::CallbackServerContext* ctx, const v1::ExportFilterRequest* req) override;
-  grpc::ServerReadReactor<v1::ImportFilterChunk>* ImportFilter(
-      grpc::CallbackServerContext* ctx, v1::ImportFilterResponse* resp) override;
+  // Registers every method's calls on `queues` (before queues->Start),
+  // which must outlive the service's calls.
+  void RegisterCalls(CallQueues* queues);
 
  private:
   class CallReactor;
+  template <typename Request, typename Response>
+  class UnaryCall;
+
   class ExportReactor;
   class ImportReactor;
 
@@ -202,7 +203,7 @@ class FilterServiceImpl final : public FilterServiceBase {
   // the first try's results (RequestWindow), and in cluster mode they are
   // published instead of applied here (ClusterWrite).
   template <typename Result, typename Apply, typename Encode>
-  absl::Status DataPath(RpcMethod method, grpc::CallbackServerContext* ctx,
+  absl::Status DataPath(RpcMethod method, grpc::ServerContextBase* ctx,
                         const grpc::ByteBuffer& request, std::string_view message,
                         grpc::ByteBuffer* response, Apply apply, Encode encode,
                         CallReactor* reactor, Next* next);
@@ -224,32 +225,40 @@ class FilterServiceImpl final : public FilterServiceBase {
                              CallReactor* reactor, Next* next);
   absl::Status DoGetServerInfo(v1::GetServerInfoResponse* resp);
 
-  // Runs `body` unless the server is shutting down, and finishes the call
-  // with its status.
+  // Registers unary method `method` on the queues: each call, once
+  // admitted, runs handle(call).
+  template <typename Request, typename Response, typename RequestFn, typename Handle>
+  void AddUnary(CallQueues* queues, RpcMethod method, RequestFn request, Handle handle);
+  // ExportFilter and ImportFilter (filter_transfer.cc).
+  void AddTransfers(CallQueues* queues);
+  // Runs body(reactor, &next), then goes on as `next` says. The body must
+  // capture nothing that dies with the handler's frame: it may run again,
+  // later, on another thread.
   template <typename Body>
-  grpc::ServerUnaryReactor* Run(RpcMethod method, grpc::CallbackServerContext* ctx, Body body);
-  // Runs body(reactor, &next) unless the server is shutting down, then goes
-  // on as `next` says (Continue). The body must capture nothing that dies
-  // with the handler's frame: it may run again, later, on another thread.
-  template <typename Body>
-  grpc::ServerUnaryReactor* RunAsync(RpcMethod method, grpc::CallbackServerContext* ctx, Body body);
-  template <typename Body>
-  void Continue(CallReactor* reactor, grpc::CallbackServerContext* ctx, Body body);
-  // A counted reactor for a new call of `method`; already finished with
-  // UNAVAILABLE (and *accepted false) when the server is shutting down, or
-  // with UNAUTHENTICATED when authentication is on and `ctx` carries no
-  // known credentials.
-  CallReactor* Accept(RpcMethod method, grpc::CallbackServerContext* ctx, bool* accepted);
+  void Continue(CallReactor* reactor, grpc::ServerContextBase* ctx, Body body);
+  // The checks every call passes first (counted already): true to go on;
+  // otherwise the call was answered, UNAVAILABLE when the server is
+  // shutting down, or UNAUTHENTICATED when authentication is on and the
+  // call carries no known credentials.
+  bool Admit(CallReactor* reactor, RpcMethod method);
+  // Snapshot, once admitted.
+  void ServeSnapshot(CallReactor* reactor, const v1::SnapshotRequest& req,
+                     v1::SnapshotResponse* resp);
+  // The data path's body for a call of `method` (Insert, Lookup, Delete or
+  // Count) on the asynchronous API.
+  absl::Status DataCall(RpcMethod method, grpc::ServerContextBase* ctx,
+                        const grpc::ByteBuffer& request, grpc::ByteBuffer* response,
+                        CallReactor* reactor, Next* next);
   // Authentication for the streaming calls: the caller of `ctx`, or
   // UNAUTHENTICATED (counted and audited).
-  absl::StatusOr<Caller> Authenticate(RpcMethod method, grpc::CallbackServerContext* ctx) const;
+  absl::StatusOr<Caller> Authenticate(RpcMethod method, grpc::ServerContextBase* ctx) const;
   // Whether `caller` may call `method` on filter `filter` ("" for none: a
   // whole-server Snapshot needs admin on "*"): OK, or PERMISSION_DENIED
   // naming the method, the filter and the caller's grants (counted and
   // audited). Never looks the filter up: the answer is the same whether it
   // exists or not.
   absl::Status Authorize(const Caller& caller, RpcMethod method, std::string_view filter,
-                         const grpc::CallbackServerContext* ctx) const;
+                         const grpc::ServerContextBase* ctx) const;
 
   FilterRegistry* const registry_;
   Persistence* const persistence_;
@@ -275,6 +284,10 @@ class FilterServiceImpl final : public FilterServiceBase {
   std::atomic<int> exports_{0};
   std::atomic<int> imports_{0};
   std::atomic<uint64_t> transfer_sequence_{0};
+  // The queues serving the calls (RegisterCalls), and what each method's
+  // calls need to post their successors.
+  CallQueues* queues_ = nullptr;
+  std::vector<std::shared_ptr<const void>> call_kinds_;
   // The transfers' disk work: one thread per transfer that may run, so that
   // none waits for another's long step (a large snapshot written or
   // checked). Last: destroyed (joined) first.

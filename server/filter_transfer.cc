@@ -1,5 +1,9 @@
 // FilterServiceImpl's streaming RPCs: ExportFilter and ImportFilter
-// (proto/cuckoo/v1/filter_service.proto), on gRPC's callback API.
+// (proto/cuckoo/v1/filter_service.proto), on gRPC's asynchronous API
+// (server/call_queues.h), each call written as a reactor would be on the
+// callback API: StartWrite/StartRead and Finish start operations, whose
+// completions come back (CallQueues::Call's hooks) as OnWriteDone/OnReadDone,
+// OnDone (where a cancellation is seen) and OnEnded.
 //
 // Both move a snapshot file (docs/SNAPSHOT_FORMAT.md) through a private file
 // in the data directory, one chunk at a time:
@@ -32,8 +36,9 @@
 // Each call has at most one operation in flight: a callback (OnWriteDone,
 // OnReadDone) posts the next step to a transfer thread, which starts the
 // next write or read, or finishes the call. So the steps of one call never
-// run concurrently, and the reactor stays valid until its Finish: gRPC calls
-// OnDone, which deletes it, only after that.
+// run concurrently, and the reactor stays valid until its Finish: OnDone,
+// which deletes it, comes only once gRPC delivered both the Finish and the
+// call's end.
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -109,17 +114,39 @@ absl::Status ShuttingDown() {
 // ---------------------------------------------------------------------------
 // ExportFilter.
 
-class FilterServiceImpl::ExportReactor final
-    : public grpc::ServerWriteReactor<v1::ExportFilterChunk> {
+class FilterServiceImpl::ExportReactor final : public CallQueues::Call {
  public:
-  explicit ExportReactor(FilterServiceImpl* service)
-      : service_(service), start_(std::chrono::steady_clock::now()) {
-    service_->in_flight_.fetch_add(1, std::memory_order_acq_rel);
+  // Posts a call on queue `queue` (method number `id` on the queues).
+  static void Post(FilterServiceImpl* service, int id, grpc::ServerCompletionQueue* cq,
+                   size_t queue) {
+    auto* call = new ExportReactor(service, id, queue);
+    call->context_.AsyncNotifyWhenDone(call->done_tag());
+    service->RequestExportFilter(&call->context_, &call->request_, &call->writer_, cq, cq,
+                                 call->start_tag());
   }
 
-  // On gRPC's thread: the checks that need no disk, then the snapshot is
-  // written on a transfer thread.
-  void Start(grpc::CallbackServerContext* ctx, const v1::ExportFilterRequest& req) {
+ private:
+  enum Event { kWrite };
+
+  ExportReactor(FilterServiceImpl* service, int id, size_t queue)
+      : CallQueues::Call(service->queues_, id, queue), service_(service) {}
+
+  void OnStarted() override {
+    start_ = std::chrono::steady_clock::now();
+    service_->in_flight_.fetch_add(1, std::memory_order_acq_rel);
+    Start(&context_, request_);
+  }
+  void OnEvent(int event, bool ok) override {
+    if (event == kWrite) OnWriteDone(ok);
+  }
+  void OnDone() override {
+    if (context_.IsCancelled()) cancelled_.store(true, std::memory_order_release);
+  }
+  void OnEnded() override { service_->in_flight_.fetch_sub(1, std::memory_order_acq_rel); }
+
+  // On the queue's thread: the checks that need no disk, then the snapshot
+  // is written on a transfer thread.
+  void Start(grpc::ServerContext* ctx, const v1::ExportFilterRequest& req) {
     if (!service_->accepting_.load(std::memory_order_acquire)) return End(ShuttingDown());
     absl::StatusOr<Caller> caller = service_->Authenticate(RpcMethod::kExportFilter, ctx);
     if (!caller.ok()) return End(caller.status());
@@ -146,7 +173,7 @@ class FilterServiceImpl::ExportReactor final
     Post([this] { WriteFile(); });
   }
 
-  void OnWriteDone(bool ok) override {
+  void OnWriteDone(bool ok) {
     if (!ok) {
       Post(
           [this] { End(absl::CancelledError("the export was cancelled, or the client is gone")); });
@@ -154,13 +181,9 @@ class FilterServiceImpl::ExportReactor final
     }
     Post([this] { SendNext(); });
   }
-  void OnCancel() override { cancelled_.store(true, std::memory_order_release); }
-  void OnDone() override {
-    service_->in_flight_.fetch_sub(1, std::memory_order_acq_rel);
-    delete this;
-  }
+  void StartWrite(const v1::ExportFilterChunk* chunk) { writer_.Write(*chunk, &write_tag_); }
+  void Finish(const grpc::Status& status) { writer_.Finish(status, finish_tag()); }
 
- private:
   // Runs `step` on a transfer thread; whatever it throws finishes the call.
   template <typename Step>
   void Post(Step step) {
@@ -276,7 +299,11 @@ class FilterServiceImpl::ExportReactor final
   }
 
   FilterServiceImpl* const service_;
-  const std::chrono::steady_clock::time_point start_;
+  grpc::ServerContext context_;
+  v1::ExportFilterRequest request_;
+  grpc::ServerAsyncWriter<v1::ExportFilterChunk> writer_{&context_};
+  CallQueues::Tag write_tag_{this, kWrite};
+  std::chrono::steady_clock::time_point start_;
   std::optional<AuditedCall> audit_;  // With authentication on.
   std::atomic<bool> cancelled_{false};
   // Set by Start, before any other step runs; then used by one step at a
@@ -293,24 +320,37 @@ class FilterServiceImpl::ExportReactor final
   v1::ExportFilterChunk chunk_;  // The one in flight.
 };
 
-grpc::ServerWriteReactor<v1::ExportFilterChunk>* FilterServiceImpl::ExportFilter(
-    grpc::CallbackServerContext* ctx, const v1::ExportFilterRequest* req) {
-  auto* reactor = new ExportReactor(this);
-  reactor->Start(ctx, *req);
-  return reactor;
-}
-
 // ---------------------------------------------------------------------------
 // ImportFilter.
 
-class FilterServiceImpl::ImportReactor final
-    : public grpc::ServerReadReactor<v1::ImportFilterChunk> {
+class FilterServiceImpl::ImportReactor final : public CallQueues::Call {
  public:
-  ImportReactor(FilterServiceImpl* service, grpc::CallbackServerContext* ctx,
-                v1::ImportFilterResponse* resp)
-      : service_(service), ctx_(ctx), resp_(resp), start_(std::chrono::steady_clock::now()) {
-    service_->in_flight_.fetch_add(1, std::memory_order_acq_rel);
+  // Posts a call on queue `queue` (method number `id` on the queues).
+  static void Post(FilterServiceImpl* service, int id, grpc::ServerCompletionQueue* cq,
+                   size_t queue) {
+    auto* call = new ImportReactor(service, id, queue);
+    call->context_.AsyncNotifyWhenDone(call->done_tag());
+    service->RequestImportFilter(&call->context_, &call->reader_, cq, cq, call->start_tag());
   }
+
+ private:
+  enum Event { kRead };
+
+  ImportReactor(FilterServiceImpl* service, int id, size_t queue)
+      : CallQueues::Call(service->queues_, id, queue), service_(service) {}
+
+  void OnStarted() override {
+    start_ = std::chrono::steady_clock::now();
+    service_->in_flight_.fetch_add(1, std::memory_order_acq_rel);
+    Start();
+  }
+  void OnEvent(int event, bool ok) override {
+    if (event == kRead) OnReadDone(ok);
+  }
+  void OnDone() override {
+    if (context_.IsCancelled()) cancelled_.store(true, std::memory_order_release);
+  }
+  void OnEnded() override { service_->in_flight_.fetch_sub(1, std::memory_order_acq_rel); }
 
   void Start() {
     if (!service_->accepting_.load(std::memory_order_acquire)) return End(ShuttingDown());
@@ -353,7 +393,7 @@ class FilterServiceImpl::ImportReactor final
     StartRead(&chunk_);
   }
 
-  void OnReadDone(bool ok) override {
+  void OnReadDone(bool ok) {
     boost::asio::post(service_->transfer_threads_, [this, ok] {
       // ok: a chunk arrived; else the client is done sending (or gone).
       const absl::Status s = Guarded([&] { return ok ? TakeChunk() : Commit(); });
@@ -362,13 +402,16 @@ class FilterServiceImpl::ImportReactor final
       End(absl::OkStatus());
     });
   }
-  void OnCancel() override { cancelled_.store(true, std::memory_order_release); }
-  void OnDone() override {
-    service_->in_flight_.fetch_sub(1, std::memory_order_acq_rel);
-    delete this;
+  void StartRead(v1::ImportFilterChunk* chunk) { reader_.Read(chunk, &read_tag_); }
+  // With OK, the response (resp_) goes with the status.
+  void Finish(const grpc::Status& status) {
+    if (status.ok()) {
+      reader_.Finish(response_, status, finish_tag());
+    } else {
+      reader_.FinishWithError(status, finish_tag());
+    }
   }
 
- private:
   absl::Status Stopped() const {
     if (cancelled_.load(std::memory_order_acquire) || ctx_->IsCancelled()) {
       return absl::CancelledError("the import was cancelled; nothing was created");
@@ -530,9 +573,13 @@ class FilterServiceImpl::ImportReactor final
   }
 
   FilterServiceImpl* const service_;
-  grpc::CallbackServerContext* const ctx_;
-  v1::ImportFilterResponse* const resp_;
-  const std::chrono::steady_clock::time_point start_;
+  grpc::ServerContext context_;
+  grpc::ServerContext* const ctx_ = &context_;
+  v1::ImportFilterResponse response_;
+  v1::ImportFilterResponse* const resp_ = &response_;
+  grpc::ServerAsyncReader<v1::ImportFilterResponse, v1::ImportFilterChunk> reader_{&context_};
+  CallQueues::Tag read_tag_{this, kRead};
+  std::chrono::steady_clock::time_point start_;
   std::atomic<bool> cancelled_{false};
   // Used by one step at a time (see the top of the file).
   bool holds_slot_ = false;
@@ -548,11 +595,13 @@ class FilterServiceImpl::ImportReactor final
   v1::ImportFilterChunk chunk_;  // The one being read.
 };
 
-grpc::ServerReadReactor<v1::ImportFilterChunk>* FilterServiceImpl::ImportFilter(
-    grpc::CallbackServerContext* ctx, v1::ImportFilterResponse* resp) {
-  auto* reactor = new ImportReactor(this, ctx, resp);
-  reactor->Start();
-  return reactor;
+void FilterServiceImpl::AddTransfers(CallQueues* queues) {
+  queues->AddMethod([this](grpc::ServerCompletionQueue* cq, size_t queue,
+                           int id) { ExportReactor::Post(this, id, cq, queue); },
+                    1);
+  queues->AddMethod([this](grpc::ServerCompletionQueue* cq, size_t queue,
+                           int id) { ImportReactor::Post(this, id, cq, queue); },
+                    1);
 }
 
 }  // namespace cuckoo::server

@@ -71,6 +71,16 @@ int Main(int argc, char** argv) {
     spdlog::critical("cannot start: {}", server.status().ToString());
     return 1;
   }
+  // Said before the "serving on" line, which tools and tests wait for.
+  if (const uint64_t most =
+          (*server)->registry().limits().memory_budget_bytes + StatedMemoryOverhead(*config);
+      most > AvailableMemoryBytes()) {
+    spdlog::warn(
+        "the memory budget plus the stated overhead, {}, is more than the {} this process may "
+        "use (its cgroup's limit, else RAM): filled up, it may be killed for memory; lower "
+        "--memory-budget, --transport-memory or --snapshot-buffer, or give it more memory",
+        FormatByteSize(most), FormatByteSize(AvailableMemoryBytes()));
+  }
   spdlog::info(
       "cuckood {} serving on {} (data dir {}, memory budget {}, max filters {}, max batch keys "
       "{}, max key bytes {}, max message {}, transport memory {}, snapshot buffer {}; memory "
@@ -81,15 +91,6 @@ int Main(int argc, char** argv) {
       FormatByteSize(EffectiveTransportMemory(*config)),
       FormatByteSize(EffectiveSnapshotBuffer(*config)),
       FormatByteSize(StatedMemoryOverhead(*config)));
-  if (const uint64_t most =
-          (*server)->registry().limits().memory_budget_bytes + StatedMemoryOverhead(*config);
-      most > AvailableMemoryBytes()) {
-    spdlog::warn(
-        "the memory budget plus the stated overhead, {}, is more than the {} this process may "
-        "use (its cgroup's limit, else RAM): filled up, it may be killed for memory; lower "
-        "--memory-budget, --transport-memory or --snapshot-buffer, or give it more memory",
-        FormatByteSize(most), FormatByteSize(AvailableMemoryBytes()));
-  }
 
   // The shutdown runs on a thread of its own, so that this one stays free
   // to take the next signal.

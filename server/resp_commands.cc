@@ -808,22 +808,20 @@ void RedisCommands::Write(Session* s, absl::Span<const Command> run, size_t comm
     if (auth_ != nullptr && !call->token.empty()) {
       ctx->AddMetadata("authorization", "Bearer " + call->token);
     }
+    auto answered = [this, call, ctx, reply](grpc::Status st) {
+      const CallDone call_done{&calls_};
+      delete ctx;
+      reply(st);
+    };
+    calls_.fetch_add(1, std::memory_order_relaxed);
     if (call->command == kCfDel) {
-      calls_.fetch_add(1, std::memory_order_relaxed);
-      stub_->async()->Delete(ctx, &call->del, &call->deleted,
-                             [this, call, ctx, reply](grpc::Status st) {
-                               const CallDone call_done{&calls_};
-                               delete ctx;
-                               reply(st);
-                             });
+      in_process_.Start(
+          [&](grpc::CompletionQueue* q) { return stub_->PrepareAsyncDelete(ctx, call->del, q); },
+          &call->deleted, std::move(answered));
     } else {
-      calls_.fetch_add(1, std::memory_order_relaxed);
-      stub_->async()->Insert(ctx, &call->insert, &call->inserted,
-                             [this, call, ctx, reply](grpc::Status st) {
-                               const CallDone call_done{&calls_};
-                               delete ctx;
-                               reply(st);
-                             });
+      in_process_.Start(
+          [&](grpc::CompletionQueue* q) { return stub_->PrepareAsyncInsert(ctx, call->insert, q); },
+          &call->inserted, std::move(answered));
     }
   };
   if (command == kCfDel) {
@@ -847,8 +845,12 @@ void RedisCommands::Write(Session* s, absl::Span<const Command> run, size_t comm
   call->create.set_if_not_exists(true);
   AddCredentials(*s, &call->ctx);
   calls_.fetch_add(1, std::memory_order_relaxed);
-  stub_->async()->CreateFilter(
-      &call->ctx, &call->create, &call->created, [this, call, send, reply](grpc::Status st) {
+  in_process_.Start(
+      [&](grpc::CompletionQueue* q) {
+        return stub_->PrepareAsyncCreateFilter(&call->ctx, call->create, q);
+      },
+      &call->created,
+      [this, call, send, reply](grpc::Status st) {
         const CallDone call_done{&calls_};
         // Made meanwhile by another client, maybe
         // with other settings: add to it.
@@ -923,21 +925,25 @@ void RedisCommands::Reserve(Session* s, const Command& c, resp::Completion done,
   call->done = std::move(done);
   AddCredentials(*s, &call->ctx);
   calls_.fetch_add(1, std::memory_order_relaxed);
-  stub_->async()->CreateFilter(&call->ctx, &call->create, &call->created,
-                               [this, call](grpc::Status st) {
-                                 const CallDone call_done{&calls_};
-                                 std::string out;
-                                 Writer w(&out, call->protocol);
-                                 if (st.ok()) {
-                                   w.SimpleString("OK");
-                                 } else if (st.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
-                                   w.Error("ERR item exists");
-                                 } else {
-                                   w.Error(StatusError(st));
-                                 }
-                                 Record(kCfReserve, out, call->start, 0);
-                                 call->done.Reply(std::move(out));
-                               });
+  in_process_.Start(
+      [&](grpc::CompletionQueue* q) {
+        return stub_->PrepareAsyncCreateFilter(&call->ctx, call->create, q);
+      },
+      &call->created,
+      [this, call](grpc::Status st) {
+        const CallDone call_done{&calls_};
+        std::string out;
+        Writer w(&out, call->protocol);
+        if (st.ok()) {
+          w.SimpleString("OK");
+        } else if (st.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
+          w.Error("ERR item exists");
+        } else {
+          w.Error(StatusError(st));
+        }
+        Record(kCfReserve, out, call->start, 0);
+        call->done.Reply(std::move(out));
+      });
 }
 
 void RedisCommands::DropKeys(Session* s, const Command& c, resp::Completion done,
@@ -989,21 +995,25 @@ void RedisCommands::DropKeys(Session* s, const Command& c, resp::Completion done
     call->drop.set_name(state->names[state->next++]);
     if (auth_ != nullptr) call->ctx.AddMetadata("authorization", "Bearer " + state->token);
     calls_.fetch_add(1, std::memory_order_relaxed);
-    stub_->async()->DropFilter(&call->ctx, &call->drop, &call->dropped,
-                               [this, state, call](grpc::Status st) {
-                                 const CallDone call_done{&calls_};
-                                 if (st.ok()) {
-                                   ++state->dropped;
-                                 } else if (st.error_code() != grpc::StatusCode::NOT_FOUND) {
-                                   std::string out;
-                                   Writer(&out, state->protocol).Error(StatusError(st));
-                                   Record(kDel, out, state->start, 0);
-                                   state->done.Reply(std::move(out));
-                                   state->step = nullptr;
-                                   return;
-                                 }
-                                 state->step();
-                               });
+    in_process_.Start(
+        [&](grpc::CompletionQueue* q) {
+          return stub_->PrepareAsyncDropFilter(&call->ctx, call->drop, q);
+        },
+        &call->dropped,
+        [this, state, call](grpc::Status st) {
+          const CallDone call_done{&calls_};
+          if (st.ok()) {
+            ++state->dropped;
+          } else if (st.error_code() != grpc::StatusCode::NOT_FOUND) {
+            std::string out;
+            Writer(&out, state->protocol).Error(StatusError(st));
+            Record(kDel, out, state->start, 0);
+            state->done.Reply(std::move(out));
+            state->step = nullptr;
+            return;
+          }
+          state->step();
+        });
   };
   state->step();
 }

@@ -49,6 +49,7 @@
 #include "core/registry.h"
 #include "cuckoo/v1/filter_service.grpc.pb.h"
 #include "server/auth.h"
+#include "server/in_process_calls.h"
 #include "server/metrics.h"
 #include "server/persistence.h"
 #include "server/resp_server.h"
@@ -161,6 +162,8 @@ class RedisCommands final : public resp::CommandHandler {
   Metrics* const metrics_;
   const std::shared_ptr<grpc::Channel> channel_;
   const std::unique_ptr<v1::FilterService::Stub> stub_;
+  // Where the calls through stub_ complete.
+  InProcessCalls in_process_;
   const RedisOptions options_;
   std::function<size_t()> connections_;
   int port_ = 0;

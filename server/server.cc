@@ -1,13 +1,13 @@
 #include "server/server.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/impl/server_builder_option.h>
 #include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -16,6 +16,7 @@
 #include <optional>
 #include <sstream>
 #include <system_error>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -30,21 +31,12 @@
 namespace cuckoo::server {
 namespace {
 
-// --advertise, or the host name with the --listen port (the listen address
-// itself when it names a host); empty when the port is chosen at start-up.
+// --advertise, or the host name with the port of --listen's first TCP
+// address (that address itself when it names a host); empty when the port
+// is chosen at start-up.
 std::string AdvertiseAddress(const ServerConfig& config) {
   if (!config.advertise.empty()) return config.advertise;
-  const size_t colon = config.listen.rfind(':');
-  if (colon == std::string::npos) return "";
-  const std::string port = config.listen.substr(colon + 1);
-  if (port == "0") return "";
-  std::string host = config.listen.substr(0, colon);
-  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") {
-    char name[256] = {0};
-    if (::gethostname(name, sizeof(name) - 1) != 0) return "";
-    host = name;
-  }
-  return absl::StrCat(host, ":", port);
+  return DefaultAdvertiseAddress(config.listen);
 }
 
 // Server reflection on or off for one builder. Linking grpc++_reflection
@@ -68,10 +60,8 @@ class ReflectionOption final : public grpc::ServerBuilderOption {
   const bool enabled_;
 };
 
-bool Loopback(const std::string& listen) {
-  return absl::StartsWith(listen, "127.") || absl::StartsWith(listen, "localhost:") ||
-         absl::StartsWith(listen, "[::1]:");
-}
+// Every address local to this machine: loopback or a Unix socket.
+bool Loopback(const std::string& listen) { return ListenIsLocal(listen); }
 
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -267,7 +257,11 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
                    ? std::string()
                    : absl::StrFormat("; %d bad files moved to %s/%s", loaded->quarantined,
                                      config.data_dir, kQuarantineDir));
-  grpc::EnableDefaultHealthCheckService(true);
+  // The health service is cuckood's own: gRPC's default one is on the
+  // callback API (server/call_queues.h).
+  grpc::EnableDefaultHealthCheckService(false);
+  s->health_ = std::make_unique<HealthService>();
+  s->call_queues_ = std::make_unique<CallQueues>();
   grpc::ServerBuilder builder;
   builder.SetOption(std::make_unique<ReflectionOption>(config.reflection));
   // gRPC sets SO_REUSEPORT by default, which lets a second cuckood bind the
@@ -287,23 +281,33 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
   s->transport_quota_ = std::make_unique<grpc::ResourceQuota>("cuckood-transport");
   s->transport_quota_->Resize(EffectiveTransportMemory(config));
   builder.SetResourceQuota(*s->transport_quota_);
-  builder.AddListeningPort(config.listen,
-                           ServerCredentialsFor(config, s->certificate_watcher_.get()), &s->port_);
+  // Every address of --listen (TCP and Unix sockets; a stale socket file
+  // removed first), with the same credentials.
+  absl::StatusOr<std::unique_ptr<Listeners>> listeners =
+      Listeners::Prepare(config.listen, config.listen_socket_mode);
+  if (!listeners.ok()) return listeners.status();
+  s->listeners_ = *std::move(listeners);
+  s->listeners_->AddTo(builder, ServerCredentialsFor(config, s->certificate_watcher_.get()));
   builder.RegisterService(s->service_.get());
+  builder.RegisterService(s->health_.get());
+  s->call_queues_->AddQueues(&builder, config.grpc_threads != 0
+                                           ? static_cast<int>(config.grpc_threads)
+                                           : DefaultCallThreads());
+  s->service_->RegisterCalls(s->call_queues_.get());
+  s->health_->RegisterCalls(s->call_queues_.get());
+  // Not serving until every part is up (below).
+  s->health_->SetServing("", false);
+  s->health_->SetServing(kServiceName, false);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
   // The persistence thread first: Snapshot and DropFilter calls are queued
   // for it from the first call on.
   s->persistence_->Start(config.snapshot_interval);
   s->grpc_server_ = builder.BuildAndStart();
-  if (s->grpc_server_ == nullptr || s->port_ == 0) {
-    return absl::UnavailableError(absl::StrFormat(
-        "cannot listen on %s: the address is in use, not local, or not host:port", config.listen));
-  }
-  s->address_ = config.listen;
-  if (absl::EndsWith(s->address_, ":0")) {
-    s->address_ = absl::StrCat(s->address_.substr(0, s->address_.size() - 1), s->port_);
-  }
+  if (absl::Status st = s->listeners_->Started(s->grpc_server_ != nullptr); !st.ok()) return st;
+  s->call_queues_->Start();
+  s->address_ = s->listeners_->address();
+  s->port_ = s->listeners_->port();
   if (certificate.has_value()) {
     spdlog::info(
         "TLS on {}{}: certificate {} ({} in the chain), valid {} to {}; the files are re-read "
@@ -393,9 +397,8 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
           s->redis_server_->address());
     }
   }
-  grpc::HealthCheckServiceInterface* health = s->grpc_server_->GetHealthCheckService();
-  health->SetServingStatus(true);
-  health->SetServingStatus(kServiceName, true);
+  s->health_->SetServing("", true);
+  s->health_->SetServing(kServiceName, true);
   s->state_.store(State::kServing, std::memory_order_release);
   return s;
 }
@@ -467,9 +470,8 @@ void CuckooServer::Shutdown(absl::Duration drain) {
     // Not ready and not healthy from here on: load balancers stop sending.
     state_.store(State::kStopping, std::memory_order_release);
     if (grpc_server_ == nullptr) return;
-    grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
-    health->SetServingStatus(false);
-    health->SetServingStatus(kServiceName, false);
+    health_->SetServing("", false);
+    health_->SetServing(kServiceName, false);
     // The Redis port first: the writes of its commands still running are
     // calls of the service, which must still take them.
     const absl::Time deadline = absl::Now() + drain;
@@ -502,6 +504,8 @@ void CuckooServer::Shutdown(absl::Duration drain) {
     }
     grpc_server_->Shutdown(std::chrono::system_clock::now());
     grpc_server_->Wait();
+    // Waits for every call to be answered and gone, then the queues go.
+    call_queues_->Stop();
     // Nothing more is applied from the stream: the final snapshot and
     // checkpoint hold a replica at rest.
     if (cluster_ != nullptr) cluster_->Stop();

@@ -35,9 +35,12 @@
 #include "core/registry.h"
 #include "server/admin_http.h"
 #include "server/auth.h"
+#include "server/call_queues.h"
 #include "server/cluster/cluster.h"
 #include "server/config.h"
 #include "server/filter_service.h"
+#include "server/health_service.h"
+#include "server/listen.h"
 #include "server/metrics.h"
 #include "server/persistence.h"
 #include "server/resp_commands.h"
@@ -66,12 +69,15 @@ class CuckooServer {
   // Shuts down with no drain time if still running.
   ~CuckooServer();  // Then stops the admin server.
 
-  // host:port actually bound (the port resolved when config.listen ends in :0).
+  // The addresses actually bound, as config.listen (a comma-separated list
+  // if it is one) with every TCP port resolved (":0" ends in the port
+  // chosen).
   const std::string& address() const { return address_; }
   // The Redis port's host:port and port ("" and 0 when config.redis_listen
   // is empty).
   std::string redis_address() const { return redis_server_ ? redis_server_->address() : ""; }
   int redis_port() const { return redis_server_ ? redis_server_->port() : 0; }
+  // The first TCP port of config.listen; 0 when it has only Unix sockets.
   int port() const { return port_; }
   // The admin HTTP server's host:port and port ("" and 0 when
   // config.admin_listen is empty).
@@ -137,7 +143,14 @@ class CuckooServer {
   std::unique_ptr<CertificateWatcher> certificate_watcher_;
   std::unique_ptr<FilterServiceImpl> service_;
   std::unique_ptr<grpc::ResourceQuota> transport_quota_;
+  // The gRPC port's addresses (server/listen.h); before grpc_server_, so
+  // that it removes its socket files after the server is gone.
+  std::unique_ptr<Listeners> listeners_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  // The queues and threads serving every gRPC call (server/call_queues.h),
+  // and the health service on them.
+  std::unique_ptr<HealthService> health_;
+  std::unique_ptr<CallQueues> call_queues_;
   std::string address_;
   int port_ = 0;
   // The Redis port (config.redis_listen), after grpc_server_: its commands

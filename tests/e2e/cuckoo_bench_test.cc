@@ -174,5 +174,27 @@ TEST(CuckooBenchTest, UsageErrorsExitTwo) {
   EXPECT_THAT(help.out, HasSubstr("--connections=N"));
 }
 
+// --pin-cpu: a list or range of CPUs; one the process may not run on is
+// refused before any server is reached.
+TEST(CuckooBenchTest, PinCpuTakesAListAndRefusesCpusItCannotRunOn) {
+  Result bad = RunBench({"--pin-cpu=2-1"});
+  EXPECT_EQ(bad.code, 2) << bad.out << bad.err;
+  EXPECT_THAT(bad.err, HasSubstr("--pin-cpu=2-1: \"2-1\" is not a CPU number or range"));
+  Result absent = RunBench({"--pin-cpu=1023", "--target=127.0.0.1:1"});
+  EXPECT_EQ(absent.code, 2) << absent.out << absent.err;
+  EXPECT_THAT(absent.err, HasSubstr("--pin-cpu=1023: cannot run there"));
+
+  TempDir dir;
+  Cuckood server(dir.path());
+  ASSERT_TRUE(server.ready()) << server.process().out() << server.process().err();
+  const std::string json = dir.path() + "/report.json";
+  Result r =
+      RunBench({"--target=" + server.address(), "--pin-cpu=0,0-0", "--create=1000", "--populate",
+                "--keyspace=100", "--batch=10", "--requests=20", "--warmup=0", "--json=" + json});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("pinned to CPU 0"));
+  EXPECT_THAT(ReadFile(json), HasSubstr("\"pin_cpus\": \"0\""));
+}
+
 }  // namespace
 }  // namespace cuckoo::testing

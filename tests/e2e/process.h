@@ -94,7 +94,11 @@ class Process {
 
   bool started() const { return pid_ > 0; }
   pid_t pid() const { return pid_; }
-  void Signal(int signo) { kill(pid_, signo); }
+  // Not after the exit was seen: the pid may belong to another process by
+  // then.
+  void Signal(int signo) {
+    if (pid_ > 0 && !exited_) kill(pid_, signo);
+  }
 
   // Waits up to `timeout` for the exit. Returns the exit code, 128 + signal
   // if killed by one, or -1 on timeout (the child keeps running).
@@ -163,8 +167,32 @@ inline int FreePort() {
 // --admin-listen.
 class Cuckood {
  public:
-  explicit Cuckood(const std::string& data_dir, std::vector<std::string> flags = {})
-      : port_(FreePort()), address_("127.0.0.1:" + std::to_string(port_)) {
+  explicit Cuckood(const std::string& data_dir, std::vector<std::string> flags = {}) {
+    // The free port can be taken between FreePort and the server's bind
+    // (by another test's process, or as the local port of an outgoing
+    // connection): then again on another port.
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      Start(data_dir, flags);
+      if (ready_ || process_->Wait(std::chrono::milliseconds(0)) == -1) return;
+      const std::string in_use = "cannot listen on " + address_ + ": the address is in use";
+      if (process_->out().find(in_use) == std::string::npos &&
+          process_->err().find(in_use) == std::string::npos) {
+        return;
+      }
+    }
+  }
+
+  bool ready() const { return ready_; }
+  const std::string& address() const { return address_; }
+  // The admin HTTP server's host:port and port ("" and 0 if it has none).
+  const std::string& admin_address() const { return admin_address_; }
+  int admin_port() const { return admin_port_; }
+  Process& process() { return *process_; }
+
+ private:
+  void Start(const std::string& data_dir, const std::vector<std::string>& flags) {
+    port_ = FreePort();
+    address_ = "127.0.0.1:" + std::to_string(port_);
     std::vector<std::string> argv = {CUCKOOD_PATH, "--listen=" + address_,
                                      "--data-dir=" + data_dir};
     bool admin_set = false;
@@ -189,15 +217,7 @@ class Cuckood {
     }
   }
 
-  bool ready() const { return ready_; }
-  const std::string& address() const { return address_; }
-  // The admin HTTP server's host:port and port ("" and 0 if it has none).
-  const std::string& admin_address() const { return admin_address_; }
-  int admin_port() const { return admin_port_; }
-  Process& process() { return *process_; }
-
- private:
-  int port_;
+  int port_ = 0;
   std::string address_;
   std::string admin_address_;
   int admin_port_ = 0;

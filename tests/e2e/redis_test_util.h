@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -32,10 +33,17 @@ constexpr char kRedisCli[] = "/usr/bin/redis-cli";
 // gRPC port. `flags` are added after --redis-listen.
 class RedisCuckood {
  public:
-  RedisCuckood(const std::string& data_dir, std::vector<std::string> flags = {})
-      : redis_port_(FreePort()) {
-    flags.insert(flags.begin(), "--redis-listen=127.0.0.1:" + std::to_string(redis_port_));
+  RedisCuckood(const std::string& data_dir, std::vector<std::string> flags = {}) {
+    // Port 0: cuckood binds a port of its own choosing and logs it, read
+    // back here as the admin port is, so no other process can take it
+    // between a pick and the bind.
+    flags.insert(flags.begin(), "--redis-listen=127.0.0.1:0");
     server_ = std::make_unique<Cuckood>(data_dir, flags);
+    constexpr std::string_view kLine = "CF.* commands) on 127.0.0.1:";
+    const std::string out = server_->process().out();
+    if (const size_t at = out.find(kLine); at != std::string::npos) {
+      redis_port_ = std::atoi(out.c_str() + at + kLine.size());
+    }
   }
   bool ready() const { return server_->ready(); }
   int redis_port() const { return redis_port_; }
@@ -44,7 +52,7 @@ class RedisCuckood {
   std::string Log() { return server_->process().out() + server_->process().err(); }
 
  private:
-  int redis_port_;
+  int redis_port_ = 0;
   std::unique_ptr<Cuckood> server_;
 };
 

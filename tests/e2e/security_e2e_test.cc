@@ -376,7 +376,10 @@ TEST_F(SecurityE2eTest, SighupRevokesARemovedTokenWithoutWaitingForTheInterval) 
     return last.code == 3 && last.err.find("UNAUTHENTICATED") != std::string::npos;
   })) << Describe(last);
   EXPECT_EQ(Ctl(admin_.token, {"list"}).code, 0);
-  EXPECT_THAT(server_->process().out(), HasSubstr("reloaded the access file"));
+  // Logged just after the new table is in place.
+  EXPECT_TRUE(Eventually([&] {
+    return server_->process().out().find("reloaded the access file") != std::string::npos;
+  })) << server_->process().out();
 }
 
 TEST_F(SecurityE2eTest, BrokenAccessFileOnSighupKeepsThePreviousOne) {

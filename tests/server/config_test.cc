@@ -3,10 +3,20 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
+
+#include "server/listen.h"
+#include "tests/util/temp_dir.h"
 
 namespace cuckoo::server {
 namespace {
@@ -88,6 +98,8 @@ TEST(ConfigTest, InvalidValuesNameTheFlag) {
       {[](ServerConfig& c) { c.transport_memory_bytes = 20 << 20; },
        "--transport-memory=20MiB must be 0 (automatic) or at least twice --max-message-size "
        "(16MiB)"},
+      {[](ServerConfig& c) { c.grpc_threads = 1025; },
+       "--grpc-threads=1025 must be 0 (one per CPU) to 1024"},
   };
   for (const Case& k : cases) {
     ServerConfig c;
@@ -342,6 +354,224 @@ TEST(ConfigTest, NatsUrlsMakeClusterModeAndBadOnesNameTheValue) {
   auto expiry = with({"--replica-expiry=1s"});
   EXPECT_THAT(std::string(expiry.status().message()),
               HasSubstr("--replica-expiry=1s must be between 2s and 720h"));
+}
+
+}  // namespace
+}  // namespace cuckoo::server
+
+// --listen: TCP addresses, Unix sockets (gRPC's forms) and lists of both.
+namespace cuckoo::server {
+namespace {
+
+std::string ListenError(const std::string& listen) {
+  return std::string(ParseListenAddresses(listen).status().message());
+}
+
+TEST(ListenConfigTest, TakesHostPortUnixSocketsAndListsOfBoth) {
+  cuckoo::testing::TempDir dir;
+  auto one = ParseListenAddresses("0.0.0.0:50051");
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_EQ(one->size(), 1u);
+  EXPECT_FALSE((*one)[0].is_unix());
+  EXPECT_EQ((*one)[0].text, "0.0.0.0:50051");
+
+  const std::string absolute = dir.path() + "/cuckood.sock";
+  auto both = ParseListenAddresses("[::]:0, unix://" + absolute + ",unix:" + absolute + "2");
+  ASSERT_TRUE(both.ok()) << both.status();
+  ASSERT_EQ(both->size(), 3u);
+  EXPECT_EQ((*both)[0].text, "[::]:0");
+  EXPECT_EQ((*both)[1].text, "unix://" + absolute);
+  EXPECT_EQ((*both)[1].path, absolute);  // unix:///ABS: the path is /ABS.
+  EXPECT_EQ((*both)[2].path, absolute + "2");
+
+  // Relative to the working directory, as gRPC binds it.
+  auto relative = ParseListenAddresses("unix:cuckood.sock");
+  ASSERT_TRUE(relative.ok()) << relative.status();
+  EXPECT_EQ((*relative)[0].path, "cuckood.sock");
+}
+
+TEST(ListenConfigTest, BadAddressesAreRefusedNamingTheProblem) {
+  cuckoo::testing::TempDir dir;
+  EXPECT_THAT(ListenError(""), HasSubstr("--listen is empty"));
+  EXPECT_THAT(ListenError("nonsense"), HasSubstr("is neither host:port"));
+  EXPECT_THAT(ListenError("0.0.0.0:http"), HasSubstr("is neither host:port"));
+  EXPECT_THAT(ListenError("0.0.0.0:65536"), HasSubstr("is neither host:port"));
+  EXPECT_THAT(ListenError("::1:50051"), HasSubstr("is neither host:port"));  // No brackets.
+  EXPECT_THAT(ListenError("dns:///h:50051"), HasSubstr("is neither host:port"));
+  EXPECT_THAT(ListenError("127.0.0.1:1,,127.0.0.1:2"), HasSubstr("has an empty entry"));
+  EXPECT_THAT(ListenError("unix:"), HasSubstr("the Unix socket's path is empty"));
+  EXPECT_THAT(ListenError("unix://"), HasSubstr("unix:///ABSOLUTE/PATH or unix:RELATIVE/PATH"));
+  EXPECT_THAT(ListenError("unix://run/x.sock"),
+              HasSubstr("unix:///ABSOLUTE/PATH or unix:RELATIVE/PATH"));
+  EXPECT_THAT(ListenError("unix:" + dir.path() + "/50%.sock"), HasSubstr("has a %, ? or #"));
+
+  // sun_path holds 107 bytes and a NUL: 107 is fine, 108 is not.
+  std::string name(kMaxUnixSocketPath - dir.path().size() - 1, 'x');
+  ASSERT_EQ((dir.path() + "/" + name).size(), 107u);
+  EXPECT_TRUE(ParseListenAddresses("unix:" + dir.path() + "/" + name).ok());
+  const std::string too_long = "unix:" + dir.path() + "/" + name + "y";
+  EXPECT_THAT(ListenError(too_long), HasSubstr("the Unix socket's path is 108 bytes long;"));
+  EXPECT_THAT(ListenError(too_long), HasSubstr("the most a socket address holds is 107"));
+  // gRPC's server binds "///PATH" for unix:///PATH: two bytes more.
+  EXPECT_THAT(ListenError("unix://" + dir.path() + "/" + name),
+              HasSubstr("is 109 bytes long as gRPC binds it"));
+  const std::string shorter = dir.path() + "/" + name.substr(2);
+  EXPECT_TRUE(ParseListenAddresses("unix://" + shorter).ok());
+
+  EXPECT_THAT(ListenError("unix://" + dir.path() + "/missing/cuckood.sock"),
+              HasSubstr("the Unix socket's directory " + dir.path() + "/missing does not exist"));
+  std::ofstream(dir.path() + "/file") << "x";
+  EXPECT_THAT(ListenError("unix:" + dir.path() + "/file/cuckood.sock"),
+              HasSubstr("the Unix socket's directory " + dir.path() + "/file is not a directory"));
+
+  EXPECT_THAT(ListenError("127.0.0.1:5000,127.0.0.1:5000"),
+              HasSubstr("names \"127.0.0.1:5000\" twice"));
+  // The same file in both of gRPC's forms.
+  EXPECT_THAT(ListenError("unix:" + dir.path() + "/a.sock,unix://" + dir.path() + "/./a.sock"),
+              HasSubstr("twice"));
+  // In a list, the message names the entry too.
+  EXPECT_THAT(ListenError("127.0.0.1:5000,unix:"),
+              HasSubstr("--listen=\"127.0.0.1:5000,unix:\": \"unix:\""));
+}
+
+TEST(ListenConfigTest, ValidateConfigChecksTheListAndTheSocketMode) {
+  cuckoo::testing::TempDir dir;
+  ServerConfig c;
+  c.listen = "127.0.0.1:0,unix://" + dir.path() + "/c.sock";
+  EXPECT_TRUE(ValidateConfig(c).ok()) << ValidateConfig(c);
+  c.listen = "unix:" + dir.path() + "/nowhere/c.sock";
+  EXPECT_THAT(std::string(ValidateConfig(c).message()), HasSubstr("does not exist"));
+  c.listen = "unix:" + dir.path() + "/c.sock";
+  c.listen_socket_mode = 01777;
+  EXPECT_THAT(std::string(ValidateConfig(c).message()), HasSubstr("--listen-socket-mode=1777"));
+  // The Redis port is not one of the gRPC port's addresses.
+  c.listen_socket_mode = 0660;
+  c.listen = "unix:" + dir.path() + "/c.sock,127.0.0.1:6379";
+  c.redis_listen = "127.0.0.1:6379";
+  EXPECT_THAT(std::string(ValidateConfig(c).message()), HasSubstr("--redis-listen=127.0.0.1:6379"));
+}
+
+TEST(ListenConfigTest, AClusterWithOnlyAUnixSocketNeedsAdvertise) {
+  cuckoo::testing::TempDir dir;
+  ServerConfig c;
+  c.nats_urls = {"nats://a:4222"};
+  c.listen = "unix://" + dir.path() + "/c.sock";
+  const absl::Status s = ValidateConfig(c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("has no TCP address"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("set --advertise=HOST:PORT"));
+  c.advertise = "cuckood-0.cuckood:50051";
+  EXPECT_TRUE(ValidateConfig(c).ok()) << ValidateConfig(c);
+  // With a TCP address too, the default (host name and its port) is used.
+  c.advertise.clear();
+  c.listen = "unix://" + dir.path() + "/c.sock,0.0.0.0:50051";
+  EXPECT_TRUE(ValidateConfig(c).ok()) << ValidateConfig(c);
+}
+
+TEST(ListenConfigTest, TheAdvertisedDefaultIsTheFirstTcpAddress) {
+  EXPECT_EQ(DefaultAdvertiseAddress("unix:/run/x.sock,10.1.2.3:50051,10.1.2.4:6000"),
+            "10.1.2.3:50051");
+  EXPECT_EQ(DefaultAdvertiseAddress("unix:/run/x.sock"), "");
+  EXPECT_EQ(DefaultAdvertiseAddress("10.1.2.3:0"), "");
+  char host[256] = {0};
+  ASSERT_EQ(gethostname(host, sizeof(host) - 1), 0);
+  EXPECT_EQ(DefaultAdvertiseAddress("unix:/run/x.sock,0.0.0.0:7000"), std::string(host) + ":7000");
+}
+
+TEST(ListenConfigTest, OnlyLoopbackAndUnixSocketsAreLocal) {
+  EXPECT_TRUE(ListenIsLocal("127.0.0.1:1,unix:/run/x.sock,[::1]:2,localhost:3"));
+  EXPECT_TRUE(ListenIsLocal("unix:/run/x.sock"));
+  EXPECT_FALSE(ListenIsLocal("unix:/run/x.sock,0.0.0.0:50051"));
+  EXPECT_FALSE(ListenIsLocal("0.0.0.0:50051"));
+}
+
+TEST(ListenConfigTest, SocketModeComesFromFlagOrEnvironmentInOctal) {
+  cuckoo::testing::TempDir dir;
+  // absl's flags keep the values earlier tests left: every parse sets what
+  // would be invalid with a socket alone.
+  auto Parse = [](std::vector<std::string> args) {
+    std::vector<std::string> all = {"--nats=", "--advertise=", "--replica-expiry=24h",
+                                    "--dedup-window=2m", "--redis-listen="};
+    all.insert(all.end(), args.begin(), args.end());
+    return ::cuckoo::server::Parse(all);
+  };
+  const std::string listen = "--listen=unix:" + dir.path() + "/c.sock";
+  auto c = Parse({listen, "--listen-socket-mode=0600"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->listen, "unix:" + dir.path() + "/c.sock");
+  EXPECT_EQ(c->listen_socket_mode, 0600u);
+  setenv("CUCKOOD_LISTEN_SOCKET_MODE", "666", 1);
+  auto env = Parse({listen});
+  unsetenv("CUCKOOD_LISTEN_SOCKET_MODE");
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->listen_socket_mode, 0666u);
+  for (const char* bad : {"--listen-socket-mode=rw", "--listen-socket-mode=0999",
+                          "--listen-socket-mode=4755", "--listen-socket-mode="}) {
+    auto b = Parse({listen, bad});
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_THAT(std::string(b.status().message()), HasSubstr("--listen-socket-mode")) << bad;
+  }
+  // The defaults back, for the tests after this.
+  ASSERT_TRUE(Parse({"--listen=0.0.0.0:50051", "--listen-socket-mode=0660"}).ok());
+}
+
+// The file checks before a socket is bound, with real sockets.
+class StaleSocketTest : public ::testing::Test {
+ protected:
+  // A socket file at `path`, listening or (closed) left behind.
+  static int Bind(const std::string& path, bool listening) {
+    const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path.c_str(), path.size());
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << strerror(errno);
+    if (listening) {
+      EXPECT_EQ(listen(fd, 4), 0);
+      return fd;
+    }
+    close(fd);  // The file stays: what a killed server leaves.
+    return -1;
+  }
+  cuckoo::testing::TempDir dir_;
+};
+
+TEST_F(StaleSocketTest, NothingThereIsFine) {
+  bool removed = true;
+  EXPECT_TRUE(RemoveStaleSocket(dir_.path() + "/none.sock", &removed).ok());
+  EXPECT_FALSE(removed);
+}
+
+TEST_F(StaleSocketTest, ASocketNoOneAcceptsOnIsRemoved) {
+  const std::string path = dir_.path() + "/stale.sock";
+  Bind(path, /*listening=*/false);
+  ASSERT_TRUE(std::filesystem::exists(path));
+  bool removed = false;
+  EXPECT_TRUE(RemoveStaleSocket(path, &removed).ok());
+  EXPECT_TRUE(removed);
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+TEST_F(StaleSocketTest, ASocketAProcessServesOnIsRefusedAndKept) {
+  const std::string path = dir_.path() + "/live.sock";
+  const int fd = Bind(path, /*listening=*/true);
+  const absl::Status s = RemoveStaleSocket(path);
+  close(fd);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("another process is serving on the Unix socket " + path));
+  EXPECT_TRUE(std::filesystem::exists(path));
+}
+
+TEST_F(StaleSocketTest, AFileThatIsNotASocketIsNeverRemoved) {
+  const std::string path = dir_.path() + "/data";
+  std::ofstream(path) << "precious";
+  const absl::Status s = RemoveStaleSocket(path);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), HasSubstr(path + " exists and is not a socket"));
+  EXPECT_TRUE(std::filesystem::exists(path));
+  std::filesystem::create_directory(dir_.path() + "/dir");
+  EXPECT_THAT(std::string(RemoveStaleSocket(dir_.path() + "/dir").message()),
+              HasSubstr("is not a socket"));
 }
 
 }  // namespace
