@@ -52,6 +52,7 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <openssl/crypto.h>
 #include <sched.h>
 #include <sys/resource.h>
 
@@ -1565,4 +1566,8 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace cuckoo::bench
 
-int main(int argc, char** argv) { return cuckoo::bench::Main(argc, argv); }
+int main(int argc, char** argv) {
+  // No OpenSSL cleanup at exit: see cuckooctl's main.
+  OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr);
+  return cuckoo::bench::Main(argc, argv);
+}

@@ -22,6 +22,7 @@
 // 3 after the write-ahead log failed (an I/O error or a full disk while a
 // write was being made durable; see server/wal.h).
 #include <malloc.h>
+#include <openssl/crypto.h>
 #include <signal.h>
 #include <string.h>
 
@@ -44,6 +45,11 @@ namespace cuckoo::server {
 namespace {
 
 int Main(int argc, char** argv) {
+  // No OpenSSL cleanup at exit (first, before gRPC starts OpenSSL): it
+  // deletes OpenSSL's thread-local keys, and a thread that ends after it
+  // (gRPC's, during exit) leaks its error queue; under LeakSanitizer that
+  // changes the exit code. See cuckooctl's main.
+  OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr);
   // One malloc arena, unless MALLOC_ARENA_MAX says otherwise: with glibc's
   // default of one per thread, memory freed by one gRPC thread was not
   // reused by another, and 64 concurrent 16 MiB requests under a 64 MiB
