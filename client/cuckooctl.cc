@@ -2242,11 +2242,9 @@ int main(int argc, char** argv) {
   OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr);
   grpc_init();
   const int code = cuckoo::ctl::Main(argc, argv);
-  // Every channel is gone by now, but gRPC lets go of what it held (a TLS
-  // channel's OpenSSL context, its subchannels) on its own threads: wait for
-  // that, so that the process exits with nothing still allocated (what
-  // LeakSanitizer checks in the tests; a quick UNAUTHENTICATED exit could
-  // beat gRPC's cleanup).
+  // Every channel is gone by now, but gRPC lets go of what it held (its
+  // subchannels, its threads) on its own threads: wait for that, so that
+  // the process ends with as little as possible still running.
   grpc_shutdown_blocking();
   return code;
 }
