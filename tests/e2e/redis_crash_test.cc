@@ -31,7 +31,6 @@ TEST(RedisCrashTest, KillDashNineLosesNoAcknowledgedRespWrite) {
   TempDir data;
   const std::vector<std::string> flags = {"--wal-segment-size=256KiB", "--wal-max-size=1MiB",
                                           "--snapshot-interval=1s", "--redis-error-rate=1e-6"};
-  const auto started = std::chrono::steady_clock::now();
   std::mt19937 rng(2017);
   std::mutex mu;
   // Acknowledged items per filter, across rounds.
@@ -43,7 +42,7 @@ TEST(RedisCrashTest, KillDashNineLosesNoAcknowledgedRespWrite) {
     ASSERT_TRUE(server->ready()) << server->Log();
     if (round == 0) {
       RespConn c(server->redis_port());
-      std::optional<RespReply> r = c.Call({"CF.RESERVE", "adds", "2000000"});
+      std::optional<RespReply> r = c.Call({"CF.RESERVE", "adds", "8000000"});
       ASSERT_TRUE(r.has_value());
       ASSERT_EQ(r->str, "OK");
     }
@@ -101,8 +100,25 @@ TEST(RedisCrashTest, KillDashNineLosesNoAcknowledgedRespWrite) {
         }
       });
     }
+    // Kill at a random moment after this round's writers have had some
+    // writes acknowledged: a fixed delay gave a loaded machine too few
+    // acknowledgements, and the load floor below failed with nothing lost.
+    // The random part is short: a fast disk lets cuckood acknowledge about
+    // 700 000 CF.ADD a second, and five rounds must fit in "adds".
+    size_t add_before, insert_before;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      add_before = acked_add.size();
+      insert_before = acked_insert.size();
+    }
+    for (const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+         std::chrono::steady_clock::now() < deadline;
+         std::this_thread::sleep_for(std::chrono::milliseconds(20))) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (acked_add.size() - add_before > 2'000 && acked_insert.size() - insert_before > 200) break;
+    }
     std::this_thread::sleep_for(
-        std::chrono::milliseconds(std::uniform_int_distribution<int>(300, 1500)(rng)));
+        std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 400)(rng)));
     server->process().Signal(SIGKILL);
     ASSERT_EQ(server->process().Wait(), 128 + SIGKILL);
     stop = true;
@@ -136,9 +152,9 @@ TEST(RedisCrashTest, KillDashNineLosesNoAcknowledgedRespWrite) {
     server->process().Signal(SIGKILL);
     server->process().Wait();
   }
+  // Each round waited (up to a minute) for more than 2 000 and 200 of them.
   EXPECT_GT(acked_add.size(), 10'000u) << "the load was too light";
-  EXPECT_GT(acked_insert.size(), 1'000u);
-  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(90));
+  EXPECT_GT(acked_insert.size(), 1'000u) << "the load was too light";
 }
 
 }  // namespace

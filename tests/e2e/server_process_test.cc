@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -44,6 +45,12 @@ TEST(ServerProcessTest, SighupIsLoggedAndIgnored) {
   EXPECT_EQ(server.process().Wait(std::chrono::milliseconds(500)), -1) << "still running";
   auto client = client::Client::Connect(server.address());
   EXPECT_TRUE(client->ServerInfo().ok());
+  // Logged by the signal thread: on a busy machine give it time.
+  for (const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+       server.process().out().find("received SIGHUP") == std::string::npos &&
+       std::chrono::steady_clock::now() < deadline;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   EXPECT_THAT(server.process().out(), HasSubstr("received SIGHUP"));
   server.process().Signal(SIGTERM);
   EXPECT_EQ(server.process().Wait(), 0);
