@@ -16,6 +16,7 @@
 # two minutes; --smoke runs every phase for a second or so (for CI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/bench_lib.sh
 smoke=0
 if [ "${1:-}" = "--smoke" ]; then
   smoke=1
@@ -60,11 +61,7 @@ taskset -c "$server_cpu" "$bin/server/cuckood" --listen="127.0.0.1:$grpc_port" \
   --redis-listen="127.0.0.1:$resp_port" --data-dir="$data" \
   --admin-listen=127.0.0.1:0 >"$out/cuckood.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 100); do
-  grep -q "serving on" "$out/cuckood.log" && redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break
-  sleep 0.1
-done
-grep -q "serving on" "$out/cuckood.log" || { echo "cuckood did not start:" >&2; cat "$out/cuckood.log" >&2; exit 1; }
+wait_for_cuckood_and_redis "$out/cuckood.log" "$redis_port"
 
 # The filter, preloaded with redis-benchmark's key names (key:%012d, what
 # __rand_int__ becomes with -r).

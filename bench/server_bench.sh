@@ -27,6 +27,7 @@
 # that the script works, not a measurement).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/bench_lib.sh
 smoke=0 pin=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -87,11 +88,7 @@ pids+=("$server")
 "${server_pin[@]}" redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
   --daemonize no >"$out/redis-server.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 100); do
-  grep -q "serving on" "$out/cuckood.log" && redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break
-  sleep 0.1
-done
-grep -q "serving on" "$out/cuckood.log" || { echo "cuckood did not start:" >&2; cat "$out/cuckood.log" >&2; exit 1; }
+wait_for_cuckood_and_redis "$out/cuckood.log" "$redis_port"
 redis-cli -p "$redis_port" set key 1 >/dev/null
 echo "server_bench: $pinning; $(nproc) CPUs; cuckood on $target and $socket"
 
