@@ -1,21 +1,41 @@
 #!/usr/bin/env bash
-# Installs, from Debian bookworm's archive, exactly what building and testing
-# cuckood needs. Idempotent and quiet: does nothing when all is present.
+# Installs, from Debian bookworm's archive, exactly what building cuckood
+# needs, and with --test what the test command (scripts/test.sh) needs too.
+# Idempotent and quiet: installs nothing when all is present.
+#   scripts/install-deps.sh           build and run (scripts/run.sh)
+#   scripts/install-deps.sh --test    also the tests' tools: redis-server,
+#       redis-tools and python3-redis (real peers of the tests), the sanitizer
+#       runtimes and clang for the fuzzers, clang-format, node and
+#       npm (the manifest validator), podman, runc and mmdebstrap (the image
+#       test), docker-compose (the compose files' check)
+# Debian's redis-server and nats-server packages start a server at boot on
+# 6379 and 4222, the ports the README's examples use: the tests start their
+# own, so those services are disabled and stopped here (on every run).
 # Run as root (or with sudo available).
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake ninja-build pkg-config git clang-format
+  build-essential cmake ninja-build pkg-config git
   libabsl-dev libxxhash-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libboost-dev prometheus-cpp-dev
   python3 python3-grpcio
+  libnats-dev libssl-dev openssl
   libgtest-dev libgmock-dev libbenchmark-dev
-  clang libclang-rt-14-dev
-  libnats-dev nats-server
-  libssl-dev openssl
-  redis-tools python3-redis redis-server
+  # The build's configuration looks the tests' libraries and nats-server up
+  # (tests/e2e starts real NATS servers), even when only cuckood is built.
+  nats-server
 )
+TEST_PACKAGES=(
+  clang-format clang libclang-rt-14-dev
+  redis-tools python3-redis redis-server
+  podman runc mmdebstrap docker-compose
+)
+case "${1:-}" in
+  "") ;;
+  --test) PACKAGES+=("${TEST_PACKAGES[@]}") ;;
+  *) echo "usage: $0 [--test]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -23,11 +43,32 @@ for p in "${PACKAGES[@]}"; do
     missing+=("$p")
   fi
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+# node and npm for the manifest validator (scripts/k8s-validate): Debian's,
+# unless a node >= 18 with npm is there already (from another source).
+if [ "${1:-}" = --test ] && ! { command -v npm >/dev/null &&
+  [ "$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)" -ge 18 ]; }; then
+  missing+=(nodejs npm)
+fi
 
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-echo "install-deps: installing ${missing[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# No redis-server or nats-server of Debian's running on the README's ports.
+for unit in redis-server nats-server; do
+  dpkg-query -W -f='${Status}' "$unit" 2>/dev/null | grep -q "install ok installed" || continue
+  if [ -d /run/systemd/system ]; then
+    if systemctl is-enabled --quiet "$unit" 2>/dev/null || systemctl is-active --quiet "$unit" 2>/dev/null; then
+      echo "install-deps: disabling and stopping Debian's $unit service (the tests run their own)" >&2
+      $SUDO systemctl disable --now --quiet "$unit" 2>/dev/null || true
+    fi
+  elif [ -x "/etc/init.d/$unit" ]; then
+    $SUDO service "$unit" stop >/dev/null 2>&1 || true
+    $SUDO update-rc.d "$unit" disable >/dev/null 2>&1 || true
+  fi
+done

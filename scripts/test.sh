@@ -26,7 +26,7 @@ cd "$(dirname "$0")/.."
 # Each step's header says how long the run has taken so far, so CI's log
 # shows where the time goes.
 phase() { echo "== $* (at $((SECONDS / 60))m$((SECONDS % 60))s)"; }
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh --test
 jobs=$(nproc)
 
 phase "format check"
