@@ -297,9 +297,11 @@ and whether it was created.
                         fixed filter), and each later one a bit or so more.
                         Use it when the final size is unknown. Not with
                         --fingerprint-bits (the sizes come from --fpr)
-  --max-capacity=N      with --growth-factor: the most keys it may grow to hold
-                        (FULL beyond), more than --capacity; k/M/G/T as for
-                        --capacity (default: as far as the hash bits allow).
+  --max-capacity=N      with --growth-factor: the most keys it may hold, a hard
+                        ceiling (keys past it answer full; an insert while it
+                        holds N fails with RESOURCE_EXHAUSTED), more than
+                        --capacity; k/M/G/T as for --capacity (default: as
+                        far as the hash bits allow).
                         Growth is charged to the server's --memory-budget; when
                         the budget is used up, inserts into growing filters
                         fail with RESOURCE_EXHAUSTED and nothing is evicted
@@ -320,6 +322,9 @@ memory and its share of the rate.
     {"list", kList, R"(Usage: cuckooctl list
 
 Prints every filter, sorted by name: a table in text, {"filters":[...]} in JSON.
+CAPACITY is the capacity the filter was created with; REACHABLE the keys it can
+hold once grown as far as it may (its max_capacity when set; the capacity for a
+fixed filter). LOAD is items over the slots of the tables it has now.
 )"},
     {"drop", kDrop, R"(Usage: cuckooctl drop NAME
 
@@ -347,6 +352,11 @@ later ones may be. A backup, which `cuckooctl import` (on this server or
 another) turns into a filter again:
   cuckooctl export users --file=users.cuckoo
   cuckooctl import users-restored --file=users.cuckoo
+The file holds the filter's whole tables, empty slots included: its size
+follows the capacity, not the items (a filter created for 10M keys exports about
+15 MiB with 2 keys in it; the empty slots are zeros, which compress to almost
+nothing: cuckooctl export users | gzip > users.cuckoo.gz, and
+gunzip -c users.cuckoo.gz | cuckooctl import users-restored).
 The data is streamed (memory stays small whatever the filter's size). PATH is
 fsync'ed when complete, and removed if the export fails. A binary file is
 never written to a terminal: redirect stdout or give --file. Prints a summary
@@ -947,6 +957,23 @@ std::string FilterInfoJson(const v1::FilterInfo& f) {
       .Done();
 }
 
+// Memory per item, for people: the tables are allocated for the capacity up
+// front, so a filter that holds few keys costs many bits each (15 MiB over 2
+// keys is 6.3e7 bits per item). Fixed-point, never an exponent; below half
+// full with what it costs at capacity beside it.
+std::string BitsPerItemText(const v1::FilterInfo& f) {
+  if (f.items() == 0) return "n/a (no items)";
+  std::string text = absl::StrFormat("%.1f", f.bits_per_item());
+  if (f.load_factor() >= 0.5) return text;
+  if (f.growth_factor() == 0 && f.capacity() > 0) {
+    return absl::StrCat(
+        text, absl::StrFormat(" (%u items in tables allocated up front for %u: %.1f at capacity)",
+                              f.items(), f.capacity(), 8.0 * f.memory_bytes() / f.capacity()));
+  }
+  return absl::StrCat(text, absl::StrFormat(" (%u items in tables allocated up front: %.0f%% full)",
+                                            f.items(), 100 * f.load_factor()));
+}
+
 void AddFilterInfoText(TextFields& t, const v1::FilterInfo& f) {
   t.Add("name", f.name())
       .Add("capacity", absl::StrFormat("%u", f.capacity()))
@@ -963,7 +990,7 @@ void AddFilterInfoText(TextFields& t, const v1::FilterInfo& f) {
       .Add("load_factor", absl::StrFormat("%.6g", f.load_factor()))
       .Add("memory_bytes",
            absl::StrFormat("%u (%s)", f.memory_bytes(), HumanBytes(f.memory_bytes())))
-      .Add("bits_per_item", absl::StrFormat("%.6g", f.bits_per_item()))
+      .Add("bits_per_item", BitsPerItemText(f))
       .Add("expected_false_positive_rate",
            absl::StrFormat("%.6g", f.expected_false_positive_rate()))
       .Add("false_positive_rate_at_capacity",
@@ -1601,10 +1628,13 @@ int RunList(const GlobalOptions& g, const CommandLine& cl) {
     array.push_back(']');
     return Emit(JsonObject().Raw("filters", array).Done() + "\n");
   }
-  std::vector<std::vector<std::string>> rows = {
-      {"NAME", "ITEMS", "CAPACITY", "LOAD", "MEMORY", "F", "B", "TABLE", "SHARDS", "FPR"}};
+  std::vector<std::vector<std::string>> rows = {{"NAME", "ITEMS", "CAPACITY", "REACHABLE", "LOAD",
+                                                 "MEMORY", "F", "B", "TABLE", "SHARDS", "FPR"}};
   for (const v1::FilterInfo& f : *filters) {
+    // REACHABLE: the keys the filter can hold once grown as far as it may
+    // (max_capacity when set); a fixed filter's capacity.
     rows.push_back({f.name(), absl::StrFormat("%u", f.items()), absl::StrFormat("%u", f.capacity()),
+                    absl::StrFormat("%u", f.reachable_capacity()),
                     absl::StrFormat("%.2f%%", 100 * f.load_factor()), HumanBytes(f.memory_bytes()),
                     absl::StrFormat("%u", f.fingerprint_bits()),
                     absl::StrFormat("%u", f.bucket_size()),
@@ -1830,9 +1860,15 @@ int RunExport(const GlobalOptions& g, const CommandLine& cl) {
                   .Done() +
               "\n";
   } else {
-    summary = absl::StrFormat("exported %s: %u items, %u bytes (%s) to %s; log position %u\n", name,
-                              info->items, info->total_bytes, HumanBytes(info->total_bytes), where,
-                              info->log_position);
+    // The size says why it is what it is: a snapshot holds every table
+    // slot, empty or not, so a filter created for 10M keys exports ~15 MiB
+    // with 2 keys in it (zeros, which compress to almost nothing:
+    // docs/SNAPSHOT_FORMAT.md).
+    summary = absl::StrFormat(
+        "exported %s: %u items, %u bytes (%s: the filter's whole tables, %u slots, empty ones "
+        "included) to %s; log position %u\n",
+        name, info->items, info->total_bytes, HumanBytes(info->total_bytes), info->filter.slots(),
+        where, info->log_position);
   }
   if (to_stdout) {
     fputs(summary.c_str(), stderr);

@@ -156,9 +156,48 @@ bool CuckooFilter::Grow(Shard& shard, size_t s) {
   return true;
 }
 
+uint64_t CuckooFilter::ShardCeiling(uint32_t i) const {
+  if (!shape_.growing() || shape_.max_capacity == 0) return UINT64_MAX;
+  const uint64_t n = shards_.size();
+  return shape_.max_capacity / n + (i < shape_.max_capacity % n ? 1 : 0);
+}
+
 void CuckooFilter::InsertInShard(Shard& shard, size_t s, CuckooTable& t,
                                  absl::Span<const uint64_t> h, bool if_absent,
-                                 absl::Span<InsertResult> r, const Lookahead& next, bool* full) {
+                                 absl::Span<InsertResult> r, const Lookahead& next, bool* full,
+                                 bool ceiling) {
+  const uint64_t limit = ceiling ? ShardCeiling(static_cast<uint32_t>(s)) : UINT64_MAX;
+  uint64_t items = limit == UINT64_MAX ? 0 : shard.TotalItems();
+  if (limit == UINT64_MAX || items + h.size() <= limit) {
+    InsertInGenerations(shard, s, t, h, if_absent, r, next, full);
+    return;
+  }
+  // The batch may reach the shard's share: apply its keys in rounds of at
+  // most the room left, so no round can pass it, until the share is reached
+  // (the rest answer kFull, nothing of them applied) or every key is done.
+  size_t begin = 0;
+  while (begin < h.size() && items < limit) {
+    const size_t take = static_cast<size_t>(std::min<uint64_t>(h.size() - begin, limit - items));
+    InsertInGenerations(shard, s, t, h.subspan(begin, take), if_absent, r.subspan(begin, take), {},
+                        full);
+    begin += take;
+    items = shard.TotalItems();
+  }
+  const uint32_t gens = shard.generations.load(std::memory_order_relaxed);
+  for (size_t i = begin; i < h.size(); ++i) {
+    // With if_absent, a key the shard holds is present, ceiling or not.
+    bool present = false;
+    for (uint32_t g = gens; if_absent && g-- > 0 && !present;) {
+      present = shard.Generation(g).MayContain(h[i]);
+    }
+    r[i] = present ? InsertResult::kAlreadyPresent : InsertResult::kFull;
+  }
+}
+
+void CuckooFilter::InsertInGenerations(Shard& shard, size_t s, CuckooTable& t,
+                                       absl::Span<const uint64_t> h, bool if_absent,
+                                       absl::Span<InsertResult> r, const Lookahead& next,
+                                       bool* full) {
   if (!shape_.growing()) {
     t.InsertBatch(h, if_absent, r, next, full);
     return;
@@ -338,14 +377,17 @@ size_t CuckooFilter::InsertHashedImpl(absl::Span<const uint64_t> hashes, bool if
                    shards_[s]->Write([&](CuckooTable& t, uint64_t& position) {
                      const bool full_before = full[s] != 0;
                      bool shard_full = full_before;
-                     InsertInShard(*shards_[s], s, t, h, if_absent, r, next, &shard_full);
+                     InsertInShard(*shards_[s], s, t, h, if_absent, r, next, &shard_full,
+                                   /*ceiling=*/true);
                      full[s] = shard_full;
                      if (log != nullptr) {
-                       position = (*log)({.kind = ShardWrite::kInsert,
-                                          .shard = static_cast<uint32_t>(s),
-                                          .if_absent = if_absent,
-                                          .full_before = full_before,
-                                          .hashes = h});
+                       position =
+                           (*log)({.kind = ShardWrite::kInsert,
+                                   .shard = static_cast<uint32_t>(s),
+                                   .if_absent = if_absent,
+                                   .full_before = full_before,
+                                   .ceiling = ShardCeiling(static_cast<uint32_t>(s)) != UINT64_MAX,
+                                   .hashes = h});
                      }
                    });
                  });
@@ -442,7 +484,8 @@ void CuckooFilter::InsertHashedAt(absl::Span<const uint64_t> hashes, bool if_abs
                      return;
                    }
                    bool shard_full = false;
-                   InsertInShard(*shards_[s], s, t, h, if_absent, r, next, &shard_full);
+                   InsertInShard(*shards_[s], s, t, h, if_absent, r, next, &shard_full,
+                                 /*ceiling=*/true);
                    shard_position = position;
                  });
                });
@@ -496,7 +539,7 @@ bool CuckooFilter::ApplyCheckedShardWrite(const ShardWrite& write, uint64_t posi
       ScratchArray<InsertResult, 2> results(n);
       bool full = write.full_before;
       InsertInShard(shard, write.shard, t, write.hashes, write.if_absent, results.span(), next,
-                    &full);
+                    &full, write.ceiling);
     } else {
       ScratchArray<DeleteResult, 2> results(n);
       DeleteInShard(shard, t, write.hashes, results.span(), next);
@@ -653,7 +696,7 @@ InsertResult CuckooFilter::Insert(std::string_view key, bool if_absent) {
     InsertResult r;
     shards_[s]->Write([&](CuckooTable& t) {
       bool full = false;
-      InsertInShard(*shards_[s], s, t, {&h, 1}, if_absent, {&r, 1}, {}, &full);
+      InsertInShard(*shards_[s], s, t, {&h, 1}, if_absent, {&r, 1}, {}, &full, /*ceiling=*/true);
     });
     return r;
   }
@@ -856,6 +899,10 @@ FilterStats CuckooFilter::Stats() const {
   st.memory_bytes = memory_bytes();
   st.max_generations = static_cast<uint32_t>(schedule_.size());
   for (const GenerationShape& g : schedule_) st.reachable_capacity += g.planned_items;
+  // The ceiling holds whatever room the last generation's table has left.
+  if (shape_.growing() && shape_.max_capacity != 0) {
+    st.reachable_capacity = std::min(st.reachable_capacity, shape_.max_capacity);
+  }
   if (!shape_.growing()) {
     st.slots = shape_.total_slots();
   } else {

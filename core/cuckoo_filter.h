@@ -87,8 +87,8 @@ struct FilterStats {
   // false_positive_rate for a growing filter.
   double false_positive_bound = 0;
   // Keys the filter is planned to hold once every shard has every
-  // generation its schedule allows (GenerationSchedule): capacity for a
-  // fixed filter.
+  // generation its schedule allows (GenerationSchedule), at most
+  // max_capacity (the ceiling, ShardCeiling): capacity for a fixed filter.
   uint64_t reachable_capacity = 0;
   // Generations of the schedule (the most a shard may have).
   uint32_t max_generations = 1;
@@ -112,6 +112,11 @@ struct ShardWrite {
   // kInsert: a kick chain of an earlier part of the same batch had failed in
   // this shard (see InsertBatch), so this part walks no chain.
   bool full_before = false;
+  // kInsert into a growing filter with a max_capacity: the write was applied
+  // under the ceiling rule (CuckooFilter::ShardCeiling: keys past the shard's
+  // share answer kFull). False in writes logged before the rule existed,
+  // which replay then applies without it, as they were applied.
+  bool ceiling = false;
   absl::Span<const uint64_t> hashes;  // In the order they were applied.
 };
 
@@ -267,6 +272,16 @@ class CuckooFilter {
   }
   // Tables shard `i` has now (1 for a fixed filter).
   uint32_t ShardGenerations(uint32_t i) const;
+  // The most items shard `i` may hold: its share of max_capacity (the
+  // shards' shares add up to max_capacity exactly, the first
+  // max_capacity % shards of them one more than the rest); no limit
+  // (UINT64_MAX) for a fixed filter or one without max_capacity. An insert
+  // into a shard that holds its share answers kFull without touching the
+  // tables; a batch that reaches it part-way applies its keys of the shard in
+  // request order up to the share and answers kFull for the rest. Per
+  // shard, so that it is deterministic: a shard's writes are applied in log
+  // order under its own lock (replay and replicas give the same results).
+  uint64_t ShardCeiling(uint32_t i) const;
 
   // Successful inserts plus successful deletes since the filter was created
   // or loaded: a clock of changes, for "has this changed since its snapshot?"
@@ -474,8 +489,14 @@ class CuckooFilter {
   // generation 0 (its `table`), the caller holds the shard's lock for
   // writes (Shard::Write) or reads through Shard::Read. For a fixed filter
   // each is the table's own batch call.
+  // `ceiling`: apply ShardCeiling(s) (a logged write says whether it was).
   void InsertInShard(Shard& shard, size_t s, CuckooTable& t, absl::Span<const uint64_t> h,
-                     bool if_absent, absl::Span<InsertResult> r, const Lookahead& next, bool* full);
+                     bool if_absent, absl::Span<InsertResult> r, const Lookahead& next, bool* full,
+                     bool ceiling);
+  // InsertInShard without the ceiling.
+  void InsertInGenerations(Shard& shard, size_t s, CuckooTable& t, absl::Span<const uint64_t> h,
+                           bool if_absent, absl::Span<InsertResult> r, const Lookahead& next,
+                           bool* full);
   void DeleteInShard(Shard& shard, CuckooTable& t, absl::Span<const uint64_t> h,
                      absl::Span<DeleteResult> r, const Lookahead& next);
   // DeleteInShard without counting the deletes.

@@ -810,6 +810,15 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::ServerContextBa
 absl::Status FilterServiceImpl::CheckGrowthBudget(std::string_view name,
                                                   const CuckooFilter& filter) const {
   if (!filter.shape().growing()) return absl::OkStatus();
+  if (const uint64_t ceiling = filter.shape().max_capacity; ceiling != 0) {
+    if (const uint64_t items = filter.items(); items >= ceiling) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "filter \"%s\" is full: it holds %u keys and its max_capacity, a hard ceiling, is %u "
+          "keys; this request was refused before it was logged (delete keys, or create a filter "
+          "with a higher --max-capacity)",
+          absl::CHexEscape(absl::string_view(name.data(), name.size())), items, ceiling));
+    }
+  }
   const uint64_t used = registry_->memory_bytes();
   const uint64_t budget = registry_->limits().memory_budget_bytes;
   if (used < budget) return absl::OkStatus();

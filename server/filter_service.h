@@ -185,7 +185,10 @@ class FilterServiceImpl final : public FilterServiceBase {
   // Admission of an Insert into `filter`: RESOURCE_EXHAUSTED naming it, the
   // memory in use and the budget when it is growing and the registry's
   // memory in use is at or over the budget (growth is charged as it
-  // happens and cannot be refused once a write is logged; FilterRegistry).
+  // happens and cannot be refused once a write is logged; FilterRegistry);
+  // also RESOURCE_EXHAUSTED naming it, its max_capacity and its items when
+  // it holds max_capacity items already (the ceiling itself is the
+  // engine's, per shard: CuckooFilter::ShardCeiling).
   absl::Status CheckGrowthBudget(std::string_view name, const CuckooFilter& filter) const;
   // A read's min_log_position: OK to go on (next->min_position left 0), or
   // next->min_position set (wait for it), or OUT_OF_RANGE on a single node

@@ -42,7 +42,8 @@ void WalApplier::Apply(const Target* target, const WalRecord& r) {
                      .write = {.kind = r.write.kind,
                                .shard = r.write.shard,
                                .if_absent = r.write.if_absent,
-                               .full_before = r.write.full_before},
+                               .full_before = r.write.full_before,
+                               .ceiling = r.write.ceiling},
                      .offset = b.hashes.size(),
                      .count = r.hashes.size()});
   b.hashes.insert(b.hashes.end(), r.hashes.begin(), r.hashes.end());

@@ -38,6 +38,10 @@ void Seal(uint8_t* out, size_t length) { Put64(out + length - 8, XXH3_64bits(out
 
 constexpr uint8_t kFlagIfAbsent = 1;
 constexpr uint8_t kFlagFullBefore = 2;
+// Insert: applied under the max_capacity ceiling (ShardWrite::ceiling).
+// Set only for growing filters with a max_capacity, so the logs of other
+// filters stay readable by builds from before the flag.
+constexpr uint8_t kFlagCeiling = 4;
 
 // Create payload: name_length u32, reserved u32, then the shape (hash_id,
 // table_kind, fingerprint_bits, bucket_size, shards, shard_bits, max_kicks
@@ -90,6 +94,7 @@ void EncodeShardWrite(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id, con
   uint8_t flags = 0;
   if (w.if_absent) flags |= kFlagIfAbsent;
   if (w.full_before) flags |= kFlagFullBefore;
+  if (w.ceiling) flags |= kFlagCeiling;
   PutHeader(out, length,
             w.kind == ShardWrite::kInsert ? WalRecordType::kInsert : WalRecordType::kDelete, flags,
             lsn, synced_lsn, filter_id);
@@ -245,7 +250,7 @@ WalParse ParseWalRecord(absl::Span<const uint8_t> data, WalRecord* out, size_t* 
             absl::StrFormat("a shard write record of %u bytes holding %u hashes", len, count));
       }
       const bool insert = type == static_cast<uint8_t>(WalRecordType::kInsert);
-      if ((flags & ~(insert ? (kFlagIfAbsent | kFlagFullBefore) : 0)) != 0) {
+      if ((flags & ~(insert ? (kFlagIfAbsent | kFlagFullBefore | kFlagCeiling) : 0)) != 0) {
         return unknown(absl::StrFormat("unknown record flags %#x", flags));
       }
       out->type = insert ? WalRecordType::kInsert : WalRecordType::kDelete;
@@ -255,6 +260,7 @@ WalParse ParseWalRecord(absl::Span<const uint8_t> data, WalRecord* out, size_t* 
                     .shard = Get32(payload),
                     .if_absent = (flags & kFlagIfAbsent) != 0,
                     .full_before = (flags & kFlagFullBefore) != 0,
+                    .ceiling = (flags & kFlagCeiling) != 0,
                     .hashes = out->hashes};
       break;
     }

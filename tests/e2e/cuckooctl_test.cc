@@ -179,21 +179,23 @@ TEST_F(CuckooctlTest, CreateInfoListDropRoundTripWithExactValues) {
   ASSERT_EQ(list.code, 0) << Describe(list);
   std::vector<std::string> rows = Lines(list.out);
   ASSERT_EQ(rows.size(), 3u) << list.out;
-  EXPECT_EQ(Words(rows[0]), (std::vector<std::string>{"NAME", "ITEMS", "CAPACITY", "LOAD", "MEMORY",
-                                                      "F", "B", "TABLE", "SHARDS", "FPR"}));
+  EXPECT_EQ(Words(rows[0]),
+            (std::vector<std::string>{"NAME", "ITEMS", "CAPACITY", "REACHABLE", "LOAD", "MEMORY",
+                                      "F", "B", "TABLE", "SHARDS", "FPR"}));
   std::vector<std::string> other = Words(rows[1]);
   std::vector<std::string> users = Words(rows[2]);
-  ASSERT_EQ(users.size(), 10u);
+  ASSERT_EQ(users.size(), 11u);
   EXPECT_EQ(other[0], "other");
   EXPECT_EQ(other[2], "2000");         // --capacity=2k
-  EXPECT_EQ(other[7], "semi_sorted");  // The default rate picks f = 12: semi-sorted.
+  EXPECT_EQ(other[3], "2000");         // Fixed: reachable is the capacity.
+  EXPECT_EQ(other[8], "semi_sorted");  // The default rate picks f = 12: semi-sorted.
   EXPECT_EQ(users[0], "users");
   EXPECT_EQ(users[1], "3");
   EXPECT_EQ(users[2], "1000");
-  EXPECT_EQ(users[5], "16");
-  EXPECT_EQ(users[6], "2");
-  EXPECT_EQ(users[7], "packed");
-  EXPECT_EQ(users[8], "2");
+  EXPECT_EQ(users[6], "16");
+  EXPECT_EQ(users[7], "2");
+  EXPECT_EQ(users[8], "packed");
+  EXPECT_EQ(users[9], "2");
 
   Result dropped = Ctl({"drop", "users"});
   ASSERT_EQ(dropped.code, 0) << Describe(dropped);
@@ -243,13 +245,13 @@ TEST_F(CuckooctlTest, SemiSortFlagIsSentAndTheTableKindShowsInInfoJsonAndList) {
   ASSERT_EQ(list.code, 0) << Describe(list);
   std::vector<std::string> rows = Lines(list.out);
   ASSERT_EQ(rows.size(), 4u) << list.out;
-  EXPECT_EQ(Words(rows[0]).at(7), "TABLE");
+  EXPECT_EQ(Words(rows[0]).at(8), "TABLE");
   EXPECT_EQ(Words(rows[1]).at(0), "bare");
-  EXPECT_EQ(Words(rows[1]).at(7), "semi_sorted");
+  EXPECT_EQ(Words(rows[1]).at(8), "semi_sorted");
   EXPECT_EQ(Words(rows[2]).at(0), "packed");
-  EXPECT_EQ(Words(rows[2]).at(7), "packed");
+  EXPECT_EQ(Words(rows[2]).at(8), "packed");
   EXPECT_EQ(Words(rows[3]).at(0), "semi");
-  EXPECT_EQ(Words(rows[3]).at(7), "semi_sorted");
+  EXPECT_EQ(Words(rows[3]).at(8), "semi_sorted");
 
   // The semi-sorted filter works like any other.
   ASSERT_EQ(Ctl({"insert", "semi", "alice", "bob"}).code, 0);
@@ -263,6 +265,84 @@ TEST_F(CuckooctlTest, SemiSortFlagIsSentAndTheTableKindShowsInInfoJsonAndList) {
   EXPECT_EQ(conflict.code, 3);
   EXPECT_THAT(conflict.err, AllOf(StartsWith("cuckooctl: ALREADY_EXISTS: "),
                                   HasSubstr("table kind semi_sorted (requested packed)")));
+}
+
+// Issue 29, item 10: `list` showed a growing filter as capacity 1000 with
+// 200,000 items in it, and nothing of how far it can grow.
+TEST_F(CuckooctlTest, ListShowedAGrowingFilterOnlyAtItsInitialCapacity) {
+  ASSERT_EQ(
+      Ctl({"create", "events", "--capacity=1000", "--growth-factor=2", "--max-capacity=50000"})
+          .code,
+      0);
+  std::string keys;
+  for (int i = 0; i < 20'000; ++i) keys += "e" + std::to_string(i) + "\n";
+  ASSERT_EQ(Ctl({"insert", "events", "--quiet"}, keys).code, 0);
+  Result list = Ctl({"list"});
+  ASSERT_EQ(list.code, 0) << Describe(list);
+  std::vector<std::string> rows = Lines(list.out);
+  ASSERT_EQ(rows.size(), 2u) << list.out;
+  EXPECT_EQ(Words(rows[0]).at(3), "REACHABLE") << list.out;
+  std::vector<std::string> events = Words(rows[1]);
+  EXPECT_EQ(events.at(1), "20000");
+  EXPECT_EQ(events.at(2), "1000");
+  EXPECT_EQ(events.at(3), "50000") << list.out;
+  Result json = Ctl({"list", "--format=json"});
+  EXPECT_THAT(json.out, HasSubstr("\"reachable_capacity\":50000,")) << json.out;
+}
+
+// Issue 29, item 10: --max-capacity=5000 (a hard ceiling, the proto says)
+// took 5,305 keys.
+TEST_F(CuckooctlTest, MaxCapacityAcceptedMoreKeysThanItsCeiling) {
+  ASSERT_EQ(
+      Ctl({"create", "events", "--capacity=1000", "--growth-factor=2", "--max-capacity=5000"}).code,
+      0);
+  std::string keys;
+  for (int i = 0; i < 6000; ++i) keys += "e" + std::to_string(i) + "\n";
+  Result crossing = Ctl({"insert", "events", "--quiet"}, keys);
+  EXPECT_NE(crossing.code, 0) << Describe(crossing);  // Some keys were FULL.
+  Result info = Ctl({"info", "events"});
+  EXPECT_EQ(Fields(info.out)["items"], "5000") << info.out;
+  // At the ceiling, a request is refused whole, naming filter, ceiling and
+  // items.
+  Result refused = Ctl({"insert", "events", "one-more"});
+  EXPECT_EQ(refused.code, 3) << Describe(refused);
+  EXPECT_THAT(refused.err, AllOf(HasSubstr("RESOURCE_EXHAUSTED"), HasSubstr("\"events\" is full"),
+                                 HasSubstr("holds 5000 keys"), HasSubstr("max_capacity"),
+                                 HasSubstr("5000 keys")))
+      << refused.err;
+  EXPECT_EQ(Fields(Ctl({"info", "events"}).out)["items"], "5000");
+  // Lookups and deletes go on; a delete makes room again.
+  EXPECT_EQ(Ctl({"lookup", "events", "e0"}).code, 0);
+  ASSERT_EQ(Ctl({"delete", "events", "e0"}).code, 0);
+  EXPECT_EQ(Ctl({"insert", "events", "one-more"}).code, 0);
+}
+
+// Issue 29, item 10: `info` printed bits_per_item 6.27e+07 for a filter
+// holding 2 keys.
+TEST_F(CuckooctlTest, BitsPerItemPrintedAnExponentAtTwoItems) {
+  ASSERT_EQ(Ctl({"create", "users", "--capacity=10M", "--fpr=0.001"}).code, 0);
+  EXPECT_EQ(Fields(Ctl({"info", "users"}).out)["bits_per_item"], "n/a (no items)");
+  ASSERT_EQ(Ctl({"insert", "users", "alice", "bob"}).code, 0);
+  const std::string bits = Fields(Ctl({"info", "users"}).out)["bits_per_item"];
+  EXPECT_EQ(bits.find("e+"), std::string::npos) << bits;
+  EXPECT_THAT(bits, HasSubstr("(2 items in tables allocated up front for 10000000: ")) << bits;
+  // The API's number is unchanged.
+  EXPECT_THAT(Ctl({"info", "users", "--format=json"}).out, HasSubstr("\"bits_per_item\":"));
+}
+
+// Issue 29, item 10: a filter holding 2 keys exported as 15 MiB, and nothing
+// said why.
+TEST_F(CuckooctlTest, ExportOfTwoKeysWasFifteenMebibytesWithoutSayingWhy) {
+  ASSERT_EQ(Ctl({"create", "users", "--capacity=10M", "--fpr=0.001"}).code, 0);
+  ASSERT_EQ(Ctl({"insert", "users", "alice", "bob"}).code, 0);
+  const std::string backup = files_.path() + "/users.cuckoo";
+  Result exported = Ctl({"export", "users", "--file=" + backup});
+  ASSERT_EQ(exported.code, 0) << Describe(exported);
+  const std::string slots = Fields(Ctl({"info", "users"}).out)["slots"];
+  EXPECT_THAT(exported.out, AllOf(StartsWith("exported users: 2 items, "),
+                                  HasSubstr("MiB: the filter's whole tables, " + slots +
+                                            " slots, empty ones included) to ")))
+      << exported.out;
 }
 
 TEST_F(CuckooctlTest, GrowthFlagsAreSentAndInfoShowsGenerationsBoundAndReach) {
@@ -989,9 +1069,10 @@ TEST_F(CuckooctlTest, ExportThenImportRoundTripsAFilterThatSurvivesAKill) {
   ASSERT_EQ(exported.code, 0) << Describe(exported);
   EXPECT_EQ(exported.err, "");
   const std::string file = ReadFile(backup);
-  EXPECT_THAT(exported.out, AllOf(StartsWith("exported f: 500 items, " +
-                                             std::to_string(file.size()) + " bytes ("),
-                                  HasSubstr("iB) to " + backup + "; log position ")));
+  EXPECT_THAT(
+      exported.out,
+      AllOf(StartsWith("exported f: 500 items, " + std::to_string(file.size()) + " bytes ("),
+            HasSubstr(" slots, empty ones included) to " + backup + "; log position ")));
   EXPECT_TRUE(
       file.starts_with("\x89"
                        "CUCKOO\n"))

@@ -23,8 +23,10 @@ extern "C" size_t __sanitizer_get_current_allocated_bytes();
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "server/access.h"
 #include "tests/server/test_server.h"
@@ -346,6 +348,42 @@ TEST_F(RedisPortTest, FiltersAreSharedWithTheGrpcApi) {
   EXPECT_EQ(got.filter().capacity(), 1024u);
   EXPECT_DOUBLE_EQ(got.filter().false_positive_rate(), 0.002);
   EXPECT_EQ(got.filter().items(), 1u);
+}
+
+// Issue 29, item 10: a growing filter's max_capacity (set over gRPC;
+// CF.RESERVE has no such option) is a hard ceiling over the Redis port too:
+// items past it answer -1, and once the filter holds that many an add is an
+// error naming the ceiling.
+TEST_F(RedisPortTest, CfInsertIntoAGrowingFilterStopsAtItsMaxCapacity) {
+  grpc::ClientContext ctx;
+  v1::CreateFilterRequest req;
+  req.set_name("capped");
+  req.set_capacity(1000);
+  req.set_growth_factor(2);
+  req.set_max_capacity(5000);
+  v1::CreateFilterResponse resp;
+  ASSERT_TRUE(stub_->CreateFilter(&ctx, req, &resp).ok());
+  ASSERT_EQ(resp.filter().shards(), 1u);
+  RespClient c(port());
+  size_t added = 0;
+  size_t full = 0;
+  for (int round = 0; round < 6; ++round) {  // 5400 items.
+    std::vector<std::string> args = {"CF.INSERT", "capped", "ITEMS"};
+    for (int i = 0; i < 900; ++i) args.push_back(absl::StrCat("item-", round, "-", i));
+    const std::string reply = c.Call(args);
+    ASSERT_TRUE(reply.starts_with("[")) << reply;
+    for (absl::string_view r : absl::StrSplit(reply.substr(1, reply.size() - 2), ',')) {
+      added += r == ":1" ? 1 : 0;
+      full += r == ":-1" ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(added, 5000u);
+  EXPECT_EQ(full, 400u);
+  const std::string refused = c.Call({"CF.ADD", "capped", "one-more"});
+  EXPECT_TRUE(absl::StartsWith(refused, "-ERR filter \"capped\" is full: it holds 5000 keys"))
+      << refused;
+  EXPECT_NE(refused.find("max_capacity"), std::string::npos) << refused;
+  EXPECT_EQ(c.Call({"CF.EXISTS", "capped", "item-0-0"}), ":1");
 }
 
 TEST_F(RedisPortTest, AcknowledgedWritesSurviveARestart) {

@@ -111,6 +111,42 @@ TEST(WalApplierTest, ReplayOnWorkersReproducesConcurrentWritersExactly) {
   EXPECT_EQ(applied, log.size());
 }
 
+// A growing filter's max_capacity is applied at replay as it was live: the
+// applier's batches keep each record's `ceiling` flag.
+TEST(WalApplierTest, ReplayKeepsAGrowingFilterAtItsCeiling) {
+  std::shared_ptr<CuckooFilter> live = *CuckooFilter::Create(
+      {.capacity = 1000, .seed = 9, .growth_factor = 2, .max_capacity = 5000});
+  std::vector<WalRecord> log;
+  auto log_write = [&](const ShardWrite& w) {
+    WalRecord r;
+    r.type = WalRecordType::kInsert;
+    r.lsn = log.size() + 1;
+    r.write = w;
+    r.hashes.assign(w.hashes.begin(), w.hashes.end());
+    r.write.hashes = {};
+    log.push_back(std::move(r));
+    return log.back().lsn;
+  };
+  for (int round = 0; round < 8; ++round) {
+    std::vector<uint64_t> h(900);
+    for (size_t k = 0; k < h.size(); ++k) h[k] = live->Hash(absl::StrCat(round, ":", k));
+    std::vector<InsertResult> out(h.size());
+    live->InsertHashed(
+        h, false, absl::MakeSpan(out), [] { return false; }, log_write);
+  }
+  ASSERT_EQ(live->items(), 5000u);
+  WalApplier::Target target{*CuckooFilter::FromShape(live->shape()), "events"};
+  WalApplier applier(2, {.batch_hashes = 1000, .max_queued_bytes = 1 << 20});
+  for (WalRecord& r : log) {
+    r.write.hashes = r.hashes;
+    applier.Apply(&target, r);
+  }
+  uint64_t applied = 0;
+  ASSERT_TRUE(applier.Drain(&applied).ok());
+  EXPECT_EQ(target.filter->items(), 5000u);
+  ExpectSame(*live, *target.filter, "events");
+}
+
 TEST(WalApplierTest, ARecordThatCannotApplyIsNamedAndTheOnesBeforeItAreApplied) {
   WalApplier::Target target{*CuckooFilter::Create({.capacity = 1'000, .shards = 1, .seed = 1}),
                             "users"};

@@ -84,6 +84,7 @@ uint64_t AppendInsert(Wal& wal, uint64_t filter_id, uint64_t first_hash, size_t 
                                           .shard = 1,
                                           .if_absent = true,
                                           .full_before = first_hash % 2 == 0,
+                                          .ceiling = first_hash % 2 == 0,
                                           .hashes = hashes});
 }
 
@@ -115,6 +116,7 @@ TEST(WalTest, RecordsRoundTripInOrder) {
   EXPECT_EQ(records[1].hashes, (std::vector<uint64_t>{100, 101, 102}));
   EXPECT_TRUE(records[1].write.if_absent);
   EXPECT_TRUE(records[1].write.full_before);
+  EXPECT_TRUE(records[1].write.ceiling);
   EXPECT_EQ(records[1].write.shard, 1u);
   EXPECT_EQ(records[2].type, WalRecordType::kDelete);
   EXPECT_EQ(records[2].hashes, (std::vector<uint64_t>{7, 8}));
