@@ -15,6 +15,7 @@ PACKAGES=(
   libnats-dev nats-server
   libssl-dev openssl
   redis-tools python3-redis redis-server
+  jq iproute2   # the README examples (jq) and the doc test (ip: its namespace's loopback)
 )
 
 missing=()
