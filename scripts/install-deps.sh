@@ -30,6 +30,7 @@ TEST_PACKAGES=(
   clang-format clang libclang-rt-14-dev
   redis-tools python3-redis redis-server
   podman runc mmdebstrap docker-compose
+  jq iproute2   # client/README's examples (jq); the doc test (ip: its namespace's loopback)
 )
 case "${1:-}" in
   "") ;;
