@@ -38,7 +38,9 @@
 #include "cuckoo_version.h"
 #include "server/config.h"
 #include "server/logging.h"
+#include "server/persistence.h"
 #include "server/server.h"
+#include "server/wal.h"
 #include "spdlog/spdlog.h"
 
 namespace cuckoo::server {
@@ -67,6 +69,18 @@ int Main(int argc, char** argv) {
     return 2;
   }
   SetUpLogging(*config);
+  // A log segment size the data directory's volume cannot hold beside the
+  // snapshots is a configuration error (issue 29: on a 64 MiB volume the
+  // first segment filled the disk and every snapshot failed).
+  if (config->nats_urls.empty()) {
+    if (absl::Status s =
+            CheckWalDiskSpace(PosixWalEnv(), config->data_dir, config->data_dir + "/" + kWalDir,
+                              config->wal_segment_bytes);
+        !s.ok()) {
+      absl::FPrintF(stderr, "cuckood: %s\n", s.message());
+      return 2;
+    }
+  }
 
   // Signals first, so a SIGTERM during start-up is not lost.
   boost::asio::io_context io;

@@ -1,10 +1,12 @@
 #include "server/wal.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -95,6 +97,25 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(WalOptions options, const WalScan
                               .file_bytes = s.file_bytes});
     next_sequence = s.sequence + 1;
   }
+  // A prepared segment an earlier process left unused is reused, if it has
+  // the configured size (--wal-segment-size may have changed): a restart
+  // does not write a segment's worth of zeros again.
+  if (!scan.prepared.path.empty()) {
+    bool reused = false;
+    if (scan.prepared.file_bytes == wal->options_.segment_bytes &&
+        scan.prepared.sequence >= next_sequence) {
+      absl::StatusOr<std::unique_ptr<WalFile>> f = env->Open(scan.prepared.path);
+      if (f.ok()) {
+        wal->prepared_ = *std::move(f);
+        next_sequence = scan.prepared.sequence;
+        reused = true;
+      }
+    }
+    if (!reused) {
+      if (absl::Status s = env->Remove(scan.prepared.path); !s.ok()) return s;
+      if (absl::Status s = env->SyncDir(dir); !s.ok()) return s;
+    }
+  }
   wal->next_sequence_ = next_sequence;
   if (!scan.segments.empty()) {
     const WalSegmentInfo& tail = scan.segments.back();
@@ -123,7 +144,11 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(WalOptions options, const WalScan
   }
   wal->committer_ = std::thread([w = wal.get()] { w->Run(); });
   wal->preparer_ = std::thread([w = wal.get()] { w->Prepare(); });
+  // The next segment is prepared before Open returns (before cuckood says
+  // it is serving), so that no client's write waits for it; a failure is
+  // logged, and Reserve asks again.
   wal->PrepareNextLocked();
+  while (wal->preparing_) wal->mu_.Wait(&wal->done_cv_);
   return wal;
 }
 
@@ -150,7 +175,8 @@ void Wal::Prepare() {
     lock.Unlock();
     // A leftover of a preparation that failed halfway (a crash) is replaced.
     (void)env_->Remove(path);
-    absl::StatusOr<std::unique_ptr<WalFile>> f = env_->Create(path, options_.segment_bytes);
+    absl::StatusOr<std::unique_ptr<WalFile>> f =
+        env_->Create(path, options_.segment_bytes, &cancel_prepare_);
     absl::Status s = f.status();
     if (s.ok()) s = env_->SyncDir(options_.dir);
     if (!s.ok() && f.ok()) {
@@ -162,6 +188,11 @@ void Wal::Prepare() {
     if (s.ok()) {
       prepared_ = *std::move(f);
       prepare_error_ = absl::OkStatus();
+    } else if (absl::IsCancelled(s)) {
+      // Close: the partial file is gone (Create removes it), and a crash
+      // instead leaves one that the next start deletes or redoes.
+      prepare_error_ = s;
+      prepare_failed_at_ = absl::Now();
     } else {
       prepare_error_ = s;
       prepare_failed_at_ = absl::Now();
@@ -518,6 +549,9 @@ void Wal::Close() {
     prepare_cv_.notify_one();
   }
   if (committer_.joinable()) committer_.join();
+  // The committer needs no more segments: a preparation in progress is
+  // abandoned rather than waited for (it may take seconds on a slow disk).
+  cancel_prepare_.store(true, std::memory_order_relaxed);
   {
     MutexLock lock(&mu_);
     stop_preparer_ = true;
@@ -544,6 +578,71 @@ absl::Status Wal::Truncate(uint64_t needed_lsn) {
     if (absl::Status s = env_->Remove(path); !s.ok()) return s;
   }
   return env_->SyncDir(options_.dir);
+}
+
+namespace {
+
+// The bytes of the regular files named `suffix` in `dir` (their total, and
+// the largest); none if `dir` does not exist.
+absl::Status FileBytes(WalEnv* env, const std::string& dir, absl::string_view suffix,
+                       uint64_t* total, uint64_t* largest) {
+  absl::StatusOr<std::vector<std::string>> names = env->List(dir);
+  if (!names.ok()) return WalErrno(names.status()) == ENOENT ? absl::OkStatus() : names.status();
+  for (const std::string& name : *names) {
+    if (!absl::EndsWith(name, suffix)) continue;
+    absl::StatusOr<std::unique_ptr<WalFile>> f = env->Open(absl::StrCat(dir, "/", name));
+    if (!f.ok()) continue;  // Not a regular file: not ours to count.
+    absl::StatusOr<uint64_t> size = (*f)->Size();
+    if (!size.ok()) return size.status();
+    *total += *size;
+    *largest = std::max(*largest, *size);
+  }
+  return absl::OkStatus();
+}
+
+std::string Mib(uint64_t bytes) {
+  return absl::StrFormat("%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+}
+
+}  // namespace
+
+absl::Status CheckWalDiskSpace(WalEnv* env, const std::string& data_dir, const std::string& wal_dir,
+                               uint64_t segment_bytes) {
+  // The data directory may not exist yet: its nearest existing ancestor is
+  // on the same volume.
+  std::string at = data_dir;
+  absl::StatusOr<WalDiskSpace> space = env->DiskSpace(at);
+  for (int up = 0; up < 64 && !space.ok() && WalErrno(space.status()) == ENOENT; ++up) {
+    const size_t slash = at.find_last_of('/');
+    if (slash == std::string::npos || at.size() <= 1) break;
+    at = slash == 0 ? "/" : at.substr(0, slash);
+    space = env->DiskSpace(at);
+  }
+  if (absl::IsUnimplemented(space.status())) return absl::OkStatus();
+  if (!space.ok()) return space.status();
+  uint64_t log_bytes = 0, largest_segment = 0, snapshot_bytes = 0, largest_snapshot = 0;
+  if (absl::Status s = FileBytes(env, wal_dir, kWalSegmentSuffix, &log_bytes, &largest_segment);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = FileBytes(env, data_dir, ".cuckoo", &snapshot_bytes, &largest_snapshot);
+      !s.ok()) {
+    return s;
+  }
+  const uint64_t have = space->free_bytes + log_bytes;
+  const uint64_t need = 2 * segment_bytes + largest_snapshot;
+  if (need <= have) return absl::OkStatus();
+  const uint64_t fits = have > largest_snapshot ? (have - largest_snapshot) / 2 / 4096 * 4096 : 0;
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "a --wal-segment-size of %s does not fit on the volume of %s: the write-ahead log needs two "
+      "segments (%s) beside a copy of the largest snapshot (%s), but the volume holds %s with %s "
+      "free (%s more in log segments); %s",
+      Mib(segment_bytes), data_dir, Mib(2 * segment_bytes), Mib(largest_snapshot),
+      Mib(space->total_bytes), Mib(space->free_bytes), Mib(log_bytes),
+      fits >= kWalMinSegmentBytes
+          ? absl::StrFormat("a --wal-segment-size of at most %s would fit", Mib(fits))
+          : absl::StrFormat("no --wal-segment-size fits (at least %s): free space on it",
+                            Mib(kWalMinSegmentBytes))));
 }
 
 WalStats Wal::Stats() const {

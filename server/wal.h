@@ -235,6 +235,7 @@ class Wal {
   absl::Time prepare_failed_at_ ABSL_GUARDED_BY(mu_);
   uint64_t bytes_written_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> appended_published_{0};  // appended_lsn_, for AppendedLsn().
+  std::atomic<bool> cancel_prepare_{false};      // Set by Close once the committer stopped.
 
   // The segment being written (null before the first): set and used by the
   // committer (and Open and Close, when it is not running); others only
@@ -244,6 +245,17 @@ class Wal {
   std::thread committer_;
   std::thread preparer_;
 };
+
+// Whether the volume of `data_dir` can hold the log beside the snapshots:
+// two segments of `segment_bytes` (the one being written and the prepared
+// next one) and a temporary copy of the largest snapshot file (a snapshot
+// is written beside the file it replaces) must fit in the free space plus
+// what the log's files in `wal_dir` already take. Otherwise
+// FAILED_PRECONDITION naming --wal-segment-size, the volume's size and free
+// space, and the largest segment size that would fit. OK when the env does
+// not know the disk space.
+absl::Status CheckWalDiskSpace(WalEnv* env, const std::string& data_dir, const std::string& wal_dir,
+                               uint64_t segment_bytes);
 
 // Upper bounds for Reserve: the record bytes of a write batch of `keys` keys
 // on a filter of `shards` shards, and of the filter records.

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -106,8 +107,8 @@ class PosixEnv final : public WalEnv {
     return std::make_unique<PosixWalFile>(fd, path);
   }
 
-  absl::StatusOr<std::unique_ptr<WalFile>> Create(const std::string& path,
-                                                  uint64_t bytes) override {
+  absl::StatusOr<std::unique_ptr<WalFile>> Create(const std::string& path, uint64_t bytes,
+                                                  const std::atomic<bool>* cancel) override {
     int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) return WalIoError("create", path, errno);
     auto file = std::make_unique<PosixWalFile>(fd, path);
@@ -125,6 +126,10 @@ class PosixEnv final : public WalEnv {
     // every fdatasync into a metadata update too.
     static const std::vector<uint8_t> kZeros(size_t{1} << 20, 0);
     for (uint64_t off = 0; off < bytes; off += kZeros.size()) {
+      if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
+        return fail(absl::CancelledError(
+            absl::StrFormat("preparing %s: cancelled (cuckood is shutting down)", path)));
+      }
       const size_t n = static_cast<size_t>(std::min<uint64_t>(kZeros.size(), bytes - off));
       if (absl::Status s = file->Write(off, absl::MakeConstSpan(kZeros.data(), n)); !s.ok()) {
         return fail(s);
@@ -169,6 +174,13 @@ class PosixEnv final : public WalEnv {
       return absl::FailedPreconditionError(absl::StrFormat("%s is not a directory", dir));
     }
     return absl::OkStatus();
+  }
+
+  absl::StatusOr<WalDiskSpace> DiskSpace(const std::string& path) override {
+    struct statvfs st;
+    if (::statvfs(path.c_str(), &st) != 0) return WalIoError("statvfs", path, errno);
+    return WalDiskSpace{.total_bytes = uint64_t{st.f_blocks} * st.f_frsize,
+                        .free_bytes = uint64_t{st.f_bavail} * st.f_frsize};
   }
 
   absl::Status SyncDir(const std::string& dir) override {

@@ -1,7 +1,7 @@
 // WalEnv: the file operations of the write-ahead log (server/wal.h), behind
 // an interface so that tests can inject faults: a layer that drops every
 // byte not fdatasync'ed at a simulated power cut, ENOSPC and EIO on a write
-// or a sync (tests/server/fault_env.h). cuckood uses PosixWalEnv().
+// or a sync (tests/server/fault_wal_env.h). cuckood uses PosixWalEnv().
 //
 // Errors are INTERNAL naming the path and the system error, except a full
 // disk (ENOSPC, EDQUOT), which is RESOURCE_EXHAUSTED: callers tell the two
@@ -13,6 +13,7 @@
 #ifndef CUCKOO_SERVER_WAL_ENV_H_
 #define CUCKOO_SERVER_WAL_ENV_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -42,17 +43,30 @@ class WalFile {
   virtual const std::string& path() const = 0;
 };
 
+// The size of a volume and its space free to an unprivileged user.
+struct WalDiskSpace {
+  uint64_t total_bytes = 0;
+  uint64_t free_bytes = 0;
+};
+
 class WalEnv {
  public:
   virtual ~WalEnv() = default;
+  // The volume holding `path` (statvfs). UNIMPLEMENTED in environments
+  // that do not know (then nothing is checked against it).
+  virtual absl::StatusOr<WalDiskSpace> DiskSpace(const std::string& path) {
+    return absl::UnimplementedError(path + ": this environment does not know its disk space");
+  }
   // Opens an existing file for reading and writing.
   virtual absl::StatusOr<std::unique_ptr<WalFile>> Open(const std::string& path) = 0;
   // Creates `path` (it must not exist) holding `bytes` zero bytes that are
   // allocated on disk and written (so that later writes into it change no
   // file metadata, and fdatasync need not update any), then syncs it.
-  // RESOURCE_EXHAUSTED, leaving no file, when the disk is full.
-  virtual absl::StatusOr<std::unique_ptr<WalFile>> Create(const std::string& path,
-                                                          uint64_t bytes) = 0;
+  // RESOURCE_EXHAUSTED, leaving no file, when the disk is full; CANCELLED,
+  // leaving no file, once *cancel (if not null) turns true while the zeros
+  // are written (shutdown does not wait for a preparation).
+  virtual absl::StatusOr<std::unique_ptr<WalFile>> Create(
+      const std::string& path, uint64_t bytes, const std::atomic<bool>* cancel = nullptr) = 0;
   virtual absl::Status Rename(const std::string& from, const std::string& to) = 0;
   virtual absl::Status Remove(const std::string& path) = 0;
   // The names (not paths) of the entries of `dir`.

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -568,6 +569,11 @@ absl::StatusOr<WalScan> ScanWal(WalEnv* env, const std::string& dir,
     // Before the first valid record, the first lsn this file holds stands
     // for the missing one (its header is what is missing).
     const uint64_t missing = expected != 0 ? expected : MinValidLsn(data);
+    // The size of the last file, if it is all zeros.
+    std::optional<uint64_t> last_all_zero;
+    if (i + 1 == files.size() && hs == HeaderState::kZero && end_why.empty()) {
+      last_all_zero = data.size();
+    }
     bool written_after = !end_why.empty();
     bool proven = ProvesDurable(data, end_at, missing);
     if (!continues) scan.unused.push_back(path);
@@ -577,7 +583,11 @@ absl::StatusOr<WalScan> ScanWal(WalEnv* env, const std::string& dir,
     for (size_t j = i + 1; j < files.size(); ++j) {
       absl::StatusOr<std::vector<uint8_t>> later = ReadAll(env, files[j].second);
       if (!later.ok()) return later.status();
-      if (!all_zero(*later)) written_after = true;
+      if (!all_zero(*later)) {
+        written_after = true;
+      } else if (j + 1 == files.size()) {
+        last_all_zero = later->size();
+      }
       proven = proven || ProvesDurable(*later, 0, missing);
       scan.unused.push_back(files[j].second);
     }
@@ -593,6 +603,16 @@ absl::StatusOr<WalScan> ScanWal(WalEnv* env, const std::string& dir,
     if (written_after) {
       scan.cut = absl::StrFormat("%s at offset %u: %s", path, end_at,
                                  end_why.empty() ? "bytes written after the end" : end_why);
+    }
+    // A last file that is all zeros is a prepared segment never started:
+    // the log reuses it rather than write a new one (docs/WAL_FORMAT.md,
+    // "Preallocation").
+    if (!scan.unused.empty() && scan.unused.back() == files.back().second &&
+        last_all_zero.has_value()) {
+      scan.prepared = {.path = files.back().second,
+                       .sequence = files.back().first,
+                       .file_bytes = *last_all_zero};
+      scan.unused.pop_back();
     }
     return scan;
   }

@@ -162,6 +162,9 @@ struct WalScan {
   // Files to delete: segments after the end of the log (never written, or
   // after a cut).
   std::vector<std::string> unused;
+  // The last file when it is all zeros (a prepared segment never started,
+  // empty path if none): Wal::Open reuses it if it has the configured size.
+  WalSegmentInfo prepared;
   uint64_t last_lsn = 0;  // 0 for an empty log.
   uint64_t records = 0;
   uint64_t bytes = 0;

@@ -26,8 +26,8 @@ class MemWalEnv : public server::WalEnv {
     if (!files.count(path)) return absl::NotFoundError(path + ": no such file");
     return std::unique_ptr<server::WalFile>(new File(this, path));
   }
-  absl::StatusOr<std::unique_ptr<server::WalFile>> Create(const std::string& path,
-                                                          uint64_t bytes) override {
+  absl::StatusOr<std::unique_ptr<server::WalFile>> Create(
+      const std::string& path, uint64_t bytes, const std::atomic<bool>* = nullptr) override {
     files[path].assign(bytes, 0);
     return std::unique_ptr<server::WalFile>(new File(this, path));
   }

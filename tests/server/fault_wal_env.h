@@ -54,12 +54,12 @@ class FaultWalEnv : public WalEnv {
     return std::unique_ptr<WalFile>(new File(this, *std::move(f)));
   }
 
-  absl::StatusOr<std::unique_ptr<WalFile>> Create(const std::string& path,
-                                                  uint64_t bytes) override {
+  absl::StatusOr<std::unique_ptr<WalFile>> Create(
+      const std::string& path, uint64_t bytes, const std::atomic<bool>* cancel = nullptr) override {
     if (int err = Inject("create", path)) return WalIoError("allocate", path, err);
     std::lock_guard<std::mutex> lock(mu_);
     if (dead_) return WalIoError("create", path, EIO);
-    absl::StatusOr<std::unique_ptr<WalFile>> f = base_->Create(path, bytes);
+    absl::StatusOr<std::unique_ptr<WalFile>> f = base_->Create(path, bytes, cancel);
     if (!f.ok()) return f;
     synced_[path] = std::vector<uint8_t>(bytes, 0);
     unsynced_entries_.insert(path);

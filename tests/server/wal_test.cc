@@ -7,9 +7,11 @@
 
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -682,6 +684,192 @@ TEST(WalTest, ClosingWritesAndSyncsEverythingAppended) {
   absl::StatusOr<WalScan> scan = Scan(&env, wal_dir, nullptr);
   ASSERT_TRUE(scan.ok()) << scan.status();
   EXPECT_EQ(scan->last_lsn, 10u);
+}
+
+// A WalEnv over the real file system that counts segment preparations
+// (Create) and, while `held`, makes each wait until released or cancelled.
+class GatedWalEnv : public WalEnv {
+ public:
+  absl::StatusOr<std::unique_ptr<WalFile>> Create(const std::string& path, uint64_t bytes,
+                                                  const std::atomic<bool>* cancel) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++creates_;
+    ++waiting_;
+    cv_.notify_all();
+    // Bounded: 3000 polls of 10 ms; a cancel is seen within one poll.
+    for (int i = 0; i < 3000 && held_; ++i) {
+      if (cancel != nullptr && cancel->load()) {
+        saw_cancel_ = true;
+        break;
+      }
+      cv_.wait_for(lock, std::chrono::milliseconds(10));
+    }
+    --waiting_;
+    lock.unlock();
+    return base_->Create(path, bytes, cancel);
+  }
+  void Hold(bool held) {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_ = held;
+    cv_.notify_all();
+  }
+  // Waits (bounded) until a preparation waits at the gate.
+  bool AwaitWaiting() {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(30), [&] { return waiting_ > 0; });
+  }
+  int creates() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return creates_;
+  }
+  bool saw_cancel() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return saw_cancel_;
+  }
+
+  absl::StatusOr<std::unique_ptr<WalFile>> Open(const std::string& path) override {
+    return base_->Open(path);
+  }
+  absl::Status Rename(const std::string& from, const std::string& to) override {
+    return base_->Rename(from, to);
+  }
+  absl::Status Remove(const std::string& path) override { return base_->Remove(path); }
+  absl::StatusOr<std::vector<std::string>> List(const std::string& dir) override {
+    return base_->List(dir);
+  }
+  absl::Status CreateDir(const std::string& dir) override { return base_->CreateDir(dir); }
+  absl::Status SyncDir(const std::string& dir) override { return base_->SyncDir(dir); }
+
+ private:
+  WalEnv* const base_ = PosixWalEnv();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool held_ = false;
+  int creates_ = 0;
+  int waiting_ = 0;
+  bool saw_cancel_ = false;
+};
+
+// Issue 29: every start deleted the unused prepared segment and wrote a new
+// one (64 MiB of zeros by default).
+TEST(WalTest, RestartReusesThePreparedSegmentInsteadOfWritingANewOne) {
+  TempDir dir;
+  const std::string wal_dir = dir.path() + "/wal";
+  GatedWalEnv env;
+  {
+    auto wal = OpenWal(wal_dir, &env);
+    ASSERT_NE(wal, nullptr);
+    EXPECT_EQ(env.creates(), 1) << "the first segment is prepared at open";
+    EXPECT_EQ(wal->Stats().segments, 1u);
+  }
+  for (int restart = 0; restart < 3; ++restart) {
+    auto wal = OpenWal(wal_dir, &env);
+    ASSERT_NE(wal, nullptr);
+    EXPECT_EQ(wal->Stats().segments, 1u) << "the prepared segment is kept";
+  }
+  EXPECT_EQ(env.creates(), 1) << "restarts wrote no new segment";
+  // It is used when the first record comes, and the log reads back.
+  {
+    auto wal = OpenWal(wal_dir, &env);
+    ASSERT_NE(wal, nullptr);
+    ASSERT_TRUE(wal->WaitDurable(wal->AppendCreateFilter("users", SomeShape())).ok());
+  }
+  std::vector<WalRecord> records;
+  absl::StatusOr<WalScan> scan = Scan(PosixWalEnv(), wal_dir, &records);
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  EXPECT_EQ(records.size(), 1u);
+  EXPECT_EQ(scan->segments.size(), 1u);
+  EXPECT_EQ(scan->segments[0].sequence, 1u);
+}
+
+// Issue 29: the first write after a start waited for the segment being
+// prepared, and on a slow disk got "the write-ahead log had no room for
+// this request within 5 s". Here every preparation after the first blocks:
+// writes are still acknowledged, from the segment prepared before.
+TEST(WalTest, FirstWriteAfterStartDoesNotWaitForPreparation) {
+  TempDir dir;
+  const std::string wal_dir = dir.path() + "/wal";
+  GatedWalEnv env;
+  { ASSERT_NE(OpenWal(wal_dir, &env), nullptr); }
+  env.Hold(true);
+  auto wal = OpenWal(wal_dir, &env);
+  ASSERT_NE(wal, nullptr);
+  const uint64_t bytes = WalBytesForBatch(100, 2);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(wal->Reserve(bytes).ok());
+    const uint64_t lsn = AppendInsert(*wal, 1, 10 * i, 100);
+    wal->Unreserve(bytes);
+    EXPECT_TRUE(wal->WaitDurable(lsn).ok());
+  }
+  EXPECT_TRUE(env.AwaitWaiting()) << "the next segment is being prepared meanwhile";
+  env.Hold(false);
+}
+
+// Issue 29: shutdown waited for a preparation in progress (4-8 s on a slow
+// disk with 64 MiB segments). Close cancels it.
+TEST(WalTest, ShutdownDoesNotWaitForAnInProgressPreparation) {
+  TempDir dir;
+  const std::string wal_dir = dir.path() + "/wal";
+  GatedWalEnv env;
+  auto wal = OpenWal(wal_dir, &env);
+  ASSERT_NE(wal, nullptr);
+  env.Hold(true);
+  // The first record starts the prepared segment, which asks for the next.
+  ASSERT_TRUE(wal->WaitDurable(wal->AppendCreateFilter("users", SomeShape())).ok());
+  ASSERT_TRUE(env.AwaitWaiting());
+  wal->Close();
+  EXPECT_TRUE(env.saw_cancel()) << "Close cancelled the preparation instead of waiting";
+  wal.reset();
+  // The next start redoes it, and the log is intact.
+  env.Hold(false);
+  std::vector<WalRecord> records;
+  auto again = OpenWal(wal_dir, &env);
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->Stats().segments, 2u);
+  again.reset();
+  ASSERT_TRUE(Scan(PosixWalEnv(), wal_dir, &records).ok());
+  EXPECT_EQ(records.size(), 1u);
+}
+
+// A volume of a given size and free space, for CheckWalDiskSpace.
+class SizedVolumeEnv : public GatedWalEnv {
+ public:
+  SizedVolumeEnv(uint64_t total, uint64_t free) : space_{total, free} {}
+  absl::StatusOr<WalDiskSpace> DiskSpace(const std::string&) override { return space_; }
+
+ private:
+  WalDiskSpace space_;
+};
+
+// Issue 29: on a 64 MiB volume the first 64 MiB segment filled the disk and
+// every snapshot failed with ENOSPC. Such a segment size is refused at start.
+TEST(WalTest, SegmentSizeThatCannotFitOnTheVolumeIsRefusedAtStart) {
+  TempDir dir;
+  const std::string wal_dir = dir.path() + "/wal";
+  const uint64_t mib = uint64_t{1} << 20;
+  SizedVolumeEnv small(64 * mib, 63 * mib);
+  absl::Status s = CheckWalDiskSpace(&small, dir.path(), wal_dir, 64 * mib);
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "--wal-segment-size of 64.0 MiB does not fit")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "holds 64.0 MiB with 63.0 MiB free")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "at most 31.5 MiB would fit")) << s;
+  // A snapshot on the volume needs room for its rewrite too.
+  { std::ofstream(dir.path() + "/users.cuckoo") << std::string(20 * mib, 'x'); }
+  EXPECT_TRUE(CheckWalDiskSpace(&small, dir.path(), wal_dir, 16 * mib).ok());
+  s = CheckWalDiskSpace(&small, dir.path(), wal_dir, 24 * mib);
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "the largest snapshot (20.0 MiB)")) << s;
+  fs::remove(dir.path() + "/users.cuckoo");
+  // What fits is accepted, counting the log's own segments as room.
+  SizedVolumeEnv half_full(64 * mib, 2 * mib);
+  fs::create_directories(wal_dir);
+  { std::ofstream(wal_dir + "/0000000000000001.wal") << std::string(8 * mib, '\0'); }
+  EXPECT_TRUE(CheckWalDiskSpace(&half_full, dir.path(), wal_dir, 4 * mib).ok());
+  EXPECT_FALSE(CheckWalDiskSpace(&half_full, dir.path(), wal_dir, 8 * mib).ok());
+  // A normal setup, and the real file system, pass.
+  SizedVolumeEnv big(uint64_t{100} << 30, uint64_t{50} << 30);
+  EXPECT_TRUE(CheckWalDiskSpace(&big, dir.path() + "/not-yet", wal_dir, 64 * mib).ok());
+  EXPECT_TRUE(CheckWalDiskSpace(PosixWalEnv(), dir.path() + "/not/yet", wal_dir, kSegment).ok());
 }
 
 TEST(WalTest, DurabilityParsesItsThreeModesAndNamesTheChoicesOtherwise) {
