@@ -1,7 +1,7 @@
 # cuckood: the gRPC server of named cuckoo filters, plus cuckooctl; RedisBloom's
 # CF.* commands on the Redis port (6379) too.
 #
-#   docker build -t cuckood .
+#   docker build -t cuckood:0.1.0 .
 #   docker run -d --name cuckood -p 50051:50051 -p 9090:9090 -p 6379:6379 -v cuckood-data:/var/lib/cuckood cuckood
 #   docker exec cuckood cuckooctl create users --capacity=1M
 #   redis-cli -p 6379 CF.EXISTS users alice
@@ -74,8 +74,18 @@ RUN apt-get update \
  && chmod 0750 /var/lib/cuckood
 COPY --from=build /out/bin/cuckood /out/bin/cuckooctl /usr/local/bin/
 
+# VERSION: the CMake project's (CMakeLists.txt); REVISION: the git commit;
+# SOURCE: where the source is published. scripts/container-test.sh passes all
+# three (`--build-arg VERSION=... --build-arg REVISION=$(git rev-parse HEAD)`).
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG SOURCE=unknown
 LABEL org.opencontainers.image.title="cuckood" \
-      org.opencontainers.image.description="gRPC server of named cuckoo filters (batched insert/lookup/delete/count), with cuckooctl; RedisBloom's CF.* commands on port 6379"
+      org.opencontainers.image.description="gRPC server of named cuckoo filters (batched insert/lookup/delete/count), with cuckooctl; RedisBloom's CF.* commands on port 6379" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.source="${SOURCE}"
 
 # A new named volume starts as a copy of this directory, owned by 10001:10001,
 # so `-v NAME:/var/lib/cuckood` is writable with no extra step. A bind mount

@@ -4,16 +4,19 @@
 #      3 cuckood replicas), and the overlays of deploy/examples, which apply
 #      every component of deploy/k8s/components (TLS, mTLS, tokens, ...) to
 #      them: schema validation of every manifest, as written and as rendered
-#      by kustomize, one kustomization at a time
-#      (../shared/tools/k8s-validate; needs node >= 20 and npm; rendering needs
-#      kubectl or kustomize: without, it says so and which were not rendered);
+#      by kustomize, one kustomization at a time, by the project's own
+#      validator (scripts/k8s-validate: Kubernetes' schemas from the npm
+#      package kubernetes-models, unknown fields too; node >= 18 and npm;
+#      its self-test first proves it refuses bad manifests); rendering needs
+#      kubectl or kustomize with Components (kustomize >= 3.7): without, it
+#      says so and which were not rendered;
 #      deploy/k8s/cluster/nats.conf (the NATS ConfigMap) checked by the real
 #      nats-server (`nats-server -t`; Debian's nats-server, installed if missing);
 #   2. deploy/compose.yaml and deploy/compose.cluster.yaml: validated against
 #      the Compose schema (`docker-compose config`, Debian's docker-compose,
 #      installed if missing);
-#   3. the Docker image, with ../shared/tools/container-smoke.sh (podman or
-#      docker, no registry: it makes the Debian base image itself). It builds
+#   3. the Docker image, with scripts/container-smoke.sh (podman or docker, no
+#      registry: it makes the Debian base images itself). It builds
 #      the Dockerfile and runs the image the way the README does, with TLS and
 #      access tokens on (deploy/README.md, TLS and access tokens),
 #        run -p 127.0.0.1:P:50051 -p 127.0.0.1:A:9090 -p 127.0.0.1:R:6379
@@ -57,9 +60,8 @@
 #   scripts/container-test.sh --validate-only   # 1 and 2: no image, no engine
 #
 # Environment: CONTAINER_ENGINE, CONTAINER_SMOKE_CACHE, ... go to
-# container-smoke.sh (see its header); CUCKOO_SHARED_TOOLS is where the shared
-# tools are (default ../shared/tools from the repository root);
-# CUCKOO_IMAGE the tag built (default localhost/cuckood:ci).
+# container-smoke.sh (see its header); CUCKOO_IMAGE is the tag built (default
+# localhost/cuckood:ci).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -334,10 +336,8 @@ if [ "${1:-}" = --verify ]; then
 fi
 
 # ---------------------------------------------------------------- main
-tools=${CUCKOO_SHARED_TOOLS:-../shared/tools}
 image=${CUCKOO_IMAGE:-localhost/cuckood:ci}
 t_start=$SECONDS
-[ -d "$tools" ] || { echo "container-test: no shared tools at $tools (set CUCKOO_SHARED_TOOLS)" >&2; exit 1; }
 
 # apt_install PACKAGE COMMAND: Debian's PACKAGE unless COMMAND is there
 # (for the checks below only; quiet unless it fails).
@@ -351,7 +351,8 @@ apt_install() {
 
 echo "== deploy/k8s, deploy/k8s/cluster, deploy/examples: schema validation"
 t0=$SECONDS
-command -v node >/dev/null || { echo "container-test: node (>= 20) and npm are needed" >&2; exit 1; }
+validate=scripts/k8s-validate/k8s-validate.sh
+bash "$validate" --selftest
 # The components (kind: Component) render only as part of a kustomization:
 # each is used by at least one overlay of deploy/examples.
 kustomizations=(deploy/k8s deploy/k8s/cluster deploy/examples/*/)
@@ -363,24 +364,30 @@ done
 for k in "${kustomizations[@]}"; do
   [ -f "$k/kustomization.yaml" ] || { echo "container-test: no $k/kustomization.yaml" >&2; exit 1; }
 done
-# As written: every manifest under deploy/k8s, cluster/ included (k8s-validate
-# walks subdirectories; kustomization.yaml is no resource and is left out).
-bash "$tools/k8s-validate/k8s-validate.sh" deploy/k8s
+# As written: every manifest under deploy/k8s, cluster/ included, and the
+# examples' own (k8s-validate walks folders; kustomization.yaml is no
+# resource and is left out).
+bash "$validate" deploy/k8s deploy/examples
 # As rendered: what `kubectl apply -k` would send, generated ConfigMaps and
 # image overrides included.
-if command -v kubectl >/dev/null; then
+# Components need kustomize 3.7 or later: Debian's kubernetes-client (1.20)
+# has an older one built in, so its kubectl does not count.
+render=()
+kustomize_version() { grep -o 'v[0-9][0-9.]*' | head -n 1 | tr -d v; }
+recent() { [ -n "$1" ] && [ "$(printf '%s\n3.7\n' "$1" | sort -V | head -n 1)" = 3.7 ]; }
+if command -v kubectl >/dev/null &&
+  recent "$(kubectl version --client 2>/dev/null | grep -i kustomize | kustomize_version)"; then
   render=(kubectl kustomize)
-elif command -v kustomize >/dev/null; then
+elif command -v kustomize >/dev/null && recent "$(kustomize version 2>/dev/null | kustomize_version)"; then
   render=(kustomize build)
 else
-  render=()
-  echo "container-test: SKIPPED: no kubectl or kustomize, so ${kustomizations[*]} not rendered" \
-    "(only validated as written)"
+  echo "container-test: SKIPPED: no kubectl or kustomize with kustomize >= 3.7, so" \
+    "${kustomizations[*]} not rendered (only validated as written)"
 fi
 if [ ${#render[@]} -gt 0 ]; then
   for k in "${kustomizations[@]}"; do
     echo "rendered $k ($("${render[@]}" "$k" | grep -c '^kind:') resources):"
-    "${render[@]}" "$k" | bash "$tools/k8s-validate/k8s-validate.sh" --quiet -
+    "${render[@]}" "$k" | bash "$validate" --quiet -
   done
 fi
 # The NATS configuration (the ConfigMap nats-config): parsed by the real
@@ -497,10 +504,22 @@ export CT_TOKEN CT_READER_TOKEN CT_SECURE_ARGS CT_REDIS_ARGS
 # redis-cli for the checks of the Redis port, from the host.
 apt_install redis-tools redis-cli
 
+# The image's labels: the version from CMakeLists.txt, the commit, the
+# repository it was cloned from (see the Dockerfile).
+version=$(sed -n 's/^project(cuckood VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
+[ -n "$version" ] || { echo "container-test: no version in CMakeLists.txt" >&2; exit 1; }
+grep -qx "ARG VERSION=$version" Dockerfile ||
+  { echo "container-test: the Dockerfile's ARG VERSION is not CMakeLists.txt's $version" >&2; exit 1; }
+revision=$(git rev-parse HEAD)
+src_url=$(git remote get-url origin 2>/dev/null | tr -d ' ' || true)
+src_url=${src_url:-unknown}
 RUN_ARGS="-p 127.0.0.1:$CT_GRPC_PORT:50051 -p 127.0.0.1:$CT_ADMIN_PORT:9090 \
 -p 127.0.0.1:$CT_REDIS_PORT:6379 -v $CT_VOLUME:/var/lib/cuckood -e CUCKOOD_SNAPSHOT_INTERVAL=0 \
 $CT_SECURE_ARGS $CT_REDIS_ARGS" \
   VERIFY_TIMEOUT=${VERIFY_TIMEOUT:-120} SMOKE_REQUIRE_SIGTERM=1 \
-  bash "$tools/container-smoke.sh" Dockerfile . "$image" "bash scripts/container-test.sh --verify"
+  BUILD_ARGS="--build-arg VERSION=$version --build-arg REVISION=$revision --build-arg SOURCE=$src_url" \
+  SMOKE_LABELS="org.opencontainers.image.licenses=Apache-2.0 org.opencontainers.image.version=$version
+org.opencontainers.image.revision=$revision org.opencontainers.image.source=$src_url" \
+  bash scripts/container-smoke.sh Dockerfile . "$image" "bash scripts/container-test.sh --verify"
 echo "== container image: done in $((SECONDS - t0))s"
 echo "== container tests passed in $((SECONDS - t_start))s"
