@@ -2143,7 +2143,9 @@ int PrintHelp(const CommandSpec* command) {
     fputs(command->help, stdout);
     if (command->id & (kInsert | kDelete)) fputs(kRequestIdHelp, stdout);
     if (command->id & kKeyCommands) fputs(kKeyInputHelp, stdout);
-    fputs(kGlobalFlagsHelp, stdout);
+    // hash-token talks to no server and refuses the global flags, so its
+    // help lists only its own.
+    if (command->id & kServerCommands) fputs(kGlobalFlagsHelp, stdout);
   }
   return fflush(stdout) == 0 ? kExitOk : kExitUsage;
 }

@@ -4,19 +4,22 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
-#include <mutex>
+#include <optional>
+#include <regex>
 #include <string>
 #include <vector>
 
+extern char** environ;
+
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -45,6 +48,15 @@ bool AbslParseFlag(absl::string_view text, ByteSizeFlag* flag, std::string* erro
   absl::StatusOr<uint64_t> bytes = ParseByteSize(text);
   if (!bytes.ok()) {
     *error = std::string(bytes.status().message());
+    return false;
+  }
+  // A bare number of bytes is refused (issue 29: --memory-budget=1024 was
+  // 1 KiB, not the GiB meant); a bare 0 (a flag's "default" value) is not.
+  absl::string_view s = absl::StripAsciiWhitespace(text);
+  if (*bytes != 0 && !s.empty() && (absl::ascii_isdigit(s.back()) || s.back() == '.')) {
+    *error =
+        "a size needs a unit: B, KiB, MiB, GiB, TiB, KB, MB, GB or TB (K, M, G, T: KiB...), "
+        "e.g. 512MiB (only 0 may be written bare)";
     return false;
   }
   flag->bytes = *bytes;
@@ -203,56 +215,61 @@ ABSL_FLAG(std::string, log_format, kDefaults.log_format, "text or json (one obje
 namespace cuckoo::server {
 namespace {
 
-// Every flag of the server, for the environment fallback.
-constexpr const char* kFlagNames[] = {
-    "listen",
-    "listen_socket_mode",
-    "admin_listen",
-    "data_dir",
-    "max_batch_keys",
-    "max_key_bytes",
-    "max_filters",
-    "memory_budget",
-    "max_message_size",
-    "drain_timeout",
-    "log_level",
-    "log_format",
-    "snapshot_interval",
-    "snapshot_buffer",
-    "transport_memory",
-    "durability",
-    "wal_sync_interval",
-    "wal_segment_size",
-    "wal_max_size",
-    "nats",
-    "nats_stream",
-    "nats_replicas",
-    "replica_id",
-    "advertise",
-    "replica_expiry",
-    "dedup_window",
-    "max_read_wait",
-    "cluster_write_timeout",
-    "ready_max_lag",
-    "tls_cert",
-    "tls_key",
-    "tls_client_ca",
-    "tls_reload_interval",
-    "admin_tls",
-    "auth_tokens",
-    "auth_reload_interval",
-    "reflection",
-    "grpc_threads",
-    "peer_token_file",
-    "peer_ca",
-    "redis_listen",
-    "redis_threads",
-    "redis_max_clients",
-    "redis_idle_timeout",
-    "redis_default_capacity",
-    "redis_error_rate",
-    "redis_default_expansion",
-    "redis_plaintext",
+// Every flag of the server, in the groups --help shows: for the environment
+// fallback and the help text.
+struct FlagEntry {
+  const char* group;
+  const char* name;
+};
+constexpr FlagEntry kFlags[] = {
+    {"Listening", "listen"},
+    {"Listening", "listen_socket_mode"},
+    {"Listening", "admin_listen"},
+    {"Listening", "grpc_threads"},
+    {"Listening", "reflection"},
+    {"Limits and memory", "max_batch_keys"},
+    {"Limits and memory", "max_key_bytes"},
+    {"Limits and memory", "max_filters"},
+    {"Limits and memory", "memory_budget"},
+    {"Limits and memory", "max_message_size"},
+    {"Limits and memory", "transport_memory"},
+    {"Limits and memory", "max_read_wait"},
+    {"Storage and durability", "data_dir"},
+    {"Storage and durability", "snapshot_interval"},
+    {"Storage and durability", "snapshot_buffer"},
+    {"Storage and durability", "durability"},
+    {"Storage and durability", "wal_sync_interval"},
+    {"Storage and durability", "wal_segment_size"},
+    {"Storage and durability", "wal_max_size"},
+    {"Storage and durability", "dedup_window"},
+    {"Storage and durability", "drain_timeout"},
+    {"TLS and authentication", "tls_cert"},
+    {"TLS and authentication", "tls_key"},
+    {"TLS and authentication", "tls_client_ca"},
+    {"TLS and authentication", "tls_reload_interval"},
+    {"TLS and authentication", "admin_tls"},
+    {"TLS and authentication", "auth_tokens"},
+    {"TLS and authentication", "auth_reload_interval"},
+    {"Cluster mode", "nats"},
+    {"Cluster mode", "nats_stream"},
+    {"Cluster mode", "nats_replicas"},
+    {"Cluster mode", "replica_id"},
+    {"Cluster mode", "advertise"},
+    {"Cluster mode", "replica_expiry"},
+    {"Cluster mode", "cluster_write_timeout"},
+    {"Cluster mode", "ready_max_lag"},
+    {"Cluster mode", "peer_token_file"},
+    {"Cluster mode", "peer_ca"},
+    {"Redis-protocol port", "redis_listen"},
+    {"Redis-protocol port", "redis_threads"},
+    {"Redis-protocol port", "redis_max_clients"},
+    {"Redis-protocol port", "redis_idle_timeout"},
+    {"Redis-protocol port", "redis_default_capacity"},
+    {"Redis-protocol port", "redis_error_rate"},
+    {"Redis-protocol port", "redis_default_expansion"},
+    {"Redis-protocol port", "redis_plaintext"},
+    {"Logging", "log_level"},
+    {"Logging", "log_format"},
 };
 
 struct Unit {
@@ -274,17 +291,6 @@ constexpr Unit kUnits[] = {
     {"t", uint64_t{1} << 40},
     {"b", 1},
 };
-
-// "--max-batch-keys=5" -> "--max_batch_keys=5": absl flag names cannot hold
-// dashes, but dashed names are what operators type.
-std::string NormalizeFlag(absl::string_view arg) {
-  std::string out(arg);
-  if (!absl::StartsWith(arg, "--") || arg == "--") return out;
-  size_t end = out.find('=');
-  if (end == std::string::npos) end = out.size();
-  std::replace(out.begin() + 2, out.begin() + end, '-', '_');
-  return out;
-}
 
 uint64_t ReadCgroupLimit() {
   for (const char* path : {"/sys/fs/cgroup/memory.max",  // cgroup v2
@@ -353,7 +359,7 @@ std::string FormatByteSizeExactly(uint64_t bytes) {
     const uint64_t one = uint64_t{1} << shift;
     if (bytes >= one && bytes % one == 0) return absl::StrFormat("%u%s", bytes >> shift, unit);
   }
-  return absl::StrFormat("%u", bytes);
+  return absl::StrFormat(bytes == 0 ? "%u" : "%uB", bytes);
 }
 
 std::string EnvironmentVariableFor(absl::string_view flag_name) {
@@ -624,78 +630,272 @@ absl::Status ValidateConfig(const ServerConfig& c) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ServerConfig> ConfigFromCommandLine(int argc, char** argv) {
-  static std::once_flag usage_once;  // absl allows setting these once only.
-  std::call_once(usage_once, [] {
-    absl::SetProgramUsageMessage(
-        "cuckood: a membership-query server of named cuckoo filters over gRPC.\n"
-        "Every flag can also be set by an environment variable CUCKOOD_<FLAG>, e.g.\n"
-        "CUCKOOD_LISTEN=0.0.0.0:50051; the command line wins. Flags may be written\n"
-        "with dashes or underscores: --max-batch-keys or --max_batch_keys.");
-    absl::FlagsUsageConfig usage;
-    usage.version_string = [] { return absl::StrCat("cuckood ", kVersion, "\n"); };
-    usage.contains_helpshort_flags = [](absl::string_view file) {
-      return absl::StrContains(file, "server/config");
-    };
-    usage.contains_help_flags = usage.contains_helpshort_flags;
-    absl::SetFlagsUsageConfig(usage);
-  });
+namespace {
 
-  for (const char* name : kFlagNames) {
-    std::string var = EnvironmentVariableFor(name);
-    const char* value = std::getenv(var.c_str());
-    if (value == nullptr) continue;
-    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    std::string error;
-    if (flag == nullptr || !flag->ParseFrom(value, &error)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("environment variable %s=\"%s\": %s", var, value, error));
+// Kubernetes' service links: for every Service in the namespace (one named
+// cuckood, cuckood-headless, cuckood-ready...) it sets {SVCNAME}_SERVICE_HOST,
+// {SVCNAME}_SERVICE_PORT, {SVCNAME}_SERVICE_PORT_{PORTNAME}, {SVCNAME}_PORT
+// (tcp://IP:PORT) and {SVCNAME}_PORT_{PORT}_{PROTO}[_PROTO|_PORT|_ADDR] in
+// every pod, unless the pod sets enableServiceLinks: false.
+bool IsKubernetesServiceLink(const std::string& name, absl::string_view value) {
+  static const std::regex kShape(
+      "CUCKOOD[A-Z0-9_]*_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|"
+      "PORT_[0-9]+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)");
+  static const std::regex kPort("CUCKOOD[A-Z0-9_]*_PORT");
+  if (std::regex_match(name, kShape)) return true;
+  // {SVCNAME}_PORT alone only with its URL value: CUCKOOD_REDIS_PORT=6379 is
+  // a typo, not a service link.
+  return std::regex_match(name, kPort) &&
+         (absl::StartsWith(value, "tcp://") || absl::StartsWith(value, "udp://") ||
+          absl::StartsWith(value, "sctp://"));
+}
+
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
     }
   }
+  return row[b.size()];
+}
 
-  std::vector<std::string> normalized;
-  normalized.reserve(argc);
-  for (int i = 0; i < argc; ++i) normalized.push_back(NormalizeFlag(argv[i]));
-  // Check names and values first, so that a bad flag is reported like every
-  // other configuration error (absl's parser would print and exit 1 itself).
-  for (size_t i = 1; i < normalized.size(); ++i) {
-    absl::string_view arg = normalized[i];
-    if (arg == "--") break;
-    if (!absl::ConsumePrefix(&arg, "--") && !absl::ConsumePrefix(&arg, "-")) continue;
-    const size_t eq = arg.find('=');
-    const std::string name(arg.substr(0, eq));
-    const std::string dashed = absl::StrReplaceAll(name, {{"_", "-"}});
-    // absl's own usage flags, which its parser handles (and exits on).
-    static constexpr absl::string_view kBuiltin[] = {
-        "help",    "helpfull",        "helpshort", "helppackage", "helpon",     "helpmatch",
-        "version", "only_check_args", "flagfile",  "fromenv",     "tryfromenv", "undefok"};
-    if (std::find(std::begin(kBuiltin), std::end(kBuiltin), name) != std::end(kBuiltin)) {
+// The flag whose name is closest to `name` (underscores).
+std::string ClosestFlag(absl::string_view name) {
+  const char* best = kFlags[0].name;
+  size_t best_distance = SIZE_MAX;
+  for (const FlagEntry& f : kFlags) {
+    const size_t d = EditDistance(name, f.name);
+    if (d < best_distance) best = f.name, best_distance = d;
+  }
+  return best;
+}
+
+std::string Dashed(absl::string_view name) { return absl::StrReplaceAll(name, {{"_", "-"}}); }
+
+// Applies the CUCKOOD_* variables; an unknown one (a typo) is an error, as
+// the server would otherwise run on a default the operator meant to change.
+absl::Status ApplyEnvironment() {
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    absl::string_view entry(*e);
+    if (!absl::StartsWith(entry, "CUCKOOD_")) continue;
+    const size_t eq = entry.find('=');
+    const std::string var(entry.substr(0, eq));
+    const absl::string_view value = eq == absl::string_view::npos ? "" : entry.substr(eq + 1);
+    const std::string name = absl::AsciiStrToLower(absl::string_view(var).substr(8));
+    const bool known = std::any_of(std::begin(kFlags), std::end(kFlags),
+                                   [&](const FlagEntry& f) { return name == f.name; });
+    if (known) continue;
+    if (IsKubernetesServiceLink(var, value)) continue;
+    const std::string closest = ClosestFlag(name);
+    return absl::InvalidArgumentError(
+        absl::StrFormat("unknown environment variable %s (did you mean %s, --%s?)", var,
+                        EnvironmentVariableFor(closest), Dashed(closest)));
+  }
+  for (const FlagEntry& f : kFlags) {
+    std::string var = EnvironmentVariableFor(f.name);
+    const char* value = std::getenv(var.c_str());
+    if (value == nullptr) continue;
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(f.name);
+    std::string error;
+    if (flag == nullptr || !flag->ParseFrom(value, &error)) {
+      return absl::InvalidArgumentError(absl::StrFormat("environment variable %s=\"%s\" (--%s): %s",
+                                                        var, value, Dashed(f.name), error));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// "--max-batch-keys=5" or "-max-batch-keys=5" -> "max_batch_keys=5": absl
+// flag names cannot hold dashes, but dashed names are what operators type.
+// nullopt if `arg` is not a flag.
+std::optional<std::string> FlagText(absl::string_view arg) {
+  if (!absl::ConsumePrefix(&arg, "--") && !absl::ConsumePrefix(&arg, "-")) return std::nullopt;
+  if (arg.empty()) return std::nullopt;
+  std::string out(arg);
+  size_t end = out.find('=');
+  if (end == std::string::npos) end = out.size();
+  std::replace(out.begin(), out.begin() + end, '-', '_');
+  return out;
+}
+
+constexpr int kMaxFlagfileDepth = 8;
+
+// What the command line asked for besides the flags' values.
+struct CommandLineRequest {
+  bool help = false;
+  bool version = false;
+};
+
+// Sets the flags named in `args` (the command line, or a --flagfile's
+// lines), checking every name and value itself so that each error is one
+// line and exit code 2 (absl's parser prints its own and exits 1).
+absl::Status ApplyArgs(const std::vector<std::string>& args, int depth,
+                       CommandLineRequest& request) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--") {
+      if (i + 1 < args.size()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "unexpected argument \"%s\": cuckood takes only flags (see --help)", args[i + 1]));
+      }
+      break;
+    }
+    std::optional<std::string> text = FlagText(args[i]);
+    if (!text) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "unexpected argument \"%s\": cuckood takes only flags (see --help)", args[i]));
+    }
+    const size_t eq = text->find('=');
+    const std::string name = text->substr(0, eq);
+    const std::string dashed = Dashed(name);
+    if (absl::StartsWith(name, "help") || name == "h") {
+      request.help = true;
+      continue;
+    }
+    if (name == "version") {
+      request.version = true;
       continue;
     }
     absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    if (flag == nullptr) {
+    const bool ours = std::any_of(std::begin(kFlags), std::end(kFlags),
+                                  [&](const FlagEntry& f) { return name == f.name; });
+    // --noadmin-tls: absl's negation of a bool flag.
+    if (!ours && name != "flagfile" && absl::StartsWith(name, "no") && eq == std::string::npos) {
+      absl::CommandLineFlag* negated = absl::FindCommandLineFlag(name.substr(2));
+      if (negated != nullptr && negated->IsOfType<bool>()) {
+        std::string error;
+        negated->ParseFrom("false", &error);
+        continue;
+      }
+    }
+    if (name != "flagfile" && (flag == nullptr || !ours)) {
       return absl::InvalidArgumentError(absl::StrFormat("unknown flag --%s (see --help)", dashed));
     }
-    if (flag->IsOfType<bool>()) continue;
     std::string value;
-    if (eq != absl::string_view::npos) {
-      value = std::string(arg.substr(eq + 1));
-    } else if (i + 1 < normalized.size()) {
-      value = normalized[++i];
+    if (eq != std::string::npos) {
+      value = text->substr(eq + 1);
+    } else if (flag != nullptr && flag->IsOfType<bool>()) {
+      value = "true";
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
     } else {
       return absl::InvalidArgumentError(absl::StrFormat("flag --%s needs a value", dashed));
+    }
+    if (name == "flagfile") {
+      if (depth >= kMaxFlagfileDepth) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "--flagfile=\"%s\": flag files nest more than %d deep", value, kMaxFlagfileDepth));
+      }
+      for (absl::string_view path : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+        std::ifstream in{std::string(path)};
+        if (!in) {
+          return absl::InvalidArgumentError(
+              absl::StrFormat("--flagfile=\"%s\": cannot read it: %s", path, std::strerror(errno)));
+        }
+        std::vector<std::string> lines;
+        std::string line;
+        int number = 0;
+        while (std::getline(in, line)) {
+          ++number;
+          absl::string_view l = absl::StripAsciiWhitespace(line);
+          if (l.empty() || absl::StartsWith(l, "#")) continue;
+          if (!absl::StartsWith(l, "-")) {
+            return absl::InvalidArgumentError(absl::StrFormat(
+                "--flagfile=\"%s\" line %d: \"%s\" is not a flag (--name=value)", path, number, l));
+          }
+          lines.emplace_back(l);
+        }
+        if (absl::Status s = ApplyArgs(lines, depth + 1, request); !s.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrFormat("--flagfile=\"%s\": %s", path, s.message()));
+        }
+      }
+      continue;
     }
     std::string error;
     if (!flag->ParseFrom(value, &error)) {
       return absl::InvalidArgumentError(absl::StrFormat("--%s=\"%s\": %s", dashed, value, error));
     }
   }
-  std::vector<char*> args;
-  for (std::string& a : normalized) args.push_back(a.data());
-  std::vector<char*> rest = absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
-  if (rest.size() > 1) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "unexpected argument \"%s\": cuckood takes only flags (see --help)", rest[1]));
+  return absl::OkStatus();
+}
+
+// Word-wraps `text` to lines of at most `width` characters after `indent`.
+std::string Wrap(absl::string_view text, size_t indent, size_t width) {
+  std::string out;
+  size_t column = 0;
+  for (absl::string_view word : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
+    if (column > 0 && column + 1 + word.size() > width) {
+      out += '\n';
+      column = 0;
+    }
+    if (column == 0) {
+      out.append(indent, ' ');
+    } else {
+      out += ' ';
+      ++column;
+    }
+    absl::StrAppend(&out, word);
+    column += word.size();
+  }
+  return out + '\n';
+}
+
+}  // namespace
+
+std::string HelpText() {
+  std::string out = absl::StrCat(
+      "Usage: cuckood [--flag=value ...]\n\n"
+      "cuckood ",
+      kVersion,
+      ": a membership-query server of named cuckoo filters over gRPC.\n"
+      "Every flag can also be set by the environment variable shown with it; the\n"
+      "command line wins, and an unknown CUCKOOD_* variable is an error (Kubernetes'\n"
+      "service links, CUCKOOD_SERVICE_HOST and the like, are ignored). Flags may be\n"
+      "written with dashes or underscores (--max-batch-keys, --max_batch_keys).\n"
+      "Sizes need a unit: B, KiB, MiB, GiB, TiB, KB, MB, GB, TB (only 0 may be\n"
+      "written bare); durations are like 500ms, 10s, 1m30s, 24h.\n");
+  absl::string_view group;
+  for (const FlagEntry& f : kFlags) {
+    if (f.group != group) {
+      group = f.group;
+      absl::StrAppend(&out, "\n", group, ":\n");
+    }
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(f.name);
+    if (flag == nullptr) continue;
+    std::string def = flag->DefaultValue();
+    absl::StrAppend(&out, "  --", Dashed(f.name), "  (", EnvironmentVariableFor(f.name),
+                    "; default ", def.empty() ? "empty" : absl::StrCat("\"", def, "\""), ")\n",
+                    Wrap(flag->Help(), 6, 78));
+  }
+  absl::StrAppend(&out,
+                  "\nOther:\n"
+                  "  --flagfile=PATH[,PATH...]\n"
+                  "      read flags from files, one --name=value a line (# starts a comment)\n"
+                  "  --help  this text\n"
+                  "  --version  print the version\n"
+                  "\nExit codes: 0 after a signal-initiated shutdown, 1 if the server cannot\n"
+                  "start, 2 for a bad configuration, 3 after the write-ahead log failed.\n");
+  return out;
+}
+
+absl::StatusOr<ServerConfig> ConfigFromCommandLine(int argc, char** argv) {
+  if (absl::Status s = ApplyEnvironment(); !s.ok()) return s;
+  CommandLineRequest request;
+  std::vector<std::string> args(argv + std::min(argc, 1), argv + argc);
+  if (absl::Status s = ApplyArgs(args, 0, request); !s.ok()) return s;
+  if (request.help) {
+    std::fputs(HelpText().c_str(), stdout);
+    std::exit(std::fflush(stdout) == 0 ? 0 : 2);
+  }
+  if (request.version) {
+    absl::PrintF("cuckood %s\n", kVersion);
+    std::exit(std::fflush(stdout) == 0 ? 0 : 2);
   }
 
   ServerConfig c;

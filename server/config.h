@@ -3,8 +3,8 @@
 //
 // Every setting is a flag (--max-batch-keys=10000 or --max_batch_keys=10000)
 // and an environment variable (CUCKOOD_MAX_BATCH_KEYS=10000); a flag given on
-// the command line wins over the environment. Sizes accept a unit (KiB, MiB,
-// GiB, TiB, or KB/MB/GB/TB for powers of ten); durations take absl's form
+// the command line wins over the environment. Sizes need a unit (B, KiB,
+// MiB, GiB, TiB, or KB/MB/GB/TB for powers of ten; only 0 may be bare); durations take absl's form
 // ("10s", "1m30s").
 #ifndef CUCKOO_SERVER_CONFIG_H_
 #define CUCKOO_SERVER_CONFIG_H_
@@ -212,11 +212,18 @@ std::string FormatByteSize(uint64_t bytes);
 std::string FormatByteSizeExactly(uint64_t bytes);
 
 // Reads the configuration from the environment (CUCKOOD_*) and the command
-// line, which wins. INVALID_ARGUMENT for an unknown flag, a bad value or an
-// environment variable that does not parse (naming the variable). Positional
-// arguments are an error too. --help and --version are handled by absl and
-// exit.
+// line, which wins; --flagfile=PATH reads flags from a file. INVALID_ARGUMENT,
+// one line, for an unknown flag, a bad value (a size without a unit, a bad
+// bool), an unreadable flag file, an environment variable that does not
+// parse or an unknown CUCKOOD_* variable (naming it and the closest flag;
+// Kubernetes' service-link variables such as CUCKOOD_SERVICE_HOST are
+// ignored). Positional arguments are an error too. --help prints HelpText()
+// and --version the version, both on stdout, and exit 0.
 absl::StatusOr<ServerConfig> ConfigFromCommandLine(int argc, char** argv);
+
+// cuckood --help: every flag as operators spell it (--tls-key), grouped,
+// with its environment variable, default and description.
+std::string HelpText();
 
 // The environment variable that sets flag `flag_name` (e.g. "max_batch_keys"
 // -> "CUCKOOD_MAX_BATCH_KEYS").

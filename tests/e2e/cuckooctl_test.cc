@@ -18,7 +18,10 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "tests/e2e/process.h"
 
 namespace cuckoo::testing {
@@ -1169,6 +1172,28 @@ TEST(CuckooctlHashTokenTest, StdinModeHashesTheGivenTokenWithoutItsLineBreak) {
   ASSERT_EQ(r.code, 0) << Describe(r);
   Result sum = RunProcess({"/usr/bin/sha256sum"}, token);
   EXPECT_EQ(r.out, token + "\ntoken ops sha256:" + Words(sum.out).at(0) + " admin:*\n");
+}
+
+// Issue 29: `hash-token --help` listed the global flags (--target, --token,
+// ...), which hash-token then refused. Every flag its help lists (a line
+// starting with "  --") must be one it accepts.
+TEST(CuckooctlHashTokenTest, HashTokenHelpListsOnlyFlagsItAccepts) {
+  Result help = RunProcess({CUCKOOCTL_PATH, "hash-token", "--help"});
+  ASSERT_EQ(help.code, 0) << Describe(help);
+  EXPECT_THAT(help.out, HasSubstr("--grant"));
+  int listed = 0;
+  for (absl::string_view line : absl::StrSplit(help.out, '\n')) {
+    absl::string_view rest = absl::StripLeadingAsciiWhitespace(line);
+    if (rest.size() == line.size() || !absl::StartsWith(rest, "--")) continue;
+    // "--grant=KIND:PATTERN  what..." or "--tls, --ca=PEM": the first name.
+    std::string name(rest.substr(0, rest.find_first_of("=, ")));
+    ++listed;
+    Result r = name == "--stdin"
+                   ? RunProcess({CUCKOOCTL_PATH, "hash-token", "n", name}, "ck_token\n")
+                   : RunProcess({CUCKOOCTL_PATH, "hash-token", "n", name + "=read:*"});
+    EXPECT_EQ(r.code, 0) << name << "\n" << Describe(r);
+  }
+  EXPECT_EQ(listed, 2) << help.out;
 }
 
 TEST(CuckooctlHashTokenTest, BadNamesGrantsAndTokensAreUsageErrors) {

@@ -3,7 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -182,6 +184,52 @@ TEST(ServerProcessTest, BadConfigurationExitsTwoNamingTheProblem) {
   Result env = RunProcess({CUCKOOD_PATH}, "", {"CUCKOOD_LOG_FORMAT=xml"});
   EXPECT_EQ(env.code, 2);
   EXPECT_THAT(env.err, HasSubstr("--log-format=\"xml\""));
+}
+
+// Issue 29: operator input that was silently misread, or reported by absl's
+// parser with exit 1. Each must exit 2 with one stderr line naming it.
+void ExpectOneLineExitTwo(const Result& r, const std::string& message) {
+  EXPECT_EQ(r.code, 2) << message << "\n" << r.err;
+  EXPECT_THAT(r.err, HasSubstr(message));
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+TEST(ServerProcessTest, UnknownCuckoodEnvironmentVariableExitsTwoNamingTheClosestFlag) {
+  ExpectOneLineExitTwo(
+      RunProcess({CUCKOOD_PATH}, "", {"CUCKOOD_MEMORY_BUDGT=1GiB"}),
+      "unknown environment variable CUCKOOD_MEMORY_BUDGT (did you mean CUCKOOD_MEMORY_BUDGET, "
+      "--memory-budget?)");
+}
+
+TEST(ServerProcessTest, ByteSizeWithoutUnitExitsTwoNamingTheUnits) {
+  Result r = RunProcess({CUCKOOD_PATH, "--memory-budget=1024"});
+  ExpectOneLineExitTwo(r, "--memory-budget=\"1024\": a size needs a unit");
+  EXPECT_THAT(r.err, HasSubstr("MiB"));
+}
+
+TEST(ServerProcessTest, BadBoolExitsTwo) {
+  ExpectOneLineExitTwo(RunProcess({CUCKOOD_PATH, "--admin-tls=ture"}), "--admin-tls=\"ture\"");
+}
+
+TEST(ServerProcessTest, BadFlagfileExitsTwo) {
+  TempDir dir;
+  ExpectOneLineExitTwo(RunProcess({CUCKOOD_PATH, "--flagfile=" + dir.path() + "/missing"}),
+                       "--flagfile=\"" + dir.path() + "/missing\": cannot read it");
+  const std::string file = dir.path() + "/flags";
+  std::ofstream(file) << "# comment\n--max-filters=5\n--memory-budgt=1GiB\n";
+  ExpectOneLineExitTwo(RunProcess({CUCKOOD_PATH, "--flagfile=" + file}),
+                       "unknown flag --memory-budgt");
+}
+
+TEST(ServerProcessTest, HelpSpellsFlagsWithDashesAndPrintsNoBuildPaths) {
+  Result r = RunProcess({CUCKOOD_PATH, "--help"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("--tls-key"));
+  EXPECT_THAT(r.out, HasSubstr("CUCKOOD_TLS_KEY"));
+  EXPECT_THAT(r.out, HasSubstr("--memory-budget"));
+  EXPECT_THAT(r.out, Not(HasSubstr("--tls_key")));
+  EXPECT_THAT(r.out, Not(HasSubstr("config.cc")));
+  EXPECT_THAT(r.out, Not(HasSubstr("Flags from")));
 }
 
 TEST(ServerProcessTest, EnvironmentConfiguresTheServer) {

@@ -46,7 +46,8 @@ TEST(ConfigTest, ByteSizesFormatForPeopleAndExactly) {
   EXPECT_EQ(FormatByteSize((uint64_t{17} << 30) + (uint64_t{7} << 29)), "20.5GiB");
   EXPECT_EQ(FormatByteSize(100), "100B");
   EXPECT_EQ(FormatByteSizeExactly(1536u << 10), "1536KiB");
-  EXPECT_EQ(FormatByteSizeExactly(1'000'001), "1000001");
+  EXPECT_EQ(FormatByteSizeExactly(1'000'001), "1000001B");
+  EXPECT_EQ(FormatByteSizeExactly(0), "0");
   EXPECT_EQ(*ParseByteSize(FormatByteSizeExactly(123'456'789)), 123'456'789u);
 }
 
@@ -86,7 +87,7 @@ TEST(ConfigTest, InvalidValuesNameTheFlag) {
       {[](ServerConfig& c) { c.wal_sync_interval = absl::Milliseconds(1); },
        "--wal-sync-interval=1ms must be between 10ms and 1h"},
       {[](ServerConfig& c) { c.wal_segment_bytes = (uint64_t{1} << 20) + 8; },
-       "--wal-segment-size=1048584 must be a multiple of 4KiB"},
+       "--wal-segment-size=1048584B must be a multiple of 4KiB"},
       {[](ServerConfig& c) { c.wal_max_bytes = uint64_t{64} << 20; },
        "--wal-max-size=64MiB must be at least twice --wal-segment-size=64MiB"},
       {[](ServerConfig& c) { c.snapshot_interval = absl::Seconds(-1); },
@@ -287,6 +288,99 @@ TEST(ConfigTest, SecurityFlagsComeFromFlagsOrEnvironment) {
   // absl's flags keep their values: back to the defaults for later tests.
   ASSERT_TRUE(
       Parse({"--tls-cert=", "--tls-key=", "--auth-tokens=", "--auth-reload-interval=5s"}).ok());
+}
+
+// Issue 29: CUCKOOD_MEMORY_BUDGT=1GiB was ignored, and the server ran on
+// its default budget.
+TEST(ConfigTest, UnknownCuckoodEnvironmentVariableIsRefusedNamingTheClosestFlag) {
+  setenv("CUCKOOD_MEMORY_BUDGT", "1GiB", 1);
+  absl::Status s = Parse({}).status();
+  unsetenv("CUCKOOD_MEMORY_BUDGT");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("CUCKOOD_MEMORY_BUDGT"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("--memory-budget"));
+  // A {SVCNAME}_PORT without Kubernetes' tcp:// value is a typo too.
+  setenv("CUCKOOD_REDIS_PORT", "6379", 1);
+  s = Parse({}).status();
+  unsetenv("CUCKOOD_REDIS_PORT");
+  EXPECT_THAT(std::string(s.message()), HasSubstr("CUCKOOD_REDIS_PORT"));
+}
+
+// Kubernetes sets these for Services named cuckood, cuckood-headless,
+// cuckood-ready (deploy/k8s) in every pod without enableServiceLinks: false.
+TEST(ConfigTest, KubernetesServiceLinkVariablesAreIgnored) {
+  const std::vector<std::pair<std::string, std::string>> links = {
+      {"CUCKOOD_SERVICE_HOST", "10.0.0.1"},
+      {"CUCKOOD_SERVICE_PORT", "50051"},
+      {"CUCKOOD_SERVICE_PORT_GRPC", "50051"},
+      {"CUCKOOD_SERVICE_PORT_REDIS_PORT", "6379"},
+      {"CUCKOOD_PORT", "tcp://10.0.0.1:50051"},
+      {"CUCKOOD_PORT_50051_TCP", "tcp://10.0.0.1:50051"},
+      {"CUCKOOD_PORT_50051_TCP_PROTO", "tcp"},
+      {"CUCKOOD_PORT_50051_TCP_PORT", "50051"},
+      {"CUCKOOD_PORT_50051_TCP_ADDR", "10.0.0.1"},
+      {"CUCKOOD_HEADLESS_SERVICE_HOST", "None"},
+      {"CUCKOOD_HEADLESS_PORT", "tcp://10.0.0.2:9090"},
+      {"CUCKOOD_READY_PORT_9090_TCP_ADDR", "10.0.0.3"},
+      {"CUCKOOD_READY_SERVICE_PORT_ADMIN", "9090"},
+  };
+  for (const auto& [name, value] : links) setenv(name.c_str(), value.c_str(), 1);
+  auto c = Parse({});
+  for (const auto& [name, value] : links) unsetenv(name.c_str());
+  EXPECT_TRUE(c.ok()) << c.status();
+}
+
+// Issue 29: --memory-budget=1024 was 1 KiB.
+TEST(ConfigTest, ByteSizeWithoutUnitIsRefusedNamingTheFlagAndTheUnits) {
+  absl::Status s = Parse({"--memory-budget=1024"}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("--memory-budget=\"1024\""));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("GiB"));
+  setenv("CUCKOOD_WAL_MAX_SIZE", "1000000", 1);
+  s = Parse({}).status();
+  unsetenv("CUCKOOD_WAL_MAX_SIZE");
+  EXPECT_THAT(std::string(s.message()), HasSubstr("CUCKOOD_WAL_MAX_SIZE=\"1000000\""));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("needs a unit"));
+  // A bare 0 ("the default" for these) and sizes with units are fine.
+  auto c = Parse({"--memory-budget=0", "--transport-memory=0", "--wal-max-size=1000000B"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->memory_budget_bytes, 0u);
+  EXPECT_EQ(c->wal_max_bytes, 1'000'000u);
+  ASSERT_TRUE(Parse({"--wal-max-size=1GiB"}).ok());
+}
+
+TEST(ConfigTest, BadBoolIsRefusedAndBoolsTakeEverySpelling) {
+  EXPECT_THAT(std::string(Parse({"--admin-tls=ture"}).status().message()),
+              HasSubstr("--admin-tls=\"ture\""));
+  EXPECT_FALSE(Parse({"-reflection=false"})->reflection);
+  EXPECT_TRUE(Parse({"--reflection"})->reflection);
+  EXPECT_FALSE(Parse({"--noreflection"})->reflection);
+  EXPECT_TRUE(Parse({"--reflection=true"})->reflection);
+}
+
+TEST(ConfigTest, FlagfileIsReadAndABadOneIsRefused) {
+  cuckoo::testing::TempDir dir;
+  const std::string file = dir.path() + "/flags";
+  std::ofstream(file) << "# settings\n\n--max-filters=21\n--tls-reload-interval=7s\n";
+  auto c = Parse({"--flagfile=" + file});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->max_filters, 21u);
+  EXPECT_EQ(c->tls_reload_interval, absl::Seconds(7));
+  EXPECT_THAT(std::string(Parse({"--flagfile=" + dir.path() + "/none"}).status().message()),
+              HasSubstr("cannot read it"));
+  std::ofstream(file) << "max-filters=3\n";
+  EXPECT_THAT(std::string(Parse({"--flagfile", file}).status().message()),
+              HasSubstr("is not a flag"));
+  ASSERT_TRUE(Parse({"--max-filters=1024", "--tls-reload-interval=10s"}).ok());
+}
+
+TEST(ConfigTest, HelpSpellsFlagsWithDashesWithTheirVariablesAndNoBuildPaths) {
+  const std::string help = HelpText();
+  EXPECT_THAT(help, HasSubstr("--tls-key"));
+  EXPECT_THAT(help, HasSubstr("CUCKOOD_TLS_KEY"));
+  EXPECT_THAT(help, HasSubstr("--redis-default-expansion"));
+  EXPECT_THAT(help, ::testing::Not(HasSubstr("--tls_key")));
+  EXPECT_THAT(help, ::testing::Not(HasSubstr("config.cc")));
 }
 
 TEST(ConfigTest, BadFlagsAndEnvironmentAreInvalidArgumentNamingThem) {
