@@ -678,6 +678,16 @@ std::string ClosestFlag(absl::string_view name) {
 
 std::string Dashed(absl::string_view name) { return absl::StrReplaceAll(name, {{"_", "-"}}); }
 
+// absl's CommandLineFlag::ParseFrom error without its prefix ("Illegal value
+// 'V' specified for flag 'name'; "): the callers name the flag and the value
+// the way the operator wrote them.
+std::string ParseError(std::string error) {
+  if (absl::StartsWith(error, "Illegal value '")) {
+    if (size_t semi = error.find("'; "); semi != std::string::npos) error.erase(0, semi + 3);
+  }
+  return error;
+}
+
 // Applies the CUCKOOD_* variables; an unknown one (a typo) is an error, as
 // the server would otherwise run on a default the operator meant to change.
 absl::Status ApplyEnvironment() {
@@ -705,7 +715,8 @@ absl::Status ApplyEnvironment() {
     std::string error;
     if (flag == nullptr || !flag->ParseFrom(value, &error)) {
       return absl::InvalidArgumentError(absl::StrFormat("environment variable %s=\"%s\" (--%s): %s",
-                                                        var, value, Dashed(f.name), error));
+                                                        var, value, Dashed(f.name),
+                                                        ParseError(error)));
     }
   }
   return absl::OkStatus();
@@ -819,7 +830,8 @@ absl::Status ApplyArgs(const std::vector<std::string>& args, int depth,
     }
     std::string error;
     if (!flag->ParseFrom(value, &error)) {
-      return absl::InvalidArgumentError(absl::StrFormat("--%s=\"%s\": %s", dashed, value, error));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--%s=\"%s\": %s", dashed, value, ParseError(error)));
     }
   }
   return absl::OkStatus();

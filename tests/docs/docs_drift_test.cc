@@ -20,6 +20,7 @@
 #include "absl/strings/str_replace.h"
 #include "core/registry.h"
 #include "server/cluster/cluster.h"
+#include "server/config.h"
 #include "server/metrics.h"
 #include "server/wal.h"
 #include "server/wal_env.h"
@@ -138,6 +139,20 @@ std::set<std::string> ServerFlags() {
   return out;
 }
 
+// The options `cuckood --help` lists (HelpText(): lines "  --name..."), which
+// include those cuckood's own parser handles beside the flags (--flagfile,
+// --help, --version).
+std::set<std::string> HelpFlags() {
+  std::set<std::string> out;
+  std::istringstream in(cuckoo::server::HelpText());
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("  --", 0) != 0) continue;
+    size_t end = line.find_first_of(" =[", 2);
+    out.insert(line.substr(2, end == std::string::npos ? std::string::npos : end - 2));
+  }
+  return out;
+}
+
 // The flags in server/README.md's configuration table: rows whose first
 // cell holds backticked `--flag`s.
 std::set<std::string> DocumentedFlags() {
@@ -152,8 +167,11 @@ std::set<std::string> DocumentedFlags() {
 }
 
 TEST(DocsDriftTest, EveryServerFlagIsInServerReadme) {
-  const std::set<std::string> flags = ServerFlags();
+  std::set<std::string> flags = ServerFlags();
   ASSERT_GT(flags.size(), 10u) << "cuckood's flags were not found in the flag registry";
+  const std::set<std::string> help = HelpFlags();
+  EXPECT_EQ(Missing(flags, help), "") << "cuckood flags that `cuckood --help` does not list";
+  flags.insert(help.begin(), help.end());
   const std::set<std::string> documented = DocumentedFlags();
   EXPECT_EQ(Missing(flags, documented), "")
       << "cuckood flags that server/README.md's configuration table does not list";

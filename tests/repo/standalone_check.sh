@@ -23,7 +23,9 @@ fi
 cd "${1:-$(dirname "$0")/../..}"
 # The patterns are built so that this file does not match them itself.
 dotdot='\.\.'
-pattern="${dotdot}/shared\\b|(^|[^A-Za-z0-9_.~-])/(work|home|root)/[A-Za-z0-9_.-]"
+# A machine path: /work/, /home/ or /root/ then a name (not "...", as in
+# prose that describes the rule).
+pattern="${dotdot}/shared\\b|(^|[^A-Za-z0-9_.~-])/(work|home|root)/[A-Za-z0-9_-]"
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   mapfile -t files < <(git ls-files)
 else # an exported tree: every file but build trees

@@ -342,10 +342,10 @@ TEST(ConfigTest, ByteSizeWithoutUnitIsRefusedNamingTheFlagAndTheUnits) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("CUCKOOD_WAL_MAX_SIZE=\"1000000\""));
   EXPECT_THAT(std::string(s.message()), HasSubstr("needs a unit"));
   // A bare 0 ("the default" for these) and sizes with units are fine.
-  auto c = Parse({"--memory-budget=0", "--transport-memory=0", "--wal-max-size=1000000B"});
+  auto c = Parse({"--memory-budget=0", "--transport-memory=0", "--wal-max-size=200000000B"});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->memory_budget_bytes, 0u);
-  EXPECT_EQ(c->wal_max_bytes, 1'000'000u);
+  EXPECT_EQ(c->wal_max_bytes, 200'000'000u);
   ASSERT_TRUE(Parse({"--wal-max-size=1GiB"}).ok());
 }
 
