@@ -13,6 +13,7 @@
 #include <system_error>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -63,6 +64,14 @@ Persistence::~Persistence() {
 }
 
 absl::Status Persistence::Quarantine(const std::string& path, const absl::Status& why) {
+  absl::StatusOr<std::string> target = MoveToQuarantine(path, why);
+  if (!target.ok()) return target.status();
+  spdlog::error("bad snapshot not loaded, moved to {}: {}", *target, std::string(why.message()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Persistence::MoveToQuarantine(const std::string& path,
+                                                          const absl::Status& why) {
   const fs::path dir = fs::path(data_dir_) / kQuarantineDir;
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -85,13 +94,11 @@ absl::Status Persistence::Quarantine(const std::string& path, const absl::Status
     // Left in place, a later snapshot of a new filter of this name would
     // overwrite it: refuse to start instead.
     return absl::InternalError(absl::StrFormat(
-        "bad snapshot %s (%s) could not be moved to %s: %s; move it out of the data directory "
+        "snapshot %s (%s) could not be moved to %s: %s; move it out of the data directory "
         "(or fix the permissions) and start again",
         path, why.message(), target.string(), ec.message()));
   }
-  spdlog::error("bad snapshot not loaded, moved to {}: {}", target.string(),
-                std::string(why.message()));
-  return absl::OkStatus();
+  return target.string();
 }
 
 absl::StatusOr<LoadSummary> Persistence::LoadAll() {
@@ -227,6 +234,10 @@ absl::StatusOr<LoadSummary> Persistence::LoadAll() {
     }
     if (absl::Status s = ReplayAndOpenLog(&summary); !s.ok()) return s;
   }
+  for (const auto& [name, filter] : registry_->List()) {
+    ++summary.served;
+    summary.served_items += filter->items();
+  }
   summary.duration = absl::Now() - start;
   return summary;
 }
@@ -332,9 +343,13 @@ absl::Status Persistence::ReplayAndOpenLog(LoadSummary* summary) {
   auto add_live = [&](uint64_t id, std::string name, std::shared_ptr<CuckooFilter> filter) {
     live[id] = std::make_unique<Live>(Live{std::move(filter), std::move(name)});
   };
+  // The filters loaded from snapshot files: a drop the log replays moves
+  // their file to quarantine/ instead of deleting it.
+  absl::flat_hash_set<const CuckooFilter*> from_file;
   // Appending goes on past every position a snapshot holds.
   uint64_t at_least = 1;
   for (auto& [name, filter] : registry_->List()) {
+    from_file.insert(filter.get());
     const uint64_t id = filter->id();
     if (id != 0) add_live(id, name, filter);
     at_least = std::max(at_least, id + 1);
@@ -418,9 +433,31 @@ absl::Status Persistence::ReplayAndOpenLog(LoadSummary* summary) {
               MutexLock lock(&records_mu_);
               records_.erase(dropped.name);
             }
-            // A drop whose file removal a crash cut short.
-            ::unlink(SnapshotPath(data_dir_, dropped.name).c_str());
+            if (from_file.contains(dropped.filter.get())) {
+              // A file the log's history does not account for: copied back
+              // after the drop (a restore: cuckooctl import is the way), or
+              // a drop whose file removal a crash cut short. Never deleted
+              // without a word: moved to quarantine/.
+              const std::vector<uint64_t> positions = dropped.filter->ShardPositions();
+              const uint64_t at =
+                  positions.empty() ? 0 : *std::max_element(positions.begin(), positions.end());
+              const std::string path = SnapshotPath(data_dir_, dropped.name);
+              absl::StatusOr<std::string> moved = MoveToQuarantine(
+                  path, absl::FailedPreconditionError(absl::StrFormat(
+                            "the write-ahead log drops filter \"%s\" at log position %u",
+                            dropped.name, r.lsn)));
+              if (!moved.ok()) return moved.status();
+              spdlog::warn(
+                  "snapshot {} of filter {} (log position {}) is dropped by the write-ahead log "
+                  "at log position {}: not served, moved to {} (to restore a filter, use "
+                  "cuckooctl import)",
+                  path, dropped.name, at, r.lsn, *moved);
+              ++summary->dropped_by_log;
+            } else {
+              ::unlink(SnapshotPath(data_dir_, dropped.name).c_str());  // None expected.
+            }
             removed_files = true;
+            from_file.erase(dropped.filter.get());  // Its address may be reused.
             live.erase(it);
             ++summary->log_applied;
             return absl::OkStatus();

@@ -106,8 +106,14 @@ struct SnapshotRun {
 };
 
 struct LoadSummary {
-  size_t loaded = 0;
-  size_t quarantined = 0;
+  size_t loaded = 0;       // Snapshot files loaded.
+  size_t quarantined = 0;  // Bad files moved to quarantine/.
+  // Snapshot files whose filter the write-ahead log dropped later (a file
+  // copied back by hand, or a drop a crash cut short), moved to quarantine/.
+  size_t dropped_by_log = 0;
+  // What is served once the log is replayed: filters and their items.
+  size_t served = 0;
+  uint64_t served_items = 0;
   uint64_t items = 0;
   uint64_t bytes = 0;
   // The write-ahead log's replay: records read, applied (the rest were
@@ -306,6 +312,9 @@ class Persistence {
   static void Finish(Job& job, const absl::Status& status);
   // Moves a bad file to quarantine/, logging why. Fails if it cannot.
   absl::Status Quarantine(const std::string& path, const absl::Status& why);
+  // Moves `path` to quarantine/ (a name of its own there), without logging;
+  // the new path. Fails, naming `why`, if it cannot.
+  absl::StatusOr<std::string> MoveToQuarantine(const std::string& path, const absl::Status& why);
   // `bounds`: see Entry.
   void SetRecord(absl::string_view name, const std::shared_ptr<CuckooFilter>& filter,
                  const SnapshotRecord& record, std::vector<uint64_t> bounds = {});

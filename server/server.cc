@@ -250,13 +250,18 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
         config.data_dir, kWalDir, FormatByteSize(config.wal_segment_bytes),
         FormatByteSize(config.wal_max_bytes));
   }
-  spdlog::info("loaded {} filters ({} items, {}) from {} in {}{}", loaded->loaded, loaded->items,
-               FormatByteSize(loaded->bytes), config.data_dir,
-               absl::FormatDuration(loaded->duration),
+  // What is served, after the log's replay; then what the files gave.
+  spdlog::info("serving {} filters ({} items) from {}: {} snapshot files loaded ({}) in {}{}{}",
+               loaded->served, loaded->served_items, config.data_dir, loaded->loaded,
+               FormatByteSize(loaded->bytes), absl::FormatDuration(loaded->duration),
                loaded->quarantined == 0
                    ? std::string()
                    : absl::StrFormat("; %d bad files moved to %s/%s", loaded->quarantined,
-                                     config.data_dir, kQuarantineDir));
+                                     config.data_dir, kQuarantineDir),
+               loaded->dropped_by_log == 0
+                   ? std::string()
+                   : absl::StrFormat("; %d files of filters the log drops moved to %s/%s",
+                                     loaded->dropped_by_log, config.data_dir, kQuarantineDir));
   // The health service is cuckood's own: gRPC's default one is on the
   // callback API (server/call_queues.h).
   grpc::EnableDefaultHealthCheckService(false);

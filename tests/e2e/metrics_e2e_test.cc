@@ -40,7 +40,7 @@ TEST(MetricsE2eTest, ScrapedValuesMoveWithCuckooctlTraffic) {
   // The admin server is up before snapshots are loaded.
   const std::string log = server.process().out();
   ASSERT_NE(log.find("admin HTTP on"), std::string::npos);
-  EXPECT_LT(log.find("admin HTTP on"), log.find("loaded 0 filters"));
+  EXPECT_LT(log.find("admin HTTP on"), log.find("serving 0 filters"));
 
   EXPECT_EQ(HttpGet(admin, "/healthz").status, 200);
   EXPECT_EQ(HttpGet(admin, "/readyz").status, 200);

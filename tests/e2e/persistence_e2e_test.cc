@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <string>
@@ -78,7 +79,7 @@ TEST_F(PersistenceE2eTest, KeysInsertedWithCuckooctlSurviveSigtermAndRestart) {
               HasSubstr("loaded filter urls from " + data_.path() + "/urls.cuckoo: 500 items"));
   EXPECT_THAT(log,
               HasSubstr("loaded filter users from " + data_.path() + "/users.cuckoo: 50000 items"));
-  EXPECT_THAT(log, HasSubstr("loaded 2 filters (50500 items"));
+  EXPECT_THAT(log, HasSubstr("serving 2 filters (50500 items)"));
   ExpectAllPresent("users", users);
   ExpectAllPresent("urls", urls);
   Result info = Ctl({"info", "users"});
@@ -138,6 +139,73 @@ TEST_F(PersistenceE2eTest, DroppedFilterDoesNotComeBack) {
   Result info = Ctl({"info", "tmp"});
   EXPECT_EQ(info.code, 3);
   EXPECT_THAT(info.err, HasSubstr("NOT_FOUND"));
+}
+
+// The restore deploy/README.md used to document: a backup copy of the
+// snapshot file put back into the data directory after the filter was
+// dropped, then a restart. The log's replay dropped the filter again and
+// deleted the file without a word, while the start-up line said "loaded 1
+// filters". Now the file is moved to quarantine/ with a warning naming the
+// file, the filter and the drop's log position, and the summary counts what
+// is served.
+TEST_F(PersistenceE2eTest, SnapshotCopiedBackAfterADropWasDeletedByTheReplayWithoutAWord) {
+  Start();
+  ASSERT_EQ(Ctl({"create", "users", "--capacity=10000"}).code, 0);
+  ASSERT_EQ(Ctl({"insert", "users", "--quiet"}, KeyLines("user:", 1000)).code, 0);
+  ASSERT_EQ(Ctl({"snapshot"}).code, 0);
+  const std::string file = data_.path() + "/users.cuckoo";
+  const std::string backup = data_.path() + "/../users.cuckoo.backup-" + std::to_string(getpid());
+  std::filesystem::copy_file(file, backup, std::filesystem::copy_options::overwrite_existing);
+  ASSERT_EQ(Ctl({"drop", "users"}).code, 0);
+  server_->process().Signal(SIGTERM);
+  ASSERT_EQ(server_->process().Wait(), 0);
+  std::filesystem::copy_file(backup, file);
+  std::filesystem::remove(backup);
+
+  Start();
+  const std::string log = server_->process().out();
+  EXPECT_THAT(log, HasSubstr("snapshot " + file + " of filter users (log position "));
+  EXPECT_THAT(log, HasSubstr("is dropped by the write-ahead log at log position "));
+  EXPECT_THAT(log, HasSubstr("moved to " + data_.path() + "/quarantine/users.cuckoo."));
+  EXPECT_THAT(log, HasSubstr("serving 0 filters (0 items)"));
+  EXPECT_THAT(log, HasSubstr("1 files of filters the log drops moved to"));
+  EXPECT_FALSE(std::filesystem::exists(file));
+  int quarantined = 0;
+  for (const auto& e : std::filesystem::directory_iterator(data_.path() + "/quarantine")) {
+    if (e.path().filename().string().rfind("users.cuckoo.", 0) == 0) ++quarantined;
+  }
+  EXPECT_EQ(quarantined, 1);
+  EXPECT_EQ(Ctl({"info", "users"}).code, 3);
+  // The name is free again: a new filter of it is created and survives.
+  ASSERT_EQ(Ctl({"create", "users", "--capacity=1000"}).code, 0);
+  server_->process().Signal(SIGTERM);
+  ASSERT_EQ(server_->process().Wait(), 0);
+  Start();
+  EXPECT_EQ(Ctl({"info", "users"}).code, 0);
+}
+
+// deploy/README.md's restore, step by step: a backup made with
+// `cuckooctl export`, the filter dropped, then `cuckooctl import` into the
+// running server; every key is there, and still after a kill -9 and restart.
+TEST_F(PersistenceE2eTest, DocumentedRestoreWithImportFindsEveryKey) {
+  Start();
+  ASSERT_EQ(Ctl({"create", "users", "--capacity=100k"}).code, 0);
+  const std::string keys = KeyLines("user:", 20'000);
+  ASSERT_EQ(Ctl({"insert", "users", "--quiet"}, keys).code, 0);
+  const std::string backup = data_.path() + "/../users.cuckoo.export-" + std::to_string(getpid());
+  Result exported = Ctl({"export", "users", "--file=" + backup});
+  ASSERT_EQ(exported.code, 0) << Describe(exported);
+  ASSERT_EQ(Ctl({"drop", "users"}).code, 0);
+  Result imported = Ctl({"import", "users", "--file=" + backup});
+  std::filesystem::remove(backup);
+  ASSERT_EQ(imported.code, 0) << Describe(imported);
+  ExpectAllPresent("users", keys);
+
+  server_->process().Signal(SIGKILL);
+  server_->process().Wait();
+  Start();
+  ExpectAllPresent("users", keys);
+  EXPECT_THAT(server_->process().out(), HasSubstr("serving 1 filters (20000 items)"));
 }
 
 TEST_F(PersistenceE2eTest, SnapshotCommandErrorsAndJson) {
