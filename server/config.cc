@@ -11,7 +11,6 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -637,15 +636,43 @@ namespace {
 // {SVCNAME}_SERVICE_PORT, {SVCNAME}_SERVICE_PORT_{PORTNAME}, {SVCNAME}_PORT
 // (tcp://IP:PORT) and {SVCNAME}_PORT_{PORT}_{PROTO}[_PROTO|_PORT|_ADDR] in
 // every pod, unless the pod sets enableServiceLinks: false.
+// (Matched by hand: std::regex trips g++ 12's -Wmaybe-uninitialized in the
+// sanitizer builds.)
 bool IsKubernetesServiceLink(const std::string& name, absl::string_view value) {
-  static const std::regex kShape(
-      "CUCKOOD[A-Z0-9_]*_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|"
-      "PORT_[0-9]+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)");
-  static const std::regex kPort("CUCKOOD[A-Z0-9_]*_PORT");
-  if (std::regex_match(name, kShape)) return true;
+  constexpr absl::string_view kPrefix = "CUCKOOD";
+  if (!absl::StartsWith(name, kPrefix)) return false;
+  for (char c : name) {
+    if (!((c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  }
+  const absl::string_view n = name;
+  // Every place `part` starts at or after the prefix, with what follows it.
+  auto tails = [&](absl::string_view part) {
+    std::vector<absl::string_view> out;
+    for (size_t at = n.find(part, kPrefix.size()); at != absl::string_view::npos;
+         at = n.find(part, at + 1)) {
+      out.push_back(n.substr(at + part.size()));
+    }
+    return out;
+  };
+  if (absl::EndsWith(n, "_SERVICE_HOST")) return true;
+  for (absl::string_view rest : tails("_SERVICE_PORT")) {
+    if (rest.empty() || (rest.size() > 1 && rest[0] == '_')) return true;
+  }
+  // _PORT_{digits}_{TCP|UDP|SCTP}[_PROTO|_PORT|_ADDR]
+  for (absl::string_view rest : tails("_PORT_")) {
+    size_t digits = 0;
+    while (digits < rest.size() && rest[digits] >= '0' && rest[digits] <= '9') ++digits;
+    if (digits == 0 || digits == rest.size() || rest[digits] != '_') continue;
+    rest.remove_prefix(digits + 1);
+    for (absl::string_view proto : {"TCP", "UDP", "SCTP"}) {
+      if (!absl::StartsWith(rest, proto)) continue;
+      absl::string_view after = rest.substr(proto.size());
+      if (after.empty() || after == "_PROTO" || after == "_PORT" || after == "_ADDR") return true;
+    }
+  }
   // {SVCNAME}_PORT alone only with its URL value: CUCKOOD_REDIS_PORT=6379 is
   // a typo, not a service link.
-  return std::regex_match(name, kPort) &&
+  return n.size() > kPrefix.size() && absl::EndsWith(n, "_PORT") &&
          (absl::StartsWith(value, "tcp://") || absl::StartsWith(value, "udp://") ||
           absl::StartsWith(value, "sctp://"));
 }
