@@ -358,7 +358,7 @@ std::string FormatByteSizeExactly(uint64_t bytes) {
     const uint64_t one = uint64_t{1} << shift;
     if (bytes >= one && bytes % one == 0) return absl::StrFormat("%u%s", bytes >> shift, unit);
   }
-  return absl::StrFormat(bytes == 0 ? "%u" : "%uB", bytes);
+  return bytes == 0 ? std::string("0") : absl::StrFormat("%uB", bytes);
 }
 
 std::string EnvironmentVariableFor(absl::string_view flag_name) {
