@@ -106,7 +106,7 @@ def sh_script(text):
 def wait_ready(env, cwd, deadline):
     ctl = os.path.join(cwd, "build/release/client/cuckooctl")
     while time.monotonic() < deadline:
-        ok = subprocess.run([ctl, "health", "--quiet", "--timeout=1s"], env=env, cwd=cwd,
+        ok = subprocess.run([ctl, "health", "--quiet", "--timeout=5s"], env=env, cwd=cwd,
                             capture_output=True).returncode == 0
         ok = ok and subprocess.run(["redis-cli", "-p", "6379", "PING"], env=env, cwd=cwd,
                                    capture_output=True, text=True).stdout.strip() == "PONG"
@@ -135,9 +135,9 @@ def run_file(src, build, md):
         server = subprocess.Popen([os.path.join(build, "server/cuckood")], cwd=work,
                                   env=server_env, stdout=log, stderr=subprocess.STDOUT)
         try:
-            if not wait_ready(env, work, time.monotonic() + 30):
+            if not wait_ready(env, work, time.monotonic() + 90):
                 log.seek(0)
-                return [f"{md}: cuckood did not become ready in 30 s:\n{log.read()}"]
+                return [f"{md}: cuckood did not become ready in 90 s:\n{log.read()}"]
             for line, lang, text, skip in blocks(os.path.join(src, md)):
                 if lang not in ("sh", "python"):
                     continue
