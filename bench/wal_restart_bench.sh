@@ -47,5 +47,5 @@ echo "== restart (page cache warm: the files were just written)"
 t0=$($py -c 'import time; print(time.time())')
 start
 t1=$($py -c 'import time; print(time.time())')
-grep -E "loaded filter|replayed|loaded [0-9]+ filters" "$log" | sed 's/^\[[^]]*\] \[[a-z]*\] //'
+grep -E "loaded filter|replayed|serving [0-9]+ filters" "$log" | sed 's/^\[[^]]*\] \[[a-z]*\] //'
 $py -c "print(f'restart to serving: {$t1 - $t0:.2f} s')"
