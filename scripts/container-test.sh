@@ -505,7 +505,10 @@ export CT_TOKEN CT_READER_TOKEN CT_SECURE_ARGS CT_REDIS_ARGS
 apt_install redis-tools redis-cli
 
 # The image's labels: the version from CMakeLists.txt, the commit, the
-# repository it was cloned from (see the Dockerfile).
+# repository it was cloned from (see the Dockerfile). Passed as --label too:
+# podman 4.3's builder keys its layer cache on the LABEL line as written,
+# ${REVISION} unexpanded, so a cached layer of another commit would keep that
+# commit's labels.
 version=$(sed -n 's/^project(cuckood VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
 [ -n "$version" ] || { echo "container-test: no version in CMakeLists.txt" >&2; exit 1; }
 grep -qx "ARG VERSION=$version" Dockerfile ||
@@ -517,7 +520,9 @@ RUN_ARGS="-p 127.0.0.1:$CT_GRPC_PORT:50051 -p 127.0.0.1:$CT_ADMIN_PORT:9090 \
 -p 127.0.0.1:$CT_REDIS_PORT:6379 -v $CT_VOLUME:/var/lib/cuckood -e CUCKOOD_SNAPSHOT_INTERVAL=0 \
 $CT_SECURE_ARGS $CT_REDIS_ARGS" \
   VERIFY_TIMEOUT=${VERIFY_TIMEOUT:-120} SMOKE_REQUIRE_SIGTERM=1 \
-  BUILD_ARGS="--build-arg VERSION=$version --build-arg REVISION=$revision --build-arg SOURCE=$src_url" \
+  BUILD_ARGS="--build-arg VERSION=$version --build-arg REVISION=$revision --build-arg SOURCE=$src_url \
+--label org.opencontainers.image.version=$version --label org.opencontainers.image.revision=$revision \
+--label org.opencontainers.image.source=$src_url" \
   SMOKE_LABELS="org.opencontainers.image.licenses=Apache-2.0 org.opencontainers.image.version=$version
 org.opencontainers.image.revision=$revision org.opencontainers.image.source=$src_url" \
   bash scripts/container-smoke.sh Dockerfile . "$image" "bash scripts/container-test.sh --verify"
