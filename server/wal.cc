@@ -188,16 +188,16 @@ void Wal::Prepare() {
     if (s.ok()) {
       prepared_ = *std::move(f);
       prepare_error_ = absl::OkStatus();
-    } else if (absl::IsCancelled(s)) {
-      // Close: the partial file is gone (Create removes it), and a crash
-      // instead leaves one that the next start deletes or redoes.
-      prepare_error_ = s;
-      prepare_failed_at_ = absl::Now();
     } else {
       prepare_error_ = s;
       prepare_failed_at_ = absl::Now();
-      spdlog::error("could not prepare the next write-ahead log segment: {}",
-                    std::string(s.message()));
+      // A cancellation is Close's (the partial file is gone: Create removes
+      // it; a crash instead leaves one that the next start deletes or
+      // redoes), not a failure to report.
+      if (!absl::IsCancelled(s)) {
+        spdlog::error("could not prepare the next write-ahead log segment: {}",
+                      std::string(s.message()));
+      }
     }
     done_cv_.notify_all();
   }
