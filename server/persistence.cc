@@ -507,12 +507,20 @@ absl::Status Persistence::ReplayAndOpenLog(LoadSummary* summary) {
         "durable when the process or machine stopped)",
         scan->cut);
   }
+  if (!scan->closed_ignored.empty()) {
+    spdlog::warn(
+        "write-ahead log: the clean-close file {} does not match the log ({}): its end was "
+        "checked by reading its files whole",
+        scan->closed_file, scan->closed_ignored);
+  }
   summary->log_records = scan->records;
   summary->log_bytes = scan->bytes;
   summary->log_duration = absl::Now() - t0;
   if (scan->records > 0) {
-    spdlog::info("replayed the write-ahead log: {} records ({} applied), {} in {}", scan->records,
-                 summary->log_applied, FormatByteSize(scan->bytes), Ms(summary->log_duration));
+    spdlog::info("replayed the write-ahead log: {} records ({} applied), {} in {} (read {}{})",
+                 scan->records, summary->log_applied, FormatByteSize(scan->bytes),
+                 Ms(summary->log_duration), FormatByteSize(scan->read_bytes),
+                 scan->closed_cleanly ? ", closed cleanly" : "");
   }
   absl::StatusOr<std::unique_ptr<Wal>> wal = Wal::Open(wal_options, *scan, at_least);
   if (!wal.ok()) return wal.status();

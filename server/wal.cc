@@ -78,10 +78,14 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(WalOptions options, const WalScan
   WalEnv* env = wal->env_;
   const std::string& dir = wal->options_.dir;
   if (absl::Status s = env->CreateDir(dir); !s.ok()) return s;
-  for (const std::string& path : scan.unused) {
+  // A clean close's record holds only until something is appended: gone
+  // (and durably so) before anything is.
+  std::vector<std::string> remove = scan.unused;
+  if (!scan.closed_file.empty()) remove.push_back(scan.closed_file);
+  for (const std::string& path : remove) {
     if (absl::Status s = env->Remove(path); !s.ok()) return s;
   }
-  if (!scan.unused.empty()) {
+  if (!remove.empty()) {
     if (absl::Status s = env->SyncDir(dir); !s.ok()) return s;
   }
   const uint64_t last = std::max(scan.last_lsn, at_least > 0 ? at_least - 1 : 0);
@@ -559,8 +563,48 @@ void Wal::Close() {
   }
   if (preparer_.joinable()) preparer_.join();
   MutexLock lock(&mu_);
+  if (finished_) return;  // Closed before (the destructor calls Close again).
+  finished_ = true;
   closed_ = true;
+  // Everything appended is on disk: record where the log ends, so that the
+  // next start reads only that much (docs/WAL_FORMAT.md, "The clean-close
+  // file"). Without the record, a start reads every segment whole.
+  if (failure_.ok() && buffer_.empty() && synced_lsn_ == appended_lsn_ &&
+      (current_ != nullptr || segments_.empty())) {
+    WalClosed c;
+    if (current_ != nullptr) {
+      c.segment_sequence = segments_.back().sequence;
+      c.end = current_end_;
+      c.last_lsn = segments_.back().last_lsn;
+    }
+    if (prepared_ != nullptr) {
+      c.prepared_sequence = next_sequence_;
+      c.prepared_bytes = options_.segment_bytes;
+    }
+    if (absl::Status s = WriteClosedFile(c); !s.ok()) {
+      spdlog::warn(
+          "write-ahead log: could not record the clean close ({}); the next start reads "
+          "every segment whole",
+          std::string(s.message()));
+    }
+  }
   current_.reset();
+  prepared_.reset();
+}
+
+absl::Status Wal::WriteClosedFile(const WalClosed& c) {
+  const std::string path = absl::StrCat(options_.dir, "/", kWalClosedName);
+  const std::string tmp = path + ".tmp";
+  uint8_t bytes[kWalClosedBytes];
+  EncodeWalClosed(c, bytes);
+  if (absl::Status s = env_->Remove(tmp); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<WalFile>> f = env_->Create(tmp, kWalClosedBytes);
+  if (!f.ok()) return f.status();
+  if (absl::Status s = (*f)->Write(0, absl::MakeConstSpan(bytes)); !s.ok()) return s;
+  if (absl::Status s = (*f)->Sync(); !s.ok()) return s;
+  f->reset();
+  if (absl::Status s = env_->Rename(tmp, path); !s.ok()) return s;
+  return env_->SyncDir(options_.dir);
 }
 
 absl::Status Wal::Truncate(uint64_t needed_lsn) {

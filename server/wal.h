@@ -193,6 +193,8 @@ class Wal {
   // Writes `data` (whole records) at the end of the log, starting segments
   // as needed; counts the records in *records. On the committer thread.
   absl::Status WriteOut(const std::vector<uint8_t>& data, uint64_t* records);
+  // Writes <dir>/CLOSED (atomically: a temporary file, synced, renamed).
+  absl::Status WriteClosedFile(const WalClosed& c);
   // Makes the prepared segment the current one, its first record `first_lsn`.
   absl::Status StartSegment(uint64_t first_lsn);
   uint64_t DurableLsnLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -221,6 +223,7 @@ class Wal {
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_preparer_ ABSL_GUARDED_BY(mu_) = false;  // Set once the committer has stopped.
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;  // Close has run.
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   std::multimap<uint64_t, Done> waiters_ ABSL_GUARDED_BY(mu_);
   std::vector<Segment> segments_ ABSL_GUARDED_BY(mu_);  // Oldest first; back() is current.

@@ -76,6 +76,38 @@ void EncodeSegmentHeader(const WalSegmentHeader& h, uint8_t out[kWalSegmentHeade
   Put64(out + 56, XXH3_64bits(out, 56));
 }
 
+namespace {
+constexpr uint8_t kClosedMagic[8] = {0x89, 'C', 'K', 'E', 'N', 'D', '\n', 0};
+}  // namespace
+
+void EncodeWalClosed(const WalClosed& c, uint8_t out[kWalClosedBytes]) {
+  std::memset(out, 0, kWalClosedBytes);
+  std::memcpy(out, kClosedMagic, 8);
+  Put32(out + 8, kWalFormatVersion);
+  Put32(out + 12, kWalClosedBytes);
+  Put64(out + 16, c.segment_sequence);
+  Put64(out + 24, c.end);
+  Put64(out + 32, c.last_lsn);
+  Put64(out + 40, c.prepared_sequence);
+  Put64(out + 48, c.prepared_bytes);
+  Put64(out + 56, XXH3_64bits(out, 56));
+}
+
+bool ParseWalClosed(absl::Span<const uint8_t> data, WalClosed* c) {
+  if (data.size() != kWalClosedBytes) return false;
+  const uint8_t* p = data.data();
+  if (std::memcmp(p, kClosedMagic, 8) != 0 || Get64(p + 56) != XXH3_64bits(p, 56) ||
+      Get32(p + 8) != kWalFormatVersion || Get32(p + 12) != kWalClosedBytes) {
+    return false;
+  }
+  c->segment_sequence = Get64(p + 16);
+  c->end = Get64(p + 24);
+  c->last_lsn = Get64(p + 32);
+  c->prepared_sequence = Get64(p + 40);
+  c->prepared_bytes = Get64(p + 48);
+  return true;
+}
+
 uint32_t WalRecordLength(const uint8_t* record) { return Get32(record); }
 uint64_t WalRecordLsn(const uint8_t* record) { return Get64(record + 8); }
 
@@ -406,16 +438,41 @@ struct SegmentFile {
   std::vector<uint8_t> bytes;
 };
 
-absl::StatusOr<std::vector<uint8_t>> ReadAll(WalEnv* env, const std::string& path) {
+// The first `limit` bytes of `path` (all if shorter), counted in *read.
+// The file's size goes to *size if not null.
+absl::StatusOr<std::vector<uint8_t>> ReadAll(WalEnv* env, const std::string& path, uint64_t* read,
+                                             uint64_t limit = UINT64_MAX,
+                                             uint64_t* file_size = nullptr) {
   absl::StatusOr<std::unique_ptr<WalFile>> f = env->Open(path);
   if (!f.ok()) return f.status();
   absl::StatusOr<uint64_t> size = (*f)->Size();
   if (!size.ok()) return size.status();
-  std::vector<uint8_t> bytes(*size);
+  if (file_size != nullptr) *file_size = *size;
+  std::vector<uint8_t> bytes(std::min(*size, limit));
   absl::StatusOr<size_t> n = (*f)->Read(0, absl::MakeSpan(bytes));
   if (!n.ok()) return n.status();
   bytes.resize(*n);
+  *read += *n;
   return bytes;
+}
+
+// Whether `data` is a segment whose records chain from its header to
+// exactly its end, the last one `last_lsn`.
+bool ChainEndsAt(absl::Span<const uint8_t> data, uint64_t last_lsn) {
+  WalSegmentHeader h;
+  std::string why;
+  if (ParseSegmentHeader(data, &h, &why) != HeaderState::kOk) return false;
+  uint64_t expected = h.first_lsn;
+  WalRecord r;
+  for (size_t off = kWalSegmentHeaderBytes; off < data.size(); ++expected) {
+    size_t len = 0;
+    if (ParseWalRecord(data.subspan(off), &r, &len, &why) != WalParse::kRecord ||
+        r.lsn != expected) {
+      return false;
+    }
+    off += len;
+  }
+  return expected - 1 == last_lsn;
 }
 
 // Whether some valid record at an 8-byte aligned offset of `data` from
@@ -476,6 +533,36 @@ absl::StatusOr<WalScan> ScanWal(WalEnv* env, const std::string& dir,
   std::sort(files.begin(), files.end());
 
   WalScan scan;
+  // A clean close's record, if it matches the files: the log is its last
+  // segment's records up to `end`, followed by zeros, and the prepared
+  // segment is all zeros (checked at their starts only).
+  WalClosed closed;
+  bool have_closed = false;
+  if (std::find(names->begin(), names->end(), kWalClosedName) != names->end()) {
+    scan.closed_file = absl::StrCat(dir, "/", kWalClosedName);
+    absl::StatusOr<std::vector<uint8_t>> bytes =
+        ReadAll(env, scan.closed_file, &scan.read_bytes, kWalClosedBytes + 1);
+    if (!bytes.ok()) return bytes.status();
+    WalClosed c;
+    if (!ParseWalClosed(*bytes, &c)) {
+      scan.closed_ignored = "it is not a valid clean-close record";
+    } else {
+      // Only the prepared segment may follow the last one.
+      auto it = std::find_if(files.begin(), files.end(),
+                             [&](const auto& f) { return f.first == c.segment_sequence; });
+      const size_t after = c.segment_sequence == 0 ? files.size() : files.end() - it - 1;
+      if ((c.segment_sequence != 0 && it == files.end()) ||
+          (c.segment_sequence == 0 && files.size() > 1) ||
+          (after == 1 && files.back().first != c.prepared_sequence) || after > 1) {
+        scan.closed_ignored = absl::StrFormat(
+            "it names segment %u and prepared segment %u, which are not the log's last files",
+            c.segment_sequence, c.prepared_sequence);
+      } else {
+        closed = c;
+        have_closed = true;
+      }
+    }
+  }
   WalRecord record;
   std::string why;
   uint64_t expected = 0;  // The next record's lsn; 0 before the first.
@@ -484,7 +571,45 @@ absl::StatusOr<WalScan> ScanWal(WalEnv* env, const std::string& dir,
   };
   for (size_t i = 0; i < files.size(); ++i) {
     const std::string& path = files[i].second;
-    absl::StatusOr<std::vector<uint8_t>> bytes = ReadAll(env, path);
+    if (have_closed && closed.prepared_sequence != 0 && i + 1 == files.size() &&
+        files[i].first == closed.prepared_sequence) {
+      // The prepared segment of a clean close: its size, and zeros where
+      // starting it would have written a header.
+      uint64_t size = 0;
+      absl::StatusOr<std::vector<uint8_t>> start =
+          ReadAll(env, path, &scan.read_bytes, kWalClosedCheckBytes, &size);
+      if (!start.ok()) return start.status();
+      if (size == closed.prepared_bytes && all_zero(*start)) {
+        scan.prepared = {.path = path, .sequence = files[i].first, .file_bytes = size};
+        scan.closed_cleanly = true;
+        return scan;
+      }
+      scan.closed_ignored =
+          absl::StrFormat("the prepared segment %s is not %u bytes of zeros as it says", path,
+                          closed.prepared_bytes);
+      have_closed = false;
+    }
+    std::optional<absl::StatusOr<std::vector<uint8_t>>> read;
+    uint64_t file_bytes = 0;
+    if (have_closed && files[i].first == closed.segment_sequence) {
+      // The last segment of a clean close: its records up to `end`, then
+      // zeros as far as checked.
+      read = ReadAll(env, path, &scan.read_bytes, closed.end + kWalClosedCheckBytes, &file_bytes);
+      if (!read->ok()) return read->status();
+      const absl::Span<const uint8_t> part(**read);
+      if (closed.end <= part.size() && all_zero(part.subspan(closed.end)) &&
+          ChainEndsAt(part.first(closed.end), closed.last_lsn)) {
+        (*read)->resize(closed.end);
+      } else {
+        scan.closed_ignored =
+            absl::StrFormat("the segment %s does not end at offset %u after lsn %u as it says",
+                            path, closed.end, closed.last_lsn);
+        have_closed = false;
+        read.reset();
+      }
+    }
+    if (!read.has_value()) read = ReadAll(env, path, &scan.read_bytes, UINT64_MAX, &file_bytes);
+    absl::StatusOr<std::vector<uint8_t>>& bytes = *read;
     if (!bytes.ok()) return bytes.status();
     const absl::Span<const uint8_t> data(*bytes);
     WalSegmentHeader h;
@@ -529,7 +654,7 @@ absl::StatusOr<WalScan> ScanWal(WalEnv* env, const std::string& dir,
                           .first_lsn = h.first_lsn,
                           .last_lsn = h.first_lsn - 1,
                           .end = kWalSegmentHeaderBytes,
-                          .file_bytes = data.size()};
+                          .file_bytes = file_bytes};
       size_t off = kWalSegmentHeaderBytes;
       bool ended = false;
       while (off < data.size()) {
@@ -581,7 +706,7 @@ absl::StatusOr<WalScan> ScanWal(WalEnv* env, const std::string& dir,
     // at a time (WalApplier::ReplayMemoryBound).
     *bytes = std::vector<uint8_t>();
     for (size_t j = i + 1; j < files.size(); ++j) {
-      absl::StatusOr<std::vector<uint8_t>> later = ReadAll(env, files[j].second);
+      absl::StatusOr<std::vector<uint8_t>> later = ReadAll(env, files[j].second, &scan.read_bytes);
       if (!later.ok()) return later.status();
       if (!all_zero(*later)) {
         written_after = true;
@@ -600,6 +725,9 @@ absl::StatusOr<WalScan> ScanWal(WalEnv* env, const std::string& dir,
           path, end_at, end_why.empty() ? "no record where one was due" : end_why, missing, dir,
           dir));
     }
+    if (have_closed) {
+      scan.closed_ignored = absl::StrFormat("the log ends in %s, before where it says", path);
+    }
     if (written_after) {
       scan.cut = absl::StrFormat("%s at offset %u: %s", path, end_at,
                                  end_why.empty() ? "bytes written after the end" : end_why);
@@ -616,6 +744,7 @@ absl::StatusOr<WalScan> ScanWal(WalEnv* env, const std::string& dir,
     }
     return scan;
   }
+  scan.closed_cleanly = have_closed;
   return scan;
 }
 

@@ -155,6 +155,24 @@ struct WalSegmentInfo {
   uint64_t file_bytes = 0;
 };
 
+// The record of a clean close (docs/WAL_FORMAT.md, "The clean-close file"):
+// Wal::Close writes <dir>/CLOSED once everything appended is on disk, and
+// Wal::Open removes it before anything is appended again. With it, a
+// start reads only the written part of the last segment and leaves the
+// prepared one unread.
+inline constexpr absl::string_view kWalClosedName = "CLOSED";
+inline constexpr size_t kWalClosedBytes = 64;
+struct WalClosed {
+  uint64_t segment_sequence = 0;   // The last segment; 0 if the log had none.
+  uint64_t end = 0;                // Where its records end (a byte offset).
+  uint64_t last_lsn = 0;           // Its last record's lsn (first_lsn - 1 if none).
+  uint64_t prepared_sequence = 0;  // The prepared segment; 0 if none.
+  uint64_t prepared_bytes = 0;     // Its size.
+};
+void EncodeWalClosed(const WalClosed& c, uint8_t out[kWalClosedBytes]);
+// Whether `data` is a valid clean-close record of this format version.
+bool ParseWalClosed(absl::Span<const uint8_t> data, WalClosed* c);
+
 struct WalScan {
   // The segments that hold the log, in order; the last is where appending
   // resumes (at its `end`).
@@ -170,6 +188,14 @@ struct WalScan {
   uint64_t bytes = 0;
   // Set when the log ended in a torn write that was cut off: where, and why.
   std::string cut;
+  // The clean-close file, if there was one (Wal::Open removes it).
+  std::string closed_file;
+  // Whether it matched the log, so that only the written part of the last
+  // segment was read; else why it was not used ("" when there was none).
+  bool closed_cleanly = false;
+  std::string closed_ignored;
+  // Bytes read from the log's files.
+  uint64_t read_bytes = 0;
 };
 
 // Reads the log in `dir` from its first segment, calling `apply` with
@@ -182,7 +208,11 @@ struct WalScan {
 // with bad names or headers before the end are DATA_LOSS too. A segment or
 // record this build cannot read although its checksum matches (written by a
 // newer cuckood) is FAILED_PRECONDITION naming it. I/O errors are returned
-// as is.
+// as is. After a clean close (a valid CLOSED file that matches the log),
+// the last segment is read only up to its end plus kWalClosedCheckBytes,
+// which must be zeros, and a prepared segment only its first
+// kWalClosedCheckBytes; anything that does not match means a full read.
+inline constexpr size_t kWalClosedCheckBytes = 4096;
 absl::StatusOr<WalScan> ScanWal(WalEnv* env, const std::string& dir,
                                 const std::function<absl::Status(const WalRecord&)>& apply);
 

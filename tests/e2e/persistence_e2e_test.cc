@@ -38,6 +38,22 @@ std::string KeyLines(const std::string& prefix, int n) {
   return s;
 }
 
+// How much the replay line ("replayed the write-ahead log: ... (read
+// 1.2MiB...") says was read, in MiB; -1 if there is no such line.
+double ReplayReadMiB(const std::string& log) {
+  const size_t line = log.find("replayed the write-ahead log:");
+  if (line == std::string::npos) return -1;
+  const size_t at = log.find("(read ", line);
+  if (at == std::string::npos) return -1;
+  size_t used = 0;
+  const double n = std::stod(log.substr(at + 6), &used);
+  const std::string unit = log.substr(at + 6 + used, 3);
+  if (unit == "KiB") return n / 1024;
+  if (unit == "MiB") return n;
+  if (unit == "GiB") return n * 1024;
+  return n / (1 << 20);  // Bytes.
+}
+
 class PersistenceE2eTest : public ::testing::Test {
  protected:
   void Start(const std::vector<std::string>& flags = {}) {
@@ -80,6 +96,10 @@ TEST_F(PersistenceE2eTest, KeysInsertedWithCuckooctlSurviveSigtermAndRestart) {
   EXPECT_THAT(log,
               HasSubstr("loaded filter users from " + data_.path() + "/users.cuckoo: 50000 items"));
   EXPECT_THAT(log, HasSubstr("serving 2 filters (50500 items)"));
+  // Issue 29: after a clean shutdown the replay reads what the log holds
+  // (here a few hundred KiB), not its two 64 MiB segments whole.
+  EXPECT_THAT(log, HasSubstr(", closed cleanly)"));
+  EXPECT_LT(ReplayReadMiB(log), 2.0) << log;
   ExpectAllPresent("users", users);
   ExpectAllPresent("urls", urls);
   Result info = Ctl({"info", "users"});
@@ -104,6 +124,11 @@ TEST_F(PersistenceE2eTest, KeysBeforeAndAfterASnapshotCallSurviveKillDashNine) {
   ASSERT_EQ(server_->process().Wait(), 128 + SIGKILL);
 
   Start();
+  // After a crash the end of the log is checked the long way: the last
+  // segment and the prepared one, whole.
+  const std::string log = server_->process().out();
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("closed cleanly")));
+  EXPECT_GE(ReplayReadMiB(log), 128.0) << log;
   ExpectAllPresent("ids", before);
   ExpectAllPresent("ids", late);
   Result info = Ctl({"--format=json", "info", "ids"});

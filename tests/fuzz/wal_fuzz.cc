@@ -142,6 +142,37 @@ void Scan(const std::vector<std::vector<uint8_t>>& segments) {
   Check(scan->records == records);
   Check(records == 0 || scan->last_lsn == last_lsn);
   for (const cuckoo::server::WalSegmentInfo& s : scan->segments) Check(s.end <= s.file_bytes);
+  // A log that ends cleanly, as Wal::Open leaves it (nothing unused), is
+  // what a clean close records: read with that record (only the written
+  // part of its last segment), it must give the same records.
+  if (!scan->cut.empty() || !scan->unused.empty()) return;
+  cuckoo::server::WalClosed closed;
+  if (!scan->segments.empty()) {
+    closed.segment_sequence = scan->segments.back().sequence;
+    closed.end = scan->segments.back().end;
+    closed.last_lsn = scan->segments.back().last_lsn;
+  }
+  if (!scan->prepared.path.empty()) {
+    closed.prepared_sequence = scan->prepared.sequence;
+    closed.prepared_bytes = scan->prepared.file_bytes;
+  }
+  std::vector<uint8_t>& file = env.files[absl::StrFormat("%s/CLOSED", kDir)];
+  file.resize(cuckoo::server::kWalClosedBytes);
+  cuckoo::server::EncodeWalClosed(closed, file.data());
+  uint64_t again = 0, again_last = 0;
+  absl::StatusOr<cuckoo::server::WalScan> closed_scan =
+      cuckoo::server::ScanWal(&env, kDir, [&](const WalRecord& r) -> absl::Status {
+        ++again;
+        again_last = r.lsn;
+        return absl::OkStatus();
+      });
+  Check(closed_scan.ok());
+  Check(closed_scan->closed_cleanly);
+  Check(again == records && again_last == last_lsn);
+  Check(closed_scan->last_lsn == scan->last_lsn);
+  Check(closed_scan->segments.size() == scan->segments.size());
+  Check(closed_scan->prepared.path == scan->prepared.path);
+  Check(closed_scan->read_bytes <= scan->read_bytes + cuckoo::server::kWalClosedBytes);
 }
 
 }  // namespace

@@ -687,11 +687,13 @@ TEST(WalTest, ClosingWritesAndSyncsEverythingAppended) {
 }
 
 // A WalEnv over the real file system that counts segment preparations
-// (Create) and, while `held`, makes each wait until released or cancelled.
+// (Create of a segment) and, while `held`, makes each wait until released
+// or cancelled.
 class GatedWalEnv : public WalEnv {
  public:
   absl::StatusOr<std::unique_ptr<WalFile>> Create(const std::string& path, uint64_t bytes,
                                                   const std::atomic<bool>* cancel) override {
+    if (!absl::EndsWith(path, kWalSegmentSuffix)) return base_->Create(path, bytes, cancel);
     std::unique_lock<std::mutex> lock(mu_);
     ++creates_;
     ++waiting_;
@@ -870,6 +872,237 @@ TEST(WalTest, SegmentSizeThatCannotFitOnTheVolumeIsRefusedAtStart) {
   SizedVolumeEnv big(uint64_t{100} << 30, uint64_t{50} << 30);
   EXPECT_TRUE(CheckWalDiskSpace(&big, dir.path() + "/not-yet", wal_dir, 64 * mib).ok());
   EXPECT_TRUE(CheckWalDiskSpace(PosixWalEnv(), dir.path() + "/not/yet", wal_dir, kSegment).ok());
+}
+
+// The real file system, counting the bytes read from files.
+class CountingWalEnv : public WalEnv {
+ public:
+  uint64_t read_bytes() const { return read_.load(); }
+
+  absl::StatusOr<std::unique_ptr<WalFile>> Open(const std::string& path) override {
+    absl::StatusOr<std::unique_ptr<WalFile>> f = base_->Open(path);
+    if (!f.ok()) return f;
+    return std::unique_ptr<WalFile>(new File(*std::move(f), &read_));
+  }
+  absl::StatusOr<std::unique_ptr<WalFile>> Create(const std::string& path, uint64_t bytes,
+                                                  const std::atomic<bool>* cancel) override {
+    return base_->Create(path, bytes, cancel);
+  }
+  absl::Status Rename(const std::string& from, const std::string& to) override {
+    return base_->Rename(from, to);
+  }
+  absl::Status Remove(const std::string& path) override { return base_->Remove(path); }
+  absl::StatusOr<std::vector<std::string>> List(const std::string& dir) override {
+    return base_->List(dir);
+  }
+  absl::Status CreateDir(const std::string& dir) override { return base_->CreateDir(dir); }
+  absl::Status SyncDir(const std::string& dir) override { return base_->SyncDir(dir); }
+
+ private:
+  class File : public WalFile {
+   public:
+    File(std::unique_ptr<WalFile> base, std::atomic<uint64_t>* read)
+        : base_(std::move(base)), read_(read) {}
+    absl::Status Write(uint64_t offset, absl::Span<const uint8_t> data) override {
+      return base_->Write(offset, data);
+    }
+    absl::Status Sync() override { return base_->Sync(); }
+    absl::StatusOr<size_t> Read(uint64_t offset, absl::Span<uint8_t> out) override {
+      absl::StatusOr<size_t> n = base_->Read(offset, out);
+      if (n.ok()) *read_ += *n;
+      return n;
+    }
+    absl::Status Truncate(uint64_t size) override { return base_->Truncate(size); }
+    absl::StatusOr<uint64_t> Size() override { return base_->Size(); }
+    const std::string& path() const override { return base_->path(); }
+
+   private:
+    std::unique_ptr<WalFile> base_;
+    std::atomic<uint64_t>* read_;
+  };
+  WalEnv* const base_ = PosixWalEnv();
+  std::atomic<uint64_t> read_{0};
+};
+
+// Writes `n` inserts of 100 hashes each through a log in `dir`, then closes
+// it; returns the lsns.
+std::vector<uint64_t> WriteAndClose(const std::string& dir, int n, uint64_t first_hash) {
+  std::vector<uint64_t> lsns;
+  auto wal = OpenWal(dir, PosixWalEnv());
+  if (wal == nullptr) return lsns;
+  for (int i = 0; i < n; ++i) {
+    lsns.push_back(AppendInsert(*wal, 1, first_hash + 1000 * i, 100));
+  }
+  EXPECT_TRUE(wal->WaitDurable(lsns.back()).ok());
+  return lsns;
+}
+
+// Issue 29: replay read every segment whole, the zero-filled prepared one
+// and the unwritten rest of the last one too (128 MiB with the default
+// segment size, whatever the log held). After a clean close it reads what
+// was written and a few KiB of zeros; after a crash, everything as before.
+TEST(WalTest, RestartAfterACleanCloseReadsOnlyTheWrittenPartOfTheLog) {
+  TempDir dir;
+  const std::string wal_dir = dir.path() + "/wal";
+  const std::vector<uint64_t> lsns = WriteAndClose(wal_dir, 20, 7);
+  ASSERT_EQ(lsns.size(), 20u);
+  ASSERT_TRUE(fs::exists(wal_dir + "/CLOSED"));
+  // Two files of kSegment bytes: the last segment and the prepared one.
+  ASSERT_EQ(std::distance(fs::directory_iterator(wal_dir), fs::directory_iterator()), 3);
+
+  CountingWalEnv counting;
+  std::vector<WalRecord> records;
+  absl::StatusOr<WalScan> scan = Scan(&counting, wal_dir, &records);
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  ASSERT_EQ(records.size(), lsns.size());
+  EXPECT_EQ(records.back().lsn, lsns.back());
+  EXPECT_TRUE(scan->closed_cleanly) << scan->closed_ignored;
+  EXPECT_EQ(scan->closed_ignored, "");
+  EXPECT_EQ(scan->prepared.file_bytes, kSegment) << "the prepared segment is kept";
+  const uint64_t written = kWalSegmentHeaderBytes + scan->bytes;
+  EXPECT_EQ(scan->segments.back().end, written);
+  EXPECT_EQ(scan->segments.back().file_bytes, kSegment) << "the file's size, not what was read";
+  EXPECT_EQ(counting.read_bytes(), scan->read_bytes);
+  EXPECT_LE(counting.read_bytes(), written + kWalClosedBytes + 2 * kWalClosedCheckBytes);
+  EXPECT_LT(counting.read_bytes(), kSegment / 8);
+
+  // The same log without the file (as a crash leaves it): read whole, the
+  // same records.
+  const std::string crashed = dir.path() + "/crashed";
+  fs::copy(wal_dir, crashed);
+  fs::remove(crashed + "/CLOSED");
+  CountingWalEnv counting2;
+  std::vector<WalRecord> records2;
+  absl::StatusOr<WalScan> scan2 = Scan(&counting2, crashed, &records2);
+  ASSERT_TRUE(scan2.ok()) << scan2.status();
+  EXPECT_FALSE(scan2->closed_cleanly);
+  EXPECT_EQ(records2.size(), records.size());
+  EXPECT_EQ(scan2->prepared.file_bytes, kSegment);
+  EXPECT_EQ(counting2.read_bytes(), 2 * kSegment);
+
+  // Open removes the file before anything is appended; what is appended
+  // then is found by a scan of the state a crash would leave.
+  auto wal = OpenWal(wal_dir, &counting);
+  ASSERT_NE(wal, nullptr);
+  EXPECT_FALSE(fs::exists(wal_dir + "/CLOSED")) << "removed at open";
+  const uint64_t more = AppendInsert(*wal, 1, 99, 100);
+  ASSERT_TRUE(wal->WaitDurable(more).ok());
+  const std::string open_copy = dir.path() + "/open-copy";
+  fs::copy(wal_dir, open_copy);
+  std::vector<WalRecord> records3;
+  absl::StatusOr<WalScan> scan3 = Scan(PosixWalEnv(), open_copy, &records3);
+  ASSERT_TRUE(scan3.ok()) << scan3.status();
+  EXPECT_EQ(scan3->closed_file, "");
+  ASSERT_EQ(records3.size(), lsns.size() + 1);
+  EXPECT_EQ(records3.back().lsn, more);
+}
+
+// The clean-close file is a promise about the files; one that no longer
+// holds (tampering, a file copied from another time) is ignored with the
+// reason, and the log is read whole: no record is lost to it.
+TEST(WalTest, ACleanCloseFileThatDoesNotMatchTheLogIsIgnoredAndNothingIsLost) {
+  TempDir dir;
+  const std::string wal_dir = dir.path() + "/wal";
+  ASSERT_EQ(WriteAndClose(wal_dir, 3, 1).size(), 3u);
+  std::string stale;
+  {
+    std::ifstream in(wal_dir + "/CLOSED", std::ios::binary);
+    stale.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  ASSERT_EQ(stale.size(), kWalClosedBytes);
+  // More records after it, in the same segment and (enough of them) the
+  // next: a stale file claims the log ends earlier.
+  const std::vector<uint64_t> later = WriteAndClose(wal_dir, 400, 50'000);
+  ASSERT_EQ(later.size(), 400u);
+  auto put = [&](const std::string& bytes) {
+    std::ofstream(wal_dir + "/CLOSED", std::ios::binary | std::ios::trunc) << bytes;
+  };
+  auto scan_all = [&](WalScan* out) {
+    std::vector<WalRecord> records;
+    absl::StatusOr<WalScan> scan = Scan(PosixWalEnv(), wal_dir, &records);
+    EXPECT_TRUE(scan.ok()) << scan.status();
+    if (scan.ok()) *out = *scan;
+    return records.empty() ? 0 : records.back().lsn;
+  };
+  WalScan scan;
+  put(stale);
+  EXPECT_EQ(scan_all(&scan), later.back());
+  EXPECT_FALSE(scan.closed_cleanly);
+  EXPECT_TRUE(absl::StrContains(scan.closed_ignored, "are not the log's last files") ||
+              absl::StrContains(scan.closed_ignored, "does not end at offset"))
+      << scan.closed_ignored;
+
+  // A damaged file.
+  std::string damaged = stale;
+  damaged[30] ^= 1;
+  put(damaged);
+  EXPECT_EQ(scan_all(&scan), later.back());
+  EXPECT_EQ(scan.closed_ignored, "it is not a valid clean-close record");
+
+  // The right segment and end, but a prepared segment of another size.
+  WalScan good;
+  std::vector<WalRecord> records;
+  fs::remove(wal_dir + "/CLOSED");
+  ASSERT_TRUE(Scan(PosixWalEnv(), wal_dir, &records).ok());
+  {
+    absl::StatusOr<WalScan> s = Scan(PosixWalEnv(), wal_dir, nullptr);
+    ASSERT_TRUE(s.ok());
+    good = *s;
+  }
+  ASSERT_FALSE(good.prepared.path.empty());
+  uint8_t bytes[kWalClosedBytes];
+  EncodeWalClosed({.segment_sequence = good.segments.back().sequence,
+                   .end = good.segments.back().end,
+                   .last_lsn = good.segments.back().last_lsn,
+                   .prepared_sequence = good.prepared.sequence,
+                   .prepared_bytes = kSegment / 2},
+                  bytes);
+  put(std::string(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
+  EXPECT_EQ(scan_all(&scan), later.back());
+  EXPECT_TRUE(absl::StrContains(scan.closed_ignored, "is not 131072 bytes of zeros"))
+      << scan.closed_ignored;
+  EXPECT_EQ(scan.prepared.file_bytes, kSegment) << "still kept: it was read whole";
+  // A last lsn the segment does not end with.
+  EncodeWalClosed({.segment_sequence = good.segments.back().sequence,
+                   .end = good.segments.back().end,
+                   .last_lsn = good.segments.back().last_lsn - 1,
+                   .prepared_sequence = good.prepared.sequence,
+                   .prepared_bytes = kSegment},
+                  bytes);
+  put(std::string(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
+  EXPECT_EQ(scan_all(&scan), later.back());
+  EXPECT_TRUE(absl::StrContains(scan.closed_ignored, "does not end at offset"))
+      << scan.closed_ignored;
+  // And the true one is used.
+  EncodeWalClosed({.segment_sequence = good.segments.back().sequence,
+                   .end = good.segments.back().end,
+                   .last_lsn = good.segments.back().last_lsn,
+                   .prepared_sequence = good.prepared.sequence,
+                   .prepared_bytes = kSegment},
+                  bytes);
+  put(std::string(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
+  EXPECT_EQ(scan_all(&scan), later.back());
+  EXPECT_TRUE(scan.closed_cleanly) << scan.closed_ignored;
+}
+
+// A log that failed (here: a full disk) records no clean close: its end is
+// not known to be what was acknowledged.
+TEST(WalTest, ALogThatFailedRecordsNoCleanClose) {
+  TempDir dir;
+  const std::string wal_dir = dir.path() + "/wal";
+  FaultWalEnv env;
+  {
+    auto wal = OpenWal(wal_dir, &env);
+    ASSERT_NE(wal, nullptr);
+    env.SetFail(
+        [](const std::string& op, const std::string&) { return op == "write" ? ENOSPC : 0; });
+    EXPECT_FALSE(wal->WaitDurable(AppendInsert(*wal, 1, 1, 10)).ok());
+    env.SetFail(nullptr);
+  }
+  EXPECT_FALSE(fs::exists(wal_dir + "/CLOSED"));
+  // A log that did not fail does.
+  { ASSERT_NE(OpenWal(wal_dir, &env), nullptr); }
+  EXPECT_TRUE(fs::exists(wal_dir + "/CLOSED"));
 }
 
 TEST(WalTest, DurabilityParsesItsThreeModesAndNamesTheChoicesOtherwise) {
