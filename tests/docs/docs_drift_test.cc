@@ -5,6 +5,7 @@
 #include <fnmatch.h>
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -177,6 +178,44 @@ TEST(DocsDriftTest, EveryServerFlagIsInServerReadme) {
       << "cuckood flags that server/README.md's configuration table does not list";
   EXPECT_EQ(Missing(documented, flags), "")
       << "flags server/README.md's configuration table lists that cuckood does not have";
+}
+
+// The options cuckoo-bench's --help text (kHelp in client/cuckoo_bench.cc)
+// lists: every --name in the option column of lines "  --...".
+std::set<std::string> BenchHelpFlags() {
+  std::set<std::string> out;
+  bool in_help = false;
+  for (const std::string& line : ReadLines(kSourceDir / "client/cuckoo_bench.cc")) {
+    if (line.find("kHelp[] = R\"(") != std::string::npos) in_help = true;
+    if (!in_help) continue;
+    if (line.rfind(")\";", 0) == 0) break;
+    if (line.rfind("  --", 0) != 0) continue;
+    const std::string column = line.substr(2, line.find("  ", 2) - 2);
+    for (size_t at = column.find("--"); at != std::string::npos; at = column.find("--", at + 2)) {
+      size_t end = at + 2;
+      while (end < column.size() &&
+             (std::isalnum(static_cast<unsigned char>(column[end])) || column[end] == '-')) {
+        ++end;
+      }
+      out.insert(column.substr(at, end - at));
+    }
+  }
+  return out;
+}
+
+TEST(DocsDriftTest, EveryLoadGeneratorFlagIsInLoadgenTable) {
+  std::set<std::string> help = BenchHelpFlags();
+  ASSERT_GT(help.size(), 20u) << "cuckoo-bench's help text was not found";
+  help.erase("--help");
+  std::set<std::string> documented;
+  for (const std::string& line : ReadLines(kSourceDir / "bench/LOADGEN.md")) {
+    if (line.rfind("| `--", 0) != 0) continue;
+    for (const std::string& token : Backticked(FirstCell(line))) documented.insert(token);
+  }
+  EXPECT_EQ(Missing(help, documented), "")
+      << "cuckoo-bench flags that bench/LOADGEN.md's flag table does not list";
+  EXPECT_EQ(Missing(documented, help), "")
+      << "flags bench/LOADGEN.md's flag table lists that cuckoo-bench --help does not";
 }
 
 // Folders whose README has a table of their files, and that README: every
