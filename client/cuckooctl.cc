@@ -449,7 +449,8 @@ file (the server reloads it within seconds, or on SIGHUP). Talks to no server.
                         of characters and ? for one, e.g. write:events.*
   --stdin               hash the token read from stdin (trailing whitespace
                         and line break removed) instead of making one: for a
-                        token of your own, 1 to 512 of the characters ! to ~
+                        token of your own, 22 to 512 of the characters ! to ~
+                        (22: 128 random bits in base64)
 
 NAME (1 to 64 of A-Z a-z 0-9 . _ -) names the caller in the server's logs and
 PERMISSION_DENIED messages. Example:
@@ -1961,6 +1962,9 @@ int RunHealth(const GlobalOptions& g, const CommandLine& cl) {
   return emitted != kExitOk ? emitted : code;
 }
 
+// 128 bits in base64: the shortest token of your own hash-token accepts.
+constexpr size_t kMinOwnTokenChars = 22;
+
 int RunHashToken(const CommandLine& cl) {
   if (auto f = ExpectArgs(cl, 1, 1, "a NAME for the token")) return Fail(*f);
   std::vector<std::string> grants = {"read:*"};
@@ -1987,6 +1991,16 @@ int RunHashToken(const CommandLine& cl) {
     // The token is checked last, so a bad token is the one from stdin.
     return Fail(UsageError(
         absl::StrFormat("%s%s", cl.Bool("stdin") ? "--stdin: " : "", entry.status().message())));
+  }
+  // A token is the only secret between a caller and the server (the Redis
+  // port's AUTH can be tried fast): a guessable one is refused. Its
+  // randomness cannot be measured; its length bounds it.
+  if (token.size() < kMinOwnTokenChars) {
+    return Fail(UsageError(absl::StrFormat(
+        "--stdin: a token of %d characters cannot hold 128 bits of randomness; use at least %d "
+        "random characters (128 random bits in base64), or run hash-token without --stdin to "
+        "make one (256 bits)",
+        token.size(), kMinOwnTokenChars)));
   }
   return Emit(absl::StrCat(token, "\n", *entry, "\n"));
 }

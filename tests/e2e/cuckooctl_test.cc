@@ -1166,7 +1166,7 @@ TEST(CuckooctlHashTokenTest, HashTokenPrintsATokenWhoseSha256IsInTheEntry) {
 }
 
 TEST(CuckooctlHashTokenTest, StdinModeHashesTheGivenTokenWithoutItsLineBreak) {
-  const std::string token = "my-own.token_42";
+  const std::string token = "my-own.token_42-Zq8vX1pLm3";
   Result r = RunProcess({CUCKOOCTL_PATH, "hash-token", "ops", "--stdin", "--grant=admin:*"},
                         token + "\r\n");
   ASSERT_EQ(r.code, 0) << Describe(r);
@@ -1189,7 +1189,8 @@ TEST(CuckooctlHashTokenTest, HashTokenHelpListsOnlyFlagsItAccepts) {
     std::string name(rest.substr(0, rest.find_first_of("=, ")));
     ++listed;
     Result r = name == "--stdin"
-                   ? RunProcess({CUCKOOCTL_PATH, "hash-token", "n", name}, "ck_token\n")
+                   ? RunProcess({CUCKOOCTL_PATH, "hash-token", "n", name},
+                                "ck_a-token-of-22-chars-or-more\n")
                    : RunProcess({CUCKOOCTL_PATH, "hash-token", "n", name + "=read:*"});
     EXPECT_EQ(r.code, 0) << name << "\n" << Describe(r);
   }
@@ -1211,6 +1212,14 @@ TEST(CuckooctlHashTokenTest, BadNamesGrantsAndTokensAreUsageErrors) {
       {{"hash-token", "n", "--grant=read:"}, "", "cuckooctl: grant \"read:\""},
       {{"hash-token", "n", "--grant=read:a b"}, "", "cuckooctl: grant \"read:a b\""},
       {{"hash-token", "n", "--stdin"}, "\n", "cuckooctl: --stdin: stdin holds no token"},
+      // Issue 30: a 1-character token was accepted.
+      {{"hash-token", "n", "--stdin"},
+       "x\n",
+       "cuckooctl: --stdin: a token of 1 characters cannot hold 128 bits of randomness; use at "
+       "least 22 random characters"},
+      {{"hash-token", "n", "--stdin"},
+       std::string(21, 'k') + "\n",
+       "cuckooctl: --stdin: a token of 21 characters cannot hold 128 bits"},
       {{"hash-token", "n", "--stdin"},
        "a token\n",
        "cuckooctl: --stdin: the token has character 0x20"},
