@@ -335,33 +335,12 @@ absl::StatusOr<Caller> FilterServiceImpl::Authenticate(RpcMethod method,
   absl::StatusOr<Caller> caller = auth_->Authenticate(*ctx, &why);
   if (!caller.ok()) {
     if (metrics_ != nullptr) metrics_->RecordAuthFailure(method, why);
-    uint64_t suppressed = 0;
-    {
-      MutexLock lock(&audit_mu_);
-      const int64_t second = absl::ToUnixSeconds(absl::Now());
-      if (second != audit_second_) {
-        suppressed = std::exchange(audit_suppressed_, 0);
-        audit_second_ = second;
-        audit_lines_ = 0;
-      }
-      if (++audit_lines_ > kUnauthenticatedAuditsPerSecond) {
-        ++audit_suppressed_;
-        return caller;
-      }
-    }
-    if (suppressed > 0) {
-      const std::string detail = absl::StrFormat(
-          "%u more calls refused as UNAUTHENTICATED in an earlier second were not logged one by "
-          "one (at most %d a second; cuckood_auth_failures_total counts every one)",
-          suppressed, kUnauthenticatedAuditsPerSecond);
-      Audit({.caller = "-", .method = "-", .outcome = "UNAUTHENTICATED", .detail = detail});
-    }
     const std::string peer = ctx->peer();
-    Audit({.caller = "-",
-           .method = RpcMethodName(method),
-           .peer = peer,
-           .outcome = "UNAUTHENTICATED",
-           .detail = AuthFailureName(why)});
+    unauthenticated_audit_.Refused({.caller = "-",
+                                    .method = RpcMethodName(method),
+                                    .peer = peer,
+                                    .outcome = "UNAUTHENTICATED",
+                                    .detail = AuthFailureName(why)});
   }
   return caller;
 }

@@ -56,6 +56,7 @@
 #include "server/auth.h"
 #include "server/call_queues.h"
 #include "server/cluster/cluster.h"
+#include "server/logging.h"
 #include "server/metrics.h"
 #include "server/persistence.h"
 #include "server/request_window.h"
@@ -275,10 +276,8 @@ class FilterServiceImpl final : public FilterServiceBase {
   // can make such calls, and must not be able to flood the log. The rest
   // are counted and summed up in one line (and in the metrics).
   static constexpr int kUnauthenticatedAuditsPerSecond = 50;
-  mutable Mutex audit_mu_;
-  mutable int64_t audit_second_ ABSL_GUARDED_BY(audit_mu_) = 0;
-  mutable int audit_lines_ ABSL_GUARDED_BY(audit_mu_) = 0;
-  mutable uint64_t audit_suppressed_ ABSL_GUARDED_BY(audit_mu_) = 0;
+  mutable RateLimitedAudit unauthenticated_audit_{kUnauthenticatedAuditsPerSecond,
+                                                  "calls refused as UNAUTHENTICATED"};
   RequestWindow window_;
   std::atomic<bool> accepting_{true};
   std::atomic<bool> abort_{false};

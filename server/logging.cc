@@ -5,9 +5,11 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "spdlog/pattern_formatter.h"
 #include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
@@ -105,6 +107,31 @@ void SetUpLogging(const ServerConfig& config) {
   audit->flush_on(spdlog::level::trace);
   spdlog::register_logger(audit);
   audit_json.store(config.log_format == "json", std::memory_order_release);
+}
+
+void RateLimitedAudit::Refused(const AuditEvent& event) {
+  uint64_t suppressed = 0;
+  {
+    MutexLock lock(&mu_);
+    const int64_t second = absl::ToUnixSeconds(absl::Now());
+    if (second != second_) {
+      suppressed = std::exchange(suppressed_, 0);
+      second_ = second;
+      lines_ = 0;
+    }
+    if (++lines_ > per_second_) {
+      ++suppressed_;
+      return;
+    }
+  }
+  if (suppressed > 0) {
+    const std::string detail = absl::StrFormat(
+        "%u more %s in an earlier second were not logged one by one (at most %d a second; "
+        "cuckood_auth_failures_total counts every one)",
+        suppressed, what_, per_second_);
+    Audit({.caller = "-", .method = "-", .outcome = "UNAUTHENTICATED", .detail = detail});
+  }
+  Audit(event);
 }
 
 void Audit(const AuditEvent& e) {

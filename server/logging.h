@@ -5,8 +5,12 @@
 #ifndef CUCKOO_SERVER_LOGGING_H_
 #define CUCKOO_SERVER_LOGGING_H_
 
+#include <cstdint>
+#include <string>
 #include <string_view>
+#include <utility>
 
+#include "core/mutex.h"
 #include "server/config.h"
 
 namespace cuckoo::server {
@@ -37,6 +41,27 @@ struct AuditEvent {
   std::string_view detail;   // why it was refused; "" otherwise
 };
 void Audit(const AuditEvent& event);
+
+// The audit lines of refused authentications, at most `per_second` a
+// second: anyone who reaches a port can cause them and must not be able to
+// flood the log. The rest are counted and summed up in one line in the
+// next second that logs one (the metrics count every one).
+class RateLimitedAudit {
+ public:
+  // `what` names the events in the summary line ("calls refused as
+  // UNAUTHENTICATED").
+  RateLimitedAudit(int per_second, std::string what)
+      : per_second_(per_second), what_(std::move(what)) {}
+  void Refused(const AuditEvent& event);
+
+ private:
+  const int per_second_;
+  const std::string what_;
+  Mutex mu_;
+  int64_t second_ ABSL_GUARDED_BY(mu_) = 0;
+  int lines_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t suppressed_ ABSL_GUARDED_BY(mu_) = 0;
+};
 
 }  // namespace cuckoo::server
 

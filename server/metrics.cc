@@ -264,6 +264,10 @@ void Metrics::RecordAuthFailure(RpcMethod method, AuthFailure reason) {
       1, std::memory_order_relaxed);
 }
 
+void Metrics::RecordRedisAuthFailure(AuthFailure reason) {
+  redis_auth_failures_[static_cast<size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
+}
+
 namespace {
 // Why the Redis port closed a connection (resp::ServerOptions::on_close).
 constexpr std::array<std::string_view, 9> kRedisCloseReasons = {
@@ -623,7 +627,7 @@ std::string Metrics::Render(const ScrapeState& state) const {
       Family("cuckood_auth_failures_total",
              "Calls refused: UNAUTHENTICATED (missing_credentials, malformed_header, "
              "unknown_token, unknown_certificate) or PERMISSION_DENIED (permission_denied), by "
-             "method",
+             "method (AUTH: the Redis port's AUTH and HELLO ... AUTH)",
              MetricType::Counter));
   for (size_t m = 0; m < kRpcMethods; ++m) {
     for (size_t r = 0; r < kAuthFailures; ++r) {
@@ -633,6 +637,13 @@ std::string Metrics::Render(const ScrapeState& state) const {
                    {"reason", std::string(AuthFailureName(static_cast<AuthFailure>(r)))}})
           .counter.value = static_cast<double>(n);
     }
+  }
+  for (size_t r = 0; r < kAuthFailures; ++r) {
+    const uint64_t n = redis_auth_failures_[r].load(std::memory_order_relaxed);
+    if (n == 0) continue;
+    Add(denied,
+        {{"method", "AUTH"}, {"reason", std::string(AuthFailureName(static_cast<AuthFailure>(r)))}})
+        .counter.value = static_cast<double>(n);
   }
   MetricFamily& reloads = out.emplace_back(
       Family("cuckood_auth_reloads_total",

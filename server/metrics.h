@@ -148,6 +148,8 @@ class Metrics {
 
   // A call refused by authentication or authorization (server/auth.h).
   void RecordAuthFailure(RpcMethod method, AuthFailure reason);
+  // A failed AUTH (or HELLO ... AUTH) on the Redis port: method "AUTH".
+  void RecordRedisAuthFailure(AuthFailure reason);
   // A reload of the access file (file changed, or SIGHUP).
   void RecordAuthReload(bool ok);
 
@@ -189,6 +191,7 @@ class Metrics {
 
   std::unique_ptr<Stripe[]> stripes_;
   std::array<std::array<std::atomic<uint64_t>, kAuthFailures>, kRpcMethods> auth_failures_{};
+  std::array<std::atomic<uint64_t>, kAuthFailures> redis_auth_failures_{};
   std::atomic<uint64_t> auth_reloads_ok_{0};
   std::atomic<uint64_t> redis_connections_{0};
   // By reason, in the order of kRedisCloseReasons (metrics.cc).

@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "boost/asio/post.hpp"
+#include "boost/asio/steady_timer.hpp"
 #include "core/little_endian.h"
 #include "core/scratch.h"
 #include "cuckoo_version.h"
@@ -242,6 +243,10 @@ RedisCommands::RedisCommands(FilterRegistry* registry, const Authenticator* auth
       options_(std::move(options)) {}
 
 RedisCommands::~RedisCommands() {
+  // Delayed AUTH replies still waiting are dropped (the port is closed).
+  delay_work_.reset();
+  delay_io_.stop();
+  if (delay_thread_.joinable()) delay_thread_.join();
   // The server's gRPC service is shut down by now, so every call made
   // through the in-process channel ends soon (cancelled if need be); their
   // callbacks use this object.
@@ -426,15 +431,27 @@ size_t RedisCommands::Dispatch(Session* s, absl::Span<const Command> commands,
       w.Bulk(c.args[1]);
       return finish(1, 0);
     case kHello:
-      Hello(s, c, w);
-      return finish(1, 0);
-    case kAuth:
-      if (argc > 3) {
+    case kAuth: {
+      absl::Duration delay;
+      if (command == kHello) {
+        delay = Hello(s, c, w);
+      } else if (argc > 3) {
         w.Error("ERR syntax error");
       } else {
-        Auth(s, c, w);
+        delay = Auth(s, c, w);
       }
-      return finish(1, 0);
+      if (delay <= absl::ZeroDuration()) return finish(1, 0);
+      // The reply of a failed AUTH, later: the connection runs nothing
+      // else meanwhile (its commands are answered in order).
+      Record(command, out, start, 0);
+      auto timer =
+          std::make_shared<boost::asio::steady_timer>(delay_io_, absl::ToChronoNanoseconds(delay));
+      timer->async_wait(
+          [timer, done, out = std::move(out)](const boost::system::error_code&) mutable {
+            done.Reply(std::move(out));
+          });
+      return 1;
+    }
     case kSelect: {
       int64_t db;
       if (!ParseInt(c.args[1], &db)) {
@@ -1412,7 +1429,66 @@ void RedisCommands::LoadChunk(Session* s, const Command& c, resp::Completion don
 
 // ---- Connection commands ----
 
-void RedisCommands::Auth(Session* s, const Command& c, Writer& w) {
+namespace {
+
+// Failed AUTHs of a connection or peer address answered at once; after
+// them, the reply waits kAuthFirstDelay, doubling with each failure up to
+// kAuthMaxDelay. A peer's failures are forgotten kAuthPeerMemory after its
+// last.
+constexpr uint32_t kFreeAuthFailures = 3;
+constexpr absl::Duration kAuthFirstDelay = absl::Milliseconds(100);
+constexpr absl::Duration kAuthMaxDelay = absl::Seconds(5);
+constexpr absl::Duration kAuthPeerMemory = absl::Minutes(10);
+constexpr size_t kMaxAuthPeers = 65536;
+
+// "ip:port" or "[ip6]:port": the address without the port.
+std::string_view PeerAddress(std::string_view peer) {
+  const size_t colon = peer.rfind(':');
+  return colon == std::string_view::npos ? peer : peer.substr(0, colon);
+}
+
+}  // namespace
+
+absl::Duration RedisCommands::AuthFailed(Session* s, AuthFailure why) {
+  if (metrics_ != nullptr) metrics_->RecordRedisAuthFailure(why);
+  auth_audit_.Refused({.caller = "-",
+                       .method = "AUTH",
+                       .peer = s->peer,
+                       .outcome = "UNAUTHENTICATED",
+                       .detail = AuthFailureName(why)});
+  ++s->auth_failures;
+  uint32_t peer_failures = 0;
+  {
+    const absl::Time now = absl::Now();
+    MutexLock lock(&auth_mu_);
+    if (now - auth_peers_swept_ >= absl::Seconds(1)) {
+      for (auto it = auth_peers_.begin(); it != auth_peers_.end();) {
+        if (now - it->second.last > kAuthPeerMemory) {
+          auth_peers_.erase(it++);
+        } else {
+          ++it;
+        }
+      }
+      auth_peers_swept_ = now;
+    }
+    const std::string address(PeerAddress(s->peer));
+    auto it = auth_peers_.find(address);
+    if (it == auth_peers_.end() && auth_peers_.size() < kMaxAuthPeers) {
+      it = auth_peers_.emplace(address, PeerAuthFailures{}).first;
+    }
+    if (it != auth_peers_.end()) {
+      if (now - it->second.last > kAuthPeerMemory) it->second.failures = 0;
+      peer_failures = ++it->second.failures;
+      it->second.last = now;
+    }
+  }
+  const uint32_t n = std::max(s->auth_failures, peer_failures);
+  if (n <= kFreeAuthFailures) return absl::ZeroDuration();
+  const uint32_t doublings = std::min<uint32_t>(n - kFreeAuthFailures - 1, 16);
+  return std::min(kAuthFirstDelay * (uint64_t{1} << doublings), kAuthMaxDelay);
+}
+
+absl::Duration RedisCommands::Auth(Session* s, const Command& c, Writer& w) {
   const std::string_view token = c.args.size() == 3 ? c.args[2] : c.args[1];
   if (auth_ == nullptr) {
     if (c.args.size() == 2) {
@@ -1422,32 +1498,34 @@ void RedisCommands::Auth(Session* s, const Command& c, Writer& w) {
     } else {
       w.SimpleString("OK");
     }
-    return;
+    return absl::ZeroDuration();
   }
   AuthFailure why;
   absl::StatusOr<Caller> caller = auth_->AuthenticateToken(token, &why);
   if (!caller.ok()) {
     w.Error(absl::StrCat("WRONGPASS invalid username-password pair or user is disabled. (",
                          caller.status().message(), ")"));
-    return;
+    return AuthFailed(s, why);
   }
   s->authenticated = true;
   s->token = std::string(token);
+  s->auth_failures = 0;
   w.SimpleString("OK");
+  return absl::ZeroDuration();
 }
 
-void RedisCommands::Hello(Session* s, const Command& c, Writer& w) {
+absl::Duration RedisCommands::Hello(Session* s, const Command& c, Writer& w) {
   int protocol = s->protocol;
   size_t i = 1;
   if (c.args.size() >= 2) {
     int64_t v;
     if (!ParseInt(c.args[1], &v)) {
       w.Error("ERR Protocol version is not an integer or out of range");
-      return;
+      return absl::ZeroDuration();
     }
     if (v != 2 && v != 3) {
       w.Error("NOPROTO unsupported protocol version");
-      return;
+      return absl::ZeroDuration();
     }
     protocol = static_cast<int>(v);
     i = 2;
@@ -1465,7 +1543,7 @@ void RedisCommands::Hello(Session* s, const Command& c, Writer& w) {
       i += 1;
     } else {
       w.Error(absl::StrFormat("ERR Syntax error in HELLO option '%s'", Shown(c.args[i])));
-      return;
+      return absl::ZeroDuration();
     }
   }
   if (auth && auth_ != nullptr) {
@@ -1474,23 +1552,24 @@ void RedisCommands::Hello(Session* s, const Command& c, Writer& w) {
     if (!caller.ok()) {
       w.Error(absl::StrCat("WRONGPASS invalid username-password pair or user is disabled. (",
                            caller.status().message(), ")"));
-      return;
+      return AuthFailed(s, why);
     }
     s->authenticated = true;
     s->token = std::string(token);
+    s->auth_failures = 0;
   }
   if (auth_ != nullptr && !s->authenticated) {
     w.Error(
         "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO "
         "<proto> AUTH <user> <pass> option can be used to authenticate the client and select the "
         "RESP protocol version at the same time");
-    return;
+    return absl::ZeroDuration();
   }
   if (set_name) {
     for (char ch : name) {
       if (ch < '!' || ch > '~') {
         w.Error("ERR Client names cannot contain spaces, newlines or special characters.");
-        return;
+        return absl::ZeroDuration();
       }
     }
     s->name = std::string(name);
@@ -1526,6 +1605,7 @@ void RedisCommands::Hello(Session* s, const Command& c, Writer& w) {
   h.Bulk("cuckood_version");
   h.Bulk(kVersion);
   w.Raw(out);
+  return absl::ZeroDuration();
 }
 
 void RedisCommands::Client(Session* s, const Command& c, Writer& w) {

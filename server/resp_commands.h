@@ -42,14 +42,19 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <thread>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
+#include "boost/asio/executor_work_guard.hpp"
+#include "boost/asio/io_context.hpp"
 #include "boost/asio/thread_pool.hpp"
 #include "core/mutex.h"
 #include "core/registry.h"
 #include "cuckoo/v1/filter_service.grpc.pb.h"
 #include "server/auth.h"
 #include "server/in_process_calls.h"
+#include "server/logging.h"
 #include "server/metrics.h"
 #include "server/persistence.h"
 #include "server/resp_server.h"
@@ -139,8 +144,13 @@ class RedisCommands final : public resp::CommandHandler {
                 std::chrono::steady_clock::time_point start);
   void LoadChunk(resp::Session* s, const resp::Command& c, resp::Completion done,
                  std::chrono::steady_clock::time_point start);
-  void Hello(resp::Session* s, const resp::Command& c, resp::Writer& w);
-  void Auth(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  // AUTH and HELLO: what to wait before the reply is sent (a failed AUTH
+  // after a few is answered later and later, see AuthFailed).
+  absl::Duration Hello(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  absl::Duration Auth(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  // Counts, audits and slows a failed AUTH: returns the delay for its reply,
+  // growing with the failures of the connection and of its peer address.
+  absl::Duration AuthFailed(resp::Session* s, AuthFailure why);
   void Client(resp::Session* s, const resp::Command& c, resp::Writer& w);
   void CommandInfo(resp::Session* s, const resp::Command& c, resp::Writer& w);
   void ServerInfo(resp::Session* s, const resp::Command& c, resp::Writer& w);
@@ -175,6 +185,21 @@ class RedisCommands final : public resp::CommandHandler {
   std::atomic<uint64_t> next_dump_{1};
   std::map<uint64_t, std::shared_ptr<Dump>> dumps_ ABSL_GUARDED_BY(transfer_mu_);
   std::map<std::string, std::shared_ptr<Load>> loads_ ABSL_GUARDED_BY(transfer_mu_);
+  // Failed AUTHs by peer address (without the port), for the delay; at most
+  // kMaxAuthPeers, forgotten kAuthPeerMemory after their last failure.
+  struct PeerAuthFailures {
+    uint32_t failures = 0;
+    absl::Time last;
+  };
+  Mutex auth_mu_;
+  absl::flat_hash_map<std::string, PeerAuthFailures> auth_peers_ ABSL_GUARDED_BY(auth_mu_);
+  absl::Time auth_peers_swept_ ABSL_GUARDED_BY(auth_mu_);
+  RateLimitedAudit auth_audit_{50, "failed Redis AUTHs"};
+  // Where delayed AUTH replies wait (one thread, timers only).
+  boost::asio::io_context delay_io_{1};
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> delay_work_{
+      delay_io_.get_executor()};
+  std::thread delay_thread_{[this] { delay_io_.run(); }};
   // Dumps' and loads' blocking work (the export's and import's streams).
   // Last: joined first.
   boost::asio::thread_pool transfer_threads_{2};

@@ -65,6 +65,7 @@ struct Session {
   bool authenticated = false;         // handler-owned auth state ...
   std::shared_ptr<void> caller;       // ... handler-owned (opaque to the server)
   std::string token;                  // AUTH token, handler-owned
+  uint32_t auth_failures = 0;         // failed AUTHs since the last good one, handler-owned
   bool close_after_reply = false;     // QUIT, or a fatal error: close once this reply is written
   absl::Time connected_at;
   std::string last_command;  // for CLIENT INFO/LIST, optional (handler-owned)

@@ -395,6 +395,13 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
     s->redis_commands_->set_connection_count([server] { return server->connections(); });
     s->redis_commands_->set_port(s->redis_server_->port());
     spdlog::info("Redis protocol (RESP2/RESP3, CF.* commands) on {}", s->redis_server_->address());
+    if (s->auth_ != nullptr && !config.tls_cert.empty() && !Loopback(config.redis_listen)) {
+      spdlog::warn(
+          "the Redis port {} has no TLS: the tokens clients send with AUTH cross the network in "
+          "plaintext, while the gRPC port uses TLS; keep the Redis port on a trusted network or "
+          "loopback (--redis-listen), or give it tokens that grant only what it needs",
+          s->redis_server_->address());
+    }
     if (s->auth_ == nullptr && !Loopback(config.redis_listen)) {
       spdlog::warn(
           "no --auth-tokens: every client that reaches the Redis port {} may read, "

@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #if defined(__SANITIZE_ADDRESS__)
 // ASan's runtime (sanitizer/allocator_interface.h, which g++ 12 does not
@@ -514,6 +515,55 @@ TEST_F(RedisPortTest, TokensAndGrantsApplyAsOnGrpc) {
   EXPECT_EQ(reader2.Call({"CF.DEL", "cart.y", "k"}).substr(0, 8), "-NOPERM ");
   EXPECT_EQ(reader2.Call({"CF.DEL", "cart.nope", "k"}).substr(0, 8), "-NOPERM ");
   EXPECT_EQ(root.Call({"CF.EXISTS", "billing.x", "k"}), ":1");
+}
+
+// Issue 30: wrong AUTHs were answered at 630-740 thousand a second, with no
+// delay, no audit line and no count in cuckood_auth_failures_total. After
+// three failures (of the connection or of its peer address) each reply
+// waits 100 ms, doubling; replies stay in order; a good AUTH still works.
+TEST_F(RedisPortTest, FailedAuthsAreCountedAndSlowedPerConnectionAndPeer) {
+  const std::string path = dir_.path() + "/access";
+  {
+    std::ofstream out(path);
+    out << "token root sha256:" << Hex(server::Sha256("tok-root")) << " admin:*\n";
+  }
+  server::ServerConfig config = Config();
+  config.auth_tokens = path;
+  StartServer(config);
+  using Clock = std::chrono::steady_clock;
+  auto timed = [](RespClient& c, const std::vector<std::string>& args, std::string* reply) {
+    const Clock::time_point t0 = Clock::now();
+    *reply = c.Call(args);
+    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+  };
+  RespClient a(port());
+  std::string reply;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_LT(timed(a, {"AUTH", "wrong"}, &reply), 90) << "failure " << i + 1 << " is not slowed";
+    EXPECT_EQ(reply.substr(0, 10), "-WRONGPASS");
+  }
+  EXPECT_GE(timed(a, {"AUTH", "wrong"}, &reply), 100);
+  EXPECT_EQ(reply.substr(0, 10), "-WRONGPASS");
+  EXPECT_GE(timed(a, {"AUTH", "default", "wrong"}, &reply), 200);
+  EXPECT_EQ(reply.substr(0, 10), "-WRONGPASS");
+  // Pipelined: the delayed reply comes first, then the next command's.
+  a.SendRaw(RespClient::Encode({"AUTH", "wrong"}) + RespClient::Encode({"AUTH", "tok-root"}) +
+            RespClient::Encode({"PING"}));
+  EXPECT_EQ(a.Read().substr(0, 10), "-WRONGPASS");
+  EXPECT_EQ(a.Read(), "OK");
+  EXPECT_EQ(a.Read(), "PONG");
+  // The connection's count starts again after a good AUTH, but its peer's
+  // does not: a new connection from the same address (HELLO ... AUTH too)
+  // is slowed from its first failure (7th of the address: 800 ms).
+  RespClient b(port());
+  EXPECT_GE(timed(b, {"HELLO", "3", "AUTH", "u", "wrong"}, &reply), 700);
+  EXPECT_EQ(reply.substr(0, 10), "-WRONGPASS");
+  EXPECT_EQ(b.Call({"AUTH", "tok-root"}), "OK");
+  EXPECT_EQ(b.Call({"PING"}), "PONG");
+  const std::string metrics = server_->metrics().Render({});
+  EXPECT_NE(metrics.find(R"(cuckood_auth_failures_total{method="AUTH",reason="unknown_token"} 7)"),
+            std::string::npos)
+      << metrics;
 }
 
 TEST_F(RedisPortTest, HostileInputGetsAnErrorAndTheServerGoesOn) {
