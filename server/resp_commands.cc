@@ -1442,6 +1442,27 @@ constexpr absl::Duration kAuthPeerMemory = absl::Minutes(10);
 constexpr size_t kMaxAuthPeers = 65536;
 
 // "ip:port" or "[ip6]:port": the address without the port.
+// The longest client name, lib-name or lib-ver a connection may set: each
+// is kept for the connection's life, and Redis has no limit (300 idle
+// connections with 1 MiB names pinned 320 MB).
+constexpr size_t kMaxClientNameBytes = 256;
+
+// "" if `value` may be a client name (`what` "Client name") or lib-name /
+// lib-ver (`what` "lib-name and lib-ver"); else the error.
+std::string ClientNameError(std::string_view value, std::string_view what) {
+  for (char ch : value) {
+    if (ch < '!' || ch > '~') {
+      return absl::StrCat("ERR ", A(what),
+                          " cannot contain spaces, newlines or special characters.");
+    }
+  }
+  if (value.size() > kMaxClientNameBytes) {
+    return absl::StrFormat("ERR %s may be at most %d bytes (this one is %d)", what,
+                           kMaxClientNameBytes, value.size());
+  }
+  return "";
+}
+
 std::string_view PeerAddress(std::string_view peer) {
   const size_t colon = peer.rfind(':');
   return colon == std::string_view::npos ? peer : peer.substr(0, colon);
@@ -1566,11 +1587,9 @@ absl::Duration RedisCommands::Hello(Session* s, const Command& c, Writer& w) {
     return absl::ZeroDuration();
   }
   if (set_name) {
-    for (char ch : name) {
-      if (ch < '!' || ch > '~') {
-        w.Error("ERR Client names cannot contain spaces, newlines or special characters.");
-        return absl::ZeroDuration();
-      }
+    if (const std::string error = ClientNameError(name, "Client names"); !error.empty()) {
+      w.Error(error);
+      return absl::ZeroDuration();
     }
     s->name = std::string(name);
   }
@@ -1611,11 +1630,9 @@ absl::Duration RedisCommands::Hello(Session* s, const Command& c, Writer& w) {
 void RedisCommands::Client(Session* s, const Command& c, Writer& w) {
   const std::string_view sub = c.args[1];
   if (Is(sub, "SETNAME") && c.args.size() == 3) {
-    for (char ch : c.args[2]) {
-      if (ch < '!' || ch > '~') {
-        w.Error("ERR Client names cannot contain spaces, newlines or special characters.");
-        return;
-      }
+    if (const std::string error = ClientNameError(c.args[2], "Client names"); !error.empty()) {
+      w.Error(error);
+      return;
     }
     s->name = std::string(c.args[2]);
     w.SimpleString("OK");
@@ -1626,11 +1643,10 @@ void RedisCommands::Client(Session* s, const Command& c, Writer& w) {
       w.Bulk(s->name);
     }
   } else if (Is(sub, "SETINFO") && c.args.size() == 4) {
-    for (char ch : c.args[3]) {
-      if (ch < '!' || ch > '~') {
-        w.Error("ERR lib-name and lib-ver cannot contain spaces, newlines or special characters.");
-        return;
-      }
+    if (const std::string error = ClientNameError(c.args[3], "lib-name and lib-ver");
+        !error.empty()) {
+      w.Error(error);
+      return;
     }
     if (Is(c.args[2], "LIB-NAME")) {
       s->lib_name = std::string(c.args[3]);

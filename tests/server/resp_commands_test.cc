@@ -235,6 +235,17 @@ TEST_F(RedisPortTest, Resp3AfterHello) {
   EXPECT_EQ(c.Call({"CLIENT", "SETNAME", "svc"}), "OK");
   EXPECT_EQ(c.Call({"CLIENT", "GETNAME"}), "$svc");
   EXPECT_EQ(c.Call({"CLIENT", "SETNAME", "a b"}).substr(0, 30), "-ERR Client names cannot conta");
+  // Issue 30: names had no limit (300 idle connections with 1 MiB names
+  // pinned 320 MB). At most 256 bytes, like lib-name and lib-ver.
+  EXPECT_EQ(c.Call({"CLIENT", "SETNAME", std::string(256, 'n')}), "OK");
+  EXPECT_EQ(c.Call({"CLIENT", "SETNAME", std::string(1 << 20, 'n')}),
+            "-ERR Client names may be at most 256 bytes (this one is 1048576)");
+  EXPECT_EQ(c.Call({"CLIENT", "GETNAME"}), "$" + std::string(256, 'n')) << "the name is kept";
+  EXPECT_EQ(c.Call({"HELLO", "3", "SETNAME", std::string(257, 'n')}),
+            "-ERR Client names may be at most 256 bytes (this one is 257)");
+  EXPECT_EQ(c.Call({"CLIENT", "SETINFO", "LIB-NAME", std::string(300, 'l')}),
+            "-ERR lib-name and lib-ver may be at most 256 bytes (this one is 300)");
+  EXPECT_EQ(c.Call({"CLIENT", "SETINFO", "LIB-VER", "1.2.3"}), "OK");
   EXPECT_EQ(c.Call({"CONFIG", "GET", "save"}), "[$save,$]");
   EXPECT_EQ(c.Call({"HELLO", "2"}).substr(0, 8), "[$server");
   EXPECT_EQ(c.Call({"CONFIG", "GET", "appendonly", "nope"}), "[$appendonly,$yes]");
