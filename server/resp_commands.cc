@@ -1441,13 +1441,12 @@ constexpr absl::Duration kAuthMaxDelay = absl::Seconds(5);
 constexpr absl::Duration kAuthPeerMemory = absl::Minutes(10);
 constexpr size_t kMaxAuthPeers = 65536;
 
-// "ip:port" or "[ip6]:port": the address without the port.
 // The longest client name, lib-name or lib-ver a connection may set: each
 // is kept for the connection's life, and Redis has no limit (300 idle
 // connections with 1 MiB names pinned 320 MB).
 constexpr size_t kMaxClientNameBytes = 256;
 
-// "" if `value` may be a client name (`what` "Client name") or lib-name /
+// "" if `value` may be a client name (`what` "Client names") or lib-name /
 // lib-ver (`what` "lib-name and lib-ver"); else the error.
 std::string ClientNameError(std::string_view value, std::string_view what) {
   for (char ch : value) {
@@ -1463,6 +1462,7 @@ std::string ClientNameError(std::string_view value, std::string_view what) {
   return "";
 }
 
+// "ip:port" or "[ip6]:port": the address without the port.
 std::string_view PeerAddress(std::string_view peer) {
   const size_t colon = peer.rfind(':');
   return colon == std::string_view::npos ? peer : peer.substr(0, colon);
