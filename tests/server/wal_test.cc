@@ -686,10 +686,35 @@ TEST(WalTest, ClosingWritesAndSyncsEverythingAppended) {
   EXPECT_EQ(scan->last_lsn, 10u);
 }
 
+// The real file system (PosixWalEnv), for test environments to override a
+// part of. DiskSpace is not forwarded: UNIMPLEMENTED unless overridden.
+class ForwardingWalEnv : public WalEnv {
+ public:
+  absl::StatusOr<std::unique_ptr<WalFile>> Create(const std::string& path, uint64_t bytes,
+                                                  const std::atomic<bool>* cancel) override {
+    return base_->Create(path, bytes, cancel);
+  }
+  absl::StatusOr<std::unique_ptr<WalFile>> Open(const std::string& path) override {
+    return base_->Open(path);
+  }
+  absl::Status Rename(const std::string& from, const std::string& to) override {
+    return base_->Rename(from, to);
+  }
+  absl::Status Remove(const std::string& path) override { return base_->Remove(path); }
+  absl::StatusOr<std::vector<std::string>> List(const std::string& dir) override {
+    return base_->List(dir);
+  }
+  absl::Status CreateDir(const std::string& dir) override { return base_->CreateDir(dir); }
+  absl::Status SyncDir(const std::string& dir) override { return base_->SyncDir(dir); }
+
+ protected:
+  WalEnv* const base_ = PosixWalEnv();
+};
+
 // A WalEnv over the real file system that counts segment preparations
 // (Create of a segment) and, while `held`, makes each wait until released
 // or cancelled.
-class GatedWalEnv : public WalEnv {
+class GatedWalEnv : public ForwardingWalEnv {
  public:
   absl::StatusOr<std::unique_ptr<WalFile>> Create(const std::string& path, uint64_t bytes,
                                                   const std::atomic<bool>* cancel) override {
@@ -729,21 +754,7 @@ class GatedWalEnv : public WalEnv {
     return saw_cancel_;
   }
 
-  absl::StatusOr<std::unique_ptr<WalFile>> Open(const std::string& path) override {
-    return base_->Open(path);
-  }
-  absl::Status Rename(const std::string& from, const std::string& to) override {
-    return base_->Rename(from, to);
-  }
-  absl::Status Remove(const std::string& path) override { return base_->Remove(path); }
-  absl::StatusOr<std::vector<std::string>> List(const std::string& dir) override {
-    return base_->List(dir);
-  }
-  absl::Status CreateDir(const std::string& dir) override { return base_->CreateDir(dir); }
-  absl::Status SyncDir(const std::string& dir) override { return base_->SyncDir(dir); }
-
  private:
-  WalEnv* const base_ = PosixWalEnv();
   std::mutex mu_;
   std::condition_variable cv_;
   bool held_ = false;
@@ -875,7 +886,7 @@ TEST(WalTest, SegmentSizeThatCannotFitOnTheVolumeIsRefusedAtStart) {
 }
 
 // The real file system, counting the bytes read from files.
-class CountingWalEnv : public WalEnv {
+class CountingWalEnv : public ForwardingWalEnv {
  public:
   uint64_t read_bytes() const { return read_.load(); }
 
@@ -884,19 +895,6 @@ class CountingWalEnv : public WalEnv {
     if (!f.ok()) return f;
     return std::unique_ptr<WalFile>(new File(*std::move(f), &read_));
   }
-  absl::StatusOr<std::unique_ptr<WalFile>> Create(const std::string& path, uint64_t bytes,
-                                                  const std::atomic<bool>* cancel) override {
-    return base_->Create(path, bytes, cancel);
-  }
-  absl::Status Rename(const std::string& from, const std::string& to) override {
-    return base_->Rename(from, to);
-  }
-  absl::Status Remove(const std::string& path) override { return base_->Remove(path); }
-  absl::StatusOr<std::vector<std::string>> List(const std::string& dir) override {
-    return base_->List(dir);
-  }
-  absl::Status CreateDir(const std::string& dir) override { return base_->CreateDir(dir); }
-  absl::Status SyncDir(const std::string& dir) override { return base_->SyncDir(dir); }
 
  private:
   class File : public WalFile {
@@ -920,7 +918,6 @@ class CountingWalEnv : public WalEnv {
     std::unique_ptr<WalFile> base_;
     std::atomic<uint64_t>* read_;
   };
-  WalEnv* const base_ = PosixWalEnv();
   std::atomic<uint64_t> read_{0};
 };
 
