@@ -184,6 +184,9 @@ bool SplitInline(std::string_view data, size_t begin, size_t end, std::vector<In
 
 std::string Num(uint64_t v) { return std::to_string(v); }
 
+// Argument offsets kept from one command to the next (64 KiB).
+constexpr size_t kKeepSpans = 4096;
+
 }  // namespace
 
 Parser::Parser(const ParserLimits& limits) : limits_(limits) {}
@@ -194,9 +197,15 @@ void Parser::Reset() {
   start_ = pos_ = scan_ = 0;
   expected_args_ = bulk_len_ = 0;
   arg_spans_.clear();
+  // A command of many arguments does not pin its offsets' memory (16 bytes
+  // an argument) for the connection's life.
+  if (arg_spans_.capacity() > kKeepSpans) decltype(arg_spans_)().swap(arg_spans_);
 }
 
-void Parser::ReleaseArgs() { storage_.clear(); }
+void Parser::ReleaseArgs() {
+  storage_.clear();
+  storage_bytes_ = 0;
+}
 
 size_t Parser::pending_hint() const {
   if (state_ != State::kBulkData) return 0;
@@ -416,7 +425,10 @@ Parser::Result Parser::ParseInline(std::string_view data, size_t* consumed,
     }
   }
   const std::string* store = nullptr;
-  if (!unescaped.empty()) store = &storage_.emplace_back(std::move(unescaped));
+  if (!unescaped.empty()) {
+    store = &storage_.emplace_back(std::move(unescaped));
+    storage_bytes_ += store->capacity() + sizeof(std::string);
+  }
   args->reserve(parsed.size());
   for (const InlineArg& a : parsed) {
     args->push_back(a.in_storage ? std::string_view(*store).substr(a.offset, a.length)

@@ -102,6 +102,11 @@ class Parser {
   // so far. Call it when none of those commands' args are used any more,
   // e.g. whenever the connection drops consumed bytes from its buffer.
   void ReleaseArgs();
+  // Heap bytes the parser holds (argument offsets, unescaped inline
+  // arguments, an error message): part of a connection's memory.
+  size_t MemoryBytes() const {
+    return arg_spans_.capacity() * sizeof(arg_spans_[0]) + storage_bytes_ + error_.capacity();
+  }
   // The limits from the next Parse on (the RESP server tightens them for
   // connections that have not authenticated yet).
   void set_limits(const ParserLimits& limits) { limits_ = limits; }
@@ -135,6 +140,7 @@ class Parser {
   int64_t bulk_len_ = 0;
   std::vector<std::pair<size_t, size_t>> arg_spans_;  // offset, length in data
   std::deque<std::string> storage_;                   // unescaped inline arguments
+  size_t storage_bytes_ = 0;                          // their capacities
 };
 
 // Appends replies in RESP to *out. protocol 3 (after HELLO 3) writes the RESP3

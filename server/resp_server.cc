@@ -5,10 +5,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <list>
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <unordered_set>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -44,6 +46,16 @@ constexpr auto kCloseFlushTime = std::chrono::seconds(1);
 
 constexpr std::string_view kShuttingDown = "-ERR cuckood is shutting down\r\n";
 constexpr std::string_view kMaxClients = "-ERR max number of clients reached\r\n";
+constexpr std::string_view kMaxUnauthenticated =
+    "-ERR max number of unauthenticated clients reached: AUTH right after connecting, or try "
+    "again later\r\n";
+// A connection's own objects (the Connection, its socket, Session, list
+// node), counted in its memory beside its buffers.
+constexpr size_t kConnectionBytes = 2048;
+// What a command in flight is counted to hold in the handler, beyond its
+// arguments' bytes: a copy of each argument (e.g. a key in a protobuf
+// request) costs about this much more.
+constexpr size_t kInFlightBytesPerArg = 48;
 
 std::string FormatEndpoint(const tcp::endpoint& endpoint) {
   const asio::ip::address address = endpoint.address();
@@ -99,6 +111,17 @@ class RespServer::Core : public std::enable_shared_from_this<RespServer::Core> {
     connection_count.fetch_sub(1);
     if (options.on_close) options.on_close(reason);
   }
+  // Past client_memory: picks the connections using the most until the
+  // rest fits, and has their threads close them. Any thread.
+  void Evict();
+  void Register(internal::Connection* c) {
+    std::lock_guard<std::mutex> lock(registry_mu);
+    registry.insert(c);
+  }
+  void Unregister(internal::Connection* c) {
+    std::lock_guard<std::mutex> lock(registry_mu);
+    registry.erase(c);
+  }
 
   const ServerOptions options;
   CommandHandler* const handler;
@@ -114,6 +137,17 @@ class RespServer::Core : public std::enable_shared_from_this<RespServer::Core> {
   std::atomic<uint64_t> next_id{1};
   std::atomic<size_t> connection_count{0};
   std::atomic<int64_t> in_flight{0};
+  // Memory (ServerOptions::client_memory): every connection's, and that of
+  // the ones not authenticated yet; those counted; connections evicted.
+  std::atomic<int64_t> client_bytes{0};
+  std::atomic<int64_t> unauthenticated_bytes{0};
+  std::atomic<size_t> unauthenticated_count{0};
+  std::atomic<uint64_t> evicted{0};
+  // Bytes of connections chosen for eviction and not closed yet.
+  std::atomic<int64_t> eviction_bytes{0};
+  // Every started connection not finalized yet, for Evict.
+  std::mutex registry_mu;
+  std::unordered_set<internal::Connection*> registry;
   // Shutdown's phases: commands get the shutting-down error; connections are
   // being closed (a command in flight no longer holds one open); no more
   // posts to the threads (late replies are dropped).
@@ -140,16 +174,30 @@ class Connection : public std::enable_shared_from_this<Connection> {
  public:
   using Core = RespServer::Core;
 
-  Connection(std::shared_ptr<Core> core, Core::Worker* worker, tcp::socket socket)
+  Connection(std::shared_ptr<Core> core, Core::Worker* worker, tcp::socket socket,
+             bool unauthenticated_counted)
       : core_(std::move(core)),
         worker_(worker),
         socket_(std::move(socket)),
-        parser_(core_->options.limits) {}
+        parser_(core_->options.limits),
+        unauthenticated_counted_(unauthenticated_counted) {}
+
+  ~Connection() {
+    // Normally done when finalized; not for one the server dropped unstarted.
+    if (registered_in_core_) core_->Unregister(this);
+    if (unauthenticated_counted_) {
+      core_->unauthenticated_count.fetch_sub(1);
+      core_->unauthenticated_bytes.fetch_sub(static_cast<int64_t>(charged_));
+    }
+    core_->client_bytes.fetch_sub(static_cast<int64_t>(charged_));
+  }
 
   // On the worker's thread.
   void Start() {
     worker_->connections.push_front(shared_from_this());
     registered_ = worker_->connections.begin();
+    core_->Register(this);
+    registered_in_core_ = true;
     error_code ec;
     socket_.set_option(tcp::no_delay(true), ec);
     const tcp::endpoint peer = socket_.remote_endpoint(ec);
@@ -160,40 +208,55 @@ class Connection : public std::enable_shared_from_this<Connection> {
       Close("shutdown");
       return;
     }
-    last_input_ = Clock::now();
+    last_input_ = unauthenticated_since_ = Clock::now();
     in_cap_ = std::min(kInitialReadBytes, std::max<size_t>(core_->options.read_chunk, 512));
     in_.reset(new char[in_cap_]);
     Process();
   }
 
   // Completion::Reply: the handler's answer, from any thread.
-  void OnReply(std::shared_ptr<Connection> self, std::string bytes,
+  void OnReply(std::shared_ptr<Connection> self, uint64_t seq, std::string bytes,
                std::function<void(Session*)> then) {
-    if (tl_executing == this) {
-      sync_replied_ = true;
-      Apply(bytes, then);
+    if (tl_executing == this && seq == executing_seq_) {
+      Slot& slot = slots_[seq - first_seq_];
+      slot.ready = true;
+      slot.bytes = std::move(bytes);
+      slot.then = std::move(then);
       return;
     }
     Core& core = *core_;
     core.posting.fetch_add(1);
     if (!core.stopped.load()) {
-      asio::post(worker_->io, [self = std::move(self), bytes = std::move(bytes),
+      asio::post(worker_->io, [self = std::move(self), seq, bytes = std::move(bytes),
                                then = std::move(then)]() mutable {
-        self->AsyncDone(std::move(bytes), std::move(then));
+        self->AsyncDone(seq, std::move(bytes), std::move(then));
       });
     }
     core.posting.fetch_sub(1);
   }
 
+  // Completion::Applied.
+  void OnApplied(uint64_t seq) {
+    if (tl_executing != this || seq != executing_seq_) return;
+    slots_[seq - first_seq_].applied = true;
+  }
+
   // The periodic check of the timeouts, on the worker's thread.
   void Sweep(Clock::time_point now) {
     if (closed_) return;
+    const ServerOptions& options = core_->options;
     if (close_after_flush_) {
       if (now >= close_deadline_) Close(reason_);
     } else if (writing_active_ && now - write_progress_ >= core_->stall_timeout &&
                core_->stall_timeout.count() > 0) {
       Close("slow_client");
-    } else if (core_->idle_timeout.count() > 0 && reading_ && !in_flight_ &&
+    } else if (paused_ && options.output_soft_timeout > absl::ZeroDuration() &&
+               now - paused_since_ >= absl::ToChronoNanoseconds(options.output_soft_timeout)) {
+      Close("slow_client");
+    } else if (unauthenticated_counted_ && options.auth_timeout > absl::ZeroDuration() &&
+               now - unauthenticated_since_ >= absl::ToChronoNanoseconds(options.auth_timeout)) {
+      Close("auth_timeout");
+    } else if (core_->idle_timeout.count() > 0 && reading_ && unready_ == 0 &&
                now - last_input_ >= core_->idle_timeout) {
       Close("idle");
     }
@@ -209,12 +272,54 @@ class Connection : public std::enable_shared_from_this<Connection> {
     CloseAfterFlush("shutdown");
   }
 
+  // Core::Evict chose this connection, counting it as evicted_bytes (set
+  // under Core::registry_mu, read on the connection's thread after).
+  std::atomic<bool> evicting{false};
+  size_t evicted_bytes = 0;
+  asio::io_context& io() { return worker_->io; }
+  // What Account last counted, for Core::Evict (from any thread).
+  std::atomic<size_t> charged{0};
+
+  // On the worker's thread: closes a connection Core::Evict chose. The
+  // client gets an error saying why if nothing is half-written.
+  void Evict() {
+    if (closed_ || close_after_flush_) return;
+    core_->evicted.fetch_add(1, std::memory_order_relaxed);
+    if (core_->options.on_evict) {
+      core_->options.on_evict(
+          absl::StrFormat("id=%u addr=%s name=%s tot-mem=%u", session_.id, session_.peer,
+                          session_.name, charged_),
+          static_cast<size_t>(std::max<int64_t>(0, core_->client_bytes.load())));
+    }
+    if (!writing_active_) {
+      const std::string error = absl::StrFormat(
+          "-ERR client memory limit: this connection held %u bytes and the Redis port's clients "
+          "together more than their limit of %u bytes (--redis-client-memory), so the clients "
+          "using the most were closed\r\n",
+          charged_, core_->options.client_memory);
+      error_code ignored;
+      socket_.non_blocking(true, ignored);
+      socket_.write_some(asio::buffer(error), ignored);
+    }
+    Close("client_memory");
+  }
+
  private:
+  // A command handed to the handler, until its reply's turn to go out.
+  struct Slot {
+    bool ready = false;    // replied
+    bool applied = false;  // Completion::Applied
+    size_t arg_bytes = 0;  // counted while not replied
+    std::string bytes;
+    std::function<void(Session*)> then;
+  };
+
   // Runs commands and reads until it has to wait (for a read, a reply in
   // flight, or the client to take its output), then writes what it has.
   void Process() {
-    while (!closed_ && !close_after_flush_ && !in_flight_ && !reading_) {
-      if (PendingOutput() >= core_->options.output_soft_limit) {
+    while (!closed_ && !close_after_flush_ && !reading_ && !Blocked()) {
+      if (PendingOutput() >= OutputLimit()) {
+        if (!paused_) paused_since_ = Clock::now();
         paused_ = true;  // OnWrite resumes
         break;
       }
@@ -223,32 +328,88 @@ class Connection : public std::enable_shared_from_this<Connection> {
         continue;
       }
       if (parse_error_) {
+        if (!slots_.empty()) break;  // the replies before it first
         absl::StrAppend(&out_, "-", error_, "\r\n");
         CloseAfterFlush("protocol_error");
         break;
       }
-      if (!ParseBatch()) StartRead();
+      if (ParseBatch()) continue;
+      if (half_closed_) break;  // AsyncDone closes once the replies are out
+      StartRead();
     }
+    Account();  // (before the replies go: a client that read one sees it counted)
     Flush();
   }
 
-  size_t PendingOutput() const { return out_.size() + (writing_.size() - written_); }
+  // Whether the next command must wait: one in flight that did not say
+  // Applied, or too many (or too large) that did.
+  bool Blocked() const {
+    return unapplied_ > 0 || unready_ >= std::max<size_t>(core_->options.max_pipelined, 1) ||
+           (unready_ > 0 && unready_arg_bytes_ >= core_->options.max_pipelined_bytes);
+  }
+
+  size_t OutputLimit() const {
+    return unauthenticated_counted_ ? std::min(core_->options.output_soft_limit,
+                                               core_->options.unauthenticated_output_limit)
+                                    : core_->options.output_soft_limit;
+  }
+
+  // Written, being written, and replies waiting for an earlier one.
+  size_t PendingOutput() const {
+    return out_.size() + (writing_.size() - written_) + queued_bytes_;
+  }
 
   void RunNext() {
     if (core_->shutting_down.load(std::memory_order_relaxed)) {
-      out_.append(kShuttingDown);
+      Emit(kShuttingDown);
       ++next_cmd_;
       return;
     }
     const absl::Span<const Command> commands(commands_.data() + next_cmd_, n_cmds_ - next_cmd_);
-    sync_replied_ = false;
+    const uint64_t seq = first_seq_ + slots_.size();
+    slots_.emplace_back();
+    executing_seq_ = seq;
     tl_executing = this;
-    size_t took = core_->handler->Execute(&session_, commands, Completion(shared_from_this()));
+    size_t took = core_->handler->Execute(&session_, commands, Completion(shared_from_this(), seq));
     tl_executing = nullptr;
-    next_cmd_ += std::clamp<size_t>(took, 1, commands.size());
-    if (!sync_replied_) {
-      in_flight_ = true;
+    took = std::clamp<size_t>(took, 1, commands.size());
+    Slot& slot = slots_.back();
+    if (slot.ready) {
+      queued_bytes_ += slot.bytes.size();
+      DrainReplies();
+    } else {
+      for (size_t i = 0; i < took; ++i) {
+        for (std::string_view a : commands[i].args)
+          slot.arg_bytes += a.size() + kInFlightBytesPerArg;
+      }
+      unready_arg_bytes_ += slot.arg_bytes;
+      ++unready_;
+      if (!slot.applied) ++unapplied_;
       core_->in_flight.fetch_add(1);
+    }
+    next_cmd_ += took;
+  }
+
+  // A reply of the server's own (not a handler's), in its turn.
+  void Emit(std::string_view bytes) {
+    if (slots_.empty()) {
+      out_.append(bytes);
+      return;
+    }
+    Slot& slot = slots_.emplace_back();
+    slot.ready = true;
+    slot.bytes = std::string(bytes);
+    queued_bytes_ += slot.bytes.size();
+  }
+
+  // Moves the replies whose turn has come to the output.
+  void DrainReplies() {
+    while (!slots_.empty() && slots_.front().ready) {
+      Slot slot = std::move(slots_.front());
+      slots_.pop_front();
+      ++first_seq_;
+      queued_bytes_ -= slot.bytes.size();
+      Apply(slot.bytes, slot.then);
     }
   }
 
@@ -258,7 +419,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (big_args_) {
       big_args_ = false;
       for (Command& c : commands_) {
-        if (c.args.capacity() > kKeepArgs) std::vector<std::string_view>().swap(c.args);
+        if (c.args.capacity() > kKeepArgs) {
+          args_bytes_ -= c.args.capacity() * sizeof(std::string_view);
+          std::vector<std::string_view>().swap(c.args);
+        }
       }
     }
     n_cmds_ = next_cmd_ = 0;
@@ -270,39 +434,46 @@ class Connection : public std::enable_shared_from_this<Connection> {
       const ParserLimits& limits = options.auth_required && !session_.authenticated
                                        ? options.unauthenticated_limits
                                        : options.limits;
-      if (parser_.limits().max_args != limits.max_args ||
-          parser_.limits().max_bulk_bytes != limits.max_bulk_bytes) {
-        parser_.set_limits(limits);
+      if (!SameLimits(parser_.limits(), limits)) parser_.set_limits(limits);
+      if (n_cmds_ == commands_.size()) {
+        commands_.emplace_back();
+        args_bytes_ += sizeof(Command);
       }
-      if (n_cmds_ == commands_.size()) commands_.emplace_back();
       std::vector<std::string_view>& args = commands_[n_cmds_].args;
+      const size_t had = args.capacity();
       args.clear();
       size_t consumed = 0;
       const Parser::Result r = parser_.Parse(
           std::string_view(in_.get() + in_begin_, in_end_ - in_begin_), &consumed, &args, &error_);
+      args_bytes_ += (args.capacity() - had) * sizeof(std::string_view);
       if (r == Parser::Result::kNeedMore) break;
       if (r == Parser::Result::kError) {
         parse_error_ = true;
         break;
       }
       in_begin_ += consumed;
-      if (args.size() > kKeepArgs) big_args_ = true;
+      if (args.capacity() > kKeepArgs) big_args_ = true;
       if (!args.empty()) ++n_cmds_;  // "*0", an empty line: nothing to run
     }
     return n_cmds_ > 0 || parse_error_;
   }
 
+  static bool SameLimits(const ParserLimits& a, const ParserLimits& b) {
+    return a.max_bulk_bytes == b.max_bulk_bytes && a.max_args == b.max_args &&
+           a.max_inline_bytes == b.max_inline_bytes && a.max_command_bytes == b.max_command_bytes;
+  }
+
   // Makes room for the rest of the partial command (or the next ones) and
-  // reads. Only when every parsed command has run: their views into the
-  // buffer must not move.
+  // reads. Only when no command that did not say Applied is in flight: its
+  // views into the buffer must not move.
   void StartRead() {
     const ServerOptions& options = core_->options;
     if (in_begin_ == in_end_) in_begin_ = in_end_ = 0;
     const size_t have = in_end_ - in_begin_;
     const size_t hint = parser_.pending_hint();
     const size_t chunk = std::max<size_t>(options.read_chunk, 512);
-    const size_t max_cap =
-        std::max(options.limits.max_command_bytes, options.limits.max_inline_bytes) + chunk;
+    const ParserLimits& limits = parser_.limits();
+    const size_t max_cap = std::max(limits.max_command_bytes, limits.max_inline_bytes) + chunk;
     size_t cap = in_cap_;
     if (cap > chunk && have <= chunk / 2 && hint <= chunk) cap = chunk;  // after a big command
     if (hint > cap) {
@@ -311,6 +482,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       cap = std::min(std::max(cap * 2, chunk), max_cap);
     }
     cap = std::max(cap, have + 1);
+    if (cap > in_cap_ && !Admit(cap - in_cap_)) return;
     if (cap != in_cap_) {
       std::unique_ptr<char[]> bigger(new char[cap]);
       std::memcpy(bigger.get(), in_.get() + in_begin_, have);
@@ -318,6 +490,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       in_cap_ = cap;
       in_begin_ = 0;
       in_end_ = have;
+      Account();
     } else if (in_begin_ > 0 && (in_cap_ - in_end_ < in_cap_ / 2 || in_begin_ + hint > in_cap_)) {
       std::memmove(in_.get(), in_.get() + in_begin_, have);
       in_begin_ = 0;
@@ -341,8 +514,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return;
     }
     if (ec) {
-      if (ec == asio::error::eof && PendingOutput() > 0) {
-        CloseAfterFlush("eof");  // a client that half-closed still gets its replies
+      if (ec == asio::error::eof && (PendingOutput() > 0 || !slots_.empty())) {
+        // A client that half-closed still gets its replies.
+        half_closed_ = true;
+        if (slots_.empty()) CloseAfterFlush("eof");
       } else {
         Close(ec == asio::error::eof ? "eof" : "error");
       }
@@ -355,13 +530,25 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   // The handler's answer, posted from another thread.
-  void AsyncDone(std::string bytes, std::function<void(Session*)> then) {
-    if (finalized_) return;
-    in_flight_ = false;
+  void AsyncDone(uint64_t seq, std::string bytes, std::function<void(Session*)> then) {
+    if (finalized_ || seq < first_seq_ || seq - first_seq_ >= slots_.size()) return;
+    Slot& slot = slots_[seq - first_seq_];
+    if (slot.ready) return;
+    slot.ready = true;
+    slot.bytes = std::move(bytes);
+    slot.then = std::move(then);
+    queued_bytes_ += slot.bytes.size();
+    unready_arg_bytes_ -= slot.arg_bytes;
+    --unready_;
+    if (!slot.applied) --unapplied_;
     core_->in_flight.fetch_sub(1);
-    Apply(bytes, then);
+    DrainReplies();
     if (closed_) {
       MaybeFinalize();
+      return;
+    }
+    if (half_closed_ && slots_.empty() && !close_after_flush_) {
+      CloseAfterFlush("eof");
       return;
     }
     Process();
@@ -369,7 +556,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void Apply(const std::string& bytes, const std::function<void(Session*)>& then) {
     if (then) then(&session_);
-    if (!lingering_) out_.append(bytes);
+    if (!lingering_ && !closed_) out_.append(bytes);
     if (session_.close_after_reply && !closed_) CloseAfterFlush("quit");
   }
 
@@ -394,6 +581,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void OnWrite(error_code ec, size_t n) {
     if (closed_) {
       writing_active_ = false;
+      std::string().swap(writing_);  // the write that held it has ended
+      Account();
       return;
     }
     if (ec) {
@@ -417,14 +606,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
       } else {
         FinishGraceful();
       }
+      Account();
       return;
     }
-    if (paused_ && PendingOutput() < core_->options.output_soft_limit) {
+    if (paused_ && PendingOutput() < OutputLimit()) {
       paused_ = false;
-      Process();  // flushes too
+      Process();  // flushes and counts too
       return;
     }
     Flush();
+    Account();
   }
 
   // Stops running commands; closes once the output is written (bounded by
@@ -470,29 +661,114 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (!close_after_flush_) reason_ = std::string(reason);
     error_code ignored;
     socket_.close(ignored);
+    // What is not written now never will be; what a pending write holds
+    // goes when that write ends (OnWrite).
+    std::string().swap(out_);
     MaybeFinalize();
+    Account();
   }
 
   // Once closed and no command in flight (or the server is closing every
-  // connection): tells the handler and the metrics, and leaves the worker's
-  // list. The caller holds a reference.
+  // connection): tells the handler and the metrics, leaves the worker's
+  // list and gives its memory back. The caller holds a reference.
   void MaybeFinalize() {
     if (finalized_ || !closed_) return;
-    if (in_flight_ && !core_->closing_all.load()) return;
+    if (unready_ > 0 && !core_->closing_all.load()) return;
     finalized_ = true;
-    if (in_flight_) {
-      in_flight_ = false;
-      core_->in_flight.fetch_sub(1);
-    }
+    if (unready_ > 0) core_->in_flight.fetch_sub(static_cast<int64_t>(unready_));
+    const bool views_in_use = unapplied_ > 0;  // a handler may still read its args
+    unready_ = unapplied_ = 0;
+    unready_arg_bytes_ = 0;
     core_->handler->Closed(&session_);
     core_->Closed(reason_);
+    core_->Unregister(this);
+    registered_in_core_ = false;
+    // The memory goes now, not when the last reference does (a handler's
+    // Completion may keep this object long after).
+    std::deque<Slot>().swap(slots_);
+    queued_bytes_ = 0;
+    if (!views_in_use) {
+      std::vector<Command>().swap(commands_);
+      in_.reset();
+      in_cap_ = in_begin_ = in_end_ = 0;
+      parser_ = Parser(core_->options.limits);
+    }
+    std::string().swap(out_);
+    std::string().swap(error_);
+    for (std::string* text :
+         {&session_.name, &session_.lib_name, &session_.lib_version, &session_.last_command}) {
+      std::string().swap(*text);
+    }
+    if (evicting.load()) core_->eviction_bytes.fetch_sub(static_cast<int64_t>(evicted_bytes));
+    Account();
     worker_->connections.erase(registered_);
+  }
+
+  // What this connection holds now (see the top of resp_server.h).
+  size_t MemoryBytes() const {
+    if (finalized_) return 0;
+    return kConnectionBytes + in_cap_ + args_bytes_ + parser_.MemoryBytes() + out_.capacity() +
+           writing_.capacity() + error_.capacity() + session_.name.capacity() +
+           session_.lib_name.capacity() + session_.lib_version.capacity() +
+           session_.token.capacity() + session_.last_command.capacity() +
+           slots_.size() * sizeof(Slot) + queued_bytes_ + unready_arg_bytes_;
+  }
+
+  // Counts MemoryBytes (and the authentication state) in the server's
+  // totals; evicts past client_memory and closes an unauthenticated
+  // connection past unauthenticated_memory.
+  void Account() { Charge(MemoryBytes()); }
+
+  // Before growing by `extra` bytes: false (and closed) if this connection
+  // may not.
+  bool Admit(size_t extra) {
+    Charge(MemoryBytes() + extra);
+    if (closed_) return false;
+    if (evicting.load(std::memory_order_relaxed)) {
+      Evict();
+      return false;
+    }
+    return true;
+  }
+
+  void Charge(size_t bytes) {
+    const int64_t delta = static_cast<int64_t>(bytes) - static_cast<int64_t>(charged_);
+    charged_ = bytes;
+    charged.store(bytes, std::memory_order_relaxed);
+    Core& core = *core_;
+    const int64_t total = core.client_bytes.fetch_add(delta, std::memory_order_relaxed) + delta;
+    const bool unauthenticated =
+        core.options.auth_required && !session_.authenticated && !finalized_;
+    if (unauthenticated != unauthenticated_counted_) {
+      unauthenticated_counted_ = unauthenticated;
+      if (unauthenticated) {  // RESET
+        core.unauthenticated_count.fetch_add(1);
+        core.unauthenticated_bytes.fetch_add(static_cast<int64_t>(bytes));
+        unauthenticated_since_ = Clock::now();
+      } else {
+        core.unauthenticated_count.fetch_sub(1);
+        core.unauthenticated_bytes.fetch_sub(static_cast<int64_t>(bytes) - delta);
+      }
+    } else if (unauthenticated && delta != 0) {
+      const int64_t together =
+          core.unauthenticated_bytes.fetch_add(delta, std::memory_order_relaxed) + delta;
+      if (delta > 0 && together > static_cast<int64_t>(core.options.unauthenticated_memory) &&
+          !closed_) {
+        Close("unauthenticated_memory");
+        return;
+      }
+    }
+    if (delta > 0 && core.options.client_memory > 0 &&
+        total > static_cast<int64_t>(core.options.client_memory)) {
+      core.Evict();
+    }
   }
 
   const std::shared_ptr<Core> core_;
   Core::Worker* const worker_;
   tcp::socket socket_;
   std::list<std::shared_ptr<Connection>>::iterator registered_;
+  bool registered_in_core_ = false;
   Session session_;
   Parser parser_;
 
@@ -506,22 +782,36 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Parsed commands: [next_cmd_, n_cmds_) still to run. Reused.
   std::vector<Command> commands_;
+  size_t args_bytes_ = 0;  // their objects and argument vectors
   size_t n_cmds_ = 0;
   size_t next_cmd_ = 0;
   bool big_args_ = false;
   bool parse_error_ = false;  // after the parsed commands
   std::string error_;
 
+  // Commands handed to the handler whose replies have not gone to out_ yet,
+  // in order; slots_[0] is command first_seq_. The one being executed.
+  std::deque<Slot> slots_;
+  uint64_t first_seq_ = 0;
+  uint64_t executing_seq_ = 0;
+  size_t unready_ = 0;            // slots not replied
+  size_t unapplied_ = 0;          // of them, not Applied (0 or 1)
+  size_t unready_arg_bytes_ = 0;  // their Slot::arg_bytes
+  size_t queued_bytes_ = 0;       // replied slots' bytes
+
   // Output: out_ gathers replies while writing_ is being written.
   std::string out_;
   std::string writing_;
   size_t written_ = 0;
 
+  // Memory counted (Account) and the authentication state counted with it.
+  size_t charged_ = 0;
+  bool unauthenticated_counted_;
+
   bool reading_ = false;
   bool writing_active_ = false;
-  bool in_flight_ = false;
-  bool sync_replied_ = false;
   bool paused_ = false;
+  bool half_closed_ = false;
   bool close_after_flush_ = false;
   bool lingering_ = false;
   bool closed_ = false;
@@ -530,6 +820,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Clock::time_point last_input_;
   Clock::time_point write_progress_;
   Clock::time_point close_deadline_;
+  Clock::time_point paused_since_;
+  Clock::time_point unauthenticated_since_;
 };
 
 }  // namespace internal
@@ -538,7 +830,11 @@ void Completion::Reply(std::string bytes, std::function<void(Session*)> then) {
   std::shared_ptr<internal::Connection> c = std::move(connection_);
   if (c == nullptr) return;  // a second Reply on this handle
   internal::Connection* raw = c.get();
-  raw->OnReply(std::move(c), std::move(bytes), std::move(then));
+  raw->OnReply(std::move(c), seq_, std::move(bytes), std::move(then));
+}
+
+void Completion::Applied() {
+  if (connection_ != nullptr) connection_->OnApplied(seq_);
 }
 
 absl::Status RespServer::Core::Listen() {
@@ -620,22 +916,62 @@ void RespServer::Core::Accept() {
       return;
     }
     if (options.on_connect) options.on_connect();
-    if (connection_count.load() >= options.max_connections) {
+    auto refuse = [&](std::string_view error, std::string_view reason) {
       // As Redis: the error, then close. It fits the socket buffer.
       error_code ignored;
       socket.non_blocking(true, ignored);
-      socket.write_some(asio::buffer(kMaxClients), ignored);
+      socket.write_some(asio::buffer(error), ignored);
       socket.shutdown(tcp::socket::shutdown_send, ignored);
       socket.close(ignored);
-      if (options.on_close) options.on_close("max_clients");
+      if (options.on_close) options.on_close(reason);
+    };
+    if (connection_count.load() >= options.max_connections) {
+      refuse(kMaxClients, "max_clients");
+    } else if (options.auth_required &&
+               unauthenticated_count.load() >= options.max_unauthenticated) {
+      refuse(kMaxUnauthenticated, "max_unauthenticated");
     } else {
       connection_count.fetch_add(1);
-      auto connection =
-          std::make_shared<internal::Connection>(shared_from_this(), worker, std::move(socket));
+      if (options.auth_required) unauthenticated_count.fetch_add(1);
+      auto connection = std::make_shared<internal::Connection>(
+          shared_from_this(), worker, std::move(socket), options.auth_required);
       asio::post(worker->io, [connection] { connection->Start(); });
     }
     Accept();
   });
+}
+
+void RespServer::Core::Evict() {
+  const int64_t limit = static_cast<int64_t>(options.client_memory);
+  if (client_bytes.load() - eviction_bytes.load() <= limit) return;
+  std::vector<std::shared_ptr<internal::Connection>> victims;
+  {
+    std::unique_lock<std::mutex> lock(registry_mu, std::try_to_lock);
+    if (!lock.owns_lock()) return;  // another thread is at it
+    int64_t total = client_bytes.load() - eviction_bytes.load();
+    if (total <= limit) return;
+    std::vector<std::pair<size_t, internal::Connection*>> by_size;
+    by_size.reserve(registry.size());
+    for (internal::Connection* c : registry) {
+      if (!c->evicting.load()) by_size.emplace_back(c->charged.load(), c);
+    }
+    std::sort(by_size.begin(), by_size.end(),
+              [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (const auto& [bytes, c] : by_size) {
+      if (total <= limit) break;
+      std::shared_ptr<internal::Connection> victim = c->weak_from_this().lock();
+      if (victim == nullptr) continue;  // being destroyed
+      c->evicted_bytes = bytes;
+      c->evicting.store(true);
+      eviction_bytes.fetch_add(static_cast<int64_t>(bytes));
+      total -= static_cast<int64_t>(bytes);
+      victims.push_back(std::move(victim));
+    }
+  }
+  for (auto& v : victims) {
+    asio::io_context& io = v->io();
+    asio::post(io, [v = std::move(v)] { v->Evict(); });
+  }
 }
 
 void RespServer::Core::Sweep(Worker* worker) {
@@ -643,8 +979,9 @@ void RespServer::Core::Sweep(Worker* worker) {
   if (options.idle_timeout > absl::ZeroDuration()) {
     interval = std::min(interval, options.idle_timeout / 10);
   }
-  if (options.write_stall_timeout > absl::ZeroDuration()) {
-    interval = std::min(interval, options.write_stall_timeout / 10);
+  for (absl::Duration timeout :
+       {options.write_stall_timeout, options.output_soft_timeout, options.auth_timeout}) {
+    if (timeout > absl::ZeroDuration()) interval = std::min(interval, timeout / 10);
   }
   interval = std::max(interval, absl::Milliseconds(10));
   worker->sweep.expires_after(absl::ToChronoNanoseconds(interval));
@@ -655,6 +992,7 @@ void RespServer::Core::Sweep(Worker* worker) {
       std::shared_ptr<internal::Connection> c = *it++;  // Sweep may erase it from the list
       c->Sweep(now);
     }
+    if (options.client_memory > 0) Evict();  // in case a trigger was missed
     Sweep(worker);
   });
 }
@@ -732,6 +1070,13 @@ int RespServer::port() const { return core_->port; }
 size_t RespServer::connections() const { return core_->connection_count.load(); }
 size_t RespServer::commands_in_flight() const {
   return static_cast<size_t>(std::max<int64_t>(0, core_->in_flight.load()));
+}
+size_t RespServer::client_memory() const {
+  return static_cast<size_t>(std::max<int64_t>(0, core_->client_bytes.load()));
+}
+uint64_t RespServer::evicted_clients() const { return core_->evicted.load(); }
+size_t RespServer::unauthenticated_connections() const {
+  return core_->unauthenticated_count.load();
 }
 void RespServer::Shutdown(absl::Duration drain) { core_->Shutdown(drain); }
 

@@ -16,7 +16,22 @@
 // output with one write: a pipeline of commands read together is answered
 // with one write. While a command is in flight (answered asynchronously)
 // nothing more is read or run: its arguments are views into the input buffer,
-// and commands run strictly one after another.
+// and commands run strictly one after another. Unless its handler says the
+// command has taken effect and needs its arguments no more
+// (Completion::Applied, e.g. a write waiting only for the log's fdatasync):
+// then the next commands run meanwhile, up to max_pipelined of them waiting,
+// and the replies still go out in order.
+//
+// Memory: every connection counts what it holds (input buffer, parsed
+// arguments, parser state, pending and queued replies, session strings, an
+// estimate of what its commands in flight hold in the handler, and a fixed
+// part for the connection itself) in one total. Past client_memory the
+// connections using the most are closed ("client_memory") until the total
+// fits, as Redis 7 does with maxmemory-clients; a connection about to grow
+// its input buffer past it is considered before it allocates. With
+// auth_required, connections that have not authenticated are held to a few
+// arguments and bytes each, to max_unauthenticated of them and to
+// unauthenticated_memory together, and to auth_timeout.
 //
 // Limits: a protocol error is answered (after the replies of the commands
 // before it) and the connection closed, as Redis does; more than
@@ -95,16 +110,26 @@ class Completion {
   // once; from elsewhere they are posted to the connection's thread (after
   // the server shut down they are dropped).
   void Reply(std::string bytes, std::function<void(Session*)> then = nullptr);
+  // Within Execute, before Reply, on the connection's thread: the commands
+  // taken have taken effect (a command run after them sees them) and the
+  // handler keeps no view into their arguments. The connection then runs
+  // its next commands while this reply is pending (up to
+  // ServerOptions::max_pipelined replies pending); the replies still go out
+  // in order, and `then` runs when this reply's turn comes. Without it the
+  // connection runs nothing more until this reply came. Ignored elsewhere.
+  void Applied();
 
  private:
   friend class internal::Connection;
-  explicit Completion(std::shared_ptr<internal::Connection> connection)
-      : connection_(std::move(connection)) {}
+  Completion(std::shared_ptr<internal::Connection> connection, uint64_t seq)
+      : connection_(std::move(connection)), seq_(seq) {}
   std::shared_ptr<internal::Connection> connection_;
+  uint64_t seq_ = 0;  // which of the connection's commands this answers
 };
 
 // What the server calls. Commands of one connection run strictly one after
-// another, in order: the next one starts only after the previous completed.
+// another, in order: the next one starts only after the previous completed
+// (or, with Completion::Applied, took effect).
 class CommandHandler {
  public:
   virtual ~CommandHandler() = default;
@@ -137,22 +162,49 @@ struct ServerOptions {
                                          .max_inline_bytes = 16 << 10,
                                          .max_command_bytes = 256 << 10,
                                          .note = " before AUTH"};
+  // With auth_required: connections not authenticated yet, at most this
+  // many (more: "-ERR max number of unauthenticated clients reached",
+  // closed), this much memory together (past it, the one growing is closed:
+  // "unauthenticated_memory"), and for at most auth_timeout after they
+  // connected or RESET ("auth_timeout"; 0 = no limit). Their output stops
+  // running commands past unauthenticated_output_limit.
+  size_t max_unauthenticated = 1000;
+  size_t unauthenticated_memory = 32 << 20;
+  absl::Duration auth_timeout = absl::Seconds(10);
+  size_t unauthenticated_output_limit = 64 << 10;
   size_t max_connections = 10'000;  // more: "-ERR max number of clients reached", closed
   absl::Duration idle_timeout = absl::ZeroDuration();  // 0 = never (Redis "timeout 0")
+  // Every connection's memory together (see the top of this file); past it
+  // the connections using the most are closed: "client_memory". 0 = no
+  // limit (Redis's maxmemory-clients 0).
+  size_t client_memory = 0;
   // Pending reply bytes past which the connection stops reading and running
   // commands until the client reads (backpressure).
   size_t output_soft_limit = 1 << 20;
+  // Output past output_soft_limit for this long without falling under it
+  // (a client that takes a byte now and then): closed, "slow_client", as
+  // Redis's client-output-buffer-limit soft seconds.
+  absl::Duration output_soft_timeout = absl::Seconds(60);
   // Output pending and no byte of it taken for this long: the client is
   // closed (slow client).
   absl::Duration write_stall_timeout = absl::Seconds(60);
+  // Replies of Applied commands pending on one connection, and the bytes of
+  // those commands' arguments; past either, the next command waits.
+  size_t max_pipelined = 32;
+  size_t max_pipelined_bytes = 8 << 20;
   size_t read_chunk = 64 << 10;
   int listen_backlog = 1024;
   // Metrics hooks (optional), called on I/O threads: a connection accepted
-  // (also one then refused for max_connections), and closed, with the reason:
-  // "quit", "eof", "error", "protocol_error", "idle", "slow_client",
-  // "shutdown", "max_clients".
+  // (also one then refused), and closed, with the reason: "quit", "eof",
+  // "error", "protocol_error", "idle", "slow_client", "shutdown",
+  // "max_clients", "client_memory", "unauthenticated_memory",
+  // "auth_timeout", "max_unauthenticated".
   std::function<void()> on_connect;
   std::function<void(std::string_view reason)> on_close;
+  // A connection closed for client_memory, described as Redis's log line
+  // does ("id=7 addr=10.0.0.2:5123 name= tot-mem=16842752"), with the
+  // total at that moment (for a log line; rate-limiting is the caller's).
+  std::function<void(std::string_view client, size_t total)> on_evict;
 };
 
 class RespServer {
@@ -174,6 +226,12 @@ class RespServer {
   size_t connections() const;
   // Commands handed to the handler and not answered yet.
   size_t commands_in_flight() const;
+  // The connections' memory as counted for client_memory, and how many
+  // connections were closed to keep it (since start).
+  size_t client_memory() const;
+  uint64_t evicted_clients() const;
+  // Connections that have not authenticated (with auth_required).
+  size_t unauthenticated_connections() const;
 
   // Drains and stops: stops accepting; commands already running complete
   // and are answered; any command that would start from now on gets

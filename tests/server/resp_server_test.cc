@@ -112,6 +112,9 @@ class Delayer {
 //   ADD x -> :1 per ADD; consecutive ADDs are taken together
 //   BIG n -> a bulk of n bytes; QUIT -> +OK then close;
 //   AQUIT -> +OK from another thread, then close
+//   SET ms x -> adds x to a set at once (Completion::Applied), :1 after ms
+//   from another thread; HAS x -> :1 if x is in the set, else :0
+//   AUTH -> +OK, the session authenticated; RESET -> +RESET, not
 class FakeHandler : public CommandHandler {
  public:
   size_t Execute(Session* session, absl::Span<const Command> commands, Completion done) override {
@@ -149,6 +152,31 @@ class FakeHandler : public CommandHandler {
       EXPECT_TRUE(absl::SimpleAtoi(std::string(a[1]), &n));
       big.fetch_add(1);
       done.Reply(Bulk(std::string(n, 'x')));
+    } else if (name == "SET" && a.size() == 3) {
+      int ms = 0;
+      EXPECT_TRUE(absl::SimpleAtoi(std::string(a[1]), &ms));
+      {
+        std::lock_guard<std::mutex> lock(set_mu);
+        set.insert(std::string(a[2]));
+      }
+      done.Applied();
+      const int now = sets_pending.fetch_add(1) + 1;
+      int seen = max_sets_pending.load();
+      while (now > seen && !max_sets_pending.compare_exchange_weak(seen, now)) {
+      }
+      delayer.After(std::chrono::milliseconds(ms), std::move(done), [this] {
+        sets_pending.fetch_sub(1);
+        return std::string(":1\r\n");
+      });
+    } else if (name == "HAS" && a.size() == 2) {
+      std::lock_guard<std::mutex> lock(set_mu);
+      done.Reply(set.count(std::string(a[1])) > 0 ? ":1\r\n" : ":0\r\n");
+    } else if (name == "AUTH") {
+      session->authenticated = true;
+      done.Reply("+OK\r\n");
+    } else if (name == "RESET") {
+      session->authenticated = false;
+      done.Reply("+RESET\r\n");
     } else if (name == "QUIT") {
       done.Reply("+OK\r\n", [](Session* s) { s->close_after_reply = true; });
     } else if (name == "AQUIT") {
@@ -166,6 +194,10 @@ class FakeHandler : public CommandHandler {
   std::atomic<int> closed{0};
   std::atomic<int> max_taken{0};
   std::atomic<int> big{0};
+  std::atomic<int> sets_pending{0};
+  std::atomic<int> max_sets_pending{0};
+  std::mutex set_mu;
+  std::set<std::string> set;
   Delayer delayer;  // destroyed first: its pending replies go to live handles
 };
 
@@ -190,6 +222,11 @@ class Client {
     fd_ = -1;
   }
   void ShutdownWrite() { ::shutdown(fd_, SHUT_WR); }
+  // Reads and drops at most n bytes (waits for at least one).
+  void Take(size_t n) {
+    std::string tmp(n, '\0');
+    (void)::recv(fd_, tmp.data(), n, 0);
+  }
   bool Send(std::string_view data) {
     while (!data.empty()) {
       const ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
@@ -539,6 +576,177 @@ TEST_F(RespServerTest, ShutdownDrainIsBounded) {
   EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(2500));
   EXPECT_EQ(busy.Reply(), "");
   server_.reset();  // the late reply (the delayer still holds it) is dropped
+}
+
+TEST_F(RespServerTest, AppliedCommandsLetTheNextOnesRunAndRepliesKeepTheirOrder) {
+  StartServer();
+  Client c(server_->port());
+  // The first write's reply comes last of the three, yet goes out first;
+  // HAS sees both writes, though neither is answered when it runs.
+  ASSERT_TRUE(c.Send(Cmd({"SET", "300", "a"}) + Cmd({"SET", "150", "b"}) + Cmd({"HAS", "a"}) +
+                     Cmd({"HAS", "b"}) + Cmd({"SET", "1", "c"}) + Cmd({"DELAY", "1", "d"}) +
+                     Cmd({"PING"})));
+  for (const char* want : {":1\r\n", ":1\r\n", ":1\r\n", ":1\r\n", ":1\r\n"}) {
+    EXPECT_EQ(c.Reply(), want);
+  }
+  EXPECT_EQ(c.Reply(), Bulk("d"));
+  EXPECT_EQ(c.Reply(), "+PONG\r\n");
+  EXPECT_EQ(handler_.max_sets_pending.load(), 3);  // all three were waiting at once
+  EXPECT_EQ(server_->commands_in_flight(), 0u);
+}
+
+TEST_F(RespServerTest, AppliedCommandsWaitingAreBoundedByMaxPipelined) {
+  StartServer({.max_pipelined = 3});
+  Client c(server_->port());
+  std::string request;
+  for (int i = 0; i < 10; ++i) request += Cmd({"SET", "30", absl::StrCat("k", i)});
+  ASSERT_TRUE(c.Send(request));
+  for (int i = 0; i < 10; ++i) ASSERT_EQ(c.Reply(), ":1\r\n") << i;
+  EXPECT_EQ(handler_.max_sets_pending.load(), 3);
+}
+
+TEST_F(RespServerTest, HalfClosedClientGetsTheRepliesOfItsAppliedCommands) {
+  StartServer();
+  Client c(server_->port());
+  ASSERT_TRUE(c.Send(Cmd({"SET", "200", "a"}) + Cmd({"SET", "100", "b"}) + Cmd({"HAS", "b"})));
+  c.ShutdownWrite();
+  EXPECT_EQ(c.Reply(), ":1\r\n");
+  EXPECT_EQ(c.Reply(), ":1\r\n");
+  EXPECT_EQ(c.Reply(), ":1\r\n");
+  EXPECT_EQ(c.Reply(), "");
+  EXPECT_TRUE(WaitFor([&] { return log_.Count("eof") == 1; }));
+}
+
+// Half of a command of one `bulk`-byte argument: the server sizes its
+// buffer for the whole argument.
+std::string HalfOfEcho(size_t bulk) {
+  return absl::StrCat("*2\r\n$4\r\nECHO\r\n$", bulk, "\r\n", std::string(bulk / 2, 'x'));
+}
+
+TEST_F(RespServerTest, PastClientMemoryTheConnectionUsingTheMostIsClosed) {
+  StartServer({.client_memory = 12 << 20});
+  const size_t base = server_->client_memory();
+  Client a(server_->port()), b(server_->port()), c(server_->port());
+  ASSERT_TRUE(a.Send(HalfOfEcho(1 << 20)));
+  ASSERT_TRUE(WaitFor([&] { return server_->client_memory() > base + (1 << 20); }));
+  ASSERT_TRUE(b.Send(HalfOfEcho(8 << 20)));
+  ASSERT_TRUE(WaitFor([&] { return server_->client_memory() > base + (9 << 20); }));
+  EXPECT_EQ(server_->evicted_clients(), 0u);
+  // c's buffer would take the total past 12 MiB: b, the largest, goes.
+  ASSERT_TRUE(c.Send(HalfOfEcho(4 << 20)));
+  EXPECT_THAT(b.Reply(), StartsWith("-ERR client memory limit: this connection held "));
+  EXPECT_EQ(b.Reply(), "");
+  EXPECT_TRUE(WaitFor([&] { return log_.Count("client_memory") == 1; }));
+  EXPECT_EQ(server_->evicted_clients(), 1u);
+  // The others are served whole.
+  ASSERT_TRUE(a.Send(std::string((1 << 20) / 2, 'x') + "\r\n"));
+  ASSERT_TRUE(c.Send(std::string((4 << 20) / 2, 'x') + "\r\n"));
+  EXPECT_TRUE(a.Reply() == Bulk(std::string(1 << 20, 'x')));
+  EXPECT_TRUE(c.Reply() == Bulk(std::string(4 << 20, 'x')));
+  EXPECT_LE(server_->client_memory(), size_t{12} << 20);
+  EXPECT_EQ(server_->evicted_clients(), 1u);
+  // A closed connection's memory is given back at once.
+  a.Close();
+  c.Close();
+  EXPECT_TRUE(WaitFor([&] { return server_->connections() == 0; }));
+  EXPECT_EQ(server_->client_memory(), 0u);
+}
+
+TEST_F(RespServerTest, ClientMemoryCountsRepliesClientsDoNotRead) {
+  StartServer({.client_memory = 6 << 20, .output_soft_limit = 1 << 20});
+  std::vector<std::unique_ptr<Client>> readers_that_never_read;
+  for (int i = 0; i < 8; ++i) {
+    auto c = std::make_unique<Client>(server_->port(), /*rcvbuf=*/4096);
+    std::string request;
+    for (int j = 0; j < 4; ++j) request += Cmd({"BIG", "1000000"});
+    ASSERT_TRUE(c->Send(request));
+    readers_that_never_read.push_back(std::move(c));
+  }
+  // Each holds up to about 2 MB of replies: together they would be past 6 MiB.
+  EXPECT_TRUE(WaitFor([&] { return handler_.big.load() >= 12; }));
+  EXPECT_TRUE(WaitFor([&] { return server_->evicted_clients() >= 1; }));
+  EXPECT_LE(server_->client_memory(), size_t{6} << 20);
+  Client other(server_->port());
+  ASSERT_TRUE(other.Send(Cmd({"PING"})));
+  EXPECT_EQ(other.Reply(), "+PONG\r\n");
+}
+
+TEST_F(RespServerTest, UnauthenticatedConnectionsAreCappedInNumberAndTime) {
+  StartServer(
+      {.auth_required = true, .max_unauthenticated = 2, .auth_timeout = absl::Milliseconds(300)});
+  Client a(server_->port()), b(server_->port());
+  ASSERT_TRUE(a.Send(Cmd({"PING"})));
+  ASSERT_EQ(a.Reply(), "+PONG\r\n");
+  ASSERT_TRUE(b.Send(Cmd({"PING"})));
+  ASSERT_EQ(b.Reply(), "+PONG\r\n");
+  EXPECT_EQ(server_->unauthenticated_connections(), 2u);
+  {
+    Client refused(server_->port());
+    EXPECT_THAT(refused.Reply(), StartsWith("-ERR max number of unauthenticated clients reached"));
+    EXPECT_EQ(refused.Reply(), "");
+  }
+  EXPECT_TRUE(WaitFor([&] { return log_.Count("max_unauthenticated") == 1; }));
+  // An authenticated connection no longer counts, and has no time limit.
+  ASSERT_TRUE(a.Send(Cmd({"AUTH"})));
+  ASSERT_EQ(a.Reply(), "+OK\r\n");
+  EXPECT_EQ(server_->unauthenticated_connections(), 1u);
+  Client c(server_->port());
+  ASSERT_TRUE(c.Send(Cmd({"PING"})));
+  EXPECT_EQ(c.Reply(), "+PONG\r\n");
+  // b and c never authenticate: closed after auth_timeout.
+  EXPECT_EQ(b.Reply(), "");
+  EXPECT_EQ(c.Reply(), "");
+  EXPECT_TRUE(WaitFor([&] { return log_.Count("auth_timeout") == 2; }));
+  ASSERT_TRUE(a.Send(Cmd({"PING"})));
+  EXPECT_EQ(a.Reply(), "+PONG\r\n");
+  // RESET makes it unauthenticated again, with a new time limit.
+  ASSERT_TRUE(a.Send(Cmd({"RESET"})));
+  ASSERT_EQ(a.Reply(), "+RESET\r\n");
+  EXPECT_EQ(server_->unauthenticated_connections(), 1u);
+  EXPECT_EQ(a.Reply(), "");
+  EXPECT_TRUE(WaitFor([&] { return server_->unauthenticated_connections() == 0; }));
+}
+
+TEST_F(RespServerTest, UnauthenticatedConnectionsShareASmallMemoryCap) {
+  StartServer({.auth_required = true, .unauthenticated_memory = 500 << 10});
+  Client authenticated(server_->port());
+  ASSERT_TRUE(authenticated.Send(Cmd({"AUTH"})));
+  EXPECT_EQ(authenticated.Reply(), "+OK\r\n");
+  // Before AUTH a command has at most 10 arguments of 16 KiB: 9 of 15000
+  // bytes and part of a tenth of 16000 make a connection hold about 155 KB.
+  std::string partial = "*10\r\n";
+  for (int i = 0; i < 9; ++i) partial += Bulk(std::string(15000, 'x'));
+  partial += "$16000\r\n" + std::string(8000, 'y');
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 4; ++i) {
+    clients.push_back(std::make_unique<Client>(server_->port()));
+    ASSERT_TRUE(clients.back()->Send(partial));
+  }
+  // Four do not fit in 500 KiB together.
+  EXPECT_TRUE(WaitFor([&] { return log_.Count("unauthenticated_memory") >= 1; }));
+  EXPECT_LE(log_.Count("unauthenticated_memory"), 2);
+  // Authenticated connections are not held to it.
+  ASSERT_TRUE(authenticated.Send(Cmd({"BIG", "1000000"})));
+  EXPECT_TRUE(authenticated.Reply() == Bulk(std::string(1000000, 'x')));
+}
+
+TEST_F(RespServerTest, ClientOverTheOutputSoftLimitTooLongIsClosedEvenIfItReadsSometimes) {
+  StartServer({.threads = 1,
+               .output_soft_limit = 256 << 10,
+               .output_soft_timeout = absl::Milliseconds(400)});
+  Client slow(server_->port(), /*rcvbuf=*/4096);
+  std::string request;
+  for (int i = 0; i < 50; ++i) request += Cmd({"BIG", "1000000"});
+  ASSERT_TRUE(slow.Send(request));
+  // It takes a little now and then, so it is never stalled (60 s).
+  bool closed = false;
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (!closed && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    closed = log_.Count("slow_client") == 1;
+    slow.Take(100);  // reads a little
+  }
+  EXPECT_TRUE(closed);
 }
 
 TEST_F(RespServerTest, ManyConnectionsInParallel) {
