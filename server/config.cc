@@ -197,6 +197,11 @@ ABSL_FLAG(uint32_t, redis_threads, kDefaults.redis_threads,
           "I/O threads of the Redis port; 0: one per CPU");
 ABSL_FLAG(uint32_t, redis_max_clients, kDefaults.redis_max_clients,
           "most open connections on the Redis port");
+ABSL_FLAG(cuckoo::server::ByteSizeFlag, redis_client_memory, {kDefaults.redis_client_memory_bytes},
+          "memory all Redis-port connections may hold together (buffers, arguments, replies, "
+          "names), e.g. 128MiB; past it the connections using the most are closed; 0 (default): "
+          "1/16 of the available memory, 32MiB to 1GiB, and at least four of the largest "
+          "commands");
 ABSL_FLAG(absl::Duration, redis_idle_timeout, kDefaults.redis_idle_timeout,
           "close Redis-port connections idle this long; 0: never");
 ABSL_FLAG(uint64_t, redis_default_capacity, kDefaults.redis_default_capacity,
@@ -262,6 +267,7 @@ constexpr FlagEntry kFlags[] = {
     {"Redis-protocol port", "redis_listen"},
     {"Redis-protocol port", "redis_threads"},
     {"Redis-protocol port", "redis_max_clients"},
+    {"Redis-protocol port", "redis_client_memory"},
     {"Redis-protocol port", "redis_idle_timeout"},
     {"Redis-protocol port", "redis_default_capacity"},
     {"Redis-protocol port", "redis_error_rate"},
@@ -394,6 +400,28 @@ uint64_t EffectiveTransportMemory(const ServerConfig& config) {
       2 * config.max_message_bytes);
 }
 
+uint64_t RedisMaxCommandBytes(const ServerConfig& config) {
+  return std::max<uint64_t>(config.max_message_bytes, (uint64_t{1} << 20) + 8192);
+}
+
+uint64_t EffectiveRedisClientMemory(const ServerConfig& config) {
+  if (config.redis_client_memory_bytes != 0) return config.redis_client_memory_bytes;
+  return std::max(
+      std::clamp<uint64_t>(AvailableMemoryBytes() / 16, uint64_t{32} << 20, uint64_t{1} << 30),
+      4 * RedisMaxCommandBytes(config));
+}
+
+uint64_t RedisMemoryOverhead(const ServerConfig& config) {
+  if (config.redis_listen.empty()) return 0;
+  const uint64_t threads = config.redis_threads != 0
+                               ? config.redis_threads
+                               : std::max<long>(1, sysconf(_SC_NPROCESSORS_ONLN));
+  const uint64_t read_chunk = uint64_t{64} << 10;  // resp::ServerOptions::read_chunk
+  return EffectiveRedisClientMemory(config) +
+         threads * (RedisMaxCommandBytes(config) + read_chunk + (uint64_t{1} << 20)) +
+         kRedisAuthThrottleBytes;
+}
+
 uint64_t WalMemoryOverhead(const ServerConfig& config) {
   const uint64_t cpus = std::max<long>(1, sysconf(_SC_NPROCESSORS_ONLN));
   const uint64_t batch_bytes = WalBytesForBatch(config.max_batch_keys, kMaxShards);
@@ -413,7 +441,8 @@ uint64_t StatedMemoryOverhead(const ServerConfig& config) {
   const uint64_t log = config.nats_urls.empty() ? WalMemoryOverhead(config) + kRequestWindowBytes
                                                 : ClusterMemoryOverhead(config);
   return (uint64_t{32} << 20) + cpus * (uint64_t{4} << 20) + 3 * EffectiveTransportMemory(config) +
-         EffectiveSnapshotBuffer(config) + log + kTransferMemoryOverhead;
+         EffectiveSnapshotBuffer(config) + log + kTransferMemoryOverhead +
+         RedisMemoryOverhead(config);
 }
 
 absl::Status ValidateConfig(const ServerConfig& c) {
@@ -479,6 +508,13 @@ absl::Status ValidateConfig(const ServerConfig& c) {
   if (c.redis_threads > 1024) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--redis-threads=%u must be 0 (one per CPU) to 1024", c.redis_threads));
+  }
+  if (c.redis_client_memory_bytes != 0 &&
+      c.redis_client_memory_bytes < 2 * RedisMaxCommandBytes(c)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--redis-client-memory=%s must be 0 (automatic) or at least twice the largest Redis "
+        "command (%s, from --max-message-size), or a client sending one would be closed",
+        FormatByteSize(c.redis_client_memory_bytes), FormatByteSize(2 * RedisMaxCommandBytes(c))));
   }
   if (c.redis_max_clients == 0) {
     return absl::InvalidArgumentError("--redis-max-clients must be at least 1");
@@ -989,6 +1025,7 @@ absl::StatusOr<ServerConfig> ConfigFromCommandLine(int argc, char** argv) {
   c.redis_listen = absl::GetFlag(FLAGS_redis_listen);
   c.redis_threads = absl::GetFlag(FLAGS_redis_threads);
   c.redis_max_clients = absl::GetFlag(FLAGS_redis_max_clients);
+  c.redis_client_memory_bytes = absl::GetFlag(FLAGS_redis_client_memory).bytes;
   c.redis_idle_timeout = absl::GetFlag(FLAGS_redis_idle_timeout);
   c.redis_default_capacity = absl::GetFlag(FLAGS_redis_default_capacity);
   c.redis_error_rate = absl::GetFlag(FLAGS_redis_error_rate);

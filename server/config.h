@@ -137,6 +137,10 @@ struct ServerConfig {
   uint32_t redis_threads = 0;
   // Most open connections (more are refused with an error reply).
   uint32_t redis_max_clients = 10'000;
+  // Memory all its connections may hold together (buffers, arguments,
+  // replies, names); past it the connections using the most are closed.
+  // 0: EffectiveRedisClientMemory's default.
+  uint64_t redis_client_memory_bytes = 0;
   // A connection idle this long is closed; zero: never (Redis's default).
   absl::Duration redis_idle_timeout = absl::ZeroDuration();
   // Filters made over the Redis port: the capacity of one that CF.ADD or
@@ -171,6 +175,23 @@ uint64_t EffectiveSnapshotBuffer(const ServerConfig& config);
 // gRPC's memory quota actually used: config.transport_memory_bytes, or the
 // default above.
 uint64_t EffectiveTransportMemory(const ServerConfig& config);
+// The Redis port's client memory actually used: config.redis_client_memory_bytes,
+// or 1/16 of the available memory, 32 MiB to 1 GiB, and at least four of
+// the largest commands (RedisMaxCommandBytes).
+uint64_t EffectiveRedisClientMemory(const ServerConfig& config);
+// The largest command the Redis port reads: one gRPC message at most
+// (--max-message-size), and room for a CF.LOADCHUNK chunk (1 MiB + 8 KiB).
+uint64_t RedisMaxCommandBytes(const ServerConfig& config);
+// The Redis port's share of the stated overhead (0 when it is off): its
+// clients' memory (EffectiveRedisClientMemory), what each I/O thread may
+// allocate before the evictions it causes free memory (a largest command
+// and a read chunk), a thread's scratch (1 MiB), and the AUTH throttle's
+// table of peers and delayed replies (kRedisAuthThrottleBytes).
+uint64_t RedisMemoryOverhead(const ServerConfig& config);
+// The AUTH throttle (server/resp_commands.h): at most 65,536 peers
+// remembered (~100 bytes each in the table) and the delayed replies of
+// failing connections.
+inline constexpr uint64_t kRedisAuthThrottleBytes = uint64_t{12} << 20;
 
 // The memory cuckood may use besides its filters (--memory-budget), whatever
 // clients send within the limits: 32 MiB (code, libraries, idle threads),
@@ -180,8 +201,9 @@ uint64_t EffectiveTransportMemory(const ServerConfig& config);
 // --snapshot-buffer, the write-ahead log's (WalMemoryOverhead) and the
 // request ids' results (kRequestWindowBytes) on a single node, or the
 // cluster's buffers (ClusterMemoryOverhead) in cluster mode, and the
-// exports' and imports' (kTransferMemoryOverhead). Logged at start-up and
-// measured by tests/e2e/hostile_client_test.cc.
+// exports' and imports' (kTransferMemoryOverhead), and the Redis port's
+// (RedisMemoryOverhead). Logged at start-up and measured by
+// tests/e2e/hostile_client_test.cc and tests/e2e/redis_hostile_test.cc.
 uint64_t StatedMemoryOverhead(const ServerConfig& config);
 // The most the results of recent request ids take (a single node's
 // RequestWindow, a cluster replica's remembered results); the oldest go

@@ -270,9 +270,14 @@ void Metrics::RecordRedisAuthFailure(AuthFailure reason) {
 
 namespace {
 // Why the Redis port closed a connection (resp::ServerOptions::on_close).
-constexpr std::array<std::string_view, 9> kRedisCloseReasons = {
-    "quit",        "eof",      "error",       "protocol_error", "idle",
-    "slow_client", "shutdown", "max_clients", "other"};
+constexpr std::array<std::string_view, 13> kRedisCloseReasons = {
+    "quit",          "eof",
+    "error",         "protocol_error",
+    "idle",          "slow_client",
+    "shutdown",      "max_clients",
+    "client_memory", "unauthenticated_memory",
+    "auth_timeout",  "max_unauthenticated",
+    "other"};
 }  // namespace
 
 size_t RedisCommandIndex(std::string_view name) {
@@ -477,7 +482,8 @@ std::string Metrics::Render(const ScrapeState& state) const {
     MetricFamily closed =
         Family("cuckood_redis_connections_closed_total",
                "Redis-protocol connections closed, by reason (quit, eof, error, protocol_error, "
-               "idle, slow_client, shutdown, max_clients, other)",
+               "idle, slow_client, shutdown, max_clients, client_memory, unauthenticated_memory, "
+               "auth_timeout, max_unauthenticated, other)",
                MetricType::Counter);
     for (size_t i = 0; i < kRedisCloseReasons.size(); ++i) {
       Add(closed, {{"reason", std::string(kRedisCloseReasons[i])}}).counter.value =
@@ -489,6 +495,15 @@ std::string Metrics::Render(const ScrapeState& state) const {
     AddGauge(out, "cuckood_redis_commands_in_flight",
              "Redis-protocol commands parsed and not yet answered",
              static_cast<double>(state.redis_commands_in_flight));
+    AddGauge(out, "cuckood_redis_client_memory_bytes",
+             "Memory the Redis-protocol connections hold, as counted for --redis-client-memory",
+             static_cast<double>(state.redis_client_memory));
+    AddGauge(out, "cuckood_redis_client_memory_limit_bytes",
+             "--redis-client-memory: past it the connections using the most are closed",
+             static_cast<double>(state.redis_client_memory_limit));
+    AddGauge(out, "cuckood_redis_unauthenticated_connections",
+             "Redis-protocol connections that have not authenticated (with --auth-tokens)",
+             static_cast<double>(state.redis_unauthenticated_connections));
   }
 
   // The registry and its filters, as they are now.

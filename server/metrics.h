@@ -111,6 +111,11 @@ struct ScrapeState {
   bool redis = false;
   int64_t redis_connections = 0;
   int64_t redis_commands_in_flight = 0;
+  // Its connections' memory as counted, and the limit (--redis-client-memory);
+  // its connections that have not authenticated.
+  int64_t redis_client_memory = 0;
+  int64_t redis_client_memory_limit = 0;
+  int64_t redis_unauthenticated_connections = 0;
   // The write-ahead log's state (none if null).
   const Wal* wal = nullptr;
   // Cluster mode: the replica's view of its cluster (null on a single node).
@@ -195,7 +200,7 @@ class Metrics {
   std::atomic<uint64_t> auth_reloads_ok_{0};
   std::atomic<uint64_t> redis_connections_{0};
   // By reason, in the order of kRedisCloseReasons (metrics.cc).
-  std::array<std::atomic<uint64_t>, 9> redis_closes_{};
+  std::array<std::atomic<uint64_t>, 13> redis_closes_{};
   std::atomic<uint64_t> auth_reloads_failed_{0};
   // When this process started (/proc/self/stat), seconds since the epoch.
   double start_time_seconds_ = 0;

@@ -1794,13 +1794,19 @@ void RedisCommands::ServerInfo(Session* s, const Command& c, Writer& w) {
                           kRedisVersion, kVersion, ::getpid(), port_,
                           absl::ToInt64Seconds(absl::Now() - started_));
   }
+  const ClientMemory clients = client_memory_ ? client_memory_() : ClientMemory();
   if (wanted("clients")) {
-    absl::StrAppendFormat(&text, "# Clients\r\nconnected_clients:%u\r\n\r\n",
-                          connections_ ? connections_() : 0);
+    absl::StrAppendFormat(&text,
+                          "# Clients\r\nconnected_clients:%u\r\nmaxclients:%u\r\n"
+                          "evicted_clients:%u\r\n\r\n",
+                          connections_ ? connections_() : 0, options_.max_clients, clients.evicted);
   }
   if (wanted("memory")) {
-    absl::StrAppendFormat(&text, "# Memory\r\nused_memory:%u\r\nmaxmemory:%u\r\n\r\n",
-                          registry_->memory_bytes(), registry_->limits().memory_budget_bytes);
+    absl::StrAppendFormat(&text,
+                          "# Memory\r\nused_memory:%u\r\nmaxmemory:%u\r\nmem_clients_normal:%u\r\n"
+                          "maxmemory_clients:%u\r\n\r\n",
+                          registry_->memory_bytes(), registry_->limits().memory_budget_bytes,
+                          clients.bytes, options_.max_client_memory);
   }
   if (wanted("modules")) {
     absl::StrAppendFormat(&text,
@@ -1943,6 +1949,7 @@ void RedisCommands::Config(Session*, const Command& c, Writer& w) {
         {"databases", "1"},
         {"maxmemory", absl::StrCat(registry_->limits().memory_budget_bytes)},
         {"maxclients", absl::StrCat(options_.max_clients)},
+        {"maxmemory-clients", absl::StrCat(options_.max_client_memory)},
         {"proto-max-bulk-len", absl::StrCat(options_.max_bulk_bytes)},
     };
     std::vector<const std::pair<std::string, std::string>*> found;

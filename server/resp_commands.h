@@ -86,6 +86,7 @@ struct RedisOptions {
   uint32_t max_key_bytes = 4096;
   // For CONFIG GET: --redis-max-clients and the longest argument.
   uint32_t max_clients = 10'000;
+  uint64_t max_client_memory = 0;  // --redis-client-memory (CONFIG GET maxmemory-clients)
   size_t max_bulk_bytes = 0;
   // Where dumps and loads keep their private files.
   std::string data_dir;
@@ -106,6 +107,13 @@ class RedisCommands final : public resp::CommandHandler {
 
   // For INFO's clients section.
   void set_connection_count(std::function<size_t()> count) { connections_ = std::move(count); }
+  // For INFO: the connections' memory as counted, and how many were closed
+  // to keep it under --redis-client-memory.
+  struct ClientMemory {
+    size_t bytes = 0;
+    uint64_t evicted = 0;
+  };
+  void set_client_memory(std::function<ClientMemory()> f) { client_memory_ = std::move(f); }
   // For INFO's server section: the bound port.
   void set_port(int port) { port_ = port; }
   // Files and sessions of dumps and loads not touched for dump_idle_timeout
@@ -176,6 +184,7 @@ class RedisCommands final : public resp::CommandHandler {
   InProcessCalls in_process_;
   const RedisOptions options_;
   std::function<size_t()> connections_;
+  std::function<ClientMemory()> client_memory_;
   int port_ = 0;
   const absl::Time started_ = absl::Now();
 

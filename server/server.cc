@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <system_error>
@@ -30,6 +31,42 @@
 
 namespace cuckoo::server {
 namespace {
+
+// The Redis port's evictions (--redis-client-memory), logged as Redis
+// does ("Evicting client: ..."), at most 10 lines a second and then one
+// line for the rest: an attack of thousands of connections cannot flood
+// the log.
+class EvictionLog {
+ public:
+  void Evicted(std::string_view client, size_t total, size_t limit) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t now = absl::ToUnixSeconds(absl::Now());
+    if (now != second_) {
+      if (suppressed_ > 0) {
+        spdlog::warn("{} more Redis clients evicted for --redis-client-memory in that second",
+                     suppressed_);
+      }
+      second_ = now;
+      lines_ = 0;
+      suppressed_ = 0;
+    }
+    if (lines_ >= 10) {
+      ++suppressed_;
+      return;
+    }
+    ++lines_;
+    spdlog::warn(
+        "Evicting client: {} (the Redis port's connections held {}, over --redis-client-memory "
+        "{}: the ones using the most are closed)",
+        client, FormatByteSize(total), FormatByteSize(limit));
+  }
+
+ private:
+  std::mutex mu_;
+  int64_t second_ = 0;
+  int lines_ = 0;
+  uint64_t suppressed_ = 0;
+};
 
 // --advertise, or the host name with the port of --listen's first TCP
 // address (that address itself when it names a host); empty when the port
@@ -369,6 +406,7 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
             .max_batch_keys = config.max_batch_keys,
             .max_key_bytes = config.max_key_bytes,
             .max_clients = config.redis_max_clients,
+            .max_client_memory = EffectiveRedisClientMemory(config),
             .max_bulk_bytes = std::max<size_t>(config.max_key_bytes, kRedisDumpChunkBytes + 4096),
             .data_dir = config.data_dir});
     resp::ServerOptions options;
@@ -381,9 +419,19 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
     options.limits.max_args = config.max_batch_keys + 16;
     options.limits.max_bulk_bytes =
         std::max<size_t>(config.max_key_bytes, kRedisDumpChunkBytes + 4096);
-    options.limits.max_command_bytes =
-        std::max<size_t>(config.max_message_bytes, kRedisDumpChunkBytes + 8192);
+    options.limits.max_command_bytes = RedisMaxCommandBytes(config);
+    static_assert(kRedisDumpChunkBytes + 8192 == (size_t{1} << 20) + 8192,
+                  "RedisMaxCommandBytes leaves room for a CF.LOADCHUNK chunk");
     options.auth_required = s->auth_ != nullptr;
+    s->redis_client_memory_limit_ = EffectiveRedisClientMemory(config);
+    options.client_memory = s->redis_client_memory_limit_;
+    // Connections before AUTH: a small share of it.
+    options.unauthenticated_memory =
+        std::min<size_t>(options.unauthenticated_memory, options.client_memory / 4);
+    options.on_evict = [log = std::make_shared<EvictionLog>(), limit = options.client_memory](
+                           std::string_view client, size_t total) {
+      log->Evicted(client, total, limit);
+    };
     Metrics* metrics = s->metrics_.get();
     options.on_connect = [metrics] { metrics->RecordRedisConnection(); };
     options.on_close = [metrics](std::string_view reason) { metrics->RecordRedisClose(reason); };
@@ -393,6 +441,10 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
     s->redis_server_ = *std::move(redis);
     resp::RespServer* server = s->redis_server_.get();
     s->redis_commands_->set_connection_count([server] { return server->connections(); });
+    s->redis_commands_->set_client_memory([server] {
+      return RedisCommands::ClientMemory{.bytes = server->client_memory(),
+                                         .evicted = server->evicted_clients()};
+    });
     s->redis_commands_->set_port(s->redis_server_->port());
     spdlog::info("Redis protocol (RESP2/RESP3, CF.* commands) on {}", s->redis_server_->address());
     if (s->auth_ != nullptr && !config.tls_cert.empty() && !Loopback(config.redis_listen)) {
@@ -465,6 +517,14 @@ AdminResponse CuckooServer::MetricsPage() const {
            .redis_commands_in_flight =
                redis_server_ != nullptr ? static_cast<int64_t>(redis_server_->commands_in_flight())
                                         : 0,
+           .redis_client_memory =
+               redis_server_ != nullptr ? static_cast<int64_t>(redis_server_->client_memory()) : 0,
+           .redis_client_memory_limit =
+               redis_server_ != nullptr ? static_cast<int64_t>(redis_client_memory_limit_) : 0,
+           .redis_unauthenticated_connections =
+               redis_server_ != nullptr
+                   ? static_cast<int64_t>(redis_server_->unauthenticated_connections())
+                   : 0,
            .wal = persistence_->wal(),
            .cluster = cluster_ != nullptr ? &cluster : nullptr,
            .tls_not_after_seconds =

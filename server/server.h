@@ -157,6 +157,7 @@ class CuckooServer {
   // call the service through an in-process channel. Stopped first.
   std::unique_ptr<RedisCommands> redis_commands_;
   std::unique_ptr<resp::RespServer> redis_server_;
+  size_t redis_client_memory_limit_ = 0;  // --redis-client-memory, as used
   std::once_flag shutdown_once_;
   std::atomic<bool> hurry_{false};
   absl::Notification shutdown_done_;

@@ -47,6 +47,7 @@ class RedisCuckood {
   }
   bool ready() const { return server_->ready(); }
   int redis_port() const { return redis_port_; }
+  int admin_port() const { return server_->admin_port(); }
   const std::string& address() const { return server_->address(); }
   Process& process() { return server_->process(); }
   std::string Log() { return server_->process().out() + server_->process().err(); }

@@ -150,6 +150,43 @@ TEST(ConfigTest, StatedOverheadOfAClusterReplicaCountsItsBuffersInsteadOfTheLog)
   EXPECT_GE(ClusterMemoryOverhead(c), kRequestWindowBytes + (uint64_t{64} << 20));
 }
 
+// The Redis port's clients and buffers are in the stated overhead when the
+// port is on (issue 30: it had no term, and 200 connections took a 1 GiB
+// container down).
+TEST(ConfigTest, StatedOverheadCountsTheRedisPortsClientsWhenItIsOn) {
+  ServerConfig c;
+  const uint64_t without = StatedMemoryOverhead(c);
+  EXPECT_EQ(RedisMemoryOverhead(c), 0u);
+  c.redis_listen = "127.0.0.1:6379";
+  c.redis_threads = 2;
+  c.redis_client_memory_bytes = uint64_t{64} << 20;
+  EXPECT_EQ(RedisMemoryOverhead(c),
+            (uint64_t{64} << 20) + 2 * ((uint64_t{16} << 20) + (64 << 10) + (1 << 20)) +
+                kRedisAuthThrottleBytes);
+  EXPECT_EQ(StatedMemoryOverhead(c), without + RedisMemoryOverhead(c));
+  // The default: 1/16 of the available memory, 32 MiB to 1 GiB, at least
+  // four of the largest commands.
+  c.redis_client_memory_bytes = 0;
+  EXPECT_EQ(EffectiveRedisClientMemory(c),
+            std::max(std::clamp<uint64_t>(AvailableMemoryBytes() / 16, uint64_t{32} << 20,
+                                          uint64_t{1} << 30),
+                     4 * RedisMaxCommandBytes(c)));
+  c.max_message_bytes = uint64_t{256} << 20;
+  EXPECT_GE(EffectiveRedisClientMemory(c), uint64_t{1} << 30);
+}
+
+TEST(ConfigTest, RedisClientMemoryBelowTwoLargestCommandsIsRefused) {
+  ServerConfig c;
+  c.redis_listen = "127.0.0.1:6379";
+  c.redis_client_memory_bytes = uint64_t{16} << 20;
+  const absl::Status s = ValidateConfig(c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("--redis-client-memory=16MiB must be 0 (automatic) or at "
+                                     "least twice the largest Redis command (32MiB"));
+  c.redis_client_memory_bytes = uint64_t{32} << 20;
+  EXPECT_TRUE(ValidateConfig(c).ok());
+}
+
 // On a host of many CPUs in a small container, 75% of the limit plus the
 // overhead was more than the limit: the default budget leaves it room.
 TEST(ConfigTest, TheDefaultBudgetLeavesRoomForTheStatedOverhead) {
