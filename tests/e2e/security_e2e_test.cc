@@ -477,6 +477,26 @@ TEST_F(SecurityE2eTest, MutualTlsNeedsAClientCertificateSignedByTheClientCa) {
   EXPECT_EQ(foreign.code, 3) << Describe(foreign);
 }
 
+// Tokens sent with AUTH over the plaintext Redis port, beside a TLS gRPC
+// port, are warned about at start-up, unless the port is on loopback.
+TEST_F(SecurityE2eTest, TokensOverAPlaintextRedisPortBesideTlsAreWarnedAbout) {
+  constexpr std::string_view kWarning =
+      "has no TLS: the tokens clients send with AUTH cross the network in plaintext, while the "
+      "gRPC port uses TLS";
+  StartServer({"--redis-listen=0.0.0.0:0", "--redis-plaintext"});
+  std::string warning;
+  for (const auto& line : LogLines()) {
+    const auto msg = line.find("msg");
+    if (msg != line.end() && msg->second.find(kWarning) != std::string::npos) {
+      warning = line.at("level");
+    }
+  }
+  EXPECT_EQ(warning, "warning") << server_->process().out();
+  server_.reset();
+  StartServer({"--redis-listen=127.0.0.1:0", "--redis-plaintext"});
+  EXPECT_THAT(server_->process().out(), Not(HasSubstr(kWarning)));
+}
+
 TEST_F(SecurityE2eTest, DeniedInsertIsCountedInTheAuthFailureMetric) {
   StartServer();
   ASSERT_GT(server_->admin_port(), 0) << server_->process().out();
