@@ -162,7 +162,7 @@ ABSL_FLAG(absl::Duration, max_read_wait, kDefaults.max_read_wait,
           "the longest a read with min_log_position waits for this server to apply that far "
           "(less if the call's deadline is sooner); then UNAVAILABLE");
 ABSL_FLAG(absl::Duration, transfer_idle_timeout, kDefaults.transfer_idle_timeout,
-          "an ExportFilter or ImportFilter whose client sends or "
+          "an ExportFilter, ImportFilter, CF.SCANDUMP or CF.LOADCHUNK whose client sends or "
           "takes no chunk for this long is ended, and its slot, file and disk space freed "
           "(100ms to 24h)");
 ABSL_FLAG(absl::Duration, cluster_write_timeout, kDefaults.cluster_write_timeout,

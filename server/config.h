@@ -97,7 +97,7 @@ struct ServerConfig {
   // The longest a read with min_log_position waits for this replica to
   // apply that far (less if the call's deadline is sooner).
   absl::Duration max_read_wait = absl::Seconds(5);
-  // A transfer (ExportFilter, ImportFilter) whose
+  // A transfer (ExportFilter, ImportFilter, CF.SCANDUMP, CF.LOADCHUNK) whose
   // client sends or takes no chunk for this long is ended, and its slot,
   // private file and disk space freed (server/transfers.h). A chunk is
   // 1 MiB at most: a client that moves none in a minute has gone, or is too

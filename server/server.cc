@@ -380,7 +380,9 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
             .max_key_bytes = config.max_key_bytes,
             .max_clients = config.redis_max_clients,
             .max_bulk_bytes = std::max<size_t>(config.max_key_bytes, kRedisDumpChunkBytes + 4096),
-            .data_dir = config.data_dir});
+            .data_dir = config.data_dir,
+            .transfer_idle_timeout = config.transfer_idle_timeout,
+            .disk = s->transfer_disk_.get()});
     resp::ServerOptions options;
     options.listen = config.redis_listen;
     options.threads = static_cast<int>(config.redis_threads);
