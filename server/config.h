@@ -97,6 +97,12 @@ struct ServerConfig {
   // The longest a read with min_log_position waits for this replica to
   // apply that far (less if the call's deadline is sooner).
   absl::Duration max_read_wait = absl::Seconds(5);
+  // A transfer (ExportFilter, ImportFilter, CF.SCANDUMP, CF.LOADCHUNK) whose
+  // client sends or takes no chunk for this long is ended, and its slot,
+  // private file and disk space freed (server/transfers.h). A chunk is
+  // 1 MiB at most: a client that moves none in a minute has gone, or is too
+  // slow to hold one of the few slots.
+  absl::Duration transfer_idle_timeout = absl::Seconds(60);
   // Cluster: a write not acknowledged and applied within this fails with
   // UNAVAILABLE.
   absl::Duration cluster_write_timeout = absl::Seconds(10);
@@ -216,8 +222,8 @@ inline constexpr uint64_t kRequestWindowBytes = uint64_t{16} << 20;
 uint64_t ClusterMemoryOverhead(const ServerConfig& config);
 // ExportFilter and ImportFilter (server/filter_service.h): per export a
 // 4 MiB snapshot write buffer and a 1 MiB chunk (read, and in gRPC's
-// hands), per import a chunk as sent (1 MiB by the clients here); 2 of each
-// at a time.
+// hands), per import one chunk of at most 1 MiB of data (a larger one is
+// refused before it is parsed); 2 of each at a time.
 inline constexpr uint64_t kTransferMemoryOverhead = uint64_t{16} << 20;
 // The larger of the log's buffers while running (WalMemoryBound: 2 x 16 MiB
 // plus two batches' records) and a start-up replay's
