@@ -424,7 +424,7 @@ uint64_t RedisMemoryOverhead(const ServerConfig& config) {
   const uint64_t read_chunk = uint64_t{64} << 10;  // resp::ServerOptions::read_chunk
   return EffectiveRedisClientMemory(config) +
          threads * (RedisMaxCommandBytes(config) + read_chunk + (uint64_t{1} << 20)) +
-         kRedisAuthThrottleBytes;
+         kRedisAuthThrottleBytes + kRedisTransferBytes;
 }
 
 uint64_t WalMemoryOverhead(const ServerConfig& config) {

@@ -191,13 +191,18 @@ uint64_t RedisMaxCommandBytes(const ServerConfig& config);
 // The Redis port's share of the stated overhead (0 when it is off): its
 // clients' memory (EffectiveRedisClientMemory), what each I/O thread may
 // allocate before the evictions it causes free memory (a largest command
-// and a read chunk), a thread's scratch (1 MiB), and the AUTH throttle's
-// table of peers and delayed replies (kRedisAuthThrottleBytes).
+// and a read chunk), a thread's scratch (1 MiB), the AUTH throttle's
+// table of peers and delayed replies (kRedisAuthThrottleBytes), and the
+// CF.SCANDUMP/CF.LOADCHUNK threads' chunks (kRedisTransferBytes).
 uint64_t RedisMemoryOverhead(const ServerConfig& config);
 // The AUTH throttle (server/resp_commands.h): at most 65,536 peers
 // remembered (~100 bytes each in the table) and the delayed replies of
 // failing connections.
 inline constexpr uint64_t kRedisAuthThrottleBytes = uint64_t{12} << 20;
+// CF.SCANDUMP and CF.LOADCHUNK work on at most 6 threads (4 dumps, 2
+// loads), each holding a chunk (1 MiB + 4 KiB) and its reply or a read
+// buffer: 2 MiB each (static_assert in server/resp_commands.cc).
+inline constexpr uint64_t kRedisTransferBytes = uint64_t{12} << 20;
 
 // The memory cuckood may use besides its filters (--memory-budget), whatever
 // clients send within the limits: 32 MiB (code, libraries, idle threads),

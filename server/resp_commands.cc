@@ -185,6 +185,10 @@ std::string ItemError(std::string_view item, uint32_t max_key_bytes) {
 
 }  // namespace
 
+static_assert((kMaxRedisDumps + kMaxRedisLoads) * 2 * (kRedisDumpChunkBytes + 4096) <=
+                  kRedisTransferBytes + (kMaxRedisDumps + kMaxRedisLoads) * 8192,
+              "the transfer threads' chunks are in the stated overhead (kRedisTransferBytes)");
+
 // Counts an in-process call's callback as done when it returns.
 struct CallDone {
   std::atomic<int64_t>* calls;

@@ -164,9 +164,9 @@ TEST(ConfigTest, StatedOverheadCountsTheRedisPortsClientsWhenItIsOn) {
   c.redis_listen = "127.0.0.1:6379";
   c.redis_threads = 2;
   c.redis_client_memory_bytes = uint64_t{64} << 20;
-  EXPECT_EQ(RedisMemoryOverhead(c),
-            (uint64_t{64} << 20) + 2 * ((uint64_t{16} << 20) + (64 << 10) + (1 << 20)) +
-                kRedisAuthThrottleBytes);
+  EXPECT_EQ(RedisMemoryOverhead(c), (uint64_t{64} << 20) +
+                                        2 * ((uint64_t{16} << 20) + (64 << 10) + (1 << 20)) +
+                                        kRedisAuthThrottleBytes + kRedisTransferBytes);
   EXPECT_EQ(StatedMemoryOverhead(c), without + RedisMemoryOverhead(c));
   // The default: 1/16 of the available memory, 32 MiB to 1 GiB, at least
   // four of the largest commands.
