@@ -315,10 +315,17 @@ void CuckooFilter::DeleteInGenerations(Shard& shard, CuckooTable& t, absl::Span<
 
 void CuckooFilter::LookupInShard(const Shard& shard, const CuckooTable& t,
                                  absl::Span<const uint64_t> h, absl::Span<bool> r,
-                                 const Lookahead& next) const {
+                                 const Lookahead& next, uint32_t first) const {
   const uint32_t gens = shard.generations.load(std::memory_order_acquire);
-  if (gens == 1) {
-    t.LookupBatch(h, r, shape_.growing() ? Lookahead{} : next);
+  if (gens == 1 && first == 0) {
+    // One table, as in a fixed filter: the lookahead (the batch's next keys,
+    // in their shards' first tables, which all have this table's shape)
+    // keeps the pipeline full across shards.
+    t.LookupBatch(h, r, next);
+    return;
+  }
+  if (gens <= first) {
+    std::fill(r.begin(), r.end(), false);
     return;
   }
   // Newest first: it holds the most keys, so most present keys are found
@@ -326,7 +333,7 @@ void CuckooFilter::LookupInShard(const Shard& shard, const CuckooTable& t,
   // prefetching pipeline over the keys still not found.
   shard.Generation(gens - 1).LookupBatch(h, r);
   ScratchArray<uint32_t, 5> index(h.size());
-  for (uint32_t g = gens - 1; g-- > 0;) {
+  for (uint32_t g = gens - 1; g-- > first;) {
     const size_t m = Select<bool>(r, false, index.data());
     if (m == 0) return;
     OnSubset(h, r, absl::Span<const uint32_t>(index.data(), m),
@@ -410,28 +417,10 @@ void CuckooFilter::InsertHashed(absl::Span<const uint64_t> hashes, bool if_absen
 }
 
 void CuckooFilter::LookupHashed(absl::Span<const uint64_t> hashes, absl::Span<bool> out) const {
-  // Fast path: the sequence-lock protocol of Shard::Read over every shard at
-  // once, so the batch runs as one pipeline in request order, with no sorting
-  // by shard and no scatter. Any writer inside or in between sends the batch
-  // down the per-shard path below.
   const size_t num_shards = shards_.size();
   if (num_shards > 1 && num_shards <= kMaxShardsForLookupAcross && hashes.size() > 1 &&
-      !shape_.growing()) {
-    uint64_t seq[kMaxShardsForLookupAcross];
-    bool quiet = true;
-    for (size_t s = 0; s < num_shards; ++s) {
-      seq[s] = shards_[s]->seq.load(std::memory_order_acquire);
-      quiet &= (seq[s] & 1) == 0;
-    }
-    if (quiet) {
-      CuckooTable::LookupAcross(tables_, hashes, out);
-      std::atomic_thread_fence(std::memory_order_acquire);
-      bool unchanged = true;
-      for (size_t s = 0; s < num_shards; ++s) {
-        unchanged &= shards_[s]->seq.load(std::memory_order_relaxed) == seq[s];
-      }
-      if (unchanged) return;
-    }
+      LookupAcrossShards(hashes, out)) {
+    return;
   }
   ForEachShard(
       hashes, out,
@@ -439,6 +428,86 @@ void CuckooFilter::LookupHashed(absl::Span<const uint64_t> hashes, absl::Span<bo
         const Shard& shard = *shards_[s];
         shard.Read([&](const CuckooTable& t) { LookupInShard(shard, t, h, r, next); });
       });
+}
+
+// The sequence-lock protocol of Shard::Read over every shard at once, so the
+// batch runs as one pipeline over the shards' first tables in request
+// order, with no sorting by shard and no scatter; then, through the
+// per-shard path, the keys whose first-table answer cannot stand.
+//
+// Why every answer is right (no false negative for a key inserted before
+// the call and not deleted), with the writer's side in Shard::Write: seq
+// odd (relaxed), fence (release), table words and, when the shard grows,
+// grown[g] then generations (release), seq even (release). For a shard s:
+//
+//  1. seq[s] is loaded with acquire, then the shard's generation count
+//     (relaxed: the acquire keeps it after seq[s]); the table words are
+//     read by LookupAcross; then a fence (acquire) and seq re-loaded.
+//  2. If seq[s] was even and is unchanged, no write section of the shard
+//     overlapped these reads (Boehm's seqlock argument: had any read
+//     returned a value stored after a writer's release fence, that fence
+//     would synchronise with our acquire fence, and the writer's odd seq
+//     store, sequenced before its fence, would be visible to the re-load).
+//     And every section that ended before seq[s] happened-before the reads
+//     (seq[s] read its release store). So the reads, the generation count
+//     included, saw the shard exactly as it was at seq[s].
+//  3. A shard with one table then (generations == 1) had nothing but its
+//     first table: its answers are complete. This is every shard of a
+//     fixed filter and of a growing one that has not grown.
+//  4. A shard with more tables: a key found in its first table stands. A
+//     key not found there is looked for in generations 1.. (Shard::Read,
+//     which loads the count and the tables with acquire). Tables are only
+//     ever added, inserts go only to the newest table, which is no longer
+//     the first, and kicks move fingerprints within one table: a key that
+//     was in a later generation at seq[s] and was not deleted is still
+//     there, and one that was in the first table was found in step 1.
+//  5. A shard whose seq moved: its answers may be torn (a kick in flight);
+//     its keys are looked up again through Shard::Read, every generation.
+//
+// Returns false, answering nothing, when a writer was inside some shard
+// at the start (the caller then takes the per-shard path for the batch).
+bool CuckooFilter::LookupAcrossShards(absl::Span<const uint64_t> hashes,
+                                      absl::Span<bool> out) const {
+  const size_t num_shards = shards_.size();
+  uint64_t seq[kMaxShardsForLookupAcross];
+  uint64_t grown = 0;  // Bit s: shard s had more than one table.
+  for (size_t s = 0; s < num_shards; ++s) {
+    const Shard& shard = *shards_[s];
+    seq[s] = shard.seq.load(std::memory_order_acquire);
+    if ((seq[s] & 1) != 0) return false;
+    grown |= uint64_t{shard.generations.load(std::memory_order_relaxed) > 1} << s;
+  }
+  CuckooTable::LookupAcross(tables_, hashes, out);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  uint64_t changed = 0;  // Bit s: a writer entered shard s meanwhile.
+  for (size_t s = 0; s < num_shards; ++s) {
+    changed |= uint64_t{shards_[s]->seq.load(std::memory_order_relaxed) != seq[s]} << s;
+  }
+  if ((changed | grown) == 0) return true;
+  const size_t n = hashes.size();
+  // Slots distinct from those ForEachShard, LookupInShard and OnSubset use
+  // below, and from the caller's (LookupBatch's hashes).
+  ScratchArray<uint32_t, 7> index(n);
+  size_t m = 0;
+  for (size_t k = 0; k < n; ++k) {
+    const uint64_t bit = uint64_t{1} << layout_.Shard(hashes[k]);
+    if ((changed & bit) != 0 || ((grown & bit) != 0 && !out[k])) {
+      index[m++] = static_cast<uint32_t>(k);
+    }
+  }
+  if (m == 0) return true;
+  ScratchArray<uint64_t, 7> sub(m);
+  ScratchArray<bool, 7> sub_r(m);
+  for (size_t k = 0; k < m; ++k) sub[k] = hashes[index[k]];
+  ForEachShard(
+      absl::Span<const uint64_t>(sub.data(), m), sub_r.span(),
+      [&](size_t s, absl::Span<const uint64_t> h, absl::Span<bool> r, const Lookahead& next) {
+        const Shard& shard = *shards_[s];
+        const uint32_t first = (changed >> s) & 1 ? 0 : 1;
+        shard.Read([&](const CuckooTable& t) { LookupInShard(shard, t, h, r, next, first); });
+      });
+  for (size_t k = 0; k < m; ++k) out[index[k]] = sub_r[k];
+  return true;
 }
 
 size_t CuckooFilter::DeleteHashedImpl(absl::Span<const uint64_t> hashes,
