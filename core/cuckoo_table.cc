@@ -669,6 +669,12 @@ const CuckooTable::Ops* CuckooTable::SelectOps(uint32_t f, uint32_t b, TableKind
         return &TableImpl<12, 4, true>::kOps;
       case 13:
         return &TableImpl<13, 4, true>::kOps;
+      case 14:
+        return &TableImpl<14, 4, true>::kOps;
+      case 15:
+        return &TableImpl<15, 4, true>::kOps;
+      case 16:
+        return &TableImpl<16, 4, true>::kOps;
     }
     return &TableImpl<0, 4, true>::kOps;
   }
