@@ -315,17 +315,13 @@ void CuckooFilter::DeleteInGenerations(Shard& shard, CuckooTable& t, absl::Span<
 
 void CuckooFilter::LookupInShard(const Shard& shard, const CuckooTable& t,
                                  absl::Span<const uint64_t> h, absl::Span<bool> r,
-                                 const Lookahead& next, uint32_t first) const {
+                                 const Lookahead& next) const {
   const uint32_t gens = shard.generations.load(std::memory_order_acquire);
-  if (gens == 1 && first == 0) {
+  if (gens == 1) {
     // One table, as in a fixed filter: the lookahead (the batch's next keys,
     // in their shards' first tables, which all have this table's shape)
     // keeps the pipeline full across shards.
     t.LookupBatch(h, r, next);
-    return;
-  }
-  if (gens <= first) {
-    std::fill(r.begin(), r.end(), false);
     return;
   }
   // Newest first: it holds the most keys, so most present keys are found
@@ -333,7 +329,7 @@ void CuckooFilter::LookupInShard(const Shard& shard, const CuckooTable& t,
   // prefetching pipeline over the keys still not found.
   shard.Generation(gens - 1).LookupBatch(h, r);
   ScratchArray<uint32_t, 5> index(h.size());
-  for (uint32_t g = gens - 1; g-- > first;) {
+  for (uint32_t g = gens - 1; g-- > 0;) {
     const size_t m = Select<bool>(r, false, index.data());
     if (m == 0) return;
     OnSubset(h, r, absl::Span<const uint32_t>(index.data(), m),
@@ -418,7 +414,8 @@ void CuckooFilter::InsertHashed(absl::Span<const uint64_t> hashes, bool if_absen
 
 void CuckooFilter::LookupHashed(absl::Span<const uint64_t> hashes, absl::Span<bool> out) const {
   const size_t num_shards = shards_.size();
-  if (num_shards > 1 && num_shards <= kMaxShardsForLookupAcross && hashes.size() > 1 &&
+  if (num_shards > 1 && hashes.size() > 1 &&
+      (num_shards <= kMaxShardsForLookupAcross || num_shards <= hashes.size()) &&
       LookupAcrossShards(hashes, out)) {
     return;
   }
@@ -430,72 +427,139 @@ void CuckooFilter::LookupHashed(absl::Span<const uint64_t> hashes, absl::Span<bo
       });
 }
 
-// The sequence-lock protocol of Shard::Read over every shard at once, so the
-// batch runs as one pipeline over the shards' first tables in request
-// order, with no sorting by shard and no scatter; then, through the
-// per-shard path, the keys whose first-table answer cannot stand.
+// The sequence-lock protocol of Shard::Read over every shard at once. The
+// batch runs through one pipeline per generation g, over the keys not found
+// yet whose shard has a table g, across all such shards (tables g of all
+// shards have one shape), in request order, with no sorting by shard; the
+// counters are checked once at the end. A fixed filter, or a growing one
+// that has not grown, is one pass over the first tables, as before growth
+// existed. Only the keys of a shard whose counter moved go through the
+// per-shard path.
 //
-// Why every answer is right (no false negative for a key inserted before
-// the call and not deleted), with the writer's side in Shard::Write: seq
+// Why every answer is right, with the writer's side in Shard::Write: seq
 // odd (relaxed), fence (release), table words and, when the shard grows,
-// grown[g] then generations (release), seq even (release). For a shard s:
+// grown[g - 1] then generations (both release), seq even (release). For a
+// shard s:
 //
 //  1. seq[s] is loaded with acquire, then the shard's generation count
-//     (relaxed: the acquire keeps it after seq[s]); the table words are
-//     read by LookupAcross; then a fence (acquire) and seq re-loaded.
-//  2. If seq[s] was even and is unchanged, no write section of the shard
+//     gens[s] (acquire: its store came after grown[0 .. gens[s] - 2] were
+//     set, so those pointers, then loaded with acquire, are set and their
+//     tables built; tables are never freed while the filter lives, so they
+//     are safe to read even while a writer is inside).
+//  2. Every table word read for the shard's keys (all atomic loads) comes
+//     after those loads and before a fence (acquire), after which seq is
+//     loaded again (relaxed).
+//  3. If seq[s] was even and is unchanged, no write section of the shard
 //     overlapped these reads (Boehm's seqlock argument: had any read
 //     returned a value stored after a writer's release fence, that fence
 //     would synchronise with our acquire fence, and the writer's odd seq
-//     store, sequenced before its fence, would be visible to the re-load).
-//     And every section that ended before seq[s] happened-before the reads
+//     store, sequenced before its fence, would be visible to the re-load),
+//     and every section that ended before seq[s] happened-before them
 //     (seq[s] read its release store). So the reads, the generation count
-//     included, saw the shard exactly as it was at seq[s].
-//  3. A shard with one table then (generations == 1) had nothing but its
-//     first table: its answers are complete. This is every shard of a
-//     fixed filter and of a growing one that has not grown.
-//  4. A shard with more tables: a key found in its first table stands. A
-//     key not found there is looked for in generations 1.. (Shard::Read,
-//     which loads the count and the tables with acquire). Tables are only
-//     ever added, inserts go only to the newest table, which is no longer
-//     the first, and kicks move fingerprints within one table: a key that
-//     was in a later generation at seq[s] and was not deleted is still
-//     there, and one that was in the first table was found in step 1.
-//  5. A shard whose seq moved: its answers may be torn (a kick in flight);
-//     its keys are looked up again through Shard::Read, every generation.
+//     included, saw the shard exactly as it was at seq[s], and each key not
+//     found was looked for in every table the shard then had: the answer a
+//     locked reader would give. No false negative, and no key found that
+//     the shard did not match.
+//  4. A shard whose seq moved may have given torn answers (a kick in
+//     flight, a table being added): its keys are looked up again through
+//     Shard::Read, every generation.
 //
-// Returns false, answering nothing, when a writer was inside some shard
-// at the start (the caller then takes the per-shard path for the batch).
+// Returns false, answering nothing, when a writer was inside some shard at
+// the start (the caller then takes the per-shard path for the batch).
 bool CuckooFilter::LookupAcrossShards(absl::Span<const uint64_t> hashes,
                                       absl::Span<bool> out) const {
   const size_t num_shards = shards_.size();
-  uint64_t seq[kMaxShardsForLookupAcross];
-  uint64_t grown = 0;  // Bit s: shard s had more than one table.
+  // Slots distinct from those of ForEachShard, LookupInShard and OnSubset,
+  // which run below, and of the caller (LookupBatch's hashes).
+  ScratchArray<uint64_t, 8> seq(num_shards);
+  ScratchArray<uint32_t, 8> gens(num_shards);
+  uint32_t max_gens = 1;
+  size_t grown = 0;
   for (size_t s = 0; s < num_shards; ++s) {
     const Shard& shard = *shards_[s];
     seq[s] = shard.seq.load(std::memory_order_acquire);
     if ((seq[s] & 1) != 0) return false;
-    grown |= uint64_t{shard.generations.load(std::memory_order_relaxed) > 1} << s;
+    gens[s] = shard.generations.load(std::memory_order_acquire);
+    max_gens = std::max(max_gens, gens[s]);
+    grown += gens[s] > 1 ? 1 : 0;
   }
-  CuckooTable::LookupAcross(tables_, hashes, out);
-  std::atomic_thread_fence(std::memory_order_acquire);
-  uint64_t changed = 0;  // Bit s: a writer entered shard s meanwhile.
-  for (size_t s = 0; s < num_shards; ++s) {
-    changed |= uint64_t{shards_[s]->seq.load(std::memory_order_relaxed) != seq[s]} << s;
-  }
-  if ((changed | grown) == 0) return true;
   const size_t n = hashes.size();
-  // Slots distinct from those ForEachShard, LookupInShard and OnSubset use
-  // below, and from the caller's (LookupBatch's hashes).
+  // While at most half the shards have grown, the first tables go first,
+  // for the whole batch in one pipeline (all a fixed filter needs); the
+  // keys of grown shards not found there then go newest table first. Once
+  // most shards have grown, their first tables hold the fewest keys: then
+  // every key goes newest table first, and the first tables come last.
+  const bool first_tables_first = grown * 2 <= num_shards;
+  if (first_tables_first) CuckooTable::LookupAcross(tables_, hashes, out);
+  if (max_gens > 1) {
+    // The keys not found yet that a later pass may find.
+    ScratchArray<uint32_t, 7> pending(n);
+    size_t p = 0;
+    for (size_t k = 0; k < n; ++k) {
+      if (!first_tables_first) {
+        out[k] = false;
+        pending[p++] = static_cast<uint32_t>(k);
+      } else if (!out[k] && gens[layout_.Shard(hashes[k])] > 1) {
+        pending[p++] = static_cast<uint32_t>(k);
+      }
+    }
+    ScratchArray<uint32_t, 9> index(p);
+    ScratchArray<uint64_t, 7> sub(p);
+    ScratchArray<bool, 7> found(p);
+    ScratchArray<const CuckooTable*, 7> tables(num_shards);
+    // One pass per generation g, over the pending keys whose shard has it.
+    for (uint32_t g = max_gens; g-- > (first_tables_first ? 1 : 0) && p > 0;) {
+      if (g == 0) {
+        std::copy(tables_.begin(), tables_.end(), tables.data());
+      } else {
+        // Generation g of every shard that has it; the others' entries,
+        // never used by this pass's keys, point at one of them
+        // (LookupAcross takes the shape from the first entry).
+        const CuckooTable* any = nullptr;
+        for (size_t s = 0; s < num_shards; ++s) {
+          tables[s] =
+              gens[s] > g ? shards_[s]->grown[g - 1].load(std::memory_order_acquire) : nullptr;
+          if (any == nullptr) any = tables[s];
+        }
+        for (size_t s = 0; s < num_shards; ++s) {
+          if (tables[s] == nullptr) tables[s] = any;
+        }
+      }
+      size_t m = 0;
+      for (size_t i = 0; i < p; ++i) {
+        const uint64_t h = hashes[pending[i]];
+        if (gens[layout_.Shard(h)] > g) {
+          index[m] = static_cast<uint32_t>(i);
+          sub[m++] = h;
+        }
+      }
+      if (m == 0) continue;
+      CuckooTable::LookupAcross(absl::Span<const CuckooTable* const>(tables.data(), num_shards),
+                                absl::Span<const uint64_t>(sub.data(), m),
+                                absl::Span<bool>(found.data(), m));
+      for (size_t j = 0; j < m; ++j) {
+        if (found[j]) out[pending[index[j]]] = true;
+      }
+      size_t kept = 0;
+      for (size_t i = 0; i < p; ++i) {
+        if (!out[pending[i]]) pending[kept++] = pending[i];
+      }
+      p = kept;
+    }
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);
+  ScratchArray<uint8_t, 8> changed(num_shards);
+  bool any_changed = false;
+  for (size_t s = 0; s < num_shards; ++s) {
+    changed[s] = shards_[s]->seq.load(std::memory_order_relaxed) != seq[s];
+    any_changed |= changed[s] != 0;
+  }
+  if (!any_changed) return true;
   ScratchArray<uint32_t, 7> index(n);
   size_t m = 0;
   for (size_t k = 0; k < n; ++k) {
-    const uint64_t bit = uint64_t{1} << layout_.Shard(hashes[k]);
-    if ((changed & bit) != 0 || ((grown & bit) != 0 && !out[k])) {
-      index[m++] = static_cast<uint32_t>(k);
-    }
+    if (changed[layout_.Shard(hashes[k])] != 0) index[m++] = static_cast<uint32_t>(k);
   }
-  if (m == 0) return true;
   ScratchArray<uint64_t, 7> sub(m);
   ScratchArray<bool, 7> sub_r(m);
   for (size_t k = 0; k < m; ++k) sub[k] = hashes[index[k]];
@@ -503,8 +567,7 @@ bool CuckooFilter::LookupAcrossShards(absl::Span<const uint64_t> hashes,
       absl::Span<const uint64_t>(sub.data(), m), sub_r.span(),
       [&](size_t s, absl::Span<const uint64_t> h, absl::Span<bool> r, const Lookahead& next) {
         const Shard& shard = *shards_[s];
-        const uint32_t first = (changed >> s) & 1 ? 0 : 1;
-        shard.Read([&](const CuckooTable& t) { LookupInShard(shard, t, h, r, next, first); });
+        shard.Read([&](const CuckooTable& t) { LookupInShard(shard, t, h, r, next); });
       });
   for (size_t k = 0; k < m; ++k) out[index[k]] = sub_r[k];
   return true;

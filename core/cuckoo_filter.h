@@ -13,12 +13,14 @@
 //
 // Batches: InsertBatch / DeleteBatch hash the whole batch, group keys by shard,
 // take each shard's lock once, and run the table's prefetching pipeline.
-// LookupBatch (up to 64 shards) runs one lock-free pipeline over the batch in
-// request order through every shard's first table, fixed and growing filters
-// alike; then the keys of a shard that a writer entered meanwhile, and the
-// keys not found in a shard that has grown, go shard by shard (all shards,
-// when a writer was inside one at the start). Results come back per key in
-// request order; a batch is not atomic (another thread may see part of it).
+// LookupBatch (up to 64 shards, or as many as the batch has keys) runs
+// lock-free prefetching pipelines over the batch in request order, across
+// shards: one through every shard's first table (all a fixed filter, or a
+// growing one that has not grown, needs), and one per later generation for
+// the keys of grown shards not found yet. Only the keys of a shard that a
+// writer entered meanwhile go shard by shard (all keys, when a writer was
+// inside a shard at the start). Results come back per key in request order;
+// a batch is not atomic (another thread may see part of it).
 //
 // Memory: all shards' tables live in one allocation (mapped when 64 KiB or
 // more), so dropping a filter returns its memory to the system at once;
@@ -504,10 +506,8 @@ class CuckooFilter {
   // DeleteInShard without counting the deletes.
   void DeleteInGenerations(Shard& shard, CuckooTable& t, absl::Span<const uint64_t> h,
                            absl::Span<DeleteResult> r, const Lookahead& next);
-  // Generations `first` and later (first 1: the caller has looked in the
-  // first table already).
   void LookupInShard(const Shard& shard, const CuckooTable& t, absl::Span<const uint64_t> h,
-                     absl::Span<bool> r, const Lookahead& next, uint32_t first = 0) const;
+                     absl::Span<bool> r, const Lookahead& next) const;
   void CountInShard(const Shard& shard, const CuckooTable& t, absl::Span<const uint64_t> h,
                     absl::Span<uint32_t> r) const;
   // MayContain's other path: every generation of the shard, newest first,
@@ -548,10 +548,11 @@ class CuckooFilter {
   absl::Status CheckShardWrite(const ShardWrite& write) const;
   bool ApplyCheckedShardWrite(const ShardWrite& write, uint64_t position, const Lookahead& next);
 
-  // LookupHashed's lock-free pass over every shard's first table; see the
-  // .cc. False when it answered nothing.
+  // LookupHashed's lock-free passes across shards; see the .cc. False when
+  // it answered nothing.
   bool LookupAcrossShards(absl::Span<const uint64_t> hashes, absl::Span<bool> out) const;
-  // Shard counts up to this use the lock-free, unsorted batch lookup.
+  // Shard counts up to this, or up to the batch's key count, use the
+  // lock-free, unsorted batch lookup (it reads every shard's counter twice).
   static constexpr size_t kMaxShardsForLookupAcross = 64;
 
   const FilterShape shape_;

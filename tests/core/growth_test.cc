@@ -632,10 +632,13 @@ TEST_P(GrowingFilterTest, BatchLookupBeforeGrowthFindsEveryKeyAndAnswersAsAFixed
   }
 }
 
-// Even shards grow one generation, every fourth a second one, odd shards
-// not at all; keys are in first and later tables. A batch must find every
-// key (a pass over first tables alone would miss those in later ones) and
-// answer absent keys as single-key lookups, which read every generation.
+// Even shards grow one generation, every fourth a second one, the others
+// not at all; then the shards 1 mod 4 grow too (three quarters of the shards
+// grown: batches then go newest table first, first tables last). Keys are
+// in first and later tables. At both stages a batch must find every key (a
+// pass over first tables alone would miss those in later ones, one over
+// grown tables alone those of the other shards) and answer absent keys as
+// single-key lookups, which read every generation.
 TEST_P(GrowingFilterTest, BatchLookupAfterSomeShardsGrewFindsEveryKey) {
   std::unique_ptr<CuckooFilter> f = MakeGrowing(20'000, 0.002, 2, 0, GetParam());
   ASSERT_NE(f, nullptr);
@@ -643,6 +646,24 @@ TEST_P(GrowingFilterTest, BatchLookupAfterSomeShardsGrewFindsEveryKey) {
   ASSERT_NO_FATAL_FAILURE(InsertRange(*f, 0, 15'000));
   std::vector<uint64_t> present;
   for (uint64_t i = 0; i < 15'000; ++i) present.push_back(HashedKey(0, i));
+  auto check = [&] {
+    std::vector<uint64_t> h;
+    for (size_t i = 0; i < present.size(); ++i) {
+      h.push_back(present[i]);
+      h.push_back(HashedKey(1, i));
+    }
+    const std::vector<char> one_by_one = LookupOneByOne(*f, h);
+    for (const size_t batch : {size_t{1000}, size_t{2}, size_t{4096}}) {
+      const std::vector<char> got = LookupInBatches(*f, h, batch);
+      for (size_t k = 0; k < h.size(); ++k) {
+        if (k % 2 == 0) {
+          ASSERT_TRUE(got[k]) << "key " << k / 2 << " of shard " << ShardOf(*f, h[k])
+                              << ", batches of " << batch;
+        }
+        ASSERT_EQ(got[k], one_by_one[k]) << "key " << k << ", batches of " << batch;
+      }
+    }
+  };
   for (const auto& [stream, generations, every] :
        {std::tuple{2u, 2u, 2u}, std::tuple{3u, 3u, 4u}}) {
     const std::vector<uint64_t> more =
@@ -653,22 +674,13 @@ TEST_P(GrowingFilterTest, BatchLookupAfterSomeShardsGrewFindsEveryKey) {
     const uint32_t want = s % 4 == 0 ? 3 : s % 2 == 0 ? 2 : 1;
     ASSERT_EQ(f->ShardGenerations(s), shards == 1 ? 3 : want) << "shard " << s;
   }
-  std::vector<uint64_t> h;
-  for (size_t i = 0; i < present.size(); ++i) {
-    h.push_back(present[i]);
-    h.push_back(HashedKey(1, i));
+  ASSERT_NO_FATAL_FAILURE(check());
+  const std::vector<uint64_t> more = GrowShards(*f, 4, 2, [](uint32_t s) { return s % 4 == 1; });
+  present.insert(present.end(), more.begin(), more.end());
+  for (uint32_t s = 0; s < shards; ++s) {
+    ASSERT_EQ(f->ShardGenerations(s) > 1, shards == 1 || s % 4 != 3) << "shard " << s;
   }
-  const std::vector<char> one_by_one = LookupOneByOne(*f, h);
-  for (const size_t batch : {size_t{1000}, size_t{2}, size_t{4096}}) {
-    const std::vector<char> got = LookupInBatches(*f, h, batch);
-    for (size_t k = 0; k < h.size(); ++k) {
-      if (k % 2 == 0) {
-        ASSERT_TRUE(got[k]) << "key " << k / 2 << " of shard " << ShardOf(*f, h[k])
-                            << ", batches of " << batch;
-      }
-      ASSERT_EQ(got[k], one_by_one[k]) << "key " << k << ", batches of " << batch;
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(check());
 }
 
 INSTANTIATE_TEST_SUITE_P(Shards, GrowingFilterTest, ::testing::Values(1u, 16u, 64u, 128u),
