@@ -492,16 +492,22 @@ bool CuckooFilter::LookupAcrossShards(absl::Span<const uint64_t> hashes,
   const bool first_tables_first = grown * 2 <= num_shards;
   if (first_tables_first) CuckooTable::LookupAcross(tables_, hashes, out);
   if (max_gens > 1) {
-    // The keys not found yet that a later pass may find.
+    // The keys not found yet that a later pass may find. (The loops below
+    // have no branch on the keys: whether a key was found, or its shard has
+    // a table, is a coin toss the CPU would mispredict.)
     ScratchArray<uint32_t, 7> pending(n);
     size_t p = 0;
-    for (size_t k = 0; k < n; ++k) {
-      if (!first_tables_first) {
-        out[k] = false;
-        pending[p++] = static_cast<uint32_t>(k);
-      } else if (!out[k] && gens[layout_.Shard(hashes[k])] > 1) {
-        pending[p++] = static_cast<uint32_t>(k);
+    if (first_tables_first) {
+      for (size_t k = 0; k < n; ++k) {
+        pending[p] = static_cast<uint32_t>(k);
+        p += (!out[k] & (gens[layout_.Shard(hashes[k])] > 1)) ? 1 : 0;
       }
+    } else {
+      for (size_t k = 0; k < n; ++k) {
+        out[k] = false;
+        pending[k] = static_cast<uint32_t>(k);
+      }
+      p = n;
     }
     ScratchArray<uint32_t, 9> index(p);
     ScratchArray<uint64_t, 7> sub(p);
@@ -528,21 +534,19 @@ bool CuckooFilter::LookupAcrossShards(absl::Span<const uint64_t> hashes,
       size_t m = 0;
       for (size_t i = 0; i < p; ++i) {
         const uint64_t h = hashes[pending[i]];
-        if (gens[layout_.Shard(h)] > g) {
-          index[m] = static_cast<uint32_t>(i);
-          sub[m++] = h;
-        }
+        index[m] = static_cast<uint32_t>(i);
+        sub[m] = h;
+        m += gens[layout_.Shard(h)] > g ? 1 : 0;
       }
       if (m == 0) continue;
       CuckooTable::LookupAcross(absl::Span<const CuckooTable* const>(tables.data(), num_shards),
                                 absl::Span<const uint64_t>(sub.data(), m),
                                 absl::Span<bool>(found.data(), m));
-      for (size_t j = 0; j < m; ++j) {
-        if (found[j]) out[pending[index[j]]] = true;
-      }
+      for (size_t j = 0; j < m; ++j) out[pending[index[j]]] = found[j];
       size_t kept = 0;
       for (size_t i = 0; i < p; ++i) {
-        if (!out[pending[i]]) pending[kept++] = pending[i];
+        pending[kept] = pending[i];
+        kept += out[pending[i]] ? 0 : 1;
       }
       p = kept;
     }
