@@ -7,7 +7,8 @@
 //                           grown (and have grown in half their shards)
 //                           against fixed ones, at 10^6 and 10^7 keys
 //   growth_bench --paths --small   the same at 10^5 keys
-//   flags: --json=PATH, --rounds=N (--paths; default 7)
+//   flags: --json=PATH; with --paths, --rounds=N (default 7) and
+//          --capacity=N (one size instead of the default ones)
 //
 // For each rate and growth factor it grows a filter from 1,000 keys,
 // stopping at 10x, 100x, 1000x and 10000x, and reports there the measured
@@ -19,6 +20,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -156,17 +158,24 @@ Point Measure(CuckooFilter& f, uint64_t keys, double rate, uint64_t absent, bool
 //
 // CF.RESERVE makes a growing filter; until its shards grow, each has one
 // table, exactly as a fixed filter's, and its batched lookups should cost
-// the same. Four filters, all loaded with 90% of `capacity` keys:
+// the same. Five filters, all loaded with 90% of `capacity` keys:
 //   fixed, same rate:   what CF.RESERVE ... EXPANSION 0 makes (shorter
 //                       fingerprints, shards for its capacity alone);
 //   fixed, same tables: the growing filter's shape with growth off (same
 //                       shards, fingerprint size, table kind and seed);
 //   growing, not grown: one table in every shard;
 //   growing, half grown: then keys of the even shards only, until each of
-//                       them has added its second table.
+//                       them has added its second table;
+//   growing, all grown: created for capacity / 64 keys, with as many shards,
+//                       so every shard has grown about 6 times (a filter
+//                       that has grown costs more per lookup; this shows
+//                       how much, on the same path as the others).
 // Lookups: batches of 1000 pre-hashed keys (CF.MEXISTS x1000), all present
 // (random keys of the filter's own) or all absent, one thread; rounds
-// alternate the filters so drift of the machine hits all alike.
+// alternate the filters so drift of the machine hits all alike. Rates are
+// per second of the thread's own CPU time (CLOCK_THREAD_CPUTIME_ID), which
+// time slices lost to other processes on a shared machine do not count;
+// the JSON also has the wall-clock rates.
 
 constexpr size_t kPathBatch = 1000;
 
@@ -175,22 +184,33 @@ struct PathFilter {
   std::unique_ptr<CuckooFilter> filter;
   std::vector<uint64_t> inserted;  // Hashes of the keys it holds.
   std::vector<uint64_t> present, absent;
-  std::vector<double> present_rates, absent_rates;
+  std::vector<double> present_rates, absent_rates;            // Per CPU second.
+  std::vector<double> present_wall_rates, absent_wall_rates;  // Per second.
 };
 
-double PathRate(const CuckooFilter& f, const std::vector<uint64_t>& hashes, bool expect) {
+double ThreadCpuSeconds() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// Looks up `hashes` in batches; appends the rates per CPU second and per
+// second to *cpu and *wall.
+void PathRate(const CuckooFilter& f, const std::vector<uint64_t>& hashes, bool expect,
+              std::vector<double>* cpu, std::vector<double>* wall) {
   std::unique_ptr<bool[]> out(new bool[kPathBatch]);
   uint64_t found = 0;
   const size_t n = hashes.size() / kPathBatch * kPathBatch;
   const double start = Now();
+  const double cpu_start = ThreadCpuSeconds();
   for (size_t at = 0; at < n; at += kPathBatch) {
     f.LookupHashed(absl::MakeConstSpan(hashes.data() + at, kPathBatch),
                    absl::MakeSpan(out.get(), kPathBatch));
     for (size_t k = 0; k < kPathBatch; ++k) found += out[k];
   }
-  const double rate = static_cast<double>(n) / (Now() - start);
+  cpu->push_back(static_cast<double>(n) / (ThreadCpuSeconds() - cpu_start));
+  wall->push_back(static_cast<double>(n) / (Now() - start));
   if (expect && found != n) Fail("a present key was not found");
-  return rate;
 }
 
 double Median(std::vector<double> v) {
@@ -214,7 +234,7 @@ std::string PathsAt(uint64_t capacity, int rounds) {
   constexpr double kRate = 0.002;  // The Redis port's default error rate.
   const FilterOptions growing{
       .capacity = capacity, .false_positive_rate = kRate, .seed = 7, .growth_factor = 2};
-  std::vector<PathFilter> fs(4);
+  std::vector<PathFilter> fs(5);
   fs[0].name = "fixed, same rate";
   fs[0].filter = Make({.capacity = capacity, .false_positive_rate = kRate, .seed = 7});
   fs[2].name = "growing, not grown";
@@ -229,6 +249,11 @@ std::string PathsAt(uint64_t capacity, int rounds) {
   fs[1].filter = *std::move(fixed_same);
   fs[3].name = "growing, half grown";
   fs[3].filter = Make(growing);
+  fs[4].name = "growing, all grown";
+  FilterOptions small_growing = growing;
+  small_growing.capacity = capacity / 64;
+  small_growing.shards = fs[2].filter->shape().shards;
+  fs[4].filter = Make(small_growing);
   const uint64_t loaded = capacity * 9 / 10;
   for (PathFilter& p : fs) {
     p.inserted = Hashes(*p.filter, 0, 0, loaded);
@@ -259,6 +284,10 @@ std::string PathsAt(uint64_t capacity, int rounds) {
   }
   uint32_t grown_shards = 0;
   for (uint32_t s = 0; s < shape.shards; ++s) grown_shards += half.ShardGenerations(s) > 1;
+  uint64_t all_generations = 0;
+  for (uint32_t s = 0; s < shape.shards; ++s) {
+    all_generations += fs[4].filter->ShardGenerations(s);
+  }
   const uint64_t n = uint64_t{1} << 20;
   for (PathFilter& p : fs) {
     p.present.reserve(n);
@@ -267,13 +296,18 @@ std::string PathsAt(uint64_t capacity, int rounds) {
     p.absent = Hashes(*p.filter, 2, 0, n);
   }
   for (int round = 0; round < rounds; ++round) {
-    for (PathFilter& p : fs) p.present_rates.push_back(PathRate(*p.filter, p.present, true));
-    for (PathFilter& p : fs) p.absent_rates.push_back(PathRate(*p.filter, p.absent, false));
+    for (PathFilter& p : fs) {
+      PathRate(*p.filter, p.present, true, &p.present_rates, &p.present_wall_rates);
+    }
+    for (PathFilter& p : fs) {
+      PathRate(*p.filter, p.absent, false, &p.absent_rates, &p.absent_wall_rates);
+    }
   }
   absl::PrintF(
       "%u-key filters, %u keys loaded (half grown: +%u keys in the even shards, %u of %u "
-      "shards grown)\n",
-      capacity, loaded, fs[3].inserted.size() - loaded, grown_shards, shape.shards);
+      "shards grown; all grown: %.1f tables a shard)\n",
+      capacity, loaded, fs[3].inserted.size() - loaded, grown_shards, shape.shards,
+      static_cast<double>(all_generations) / shape.shards);
   absl::PrintF("%-20s %-6s %-3s %-11s %-28s %-28s %-9s %-9s\n", "filter", "shards", "f", "kind",
                "present M/s median (range)", "absent M/s median (range)", "present x", "absent x");
   const double base_present = Median(fs[1].present_rates);
@@ -289,26 +323,28 @@ std::string PathsAt(uint64_t capacity, int rounds) {
                  absl::StrFormat("%.2f (%.2f-%.2f)", pm / 1e6, *pmin / 1e6, *pmax / 1e6),
                  absl::StrFormat("%.2f (%.2f-%.2f)", am / 1e6, *amin / 1e6, *amax / 1e6),
                  pm / base_present, am / base_absent);
-    rows.push_back(
-        absl::StrFormat("{\"capacity\":%u,\"filter\":\"%s\",\"shards\":%u,\"fingerprint_bits\":%u,"
-                        "\"present_per_s\":[%s],\"absent_per_s\":[%s]}",
-                        capacity, p.name, s.shards, s.fingerprint_bits,
-                        absl::StrJoin(p.present_rates, ","), absl::StrJoin(p.absent_rates, ",")));
+    rows.push_back(absl::StrFormat(
+        "{\"capacity\":%u,\"filter\":\"%s\",\"shards\":%u,\"fingerprint_bits\":%u,"
+        "\"present_per_cpu_s\":[%s],\"absent_per_cpu_s\":[%s],"
+        "\"present_per_s\":[%s],\"absent_per_s\":[%s]}",
+        capacity, p.name, s.shards, s.fingerprint_bits, absl::StrJoin(p.present_rates, ","),
+        absl::StrJoin(p.absent_rates, ","), absl::StrJoin(p.present_wall_rates, ","),
+        absl::StrJoin(p.absent_wall_rates, ",")));
   }
   absl::PrintF("(x: median against \"fixed, same tables\")\n\n");
   return absl::StrJoin(rows, ",");
 }
 
-int PathsMain(bool small, int rounds, const std::string& json_path) {
+int PathsMain(bool small, int rounds, uint64_t capacity, const std::string& json_path) {
   absl::PrintF(
       "growth_bench --paths%s: batched lookups (%u pre-hashed keys a batch, one thread), %d "
-      "rounds alternating the filters\n\n",
+      "rounds alternating the filters; M/s per second of the thread's CPU time\n\n",
       small ? " --small" : "", kPathBatch, rounds);
   std::vector<std::string> rows;
-  for (uint64_t capacity :
-       small ? std::vector<uint64_t>{100'000} : std::vector<uint64_t>{1'000'000, 10'000'000}) {
-    rows.push_back(PathsAt(capacity, rounds));
-  }
+  const std::vector<uint64_t> sizes = capacity != 0 ? std::vector<uint64_t>{capacity}
+                                      : small       ? std::vector<uint64_t>{100'000}
+                                                    : std::vector<uint64_t>{1'000'000, 10'000'000};
+  for (uint64_t c : sizes) rows.push_back(PathsAt(c, rounds));
   if (!json_path.empty()) {
     std::ofstream out(json_path);
     out << "{\"paths\":[" << absl::StrJoin(rows, ",") << "]}\n";
@@ -321,6 +357,7 @@ int Main(int argc, char** argv) {
   bool small = false;
   bool paths = false;
   int rounds = 7;
+  uint64_t capacity = 0;
   std::string json_path;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -331,13 +368,16 @@ int Main(int argc, char** argv) {
     } else if (a.rfind("--rounds=", 0) == 0) {
       rounds = std::atoi(a.c_str() + 9);
       if (rounds < 1 || rounds > 1000) Fail("--rounds must be 1 to 1000");
+    } else if (a.rfind("--capacity=", 0) == 0) {
+      capacity = std::strtoull(a.c_str() + 11, nullptr, 10);
+      if (capacity < 64'000 || capacity > 100'000'000) Fail("--capacity must be 64000 to 10^8");
     } else if (a.rfind("--json=", 0) == 0) {
       json_path = a.substr(7);
     } else {
-      Fail("usage: growth_bench [--small] [--paths [--rounds=N]] [--json=PATH]");
+      Fail("usage: growth_bench [--small] [--paths [--rounds=N] [--capacity=N]] [--json=PATH]");
     }
   }
-  if (paths) return PathsMain(small, rounds, json_path);
+  if (paths) return PathsMain(small, rounds, capacity, json_path);
   const uint64_t start = 1000;
   const std::vector<uint64_t> stops =
       small ? std::vector<uint64_t>{10'000, 100'000}
