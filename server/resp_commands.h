@@ -53,6 +53,7 @@
 #include "core/registry.h"
 #include "cuckoo/v1/filter_service.grpc.pb.h"
 #include "server/auth.h"
+#include "server/filter_service.h"
 #include "server/in_process_calls.h"
 #include "server/logging.h"
 #include "server/metrics.h"
@@ -96,10 +97,11 @@ struct RedisOptions {
 
 class RedisCommands final : public resp::CommandHandler {
  public:
-  // `auth` null: no authentication. `channel`: an in-process channel to
-  // this server's FilterService. `metrics` may be null.
+  // `auth` null: no authentication. `service`: this server's FilterService,
+  // and `channel` an in-process channel to it. `metrics` may be null.
   RedisCommands(FilterRegistry* registry, const Authenticator* auth, Metrics* metrics,
-                std::shared_ptr<grpc::Channel> channel, RedisOptions options);
+                FilterServiceImpl* service, std::shared_ptr<grpc::Channel> channel,
+                RedisOptions options);
   ~RedisCommands() override;  // Waits for dump and load work running.
 
   size_t Execute(resp::Session* session, absl::Span<const resp::Command> commands,
@@ -144,6 +146,17 @@ class RedisCommands final : public resp::CommandHandler {
   void Info(resp::Session* s, const resp::Command& c, resp::Writer& w);
   void Write(resp::Session* s, absl::Span<const resp::Command> run, size_t command,
              resp::Completion done, std::chrono::steady_clock::time_point start);
+  // Write's path on a single node, for a filter that exists: applied on
+  // this thread (FilterServiceImpl::InsertNow, DeleteNow), then Applied(),
+  // and answered once durable. `sizes`: each command's keys.
+  void WriteHere(resp::Session* s, const Caller& caller, size_t command, std::string_view filter,
+                 absl::Span<const std::string_view> items, std::vector<size_t> sizes,
+                 resp::Completion done, std::chrono::steady_clock::time_point start);
+  // The replies of a write's run of commands (resp_commands.cc).
+  struct RunReplies;
+  // Counts each of `replies` in the metrics and sends them.
+  void Answer(size_t command, std::chrono::steady_clock::time_point start, RunReplies* replies,
+              resp::Completion& done);
   void Reserve(resp::Session* s, const resp::Command& c, resp::Completion done,
                std::chrono::steady_clock::time_point start);
   void DropKeys(resp::Session* s, const resp::Command& c, resp::Completion done,
@@ -178,6 +191,7 @@ class RedisCommands final : public resp::CommandHandler {
   FilterRegistry* const registry_;
   const Authenticator* const auth_;
   Metrics* const metrics_;
+  FilterServiceImpl* const service_;
   const std::shared_ptr<grpc::Channel> channel_;
   const std::unique_ptr<v1::FilterService::Stub> stub_;
   // Where the calls through stub_ complete.
@@ -188,7 +202,8 @@ class RedisCommands final : public resp::CommandHandler {
   int port_ = 0;
   const absl::Time started_ = absl::Now();
 
-  // In-process gRPC calls whose callbacks have not returned.
+  // In-process gRPC calls, and writes waiting to be durable, whose callbacks
+  // have not returned.
   std::atomic<int64_t> calls_{0};
   Mutex transfer_mu_;
   std::atomic<uint64_t> next_dump_{1};
