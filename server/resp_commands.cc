@@ -182,6 +182,39 @@ std::string ItemError(std::string_view item, uint32_t max_key_bytes) {
   return std::string();
 }
 
+// CF.INSERT's and CF.INSERTNX's options, up to ITEMS: the error reply's
+// text, or "" with *items_at the index of the first item.
+std::string InsertOptions(const Command& c, size_t command, uint64_t* capacity, bool* create,
+                          size_t* items_at) {
+  size_t i = 2;
+  while (i < c.args.size()) {
+    if (Is(c.args[i], "CAPACITY")) {
+      int64_t v;
+      if (i + 1 >= c.args.size() || !ParseInt(c.args[i + 1], &v) || v < 1 ||
+          v > (int64_t{1} << 40)) {
+        return absl::StrFormat(
+            "ERR Bad capacity: CAPACITY must be followed by an integer from 1 to %d",
+            int64_t{1} << 40);
+      }
+      *capacity = static_cast<uint64_t>(v);
+      i += 2;
+    } else if (Is(c.args[i], "NOCREATE")) {
+      *create = false;
+      ++i;
+    } else if (Is(c.args[i], "ITEMS")) {
+      if (i + 1 == c.args.size()) break;
+      *items_at = i + 1;
+      return std::string();
+    } else {
+      return absl::StrFormat(
+          "ERR unknown argument '%s' (expected CAPACITY c, NOCREATE or ITEMS item...)",
+          Shown(c.args[i]));
+    }
+  }
+  return absl::StrFormat("ERR %s needs ITEMS followed by at least one item",
+                         absl::AsciiStrToUpper(A(kRedisCommandNames[command])));
+}
+
 }  // namespace
 
 // Counts an in-process call's callback as done when it returns.
@@ -406,9 +439,11 @@ size_t RedisCommands::Dispatch(Session* s, absl::Span<const Command> commands,
       return n;
     }
     case kCfInsert:
-    case kCfInsertNx:
-      Write(s, commands.subspan(0, 1), command, std::move(done), start);
-      return 1;
+    case kCfInsertNx: {
+      const size_t n = InsertRunLength(commands, command);
+      Write(s, commands.subspan(0, n), command, std::move(done), start);
+      return n;
+    }
     case kCfReserve:
       Reserve(s, c, std::move(done), start);
       return 1;
@@ -735,6 +770,37 @@ void RedisCommands::Answer(size_t command, Clock::time_point start, RunReplies* 
   done.Reply(std::move(replies->bytes));
 }
 
+size_t RedisCommands::InsertRunLength(absl::Span<const Command> commands, size_t command) const {
+  const Command& c = commands[0];
+  uint64_t capacity;
+  bool create;
+  size_t items_at = 0;
+  auto valid_items = [&](const Command& r) {
+    for (size_t i = items_at; i < r.args.size(); ++i) {
+      if (!ItemError(r.args[i], options_.max_key_bytes).empty()) return false;
+    }
+    return true;
+  };
+  if (!InsertOptions(c, command, &capacity, &create, &items_at).empty() || !valid_items(c)) {
+    return 1;
+  }
+  size_t n = 1;
+  size_t total = c.args.size() - items_at;
+  while (n < commands.size()) {
+    const Command& next = commands[n];
+    // The same command on the same filter with the same options, its items
+    // valid, and the run within --max-batch-keys.
+    if (next.args.size() <= items_at || RedisCommandIndex(next.args[0]) != command ||
+        !std::equal(c.args.begin() + 1, c.args.begin() + items_at, next.args.begin() + 1) ||
+        total + (next.args.size() - items_at) > options_.max_batch_keys || !valid_items(next)) {
+      break;
+    }
+    total += next.args.size() - items_at;
+    ++n;
+  }
+  return n;
+}
+
 void RedisCommands::Write(Session* s, absl::Span<const Command> run, size_t command,
                           resp::Completion done, Clock::time_point start) {
   const Command& c = run[0];
@@ -750,51 +816,37 @@ void RedisCommands::Write(Session* s, absl::Span<const Command> run, size_t comm
   const bool insert_many = command == kCfInsert || command == kCfInsertNx;
   // The items, and CF.INSERT's options.
   absl::Span<const std::string_view> items;
-  // A CF.ADD run's items gathered (slot 3: the server's; not live with
-  // Exists's).
-  ScratchArray<std::string_view, 3> gathered(insert_many ? 0 : run.size());
+  // Each command's items: a CF.INSERT's all, a CF.ADD's one.
+  std::vector<size_t> sizes;
   uint64_t capacity = options_.default_capacity;
   bool create = command != kCfDel;
+  size_t items_at = 2;
   if (insert_many) {
-    size_t i = 2;
-    bool have_items = false;
-    while (i < c.args.size()) {
-      if (Is(c.args[i], "CAPACITY")) {
-        int64_t v;
-        if (i + 1 >= c.args.size() || !ParseInt(c.args[i + 1], &v) || v < 1 ||
-            v > (int64_t{1} << 40)) {
-          return fail(
-              absl::StrFormat("ERR Bad capacity: CAPACITY must be followed by an integer "
-                              "from 1 to %d",
-                              int64_t{1} << 40));
-        }
-        capacity = static_cast<uint64_t>(v);
-        i += 2;
-      } else if (Is(c.args[i], "NOCREATE")) {
-        create = false;
-        ++i;
-      } else if (Is(c.args[i], "ITEMS")) {
-        have_items = true;
-        ++i;
-        break;
-      } else {
-        return fail(absl::StrFormat(
-            "ERR unknown argument '%s' (expected CAPACITY c, NOCREATE or ITEMS item...)",
-            Shown(c.args[i])));
-      }
+    // The commands of a run have the same options (InsertRunLength).
+    if (std::string e = InsertOptions(c, command, &capacity, &create, &items_at); !e.empty()) {
+      return fail(e);
     }
-    if (!have_items || i == c.args.size()) {
-      return fail(absl::StrFormat("ERR %s needs ITEMS followed by at least one item",
-                                  absl::AsciiStrToUpper(A(kRedisCommandNames[command]))));
-    }
-    if (c.args.size() - i > options_.max_batch_keys) {
+    if (c.args.size() - items_at > options_.max_batch_keys) {
       return fail(absl::StrFormat(
           "ERR %u items; the server's limit (--max-batch-keys) is %u: split the command",
-          c.args.size() - i, options_.max_batch_keys));
+          c.args.size() - items_at, options_.max_batch_keys));
     }
-    items = absl::MakeConstSpan(c.args).subspan(i);
+    for (const Command& r : run) sizes.push_back(r.args.size() - items_at);
   } else {
-    for (size_t i = 0; i < run.size(); ++i) gathered[i] = run[i].args[2];
+    sizes.assign(run.size(), 1);
+  }
+  // A run's items gathered (slot 3: the server's; not live with Exists's);
+  // a lone CF.INSERT's are in place.
+  size_t total = 0;
+  for (size_t n : sizes) total += n;
+  ScratchArray<std::string_view, 3> gathered(run.size() > 1 || !insert_many ? total : 0);
+  if (gathered.size() == 0) {
+    items = absl::MakeConstSpan(c.args).subspan(items_at);
+  } else {
+    size_t k = 0;
+    for (const Command& r : run) {
+      for (size_t i = items_at; i < r.args.size(); ++i) gathered[k++] = r.args[i];
+    }
     items = gathered.span();
   }
   for (size_t i = 0; i < items.size(); ++i) {
@@ -823,8 +875,6 @@ void RedisCommands::Write(Session* s, absl::Span<const Command> run, size_t comm
   const bool exists = registry_->Get(A(key)).ok();
   if (!exists && command == kCfDel) return fail("ERR Not found");
   if (!exists && !create) return fail("ERR not found");
-  // Each command's keys: a CF.INSERT's all, a CF.ADD's one.
-  std::vector<size_t> sizes(insert_many ? 1 : run.size(), insert_many ? items.size() : 1);
   if (exists && service_ != nullptr && service_->local_writes()) {
     return WriteHere(s, caller, command, key, items, std::move(sizes), std::move(done), start);
   }

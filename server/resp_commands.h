@@ -146,6 +146,10 @@ class RedisCommands final : public resp::CommandHandler {
   void Info(resp::Session* s, const resp::Command& c, resp::Writer& w);
   void Write(resp::Session* s, absl::Span<const resp::Command> run, size_t command,
              resp::Completion done, std::chrono::steady_clock::time_point start);
+  // How many of `commands`, from the first, a CF.INSERT or CF.INSERTNX
+  // (`command`) can run as one batch: the same command on the same filter
+  // with the same options, every item valid, within --max-batch-keys.
+  size_t InsertRunLength(absl::Span<const resp::Command> commands, size_t command) const;
   // Write's path on a single node, for a filter that exists: applied on
   // this thread (FilterServiceImpl::InsertNow, DeleteNow), then Applied(),
   // and answered once durable. `sizes`: each command's keys.

@@ -532,6 +532,54 @@ TEST_F(RedisPipelineTest, ACfAddCostsOneFdatasyncAndSixteenPipelinedFarFewerThan
   EXPECT_LE(Syncs() - before, 4u);
 }
 
+// Consecutive CF.INSERTs of one filter with the same options go as one
+// batch (one log write); each still gets its own reply, and a command that
+// cannot join (another filter or options, a bad item) gets its own.
+TEST_F(RedisPipelineTest, PipelinedInsertsAreMergedAndEachGetsItsOwnReply) {
+  RespClient c(port());
+  ASSERT_EQ(c.Call({"CF.RESERVE", "m", "100000"}), "OK");
+  std::string pipeline;
+  std::vector<std::string> expected;
+  auto add = [&](std::vector<std::string> command, std::string reply) {
+    pipeline += RespClient::Encode(command);
+    expected.push_back(std::move(reply));
+  };
+  for (int n = 1; n <= 5; ++n) {
+    std::vector<std::string> command = {"CF.INSERT", "m", "ITEMS"};
+    std::vector<std::string> replies;
+    for (int i = 0; i < n; ++i) {
+      command.push_back(absl::StrCat("i", n, "-", i));
+      replies.push_back(":1");
+    }
+    add(command, "[" + absl::StrJoin(replies, ",") + "]");
+  }
+  add({"CF.INSERT", "m", "ITEMS", "i1-0", ""},
+      "-ERR item is empty; cuckood items are 1 to 64 bytes (item 2)");
+  add({"CF.INSERTNX", "m", "ITEMS", "i1-0", "nx"}, "[:0,:1]");
+  add({"CF.INSERTNX", "m", "ITEMS", "nx", "nx2"}, "[:0,:1]");
+  add({"CF.INSERT", "m", "NOCREATE", "ITEMS", "i1-0"}, "[:1]");
+  add({"CF.INSERT", "m", "ITEMS", "i1-0"}, "[:1]");
+  add({"CF.INSERT", "other", "NOCREATE", "ITEMS", "x"}, "-ERR not found");
+  add({"CF.INSERT", "m", "ITEMS", "i1-0"}, "[:1]");
+  const uint64_t syncs = Syncs();
+  c.SendRaw(pipeline);
+  for (size_t i = 0; i < expected.size(); ++i) {
+    ASSERT_EQ(c.Read(), expected[i]) << "reply " << i;
+  }
+  EXPECT_LE(Syncs() - syncs, 4u);
+  EXPECT_EQ(c.Call({"CF.COUNT", "m", "i1-0"}), ":4");
+  EXPECT_EQ(c.Call({"CF.COUNT", "m", "i5-4"}), ":1");
+  const std::string metrics =
+      server_->metrics().Render({.registry = &server_->registry(), .redis = true});
+  EXPECT_NE(metrics.find(R"(cuckood_redis_items_total{command="cf.insert"} 18)"), std::string::npos)
+      << metrics;
+  // Five batches for the ten commands that got an array: the first five
+  // CF.INSERTs, the two CF.INSERTNX, and three alone.
+  EXPECT_NE(metrics.find(R"(cuckood_rpc_requests_total{code="OK",method="Insert"} 5)"),
+            std::string::npos)
+      << metrics;
+}
+
 // A refused write gets the same error as the same write over gRPC (and as
 // when the Redis port's writes were in-process gRPC calls): "ERR " and the
 // status's message.
