@@ -23,6 +23,8 @@
 //
 // Single node: writes are applied, logged in the write-ahead log, and
 // answered once durable; their log_position is the log's sequence number.
+// The Redis port runs the same writes on its own threads (InsertNow,
+// DeleteNow: the RPC's body without the RPC).
 // Cluster mode (`cluster` set): writes are published to the cluster's log
 // and answered with the results of this replica's apply (Cluster::Publish);
 // reads are served from this replica's copy, after waiting for

@@ -8,13 +8,20 @@
 // DBSIZE) run on the connection's thread, straight on the filters, like
 // gRPC's Lookup and Count (lock-free batched lookups). Everything that
 // changes state (CF.RESERVE, CF.ADD, CF.ADDNX, CF.INSERT, CF.INSERTNX,
-// CF.DEL, DEL, CF.LOADCHUNK) and CF.SCANDUMP are gRPC calls of the server's
-// own FilterService over an in-process channel: they are logged, made durable
-// (or published to the cluster), authorised, audited and counted exactly as
-// the same call from a gRPC client, and answered once gRPC answers.
+// CF.DEL, DEL, CF.LOADCHUNK) and CF.SCANDUMP goes through the server's own
+// FilterService: it is logged, made durable (or published to the cluster),
+// authorised, audited and counted exactly as the same call from a gRPC
+// client. On a single node the writes of an existing filter (CF.ADD,
+// CF.ADDNX, CF.INSERT, CF.INSERTNX, CF.DEL) run the Insert or Delete RPC's
+// body on the connection's thread (FilterServiceImpl::InsertNow, DeleteNow):
+// applied at once, so the connection goes on with its next commands
+// (Completion::Applied) and its pipelined writes share the log's group
+// commits, and answered, in order, once durable. The rest (and every write
+// in cluster mode, or one that creates its filter) are gRPC calls over an
+// in-process channel, answered once gRPC answers, the connection waiting.
 // Consecutive pipelined CF.ADD, CF.ADDNX or CF.DEL of one connection on one
-// filter are sent as one batch (one log write, one fdatasync), and
-// consecutive CF.EXISTS as one batched lookup.
+// filter, and CF.INSERT (or CF.INSERTNX) on one filter with the same
+// options, go as one batch, and consecutive CF.EXISTS as one batched lookup.
 //
 // Authentication: with an access file (--auth-tokens) a connection must send
 // AUTH <token> (or HELLO ... AUTH <user> <token>) first; the token is checked
