@@ -280,14 +280,20 @@ void FillFilterInfo(const std::string& name, const CuckooFilter& filter, const S
   }
 }
 
+namespace {
+// A call that came after StopAccepting.
+absl::Status ShuttingDown() {
+  return absl::UnavailableError(
+      "cuckood is shutting down; retry against another replica or after the restart");
+}
+}  // namespace
+
 bool FilterServiceImpl::Admit(CallReactor* reactor, RpcMethod method) {
   // The call is counted before the check, so that shutdown, which stops
   // accepting and then waits for the count to drop, never misses a call
   // that got in.
   if (!accepting_.load(std::memory_order_acquire)) {
-    reactor->Done(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                               "cuckood is shutting down; retry against another replica or "
-                               "after the restart"));
+    reactor->Done(ToGrpcStatus(ShuttingDown()));
     return false;
   }
   if (auth_ != nullptr) {
@@ -347,7 +353,8 @@ absl::StatusOr<Caller> FilterServiceImpl::Authenticate(RpcMethod method,
 
 absl::Status FilterServiceImpl::Authorize(const Caller& caller, RpcMethod method,
                                           std::string_view filter,
-                                          const grpc::ServerContextBase* ctx) const {
+                                          const grpc::ServerContextBase* ctx,
+                                          std::string_view peer) const {
   if (auth_ == nullptr) return absl::OkStatus();
   // With authentication on every call has a caller (Accept, Authenticate):
   // one without is a path that skipped them, refused rather than let in.
@@ -377,11 +384,11 @@ absl::Status FilterServiceImpl::Authorize(const Caller& caller, RpcMethod method
                 caller.name(), RpcMethodName(method),
                 absl::CHexEscape(absl::string_view(filter.data(), filter.size())),
                 AccessName(*need), caller.GrantsText());
-  const std::string peer = ctx != nullptr ? ctx->peer() : std::string();
+  const std::string peer_name = ctx != nullptr ? ctx->peer() : std::string(peer);
   Audit({.caller = caller.name(),
          .method = RpcMethodName(method),
          .filter = filter,
-         .peer = peer,
+         .peer = peer_name,
          .outcome = "PERMISSION_DENIED",
          .detail = AccessName(*need)});
   return absl::PermissionDeniedError(message);
@@ -614,13 +621,7 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::ServerContextBa
   } release;
   absl::Status s = wire::Slices(request, &slices, &chunks);
   if (s.ok()) {
-    s = wire::ParseKeysRequest(chunks, message,
-                               {.max_keys = limits_.max_batch_keys,
-                                .min_key_bytes = 1,
-                                .max_key_bytes = limits_.max_key_bytes,
-                                .max_filter_bytes = kMaxFilterNameBytes,
-                                .max_request_id_bytes = kMaxRequestIdBytes},
-                               &req);
+    s = wire::ParseKeysRequest(chunks, message, KeyLimits(), &req);
   }
   if (!s.ok()) return s;
   if (absl::Status a = Authorize(reactor->caller(), method, req.filter, ctx); !a.ok()) return a;
@@ -695,28 +696,53 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::ServerContextBa
     }
   }
   // After the window: a retry of a request applied already gets its answer.
+  ScratchArray<Result, 3> results(req.keys.size());
+  uint64_t position = 0;
+  if (absl::Status b = RunBatch<Result>(method, **filter, req.filter, req.keys, req.if_absent,
+                                        apply, ctx, results.span(), next, &position);
+      !b.ok()) {
+    return b;
+  }
+  *response = encode(absl::Span<const Result>(results.span()), position);
+  next->partly_applied = false;  // Applied whole: answered, or remembered as such.
+  return absl::OkStatus();
+}
+
+absl::Status FilterServiceImpl::StopReason(RpcMethod method,
+                                           const grpc::ServerContextBase* ctx) const {
+  // Shutdown cuts Inserts short, whose kick chains can take long, but
+  // never a Delete (no kicks, so it ends soon anyway): UNAVAILABLE, which
+  // clients and gRPC retry policies retry, then always means that none of
+  // a Delete was applied. Deleting a prefix twice could remove the
+  // fingerprint of another key that shares it.
+  if (method != RpcMethod::kDelete && abort_.load(std::memory_order_acquire)) {
+    return absl::UnavailableError("cuckood is shutting down");
+  }
+  if (ctx == nullptr) return absl::OkStatus();
+  if (ctx->IsCancelled()) return absl::CancelledError("the call was cancelled");
+  if (std::chrono::system_clock::now() > ctx->deadline()) {
+    return absl::DeadlineExceededError("the call's deadline passed");
+  }
+  return absl::OkStatus();
+}
+
+template <typename Result, typename Apply>
+absl::Status FilterServiceImpl::RunBatch(RpcMethod method, CuckooFilter& filter,
+                                         std::string_view filter_name,
+                                         absl::Span<const std::string_view> keys, bool if_absent,
+                                         Apply apply, const grpc::ServerContextBase* ctx,
+                                         absl::Span<Result> results, Next* next,
+                                         uint64_t* position) {
+  const bool write = method == RpcMethod::kInsert || method == RpcMethod::kDelete;
   // Before the log: a refused insert changed nothing.
   if (method == RpcMethod::kInsert) {
-    if (absl::Status m = CheckGrowthBudget(req.filter, **filter); !m.ok()) return m;
+    if (absl::Status m = CheckGrowthBudget(filter_name, filter); !m.ok()) return m;
   }
   const uint64_t read_position = write ? 0 : AppliedPosition();
-  ScratchArray<Result, 3> results(req.keys.size());
   // Between the parts of a long batch: is anyone still waiting for it?
-  const auto deadline = ctx->deadline();
   absl::Status stopped;
   auto stop = [&] {
-    // Shutdown cuts Inserts short, whose kick chains can take long, but
-    // never a Delete (no kicks, so it ends soon anyway): UNAVAILABLE, which
-    // clients and gRPC retry policies retry, then always means that none of
-    // a Delete was applied. Deleting a prefix twice could remove the
-    // fingerprint of another key that shares it.
-    if (method != RpcMethod::kDelete && abort_.load(std::memory_order_acquire)) {
-      stopped = absl::UnavailableError("cuckood is shutting down");
-    } else if (ctx->IsCancelled()) {
-      stopped = absl::CancelledError("the call was cancelled");
-    } else if (std::chrono::system_clock::now() > deadline) {
-      stopped = absl::DeadlineExceededError("the call's deadline passed");
-    }
+    stopped = StopReason(method, ctx);
     return !stopped.ok();
   };
   // Writes reserve room in the log before they touch the filter (a full
@@ -725,9 +751,9 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::ServerContextBa
   Wal* wal = write ? persistence_->wal() : nullptr;
   uint64_t reserved = 0;
   if (wal != nullptr) {
-    reserved = WalBytesForBatch(req.keys.size(), (*filter)->shape().shards);
+    reserved = WalBytesForBatch(keys.size(), filter.shape().shards);
     if (!next->window_key.empty())
-      reserved += WalBytesForRequest(next->window_key.size(), req.keys.size());
+      reserved += WalBytesForRequest(next->window_key.size(), keys.size());
     if (absl::Status r = wal->Reserve(reserved); !r.ok()) return r;
   }
   struct Unreserve {
@@ -737,7 +763,7 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::ServerContextBa
       if (wal != nullptr) wal->Unreserve(bytes);
     }
   } unreserve{wal, reserved};
-  const uint64_t filter_id = (*filter)->id();
+  const uint64_t filter_id = filter.id();
   uint64_t last_lsn = 0;
   // A request id goes to the log before the request's first write (no
   // durable write without its id) and with its results after the last
@@ -749,7 +775,7 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::ServerContextBa
       logged_request = {
           .key = next->window_key,
           .method = method == RpcMethod::kInsert ? ShardWrite::kInsert : ShardWrite::kDelete,
-          .keys = static_cast<uint32_t>(req.keys.size()),
+          .keys = static_cast<uint32_t>(keys.size()),
           .time = absl::Now()};
       wal->AppendRequestStart(filter_id, logged_request);
     }
@@ -757,32 +783,29 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::ServerContextBa
   };
   const WriteLog log(append);
   const size_t applied =
-      apply(**filter, req, results.span(), stop, wal != nullptr ? &log : nullptr);
+      apply(filter, keys, if_absent, results, stop, wal != nullptr ? &log : nullptr);
   next->durable_lsn = last_lsn;
   next->partly_applied = write && (applied > 0 || last_lsn != 0);
-  if (applied < req.keys.size()) {
+  if (applied < keys.size()) {
     return absl::Status(
         stopped.code(),
         absl::StrFormat("%s: the batch was cut short after its first %u of %u keys were applied",
-                        stopped.message(), applied, req.keys.size()));
+                        stopped.message(), applied, keys.size()));
   }
-  uint64_t position = write ? (last_lsn != 0 ? last_lsn : AppliedPosition()) : read_position;
-  const absl::Span<const Result> done(results.span());
+  *position = write ? (last_lsn != 0 ? last_lsn : AppliedPosition()) : read_position;
   if (!next->window_key.empty()) {
-    next->outcome.results = ResultBytes(done);
+    next->outcome.results = ResultBytes(absl::Span<const Result>(results));
     if (last_lsn != 0) {
       // The answer's position is the request's last record, its results:
       // a read at the position the answer gave sees them logged.
       logged_request.results = next->outcome.results;
       logged_request.time = absl::Now();
-      position = next->durable_lsn = wal->AppendRequestResults(filter_id, logged_request);
+      *position = next->durable_lsn = wal->AppendRequestResults(filter_id, logged_request);
     }
-    next->outcome.position = position;
+    next->outcome.position = *position;
     if (last_lsn != 0) window_.Recorded(next->window_key, next->durable_lsn, next->outcome);
   }
-  *response = encode(done, position);
-  next->partly_applied = false;  // Applied whole: answered, or remembered as such.
-  if (metrics_ != nullptr) metrics_->RecordKeys(method, req.keys.size());
+  if (metrics_ != nullptr) metrics_->RecordKeys(method, keys.size());
   return absl::OkStatus();
 }
 
@@ -1043,52 +1066,137 @@ absl::Status FilterServiceImpl::DoGetServerInfo(v1::GetServerInfoResponse* resp)
   return absl::OkStatus();
 }
 
+namespace {
+
+// What each data-path method does to its filter: the keys applied, or
+// looked up, into `out`; returns how many were (fewer when `stop` ended a
+// write early). Writes hand each shard's part to `log` when there is one.
+using Keys = absl::Span<const std::string_view>;
+size_t ApplyInsert(CuckooFilter& f, Keys keys, bool if_absent, absl::Span<InsertResult> out,
+                   StopCheck stop, const WriteLog* log) {
+  return log != nullptr ? f.InsertBatch(keys, if_absent, out, stop, *log)
+                        : f.InsertBatch(keys, if_absent, out, stop);
+}
+size_t ApplyDelete(CuckooFilter& f, Keys keys, bool, absl::Span<DeleteResult> out, StopCheck stop,
+                   const WriteLog* log) {
+  return log != nullptr ? f.DeleteBatch(keys, out, stop, *log) : f.DeleteBatch(keys, out, stop);
+}
+size_t ApplyLookup(const CuckooFilter& f, Keys keys, bool, absl::Span<bool> out, StopCheck,
+                   const WriteLog*) {
+  f.LookupBatch(keys, out);
+  return keys.size();
+}
+size_t ApplyCount(const CuckooFilter& f, Keys keys, bool, absl::Span<uint32_t> out, StopCheck,
+                  const WriteLog*) {
+  f.CountBatch(keys, out);
+  return keys.size();
+}
+
+}  // namespace
+
 absl::Status FilterServiceImpl::DataCall(RpcMethod method, grpc::ServerContextBase* ctx,
                                          const grpc::ByteBuffer& request,
                                          grpc::ByteBuffer* response, CallReactor* reactor,
                                          Next* next) {
   switch (method) {
     case RpcMethod::kInsert:
-      return DataPath<InsertResult>(
-          method, ctx, request, "InsertRequest", response,
-          [](CuckooFilter& f, const wire::KeysRequest& q, absl::Span<InsertResult> out,
-             StopCheck stop, const WriteLog* log) {
-            return log != nullptr ? f.InsertBatch(q.keys, q.if_absent, out, stop, *log)
-                                  : f.InsertBatch(q.keys, q.if_absent, out, stop);
-          },
-          wire::InsertResponse, reactor, next);
+      return DataPath<InsertResult>(method, ctx, request, "InsertRequest", response, ApplyInsert,
+                                    wire::InsertResponse, reactor, next);
     case RpcMethod::kLookup:
-      return DataPath<bool>(
-          method, ctx, request, "LookupRequest", response,
-          [](const CuckooFilter& f, const wire::KeysRequest& q, absl::Span<bool> out, StopCheck,
-             const WriteLog*) {
-            f.LookupBatch(q.keys, out);
-            return q.keys.size();
-          },
-          wire::LookupResponse, reactor, next);
+      return DataPath<bool>(method, ctx, request, "LookupRequest", response, ApplyLookup,
+                            wire::LookupResponse, reactor, next);
     case RpcMethod::kDelete:
-      return DataPath<DeleteResult>(
-          method, ctx, request, "DeleteRequest", response,
-          [](CuckooFilter& f, const wire::KeysRequest& q, absl::Span<DeleteResult> out,
-             StopCheck stop, const WriteLog* log) {
-            return log != nullptr ? f.DeleteBatch(q.keys, out, stop, *log)
-                                  : f.DeleteBatch(q.keys, out, stop);
-          },
-          wire::DeleteResponse, reactor, next);
+      return DataPath<DeleteResult>(method, ctx, request, "DeleteRequest", response, ApplyDelete,
+                                    wire::DeleteResponse, reactor, next);
     case RpcMethod::kCount:
-      return DataPath<uint32_t>(
-          method, ctx, request, "CountRequest", response,
-          [](const CuckooFilter& f, const wire::KeysRequest& q, absl::Span<uint32_t> out, StopCheck,
-             const WriteLog*) {
-            f.CountBatch(q.keys, out);
-            return q.keys.size();
-          },
-          wire::CountResponse, reactor, next);
+      return DataPath<uint32_t>(method, ctx, request, "CountRequest", response, ApplyCount,
+                                wire::CountResponse, reactor, next);
     default:
       return absl::InternalError(absl::StrFormat("%s is not a data-path method (a bug in cuckood)",
                                                  RpcMethodName(method)));
   }
 }
+
+absl::StatusOr<FilterServiceImpl::AppliedWrite> FilterServiceImpl::InsertNow(
+    const LocalWrite& write, absl::Span<InsertResult> results) {
+  return WriteNow<InsertResult>(RpcMethod::kInsert, write, ApplyInsert, results);
+}
+
+absl::StatusOr<FilterServiceImpl::AppliedWrite> FilterServiceImpl::DeleteNow(
+    const LocalWrite& write, absl::Span<DeleteResult> results) {
+  return WriteNow<DeleteResult>(RpcMethod::kDelete, write, ApplyDelete, results);
+}
+
+template <typename Result, typename Apply>
+absl::StatusOr<FilterServiceImpl::AppliedWrite> FilterServiceImpl::WriteNow(
+    RpcMethod method, const LocalWrite& write, Apply apply, absl::Span<Result> results) {
+  // In flight from here, as a call from Begin (shutdown waits for it).
+  const auto start = std::chrono::steady_clock::now();
+  in_flight_.fetch_add(1, std::memory_order_acq_rel);
+  uint64_t lsn = 0;
+  // What the RPC checks, in its order (Admit, then DataPath), less what a
+  // local write cannot carry: a request id, a min_log_position, a deadline.
+  const absl::Status s = Guarded([&]() -> absl::Status {
+    if (!accepting_.load(std::memory_order_acquire)) return ShuttingDown();
+    if (cluster_ != nullptr) {
+      return absl::InternalError(
+          "a local write in cluster mode (a bug in cuckood: please report it)");
+    }
+    if (write.caller == nullptr || results.size() != write.keys.size()) {
+      return absl::InternalError("a malformed local write (a bug in cuckood: please report it)");
+    }
+    if (absl::Status k = wire::CheckKeysRequest(write.filter, write.keys, KeyLimits()); !k.ok()) {
+      return k;
+    }
+    if (absl::Status a = Authorize(*write.caller, method, write.filter, nullptr, write.peer);
+        !a.ok()) {
+      return a;
+    }
+    absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = FindFilter(write.filter);
+    if (!filter.ok()) return filter.status();
+    Next next;
+    uint64_t position = 0;
+    absl::Status b = RunBatch<Result>(method, **filter, write.filter, write.keys, write.if_absent,
+                                      apply, nullptr, results, &next, &position);
+    lsn = next.durable_lsn;
+    return b;
+  });
+  AppliedWrite applied(this, method, start, lsn);
+  if (!s.ok()) {
+    // Answered now: counted, and no longer in flight.
+    applied.service_ = nullptr;
+    RecordCall(method, s, start);
+    in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+    return s;
+  }
+  return applied;
+}
+
+void FilterServiceImpl::RecordCall(RpcMethod method, const absl::Status& status,
+                                   std::chrono::steady_clock::time_point start) const {
+  if (metrics_ == nullptr) return;
+  metrics_->RecordRpc(method, ToGrpcStatus(status).error_code(),
+                      std::chrono::steady_clock::now() - start);
+}
+
+void FilterServiceImpl::AppliedWrite::Then(std::function<void(absl::Status)> done) && {
+  FilterServiceImpl* service = std::exchange(service_, nullptr);
+  if (service == nullptr) return;
+  auto finish = [service, method = method_, start = start_,
+                 done = std::move(done)](const absl::Status& durable) {
+    service->RecordCall(method, durable, start);
+    if (done) done(durable);
+    service->in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+  };
+  Wal* wal = service->persistence_->wal();
+  if (lsn_ == 0 || wal == nullptr) {
+    finish(absl::OkStatus());
+    return;
+  }
+  wal->WhenDurable(lsn_, std::move(finish));
+}
+
+FilterServiceImpl::AppliedWrite::~AppliedWrite() { std::move(*this).Then(nullptr); }
 
 void FilterServiceImpl::ServeSnapshot(CallReactor* reactor, const v1::SnapshotRequest& req,
                                       v1::SnapshotResponse* resp) {

@@ -23,6 +23,8 @@
 //
 // Single node: writes are applied, logged in the write-ahead log, and
 // answered once durable; their log_position is the log's sequence number.
+// The Redis port runs the same writes on its own threads (InsertNow,
+// DeleteNow: the RPC's body without the RPC).
 // Cluster mode (`cluster` set): writes are published to the cluster's log
 // and answered with the results of this replica's apply (Cluster::Publish);
 // reads are served from this replica's copy, after waiting for
@@ -43,9 +45,13 @@
 #define CUCKOO_SERVER_FILTER_SERVICE_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -64,6 +70,7 @@
 #include "server/persistence.h"
 #include "server/request_window.h"
 #include "server/transfers.h"
+#include "server/wire_format.h"
 
 namespace cuckoo::server {
 
@@ -169,6 +176,32 @@ class FilterServiceImpl final : public FilterServiceBase {
   // which must outlive the service's calls.
   void RegisterCalls(CallQueues* queues);
 
+  // --- Writes on the caller's thread (the Redis port's, on a single node) ---
+  //
+  // An Insert or Delete run on the calling thread exactly as the RPC's data
+  // path runs it (one body, RunBatch: the same checks in the same order, the
+  // same errors, the same log records, counted and in flight as a call of
+  // the method), without a gRPC call: `caller` as Admit would have set it
+  // (the Redis port authenticates its connections itself), `peer` for the
+  // audit line of a refusal. No request id, no deadline. Only where writes
+  // apply here: local_writes() (in cluster mode they are published, and
+  // applied when the log comes back: the RPC).
+  struct LocalWrite {
+    const Caller* caller = nullptr;
+    std::string_view peer;
+    std::string_view filter;
+    absl::Span<const std::string_view> keys;
+    bool if_absent = false;  // Insert only
+  };
+  class AppliedWrite;
+  // The error (nothing was applied, unless the server's shutdown cut a long
+  // Insert short: then the message says how much was), or the write applied
+  // with `results` (keys.size() of them) filled: every read that starts
+  // after this returns sees it. It is answered once durable (AppliedWrite).
+  absl::StatusOr<AppliedWrite> InsertNow(const LocalWrite& write, absl::Span<InsertResult> results);
+  absl::StatusOr<AppliedWrite> DeleteNow(const LocalWrite& write, absl::Span<DeleteResult> results);
+  bool local_writes() const { return cluster_ == nullptr; }
+
  private:
   class CallReactor;
   template <typename Request, typename Response>
@@ -204,6 +237,40 @@ class FilterServiceImpl final : public FilterServiceBase {
   // it holds max_capacity items already (the ceiling itself is the
   // engine's, per shard: CuckooFilter::ShardCeiling).
   absl::Status CheckGrowthBudget(std::string_view name, const CuckooFilter& filter) const;
+  // The data path's batch, once the call is checked and its filter found
+  // (and a write's request id started in the window: next->window_key): an
+  // Insert checked against the growth budget, a write's room reserved in the
+  // write-ahead log, apply(filter, keys, if_absent, results, stop, log) run
+  // with StopReason(method, ctx) between the parts of a long batch and each
+  // shard's part logged, the request id's records logged, and the keys
+  // counted. *position: the answer's log position; next->durable_lsn: what
+  // a write waits for before it is answered. Shared by the RPCs (DataPath)
+  // and the writes on the caller's thread (InsertNow, DeleteNow).
+  template <typename Result, typename Apply>
+  absl::Status RunBatch(RpcMethod method, CuckooFilter& filter, std::string_view filter_name,
+                        absl::Span<const std::string_view> keys, bool if_absent, Apply apply,
+                        const grpc::ServerContextBase* ctx, absl::Span<Result> results, Next* next,
+                        uint64_t* position);
+  // Why a batch should stop between its parts, or OK to go on: the server
+  // is stopping running calls (AbortRunning; never a Delete, which has no
+  // long kick chains), or the call (ctx, if not null) was cancelled or is
+  // past its deadline.
+  absl::Status StopReason(RpcMethod method, const grpc::ServerContextBase* ctx) const;
+  // What a data-path request may hold (the server's limits).
+  wire::KeysRequestLimits KeyLimits() const {
+    return {.max_keys = limits_.max_batch_keys,
+            .min_key_bytes = 1,
+            .max_key_bytes = limits_.max_key_bytes,
+            .max_filter_bytes = kMaxFilterNameBytes,
+            .max_request_id_bytes = kMaxRequestIdBytes};
+  }
+  // InsertNow's and DeleteNow's body.
+  template <typename Result, typename Apply>
+  absl::StatusOr<AppliedWrite> WriteNow(RpcMethod method, const LocalWrite& write, Apply apply,
+                                        absl::Span<Result> results);
+  // A call ended: counted in the metrics with its status and duration.
+  void RecordCall(RpcMethod method, const absl::Status& status,
+                  std::chrono::steady_clock::time_point start) const;
   // A read's min_log_position: OK to go on (next->min_position left 0), or
   // next->min_position set (wait for it), or OUT_OF_RANGE on a single node
   // asked for a position past its log.
@@ -274,8 +341,9 @@ class FilterServiceImpl final : public FilterServiceBase {
   // naming the method, the filter and the caller's grants (counted and
   // audited). Never looks the filter up: the answer is the same whether it
   // exists or not.
+  // The audit line's peer is ctx's, or `peer` when ctx is null.
   absl::Status Authorize(const Caller& caller, RpcMethod method, std::string_view filter,
-                         const grpc::ServerContextBase* ctx) const;
+                         const grpc::ServerContextBase* ctx, std::string_view peer = {}) const;
 
   FilterRegistry* const registry_;
   Persistence* const persistence_;
@@ -310,6 +378,39 @@ class FilterServiceImpl final : public FilterServiceBase {
   // none waits for another's long step (a large snapshot written or
   // checked). Last: destroyed (joined) first.
   boost::asio::thread_pool transfer_threads_{kMaxExports + kMaxImports};
+};
+
+// A write InsertNow or DeleteNow applied, not yet answered: a call of its
+// method in flight (shutdown waits for it) until it is durable. Then must be
+// called once; one destroyed without it ends the same way, telling no one.
+class FilterServiceImpl::AppliedWrite {
+ public:
+  AppliedWrite(AppliedWrite&& other) noexcept
+      : service_(std::exchange(other.service_, nullptr)),
+        method_(other.method_),
+        start_(other.start_),
+        lsn_(other.lsn_) {}
+  AppliedWrite& operator=(AppliedWrite&&) = delete;
+  ~AppliedWrite();
+
+  // The last log record of the write (0: nothing to wait for).
+  uint64_t lsn() const { return lsn_; }
+  // Calls done(OK) once the write's log records are durable per
+  // --durability, or done(error) if the log failed first: at once, on this
+  // thread, if that is known already, else on the log's committer thread.
+  // The call is counted in the metrics just before.
+  void Then(std::function<void(absl::Status)> done) &&;
+
+ private:
+  friend class FilterServiceImpl;
+  AppliedWrite(FilterServiceImpl* service, RpcMethod method,
+               std::chrono::steady_clock::time_point start, uint64_t lsn)
+      : service_(service), method_(method), start_(start), lsn_(lsn) {}
+
+  FilterServiceImpl* service_;
+  RpcMethod method_;
+  std::chrono::steady_clock::time_point start_;
+  uint64_t lsn_;
 };
 
 }  // namespace cuckoo::server

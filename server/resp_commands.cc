@@ -24,6 +24,7 @@
 #include "cuckoo_version.h"
 #include "server/config.h"
 #include "server/logging.h"
+#include "server/status.h"
 #include "spdlog/spdlog.h"
 #include "xxhash.h"
 
@@ -183,6 +184,39 @@ std::string ItemError(std::string_view item, uint32_t max_key_bytes) {
   return std::string();
 }
 
+// CF.INSERT's and CF.INSERTNX's options, up to ITEMS: the error reply's
+// text, or "" with *items_at the index of the first item.
+std::string InsertOptions(const Command& c, size_t command, uint64_t* capacity, bool* create,
+                          size_t* items_at) {
+  size_t i = 2;
+  while (i < c.args.size()) {
+    if (Is(c.args[i], "CAPACITY")) {
+      int64_t v;
+      if (i + 1 >= c.args.size() || !ParseInt(c.args[i + 1], &v) || v < 1 ||
+          v > (int64_t{1} << 40)) {
+        return absl::StrFormat(
+            "ERR Bad capacity: CAPACITY must be followed by an integer from 1 to %d",
+            int64_t{1} << 40);
+      }
+      *capacity = static_cast<uint64_t>(v);
+      i += 2;
+    } else if (Is(c.args[i], "NOCREATE")) {
+      *create = false;
+      ++i;
+    } else if (Is(c.args[i], "ITEMS")) {
+      if (i + 1 == c.args.size()) break;
+      *items_at = i + 1;
+      return std::string();
+    } else {
+      return absl::StrFormat(
+          "ERR unknown argument '%s' (expected CAPACITY c, NOCREATE or ITEMS item...)",
+          Shown(c.args[i]));
+    }
+  }
+  return absl::StrFormat("ERR %s needs ITEMS followed by at least one item",
+                         absl::AsciiStrToUpper(A(kRedisCommandNames[command])));
+}
+
 }  // namespace
 
 static_assert((kMaxRedisDumps + kMaxRedisLoads) * 2 * (kRedisDumpChunkBytes + 4096) <=
@@ -208,8 +242,8 @@ struct RedisCommands::Call {
   v1::DropFilterResponse dropped;
   int protocol = 2;
   size_t command = 0;
-  // Commands merged into this call (one reply each), or 1.
-  size_t commands = 1;
+  // The keys of each command merged into this write (one reply each).
+  std::vector<size_t> sizes;
   Clock::time_point start;
   resp::Completion done;
   std::string token;
@@ -265,10 +299,12 @@ struct RedisCommands::Expired {
 };
 
 RedisCommands::RedisCommands(FilterRegistry* registry, const Authenticator* auth, Metrics* metrics,
-                             std::shared_ptr<grpc::Channel> channel, RedisOptions options)
+                             FilterServiceImpl* service, std::shared_ptr<grpc::Channel> channel,
+                             RedisOptions options)
     : registry_(registry),
       auth_(auth),
       metrics_(metrics),
+      service_(service),
       channel_(std::move(channel)),
       stub_(v1::FilterService::NewStub(channel_)),
       options_(std::move(options)) {
@@ -436,9 +472,11 @@ size_t RedisCommands::Dispatch(Session* s, absl::Span<const Command> commands,
       return n;
     }
     case kCfInsert:
-    case kCfInsertNx:
-      Write(s, commands.subspan(0, 1), command, std::move(done), start);
-      return 1;
+    case kCfInsertNx: {
+      const size_t n = InsertRunLength(commands, command);
+      Write(s, commands.subspan(0, n), command, std::move(done), start);
+      return n;
+    }
     case kCfReserve:
       Reserve(s, c, std::move(done), start);
       return 1;
@@ -684,74 +722,165 @@ void RedisCommands::Info(Session* s, const Command& c, Writer& w) {
 
 // ---- Writes, through this server's own FilterService ----
 
+namespace {
+// The reply to a write the service refused (or whose log failed).
+std::string WriteError(size_t command, const grpc::Status& st) {
+  return st.error_code() == grpc::StatusCode::NOT_FOUND && command == kCfDel
+             ? std::string("ERR Not found")
+             : StatusError(st);
+}
+}  // namespace
+
+// The replies of a write's run of commands, in order, and what the metrics
+// count of each: where its reply ends in `bytes`, and its keys.
+struct RedisCommands::RunReplies {
+  std::string bytes;
+  std::vector<std::pair<size_t, size_t>> parts;
+
+  // The same error for each of `commands`.
+  void Errors(int protocol, size_t commands, std::string_view error) {
+    bytes.clear();
+    parts.clear();
+    Writer w(&bytes, protocol);
+    for (size_t i = 0; i < commands; ++i) {
+      w.Error(error);
+      parts.emplace_back(bytes.size(), 0);
+    }
+  }
+
+  // The replies from the per-key results: `code(i)` is key i's
+  // InsertResult or DeleteResult (as an int); `sizes` the keys of each
+  // command, in order (a CF.ADD's 1).
+  template <typename Code>
+  void Results(int protocol, size_t command, absl::Span<const size_t> sizes, Code code) {
+    Writer w(&bytes, protocol);
+    size_t key = 0;
+    for (const size_t n : sizes) {
+      switch (command) {
+        case kCfAdd:
+        case kCfAddNx:
+          for (size_t i = 0; i < n; ++i, ++key) {
+            const int c = code(key);
+            if (c == static_cast<int>(InsertResult::kInserted)) {
+              w.Integer(1);
+            } else if (c == static_cast<int>(InsertResult::kAlreadyPresent)) {
+              w.Integer(0);
+            } else {
+              w.Error("ERR Filter is full");
+            }
+          }
+          break;
+        case kCfInsert:
+        case kCfInsertNx:
+          w.Array(n);
+          for (size_t i = 0; i < n; ++i, ++key) {
+            const int c = code(key);
+            w.Integer(c == static_cast<int>(InsertResult::kInserted)         ? 1
+                      : c == static_cast<int>(InsertResult::kAlreadyPresent) ? 0
+                                                                             : -1);
+          }
+          break;
+        case kCfDel:
+          for (size_t i = 0; i < n; ++i, ++key) {
+            w.Integer(code(key) == static_cast<int>(DeleteResult::kDeleted) ? 1 : 0);
+          }
+          break;
+        default:
+          break;
+      }
+      parts.emplace_back(bytes.size(), n);
+    }
+  }
+};
+
+void RedisCommands::Answer(size_t command, Clock::time_point start, RunReplies* replies,
+                           resp::Completion& done) {
+  size_t begin = 0;
+  for (const auto& [end, keys] : replies->parts) {
+    Record(command, std::string_view(replies->bytes).substr(begin, end - begin), start, keys);
+    begin = end;
+  }
+  done.Reply(std::move(replies->bytes));
+}
+
+size_t RedisCommands::InsertRunLength(absl::Span<const Command> commands, size_t command) const {
+  const Command& c = commands[0];
+  uint64_t capacity;
+  bool create;
+  size_t items_at = 0;
+  auto valid_items = [&](const Command& r) {
+    for (size_t i = items_at; i < r.args.size(); ++i) {
+      if (!ItemError(r.args[i], options_.max_key_bytes).empty()) return false;
+    }
+    return true;
+  };
+  if (!InsertOptions(c, command, &capacity, &create, &items_at).empty() || !valid_items(c)) {
+    return 1;
+  }
+  size_t n = 1;
+  size_t total = c.args.size() - items_at;
+  while (n < commands.size()) {
+    const Command& next = commands[n];
+    // The same command on the same filter with the same options, its items
+    // valid, and the run within --max-batch-keys.
+    if (next.args.size() <= items_at || RedisCommandIndex(next.args[0]) != command ||
+        !std::equal(c.args.begin() + 1, c.args.begin() + items_at, next.args.begin() + 1) ||
+        total + (next.args.size() - items_at) > options_.max_batch_keys || !valid_items(next)) {
+      break;
+    }
+    total += next.args.size() - items_at;
+    ++n;
+  }
+  return n;
+}
+
 void RedisCommands::Write(Session* s, absl::Span<const Command> run, size_t command,
                           resp::Completion done, Clock::time_point start) {
   const Command& c = run[0];
   const std::string_view key = c.args[1];
-  std::string out;
-  Writer w(&out, s->protocol);
   auto fail = [&](std::string_view error) {
-    for (size_t i = 0; i < run.size(); ++i) {
-      const size_t before = out.size();
-      w.Error(error);
-      Record(command, std::string_view(out).substr(before), start, 0);
-    }
-    done.Reply(std::move(out));
+    RunReplies r;
+    r.Errors(s->protocol, run.size(), error);
+    Answer(command, start, &r, done);
   };
   if (absl::Status v = FilterRegistry::ValidateName(A(key)); !v.ok()) {
     return fail(NameError(key, v));
   }
   const bool insert_many = command == kCfInsert || command == kCfInsertNx;
-  auto call = std::make_shared<Call>();
-  call->protocol = s->protocol;
-  call->command = command;
-  call->commands = run.size();
-  call->start = start;
   // The items, and CF.INSERT's options.
-  std::vector<std::string_view> items;
+  absl::Span<const std::string_view> items;
+  // Each command's items: a CF.INSERT's all, a CF.ADD's one.
+  std::vector<size_t> sizes;
   uint64_t capacity = options_.default_capacity;
   bool create = command != kCfDel;
+  size_t items_at = 2;
   if (insert_many) {
-    size_t i = 2;
-    bool have_items = false;
-    while (i < c.args.size()) {
-      if (Is(c.args[i], "CAPACITY")) {
-        int64_t v;
-        if (i + 1 >= c.args.size() || !ParseInt(c.args[i + 1], &v) || v < 1 ||
-            v > (int64_t{1} << 40)) {
-          return fail(
-              absl::StrFormat("ERR Bad capacity: CAPACITY must be followed by an integer "
-                              "from 1 to %d",
-                              int64_t{1} << 40));
-        }
-        capacity = static_cast<uint64_t>(v);
-        i += 2;
-      } else if (Is(c.args[i], "NOCREATE")) {
-        create = false;
-        ++i;
-      } else if (Is(c.args[i], "ITEMS")) {
-        have_items = true;
-        ++i;
-        break;
-      } else {
-        return fail(absl::StrFormat(
-            "ERR unknown argument '%s' (expected CAPACITY c, NOCREATE or ITEMS item...)",
-            Shown(c.args[i])));
-      }
+    // The commands of a run have the same options (InsertRunLength).
+    if (std::string e = InsertOptions(c, command, &capacity, &create, &items_at); !e.empty()) {
+      return fail(e);
     }
-    if (!have_items || i == c.args.size()) {
-      return fail(absl::StrFormat("ERR %s needs ITEMS followed by at least one item",
-                                  absl::AsciiStrToUpper(A(kRedisCommandNames[command]))));
-    }
-    if (c.args.size() - i > options_.max_batch_keys) {
+    if (c.args.size() - items_at > options_.max_batch_keys) {
       return fail(absl::StrFormat(
           "ERR %u items; the server's limit (--max-batch-keys) is %u: split the command",
-          c.args.size() - i, options_.max_batch_keys));
+          c.args.size() - items_at, options_.max_batch_keys));
     }
-    items.assign(c.args.begin() + i, c.args.end());
+    for (const Command& r : run) sizes.push_back(r.args.size() - items_at);
   } else {
-    items.reserve(run.size());
-    for (const Command& r : run) items.push_back(r.args[2]);
+    sizes.assign(run.size(), 1);
+  }
+  // A run's items gathered (slot 3: the server's; not live with Exists's);
+  // a lone CF.INSERT's are in place.
+  size_t total = 0;
+  for (size_t n : sizes) total += n;
+  ScratchArray<std::string_view, 3> gathered(run.size() > 1 || !insert_many ? total : 0);
+  if (gathered.size() == 0) {
+    items = absl::MakeConstSpan(c.args).subspan(items_at);
+  } else {
+    size_t k = 0;
+    for (const Command& r : run) {
+      for (size_t i = items_at; i < r.args.size(); ++i) gathered[k++] = r.args[i];
+    }
+    items = gathered.span();
   }
   for (size_t i = 0; i < items.size(); ++i) {
     if (std::string e = ItemError(items[i], options_.max_key_bytes); !e.empty()) {
@@ -766,10 +895,9 @@ void RedisCommands::Write(Session* s, absl::Span<const Command> run, size_t comm
       return fail(std::string_view(e).substr(1, e.size() - 3));
     }
   }
-  call->token = s->token;
   {
     // The grant first: whether the filter exists is not for callers
-    // without one (the gRPC call checks again).
+    // without one (the service checks again).
     std::string e;
     Writer ew(&e, s->protocol);
     if (!caller.Allows(Access::kWrite, key) &&
@@ -780,76 +908,39 @@ void RedisCommands::Write(Session* s, absl::Span<const Command> run, size_t comm
   const bool exists = registry_->Get(A(key)).ok();
   if (!exists && command == kCfDel) return fail("ERR Not found");
   if (!exists && !create) return fail("ERR not found");
+  if (exists && service_ != nullptr && service_->local_writes()) {
+    return WriteHere(s, caller, command, key, items, std::move(sizes), std::move(done), start);
+  }
+  auto call = std::make_shared<Call>();
+  call->protocol = s->protocol;
+  call->command = command;
+  call->sizes = std::move(sizes);
+  call->start = start;
+  call->token = s->token;
   call->done = std::move(done);
 
   // The reply once the call is answered.
   auto reply = [this, call](const grpc::Status& st) {
-    std::string out;
-    Writer w(&out, call->protocol);
-    auto each = [&](auto write_one, size_t keys) {
-      const size_t before = out.size();
-      write_one();
-      Record(call->command, std::string_view(out).substr(before), call->start, keys);
-    };
+    RunReplies r;
     if (!st.ok()) {
-      const std::string error =
-          st.error_code() == grpc::StatusCode::NOT_FOUND && call->command == kCfDel
-              ? std::string("ERR Not found")
-              : StatusError(st);
-      for (size_t i = 0; i < call->commands; ++i) each([&] { w.Error(error); }, 0);
-      call->done.Reply(std::move(out));
+      r.Errors(call->protocol, call->sizes.size(), WriteError(call->command, st));
+      Answer(call->command, call->start, &r, call->done);
       return;
     }
-    const size_t results =
-        call->command == kCfDel ? call->deleted.results_size() : call->inserted.results_size();
-    const bool many = call->command == kCfInsert || call->command == kCfInsertNx;
-    if (!many && results != call->commands) {
+    const auto& results =
+        call->command == kCfDel ? call->deleted.results() : call->inserted.results();
+    size_t keys = 0;
+    for (size_t n : call->sizes) keys += n;
+    if (static_cast<size_t>(results.size()) != keys) {
       // Never expected; but one reply per command whatever happens.
-      const std::string error = absl::StrFormat("ERR internal error: %u results for %u commands",
-                                                results, call->commands);
-      for (size_t i = 0; i < call->commands; ++i) each([&] { w.Error(error); }, 0);
-      call->done.Reply(std::move(out));
-      return;
+      r.Errors(call->protocol, call->sizes.size(),
+               absl::StrFormat("ERR internal error: %u results for %u keys", results.size(), keys));
+    } else {
+      // The proto's enums are the core's results + 1 (UNSPECIFIED is 0).
+      r.Results(call->protocol, call->command, call->sizes,
+                [&](size_t i) { return results[static_cast<int>(i)] - 1; });
     }
-    switch (call->command) {
-      case kCfAdd:
-      case kCfAddNx:
-        for (int r : call->inserted.results()) {
-          each(
-              [&] {
-                if (r == v1::INSERT_RESULT_INSERTED) {
-                  w.Integer(1);
-                } else if (r == v1::INSERT_RESULT_ALREADY_PRESENT) {
-                  w.Integer(0);
-                } else {
-                  w.Error("ERR Filter is full");
-                }
-              },
-              1);
-        }
-        break;
-      case kCfInsert:
-      case kCfInsertNx:
-        each(
-            [&] {
-              w.Array(call->inserted.results_size());
-              for (int r : call->inserted.results()) {
-                w.Integer(r == v1::INSERT_RESULT_INSERTED          ? 1
-                          : r == v1::INSERT_RESULT_ALREADY_PRESENT ? 0
-                                                                   : -1);
-              }
-            },
-            call->inserted.results_size());
-        break;
-      case kCfDel:
-        for (int r : call->deleted.results()) {
-          each([&] { w.Integer(r == v1::DELETE_RESULT_DELETED ? 1 : 0); }, 1);
-        }
-        break;
-      default:
-        break;
-    }
-    call->done.Reply(std::move(out));
+    Answer(call->command, call->start, &r, call->done);
   };
 
   // Then the write itself.
@@ -910,6 +1001,56 @@ void RedisCommands::Write(Session* s, absl::Span<const Command> run, size_t comm
           reply(st);
         }
       });
+}
+
+void RedisCommands::WriteHere(Session* s, const Caller& caller, size_t command,
+                              std::string_view filter, absl::Span<const std::string_view> items,
+                              std::vector<size_t> sizes, resp::Completion done,
+                              Clock::time_point start) {
+  const FilterServiceImpl::LocalWrite write{
+      .caller = &caller,
+      .peer = s->peer,
+      .filter = filter,
+      .keys = items,
+      .if_absent = command == kCfAddNx || command == kCfInsertNx};
+  RunReplies replies;
+  // Applied on this thread; the replies are known now, and sent once the
+  // write is durable.
+  auto applied = [&]() -> absl::StatusOr<FilterServiceImpl::AppliedWrite> {
+    if (command == kCfDel) {
+      ScratchArray<DeleteResult, 3> results(items.size());
+      absl::StatusOr<FilterServiceImpl::AppliedWrite> a =
+          service_->DeleteNow(write, results.span());
+      if (a.ok()) {
+        replies.Results(s->protocol, command, sizes,
+                        [&](size_t i) { return static_cast<int>(results[i]); });
+      }
+      return a;
+    }
+    ScratchArray<InsertResult, 3> results(items.size());
+    absl::StatusOr<FilterServiceImpl::AppliedWrite> a = service_->InsertNow(write, results.span());
+    if (a.ok()) {
+      replies.Results(s->protocol, command, sizes,
+                      [&](size_t i) { return static_cast<int>(results[i]); });
+    }
+    return a;
+  }();
+  if (!applied.ok()) {
+    replies.Errors(s->protocol, sizes.size(), WriteError(command, ToGrpcStatus(applied.status())));
+    Answer(command, start, &replies, done);
+    return;
+  }
+  // Later commands of the connection may run now (they see this write);
+  // its replies still go out in their turn.
+  done.Applied();
+  calls_.fetch_add(1, std::memory_order_relaxed);
+  std::move(*applied).Then([this, command, start, protocol = s->protocol, n = sizes.size(),
+                            replies = std::move(replies),
+                            done = std::move(done)](absl::Status durable) mutable {
+    const CallDone call_done{&calls_};
+    if (!durable.ok()) replies.Errors(protocol, n, WriteError(command, ToGrpcStatus(durable)));
+    Answer(command, start, &replies, done);
+  });
 }
 
 void RedisCommands::Reserve(Session* s, const Command& c, resp::Completion done,

@@ -8,13 +8,20 @@
 // DBSIZE) run on the connection's thread, straight on the filters, like
 // gRPC's Lookup and Count (lock-free batched lookups). Everything that
 // changes state (CF.RESERVE, CF.ADD, CF.ADDNX, CF.INSERT, CF.INSERTNX,
-// CF.DEL, DEL, CF.LOADCHUNK) and CF.SCANDUMP are gRPC calls of the server's
-// own FilterService over an in-process channel: they are logged, made durable
-// (or published to the cluster), authorised, audited and counted exactly as
-// the same call from a gRPC client, and answered once gRPC answers.
+// CF.DEL, DEL, CF.LOADCHUNK) and CF.SCANDUMP goes through the server's own
+// FilterService: it is logged, made durable (or published to the cluster),
+// authorised, audited and counted exactly as the same call from a gRPC
+// client. On a single node the writes of an existing filter (CF.ADD,
+// CF.ADDNX, CF.INSERT, CF.INSERTNX, CF.DEL) run the Insert or Delete RPC's
+// body on the connection's thread (FilterServiceImpl::InsertNow, DeleteNow):
+// applied at once, so the connection goes on with its next commands
+// (Completion::Applied) and its pipelined writes share the log's group
+// commits, and answered, in order, once durable. The rest (and every write
+// in cluster mode, or one that creates its filter) are gRPC calls over an
+// in-process channel, answered once gRPC answers, the connection waiting.
 // Consecutive pipelined CF.ADD, CF.ADDNX or CF.DEL of one connection on one
-// filter are sent as one batch (one log write, one fdatasync), and
-// consecutive CF.EXISTS as one batched lookup.
+// filter, and CF.INSERT (or CF.INSERTNX) on one filter with the same
+// options, go as one batch, and consecutive CF.EXISTS as one batched lookup.
 //
 // Authentication: with an access file (--auth-tokens) a connection must send
 // AUTH <token> (or HELLO ... AUTH <user> <token>) first; the token is checked
@@ -67,6 +74,7 @@
 #include "core/registry.h"
 #include "cuckoo/v1/filter_service.grpc.pb.h"
 #include "server/auth.h"
+#include "server/filter_service.h"
 #include "server/in_process_calls.h"
 #include "server/logging.h"
 #include "server/metrics.h"
@@ -119,10 +127,11 @@ struct RedisOptions {
 
 class RedisCommands final : public resp::CommandHandler {
  public:
-  // `auth` null: no authentication. `channel`: an in-process channel to
-  // this server's FilterService. `metrics` may be null.
+  // `auth` null: no authentication. `service`: this server's FilterService,
+  // and `channel` an in-process channel to it. `metrics` may be null.
   RedisCommands(FilterRegistry* registry, const Authenticator* auth, Metrics* metrics,
-                std::shared_ptr<grpc::Channel> channel, RedisOptions options);
+                FilterServiceImpl* service, std::shared_ptr<grpc::Channel> channel,
+                RedisOptions options);
   ~RedisCommands() override;  // Waits for dump and load work running.
 
   size_t Execute(resp::Session* session, absl::Span<const resp::Command> commands,
@@ -165,6 +174,21 @@ class RedisCommands final : public resp::CommandHandler {
   void Info(resp::Session* s, const resp::Command& c, resp::Writer& w);
   void Write(resp::Session* s, absl::Span<const resp::Command> run, size_t command,
              resp::Completion done, std::chrono::steady_clock::time_point start);
+  // How many of `commands`, from the first, a CF.INSERT or CF.INSERTNX
+  // (`command`) can run as one batch: the same command on the same filter
+  // with the same options, every item valid, within --max-batch-keys.
+  size_t InsertRunLength(absl::Span<const resp::Command> commands, size_t command) const;
+  // Write's path on a single node, for a filter that exists: applied on
+  // this thread (FilterServiceImpl::InsertNow, DeleteNow), then Applied(),
+  // and answered once durable. `sizes`: each command's keys.
+  void WriteHere(resp::Session* s, const Caller& caller, size_t command, std::string_view filter,
+                 absl::Span<const std::string_view> items, std::vector<size_t> sizes,
+                 resp::Completion done, std::chrono::steady_clock::time_point start);
+  // The replies of a write's run of commands (resp_commands.cc).
+  struct RunReplies;
+  // Counts each of `replies` in the metrics and sends them.
+  void Answer(size_t command, std::chrono::steady_clock::time_point start, RunReplies* replies,
+              resp::Completion& done);
   void Reserve(resp::Session* s, const resp::Command& c, resp::Completion done,
                std::chrono::steady_clock::time_point start);
   void DropKeys(resp::Session* s, const resp::Command& c, resp::Completion done,
@@ -222,6 +246,7 @@ class RedisCommands final : public resp::CommandHandler {
   FilterRegistry* const registry_;
   const Authenticator* const auth_;
   Metrics* const metrics_;
+  FilterServiceImpl* const service_;
   const std::shared_ptr<grpc::Channel> channel_;
   const std::unique_ptr<v1::FilterService::Stub> stub_;
   // Where the calls through stub_ complete.
@@ -232,7 +257,8 @@ class RedisCommands final : public resp::CommandHandler {
   int port_ = 0;
   const absl::Time started_ = absl::Now();
 
-  // In-process gRPC calls whose callbacks have not returned.
+  // In-process gRPC calls, and writes waiting to be durable, whose callbacks
+  // have not returned.
   std::atomic<int64_t> calls_{0};
   // Dumps and loads. Held for lookups and bookkeeping only: never across
   // file work.

@@ -402,12 +402,14 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
         s->address_);
   }
   if (!config.redis_listen.empty()) {
-    // Its writes go through the service itself, in process.
+    // Its writes go through the service itself: on a single node applied
+    // on the port's threads (FilterServiceImpl::InsertNow), otherwise, and
+    // for the other changes, as calls over an in-process channel.
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
     args.SetMaxSendMessageSize(-1);
     s->redis_commands_ = std::make_unique<RedisCommands>(
-        s->registry_.get(), s->auth_.get(), s->metrics_.get(),
+        s->registry_.get(), s->auth_.get(), s->metrics_.get(), s->service_.get(),
         s->grpc_server_->InProcessChannel(args),
         RedisOptions{
             .default_capacity = config.redis_default_capacity,

@@ -13,6 +13,45 @@
 #include "cuckoo/v1/filter_service.pb.h"
 
 namespace cuckoo::server::wire {
+
+absl::Status TooManyKeys(const KeysRequestLimits& limits) {
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "batch has more than %u keys; the server's limit (--max-batch-keys) is %u: split the batch",
+      limits.max_keys, limits.max_keys));
+}
+
+absl::Status CheckKeyLength(size_t index, size_t len, const KeysRequestLimits& limits) {
+  if (len < limits.min_key_bytes) {
+    return absl::InvalidArgumentError(
+        len == 0 ? absl::StrFormat("keys[%u] is empty; keys must be %u to %u bytes", index,
+                                   limits.min_key_bytes, limits.max_key_bytes)
+                 : absl::StrFormat("keys[%u] is %u bytes; keys must be %u to %u bytes", index, len,
+                                   limits.min_key_bytes, limits.max_key_bytes));
+  }
+  if (len > limits.max_key_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("keys[%u] is %u bytes; the server's limit (--max-key-bytes) is %u", index,
+                        len, limits.max_key_bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckFilterLength(size_t len, const KeysRequestLimits& limits) {
+  if (len <= limits.max_filter_bytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "filter name is %u bytes; at most %u are allowed", len, limits.max_filter_bytes));
+}
+
+absl::Status CheckKeysRequest(std::string_view filter, absl::Span<const std::string_view> keys,
+                              const KeysRequestLimits& limits) {
+  if (absl::Status f = CheckFilterLength(filter.size(), limits); !f.ok()) return f;
+  if (keys.size() > limits.max_keys) return TooManyKeys(limits);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (absl::Status k = CheckKeyLength(i, keys[i].size(), limits); !k.ok()) return k;
+  }
+  return absl::OkStatus();
+}
+
 namespace {
 
 using google::protobuf::internal::WireFormatLite;
@@ -263,10 +302,7 @@ class Parser {
           if (Read r = in_.Length(&len); r != Read::kOk) {
             return Failed(r, at, "filter", "length over 2 GiB");
           }
-          if (len > limits.max_filter_bytes) {
-            return absl::InvalidArgumentError(absl::StrFormat(
-                "filter name is %u bytes; at most %u are allowed", len, limits.max_filter_bytes));
-          }
+          if (absl::Status f = CheckFilterLength(len, limits); !f.ok()) return f;
           const std::string_view filter = in_.Take(len, &out->arena);
           // proto3 strings are checked on every occurrence, with this check.
           if (!google::protobuf::internal::IsStructurallyValidUTF8(
@@ -278,28 +314,12 @@ class Parser {
         }
         case kKeysTag: {
           const size_t index = out->keys.size();
-          if (index >= limits.max_keys) {
-            return absl::InvalidArgumentError(absl::StrFormat(
-                "batch has more than %u keys; the server's limit (--max-batch-keys) is %u: split "
-                "the batch",
-                limits.max_keys, limits.max_keys));
-          }
+          if (index >= limits.max_keys) return TooManyKeys(limits);
           size_t len;
           if (Read r = in_.Length(&len); r != Read::kOk) {
             return Failed(r, at, "key", "length over 2 GiB");
           }
-          if (len < limits.min_key_bytes) {
-            return absl::InvalidArgumentError(
-                len == 0 ? absl::StrFormat("keys[%u] is empty; keys must be %u to %u bytes", index,
-                                           limits.min_key_bytes, limits.max_key_bytes)
-                         : absl::StrFormat("keys[%u] is %u bytes; keys must be %u to %u bytes",
-                                           index, len, limits.min_key_bytes, limits.max_key_bytes));
-          }
-          if (len > limits.max_key_bytes) {
-            return absl::InvalidArgumentError(
-                absl::StrFormat("keys[%u] is %u bytes; the server's limit (--max-key-bytes) is %u",
-                                index, len, limits.max_key_bytes));
-          }
+          if (absl::Status k = CheckKeyLength(index, len, limits); !k.ok()) return k;
           out->keys.push_back(in_.Take(len, &out->arena));
           break;
         }

@@ -146,6 +146,15 @@ absl::Status ParseKeysRequest(absl::Span<const std::string_view> chunks, std::st
 absl::Status ParseKeysRequest(std::string_view bytes, std::string_view message,
                               const KeysRequestLimits& limits, KeysRequest* out);
 
+// The limits ParseKeysRequest enforces, with its errors, for a request that
+// came another way (the Redis port's writes): the filter name's length, the
+// batch's size, and each key's length (`index`: its place in the batch).
+absl::Status CheckKeysRequest(std::string_view filter, absl::Span<const std::string_view> keys,
+                              const KeysRequestLimits& limits);
+absl::Status CheckFilterLength(size_t len, const KeysRequestLimits& limits);
+absl::Status TooManyKeys(const KeysRequestLimits& limits);
+absl::Status CheckKeyLength(size_t index, size_t len, const KeysRequestLimits& limits);
+
 // The slices of `buffer`, without copying bytes: `slices` takes a reference
 // to each of gRPC's slices and `views` their bytes, in order. An empty or
 // uninitialized buffer gives no slices. The views are valid while `slices` is

@@ -4,9 +4,11 @@
 // cuckood is killed with SIGKILL at a random moment, restarted on the same
 // data directory, and every item ever acknowledged must be present
 // (CF.MEXISTS). Five rounds, with snapshots and log rotation going on.
-// A RESP write is answered only after the gRPC Insert it became is durable
-// (server/resp_commands.h): this checks that promise holds when RESP replies
-// are batched and pipelined.
+// A RESP write is applied at once and answered only once durable, while the
+// connection runs the writes after it (server/resp_commands.h): this checks
+// that promise holds when RESP replies are batched and pipelined, runs of
+// CF.ADD merged, and separate writes of one connection (CF.INSERTs, CF.ADDs
+// alternating between filters) share group commits.
 //
 // CTest label "chaos": runs in the release build only (tests/e2e/CMakeLists.txt).
 #include <gtest/gtest.h>
@@ -53,49 +55,58 @@ TEST(RedisCrashTest, KillDashNineLosesNoAcknowledgedRespWrite) {
         RespConn c(port, std::chrono::seconds(10));
         if (!c.ok()) return;
         for (uint64_t batch = 0; !stop.load(); ++batch) {
-          // 200 single-item writes and one 50-item CF.INSERT, pipelined.
+          // Pipelined: 200 single-item writes (writer 0: one run of CF.ADD,
+          // merged into one batch; writer 1: CF.ADD alternating between the
+          // two filters, each its own write; writer 2: CF.ADDNX), then four
+          // 50-item CF.INSERTs.
           const std::string tag = "r" + std::to_string(round) + "-w" + std::to_string(w) + "-" +
                                   std::to_string(batch) + "-";
           std::string pipeline;
-          std::vector<std::string> singles, many;
+          struct Sent {
+            bool many;  // CF.INSERT
+            std::vector<std::string>* acked;
+            std::vector<std::string> items;
+          };
+          std::vector<Sent> sent;
           for (int i = 0; i < 200; ++i) {
-            singles.push_back(tag + std::to_string(i));
-            pipeline += RespConn::Encode({w == 2 ? "CF.ADDNX" : "CF.ADD", "adds", singles.back()});
+            const bool other = w == 1 && i % 2 == 1;
+            sent.push_back({false, other ? &acked_insert : &acked_add, {tag + std::to_string(i)}});
+            pipeline += RespConn::Encode(
+                {w == 2 ? "CF.ADDNX" : "CF.ADD", other ? "inserts" : "adds", sent.back().items[0]});
           }
-          std::vector<std::string> insert = {"CF.INSERT", "inserts", "ITEMS"};
-          for (int i = 0; i < 50; ++i) {
-            many.push_back(tag + "i" + std::to_string(i));
-            insert.push_back(many.back());
+          for (int k = 0; k < 4; ++k) {
+            std::vector<std::string> insert = {"CF.INSERT", "inserts", "ITEMS"};
+            sent.push_back({true, &acked_insert, {}});
+            for (int i = 0; i < 50; ++i) {
+              sent.back().items.push_back(tag + "i" + std::to_string(k) + "-" + std::to_string(i));
+              insert.push_back(sent.back().items.back());
+            }
+            pipeline += RespConn::Encode(insert);
           }
-          pipeline += RespConn::Encode(insert);
           if (!c.Send(pipeline)) return;
-          for (const std::string& item : singles) {
+          for (const Sent& command : sent) {
             std::optional<RespReply> r = c.Read();
             if (!r) {  // Killed: this and the rest are unknown.
               std::lock_guard<std::mutex> lock(mu);
               ++unanswered;
               return;
             }
-            if (r->type == ':' && r->integer == 1) {
-              std::lock_guard<std::mutex> lock(mu);
-              acked_add.push_back(item);
-            } else {
-              ADD_FAILURE() << "CF.ADD " << item << ": " << r->type << r->str;
-            }
-          }
-          std::optional<RespReply> r = c.Read();
-          if (!r) {
             std::lock_guard<std::mutex> lock(mu);
-            ++unanswered;
-            return;
-          }
-          if (r->type != '*' || r->elems.size() != many.size()) {
-            ADD_FAILURE() << "CF.INSERT: " << r->type << r->str;
-            continue;
-          }
-          std::lock_guard<std::mutex> lock(mu);
-          for (size_t i = 0; i < many.size(); ++i) {
-            if (r->elems[i].integer == 1) acked_insert.push_back(many[i]);
+            if (!command.many) {
+              if (r->type == ':' && r->integer == 1) {
+                command.acked->push_back(command.items[0]);
+              } else {
+                ADD_FAILURE() << "CF.ADD " << command.items[0] << ": " << r->type << r->str;
+              }
+              continue;
+            }
+            if (r->type != '*' || r->elems.size() != command.items.size()) {
+              ADD_FAILURE() << "CF.INSERT: " << r->type << r->str;
+              continue;
+            }
+            for (size_t i = 0; i < command.items.size(); ++i) {
+              if (r->elems[i].integer == 1) command.acked->push_back(command.items[i]);
+            }
           }
         }
       });

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -39,6 +40,7 @@ extern "C" size_t __sanitizer_get_current_allocated_bytes();
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/access.h"
+#include "tests/server/fault_wal_env.h"
 #include "tests/server/test_server.h"
 
 namespace cuckoo::testing {
@@ -433,6 +435,240 @@ TEST_F(RedisPortTest, AcknowledgedWritesSurviveARestart) {
   const std::string r = c.Call(cmd);
   EXPECT_EQ(r.find(":0"), std::string::npos);
   EXPECT_EQ(std::count(r.begin(), r.end(), '1'), 2000);
+}
+
+// The Redis port over a write-ahead log whose file operations a test can
+// slow or fail (FaultWalEnv).
+class RedisWalEnvTest : public RedisPortTest {
+ protected:
+  void SetUp() override {}
+  void TearDown() override { server_.reset(); }  // Before env_.
+  void Start(uint64_t segment_bytes) {
+    server::PersistenceOptions hooks;
+    hooks.wal.env = &env_;
+    server::ServerConfig config = Config();
+    config.wal_segment_bytes = segment_bytes;
+    StartServer(config, hooks);
+  }
+  // fdatasyncs of the log so far.
+  uint64_t Syncs() {
+    const std::string m = server_->metrics().Render({.registry = &server_->registry()});
+    constexpr std::string_view kName = "cuckood_wal_fdatasync_duration_seconds_count ";
+    const size_t at = m.find(kName);
+    return at == std::string::npos ? 0 : std::stoull(m.substr(at + kName.size()));
+  }
+
+  server::testing::FaultWalEnv env_;
+};
+
+// Issue 30, item 7: a connection's writes are applied when they run and
+// answered once durable, the commands after them running meanwhile. The
+// log's fdatasyncs take 50 ms here, so that many writes wait at once.
+class RedisPipelineTest : public RedisWalEnvTest {
+ protected:
+  void SetUp() override {
+    env_.SetFail([](const std::string& op, const std::string&) {
+      if (op == "sync") absl::SleepFor(absl::Milliseconds(50));
+      return 0;
+    });
+    Start(1 << 20);
+  }
+};
+
+TEST_F(RedisPipelineTest, PipelinedWritesApplyInOrderAndTheCommandsAfterThemSeeThem) {
+  RespClient c(port());
+  ASSERT_EQ(c.Call({"CF.RESERVE", "a", "100000"}), "OK");
+  ASSERT_EQ(c.Call({"CF.RESERVE", "b", "100000"}), "OK");
+  // No two neighbours are the same command on the same filter, so none are
+  // merged: each write is its own, and each reply shows whether the one
+  // before it had been applied.
+  std::string pipeline;
+  std::vector<std::string> expected;
+  auto add = [&](std::vector<std::string> command, std::string reply) {
+    pipeline += RespClient::Encode(command);
+    expected.push_back(std::move(reply));
+  };
+  for (int i = 0; i < 100; ++i) {
+    const std::string k = absl::StrCat("key-", i), x = absl::StrCat("x-", i);
+    add({"CF.ADD", "a", k}, ":1");
+    add({"CF.EXISTS", "a", k}, ":1");
+    add({"CF.ADD", "b", k}, ":1");
+    add({"CF.DEL", "a", k}, ":1");
+    add({"CF.COUNT", "a", k}, ":0");
+    add({"CF.INSERT", "b", "ITEMS", k, x}, "[:1,:1]");
+    add({"CF.COUNT", "b", k}, ":2");
+    add({"CF.INSERTNX", "b", "ITEMS", x, k, "y"}, "[:0,:0,:1]");
+    add({"CF.DEL", "b", "y"}, ":1");
+    add({"CF.ADDNX", "a", k}, ":1");
+    add({"CF.ADD", "a/b", k}, "-ERR invalid filter name 'a/b': " +
+                                  std::string(FilterRegistry::ValidateName("a/b").message()));
+    add({"CF.ADDNX", "a", k}, ":0");
+  }
+  const uint64_t syncs = Syncs();
+  c.SendRaw(pipeline);
+  for (size_t i = 0; i < expected.size(); ++i) {
+    ASSERT_EQ(c.Read(), expected[i]) << "reply " << i;
+  }
+  // 800 writes, each its own: had each waited for its fdatasync (50 ms)
+  // before the next ran, 800 of them and 40 s; up to 32 wait at once.
+  EXPECT_LT(Syncs() - syncs, 200u);
+  EXPECT_EQ(c.Call({"CF.COUNT", "a", "key-7"}), ":1");
+  EXPECT_EQ(c.Call({"CF.COUNT", "b", "key-7"}), ":2");
+}
+
+TEST_F(RedisPipelineTest, ACfAddCostsOneFdatasyncAndSixteenPipelinedFarFewerThanSixteen) {
+  RespClient c(port());
+  ASSERT_EQ(c.Call({"CF.RESERVE", "a", "100000"}), "OK");
+  ASSERT_EQ(c.Call({"CF.RESERVE", "b", "100000"}), "OK");
+  // Depth 1: each waits for its own.
+  uint64_t before = Syncs();
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(c.Call({"CF.ADD", "a", absl::StrCat("one-", i)}), ":1");
+  EXPECT_EQ(Syncs() - before, 5u);
+  // Depth 16 on one filter: one run, one batch (two if the pipeline is
+  // read in two parts: the connection's first reads are small).
+  std::string pipeline;
+  for (int i = 0; i < 16; ++i)
+    pipeline += RespClient::Encode({"CF.ADD", "a", absl::StrCat("run-", i)});
+  before = Syncs();
+  c.SendRaw(pipeline);
+  for (int i = 0; i < 16; ++i) ASSERT_EQ(c.Read(), ":1") << i;
+  EXPECT_LE(Syncs() - before, 2u);
+  // Depth 16 alternating between two filters: 16 writes, which share the
+  // log's group commits (the first, then the other fifteen, applied while
+  // the first one's fdatasync ran).
+  pipeline.clear();
+  for (int i = 0; i < 16; ++i) {
+    pipeline += RespClient::Encode({"CF.ADD", i % 2 == 0 ? "a" : "b", absl::StrCat("alt-", i)});
+  }
+  before = Syncs();
+  c.SendRaw(pipeline);
+  for (int i = 0; i < 16; ++i) ASSERT_EQ(c.Read(), ":1") << i;
+  EXPECT_LE(Syncs() - before, 4u);
+}
+
+// Consecutive CF.INSERTs of one filter with the same options go as one
+// batch (one log write); each still gets its own reply, and a command that
+// cannot join (another filter or options, a bad item) gets its own.
+TEST_F(RedisPipelineTest, PipelinedInsertsAreMergedAndEachGetsItsOwnReply) {
+  RespClient c(port());
+  ASSERT_EQ(c.Call({"CF.RESERVE", "m", "100000"}), "OK");
+  std::string pipeline;
+  std::vector<std::string> expected;
+  auto add = [&](std::vector<std::string> command, std::string reply) {
+    pipeline += RespClient::Encode(command);
+    expected.push_back(std::move(reply));
+  };
+  for (int n = 1; n <= 5; ++n) {
+    std::vector<std::string> command = {"CF.INSERT", "m", "ITEMS"};
+    std::vector<std::string> replies;
+    for (int i = 0; i < n; ++i) {
+      command.push_back(absl::StrCat("i", n, "-", i));
+      replies.push_back(":1");
+    }
+    add(command, "[" + absl::StrJoin(replies, ",") + "]");
+  }
+  add({"CF.INSERT", "m", "ITEMS", "i1-0", ""},
+      "-ERR item is empty; cuckood items are 1 to 64 bytes (item 2)");
+  add({"CF.INSERTNX", "m", "ITEMS", "i1-0", "nx"}, "[:0,:1]");
+  add({"CF.INSERTNX", "m", "ITEMS", "nx", "nx2"}, "[:0,:1]");
+  add({"CF.INSERT", "m", "NOCREATE", "ITEMS", "i1-0"}, "[:1]");
+  add({"CF.INSERT", "m", "ITEMS", "i1-0"}, "[:1]");
+  add({"CF.INSERT", "other", "NOCREATE", "ITEMS", "x"}, "-ERR not found");
+  add({"CF.INSERT", "m", "ITEMS", "i1-0"}, "[:1]");
+  const uint64_t syncs = Syncs();
+  c.SendRaw(pipeline);
+  for (size_t i = 0; i < expected.size(); ++i) {
+    ASSERT_EQ(c.Read(), expected[i]) << "reply " << i;
+  }
+  EXPECT_LE(Syncs() - syncs, 4u);
+  EXPECT_EQ(c.Call({"CF.COUNT", "m", "i1-0"}), ":4");
+  EXPECT_EQ(c.Call({"CF.COUNT", "m", "i5-4"}), ":1");
+  const std::string metrics =
+      server_->metrics().Render({.registry = &server_->registry(), .redis = true});
+  EXPECT_NE(metrics.find(R"(cuckood_redis_items_total{command="cf.insert"} 18)"), std::string::npos)
+      << metrics;
+  // Five batches for the ten commands that got an array: the first five
+  // CF.INSERTs, the two CF.INSERTNX, and three alone.
+  EXPECT_NE(metrics.find(R"(cuckood_rpc_requests_total{code="OK",method="Insert"} 5)"),
+            std::string::npos)
+      << metrics;
+}
+
+// A refused write gets the same error as the same write over gRPC (and as
+// when the Redis port's writes were in-process gRPC calls): "ERR " and the
+// status's message.
+TEST_F(RedisPortTest, RefusedWritesGetTheServicesErrorText) {
+  grpc::ClientContext ctx;
+  v1::CreateFilterRequest req;
+  req.set_name("capped");
+  req.set_capacity(1000);
+  req.set_growth_factor(2);
+  req.set_max_capacity(2000);
+  v1::CreateFilterResponse resp;
+  ASSERT_TRUE(stub_->CreateFilter(&ctx, req, &resp).ok());
+  RespClient c(port());
+  std::vector<std::string> fill = {"CF.INSERT", "capped", "ITEMS"};
+  for (int i = 0; i < 2400; ++i) fill.push_back(absl::StrCat("k", i));
+  ASSERT_EQ(c.Call(fill).substr(0, 4), "[:1,");
+  auto grpc_insert = [&](const std::string& filter, const std::string& key) {
+    grpc::ClientContext ictx;
+    v1::InsertRequest ins;
+    ins.set_filter(filter);
+    ins.add_keys(key);
+    v1::InsertResponse iresp;
+    return stub_->Insert(&ictx, ins, &iresp);
+  };
+  const grpc::Status full = grpc_insert("capped", "more");
+  ASSERT_EQ(full.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(c.Call({"CF.ADD", "capped", "more"}), "-ERR " + full.error_message());
+  EXPECT_EQ(c.Call({"CF.INSERT", "capped", "ITEMS", "more", "most"}),
+            "-ERR " + full.error_message());
+  // A run of merged adds: the error once per command.
+  c.SendRaw(RespClient::Encode({"CF.ADD", "capped", "m1"}) +
+            RespClient::Encode({"CF.ADD", "capped", "m2"}));
+  EXPECT_EQ(c.Read(), "-ERR " + full.error_message());
+  EXPECT_EQ(c.Read(), "-ERR " + full.error_message());
+  EXPECT_EQ(c.Call({"CF.ADD", "a/b", "x"}),
+            "-ERR invalid filter name 'a/b': " +
+                std::string(FilterRegistry::ValidateName("a/b").message()));
+  EXPECT_EQ(c.Call({"CF.DEL", "nofilter", "x"}), "-ERR Not found");
+}
+
+TEST_F(RedisWalEnvTest, AWriteRefusedForAFullDiskGetsTheLogsErrorAndChangesNothing) {
+  std::atomic<bool> full{false};
+  env_.SetFail([&](const std::string& op, const std::string&) {
+    return op == "create" && full.load() ? ENOSPC : 0;
+  });
+  Start(256 << 10);
+  RespClient c(port());
+  ASSERT_EQ(c.Call({"CF.RESERVE", "f", "1000000"}), "OK");
+  full = true;
+  // Until the current segment and the one prepared are full.
+  std::string refused;
+  std::vector<std::string> insert;
+  for (int round = 0; round < 1000 && refused.empty(); ++round) {
+    insert = {"CF.INSERT", "f", "ITEMS"};
+    for (int i = 0; i < 500; ++i) insert.push_back(absl::StrCat("r", round, "-", i));
+    const std::string r = c.Call(insert);
+    if (r[0] == '-') refused = r;
+  }
+  ASSERT_TRUE(absl::StartsWith(refused, "-ERR no room for the write-ahead log (")) << refused;
+  // The same write over gRPC, at once (the log refuses for a second
+  // before it tries to prepare a segment again).
+  grpc::ClientContext ictx;
+  v1::InsertRequest ins;
+  ins.set_filter("f");
+  for (size_t i = 3; i < insert.size(); ++i) ins.add_keys(insert[i]);
+  v1::InsertResponse iresp;
+  const grpc::Status st = stub_->Insert(&ictx, ins, &iresp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(refused, "-ERR " + st.error_message());
+  std::vector<std::string> exists = {"CF.MEXISTS", "f"};
+  exists.insert(exists.end(), insert.begin() + 3, insert.end());
+  const std::string present = c.Call(exists);
+  EXPECT_LT(std::count(present.begin(), present.end(), '1'), 3) << "nothing was applied";
+  full = false;
+  server_.reset();  // Before `full`.
 }
 
 TEST_F(RedisPortTest, ScanDumpThenLoadChunkRestoresTheFilter) {
