@@ -500,7 +500,7 @@ bool CuckooFilter::LookupAcrossShards(absl::Span<const uint64_t> hashes,
     if (first_tables_first) {
       for (size_t k = 0; k < n; ++k) {
         pending[p] = static_cast<uint32_t>(k);
-        p += (!out[k] & (gens[layout_.Shard(hashes[k])] > 1)) ? 1 : 0;
+        p += static_cast<size_t>(!out[k]) & static_cast<size_t>(gens[layout_.Shard(hashes[k])] > 1);
       }
     } else {
       for (size_t k = 0; k < n; ++k) {
