@@ -45,8 +45,8 @@ done
 out=${1:-build/release/redis_bench}
 mkdir -p "$out"
 bin=build/release
-[ -x "$bin/server/cuckood" ] && [ -x "$bin/client/cuckoo-bench" ] ||
-  bash scripts/build.sh release cuckood cuckoo-bench >/dev/null
+[ -x "$bin/server/cuckood" ] && [ -x "$bin/client/cuckoo-bench" ] && [ -x "$bin/client/cuckooctl" ] ||
+  bash scripts/build.sh release cuckood cuckoo-bench cuckooctl >/dev/null
 for tool in redis-server redis-benchmark redis-cli taskset; do
   command -v "$tool" >/dev/null || { echo "redis_bench: $tool is missing (apt-get install redis-server redis-tools util-linux)" >&2; exit 2; }
 done
