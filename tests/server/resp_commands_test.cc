@@ -577,6 +577,14 @@ TEST_F(RedisPipelineTest, PipelinedInsertsAreMergedAndEachGetsItsOwnReply) {
   EXPECT_NE(metrics.find(R"(cuckood_rpc_requests_total{code="OK",method="Insert"} 5)"),
             std::string::npos)
       << metrics;
+  // A run that creates its filter goes as one in-process call after the
+  // creation; each command still gets its own reply.
+  Pipeline fresh;
+  fresh.Add({"CF.INSERT", "new", "ITEMS", "a"}, "[:1]");
+  fresh.Add({"CF.INSERT", "new", "ITEMS", "b", "a"}, "[:1,:1]");
+  fresh.Add({"CF.INSERT", "new", "ITEMS", "c", "d", "e"}, "[:1,:1,:1]");
+  ASSERT_NO_FATAL_FAILURE(fresh.SendAndCheck(c));
+  EXPECT_EQ(c.Call({"CF.COUNT", "new", "a"}), ":2");
 }
 
 // A refused write gets the same error as the same write over gRPC (and as
