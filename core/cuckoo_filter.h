@@ -13,10 +13,14 @@
 //
 // Batches: InsertBatch / DeleteBatch hash the whole batch, group keys by shard,
 // take each shard's lock once, and run the table's prefetching pipeline.
-// LookupBatch runs one lock-free pipeline over the batch in request order when
-// no writer interferes (up to 64 shards), else it goes shard by shard. Results
-// come back per key in request order; a batch is not atomic (another thread
-// may see part of it).
+// LookupBatch (up to 64 shards, or as many as the batch has keys) runs
+// lock-free prefetching pipelines over the batch in request order, across
+// shards: one through every shard's first table (all a fixed filter, or a
+// growing one that has not grown, needs), and one per later generation for
+// the keys of grown shards not found yet. Only the keys of a shard that a
+// writer entered meanwhile go shard by shard (all keys, when a writer was
+// inside a shard at the start). Results come back per key in request order;
+// a batch is not atomic (another thread may see part of it).
 //
 // Memory: all shards' tables live in one allocation (mapped when 64 KiB or
 // more), so dropping a filter returns its memory to the system at once;
@@ -544,7 +548,11 @@ class CuckooFilter {
   absl::Status CheckShardWrite(const ShardWrite& write) const;
   bool ApplyCheckedShardWrite(const ShardWrite& write, uint64_t position, const Lookahead& next);
 
-  // Shard counts up to this use the lock-free, unsorted batch lookup.
+  // LookupHashed's lock-free passes across shards; see the .cc. False when
+  // it answered nothing.
+  bool LookupAcrossShards(absl::Span<const uint64_t> hashes, absl::Span<bool> out) const;
+  // Shard counts up to this, or up to the batch's key count, use the
+  // lock-free, unsorted batch lookup (it reads every shard's counter twice).
   static constexpr size_t kMaxShardsForLookupAcross = 64;
 
   const FilterShape shape_;

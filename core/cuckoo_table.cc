@@ -68,6 +68,8 @@ template <uint32_t kF, uint32_t kB, bool kSemiSorted = false>
 struct TableImpl {
   static_assert(!kSemiSorted || kB == 4, "semi-sorted buckets have 4 slots");
   const CuckooTable& t;
+  // The slots: t's own, or (LookupAcross) another table's of t's shape.
+  const uint8_t* const base = t.data_;
 
   uint32_t f() const {
     if constexpr (kF != 0) return kF;
@@ -95,8 +97,8 @@ struct TableImpl {
     return lo;
   }
 
-  const uint8_t* data() const { return t.data_; }
-  const uint64_t* words() const { return reinterpret_cast<const uint64_t*>(t.data_); }
+  const uint8_t* data() const { return base; }
+  const uint64_t* words() const { return reinterpret_cast<const uint64_t*>(base); }
   uint64_t* mutable_words() const { return const_cast<uint64_t*>(words()); }
 
   // Table bits [bit, bit + n), n <= 64, in the low bits of the result (higher
@@ -620,22 +622,24 @@ struct TableImpl {
     const HashLayout& l = tables[0]->layout_;
     struct Pending {
       Place place;
-      const CuckooTable* table;
+      const uint8_t* data;
     };
     Pending ring[kPrefetchDistance];
     auto start = [&](size_t k) {
-      const CuckooTable* t = tables[l.Shard(hashes[k])];
+      const uint8_t* data = tables[l.Shard(hashes[k])]->data_;
       Place p = shape.Locate(hashes[k]);
-      shape.Prefetch(t->data_, p.i1);
-      shape.Prefetch(t->data_, p.i2);
-      ring[k % kPrefetchDistance] = {p, t};
+      shape.Prefetch(data, p.i1);
+      shape.Prefetch(data, p.i2);
+      ring[k % kPrefetchDistance] = {p, data};
     };
     const size_t n = hashes.size();
     for (size_t k = 0; k < n && k < kPrefetchDistance; ++k) start(k);
     for (size_t k = 0; k < n; ++k) {
       Pending p = ring[k % kPrefetchDistance];
       if (k + kPrefetchDistance < n) start(k + kPrefetchDistance);
-      out[k] = TableImpl{*p.table}.Lookup(p.place);
+      // The table's slots with the shape's code: no load from the table
+      // object (one cache line per shard) on the way to the bucket.
+      out[k] = TableImpl{*tables[0], p.data}.Lookup(p.place);
     }
   }
 
@@ -669,6 +673,12 @@ const CuckooTable::Ops* CuckooTable::SelectOps(uint32_t f, uint32_t b, TableKind
         return &TableImpl<12, 4, true>::kOps;
       case 13:
         return &TableImpl<13, 4, true>::kOps;
+      case 14:
+        return &TableImpl<14, 4, true>::kOps;
+      case 15:
+        return &TableImpl<15, 4, true>::kOps;
+      case 16:
+        return &TableImpl<16, 4, true>::kOps;
     }
     return &TableImpl<0, 4, true>::kOps;
   }

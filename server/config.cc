@@ -161,6 +161,10 @@ ABSL_FLAG(absl::Duration, dedup_window, kDefaults.dedup_window,
 ABSL_FLAG(absl::Duration, max_read_wait, kDefaults.max_read_wait,
           "the longest a read with min_log_position waits for this server to apply that far "
           "(less if the call's deadline is sooner); then UNAVAILABLE");
+ABSL_FLAG(absl::Duration, transfer_idle_timeout, kDefaults.transfer_idle_timeout,
+          "an ExportFilter, ImportFilter, CF.SCANDUMP or CF.LOADCHUNK whose client sends or "
+          "takes no chunk for this long is ended, and its slot, file and disk space freed "
+          "(100ms to 24h)");
 ABSL_FLAG(absl::Duration, cluster_write_timeout, kDefaults.cluster_write_timeout,
           "cluster mode: a write not acknowledged by the stream and applied here within this "
           "fails with UNAVAILABLE (retry with the same request_id)");
@@ -238,6 +242,7 @@ constexpr FlagEntry kFlags[] = {
     {"Limits and memory", "max_message_size"},
     {"Limits and memory", "transport_memory"},
     {"Limits and memory", "max_read_wait"},
+    {"Limits and memory", "transfer_idle_timeout"},
     {"Storage and durability", "data_dir"},
     {"Storage and durability", "snapshot_interval"},
     {"Storage and durability", "snapshot_buffer"},
@@ -419,7 +424,7 @@ uint64_t RedisMemoryOverhead(const ServerConfig& config) {
   const uint64_t read_chunk = uint64_t{64} << 10;  // resp::ServerOptions::read_chunk
   return EffectiveRedisClientMemory(config) +
          threads * (RedisMaxCommandBytes(config) + read_chunk + (uint64_t{1} << 20)) +
-         kRedisAuthThrottleBytes;
+         kRedisAuthThrottleBytes + kRedisTransferBytes;
 }
 
 uint64_t WalMemoryOverhead(const ServerConfig& config) {
@@ -612,6 +617,12 @@ absl::Status ValidateConfig(const ServerConfig& c) {
   if (c.max_read_wait < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrFormat("--max-read-wait=%s must not be negative",
                                                       absl::FormatDuration(c.max_read_wait)));
+  }
+  if (c.transfer_idle_timeout < absl::Milliseconds(100) ||
+      c.transfer_idle_timeout > absl::Hours(24)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--transfer-idle-timeout=%s must be between 100ms and 24h",
+                        absl::FormatDuration(c.transfer_idle_timeout)));
   }
   if (c.cluster_write_timeout < absl::Milliseconds(100)) {
     return absl::InvalidArgumentError(
@@ -1009,6 +1020,7 @@ absl::StatusOr<ServerConfig> ConfigFromCommandLine(int argc, char** argv) {
   c.replica_expiry = absl::GetFlag(FLAGS_replica_expiry);
   c.dedup_window = absl::GetFlag(FLAGS_dedup_window);
   c.max_read_wait = absl::GetFlag(FLAGS_max_read_wait);
+  c.transfer_idle_timeout = absl::GetFlag(FLAGS_transfer_idle_timeout);
   c.cluster_write_timeout = absl::GetFlag(FLAGS_cluster_write_timeout);
   c.ready_max_lag = absl::GetFlag(FLAGS_ready_max_lag);
   c.tls_cert = absl::GetFlag(FLAGS_tls_cert);

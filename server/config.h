@@ -97,6 +97,12 @@ struct ServerConfig {
   // The longest a read with min_log_position waits for this replica to
   // apply that far (less if the call's deadline is sooner).
   absl::Duration max_read_wait = absl::Seconds(5);
+  // A transfer (ExportFilter, ImportFilter, CF.SCANDUMP, CF.LOADCHUNK) whose
+  // client sends or takes no chunk for this long is ended, and its slot,
+  // private file and disk space freed (server/transfers.h). A chunk is
+  // 1 MiB at most: a client that moves none in a minute has gone, or is too
+  // slow to hold one of the few slots.
+  absl::Duration transfer_idle_timeout = absl::Seconds(60);
   // Cluster: a write not acknowledged and applied within this fails with
   // UNAVAILABLE.
   absl::Duration cluster_write_timeout = absl::Seconds(10);
@@ -185,13 +191,18 @@ uint64_t RedisMaxCommandBytes(const ServerConfig& config);
 // The Redis port's share of the stated overhead (0 when it is off): its
 // clients' memory (EffectiveRedisClientMemory), what each I/O thread may
 // allocate before the evictions it causes free memory (a largest command
-// and a read chunk), a thread's scratch (1 MiB), and the AUTH throttle's
-// table of peers and delayed replies (kRedisAuthThrottleBytes).
+// and a read chunk), a thread's scratch (1 MiB), the AUTH throttle's
+// table of peers and delayed replies (kRedisAuthThrottleBytes), and the
+// CF.SCANDUMP/CF.LOADCHUNK threads' chunks (kRedisTransferBytes).
 uint64_t RedisMemoryOverhead(const ServerConfig& config);
 // The AUTH throttle (server/resp_commands.h): at most 65,536 peers
 // remembered (~100 bytes each in the table) and the delayed replies of
 // failing connections.
 inline constexpr uint64_t kRedisAuthThrottleBytes = uint64_t{12} << 20;
+// CF.SCANDUMP and CF.LOADCHUNK work on at most 6 threads (4 dumps, 2
+// loads), each holding a chunk (1 MiB + 4 KiB) and its reply or a read
+// buffer: 2 MiB each (static_assert in server/resp_commands.cc).
+inline constexpr uint64_t kRedisTransferBytes = uint64_t{12} << 20;
 
 // The memory cuckood may use besides its filters (--memory-budget), whatever
 // clients send within the limits: 32 MiB (code, libraries, idle threads),
@@ -216,8 +227,8 @@ inline constexpr uint64_t kRequestWindowBytes = uint64_t{16} << 20;
 uint64_t ClusterMemoryOverhead(const ServerConfig& config);
 // ExportFilter and ImportFilter (server/filter_service.h): per export a
 // 4 MiB snapshot write buffer and a 1 MiB chunk (read, and in gRPC's
-// hands), per import a chunk as sent (1 MiB by the clients here); 2 of each
-// at a time.
+// hands), per import one chunk of at most 1 MiB of data (a larger one is
+// refused before it is parsed); 2 of each at a time.
 inline constexpr uint64_t kTransferMemoryOverhead = uint64_t{16} << 20;
 // The larger of the log's buffers while running (WalMemoryBound: 2 x 16 MiB
 // plus two batches' records) and a start-up replay's

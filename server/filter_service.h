@@ -34,7 +34,10 @@
 // (server/filter_transfer.cc). Their disk work (writing the export's file,
 // writing an import's chunks, checking and committing it) runs on a pool of
 // threads of their own, never on gRPC's, and at most kMaxExports and
-// kMaxImports run at once, each with one chunk in flight.
+// kMaxImports run at once, each with one chunk in flight. A transfer whose
+// client takes (export) or sends (import) no chunk for
+// transfer_idle_timeout is ended ABORTED, and an import's declared size
+// must fit the disk (server/transfers.h).
 //
 // Thread safety: all handlers may run concurrently; the registry and the
 // filters synchronise themselves.
@@ -66,6 +69,7 @@
 #include "server/metrics.h"
 #include "server/persistence.h"
 #include "server/request_window.h"
+#include "server/transfers.h"
 #include "server/wire_format.h"
 
 namespace cuckoo::server {
@@ -80,6 +84,9 @@ struct ServiceLimits {
   uint64_t max_dedup_bytes = uint64_t{16} << 20;  // kRequestWindowBytes
   // Longest wait for min_log_position (--max-read-wait).
   absl::Duration max_read_wait = absl::Seconds(5);
+  // An ExportFilter or ImportFilter whose client takes or sends no chunk
+  // for this long is ended (--transfer-idle-timeout).
+  absl::Duration transfer_idle_timeout = absl::Seconds(60);
 };
 
 // Longest request_id.
@@ -87,13 +94,14 @@ inline constexpr size_t kMaxRequestIdBytes = 128;
 
 // ExportFilter and ImportFilter (see the proto): exports and imports that
 // may run at once (more get RESOURCE_EXHAUSTED), the most snapshot bytes
-// per export chunk, the write buffer of an export's snapshot, and how far an
-// import may exceed the memory budget before it is refused.
+// per export chunk and per import chunk, and the write buffer of an
+// export's snapshot. (How far an import may exceed the memory budget before
+// it is refused: kImportSlackBytes, server/transfers.h.)
 inline constexpr int kMaxExports = 2;
 inline constexpr int kMaxImports = 2;
 inline constexpr size_t kExportChunkBytes = size_t{1} << 20;
+inline constexpr size_t kImportChunkBytes = size_t{1} << 20;
 inline constexpr size_t kExportBufferBytes = size_t{4} << 20;
-inline constexpr uint64_t kImportSlackBytes = uint64_t{1} << 20;
 // INVALID_ARGUMENT unless `id` is empty or 1 to 128 printable ASCII
 // characters (! to ~).
 absl::Status ValidateRequestId(std::string_view id);
@@ -103,10 +111,12 @@ void FillFilterInfo(const std::string& name, const CuckooFilter& filter,
                     const SnapshotRecord& snapshot, v1::FilterInfo* info);
 
 // The data-path RPCs (Insert, Lookup, Delete, Count) take their messages as
-// raw bytes and parse them with wire_format.h (no per-key allocation); the
-// rest use the generated messages.
+// raw bytes and parse them with wire_format.h (no per-key allocation);
+// ImportFilter takes its chunks as raw bytes too, so that one larger than
+// kImportChunkBytes is refused before it is parsed into a copy; the rest
+// use the generated messages.
 // Every method is on gRPC's asynchronous API (server/call_queues.h says
-// why); the data path's raw. (gRPC resets a method's handler only when a
+// why); the data path and ImportFilter raw. (gRPC resets a method's handler only when a
 // synchronous method is marked asynchronous, so the chain starts from the
 // synchronous Service and marks every method.)
 using FilterServiceBase = v1::FilterService::WithAsyncMethod_CreateFilter<
@@ -115,7 +125,7 @@ using FilterServiceBase = v1::FilterService::WithAsyncMethod_CreateFilter<
             v1::FilterService::WithAsyncMethod_GetServerInfo<
                 v1::FilterService::WithAsyncMethod_Snapshot<
                     v1::FilterService::WithAsyncMethod_ExportFilter<
-                        v1::FilterService::WithAsyncMethod_ImportFilter<
+                        v1::FilterService::WithRawMethod_ImportFilter<
                             v1::FilterService::WithRawMethod_Insert<
                                 v1::FilterService::WithRawMethod_Lookup<
                                     v1::FilterService::WithRawMethod_Delete<
@@ -145,6 +155,9 @@ class FilterServiceImpl final : public FilterServiceBase {
   // GetServerInfo needs a grant on its filter (Access for each method:
   // RequiredAccess), and GetServerInfo a known caller. Call before serving.
   void SetAuthenticator(const Authenticator* auth) { auth_ = auth; }
+  // Imports claim their disk space here first (null, the default: not
+  // checked). Call before serving.
+  void SetTransferDisk(TransferDisk* disk) { disk_ = disk; }
 
   // The log position this server has applied: the cluster's, or the last
   // write-ahead log record appended (0 with neither).
@@ -339,6 +352,7 @@ class FilterServiceImpl final : public FilterServiceBase {
   const absl::Duration snapshot_interval_;
   Cluster* const cluster_;
   const Authenticator* auth_ = nullptr;
+  TransferDisk* disk_ = nullptr;
   // The audit lines of calls refused for their credentials, at most
   // kUnauthenticatedAuditsPerSecond a second: anyone who reaches the port
   // can make such calls, and must not be able to flood the log. The rest
@@ -358,6 +372,8 @@ class FilterServiceImpl final : public FilterServiceBase {
   // calls need to post their successors.
   CallQueues* queues_ = nullptr;
   std::vector<std::shared_ptr<const void>> call_kinds_;
+  // Ends transfers whose client has been idle for transfer_idle_timeout.
+  IdleSweeper idle_{IdleSweeper::IntervalFor(limits_.transfer_idle_timeout)};
   // The transfers' disk work: one thread per transfer that may run, so that
   // none waits for another's long step (a large snapshot written or
   // checked). Last: destroyed (joined) first.

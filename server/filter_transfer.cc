@@ -39,6 +39,25 @@
 // run concurrently, and the reactor stays valid until its Finish: OnDone,
 // which deletes it, comes only once gRPC delivered both the Finish and the
 // call's end.
+//
+// Idle clients. While a call holds its slot it is registered with the
+// service's IdleSweeper (server/transfers.h), which looks at it a few times
+// per --transfer-idle-timeout: a write (export) or read (import) started and
+// not completed for longer than that means the client stopped taking or
+// sending chunks, and the sweeper cancels the call with ABORTED and a
+// message saying so (grpc_call_cancel_with_status: the client gets that
+// status, not a bare CANCELLED). The pending operation then completes not
+// ok, and the call ends as any failed call does: its file removed, its slot
+// and disk claim given back, a warning logged. End unregisters the call
+// before it finishes, and a check runs under the sweeper's lock, so the
+// sweeper never touches a call that is gone.
+//
+// Bounds. An import's chunks arrive as raw bytes: one over
+// kImportChunkBytes of data is refused before it is parsed, so each import
+// holds at most one such chunk of its own (kTransferMemoryOverhead). An
+// import's declared size (total_bytes), or else each chunk as it comes, is
+// claimed from the data directory's free disk space beyond the write-ahead
+// log's reserve (TransferDisk) before it is written.
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -61,6 +80,8 @@
 #include "absl/strings/strip.h"
 #include "boost/asio/post.hpp"
 #include "core/snapshot.h"
+#include "grpc/grpc.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
 #include "server/config.h"
 #include "server/filter_service.h"
 #include "server/logging.h"
@@ -92,10 +113,26 @@ struct AuditedCall {
 // FilterInfo with a name of at most 128 bytes, a few numbers) and framing.
 constexpr uint64_t kChunkOverheadBytes = 1024;
 
-static_assert(kMaxExports * (kExportBufferBytes + 2 * kExportChunkBytes) +
-                      kMaxImports * 2 * kExportChunkBytes <=
+// The largest import chunk message taken: kImportChunkBytes of data and
+// the rest of a first chunk.
+constexpr uint64_t kMaxImportMessageBytes = kImportChunkBytes + kChunkOverheadBytes;
+
+// An export writes through its buffer and holds one chunk, and gRPC its
+// serialized copy; an import holds the chunk it parsed, at most
+// kMaxImportMessageBytes: the raw message it was parsed from is gRPC's
+// (slices of the transport's memory quota, --transport-memory).
+static_assert(kMaxExports * (kExportBufferBytes + 2 * (kExportChunkBytes + kChunkOverheadBytes)) +
+                      kMaxImports * kMaxImportMessageBytes <=
                   kTransferMemoryOverhead,
               "the stated memory overhead must hold the transfers' buffers");
+
+using Clock = std::chrono::steady_clock;
+
+// Nanoseconds of `t` since the clock's epoch, never 0 (0: not waiting).
+int64_t Ticks(Clock::time_point t) {
+  return std::max<int64_t>(
+      1, std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
+}
 
 absl::Status SystemError(absl::string_view what, const std::string& path, int err) {
   const std::string message = absl::StrFormat(
@@ -107,6 +144,20 @@ absl::Status SystemError(absl::string_view what, const std::string& path, int er
 absl::Status ShuttingDown() {
   return absl::UnavailableError(
       "cuckood is shutting down; retry against another replica or after the restart");
+}
+
+// Whether a transfer whose operation on its client started at `since`
+// (Ticks; 0: none is pending) has been idle past `timeout` at `now`.
+bool IdlePast(int64_t since, IdleSweeper::Clock::time_point now, absl::Duration timeout) {
+  return since != 0 && Ticks(now) - since > absl::ToInt64Nanoseconds(timeout);
+}
+
+// Cancels `ctx`'s call with `status`, which its client gets (not a bare
+// CANCELLED): thread-safe, as TryCancel.
+void CancelWith(grpc::ServerContext& ctx, const absl::Status& status) {
+  const std::string message(status.message());
+  grpc_call_cancel_with_status(ctx.c_call(), static_cast<grpc_status_code>(status.code()),
+                               message.c_str(), nullptr);
 }
 
 }  // namespace
@@ -165,6 +216,7 @@ class FilterServiceImpl::ExportReactor final : public CallQueues::Call {
                           kMaxExports, kMaxExports)));
     }
     holds_slot_ = true;
+    watch_ = service_->idle_.Add([this](IdleSweeper::Clock::time_point now) { CheckIdle(now); });
     filter_ = *std::move(filter);
     // Every write acknowledged up to here is in the filter: in the snapshot.
     log_position_ = service_->AppliedPosition();
@@ -174,14 +226,38 @@ class FilterServiceImpl::ExportReactor final : public CallQueues::Call {
   }
 
   void OnWriteDone(bool ok) {
+    waiting_since_.store(0, std::memory_order_release);
     if (!ok) {
-      Post(
-          [this] { End(absl::CancelledError("the export was cancelled, or the client is gone")); });
+      Post([this] {
+        End(timed_out_.load(std::memory_order_acquire)
+                ? IdleError()
+                : absl::CancelledError("the export was cancelled, or the client is gone"));
+      });
       return;
     }
     Post([this] { SendNext(); });
   }
-  void StartWrite(const v1::ExportFilterChunk* chunk) { writer_.Write(*chunk, &write_tag_); }
+  void StartWrite(const v1::ExportFilterChunk* chunk) {
+    waiting_since_.store(Ticks(Clock::now()), std::memory_order_release);
+    writer_.Write(*chunk, &write_tag_);
+  }
+
+  // On the sweeper's thread, while the call is registered: a chunk the
+  // client has not taken for the idle timeout ends the call.
+  void CheckIdle(IdleSweeper::Clock::time_point now) {
+    if (!IdlePast(waiting_since_.load(std::memory_order_acquire), now,
+                  service_->limits_.transfer_idle_timeout) ||
+        timed_out_.exchange(true, std::memory_order_acq_rel)) {
+      return;
+    }
+    CancelWith(context_, IdleError());
+  }
+  absl::Status IdleError() const {
+    return absl::AbortedError(absl::StrFormat(
+        "the client took no chunk of the export of filter \"%s\" for %s "
+        "(--transfer-idle-timeout): the export was abandoned and its slot freed; start it again",
+        name_, absl::FormatDuration(service_->limits_.transfer_idle_timeout)));
+  }
   void Finish(const grpc::Status& status) { writer_.Finish(status, finish_tag()); }
 
   // Runs `step` on a transfer thread; whatever it throws finishes the call.
@@ -198,6 +274,7 @@ class FilterServiceImpl::ExportReactor final : public CallQueues::Call {
 
   // Why to stop now, if so.
   absl::Status Stopped() const {
+    if (timed_out_.load(std::memory_order_acquire)) return IdleError();
     if (cancelled_.load(std::memory_order_acquire)) {
       return absl::CancelledError("the export was cancelled");
     }
@@ -271,6 +348,8 @@ class FilterServiceImpl::ExportReactor final : public CallQueues::Call {
 
   // Releases the copy and finishes the call: the reactor's last step.
   void End(const absl::Status& status) {
+    // No check of the sweeper's runs from here on.
+    service_->idle_.Remove(std::exchange(watch_, 0));
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
     if (!dir_.empty()) {
@@ -306,9 +385,14 @@ class FilterServiceImpl::ExportReactor final : public CallQueues::Call {
   std::chrono::steady_clock::time_point start_;
   std::optional<AuditedCall> audit_;  // With authentication on.
   std::atomic<bool> cancelled_{false};
+  // Since when a write has waited for the client (Ticks; 0: none is
+  // pending), and whether the sweeper ended the call for it.
+  std::atomic<int64_t> waiting_since_{0};
+  std::atomic<bool> timed_out_{false};
   // Set by Start, before any other step runs; then used by one step at a
   // time (see the top of the file).
   bool holds_slot_ = false;
+  uint64_t watch_ = 0;  // The sweeper's registration while the slot is held.
   std::string name_;
   std::shared_ptr<CuckooFilter> filter_;
   uint64_t log_position_ = 0;
@@ -389,30 +473,61 @@ class FilterServiceImpl::ImportReactor final : public CallQueues::Call {
                           kMaxImports, kMaxImports)));
     }
     holds_slot_ = true;
+    watch_ = service_->idle_.Add([this](IdleSweeper::Clock::time_point now) { CheckIdle(now); });
     limit_ = service_->registry_->limits().memory_budget_bytes + kImportSlackBytes;
-    StartRead(&chunk_);
+    StartRead();
   }
 
   void OnReadDone(bool ok) {
+    waiting_since_.store(0, std::memory_order_release);
     boost::asio::post(service_->transfer_threads_, [this, ok] {
       // ok: a chunk arrived; else the client is done sending (or gone).
       const absl::Status s = Guarded([&] { return ok ? TakeChunk() : Commit(); });
       if (!s.ok()) return End(s);
-      if (ok) return StartRead(&chunk_);
+      if (ok) return StartRead();
       End(absl::OkStatus());
     });
   }
-  void StartRead(v1::ImportFilterChunk* chunk) { reader_.Read(chunk, &read_tag_); }
+  void StartRead() {
+    waiting_since_.store(Ticks(Clock::now()), std::memory_order_release);
+    reader_.Read(&message_, &read_tag_);
+  }
   // With OK, the response (resp_) goes with the status.
   void Finish(const grpc::Status& status) {
     if (status.ok()) {
-      reader_.Finish(response_, status, finish_tag());
+      grpc::ByteBuffer out;
+      bool own = false;
+      const grpc::Status s =
+          grpc::SerializationTraits<v1::ImportFilterResponse>::Serialize(response_, &out, &own);
+      if (s.ok()) {
+        reader_.Finish(out, status, finish_tag());
+        return;
+      }
+      reader_.FinishWithError(s, finish_tag());
     } else {
       reader_.FinishWithError(status, finish_tag());
     }
   }
 
+  // On the sweeper's thread, while the call is registered: no chunk (nor
+  // the end of the upload) for the idle timeout ends the call.
+  void CheckIdle(IdleSweeper::Clock::time_point now) {
+    if (!IdlePast(waiting_since_.load(std::memory_order_acquire), now,
+                  service_->limits_.transfer_idle_timeout) ||
+        timed_out_.exchange(true, std::memory_order_acq_rel)) {
+      return;
+    }
+    CancelWith(context_, IdleError());
+  }
+  absl::Status IdleError() const {
+    return absl::AbortedError(absl::StrFormat(
+        "no chunk of the import arrived for %s (--transfer-idle-timeout): the import was "
+        "abandoned, its upload removed and its slot freed; nothing was created; start it again",
+        absl::FormatDuration(service_->limits_.transfer_idle_timeout)));
+  }
+
   absl::Status Stopped() const {
+    if (timed_out_.load(std::memory_order_acquire)) return IdleError();
     if (cancelled_.load(std::memory_order_acquire) || ctx_->IsCancelled()) {
       return absl::CancelledError("the import was cancelled; nothing was created");
     }
@@ -423,6 +538,21 @@ class FilterServiceImpl::ImportReactor final : public CallQueues::Call {
   // Appends the chunk just read to the private file.
   absl::Status TakeChunk() {
     if (absl::Status s = Stopped(); !s.ok()) return s;
+    // Checked before it is parsed: the parse is a copy of the chunk's data.
+    if (const size_t bytes = message_.Length(); bytes > kMaxImportMessageBytes) {
+      message_.Clear();
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "import chunk %u is a message of %u bytes: chunks are at most %u bytes of data (%u "
+          "bytes a message); send the snapshot in smaller chunks",
+          chunks_ + 1, bytes, kImportChunkBytes, kMaxImportMessageBytes));
+    }
+    if (message_.Length() == 0) {
+      chunk_.Clear();  // An empty message: every field unset.
+    } else if (!grpc::SerializationTraits<v1::ImportFilterChunk>::Deserialize(&message_, &chunk_)
+                    .ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("import chunk %u is not an ImportFilterChunk message", chunks_ + 1));
+    }
     if (name_.empty()) {
       if (chunk_.name().empty()) {
         return absl::InvalidArgumentError(
@@ -448,6 +578,12 @@ class FilterServiceImpl::ImportReactor final : public CallQueues::Call {
       name_ = chunk_.name();
       expected_ = chunk_.total_bytes();
       if (expected_ > limit_) return TooLarge(expected_);
+      if (expected_ != 0 && service_->disk_ != nullptr) {
+        absl::StatusOr<TransferDisk::Claim> claim =
+            service_->disk_->Take(expected_, absl::StrFormat("the import of filter \"%s\"", name_));
+        if (!claim.ok()) return claim.status();
+        claim_ = *std::move(claim);
+      }
       const fs::path dir = fs::path(service_->persistence_->data_dir()) / kImportDir;
       std::error_code ec;
       fs::create_directories(dir, ec);
@@ -474,6 +610,15 @@ class FilterServiceImpl::ImportReactor final : public CallQueues::Call {
       return absl::InvalidArgumentError(
           absl::StrFormat("more bytes arrived than the %u total_bytes announced", expected_));
     }
+    if (expected_ == 0 && service_->disk_ != nullptr && !data.empty()) {
+      // No size announced: each chunk is claimed as it comes.
+      if (absl::Status s = service_->disk_->Extend(
+              &claim_, data.size(),
+              absl::StrFormat("the import of filter \"%s\" (%u bytes so far)", name_, received_));
+          !s.ok()) {
+        return s;
+      }
+    }
     for (size_t done = 0; done < data.size();) {
       const ssize_t w = ::write(fd_, data.data() + done, data.size() - done);
       if (w < 0 && errno == EINTR) continue;
@@ -481,6 +626,7 @@ class FilterServiceImpl::ImportReactor final : public CallQueues::Call {
       done += static_cast<size_t>(w);
     }
     received_ += data.size();
+    claim_.Wrote(data.size());
     chunk_.Clear();
     return absl::OkStatus();
   }
@@ -553,11 +699,15 @@ class FilterServiceImpl::ImportReactor final : public CallQueues::Call {
   }
 
   void End(const absl::Status& status) {
+    // No check of the sweeper's runs from here on.
+    service_->idle_.Remove(std::exchange(watch_, 0));
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
     if (!path_.empty()) ::unlink(path_.c_str());
-    if (!status.ok() && !name_.empty()) {
-      spdlog::warn("import of filter {} failed after {} received: {}", name_,
+    claim_.Reset();
+    if (!status.ok() && (!name_.empty() || timed_out_.load(std::memory_order_acquire))) {
+      spdlog::warn("import of filter {} failed after {} received: {}",
+                   name_.empty() ? std::string("(not named yet)") : name_,
                    FormatByteSize(received_), std::string(status.message()));
     }
     if (std::exchange(holds_slot_, false)) {
@@ -577,12 +727,18 @@ class FilterServiceImpl::ImportReactor final : public CallQueues::Call {
   grpc::ServerContext* const ctx_ = &context_;
   v1::ImportFilterResponse response_;
   v1::ImportFilterResponse* const resp_ = &response_;
-  grpc::ServerAsyncReader<v1::ImportFilterResponse, v1::ImportFilterChunk> reader_{&context_};
+  grpc::ServerAsyncReader<grpc::ByteBuffer, grpc::ByteBuffer> reader_{&context_};
   CallQueues::Tag read_tag_{this, kRead};
   std::chrono::steady_clock::time_point start_;
   std::atomic<bool> cancelled_{false};
+  // Since when a read has waited for the client (Ticks; 0: none is
+  // pending), and whether the sweeper ended the call for it.
+  std::atomic<int64_t> waiting_since_{0};
+  std::atomic<bool> timed_out_{false};
   // Used by one step at a time (see the top of the file).
   bool holds_slot_ = false;
+  uint64_t watch_ = 0;         // The sweeper's registration while the slot is held.
+  TransferDisk::Claim claim_;  // The upload's disk space not written yet.
   uint64_t limit_ = 0;
   std::string name_;  // Empty until the first chunk.
   Caller caller_;
@@ -592,7 +748,8 @@ class FilterServiceImpl::ImportReactor final : public CallQueues::Call {
   uint64_t chunks_ = 0;
   std::string path_;
   int fd_ = -1;
-  v1::ImportFilterChunk chunk_;  // The one being read.
+  grpc::ByteBuffer message_;     // The chunk being read, as sent.
+  v1::ImportFilterChunk chunk_;  // And parsed.
 };
 
 void FilterServiceImpl::AddTransfers(CallQueues* queues) {

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "core/little_endian.h"
 #include "core/scratch.h"
 #include "cuckoo_version.h"
+#include "server/config.h"
 #include "server/logging.h"
 #include "server/status.h"
 #include "spdlog/spdlog.h"
@@ -217,6 +219,10 @@ std::string InsertOptions(const Command& c, size_t command, uint64_t* capacity, 
 
 }  // namespace
 
+static_assert((kMaxRedisDumps + kMaxRedisLoads) * 2 * (kRedisDumpChunkBytes + 4096) <=
+                  kRedisTransferBytes + (kMaxRedisDumps + kMaxRedisLoads) * 8192,
+              "the transfer threads' chunks are in the stated overhead (kRedisTransferBytes)");
+
 // Counts an in-process call's callback as done when it returns.
 struct CallDone {
   std::atomic<int64_t>* calls;
@@ -243,19 +249,33 @@ struct RedisCommands::Call {
   std::string token;
 };
 
-// A CF.SCANDUMP in progress: its snapshot, whole, in a private file.
+// A CF.SCANDUMP in progress: its snapshot, whole, in a private file. The
+// fields under transfer_mu_ but for fd and claim, which the export step
+// sets before `ready` and the chunk reads then only read (pread).
 struct RedisCommands::Dump {
+  ~Dump() {
+    if (fd >= 0) ::close(fd);
+  }
   uint64_t id = 0;
   std::string name;
   std::string path;
+  int fd = -1;
   uint64_t bytes = 0;
   uint64_t items = 0;
   bool ready = false;
-  absl::Time touched;
+  // Chunk reads posted and not done: not dropped for its idle time then.
+  int reading = 0;
+  std::chrono::steady_clock::time_point touched;
+  TransferDisk::Claim claim;  // The copy's disk space not written yet.
 };
 
-// A CF.LOADCHUNK in progress: the chunks so far, in a private file.
+// A CF.LOADCHUNK in progress: the chunks so far, in a private file. The
+// fields under transfer_mu_ but for fd and claim, which only the step
+// running on a transfer thread uses (`busy` says one runs).
 struct RedisCommands::Load {
+  ~Load() {
+    if (fd >= 0) ::close(fd);
+  }
   uint64_t id = 0;
   std::string name;
   std::string path;
@@ -263,8 +283,19 @@ struct RedisCommands::Load {
   uint64_t bytes = 0;
   uint64_t received = 0;
   uint64_t next_chunk = 2;
-  bool importing = false;
-  absl::Time touched;
+  // A step of it (creating its file, writing a chunk, the import) runs.
+  bool busy = false;
+  std::chrono::steady_clock::time_point touched;
+  TransferDisk::Claim claim;  // The upload's disk space not written yet.
+};
+
+// A dump or load dropped for its idle time.
+struct RedisCommands::Expired {
+  bool load = false;
+  std::string name;
+  uint64_t id = 0;
+  uint64_t done = 0;  // Bytes received (a load) or of the copy (a dump).
+  std::chrono::steady_clock::time_point when;
 };
 
 RedisCommands::RedisCommands(FilterRegistry* registry, const Authenticator* auth, Metrics* metrics,
@@ -276,9 +307,13 @@ RedisCommands::RedisCommands(FilterRegistry* registry, const Authenticator* auth
       service_(service),
       channel_(std::move(channel)),
       stub_(v1::FilterService::NewStub(channel_)),
-      options_(std::move(options)) {}
+      options_(std::move(options)) {
+  expire_watch_ = idle_.Add([this](Clock::time_point now) { ExpireTransfers(now); });
+}
 
 RedisCommands::~RedisCommands() {
+  // No dump or load is dropped from here on.
+  idle_.Remove(std::exchange(expire_watch_, 0));
   // Delayed AUTH replies still waiting are dropped (the port is closed).
   delay_work_.reset();
   delay_io_.stop();
@@ -295,11 +330,9 @@ RedisCommands::~RedisCommands() {
   }
   transfer_threads_.join();
   MutexLock lock(&transfer_mu_);
+  // (Their descriptors close with them.)
   for (auto& [id, d] : dumps_) ::unlink(d->path.c_str());
-  for (auto& [name, l] : loads_) {
-    if (l->fd >= 0) ::close(l->fd);
-    ::unlink(l->path.c_str());
-  }
+  for (auto& [name, l] : loads_) ::unlink(l->path.c_str());
 }
 
 std::string RedisCommands::WrongArity(std::string_view command) {
@@ -1177,38 +1210,138 @@ void RedisCommands::DropKeys(Session* s, const Command& c, resp::Completion done
 }
 
 // ---- CF.SCANDUMP and CF.LOADCHUNK ----
-
-void RedisCommands::ExpireTransfers() {
-  const absl::Time now = absl::Now();
-  MutexLock lock(&transfer_mu_);
-  for (auto it = dumps_.begin(); it != dumps_.end();) {
-    if (it->second->ready && now - it->second->touched > options_.dump_idle_timeout) {
-      ::unlink(it->second->path.c_str());
-      it = dumps_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  for (auto it = loads_.begin(); it != loads_.end();) {
-    if (!it->second->importing && now - it->second->touched > options_.dump_idle_timeout) {
-      if (it->second->fd >= 0) ::close(it->second->fd);
-      ::unlink(it->second->path.c_str());
-      it = loads_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-}
+//
+// Every file operation of a dump or load runs on transfer_threads_, and the
+// command is answered from there; transfer_mu_ guards only the maps and the
+// bookkeeping, never file work. A load runs one step at a time (`busy`); a
+// dump's chunks may be read by several connections at once (pread on the
+// dump's descriptor).
 
 namespace {
+
 // A dump's iterators: the dump's id in the high 31 bits, the chunk in the
 // low 32 (1 = the header).
 constexpr uint64_t Iterator(uint64_t id, uint64_t chunk) { return id << 32 | chunk; }
+
+std::string Errno(int err) { return std::error_code(err, std::generic_category()).message(); }
+
 }  // namespace
+
+void RedisCommands::Discard(std::shared_ptr<Dump> dump) {
+  boost::asio::post(transfer_threads_, [dump = std::move(dump)]() mutable {
+    ::unlink(dump->path.c_str());
+    // The descriptor closes with the last reference: a chunk read may hold
+    // one still.
+    dump.reset();
+  });
+}
+
+void RedisCommands::Discard(std::shared_ptr<Load> load) {
+  // Not busy (no step of it runs): its descriptor and claim are free.
+  boost::asio::post(transfer_threads_, [load = std::move(load)] {
+    if (load->fd >= 0) ::close(std::exchange(load->fd, -1));
+    ::unlink(load->path.c_str());
+    load->claim.Reset();
+  });
+}
+
+void RedisCommands::EndLoad(const std::shared_ptr<Load>& load) {
+  {
+    MutexLock lock(&transfer_mu_);
+    auto found = loads_.find(load->name);
+    if (found != loads_.end() && found->second == load) loads_.erase(found);
+  }
+  if (load->fd >= 0) ::close(std::exchange(load->fd, -1));
+  ::unlink(load->path.c_str());
+  load->claim.Reset();
+}
+
+void RedisCommands::ExpireTransfers(Clock::time_point now) {
+  const auto timeout = absl::ToChronoNanoseconds(options_.transfer_idle_timeout);
+  std::vector<std::shared_ptr<Dump>> dumps;
+  std::vector<std::shared_ptr<Load>> loads;
+  {
+    MutexLock lock(&transfer_mu_);
+    for (auto it = dumps_.begin(); it != dumps_.end();) {
+      const Dump& d = *it->second;
+      // A dump whose copy is still being written, or whose chunk is being
+      // read, is not idle.
+      if (d.ready && d.reading == 0 && now - d.touched > timeout) {
+        expired_.push_back(
+            {.load = false, .name = d.name, .id = d.id, .done = d.bytes, .when = now});
+        dumps.push_back(std::move(it->second));
+        it = dumps_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto it = loads_.begin(); it != loads_.end();) {
+      const Load& l = *it->second;
+      if (!l.busy && now - l.touched > timeout) {
+        expired_.push_back(
+            {.load = true, .name = l.name, .id = l.id, .done = l.received, .when = now});
+        loads.push_back(std::move(it->second));
+        it = loads_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    while (!expired_.empty() &&
+           (expired_.size() > kMaxRedisExpiredTransfers ||
+            now - expired_.front().when > absl::ToChronoNanoseconds(kRedisExpiredTransferMemory))) {
+      expired_.pop_front();
+    }
+  }
+  const std::string idle = absl::FormatDuration(options_.transfer_idle_timeout);
+  for (std::shared_ptr<Dump>& d : dumps) {
+    spdlog::warn(
+        "CF.SCANDUMP of filter {} (dump {}) abandoned: no chunk was asked for in {} "
+        "(--transfer-idle-timeout); its copy of {} is removed",
+        d->name, d->id, idle, FormatByteSize(d->bytes));
+    Discard(std::move(d));
+  }
+  for (std::shared_ptr<Load>& l : loads) {
+    spdlog::warn(
+        "CF.LOADCHUNK of filter {} (dump {}) abandoned: no chunk arrived for {} "
+        "(--transfer-idle-timeout); the {} of {} received are removed",
+        l->name, l->id, idle, FormatByteSize(l->received), FormatByteSize(l->bytes));
+    Discard(std::move(l));
+  }
+}
+
+std::string RedisCommands::NoDump(std::string_view key, int64_t iterator, uint64_t id) {
+  const std::string idle = absl::FormatDuration(options_.transfer_idle_timeout);
+  for (auto it = expired_.rbegin(); it != expired_.rend(); ++it) {
+    if (!it->load && it->id == id && it->name == key) {
+      return absl::StrFormat(
+          "ERR the CF.SCANDUMP of '%s' with iterator %d was abandoned: no chunk was asked for in "
+          "%s (--transfer-idle-timeout), so its copy was removed; start again with iterator 0",
+          Shown(key), iterator, idle);
+    }
+  }
+  return absl::StrFormat(
+      "ERR no CF.SCANDUMP of '%s' is in progress with iterator %d (finished, idle for more than "
+      "%s, or not from this server): start again with iterator 0",
+      Shown(key), iterator, idle);
+}
+
+std::string RedisCommands::NoLoad(std::string_view key, uint64_t id) {
+  for (auto it = expired_.rbegin(); it != expired_.rend(); ++it) {
+    if (it->load && it->id == id && it->name == key) {
+      return absl::StrFormat(
+          "ERR the CF.LOADCHUNK of '%s' (dump %u) was abandoned: no chunk arrived for %s "
+          "(--transfer-idle-timeout), so the %s received were removed; load the dump again from "
+          "its first chunk",
+          Shown(key), id, absl::FormatDuration(options_.transfer_idle_timeout),
+          FormatByteSize(it->done));
+    }
+  }
+  return absl::StrFormat(
+      "ERR no CF.LOADCHUNK of '%s' is in progress: load the dump's first chunk first", Shown(key));
+}
 
 void RedisCommands::ScanDump(Session* s, const Command& c, resp::Completion done,
                              Clock::time_point start) {
-  ExpireTransfers();
   const std::string_view key = c.args[1];
   const int protocol = s->protocol;
   auto reply = [this, start, protocol](resp::Completion& d, std::string_view error,
@@ -1245,44 +1378,60 @@ void RedisCommands::ScanDump(Session* s, const Command& c, resp::Completion done
     const uint64_t id = static_cast<uint64_t>(it) >> 32;
     const uint64_t chunk = static_cast<uint64_t>(it) & 0xffffffffu;
     std::shared_ptr<Dump> dump;
+    std::string error;
+    bool finished = false;
+    uint64_t offset = 0;
     {
       MutexLock lock(&transfer_mu_);
       auto found = dumps_.find(id);
-      if (found != dumps_.end() && found->second->ready && found->second->name == key) {
+      if (found == dumps_.end() || !found->second->ready || found->second->name != key ||
+          chunk == 0) {
+        error = NoDump(key, it, id);
+      } else {
         dump = found->second;
-        dump->touched = absl::Now();
+        dump->touched = Clock::now();
+        offset = (chunk - 1) * kRedisDumpChunkBytes;
+        if (offset >= dump->bytes) {
+          dumps_.erase(found);
+          finished = true;
+        } else {
+          ++dump->reading;
+        }
       }
     }
-    if (dump == nullptr || chunk == 0) {
-      return reply(
-          done,
-          absl::StrFormat("ERR no CF.SCANDUMP of '%s' is in progress with iterator %d "
-                          "(finished, idle for more than %s, or not from this server): "
-                          "start again with iterator 0",
-                          Shown(key), it, absl::FormatDuration(options_.dump_idle_timeout)),
-          0, "");
-    }
-    const uint64_t offset = (chunk - 1) * kRedisDumpChunkBytes;
-    if (offset >= dump->bytes) {
-      {
-        MutexLock lock(&transfer_mu_);
-        dumps_.erase(id);
-      }
-      ::unlink(dump->path.c_str());
+    if (!error.empty()) return reply(done, error, 0, "");
+    if (finished) {
+      Discard(std::move(dump));
       return reply(done, "", 0, "");
     }
-    // Read on a transfer thread: the file may be out of the page cache.
-    boost::asio::post(transfer_threads_, [dump, offset, chunk, id, reply,
+    // Read on a transfer thread: the file may be out of the page cache, and
+    // the disk slow.
+    boost::asio::post(transfer_threads_, [this, dump = std::move(dump), offset, chunk, id, reply,
                                           done = std::move(done)]() mutable {
       std::string data(std::min<uint64_t>(kRedisDumpChunkBytes, dump->bytes - offset), '\0');
-      const int fd = ::open(dump->path.c_str(), O_RDONLY | O_CLOEXEC);
-      ssize_t got = fd < 0 ? -1 : ::pread(fd, data.data(), data.size(), static_cast<off_t>(offset));
-      const int err = errno;
-      if (fd >= 0) ::close(fd);
-      if (got != static_cast<ssize_t>(data.size())) {
+      size_t got = 0;
+      int err = 0;
+      while (got < data.size()) {
+        const ssize_t n = ::pread(dump->fd, data.data() + got, data.size() - got,
+                                  static_cast<off_t>(offset + got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          err = n < 0 ? errno : 0;
+          break;
+        }
+        got += static_cast<size_t>(n);
+      }
+      {
+        MutexLock lock(&transfer_mu_);
+        --dump->reading;
+        dump->touched = Clock::now();
+      }
+      const std::string path = dump->path;
+      dump.reset();  // (Here, not on the connection's thread, if it is the last.)
+      if (got != data.size()) {
         return reply(done,
-                     absl::StrFormat("ERR cannot read the dump file %s: %s", dump->path,
-                                     got < 0 ? std::strerror(err) : "short read"),
+                     absl::StrFormat("ERR cannot read the dump file %s: %s", path,
+                                     err != 0 ? Errno(err) : std::string("short read")),
                      0, "");
       }
       reply(done, "", Iterator(id, chunk + 1), data);
@@ -1295,15 +1444,16 @@ void RedisCommands::ScanDump(Session* s, const Command& c, resp::Completion done
   dump->name = std::string(key);
   const fs::path dir = fs::path(options_.data_dir) / kRedisDumpDir;
   dump->path = (dir / absl::StrCat("dump-", dump->id)).string();
-  dump->touched = absl::Now();
+  dump->touched = Clock::now();
   {
     MutexLock lock(&transfer_mu_);
     if (dumps_.size() >= kMaxRedisDumps) {
-      return reply(done,
-                   absl::StrFormat("ERR %u CF.SCANDUMPs are in progress already (the most at "
-                                   "once); finish one, or wait %s for an abandoned one to expire",
-                                   dumps_.size(), absl::FormatDuration(options_.dump_idle_timeout)),
-                   0, "");
+      return reply(
+          done,
+          absl::StrFormat("ERR %u CF.SCANDUMPs are in progress already (the most at "
+                          "once); finish one, or wait %s for an abandoned one to expire",
+                          dumps_.size(), absl::FormatDuration(options_.transfer_idle_timeout)),
+          0, "");
     }
     dumps_[dump->id] = dump;
   }
@@ -1315,7 +1465,9 @@ void RedisCommands::ScanDump(Session* s, const Command& c, resp::Completion done
         MutexLock lock(&transfer_mu_);
         dumps_.erase(dump->id);
       }
+      if (dump->fd >= 0) ::close(std::exchange(dump->fd, -1));
       ::unlink(dump->path.c_str());
+      dump->claim.Reset();
       reply(done, error, 0, "");
     };
     std::error_code ec;
@@ -1323,9 +1475,10 @@ void RedisCommands::ScanDump(Session* s, const Command& c, resp::Completion done
     if (ec) {
       return failed(absl::StrFormat("ERR cannot create %s: %s", dir.string(), ec.message()));
     }
-    const int fd = ::open(dump->path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) {
-      return failed(absl::StrFormat("ERR cannot create %s: %s", dump->path, std::strerror(errno)));
+    // Read and written here; then read by the chunks' reads.
+    dump->fd = ::open(dump->path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (dump->fd < 0) {
+      return failed(absl::StrFormat("ERR cannot create %s: %s", dump->path, Errno(errno)));
     }
     grpc::ClientContext ctx;
     if (auth_ != nullptr) ctx.AddMetadata("authorization", "Bearer " + token);
@@ -1340,24 +1493,36 @@ void RedisCommands::ScanDump(Session* s, const Command& c, resp::Completion done
       if (chunk.total_bytes() != 0) {
         dump->bytes = chunk.total_bytes();
         dump->items = chunk.items();
+        // The copy's disk space, before any of it is written.
+        if (options_.disk != nullptr) {
+          absl::StatusOr<TransferDisk::Claim> claim = options_.disk->Take(
+              dump->bytes, absl::StrFormat("the CF.SCANDUMP of '%s'", Shown(dump->name)));
+          if (claim.ok()) {
+            dump->claim = *std::move(claim);
+          } else {
+            write_error = absl::StrCat("ERR ", claim.status().message());
+          }
+        }
       }
       const std::string& data = chunk.data();
       size_t off = 0;
       while (write_error.empty() && off < data.size()) {
-        const ssize_t n = ::write(fd, data.data() + off, data.size() - off);
+        const ssize_t n = ::write(dump->fd, data.data() + off, data.size() - off);
         if (n < 0) {
           if (errno == EINTR) continue;
-          write_error =
-              absl::StrFormat("ERR cannot write %s: %s", dump->path, std::strerror(errno));
+          write_error = absl::StrFormat("ERR cannot write %s: %s", dump->path, Errno(errno));
         } else {
           off += static_cast<size_t>(n);
         }
       }
       written += data.size();
-      if (!write_error.empty()) ctx.TryCancel();
+      dump->claim.Wrote(data.size());
+      if (!write_error.empty()) {
+        ctx.TryCancel();
+        break;
+      }
     }
     const grpc::Status st = reader->Finish();
-    ::close(fd);
     if (!write_error.empty()) return failed(write_error);
     if (!st.ok()) {
       return failed(st.error_code() == grpc::StatusCode::NOT_FOUND ? std::string("ERR not found")
@@ -1373,16 +1538,18 @@ void RedisCommands::ScanDump(Session* s, const Command& c, resp::Completion done
     {
       MutexLock lock(&transfer_mu_);
       dump->ready = true;
-      dump->touched = absl::Now();
+      dump->touched = Clock::now();
     }
-    reply(done, "", Iterator(dump->id, 1), std::string_view(header, sizeof(header)));
+    const uint64_t id = dump->id;
+    dump.reset();  // (Here, if the dump was dropped meanwhile.)
+    reply(done, "", Iterator(id, 1), std::string_view(header, sizeof(header)));
   });
 }
 
 void RedisCommands::LoadChunk(Session* s, const Command& c, resp::Completion done,
                               Clock::time_point start) {
-  ExpireTransfers();
   const std::string_view key = c.args[1];
+  // A view into the connection's input, valid until the reply.
   const std::string_view data = c.args[3];
   const int protocol = s->protocol;
   auto reply = [this, start, protocol](resp::Completion& d, std::string_view error) {
@@ -1427,145 +1594,207 @@ void RedisCommands::LoadChunk(Session* s, const Command& c, resp::Completion don
                                          "under another name",
                                          Shown(key)));
     }
+    const uint64_t bytes = Get64(data.data() + 8);
+    // What ImportFilter would refuse is refused now, before any upload.
+    const uint64_t budget = registry_->limits().memory_budget_bytes;
+    if (bytes == 0) {
+      return reply(done, "ERR the dump's header declares an empty snapshot (0 bytes)");
+    }
+    if (bytes > budget + kImportSlackBytes) {
+      return reply(done,
+                   absl::StrFormat("ERR the dump's header declares a snapshot of %u bytes (%s), "
+                                   "more than this server imports: its memory budget of %s plus "
+                                   "%s (no filter it can hold has a snapshot that large)",
+                                   bytes, FormatByteSize(bytes), FormatByteSize(budget),
+                                   FormatByteSize(kImportSlackBytes)));
+    }
     auto load = std::make_shared<Load>();
     load->id = id;
     load->name = name;
-    load->bytes = Get64(data.data() + 8);
-    load->touched = absl::Now();
-    const fs::path dir = fs::path(options_.data_dir) / kRedisDumpDir;
-    load->path = (dir / absl::StrCat("load-", id, "-", name)).string();
-    if (load->bytes == 0 || load->bytes > registry_->limits().memory_budget_bytes * 2 + (1 << 20)) {
-      return reply(done, absl::StrFormat("ERR the dump holds %u bytes, more than this server's "
-                                         "memory budget could load",
-                                         load->bytes));
-    }
-    MutexLock lock(&transfer_mu_);
-    auto old = loads_.find(name);
-    if (old != loads_.end()) {
-      if (old->second->importing) {
-        return reply(done, absl::StrFormat("ERR a load of '%s' is being committed", Shown(key)));
+    load->bytes = bytes;
+    load->busy = true;  // Until its file is created.
+    load->touched = Clock::now();
+    // Its own sequence number: a file of an earlier load of the same dump
+    // may still be being removed.
+    load->path =
+        (fs::path(options_.data_dir) / kRedisDumpDir /
+         absl::StrCat("load-", next_load_.fetch_add(1, std::memory_order_relaxed), "-", name))
+            .string();
+    std::shared_ptr<Load> old;
+    std::string error;
+    {
+      MutexLock lock(&transfer_mu_);
+      auto found = loads_.find(name);
+      if (found != loads_.end() && found->second->busy) {
+        error = absl::StrFormat(
+            "ERR the load of '%s' is busy with a chunk or its import: restart it once that is "
+            "answered",
+            Shown(key));
+      } else {
+        if (found != loads_.end()) {
+          old = std::move(found->second);
+          loads_.erase(found);
+        }
+        if (loads_.size() >= kMaxRedisLoads) {
+          error = absl::StrFormat(
+              "ERR %u CF.LOADCHUNK loads are in progress already (the most at once); finish one, "
+              "or wait %s for an abandoned one to expire",
+              loads_.size(), absl::FormatDuration(options_.transfer_idle_timeout));
+        } else {
+          loads_[name] = load;
+        }
       }
-      if (old->second->fd >= 0) ::close(old->second->fd);
-      ::unlink(old->second->path.c_str());
-      loads_.erase(old);
     }
-    if (loads_.size() >= kMaxRedisLoads) {
-      return reply(
-          done, absl::StrFormat("ERR %u CF.LOADCHUNK loads are in progress already (the "
-                                "most at once); finish one, or wait %s for an abandoned "
-                                "one to expire",
-                                loads_.size(), absl::FormatDuration(options_.dump_idle_timeout)));
-    }
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    load->fd = ::open(load->path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (load->fd < 0) {
-      return reply(done,
-                   absl::StrFormat("ERR cannot create %s: %s", load->path, std::strerror(errno)));
-    }
-    loads_[name] = load;
-    return reply(done, "");
+    if (old != nullptr) Discard(std::move(old));
+    if (!error.empty()) return reply(done, error);
+    boost::asio::post(transfer_threads_, [this, load, reply, done = std::move(done)]() mutable {
+      reply(done, StartLoad(load));
+    });
+    return;
   }
-  std::shared_ptr<Load> load;
+  std::shared_ptr<Load> load, dropped;
+  std::string error;
   {
     MutexLock lock(&transfer_mu_);
     auto found = loads_.find(name);
-    if (found == loads_.end() || found->second->importing) {
-      return reply(done, absl::StrFormat("ERR no CF.LOADCHUNK of '%s' is in progress: load the "
-                                         "dump's first chunk first",
-                                         Shown(key)));
-    }
-    load = found->second;
-    if (load->id != id || chunk != load->next_chunk) {
-      return reply(done, absl::StrFormat("ERR chunk %u of dump %u arrived, but chunk %u of dump %u "
-                                         "was expected next: load the chunks in the order "
-                                         "CF.SCANDUMP returned them",
-                                         chunk, id, load->next_chunk, load->id));
-    }
-    if (load->received + data.size() > load->bytes) {
-      ::close(load->fd);
-      ::unlink(load->path.c_str());
+    if (found == loads_.end()) {
+      error = NoLoad(key, id);
+    } else if (found->second->busy) {
+      error = absl::StrFormat(
+          "ERR chunk %u of dump %u arrived while the load of '%s' is still busy with its "
+          "previous chunk (or its import): send a load's chunks one at a time, each once the one "
+          "before is answered",
+          chunk, id, Shown(key));
+    } else if (found->second->id != id || chunk != found->second->next_chunk) {
+      error = absl::StrFormat(
+          "ERR chunk %u of dump %u arrived, but chunk %u of dump %u was expected next: load the "
+          "chunks in the order CF.SCANDUMP returned them",
+          chunk, id, found->second->next_chunk, found->second->id);
+    } else if (found->second->received + data.size() > found->second->bytes) {
+      error = absl::StrFormat(
+          "ERR the chunks hold more than the %u bytes the dump's header announced; the load is "
+          "abandoned",
+          found->second->bytes);
+      dropped = std::move(found->second);
       loads_.erase(found);
-      return reply(done, absl::StrFormat("ERR the chunks hold more than the %u bytes the dump's "
-                                         "header announced; the load is abandoned",
-                                         load->bytes));
+    } else {
+      load = found->second;
+      load->busy = true;
+      load->touched = Clock::now();
     }
-    size_t off = 0;
-    while (off < data.size()) {
-      const ssize_t n = ::write(load->fd, data.data() + off, data.size() - off);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        const std::string error = absl::StrFormat("ERR cannot write %s: %s; the load is abandoned",
-                                                  load->path, std::strerror(errno));
-        ::close(load->fd);
-        ::unlink(load->path.c_str());
-        loads_.erase(found);
-        return reply(done, error);
-      }
-      off += static_cast<size_t>(n);
+  }
+  if (dropped != nullptr) Discard(std::move(dropped));
+  if (!error.empty()) return reply(done, error);
+  const std::string token = s->token;
+  boost::asio::post(transfer_threads_,
+                    [this, load, data, token, reply, done = std::move(done)]() mutable {
+                      reply(done, WriteChunk(load, data, token));
+                    });
+}
+
+std::string RedisCommands::StartLoad(const std::shared_ptr<Load>& load) {
+  if (options_.disk != nullptr) {
+    absl::StatusOr<TransferDisk::Claim> claim = options_.disk->Take(
+        load->bytes, absl::StrFormat("the CF.LOADCHUNK of '%s'", Shown(load->name)));
+    if (!claim.ok()) {
+      EndLoad(load);
+      return absl::StrCat("ERR ", claim.status().message());
     }
+    load->claim = *std::move(claim);
+  }
+  const fs::path dir = fs::path(load->path).parent_path();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    EndLoad(load);
+    return absl::StrFormat("ERR cannot create %s: %s", dir.string(), ec.message());
+  }
+  load->fd = ::open(load->path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (load->fd < 0) {
+    const std::string error = absl::StrFormat("ERR cannot create %s: %s", load->path, Errno(errno));
+    EndLoad(load);
+    return error;
+  }
+  MutexLock lock(&transfer_mu_);
+  load->busy = false;
+  load->touched = Clock::now();
+  return "";
+}
+
+std::string RedisCommands::WriteChunk(const std::shared_ptr<Load>& load, std::string_view data,
+                                      const std::string& token) {
+  for (size_t off = 0; off < data.size();) {
+    const ssize_t n = ::write(load->fd, data.data() + off, data.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const std::string error = absl::StrFormat("ERR cannot write %s: %s; the load is abandoned",
+                                                load->path, Errno(errno));
+      EndLoad(load);
+      return error;
+    }
+    off += static_cast<size_t>(n);
+  }
+  load->claim.Wrote(data.size());
+  {
+    MutexLock lock(&transfer_mu_);
     load->received += data.size();
     ++load->next_chunk;
-    load->touched = absl::Now();
-    if (load->received < load->bytes) return reply(done, "");
-    load->importing = true;
-    ::close(load->fd);
-    load->fd = -1;
+    load->touched = Clock::now();
+    if (load->received < load->bytes) {
+      load->busy = false;
+      return "";
+    }
   }
   // The last chunk: import the file, then answer.
-  const std::string token = s->token;
-  boost::asio::post(
-      transfer_threads_, [this, load, token, reply, done = std::move(done)]() mutable {
-        std::string error;
-        const int fd = ::open(load->path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) {
-          error = absl::StrFormat("ERR cannot read %s: %s", load->path, std::strerror(errno));
-        } else {
-          grpc::ClientContext ctx;
-          if (auth_ != nullptr) ctx.AddMetadata("authorization", "Bearer " + token);
-          v1::ImportFilterResponse resp;
-          std::unique_ptr<grpc::ClientWriter<v1::ImportFilterChunk>> writer =
-              stub_->ImportFilter(&ctx, &resp);
-          v1::ImportFilterChunk chunk;
-          chunk.set_name(load->name);
-          chunk.set_total_bytes(load->bytes);
-          std::string buffer(kRedisDumpChunkBytes, '\0');
-          uint64_t sent = 0;
-          while (sent < load->bytes) {
-            const ssize_t n = ::read(fd, buffer.data(), buffer.size());
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) {
-              error = absl::StrFormat("ERR cannot read %s: %s", load->path,
-                                      n < 0 ? std::strerror(errno) : "short file");
-              ctx.TryCancel();
-              break;
-            }
-            chunk.set_data(buffer.data(), static_cast<size_t>(n));
-            sent += static_cast<uint64_t>(n);
-            if (!writer->Write(chunk)) break;
-            chunk.clear_name();
-            chunk.clear_total_bytes();
-          }
-          writer->WritesDone();
-          const grpc::Status st = writer->Finish();
-          ::close(fd);
-          if (error.empty() && !st.ok()) {
-            error = st.error_code() == grpc::StatusCode::ALREADY_EXISTS
-                        ? absl::StrFormat(
-                              "ERR filter '%s' exists: DEL it first, or load the dump "
-                              "under another name",
-                              Shown(load->name))
-                        : StatusError(st);
-          }
-        }
-        {
-          MutexLock lock(&transfer_mu_);
-          auto found = loads_.find(load->name);
-          if (found != loads_.end() && found->second == load) loads_.erase(found);
-        }
-        ::unlink(load->path.c_str());
-        reply(done, error);
-      });
+  return ImportLoad(load, token);
+}
+
+std::string RedisCommands::ImportLoad(const std::shared_ptr<Load>& load, const std::string& token) {
+  ::close(std::exchange(load->fd, -1));
+  std::string error;
+  const int fd = ::open(load->path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    error = absl::StrFormat("ERR cannot read %s: %s", load->path, Errno(errno));
+  } else {
+    grpc::ClientContext ctx;
+    if (auth_ != nullptr) ctx.AddMetadata("authorization", "Bearer " + token);
+    v1::ImportFilterResponse resp;
+    std::unique_ptr<grpc::ClientWriter<v1::ImportFilterChunk>> writer =
+        stub_->ImportFilter(&ctx, &resp);
+    v1::ImportFilterChunk chunk;
+    chunk.set_name(load->name);
+    chunk.set_total_bytes(load->bytes);
+    std::string buffer(kRedisDumpChunkBytes, '\0');
+    uint64_t sent = 0;
+    while (sent < load->bytes) {
+      const ssize_t n = ::read(fd, buffer.data(), buffer.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        error = absl::StrFormat("ERR cannot read %s: %s", load->path,
+                                n < 0 ? Errno(errno) : std::string("short file"));
+        ctx.TryCancel();
+        break;
+      }
+      chunk.set_data(buffer.data(), static_cast<size_t>(n));
+      sent += static_cast<uint64_t>(n);
+      if (!writer->Write(chunk)) break;
+      chunk.clear_name();
+      chunk.clear_total_bytes();
+    }
+    writer->WritesDone();
+    const grpc::Status st = writer->Finish();
+    ::close(fd);
+    if (error.empty() && !st.ok()) {
+      error = st.error_code() == grpc::StatusCode::ALREADY_EXISTS
+                  ? absl::StrFormat(
+                        "ERR filter '%s' exists: DEL it first, or load the dump under another "
+                        "name",
+                        Shown(load->name))
+                  : StatusError(st);
+    }
+  }
+  EndLoad(load);
+  return error;
 }
 
 // ---- Connection commands ----

@@ -34,7 +34,19 @@
 // "CKDUMP01", the snapshot's size and items, little-endian u64s), then the
 // snapshot file in 1 MiB chunks. A dump is taken whole when it starts (a
 // private copy under data_dir/.redis-dump), so its chunks are one consistent
-// snapshot; an unfinished dump or load is forgotten after dump_idle_timeout.
+// snapshot; a load keeps its chunks in a private file there until the last
+// one, then imports it. Their file work (the copy, each chunk read or
+// written, creating and removing files, the disk space check) runs on
+// transfer threads of their own, never on a connection's thread nor under a
+// lock other connections take, and the command is answered from there (a
+// connection's replies stay in order: it runs its next command only then).
+// A load's declared size must be one ImportFilter takes (the memory budget
+// plus 1 MiB) and fit the data directory's free disk beside the write-ahead
+// log's reserve (TransferDisk, server/transfers.h); a dump's copy must fit
+// too. An unfinished dump or load whose client sent or asked for nothing
+// for transfer_idle_timeout is dropped by a timer (IdleSweeper), its file
+// removed and a line logged; its client's next chunk gets an error saying
+// so.
 //
 // Thread safety: Execute is called from many connection threads at once.
 #ifndef CUCKOO_SERVER_RESP_COMMANDS_H_
@@ -43,7 +55,9 @@
 #include <grpcpp/channel.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -66,6 +80,7 @@
 #include "server/metrics.h"
 #include "server/persistence.h"
 #include "server/resp_server.h"
+#include "server/transfers.h"
 
 namespace cuckoo::server {
 
@@ -77,6 +92,10 @@ inline constexpr size_t kRedisDumpChunkBytes = size_t{1} << 20;
 // Dumps and loads that may be unfinished at once (more get an error).
 inline constexpr size_t kMaxRedisDumps = 4;
 inline constexpr size_t kMaxRedisLoads = 2;
+// Dumps and loads dropped for their idle time that are remembered, for the
+// error their client gets next: at most this many, for at most this long.
+inline constexpr size_t kMaxRedisExpiredTransfers = 64;
+inline constexpr absl::Duration kRedisExpiredTransferMemory = absl::Hours(1);
 
 struct RedisOptions {
   // A filter that CF.ADD, CF.ADDNX, CF.INSERT or CF.INSERTNX creates (the
@@ -98,8 +117,12 @@ struct RedisOptions {
   size_t max_bulk_bytes = 0;
   // Where dumps and loads keep their private files.
   std::string data_dir;
-  // An unfinished dump or load not touched for this long is dropped.
-  absl::Duration dump_idle_timeout = absl::Minutes(10);
+  // An unfinished dump or load whose client sent or asked for no chunk for
+  // this long is dropped (--transfer-idle-timeout).
+  absl::Duration transfer_idle_timeout = absl::Seconds(60);
+  // Where dumps and loads claim the disk space of their files; null: not
+  // checked.
+  TransferDisk* disk = nullptr;
 };
 
 class RedisCommands final : public resp::CommandHandler {
@@ -125,9 +148,6 @@ class RedisCommands final : public resp::CommandHandler {
   void set_client_memory(std::function<ClientMemory()> f) { client_memory_ = std::move(f); }
   // For INFO's server section: the bound port.
   void set_port(int port) { port_ = port; }
-  // Files and sessions of dumps and loads not touched for dump_idle_timeout
-  // are removed (also done on each CF.SCANDUMP and CF.LOADCHUNK).
-  void ExpireTransfers();
 
   // The reply to a command after authentication failed or is missing, etc.:
   // public for tests of the error wording.
@@ -137,6 +157,7 @@ class RedisCommands final : public resp::CommandHandler {
   struct Call;
   struct Dump;
   struct Load;
+  struct Expired;
 
   // One command (or a run of merged ones) given to Execute.
   size_t Dispatch(resp::Session* session, absl::Span<const resp::Command> commands,
@@ -176,6 +197,29 @@ class RedisCommands final : public resp::CommandHandler {
                 std::chrono::steady_clock::time_point start);
   void LoadChunk(resp::Session* s, const resp::Command& c, resp::Completion done,
                  std::chrono::steady_clock::time_point start);
+  // CF.SCANDUMP's and CF.LOADCHUNK's helpers. A dump or load taken out of
+  // dumps_ / loads_ is handed to Discard, which removes its file on a
+  // transfer thread.
+  void Discard(std::shared_ptr<Dump> dump);
+  void Discard(std::shared_ptr<Load> load);
+  // Drops the dumps and loads idle for transfer_idle_timeout (the sweeper's
+  // check).
+  void ExpireTransfers(std::chrono::steady_clock::time_point now);
+  // The error for a dump (or load) not in progress, saying it was dropped
+  // for its idle time if it was.
+  std::string NoDump(std::string_view key, int64_t iterator, uint64_t id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(transfer_mu_);
+  std::string NoLoad(std::string_view key, uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(transfer_mu_);
+  // A load's steps, on a transfer thread, each returning its error reply
+  // ("" for OK): the header's (claims the disk space, creates the file),
+  // each chunk's (written; the last one then imported by ImportLoad).
+  std::string StartLoad(const std::shared_ptr<Load>& load);
+  std::string WriteChunk(const std::shared_ptr<Load>& load, std::string_view data,
+                         const std::string& token);
+  std::string ImportLoad(const std::shared_ptr<Load>& load, const std::string& token);
+  // A load done with or failed, on a transfer thread: out of loads_, its
+  // file removed.
+  void EndLoad(const std::shared_ptr<Load>& load);
   // AUTH and HELLO: what to wait before the reply is sent (a failed AUTH
   // after a few is answered later and later, see AuthFailed).
   absl::Duration Hello(resp::Session* s, const resp::Command& c, resp::Writer& w);
@@ -216,10 +260,15 @@ class RedisCommands final : public resp::CommandHandler {
   // In-process gRPC calls, and writes waiting to be durable, whose callbacks
   // have not returned.
   std::atomic<int64_t> calls_{0};
+  // Dumps and loads. Held for lookups and bookkeeping only: never across
+  // file work.
   Mutex transfer_mu_;
   std::atomic<uint64_t> next_dump_{1};
+  std::atomic<uint64_t> next_load_{1};  // Names loads' files.
   std::map<uint64_t, std::shared_ptr<Dump>> dumps_ ABSL_GUARDED_BY(transfer_mu_);
   std::map<std::string, std::shared_ptr<Load>> loads_ ABSL_GUARDED_BY(transfer_mu_);
+  // Those dropped for their idle time, newest last.
+  std::deque<Expired> expired_ ABSL_GUARDED_BY(transfer_mu_);
   // Failed AUTHs by peer address (without the port), for the delay; at most
   // kMaxAuthPeers, forgotten kAuthPeerMemory after their last failure.
   struct PeerAuthFailures {
@@ -235,9 +284,16 @@ class RedisCommands final : public resp::CommandHandler {
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> delay_work_{
       delay_io_.get_executor()};
   std::thread delay_thread_{[this] { delay_io_.run(); }};
-  // Dumps' and loads' blocking work (the export's and import's streams).
-  // Last: joined first.
-  boost::asio::thread_pool transfer_threads_{2};
+  // Drops idle dumps and loads (ExpireTransfers), registered as
+  // expire_watch_ from construction to destruction.
+  IdleSweeper idle_{IdleSweeper::IntervalFor(options_.transfer_idle_timeout)};
+  uint64_t expire_watch_ = 0;
+  // Dumps' and loads' file work (the export's and import's streams, each
+  // chunk read or written): one thread per dump and load that may be
+  // unfinished, so that none waits behind another's long step (a dump's
+  // copy being written, a load's import, a disk that stalls). Last: joined
+  // first.
+  boost::asio::thread_pool transfer_threads_{kMaxRedisDumps + kMaxRedisLoads};
 };
 
 }  // namespace cuckoo::server

@@ -317,7 +317,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Runs commands and reads until it has to wait (for a read, a reply in
   // flight, or the client to take its output), then writes what it has.
   void Process() {
-    while (!closed_ && !close_after_flush_ && !reading_ && !Blocked()) {
+    // After QUIT (close_after_reply) nothing more runs.
+    while (!closed_ && !close_after_flush_ && !session_.close_after_reply && !reading_ &&
+           !Blocked()) {
       if (PendingOutput() >= OutputLimit()) {
         if (!paused_) paused_since_ = Clock::now();
         paused_ = true;  // OnWrite resumes
@@ -344,7 +346,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Whether the next command must wait: one in flight that did not say
   // Applied, or too many (or too large) that did.
   bool Blocked() const {
-    return unapplied_ > 0 || unready_ >= std::max<size_t>(core_->options.max_pipelined, 1) ||
+    return unapplied_ > 0 || queued_then_ > 0 ||
+           unready_ >= std::max<size_t>(core_->options.max_pipelined, 1) ||
            (unready_ > 0 && unready_arg_bytes_ >= core_->options.max_pipelined_bytes);
   }
 
@@ -375,7 +378,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     took = std::clamp<size_t>(took, 1, commands.size());
     Slot& slot = slots_.back();
     if (slot.ready) {
-      queued_bytes_ += slot.bytes.size();
+      Queue(slot);
       DrainReplies();
     } else {
       for (size_t i = 0; i < took; ++i) {
@@ -402,6 +405,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
     queued_bytes_ += slot.bytes.size();
   }
 
+  // A reply came: counted until its turn. One with a `then` (which may
+  // change the session, e.g. close after it) holds back the next commands
+  // until it has run.
+  void Queue(const Slot& slot) {
+    queued_bytes_ += slot.bytes.size();
+    if (slot.then) ++queued_then_;
+  }
+
   // Moves the replies whose turn has come to the output.
   void DrainReplies() {
     while (!slots_.empty() && slots_.front().ready) {
@@ -409,8 +420,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
       slots_.pop_front();
       ++first_seq_;
       queued_bytes_ -= slot.bytes.size();
+      if (slot.then) --queued_then_;
       Apply(slot.bytes, slot.then);
     }
+    if (session_.close_after_reply && slots_.empty() && !closed_) CloseAfterFlush("quit");
   }
 
   // Parses the complete commands at the front of the unparsed input; true
@@ -537,7 +550,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     slot.ready = true;
     slot.bytes = std::move(bytes);
     slot.then = std::move(then);
-    queued_bytes_ += slot.bytes.size();
+    Queue(slot);
     unready_arg_bytes_ -= slot.arg_bytes;
     --unready_;
     if (!slot.applied) --unapplied_;
@@ -557,7 +570,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Apply(const std::string& bytes, const std::function<void(Session*)>& then) {
     if (then) then(&session_);
     if (!lingering_ && !closed_) out_.append(bytes);
-    if (session_.close_after_reply && !closed_) CloseAfterFlush("quit");
   }
 
   // Writes the output gathered so far, unless a write is in progress (its
@@ -686,7 +698,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     // The memory goes now, not when the last reference does (a handler's
     // Completion may keep this object long after).
     std::deque<Slot>().swap(slots_);
-    queued_bytes_ = 0;
+    queued_bytes_ = queued_then_ = 0;
     if (!views_in_use) {
       std::vector<Command>().swap(commands_);
       in_.reset();
@@ -798,6 +810,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   size_t unapplied_ = 0;          // of them, not Applied (0 or 1)
   size_t unready_arg_bytes_ = 0;  // their Slot::arg_bytes
   size_t queued_bytes_ = 0;       // replied slots' bytes
+  size_t queued_then_ = 0;        // replied slots with a `then`
 
   // Output: out_ gathers replies while writing_ is being written.
   std::string out_;

@@ -230,9 +230,19 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
                     .max_message_bytes = config.max_message_bytes,
                     .dedup_window = config.dedup_window,
                     .max_dedup_bytes = kRequestWindowBytes,
-                    .max_read_wait = config.max_read_wait},
+                    .max_read_wait = config.max_read_wait,
+                    .transfer_idle_timeout = config.transfer_idle_timeout},
       config.snapshot_interval, s->cluster_.get());
   s->service_->SetAuthenticator(s->auth_.get());
+  // The write-ahead log prepares its next segment ahead of the one being
+  // written: transfers' files leave room for both. (A cluster replica has
+  // no log of its own; it keeps the same room for its snapshots.)
+  s->transfer_disk_ = std::make_unique<TransferDisk>(
+      config.data_dir, 2 * config.wal_segment_bytes,
+      config.nats_urls.empty() ? "the write-ahead log (2 x --wal-segment-size)"
+                               : "snapshots (2 x --wal-segment-size)",
+      persistence.wal.env);
+  s->service_->SetTransferDisk(s->transfer_disk_.get());
 
   // The admin server first, so that while snapshots load /healthz answers
   // and /readyz says why it is not ready. Its handlers only read members
@@ -410,7 +420,9 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
             .max_clients = config.redis_max_clients,
             .max_client_memory = EffectiveRedisClientMemory(config),
             .max_bulk_bytes = std::max<size_t>(config.max_key_bytes, kRedisDumpChunkBytes + 4096),
-            .data_dir = config.data_dir});
+            .data_dir = config.data_dir,
+            .transfer_idle_timeout = config.transfer_idle_timeout,
+            .disk = s->transfer_disk_.get()});
     resp::ServerOptions options;
     options.listen = config.redis_listen;
     options.threads = static_cast<int>(config.redis_threads);

@@ -46,6 +46,7 @@
 #include "server/resp_commands.h"
 #include "server/resp_server.h"
 #include "server/tls.h"
+#include "server/transfers.h"
 
 namespace cuckoo::server {
 
@@ -141,6 +142,9 @@ class CuckooServer {
   // Before service_, which reads them while it serves.
   std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<CertificateWatcher> certificate_watcher_;
+  // The transfers' disk space claims (server/transfers.h): before service_
+  // and redis_commands_, which claim from it.
+  std::unique_ptr<TransferDisk> transfer_disk_;
   std::unique_ptr<FilterServiceImpl> service_;
   std::unique_ptr<grpc::ResourceQuota> transport_quota_;
   // The gRPC port's addresses (server/listen.h); before grpc_server_, so

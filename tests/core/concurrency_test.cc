@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <deque>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -328,6 +329,147 @@ TEST_P(ConcurrencyKindTest, ReadersNeverMissKeysWhileShardsGrow) {
   EXPECT_GT(filter.Stats().generations.size(), 4u);
   EXPECT_LE(filter.items(), kWriters * kKeys);
   EXPECT_GT(filter.items(), kWriters * kKeys - kKeys / 100);
+}
+
+// Batched lookups while some shards grow (issue 30): a batch reads every
+// shard's tables lock-free, cross-shard, one generation at a time, and
+// checks the shards' counters once at the end. Residents are inserted
+// first and the even shards grown once with more of them, so residents
+// live in first and second tables. Then readers look them up in batches
+// while a writer grows the even shards, then the shards 1 mod 4, further
+// with keys of its own (from half the shards grown to three quarters: the
+// batches switch from first tables first to newest first), and replaces
+// other keys in every shard (deletes from grown shards' first tables, and
+// kicks in the shards 3 mod 4, which never grow, held at 93%). No resident
+// may ever be missed.
+TEST_P(ConcurrencyKindTest, BatchLookupsNeverMissResidentsWhileSomeShardsGrow) {
+  auto created = CuckooFilter::Create({.capacity = 8000,
+                                       .false_positive_rate = 0.002,
+                                       .shards = 8,
+                                       .seed = 13,
+                                       .semi_sort = GetParam() == TableKind::kSemiSorted,
+                                       .growth_factor = 2});
+  ASSERT_TRUE(created.ok()) << created.status();
+  CuckooFilter& filter = **created;
+  const uint32_t shards = filter.shape().shards;
+  const uint32_t bits = filter.shape().shard_bits;
+  auto shard_of = [&](const std::string& k) {
+    return static_cast<uint32_t>(filter.Hash(k) >> (64 - bits));
+  };
+  auto insert = [&](absl::Span<const std::string> keys) {
+    std::vector<std::string_view> views(keys.begin(), keys.end());
+    std::vector<InsertResult> out(views.size());
+    filter.InsertBatch(views, false, absl::MakeSpan(out));
+    for (InsertResult r : out) ASSERT_EQ(r, InsertResult::kInserted);
+  };
+  // Until each shard s with pick(s) has `generations` tables, inserts keys
+  // of `stream` that fall in those shards, 64 at a time, calling
+  // between(keys) after each batch.
+  auto grow = [&](uint64_t stream, uint32_t generations, auto pick, auto between) {
+    auto grown = [&] {
+      for (uint32_t s = 0; s < shards; ++s) {
+        if (pick(s) && filter.ShardGenerations(s) < generations) return false;
+      }
+      return true;
+    };
+    std::vector<std::string> batch;
+    for (uint64_t i = 0; !grown() && !HasFatalFailure();) {
+      batch.clear();
+      for (; batch.size() < 64; ++i) {
+        if (std::string k = Key(stream, i); pick(shard_of(k))) batch.push_back(std::move(k));
+      }
+      ASSERT_NO_FATAL_FAILURE(insert(batch));
+      between(batch);
+    }
+  };
+  auto even = [](uint32_t s) { return s % 2 == 0; };
+  auto never = [](uint32_t s) { return s % 4 == 3; };  // Shards that never grow.
+  std::vector<std::string> residents, churn;
+  for (uint64_t i = 0; i < 5000; ++i) residents.push_back(Key(30, i));
+  for (uint64_t i = 0; i < 1000; ++i) churn.push_back(Key(31, i));
+  ASSERT_NO_FATAL_FAILURE(insert(residents));
+  ASSERT_NO_FATAL_FAILURE(insert(churn));
+  ASSERT_NO_FATAL_FAILURE(grow(32, 2, even, [&](const std::vector<std::string>& batch) {
+    residents.insert(residents.end(), batch.begin(), batch.end());
+  }));
+  // The shards that never grow to 93% of their one table, so that the
+  // churn below kicks residents between buckets there while readers run.
+  const uint64_t slots = filter.Stats().generations[0].slots / shards;
+  std::vector<uint64_t> held(shards, 0);
+  for (const auto& k : residents) ++held[shard_of(k)];
+  for (const auto& k : churn) ++held[shard_of(k)];
+  std::vector<std::string> fill;
+  for (uint64_t i = 0;; ++i) {
+    bool all = true;
+    for (uint32_t s = 0; s < shards; ++s) all &= !never(s) || held[s] >= slots * 93 / 100;
+    if (all) break;
+    std::string k = Key(34, i);
+    const uint32_t s = shard_of(k);
+    if (!never(s) || held[s] >= slots * 93 / 100) continue;
+    ++held[s];
+    fill.push_back(std::move(k));
+  }
+  ASSERT_NO_FATAL_FAILURE(insert(fill));
+  residents.insert(residents.end(), fill.begin(), fill.end());
+  for (uint32_t s = 0; s < shards; ++s) {
+    ASSERT_EQ(filter.ShardGenerations(s), even(s) ? 2u : 1u) << "shard " << s;
+  }
+  const std::vector<std::string_view> views(residents.begin(), residents.end());
+
+  std::atomic<uint64_t> batches{0};
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> misses{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < kReaders; ++r) {
+    readers.emplace_back([&, r] {
+      const size_t chunk = r == 0 ? 256 : 1000;
+      std::unique_ptr<bool[]> found(new bool[chunk]);
+      while (!done.load(std::memory_order_acquire)) {
+        for (size_t i = 0; i < views.size(); i += chunk) {
+          const size_t m = std::min(chunk, views.size() - i);
+          filter.LookupBatch(absl::MakeConstSpan(&views[i], m), absl::Span<bool>(found.get(), m));
+          for (size_t j = 0; j < m; ++j) misses += !found[j];
+          batches.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+    });
+  }
+  // Write only once the readers run.
+  while (batches.load(std::memory_order_relaxed) < 2) std::this_thread::yield();
+  const uint64_t batches_before = batches.load(std::memory_order_relaxed);
+  // Churn: each new key of stream 31 replaces its shard's oldest, so every
+  // shard keeps its count.
+  std::vector<std::deque<std::string>> oldest(shards);
+  for (auto& k : churn) oldest[shard_of(k)].push_back(std::move(k));
+  uint64_t next = churn.size();
+  auto replace = [&](const std::vector<std::string>&) {
+    for (int j = 0; j < 128; ++j) {
+      std::string k = Key(31, next++);
+      std::deque<std::string>& q = oldest[shard_of(k)];
+      ASSERT_EQ(filter.Insert(k), InsertResult::kInserted);
+      ASSERT_EQ(filter.Delete(q.front()), DeleteResult::kDeleted);
+      q.pop_front();
+      q.push_back(std::move(k));
+    }
+  };
+  grow(33, 3, even, replace);
+  grow(
+      35, 2, [](uint32_t s) { return s % 4 == 1; }, replace);
+  grow(
+      36, 4, [&](uint32_t s) { return !never(s); }, replace);
+  const uint64_t batches_during = batches.load(std::memory_order_relaxed) - batches_before;
+  done.store(true, std::memory_order_release);
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(misses.load(), 0u);
+  EXPECT_GT(batches_during, 0u);
+  for (uint32_t s = 0; s < shards; ++s) {
+    if (never(s)) {
+      EXPECT_EQ(filter.ShardGenerations(s), 1u) << "shard " << s;
+    } else {
+      EXPECT_GE(filter.ShardGenerations(s), 4u) << "shard " << s;
+    }
+  }
+  for (const auto& k : views) ASSERT_TRUE(filter.MayContain(k));
 }
 
 TEST(ConcurrencyTest, RegistryCreateGetDropFromManyThreadsStaysConsistent) {

@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/cuckoo_filter.h"
 #include "core/filter_options.h"
 #include "core/hash.h"
@@ -532,6 +534,157 @@ TEST(GrowthTest, GrowthListenerHearsEveryTableAndMemoryBytesCountsThem) {
   for (uint32_t s = 0; s < 2; ++s) grown += f->ShardGenerations(s) - 1;
   EXPECT_EQ(static_cast<int>(grown), tables);
 }
+
+// --- Batched lookups before and after some shards grow (issue 30) ---
+
+uint32_t ShardOf(const CuckooFilter& f, uint64_t h) {
+  const uint32_t bits = f.shape().shard_bits;
+  return bits == 0 ? 0 : static_cast<uint32_t>(h >> (64 - bits));
+}
+
+// Inserts keys of `stream` whose shard `pick` accepts until each such shard
+// has at least `generations` tables; returns their hashes.
+template <typename Pick>
+std::vector<uint64_t> GrowShards(CuckooFilter& f, uint64_t stream, uint32_t generations,
+                                 Pick pick) {
+  std::vector<uint64_t> inserted, h;
+  std::vector<InsertResult> r;
+  auto done = [&] {
+    for (uint32_t s = 0; s < f.shape().shards; ++s) {
+      if (pick(s) && f.ShardGenerations(s) < generations) return false;
+    }
+    return true;
+  };
+  for (uint64_t i = 0; !done();) {
+    h.clear();
+    for (; h.size() < 512; ++i) {
+      const uint64_t x = HashedKey(stream, i);
+      if (pick(ShardOf(f, x))) h.push_back(x);
+    }
+    r.assign(h.size(), InsertResult::kFull);
+    f.InsertHashed(h, false, absl::MakeSpan(r));
+    for (InsertResult x : r) EXPECT_EQ(x, InsertResult::kInserted);
+    inserted.insert(inserted.end(), h.begin(), h.end());
+  }
+  return inserted;
+}
+
+// Each of `hashes` looked up alone: a batch of one takes the per-shard path,
+// which reads every generation of the key's shard.
+std::vector<char> LookupOneByOne(const CuckooFilter& f, absl::Span<const uint64_t> hashes) {
+  std::vector<char> out;
+  for (const uint64_t h : hashes) {
+    bool found = false;
+    f.LookupHashed({&h, 1}, {&found, 1});
+    out.push_back(found);
+  }
+  return out;
+}
+
+// `hashes` looked up in batches of `batch`.
+std::vector<char> LookupInBatches(const CuckooFilter& f, absl::Span<const uint64_t> hashes,
+                                  size_t batch) {
+  std::vector<char> out;
+  std::unique_ptr<bool[]> r(new bool[batch]);
+  for (size_t at = 0; at < hashes.size(); at += batch) {
+    const size_t m = std::min(batch, hashes.size() - at);
+    f.LookupHashed(hashes.subspan(at, m), absl::MakeSpan(r.get(), m));
+    out.insert(out.end(), r.get(), r.get() + m);
+  }
+  return out;
+}
+
+// Up to 64 shards a batch runs one lock-free pass over every shard's first
+// table; above, shard by shard with the next shards' buckets prefetched.
+class GrowingFilterTest : public ::testing::TestWithParam<uint32_t> {};
+
+// A growing filter that has not grown has one table per shard, exactly as a
+// fixed filter with its shape: the same keys give the same tables, and a
+// batch must answer every key, present or absent, as that filter does.
+TEST_P(GrowingFilterTest, BatchLookupBeforeGrowthFindsEveryKeyAndAnswersAsAFixedFilter) {
+  std::unique_ptr<CuckooFilter> growing = MakeGrowing(20'000, 0.002, 2, 0, GetParam());
+  ASSERT_NE(growing, nullptr);
+  FilterShape shape = growing->shape();
+  shape.growth_factor = 0;
+  shape.max_capacity = 0;
+  shape.false_positive_rate = 0;
+  absl::StatusOr<std::unique_ptr<CuckooFilter>> fixed = CuckooFilter::FromShape(shape);
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  const uint64_t n = 14'000;  // 70%: no shard of the fixed filter is full.
+  ASSERT_NO_FATAL_FAILURE(InsertRange(*growing, 0, n));
+  ASSERT_NO_FATAL_FAILURE(InsertRange(**fixed, 0, n));
+  for (uint32_t s = 0; s < shape.shards; ++s) ASSERT_EQ(growing->ShardGenerations(s), 1u) << s;
+  // Present and absent keys interleaved, so every batch spans the shards.
+  std::vector<uint64_t> h;
+  for (uint64_t i = 0; i < n; ++i) {
+    h.push_back(HashedKey(0, i));
+    h.push_back(HashedKey(1, i));
+  }
+  for (const size_t batch : {size_t{1000}, size_t{2}, size_t{4096}}) {
+    const std::vector<char> got = LookupInBatches(*growing, h, batch);
+    const std::vector<char> want = LookupInBatches(**fixed, h, batch);
+    for (size_t k = 0; k < h.size(); ++k) {
+      if (k % 2 == 0) {
+        ASSERT_TRUE(got[k]) << "key " << k / 2 << ", batches of " << batch;
+      }
+      ASSERT_EQ(got[k], want[k]) << "key " << k << ", batches of " << batch;
+    }
+  }
+}
+
+// Even shards grow one generation, every fourth a second one, the others
+// not at all; then the shards 1 mod 4 grow too (three quarters of the shards
+// grown: batches then go newest table first, first tables last). Keys are
+// in first and later tables. At both stages a batch must find every key (a
+// pass over first tables alone would miss those in later ones, one over
+// grown tables alone those of the other shards) and answer absent keys as
+// single-key lookups, which read every generation.
+TEST_P(GrowingFilterTest, BatchLookupAfterSomeShardsGrewFindsEveryKey) {
+  std::unique_ptr<CuckooFilter> f = MakeGrowing(20'000, 0.002, 2, 0, GetParam());
+  ASSERT_NE(f, nullptr);
+  const uint32_t shards = f->shape().shards;
+  ASSERT_NO_FATAL_FAILURE(InsertRange(*f, 0, 15'000));
+  std::vector<uint64_t> present;
+  for (uint64_t i = 0; i < 15'000; ++i) present.push_back(HashedKey(0, i));
+  auto check = [&] {
+    std::vector<uint64_t> h;
+    for (size_t i = 0; i < present.size(); ++i) {
+      h.push_back(present[i]);
+      h.push_back(HashedKey(1, i));
+    }
+    const std::vector<char> one_by_one = LookupOneByOne(*f, h);
+    for (const size_t batch : {size_t{1000}, size_t{2}, size_t{4096}}) {
+      const std::vector<char> got = LookupInBatches(*f, h, batch);
+      for (size_t k = 0; k < h.size(); ++k) {
+        if (k % 2 == 0) {
+          ASSERT_TRUE(got[k]) << "key " << k / 2 << " of shard " << ShardOf(*f, h[k])
+                              << ", batches of " << batch;
+        }
+        ASSERT_EQ(got[k], one_by_one[k]) << "key " << k << ", batches of " << batch;
+      }
+    }
+  };
+  for (const auto& [stream, generations, every] :
+       {std::tuple{2u, 2u, 2u}, std::tuple{3u, 3u, 4u}}) {
+    const std::vector<uint64_t> more =
+        GrowShards(*f, stream, generations, [&](uint32_t s) { return s % every == 0; });
+    present.insert(present.end(), more.begin(), more.end());
+  }
+  for (uint32_t s = 0; s < shards; ++s) {
+    const uint32_t want = s % 4 == 0 ? 3 : s % 2 == 0 ? 2 : 1;
+    ASSERT_EQ(f->ShardGenerations(s), shards == 1 ? 3 : want) << "shard " << s;
+  }
+  ASSERT_NO_FATAL_FAILURE(check());
+  const std::vector<uint64_t> more = GrowShards(*f, 4, 2, [](uint32_t s) { return s % 4 == 1; });
+  present.insert(present.end(), more.begin(), more.end());
+  for (uint32_t s = 0; s < shards; ++s) {
+    ASSERT_EQ(f->ShardGenerations(s) > 1, shards == 1 || s % 4 != 3) << "shard " << s;
+  }
+  ASSERT_NO_FATAL_FAILURE(check());
+}
+
+INSTANTIATE_TEST_SUITE_P(Shards, GrowingFilterTest, ::testing::Values(1u, 16u, 64u, 128u),
+                         [](const auto& p) { return absl::StrCat(p.param, "Shards"); });
 
 }  // namespace
 }  // namespace cuckoo

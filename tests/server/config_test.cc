@@ -101,6 +101,10 @@ TEST(ConfigTest, InvalidValuesNameTheFlag) {
        "(16MiB)"},
       {[](ServerConfig& c) { c.grpc_threads = 1025; },
        "--grpc-threads=1025 must be 0 (one per CPU) to 1024"},
+      {[](ServerConfig& c) { c.transfer_idle_timeout = absl::Milliseconds(10); },
+       "--transfer-idle-timeout=10ms must be between 100ms and 24h"},
+      {[](ServerConfig& c) { c.transfer_idle_timeout = absl::Hours(25); },
+       "--transfer-idle-timeout=25h must be between 100ms and 24h"},
   };
   for (const Case& k : cases) {
     ServerConfig c;
@@ -160,9 +164,9 @@ TEST(ConfigTest, StatedOverheadCountsTheRedisPortsClientsWhenItIsOn) {
   c.redis_listen = "127.0.0.1:6379";
   c.redis_threads = 2;
   c.redis_client_memory_bytes = uint64_t{64} << 20;
-  EXPECT_EQ(RedisMemoryOverhead(c),
-            (uint64_t{64} << 20) + 2 * ((uint64_t{16} << 20) + (64 << 10) + (1 << 20)) +
-                kRedisAuthThrottleBytes);
+  EXPECT_EQ(RedisMemoryOverhead(c), (uint64_t{64} << 20) +
+                                        2 * ((uint64_t{16} << 20) + (64 << 10) + (1 << 20)) +
+                                        kRedisAuthThrottleBytes + kRedisTransferBytes);
   EXPECT_EQ(StatedMemoryOverhead(c), without + RedisMemoryOverhead(c));
   // The default: 1/16 of the available memory, 32 MiB to 1 GiB, at least
   // four of the largest commands.
@@ -447,16 +451,22 @@ namespace {
 TEST(ConfigTest, NatsUrlsMakeClusterModeAndBadOnesNameTheValue) {
   // absl's flags keep their last values: every parse sets all it relies on.
   auto with = [](std::vector<std::string> args) {
-    std::vector<std::string> all = {"--max-filters=4",    "--nats=",
-                                    "--nats-replicas=0",  "--dedup-window=2m",
-                                    "--max-read-wait=5s", "--ready-max-lag=1000",
-                                    "--advertise=",       "--replica-expiry=24h"};
+    std::vector<std::string> all = {"--max-filters=4",
+                                    "--nats=",
+                                    "--nats-replicas=0",
+                                    "--dedup-window=2m",
+                                    "--max-read-wait=5s",
+                                    "--ready-max-lag=1000",
+                                    "--advertise=",
+                                    "--replica-expiry=24h",
+                                    "--transfer-idle-timeout=60s"};
     all.insert(all.end(), args.begin(), args.end());
     return Parse(all);
   };
   EXPECT_TRUE(with({})->nats_urls.empty());
   auto c = with({"--nats=nats://a:4222, nats://b:4222", "--nats-stream=S1", "--replica-id=r7",
-                 "--dedup-window=5m", "--max-read-wait=2s", "--ready-max-lag=10"});
+                 "--dedup-window=5m", "--max-read-wait=2s", "--ready-max-lag=10",
+                 "--transfer-idle-timeout=90s"});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->nats_urls, (std::vector<std::string>{"nats://a:4222", "nats://b:4222"}));
   EXPECT_EQ(c->nats_stream, "S1");
@@ -464,6 +474,8 @@ TEST(ConfigTest, NatsUrlsMakeClusterModeAndBadOnesNameTheValue) {
   EXPECT_EQ(c->dedup_window, absl::Minutes(5));
   EXPECT_EQ(c->max_read_wait, absl::Seconds(2));
   EXPECT_EQ(c->ready_max_lag, 10u);
+  EXPECT_EQ(c->transfer_idle_timeout, absl::Seconds(90));
+  EXPECT_EQ(with({})->transfer_idle_timeout, absl::Seconds(60));
   auto bad = with({"--nats=localhost:4222"});
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(std::string(bad.status().message()),

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/cuckoo_filter.h"
 #include "core/snapshot.h"
@@ -1751,6 +1752,179 @@ TEST_F(FilterServiceTransferTest, ACrashAtAnyStepOfAnImportLeavesNoFilterOrTheWh
     EXPECT_EQ(Get("g").response.filter().items(), a.size() + later.size());
     EXPECT_EQ(CountPresent("g", later), later.size());
   }
+}
+
+// A client that stops sending is ended after --transfer-idle-timeout: it
+// gets ABORTED naming the timeout, its upload is removed and its slot free
+// again. (Before, it held the slot for ever.)
+TEST_F(FilterServiceTransferTest, AnImportWhoseClientStopsSendingIsAbortedAfterTheIdleTimeout) {
+  server::ServerConfig config = testing::TestConfig(dir_.path());
+  config.transfer_idle_timeout = absl::Seconds(1);
+  StartServer(config);
+  ASSERT_TRUE(Create("f", 1000).status.ok());
+  const Exported e = Export("f");
+  ASSERT_TRUE(e.status.ok());
+  struct Stalled {
+    grpc::ClientContext ctx;
+    v1::ImportFilterResponse response;
+    std::unique_ptr<grpc::ClientWriter<v1::ImportFilterChunk>> writer;
+  };
+  // Both slots, each with its first chunk sent, then nothing more.
+  std::vector<std::unique_ptr<Stalled>> stalled;
+  for (int i = 0; i < 2; ++i) {
+    auto s = std::make_unique<Stalled>();
+    s->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    s->writer = stub_->ImportFilter(&s->ctx, &s->response);
+    v1::ImportFilterChunk chunk;
+    chunk.set_name(absl::StrCat("g", i));
+    chunk.set_total_bytes(e.bytes.size());
+    chunk.set_data(e.bytes.substr(0, 100));
+    ASSERT_TRUE(s->writer->Write(chunk));
+    stalled.push_back(std::move(s));
+  }
+  for (auto& s : stalled) {
+    // Finish waits for the server's status: it comes with the timeout.
+    const grpc::Status status = s->writer->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::ABORTED) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr("no chunk of the import arrived for 1s"));
+    EXPECT_THAT(status.error_message(), HasSubstr("--transfer-idle-timeout"));
+  }
+  // The slots are free again (once the server has ended the calls, which
+  // may be just after their clients heard).
+  Reply<v1::ImportFilterResponse> imported;
+  for (int i = 0; i < 600; ++i) {
+    imported = Import("g", e.bytes, 256 << 10, e.bytes.size());
+    if (imported.status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(imported.status.ok()) << imported.status.error_message();
+  EXPECT_EQ(Get("g").response.filter().items(), Get("f").response.filter().items());
+  EXPECT_EQ(Get("g0").status.error_code(), grpc::StatusCode::NOT_FOUND);
+  const fs::path uploads = fs::path(dir_.path()) / server::kImportDir;
+  EXPECT_TRUE(!fs::exists(uploads) || fs::is_empty(uploads));
+  EXPECT_THAT(server_->metrics().Render({}),
+              HasSubstr(R"(cuckood_rpc_requests_total{code="ABORTED",method="ImportFilter"} 2)"));
+}
+
+// A client that stops reading an export is ended after the timeout too:
+// ABORTED naming it (read once it reads again), its slot free, its copy
+// gone.
+TEST_F(FilterServiceTransferTest, AnExportWhoseClientStopsReadingIsAbortedAfterTheIdleTimeout) {
+  server::ServerConfig config = testing::TestConfig(dir_.path());
+  config.transfer_idle_timeout = absl::Seconds(1);
+  StartServer(config);
+  v1::CreateFilterRequest create;
+  create.set_name("big");
+  create.set_capacity(4'000'000);  // A snapshot of about 6 MB.
+  create.set_seed(1);
+  ASSERT_TRUE(Call(&v1::FilterService::Stub::CreateFilter, create).status.ok());
+  // A client whose stream window stays small (no BDP probing), so that the
+  // server's next chunk waits for it to read: its snapshot cannot vanish
+  // into gRPC's buffers.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 10);
+  auto slow_stub = v1::FilterService::NewStub(
+      grpc::CreateCustomChannel(server_->address(), grpc::InsecureChannelCredentials(), args));
+  struct Slow {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReader<v1::ExportFilterChunk>> reader;
+  };
+  std::vector<std::unique_ptr<Slow>> slow;
+  for (int i = 0; i < 2; ++i) {
+    auto s = std::make_unique<Slow>();
+    s->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    v1::ExportFilterRequest req;
+    req.set_name("big");
+    s->reader = slow_stub->ExportFilter(&s->ctx, req);
+    v1::ExportFilterChunk first;
+    ASSERT_TRUE(s->reader->Read(&first));  // Running; then it reads no more.
+    slow.push_back(std::move(s));
+  }
+  // The server ends both (counted when it has).
+  const std::string aborted =
+      R"(cuckood_rpc_requests_total{code="ABORTED",method="ExportFilter"} 2)";
+  for (int i = 0; i < 600 && !absl::StrContains(server_->metrics().Render({}), aborted); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_THAT(server_->metrics().Render({}), HasSubstr(aborted));
+  for (auto& s : slow) {
+    v1::ExportFilterChunk chunk;
+    while (s->reader->Read(&chunk)) {
+    }
+    const grpc::Status status = s->reader->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::ABORTED) << status.error_message();
+    EXPECT_THAT(status.error_message(),
+                HasSubstr("the client took no chunk of the export of filter \"big\" for 1s "
+                          "(--transfer-idle-timeout)"));
+  }
+  // Both slots are free: two exports at once run.
+  std::vector<std::thread> both;
+  std::vector<Exported> results(2);
+  for (int i = 0; i < 2; ++i) both.emplace_back([&, i] { results[i] = Export("big"); });
+  for (auto& t : both) t.join();
+  for (const Exported& r : results) {
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.bytes.size(), r.first.total_bytes());
+  }
+  const fs::path copies = fs::path(dir_.path()) / server::kExportDir;
+  EXPECT_TRUE(!fs::exists(copies) || fs::is_empty(copies));
+}
+
+// An import's size is claimed from the disk before it is written: more
+// than the free space less the write-ahead log's reserve (two
+// --wal-segment-size segments) is refused naming the sizes.
+TEST_F(FilterServiceTransferTest, AnImportLargerThanTheFreeDiskLessTheLogsReserveIsRefused) {
+  // 100 KiB free beyond the reserve of 2 x 64 MiB.
+  testing::SmallDiskEnv env((uint64_t{128} << 20) + (100 << 10));
+  // The server stops before `env` goes, however the test ends.
+  struct StopFirst {
+    std::unique_ptr<server::CuckooServer>* server;
+    ~StopFirst() { server->reset(); }
+  } stop_first{&server_};
+  server::PersistenceOptions hooks;
+  hooks.wal.env = &env;
+  StartServer(testing::TestConfig(dir_.path()), hooks);
+  ASSERT_TRUE(Create("f", 1000).status.ok());
+  const Exported e = Export("f");
+  ASSERT_TRUE(e.status.ok());
+  ASSERT_LT(e.bytes.size(), 100u << 10);
+  // Announced: refused at the first chunk.
+  const auto announced = Import("g", std::string(100, 'x'), 100, uint64_t{4} << 20);
+  EXPECT_EQ(announced.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(announced.status.error_message(),
+              HasSubstr("the import of filter \"g\" needs 4MiB (4194304 bytes) of disk"));
+  EXPECT_THAT(announced.status.error_message(), HasSubstr("has 128.1MiB free"));
+  EXPECT_THAT(announced.status.error_message(),
+              HasSubstr("128MiB is kept for the write-ahead log (2 x --wal-segment-size)"));
+  EXPECT_THAT(announced.status.error_message(), HasSubstr("only 100KiB is left for it"));
+  // Not announced: each chunk is claimed as it comes.
+  const auto streamed = Import("g", std::string(1 << 20, 'x'), 512 << 10);
+  EXPECT_EQ(streamed.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(streamed.status.error_message(), HasSubstr("needs 512KiB (524288 bytes) of disk"));
+  // What fits is taken.
+  const auto fits = Import("g", e.bytes, 256 << 10, e.bytes.size());
+  ASSERT_TRUE(fits.status.ok()) << fits.status.error_message();
+  EXPECT_TRUE(Get("g").status.ok());
+}
+
+// A chunk is at most 1 MiB of data, however large a message the server
+// takes: a larger one is refused before it is parsed (the stated memory
+// overhead counts 1 MiB per import).
+TEST_F(FilterServiceTransferTest, ImportChunksOfMoreThanOneMiBOfDataAreRefused) {
+  server::ServerConfig config = testing::TestConfig(dir_.path());
+  config.max_message_bytes = 4 << 20;
+  StartServer(config);
+  const auto big = Import("g", std::string(2 << 20, 'x'), 2 << 20);
+  EXPECT_EQ(big.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(big.status.error_message(),
+              HasSubstr("import chunk 1 is a message of 2097"));  // Its data and framing.
+  EXPECT_THAT(big.status.error_message(), HasSubstr("chunks are at most 1048576 bytes of data"));
+  // 1 MiB chunks, what the clients here send, are taken (and these bytes
+  // are no snapshot).
+  const auto mib = Import("g", std::string(2 << 20, 'x'), 1 << 20);
+  EXPECT_NE(mib.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(mib.status.error_message(), HasSubstr("the snapshot sent for filter \"g\""));
 }
 
 }  // namespace

@@ -7,15 +7,20 @@
 #include "server/resp_commands.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #if defined(__SANITIZE_ADDRESS__)
 // ASan's runtime (sanitizer/allocator_interface.h, which g++ 12 does not
@@ -23,6 +28,7 @@
 extern "C" size_t __sanitizer_get_current_allocated_bytes();
 #endif
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -30,6 +36,8 @@ extern "C" size_t __sanitizer_get_current_allocated_bytes();
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/little_endian.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/access.h"
 #include "tests/server/fault_wal_env.h"
@@ -55,6 +63,12 @@ class RespClient {
   }
   ~RespClient() { ::close(fd_); }
   bool connected() const { return connected_; }
+  // A reply not read within `timeout` reads as "<closed>" (default: wait).
+  void SetReadTimeout(std::chrono::seconds timeout) {
+    timeval tv{};
+    tv.tv_sec = static_cast<time_t>(timeout.count());
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  }
 
   static std::string Encode(const std::vector<std::string>& args) {
     std::string out = absl::StrCat("*", args.size(), "\r\n");
@@ -906,6 +920,200 @@ TEST_F(RedisPortTest, CommandsAreCountedInTheMetrics) {
             std::string::npos);
   EXPECT_NE(metrics.find("cuckood_redis_connections_total 1"), std::string::npos);
   EXPECT_NE(metrics.find(R"(cuckood_redis_items_total{command="cf.add"} 1)"), std::string::npos);
+}
+
+// ---- CF.SCANDUMP and CF.LOADCHUNK: idle time, disk space, a stalled disk ----
+
+class RedisTransferTest : public RedisPortTest {
+ protected:
+  void SetUp() override {}  // Each test starts its own server.
+  server::ServerConfig TransferConfig() {
+    server::ServerConfig c = Config();
+    c.transfer_idle_timeout = absl::Seconds(2);
+    c.redis_threads = 2;
+    return c;
+  }
+  static std::string Header(uint64_t bytes, uint64_t items = 0) {
+    char h[server::kRedisDumpHeaderBytes];
+    std::memcpy(h, server::kRedisDumpMagic, 8);
+    Put64(h + 8, bytes);
+    Put64(h + 16, items);
+    return std::string(h, sizeof(h));
+  }
+  // The files in the data directory's .redis-dump/.
+  std::vector<std::string> TransferFiles() {
+    std::vector<std::string> files;
+    std::error_code ec;
+    for (const auto& e :
+         std::filesystem::directory_iterator(dir_.path() + "/" + server::kRedisDumpDir, ec)) {
+      files.push_back(e.path().filename().string());
+    }
+    return files;
+  }
+  // Descriptors of this process on files there, removed ones included:
+  // a removed file's space is free only once none is left.
+  static int OpenTransferFiles() {
+    int n = 0;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+      std::error_code link_ec;
+      const std::string target = std::filesystem::read_symlink(e.path(), link_ec).string();
+      n += absl::StrContains(target, std::string("/") + server::kRedisDumpDir + "/");
+    }
+    return n;
+  }
+};
+
+// An abandoned dump and load are dropped by a timer after
+// --transfer-idle-timeout, without any command arriving: their files go
+// (and their space: no descriptor is left on them), and the client that
+// comes back is told what happened.
+TEST_F(RedisTransferTest, AnAbandonedDumpAndLoadAreDroppedByATimerWithTheirFiles) {
+  StartServer(TransferConfig());
+  RespClient c(port());
+  ASSERT_EQ(c.Call({"CF.RESERVE", "src", "1000000"}), "OK");  // A snapshot of about 1.4 MB.
+  // A dump read to its first data chunk, and a load sent that far.
+  c.Send({"CF.SCANDUMP", "src", "0"});
+  int64_t header_it = 0, data_it = 0, next_it = 0;
+  std::string header, data;
+  ASSERT_TRUE(c.ReadDumpChunk(&header_it, &header));
+  c.Send({"CF.SCANDUMP", "src", absl::StrCat(header_it)});
+  ASSERT_TRUE(c.ReadDumpChunk(&data_it, &data));
+  ASSERT_EQ(data.size(), server::kRedisDumpChunkBytes);
+  ASSERT_EQ(c.Call({"CF.LOADCHUNK", "copy", absl::StrCat(header_it), header}), "OK");
+  ASSERT_EQ(c.Call({"CF.LOADCHUNK", "copy", absl::StrCat(data_it), data}), "OK");
+  EXPECT_EQ(TransferFiles().size(), 2u);
+  // Then nothing: the timer drops both.
+  for (int i = 0; i < 600 && (!TransferFiles().empty() || OpenTransferFiles() > 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(TransferFiles().empty()) << absl::StrJoin(TransferFiles(), ", ");
+  EXPECT_EQ(OpenTransferFiles(), 0);
+  // The client that comes back hears why.
+  c.Send({"CF.SCANDUMP", "src", absl::StrCat(data_it)});
+  const std::string dump_error = c.Read();
+  EXPECT_TRUE(absl::StartsWith(dump_error, "-ERR the CF.SCANDUMP of 'src' with iterator"))
+      << dump_error;
+  EXPECT_THAT(dump_error, ::testing::HasSubstr("was abandoned: no chunk was asked for in 2s "
+                                               "(--transfer-idle-timeout)"));
+  next_it = data_it + 1;
+  const std::string load_error =
+      c.Call({"CF.LOADCHUNK", "copy", absl::StrCat(next_it), std::string(100, 'x')});
+  EXPECT_THAT(load_error, ::testing::HasSubstr("-ERR the CF.LOADCHUNK of 'copy' (dump "));
+  EXPECT_THAT(load_error, ::testing::HasSubstr("was abandoned: no chunk arrived for 2s "
+                                               "(--transfer-idle-timeout), so the 1MiB received "
+                                               "were removed"));
+  EXPECT_EQ(c.Call({"EXISTS", "copy"}), ":0");
+  // Done again without pauses, the whole dump loads.
+  std::vector<std::pair<int64_t, std::string>> chunks;
+  int64_t it = 0;
+  for (int guard = 0; guard < 100; ++guard) {
+    c.Send({"CF.SCANDUMP", "src", absl::StrCat(it)});
+    std::string chunk;
+    ASSERT_TRUE(c.ReadDumpChunk(&it, &chunk));
+    if (it == 0) break;
+    chunks.emplace_back(it, chunk);
+  }
+  for (const auto& [iter, bytes] : chunks) {
+    ASSERT_EQ(c.Call({"CF.LOADCHUNK", "copy", absl::StrCat(iter), bytes}), "OK");
+  }
+  EXPECT_EQ(c.Call({"EXISTS", "copy"}), ":1");
+  EXPECT_TRUE(TransferFiles().empty()) << absl::StrJoin(TransferFiles(), ", ");
+}
+
+// A load's declared size is checked before anything is written: against
+// what ImportFilter would take (the memory budget plus 1 MiB), and against
+// the free disk less the write-ahead log's reserve. So is a dump's copy.
+TEST_F(RedisTransferTest, ALoadOrDumpLargerThanTheImportLimitOrTheFreeDiskIsRefused) {
+  // 2 MiB free beyond the reserve of 2 x 64 MiB.
+  SmallDiskEnv env((uint64_t{128} << 20) + (2 << 20));
+  struct StopFirst {  // The server stops before `env` goes.
+    std::unique_ptr<server::CuckooServer>* server;
+    ~StopFirst() { server->reset(); }
+  } stop_first{&server_};
+  server::PersistenceOptions hooks;
+  hooks.wal.env = &env;
+  StartServer(TransferConfig(), hooks);
+  RespClient c(port());
+  const uint64_t budget = server_->registry().limits().memory_budget_bytes;
+  const std::string over =
+      c.Call({"CF.LOADCHUNK", "copy", "4294967297", Header(budget + (1 << 20) + 1)});
+  EXPECT_THAT(over, ::testing::HasSubstr(absl::StrCat(
+                        "-ERR the dump's header declares a snapshot of ", budget + (1 << 20) + 1,
+                        " bytes (65.0MiB), more than this server imports: its memory budget of "
+                        "64MiB plus 1MiB")));
+  const std::string disk = c.Call({"CF.LOADCHUNK", "copy", "4294967297", Header(4 << 20)});
+  EXPECT_THAT(disk, ::testing::HasSubstr(
+                        "-ERR the CF.LOADCHUNK of 'copy' needs 4MiB (4194304 bytes) of disk"));
+  EXPECT_THAT(disk, ::testing::HasSubstr("has 130MiB free, of which 128MiB is kept for the "
+                                         "write-ahead log (2 x --wal-segment-size): only 2MiB "
+                                         "is left for it"));
+  // Refused loads hold no slot: two that fit start.
+  EXPECT_EQ(c.Call({"CF.LOADCHUNK", "a", "4294967297", Header(1 << 20)}), "OK");
+  EXPECT_EQ(c.Call({"CF.LOADCHUNK", "b", "4294967297", Header(512 << 10)}), "OK");
+  // A dump whose copy does not fit.
+  ASSERT_EQ(c.Call({"CF.RESERVE", "big", "2000000"}), "OK");  // About 3.6 MB.
+  const std::string dump = c.Call({"CF.SCANDUMP", "big", "0"});
+  EXPECT_THAT(dump, ::testing::HasSubstr("-ERR the CF.SCANDUMP of 'big' needs "));
+  EXPECT_THAT(dump, ::testing::HasSubstr("and 1.5MiB is promised to other transfers under way"));
+  EXPECT_EQ(TransferFiles().size(), 2u);  // The two loads'.
+}
+
+// A chunk's write that stalls (a FIFO nobody reads, in place of the load's
+// file: what a stalled disk does to a write) holds up only its own
+// command: other connections, on either I/O thread, are answered, dumps
+// included. (Before, the write ran on the connection's I/O thread under the
+// lock every dump and load takes.)
+TEST_F(RedisTransferTest, AStalledLoadChunkWriteDoesNotStopOtherConnections) {
+  StartServer(TransferConfig());
+  RespClient setup(port());
+  ASSERT_EQ(setup.Call({"CF.RESERVE", "small", "1000"}), "OK");
+  // The first load of this server writes .redis-dump/load-1-<name>.
+  const std::string dir = dir_.path() + "/" + server::kRedisDumpDir;
+  std::filesystem::create_directories(dir);
+  const std::string fifo = dir + "/load-1-stalled";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  // Open for reading, so that the server's open does not wait; not read.
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0) << std::strerror(errno);
+  RespClient loader(port());
+  ASSERT_EQ(loader.Call({"CF.LOADCHUNK", "stalled", "4294967297", Header(3 << 20)}), "OK");
+  loader.Send({"CF.LOADCHUNK", "stalled", "4294967298", std::string(1 << 20, 'x')});
+  // The write fills the pipe and waits.
+  int pending = 0;
+  for (int i = 0; i < 600 && pending < (64 << 10); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_EQ(::ioctl(reader, FIONREAD, &pending), 0);
+  }
+  ASSERT_GE(pending, 64 << 10) << "the chunk's write did not start";
+  // Four new connections: both I/O threads, the loader's included.
+  for (int i = 0; i < 4; ++i) {
+    SCOPED_TRACE(i);
+    RespClient other(port());
+    other.SetReadTimeout(std::chrono::seconds(20));
+    EXPECT_EQ(other.Call({"PING"}), "PONG");
+    EXPECT_EQ(other.Call({"CF.ADD", "small", absl::StrCat("key-", i)}), ":1");
+    other.Send({"CF.SCANDUMP", "small", "0"});
+    int64_t it = 0;
+    std::string header;
+    EXPECT_TRUE(other.ReadDumpChunk(&it, &header));
+    EXPECT_EQ(header.substr(0, 8), "CKDUMP01");
+  }
+  // The disk "recovers": the chunk is written and answered.
+  std::thread drain([&] {
+    const int flags = ::fcntl(reader, F_GETFL);
+    ::fcntl(reader, F_SETFL, flags & ~O_NONBLOCK);
+    std::string buffer(64 << 10, '\0');
+    for (size_t got = 0; got < (1 << 20);) {
+      const ssize_t n = ::read(reader, buffer.data(), buffer.size());
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+  });
+  loader.SetReadTimeout(std::chrono::seconds(60));
+  EXPECT_EQ(loader.Read(), "OK");
+  drain.join();
+  ::close(reader);
 }
 
 }  // namespace

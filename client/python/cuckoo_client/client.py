@@ -120,7 +120,7 @@ _SCHEMES = ("dns:", "ipv4:", "ipv6:", "unix:", "unix-abstract:", "vsock:", "xds:
 
 _log = logging.getLogger(__name__)
 
-# Bytes per ImportFilter chunk (the server takes up to its max_message_bytes).
+# Bytes per ImportFilter chunk (the server takes at most 1 MiB of data a chunk).
 _IMPORT_CHUNK_BYTES = 1 << 20
 
 # Client._call's default timeout: the client's.
