@@ -3,8 +3,10 @@
 # Debian's redis-benchmark as the client: the server pinned to CPU0, the
 # client to CPU1 (taskset), as in the issue's RedisBloom figures.
 #
-#   bash bench/redis_bench.sh [--smoke] [OUT_DIR]    (default build/release/redis_bench)
+#   bash bench/redis_bench.sh [--smoke] [--reads | --writes] [OUT_DIR]
+#                                         (default OUT_DIR build/release/redis_bench)
 #
+# Reads (--reads alone):
 # 1. Depth 1 (-c 1 -P 1): plain `EXISTS key:N` on Debian's redis-server
 #    against `CF.EXISTS f key:N` on cuckood's Redis port (keys preloaded),
 #    three alternating rounds; p50/p99 latency and requests/s.
@@ -12,29 +14,49 @@
 # 3. The gRPC batched lookup of cuckoo-bench (1000 keys a request, 8 in
 #    flight on each of 2 connections) on the same cuckood: keys/s, for the
 #    "MEXISTS >= 0.8 x gRPC" target.
+# Writes (--writes alone; cuckood with --durability=sync), issue 30 item 7:
+# 4. Three alternating rounds, each into fresh 10^8-key filters: Redis-port
+#    `CF.INSERT w NOCREATE ITEMS key:N ... (1000 keys)`, -P 8 -c 2, 4 * 10^7
+#    items; cuckoo-bench's populate of as many 16-byte keys, 1000 a request,
+#    8 in flight on each of 2 connections (the gRPC batched insert) on the
+#    same cuckood; and a fresh Debian redis-server with appendonly yes,
+#    appendfsync always under `SADD s key:N ... (1000 members)`, -P 8 -c 2,
+#    10^7 members (Redis holds a set in memory: 4 * 10^7 would take GBs).
+#    Items/s and p99 per request (redis-benchmark's, cuckoo-bench's), and
+#    the log's fdatasyncs per CF.INSERT (cuckood's /metrics).
+# 5. `CF.ADD a key:N` at depth 1 (-c 1 -P 1) and 16 (-c 1 -P 16): requests/s
+#    and fdatasyncs per CF.ADD.
 # Then a table. Each redis-benchmark report is OUT_DIR/<phase>.csv. About
-# two minutes; --smoke runs every phase for a second or so (for CI).
+# four minutes; --smoke runs every phase for a second or so (for CI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/bench_lib.sh
-smoke=0
-if [ "${1:-}" = "--smoke" ]; then
-  smoke=1
+smoke=0 reads=1 writes=1
+while [ $# -gt 0 ]; do
+  case $1 in
+    --smoke) smoke=1 ;;
+    --reads) writes=0 ;;
+    --writes) reads=0 ;;
+    -*) echo "redis_bench: unknown flag $1" >&2; exit 2 ;;
+    *) break ;;
+  esac
   shift
-fi
+done
 out=${1:-build/release/redis_bench}
 mkdir -p "$out"
 bin=build/release
-[ -x "$bin/server/cuckood" ] && [ -x "$bin/client/cuckoo-bench" ] ||
-  bash scripts/build.sh release cuckood cuckoo-bench >/dev/null
+[ -x "$bin/server/cuckood" ] && [ -x "$bin/client/cuckoo-bench" ] && [ -x "$bin/client/cuckooctl" ] ||
+  bash scripts/build.sh release cuckood cuckoo-bench cuckooctl >/dev/null
 for tool in redis-server redis-benchmark redis-cli taskset; do
   command -v "$tool" >/dev/null || { echo "redis_bench: $tool is missing (apt-get install redis-server redis-tools util-linux)" >&2; exit 2; }
 done
 
 if [ "$smoke" = 1 ]; then
   requests=2000 mexists_requests=200 keys=20000 grpc_duration=1s rounds=1
+  write_items=200000 redis_write_items=100000 write_rounds=1 add_requests=200
 else
   requests=100000 mexists_requests=20000 keys=1000000 grpc_duration=10s rounds=3
+  write_items=40000000 redis_write_items=10000000 write_rounds=3 add_requests=5000
 fi
 # Pinning needs two CPUs; with one, both share it (the figures then mean less).
 if [ "$(nproc)" -ge 2 ]; then server_cpu=0 client_cpu=1; else server_cpu=0 client_cpu=0; fi
@@ -45,6 +67,7 @@ free_port() {
 redis_port=$(free_port)
 grpc_port=$(free_port)
 resp_port=$(free_port)
+admin_port=$(free_port)
 data=$(mktemp -d)
 pids=()
 cleanup() {
@@ -58,10 +81,18 @@ taskset -c "$server_cpu" redis-server --port "$redis_port" --bind 127.0.0.1 --sa
   --appendonly no --daemonize no >"$out/redis-server.log" 2>&1 &
 pids+=($!)
 taskset -c "$server_cpu" "$bin/server/cuckood" --listen="127.0.0.1:$grpc_port" \
-  --redis-listen="127.0.0.1:$resp_port" --data-dir="$data" \
-  --admin-listen=127.0.0.1:0 >"$out/cuckood.log" 2>&1 &
+  --redis-listen="127.0.0.1:$resp_port" --data-dir="$data/cuckood" --durability=sync \
+  --snapshot-interval=0 --admin-listen="127.0.0.1:$admin_port" >"$out/cuckood.log" 2>&1 &
 pids+=($!)
 wait_for_cuckood_and_redis "$out/cuckood.log" "$redis_port"
+
+bench() {  # bench NAME PORT ARGS...: one redis-benchmark run, its CSV to NAME.csv
+  local name=$1 port=$2
+  shift 2
+  taskset -c "$client_cpu" redis-benchmark -h 127.0.0.1 -p "$port" --csv "$@" >"$out/$name.csv"
+}
+
+if [ "$reads" = 1 ]; then
 
 # The filter, preloaded with redis-benchmark's key names (key:%012d, what
 # __rand_int__ becomes with -r).
@@ -96,12 +127,6 @@ for start in range(0, n, batch):
 while sent:
     reply(); sent -= 1
 PY
-
-bench() {  # bench NAME PORT ARGS...: one redis-benchmark run, its CSV to NAME.csv
-  local name=$1 port=$2
-  shift 2
-  taskset -c "$client_cpu" redis-benchmark -h 127.0.0.1 -p "$port" --csv "$@" >"$out/$name.csv"
-}
 
 echo "== depth 1: EXISTS (redis-server) vs CF.EXISTS (cuckood), $requests requests, $rounds rounds"
 for round in $(seq "$rounds"); do
@@ -157,5 +182,102 @@ print(f"{'MEXISTS / 6.1 M (RedisBloom)':34s} {mex_keys / 6.1e6:8.2f}   (target >
 print(f"{'CF.EXISTS p50, p99 <= EXISTS':34s} {'yes' if p50['cuckood'] <= p50['redis'] else 'no':>8s} {'yes' if p99['cuckood'] <= p99['redis'] else 'no':>8s}")
 if not grpc.get("ok", False):
     print(f"cuckoo-bench reported errors: see {out}/grpc.json")
+    sys.exit(1)
+PY
+fi
+[ "$writes" = 1 ] || exit 0
+
+syncs() {  # the log's fdatasyncs so far (cuckood's /metrics)
+  /usr/bin/python3 - "$admin_port" <<'PY'
+import sys, urllib.request
+text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics").read().decode()
+print(next((int(float(l.split()[1])) for l in text.splitlines()
+            if l.startswith("cuckood_wal_fdatasync_duration_seconds_count ")), 0))
+PY
+}
+ctl() { "$bin/client/cuckooctl" --target="127.0.0.1:$grpc_port" "$@" >/dev/null; }
+# Rounds alternate the three loads; each gets fresh filters (dropped after)
+# and a fresh redis-server, so no round writes into another's data.
+insert=(CF.INSERT w NOCREATE ITEMS)
+sadd=(SADD s)
+for _ in $(seq 1000); do insert+=('key:__rand_int__') sadd+=('key:__rand_int__'); done
+summary_writes="$out/writes.txt"
+: >"$summary_writes"
+for round in $(seq "$write_rounds"); do
+  echo "== writes, round $round: CF.INSERT x1000 (Redis port), gRPC batched insert, SADD x1000 (redis-server, appendfsync always); -P 8 -c 2"
+  ctl create w --capacity=100M
+  before=$(syncs)
+  # -r 2*10^9 (its most, an int): key:%012d, 16 bytes like cuckoo-bench's keys.
+  bench "insert-resp-$round" "$resp_port" -c 2 -P 8 -n "$((write_items / 1000))" -r 2000000000 \
+    "${insert[@]}"
+  echo "resp-syncs $round $(($(syncs) - before)) $((write_items / 1000))" >>"$summary_writes"
+  ctl drop w
+  taskset -c "$client_cpu" "$bin/client/cuckoo-bench" --target="127.0.0.1:$grpc_port" \
+    --json="$out/insert-grpc-$round.json" --filter=g --create=100M --populate \
+    --keyspace="$write_items" --mix=lookup:100 --requests=1 --warmup=0 \
+    >"$out/insert-grpc-$round.log" 2>&1 || { cat "$out/insert-grpc-$round.log" >&2; exit 1; }
+  ctl drop g
+  aof_port=$(free_port)
+  mkdir -p "$data/redis-aof-$round"
+  taskset -c "$server_cpu" redis-server --port "$aof_port" --bind 127.0.0.1 --save '' \
+    --appendonly yes --appendfsync always --dir "$data/redis-aof-$round" \
+    --daemonize no >"$out/redis-server-aof-$round.log" 2>&1 &
+  aof_pid=$!
+  pids+=($aof_pid)
+  for _ in $(seq 100); do redis-cli -p "$aof_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  bench "sadd-redis-$round" "$aof_port" -c 2 -P 8 -n "$((redis_write_items / 1000))" \
+    -r 2000000000 "${sadd[@]}"
+  kill "$aof_pid"
+  wait "$aof_pid" 2>/dev/null || true
+  rm -rf "$data/redis-aof-$round"
+done
+
+echo "== CF.ADD at depth 1 and 16 (-c 1), $add_requests and $((add_requests * 16)) requests"
+ctl create a --capacity=100M
+for depth in 1 16; do
+  before=$(syncs)
+  bench "add-depth-$depth" "$resp_port" -c 1 -P "$depth" -n "$((add_requests * depth))" \
+    -r 2000000000 CF.ADD a 'key:__rand_int__'
+  echo "add-syncs $depth $(($(syncs) - before)) $((add_requests * depth))" >>"$summary_writes"
+done
+ctl drop a
+
+/usr/bin/python3 - "$out" "$write_rounds" "$summary_writes" <<'PY'
+import csv, json, sys
+out, rounds, summary = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+def row(name):
+    with open(f"{out}/{name}.csv") as f:
+        r = list(csv.DictReader(f))
+    assert len(r) == 1, (name, r)
+    return r[0]
+counts = {}
+for line in open(summary):
+    kind, key, syncs, requests = line.split()
+    counts[(kind, key)] = int(syncs) / int(requests)
+print("\n== writes, --durability=sync (server on one CPU, client on another)")
+print(f"{'':48s} {'M items/s':>9s} {'p99 ms':>7s} {'syncs/cmd':>9s}")
+ok = True
+for i in range(1, rounds + 1):
+    resp = row(f"insert-resp-{i}")
+    resp_items = float(resp["rps"]) * 1000
+    with open(f"{out}/insert-grpc-{i}.json") as f:
+        g = json.load(f)
+    ok = ok and g.get("ok", False)
+    grpc_items = g["populate"]["keys_per_s"]
+    sadd = row(f"sadd-redis-{i}")
+    print(f"{f'round {i}: CF.INSERT x1000 (Redis port)':48s} {resp_items / 1e6:9.2f} "
+          f"{float(resp['p99_latency_ms']):7.1f} {counts[('resp-syncs', str(i))]:9.2f}")
+    print(f"{f'round {i}: gRPC batched insert x1000':48s} {grpc_items / 1e6:9.2f} "
+          f"{g['populate']['latency_us']['p99'] / 1e3:7.1f}")
+    print(f"{f'round {i}: SADD x1000 (redis, appendfsync always)':48s} "
+          f"{float(sadd['rps']) * 1000 / 1e6:9.2f} {float(sadd['p99_latency_ms']):7.1f}")
+    print(f"{f'round {i}: CF.INSERT / gRPC':48s} {resp_items / grpc_items:9.2f}   (target >= 0.8; p99 < 20 ms)")
+print(f"\n{'':48s} {'k req/s':>9s} {'p99 ms':>7s} {'syncs/cmd':>9s}")
+for depth in (1, 16):
+    r = row(f"add-depth-{depth}")
+    print(f"{f'CF.ADD, depth {depth} (-c 1 -P {depth})':48s} {float(r['rps']) / 1e3:9.1f} "
+          f"{float(r['p99_latency_ms']):7.1f} {counts[('add-syncs', str(depth))]:9.3f}")
+if not ok:
+    print(f"cuckoo-bench reported errors: see {out}/insert-grpc-*.json")
     sys.exit(1)
 PY

@@ -175,6 +175,21 @@ class RespClient {
   std::string in_;
 };
 
+// Commands sent at once, and the reply each must get, in order.
+struct Pipeline {
+  std::string bytes;
+  std::vector<std::string> expected;
+  void Add(const std::vector<std::string>& command, std::string reply) {
+    bytes += RespClient::Encode(command);
+    expected.push_back(std::move(reply));
+  }
+  // Sends them all, then reads every reply.
+  void SendAndCheck(RespClient& c) const {
+    c.SendRaw(bytes);
+    for (size_t i = 0; i < expected.size(); ++i) ASSERT_EQ(c.Read(), expected[i]) << "reply " << i;
+  }
+};
+
 class RedisPortTest : public ServerTest {
  protected:
   void SetUp() override { StartServer(Config()); }
@@ -482,33 +497,25 @@ TEST_F(RedisPipelineTest, PipelinedWritesApplyInOrderAndTheCommandsAfterThemSeeT
   // No two neighbours are the same command on the same filter, so none are
   // merged: each write is its own, and each reply shows whether the one
   // before it had been applied.
-  std::string pipeline;
-  std::vector<std::string> expected;
-  auto add = [&](std::vector<std::string> command, std::string reply) {
-    pipeline += RespClient::Encode(command);
-    expected.push_back(std::move(reply));
-  };
+  Pipeline p;
   for (int i = 0; i < 100; ++i) {
     const std::string k = absl::StrCat("key-", i), x = absl::StrCat("x-", i);
-    add({"CF.ADD", "a", k}, ":1");
-    add({"CF.EXISTS", "a", k}, ":1");
-    add({"CF.ADD", "b", k}, ":1");
-    add({"CF.DEL", "a", k}, ":1");
-    add({"CF.COUNT", "a", k}, ":0");
-    add({"CF.INSERT", "b", "ITEMS", k, x}, "[:1,:1]");
-    add({"CF.COUNT", "b", k}, ":2");
-    add({"CF.INSERTNX", "b", "ITEMS", x, k, "y"}, "[:0,:0,:1]");
-    add({"CF.DEL", "b", "y"}, ":1");
-    add({"CF.ADDNX", "a", k}, ":1");
-    add({"CF.ADD", "a/b", k}, "-ERR invalid filter name 'a/b': " +
-                                  std::string(FilterRegistry::ValidateName("a/b").message()));
-    add({"CF.ADDNX", "a", k}, ":0");
+    p.Add({"CF.ADD", "a", k}, ":1");
+    p.Add({"CF.EXISTS", "a", k}, ":1");
+    p.Add({"CF.ADD", "b", k}, ":1");
+    p.Add({"CF.DEL", "a", k}, ":1");
+    p.Add({"CF.COUNT", "a", k}, ":0");
+    p.Add({"CF.INSERT", "b", "ITEMS", k, x}, "[:1,:1]");
+    p.Add({"CF.COUNT", "b", k}, ":2");
+    p.Add({"CF.INSERTNX", "b", "ITEMS", x, k, "y"}, "[:0,:0,:1]");
+    p.Add({"CF.DEL", "b", "y"}, ":1");
+    p.Add({"CF.ADDNX", "a", k}, ":1");
+    p.Add({"CF.ADD", "a/b", k}, "-ERR invalid filter name 'a/b': " +
+                                    std::string(FilterRegistry::ValidateName("a/b").message()));
+    p.Add({"CF.ADDNX", "a", k}, ":0");
   }
   const uint64_t syncs = Syncs();
-  c.SendRaw(pipeline);
-  for (size_t i = 0; i < expected.size(); ++i) {
-    ASSERT_EQ(c.Read(), expected[i]) << "reply " << i;
-  }
+  ASSERT_NO_FATAL_FAILURE(p.SendAndCheck(c));
   // 800 writes, each its own: had each waited for its fdatasync (50 ms)
   // before the next ran, 800 of them and 40 s; up to 32 wait at once.
   EXPECT_LT(Syncs() - syncs, 200u);
@@ -552,12 +559,7 @@ TEST_F(RedisPipelineTest, ACfAddCostsOneFdatasyncAndSixteenPipelinedFarFewerThan
 TEST_F(RedisPipelineTest, PipelinedInsertsAreMergedAndEachGetsItsOwnReply) {
   RespClient c(port());
   ASSERT_EQ(c.Call({"CF.RESERVE", "m", "100000"}), "OK");
-  std::string pipeline;
-  std::vector<std::string> expected;
-  auto add = [&](std::vector<std::string> command, std::string reply) {
-    pipeline += RespClient::Encode(command);
-    expected.push_back(std::move(reply));
-  };
+  Pipeline p;
   for (int n = 1; n <= 5; ++n) {
     std::vector<std::string> command = {"CF.INSERT", "m", "ITEMS"};
     std::vector<std::string> replies;
@@ -565,21 +567,18 @@ TEST_F(RedisPipelineTest, PipelinedInsertsAreMergedAndEachGetsItsOwnReply) {
       command.push_back(absl::StrCat("i", n, "-", i));
       replies.push_back(":1");
     }
-    add(command, "[" + absl::StrJoin(replies, ",") + "]");
+    p.Add(command, "[" + absl::StrJoin(replies, ",") + "]");
   }
-  add({"CF.INSERT", "m", "ITEMS", "i1-0", ""},
-      "-ERR item is empty; cuckood items are 1 to 64 bytes (item 2)");
-  add({"CF.INSERTNX", "m", "ITEMS", "i1-0", "nx"}, "[:0,:1]");
-  add({"CF.INSERTNX", "m", "ITEMS", "nx", "nx2"}, "[:0,:1]");
-  add({"CF.INSERT", "m", "NOCREATE", "ITEMS", "i1-0"}, "[:1]");
-  add({"CF.INSERT", "m", "ITEMS", "i1-0"}, "[:1]");
-  add({"CF.INSERT", "other", "NOCREATE", "ITEMS", "x"}, "-ERR not found");
-  add({"CF.INSERT", "m", "ITEMS", "i1-0"}, "[:1]");
+  p.Add({"CF.INSERT", "m", "ITEMS", "i1-0", ""},
+        "-ERR item is empty; cuckood items are 1 to 64 bytes (item 2)");
+  p.Add({"CF.INSERTNX", "m", "ITEMS", "i1-0", "nx"}, "[:0,:1]");
+  p.Add({"CF.INSERTNX", "m", "ITEMS", "nx", "nx2"}, "[:0,:1]");
+  p.Add({"CF.INSERT", "m", "NOCREATE", "ITEMS", "i1-0"}, "[:1]");
+  p.Add({"CF.INSERT", "m", "ITEMS", "i1-0"}, "[:1]");
+  p.Add({"CF.INSERT", "other", "NOCREATE", "ITEMS", "x"}, "-ERR not found");
+  p.Add({"CF.INSERT", "m", "ITEMS", "i1-0"}, "[:1]");
   const uint64_t syncs = Syncs();
-  c.SendRaw(pipeline);
-  for (size_t i = 0; i < expected.size(); ++i) {
-    ASSERT_EQ(c.Read(), expected[i]) << "reply " << i;
-  }
+  ASSERT_NO_FATAL_FAILURE(p.SendAndCheck(c));
   EXPECT_LE(Syncs() - syncs, 4u);
   EXPECT_EQ(c.Call({"CF.COUNT", "m", "i1-0"}), ":4");
   EXPECT_EQ(c.Call({"CF.COUNT", "m", "i5-4"}), ":1");
@@ -592,6 +591,14 @@ TEST_F(RedisPipelineTest, PipelinedInsertsAreMergedAndEachGetsItsOwnReply) {
   EXPECT_NE(metrics.find(R"(cuckood_rpc_requests_total{code="OK",method="Insert"} 5)"),
             std::string::npos)
       << metrics;
+  // A run that creates its filter goes as one in-process call after the
+  // creation; each command still gets its own reply.
+  Pipeline fresh;
+  fresh.Add({"CF.INSERT", "new", "ITEMS", "a"}, "[:1]");
+  fresh.Add({"CF.INSERT", "new", "ITEMS", "b", "a"}, "[:1,:1]");
+  fresh.Add({"CF.INSERT", "new", "ITEMS", "c", "d", "e"}, "[:1,:1,:1]");
+  ASSERT_NO_FATAL_FAILURE(fresh.SendAndCheck(c));
+  EXPECT_EQ(c.Call({"CF.COUNT", "new", "a"}), ":2");
 }
 
 // A refused write gets the same error as the same write over gRPC (and as
