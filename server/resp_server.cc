@@ -49,6 +49,10 @@ constexpr std::string_view kMaxClients = "-ERR max number of clients reached\r\n
 constexpr std::string_view kMaxUnauthenticated =
     "-ERR max number of unauthenticated clients reached: AUTH right after connecting, or try "
     "again later\r\n";
+constexpr std::string_view kUnauthenticatedMemory =
+    "-ERR unauthenticated clients memory limit: the connections that have not sent AUTH hold "
+    "more than their share of --redis-client-memory, and this one the most; AUTH right after "
+    "connecting\r\n";
 // A connection's own objects (the Connection, its socket, Session, list
 // node), counted in its memory beside its buffers.
 constexpr size_t kConnectionBytes = 2048;
@@ -67,6 +71,8 @@ std::string FormatEndpoint(const tcp::endpoint& endpoint) {
 
 namespace internal {
 class Connection;
+// Why RespServer::Core chose to close a connection.
+enum class EvictReason : uint8_t { kClientMemory, kMaxUnauthenticated, kUnauthenticatedMemory };
 }  // namespace internal
 
 // The state shared by the server, its threads and its connections. Kept
@@ -114,14 +120,25 @@ class RespServer::Core : public std::enable_shared_from_this<RespServer::Core> {
   // Past client_memory: picks the connections using the most until the
   // rest fits, and has their threads close them. Any thread.
   void Evict();
-  void Register(internal::Connection* c) {
-    std::lock_guard<std::mutex> lock(registry_mu);
-    registry.insert(c);
-  }
-  void Unregister(internal::Connection* c) {
-    std::lock_guard<std::mutex> lock(registry_mu);
-    registry.erase(c);
-  }
+  // With auth_required, the caps on connections not authenticated yet make
+  // room for the newest rather than refuse it (a flood of them must not
+  // lock out a client about to send AUTH). DisplaceOldest: at
+  // max_unauthenticated, has the oldest such connection closed ("max_
+  // unauthenticated"); false if none could be chosen. DisplaceLargest:
+  // past unauthenticated_memory, has those holding the most closed until
+  // the rest fits ("unauthenticated_memory"). Any thread.
+  bool DisplaceOldestUnauthenticated();
+  void DisplaceLargestUnauthenticated();
+  // The connection's thread: it authenticated (false) or RESET (true).
+  void UnauthenticatedChanged(internal::Connection* c, bool unauthenticated);
+  // The connection's thread: it was chosen by Displace* and authenticated
+  // before it closed; it stays.
+  void Undisplace(internal::Connection* c);
+  void Register(internal::Connection* c);
+  void Unregister(internal::Connection* c);
+  // Under registry_mu: marks `c` chosen to close for `reason`, counting it
+  // as `bytes`, and takes it out of `unauthenticated`.
+  void MarkEvicting(internal::Connection* c, size_t bytes, internal::EvictReason reason);
 
   const ServerOptions options;
   CommandHandler* const handler;
@@ -145,9 +162,15 @@ class RespServer::Core : public std::enable_shared_from_this<RespServer::Core> {
   std::atomic<uint64_t> evicted{0};
   // Bytes of connections chosen for eviction and not closed yet.
   std::atomic<int64_t> eviction_bytes{0};
-  // Every started connection not finalized yet, for Evict.
+  // Every started connection not finalized yet, for Evict; those of them
+  // not authenticated, oldest first, not chosen to close, for Displace*.
   std::mutex registry_mu;
   std::unordered_set<internal::Connection*> registry;
+  std::list<internal::Connection*> unauthenticated;
+  // Connections not authenticated chosen to close and not closed yet, and
+  // their bytes (Displace*).
+  std::atomic<size_t> displacing_count{0};
+  std::atomic<int64_t> displacing_bytes{0};
   // Shutdown's phases: commands get the shutting-down error; connections are
   // being closed (a command in flight no longer holds one open); no more
   // posts to the threads (late replies are dropped).
@@ -272,10 +295,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
     CloseAfterFlush("shutdown");
   }
 
-  // Core::Evict chose this connection, counting it as evicted_bytes (set
-  // under Core::registry_mu, read on the connection's thread after).
+  // Core::Evict or Core::Displace* chose this connection, counting it as
+  // evicted_bytes, for evict_reason (set under Core::registry_mu, read on
+  // the connection's thread after).
   std::atomic<bool> evicting{false};
   size_t evicted_bytes = 0;
+  EvictReason evict_reason = EvictReason::kClientMemory;
+  // Its place in Core::unauthenticated while it is there (under
+  // Core::registry_mu).
+  std::list<Connection*>::iterator unauthenticated_pos;
+  bool in_unauthenticated = false;
   asio::io_context& io() { return worker_->io; }
   // What Account last counted, for Core::Evict (from any thread).
   std::atomic<size_t> charged{0};
@@ -284,6 +313,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // client gets an error saying why if nothing is half-written.
   void Evict() {
     if (closed_ || close_after_flush_) return;
+    if (evict_reason != EvictReason::kClientMemory) {
+      if (session_.authenticated) {  // in the meantime
+        core_->Undisplace(this);
+        return;
+      }
+      if (!writing_active_) {
+        const std::string_view error = evict_reason == EvictReason::kMaxUnauthenticated
+                                           ? kMaxUnauthenticated
+                                           : kUnauthenticatedMemory;
+        error_code ignored;
+        socket_.non_blocking(true, ignored);
+        socket_.write_some(asio::buffer(error), ignored);
+      }
+      Close(evict_reason == EvictReason::kMaxUnauthenticated ? "max_unauthenticated"
+                                                             : "unauthenticated_memory");
+      return;
+    }
     core_->evicted.fetch_add(1, std::memory_order_relaxed);
     if (core_->options.on_evict) {
       core_->options.on_evict(
@@ -711,7 +757,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
          {&session_.name, &session_.lib_name, &session_.lib_version, &session_.last_command}) {
       std::string().swap(*text);
     }
-    if (evicting.load()) core_->eviction_bytes.fetch_sub(static_cast<int64_t>(evicted_bytes));
+    if (evicting.load()) {
+      core_->eviction_bytes.fetch_sub(static_cast<int64_t>(evicted_bytes));
+      if (evict_reason != EvictReason::kClientMemory) {
+        core_->displacing_count.fetch_sub(1);
+        core_->displacing_bytes.fetch_sub(static_cast<int64_t>(evicted_bytes));
+      }
+    }
     Account();
     worker_->connections.erase(registered_);
   }
@@ -737,8 +789,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     Charge(MemoryBytes() + extra);
     if (closed_) return false;
     if (evicting.load(std::memory_order_relaxed)) {
-      Evict();
-      return false;
+      Evict();  // which keeps one that authenticated since it was chosen
+      if (closed_ || close_after_flush_ || evicting.load()) return false;
     }
     return true;
   }
@@ -761,13 +813,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
         core.unauthenticated_count.fetch_sub(1);
         core.unauthenticated_bytes.fetch_sub(static_cast<int64_t>(bytes) - delta);
       }
+      core.UnauthenticatedChanged(this, unauthenticated);
     } else if (unauthenticated && delta != 0) {
       const int64_t together =
           core.unauthenticated_bytes.fetch_add(delta, std::memory_order_relaxed) + delta;
-      if (delta > 0 && together > static_cast<int64_t>(core.options.unauthenticated_memory) &&
+      if (delta > 0 &&
+          together - core.displacing_bytes.load() >
+              static_cast<int64_t>(core.options.unauthenticated_memory) &&
           !closed_) {
-        Close("unauthenticated_memory");
-        return;
+        // The largest go, which may be this one (Admit then closes it).
+        core.DisplaceLargestUnauthenticated();
       }
     }
     if (delta > 0 && core.options.client_memory > 0 &&
@@ -941,7 +996,11 @@ void RespServer::Core::Accept() {
     if (connection_count.load() >= options.max_connections) {
       refuse(kMaxClients, "max_clients");
     } else if (options.auth_required &&
-               unauthenticated_count.load() >= options.max_unauthenticated) {
+               static_cast<int64_t>(unauthenticated_count.load()) -
+                       static_cast<int64_t>(displacing_count.load()) >=
+                   static_cast<int64_t>(options.max_unauthenticated) &&
+               !DisplaceOldestUnauthenticated()) {
+      // Those not authenticated are all accepted and not started yet.
       refuse(kMaxUnauthenticated, "max_unauthenticated");
     } else {
       connection_count.fetch_add(1);
@@ -952,6 +1011,22 @@ void RespServer::Core::Accept() {
     }
     Accept();
   });
+}
+
+void RespServer::Core::MarkEvicting(internal::Connection* c, size_t bytes,
+                                    internal::EvictReason reason) {
+  c->evicted_bytes = bytes;
+  c->evict_reason = reason;
+  c->evicting.store(true);
+  eviction_bytes.fetch_add(static_cast<int64_t>(bytes));
+  if (reason != internal::EvictReason::kClientMemory) {
+    displacing_count.fetch_add(1);
+    displacing_bytes.fetch_add(static_cast<int64_t>(bytes));
+  }
+  if (c->in_unauthenticated) {
+    unauthenticated.erase(c->unauthenticated_pos);
+    c->in_unauthenticated = false;
+  }
 }
 
 void RespServer::Core::Evict() {
@@ -974,9 +1049,93 @@ void RespServer::Core::Evict() {
       if (total <= limit) break;
       std::shared_ptr<internal::Connection> victim = c->weak_from_this().lock();
       if (victim == nullptr) continue;  // being destroyed
-      c->evicted_bytes = bytes;
-      c->evicting.store(true);
-      eviction_bytes.fetch_add(static_cast<int64_t>(bytes));
+      MarkEvicting(c, bytes, internal::EvictReason::kClientMemory);
+      total -= static_cast<int64_t>(bytes);
+      victims.push_back(std::move(victim));
+    }
+  }
+  for (auto& v : victims) {
+    asio::io_context& io = v->io();
+    asio::post(io, [v = std::move(v)] { v->Evict(); });
+  }
+}
+
+void RespServer::Core::Register(internal::Connection* c) {
+  std::lock_guard<std::mutex> lock(registry_mu);
+  registry.insert(c);
+  // Counted unauthenticated since it was accepted (Accept).
+  if (options.auth_required) {
+    c->unauthenticated_pos = unauthenticated.insert(unauthenticated.end(), c);
+    c->in_unauthenticated = true;
+  }
+}
+
+void RespServer::Core::Unregister(internal::Connection* c) {
+  std::lock_guard<std::mutex> lock(registry_mu);
+  registry.erase(c);
+  if (c->in_unauthenticated) {
+    unauthenticated.erase(c->unauthenticated_pos);
+    c->in_unauthenticated = false;
+  }
+}
+
+void RespServer::Core::UnauthenticatedChanged(internal::Connection* c, bool now_unauthenticated) {
+  std::lock_guard<std::mutex> lock(registry_mu);
+  if (now_unauthenticated) {
+    // RESET: the newest. (A finalized connection is never unauthenticated.)
+    if (!c->in_unauthenticated && !c->evicting.load()) {
+      c->unauthenticated_pos = unauthenticated.insert(unauthenticated.end(), c);
+      c->in_unauthenticated = true;
+    }
+  } else if (c->in_unauthenticated) {
+    unauthenticated.erase(c->unauthenticated_pos);
+    c->in_unauthenticated = false;
+  }
+}
+
+void RespServer::Core::Undisplace(internal::Connection* c) {
+  std::lock_guard<std::mutex> lock(registry_mu);
+  if (!c->evicting.load()) return;
+  eviction_bytes.fetch_sub(static_cast<int64_t>(c->evicted_bytes));
+  displacing_count.fetch_sub(1);
+  displacing_bytes.fetch_sub(static_cast<int64_t>(c->evicted_bytes));
+  c->evicting.store(false);
+}
+
+bool RespServer::Core::DisplaceOldestUnauthenticated() {
+  std::shared_ptr<internal::Connection> victim;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu);
+    for (internal::Connection* c : unauthenticated) {
+      victim = c->weak_from_this().lock();
+      if (victim == nullptr) continue;  // being destroyed
+      MarkEvicting(c, c->charged.load(), internal::EvictReason::kMaxUnauthenticated);
+      break;
+    }
+  }
+  if (victim == nullptr) return false;
+  asio::io_context& io = victim->io();
+  asio::post(io, [v = std::move(victim)] { v->Evict(); });
+  return true;
+}
+
+void RespServer::Core::DisplaceLargestUnauthenticated() {
+  const int64_t limit = static_cast<int64_t>(options.unauthenticated_memory);
+  std::vector<std::shared_ptr<internal::Connection>> victims;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu);
+    int64_t total = unauthenticated_bytes.load() - displacing_bytes.load();
+    if (total <= limit) return;
+    std::vector<std::pair<size_t, internal::Connection*>> by_size;
+    by_size.reserve(unauthenticated.size());
+    for (internal::Connection* c : unauthenticated) by_size.emplace_back(c->charged.load(), c);
+    std::sort(by_size.begin(), by_size.end(),
+              [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (const auto& [bytes, c] : by_size) {
+      if (total <= limit) break;
+      std::shared_ptr<internal::Connection> victim = c->weak_from_this().lock();
+      if (victim == nullptr) continue;
+      MarkEvicting(c, bytes, internal::EvictReason::kUnauthenticatedMemory);
       total -= static_cast<int64_t>(bytes);
       victims.push_back(std::move(victim));
     }

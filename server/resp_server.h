@@ -31,7 +31,8 @@
 // its input buffer past it is considered before it allocates. With
 // auth_required, connections that have not authenticated are held to a few
 // arguments and bytes each, to max_unauthenticated of them and to
-// unauthenticated_memory together, and to auth_timeout.
+// unauthenticated_memory together (the oldest or largest make room for a
+// newcomer), and to auth_timeout.
 //
 // Limits: a protocol error is answered (after the replies of the commands
 // before it) and the connection closed, as Redis does; more than
@@ -163,10 +164,13 @@ struct ServerOptions {
                                          .max_command_bytes = 256 << 10,
                                          .note = " before AUTH"};
   // With auth_required: connections not authenticated yet, at most this
-  // many (more: "-ERR max number of unauthenticated clients reached",
-  // closed), this much memory together (past it, the one growing is closed:
-  // "unauthenticated_memory"), and for at most auth_timeout after they
-  // connected or RESET ("auth_timeout"; 0 = no limit). Their output stops
+  // many (one more: the one waiting longest is closed with "-ERR max number
+  // of unauthenticated clients reached", "max_unauthenticated"; a new one is
+  // refused only if none has started yet), this much memory together (past
+  // it, those holding the most are closed: "unauthenticated_memory"), and
+  // for at most auth_timeout after they connected or RESET ("auth_timeout";
+  // 0 = no limit). The caps make room for newcomers so that a flood of
+  // connections that never AUTH does not lock out a client that does. Their output stops
   // running commands past unauthenticated_output_limit.
   size_t max_unauthenticated = 1000;
   size_t unauthenticated_memory = 32 << 20;

@@ -277,9 +277,7 @@ TEST_F(RedisMemoryTest, ThousandsOfUnauthenticatedConnectionsAreCapped) {
   std::ofstream(tokens) << r.out.substr(r.out.find('\n') + 1);
   Start({"--auth-tokens=" + tokens});
   // A client of the service, authenticated before the flood: it is served
-  // throughout. (A new connection during the flood competes with the
-  // attackers for the places before AUTH and may be refused or closed:
-  // those caps are what keep the process alive.)
+  // throughout; and a new one during it (below).
   RespConn app(server_->redis_port());
   ASSERT_TRUE(app.ok());
   std::optional<RespReply> auth = app.Call({"AUTH", token});
@@ -302,6 +300,21 @@ TEST_F(RedisMemoryTest, ThousandsOfUnauthenticatedConnectionsAreCapped) {
     EXPECT_EQ(r->type, ':') << r->str;
     EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
     EXPECT_EQ(HttpGet(admin_port(), "/healthz").status, 200);
+  }
+  // Then 1,000 connections that send nothing fill the places before AUTH.
+  conns.resize(9000);
+  InParallel(1000, 16, [&](int i) { conns[8000 + i] = Connect(server_->redis_port()); });
+  {
+    // A client that connects now and AUTHs at once still gets in: the
+    // attackers waiting the longest (or holding the most) make room.
+    RespConn newcomer(server_->redis_port());
+    ASSERT_TRUE(newcomer.ok());
+    std::optional<RespReply> r = newcomer.Call({"AUTH", token});
+    ASSERT_TRUE(r.has_value()) << "a new client was shut out by the flood";
+    EXPECT_EQ(r->str, "OK");
+    r = newcomer.Call({"CF.EXISTS", "probe", "x"});
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->type, ':') << r->str;
   }
   // Most were refused or closed: at most 1000 wait for AUTH at a time,
   // holding at most 16 MiB (a quarter of --redis-client-memory) together.

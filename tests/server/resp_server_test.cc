@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -248,6 +249,12 @@ class Client {
     std::string data;
     if (!ReadN(static_cast<size_t>(len) + 2, &data)) return "";
     return line + data;
+  }
+  // True if something (or EOF) can be read within `timeout`.
+  bool WaitReadable(std::chrono::milliseconds timeout) {
+    if (!buf_.empty()) return true;
+    pollfd p{.fd = fd_, .events = POLLIN, .revents = 0};
+    return ::poll(&p, 1, static_cast<int>(timeout.count())) == 1;
   }
   // True if the server closed the connection (EOF or reset) with nothing
   // more to read.
@@ -700,31 +707,55 @@ TEST_F(RespServerTest, UnauthenticatedConnectionsAreCappedInNumberAndTime) {
   ASSERT_TRUE(b.Send(Cmd({"PING"})));
   ASSERT_EQ(b.Reply(), "+PONG\r\n");
   EXPECT_EQ(server_->unauthenticated_connections(), 2u);
-  {
-    Client refused(server_->port());
-    EXPECT_THAT(refused.Reply(), StartsWith("-ERR max number of unauthenticated clients reached"));
-    EXPECT_EQ(refused.Reply(), "");
-  }
-  EXPECT_TRUE(WaitFor([&] { return log_.Count("max_unauthenticated") == 1; }));
-  // An authenticated connection no longer counts, and has no time limit.
-  ASSERT_TRUE(a.Send(Cmd({"AUTH"})));
-  ASSERT_EQ(a.Reply(), "+OK\r\n");
-  EXPECT_EQ(server_->unauthenticated_connections(), 1u);
+  // A third is served, and the oldest not authenticated makes room for it:
+  // a flood of connections that never AUTH cannot lock out a new client.
   Client c(server_->port());
   ASSERT_TRUE(c.Send(Cmd({"PING"})));
   EXPECT_EQ(c.Reply(), "+PONG\r\n");
-  // b and c never authenticate: closed after auth_timeout.
-  EXPECT_EQ(b.Reply(), "");
-  EXPECT_EQ(c.Reply(), "");
-  EXPECT_TRUE(WaitFor([&] { return log_.Count("auth_timeout") == 2; }));
-  ASSERT_TRUE(a.Send(Cmd({"PING"})));
-  EXPECT_EQ(a.Reply(), "+PONG\r\n");
-  // RESET makes it unauthenticated again, with a new time limit.
-  ASSERT_TRUE(a.Send(Cmd({"RESET"})));
-  ASSERT_EQ(a.Reply(), "+RESET\r\n");
-  EXPECT_EQ(server_->unauthenticated_connections(), 1u);
+  EXPECT_THAT(a.Reply(), StartsWith("-ERR max number of unauthenticated clients reached"));
   EXPECT_EQ(a.Reply(), "");
+  EXPECT_TRUE(WaitFor([&] { return log_.Count("max_unauthenticated") == 1; }));
+  EXPECT_EQ(server_->unauthenticated_connections(), 2u);
+  // An authenticated connection no longer counts, and has no time limit.
+  ASSERT_TRUE(b.Send(Cmd({"AUTH"})));
+  ASSERT_EQ(b.Reply(), "+OK\r\n");
+  EXPECT_EQ(server_->unauthenticated_connections(), 1u);
+  Client d(server_->port());
+  ASSERT_TRUE(d.Send(Cmd({"PING"})));
+  EXPECT_EQ(d.Reply(), "+PONG\r\n");
+  EXPECT_EQ(log_.Count("max_unauthenticated"), 1);
+  // c and d never authenticate: closed after auth_timeout.
+  EXPECT_EQ(c.Reply(), "");
+  EXPECT_EQ(d.Reply(), "");
+  EXPECT_TRUE(WaitFor([&] { return log_.Count("auth_timeout") == 2; }));
+  ASSERT_TRUE(b.Send(Cmd({"PING"})));
+  EXPECT_EQ(b.Reply(), "+PONG\r\n");
+  // RESET makes it unauthenticated again, with a new time limit.
+  ASSERT_TRUE(b.Send(Cmd({"RESET"})));
+  ASSERT_EQ(b.Reply(), "+RESET\r\n");
+  EXPECT_EQ(server_->unauthenticated_connections(), 1u);
+  EXPECT_EQ(b.Reply(), "");
   EXPECT_TRUE(WaitFor([&] { return server_->unauthenticated_connections() == 0; }));
+}
+
+TEST_F(RespServerTest, AFloodOfUnauthenticatedConnectionsDoesNotLockOutNewClients) {
+  StartServer({.auth_required = true, .max_unauthenticated = 50});
+  std::vector<std::unique_ptr<Client>> flood;
+  for (int i = 0; i < 200; ++i) flood.push_back(std::make_unique<Client>(server_->port()));
+  EXPECT_TRUE(WaitFor([&] { return log_.Count("max_unauthenticated") >= 150; }));
+  EXPECT_LE(server_->unauthenticated_connections(), 51u);
+  // Each newcomer AUTHs at once and is served; the oldest of the flood go.
+  for (int i = 0; i < 20; ++i) {
+    Client newcomer(server_->port());
+    ASSERT_TRUE(newcomer.Send(Cmd({"AUTH"}) + Cmd({"PING"})));
+    EXPECT_EQ(newcomer.Reply(), "+OK\r\n");
+    EXPECT_EQ(newcomer.Reply(), "+PONG\r\n");
+    flood.push_back(std::make_unique<Client>(server_->port()));
+  }
+  EXPECT_TRUE(WaitFor([&] { return log_.Count("max_unauthenticated") == 170; }));
+  // The newest of the flood are still open.
+  ASSERT_TRUE(flood.back()->Send(Cmd({"PING"})));
+  EXPECT_EQ(flood.back()->Reply(), "+PONG\r\n");
 }
 
 TEST_F(RespServerTest, UnauthenticatedConnectionsShareASmallMemoryCap) {
@@ -742,9 +773,22 @@ TEST_F(RespServerTest, UnauthenticatedConnectionsShareASmallMemoryCap) {
     clients.push_back(std::make_unique<Client>(server_->port()));
     ASSERT_TRUE(clients.back()->Send(partial));
   }
-  // Four do not fit in 500 KiB together.
+  // Four do not fit in 500 KiB together: those holding the most go, with
+  // an error that says why.
   EXPECT_TRUE(WaitFor([&] { return log_.Count("unauthenticated_memory") >= 1; }));
   EXPECT_LE(log_.Count("unauthenticated_memory"), 2);
+  int told = 0;
+  for (auto& c : clients) {
+    if (!c->WaitReadable(std::chrono::milliseconds(200))) continue;
+    const std::string reply = c->Reply();
+    EXPECT_THAT(reply, StartsWith("-ERR unauthenticated clients memory limit"));
+    told += reply.empty() ? 0 : 1;
+  }
+  EXPECT_GE(told, 1);
+  // A client that AUTHs right after connecting is served.
+  Client newcomer(server_->port());
+  ASSERT_TRUE(newcomer.Send(Cmd({"AUTH"})));
+  EXPECT_EQ(newcomer.Reply(), "+OK\r\n");
   // Authenticated connections are not held to it.
   ASSERT_TRUE(authenticated.Send(Cmd({"BIG", "1000000"})));
   EXPECT_TRUE(authenticated.Reply() == Bulk(std::string(1000000, 'x')));
