@@ -11,6 +11,10 @@
 #    against `CF.EXISTS f key:N` on cuckood's Redis port (keys preloaded),
 #    three alternating rounds; p50/p99 latency and requests/s.
 # 2. Pipelined `CF.MEXISTS f key:N ... (1000 keys)`, -P 8 -c 2: keys/s.
+#    Then, alternating, the same on the growing filter `f` (what CF.RESERVE
+#    makes by default, not grown) and on a fixed one with the same keys (`x`,
+#    CF.RESERVE ... EXPANSION 0), at 10^6 keys and at 10^7 (f7, x7): the
+#    "growing >= 0.9 x fixed" target of issue 30.
 # 3. The gRPC batched lookup of cuckoo-bench (1000 keys a request, 8 in
 #    flight on each of 2 connections) on the same cuckood: keys/s, for the
 #    "MEXISTS >= 0.8 x gRPC" target.
@@ -52,10 +56,10 @@ for tool in redis-server redis-benchmark redis-cli taskset; do
 done
 
 if [ "$smoke" = 1 ]; then
-  requests=2000 mexists_requests=200 keys=20000 grpc_duration=1s rounds=1
+  requests=2000 mexists_requests=200 keys=20000 big_keys=0 grpc_duration=1s rounds=1
   write_items=200000 redis_write_items=100000 write_rounds=1 add_requests=200
 else
-  requests=100000 mexists_requests=20000 keys=1000000 grpc_duration=10s rounds=3
+  requests=100000 mexists_requests=20000 keys=1000000 big_keys=10000000 grpc_duration=10s rounds=3
   write_items=40000000 redis_write_items=10000000 write_rounds=3 add_requests=5000
 fi
 # Pinning needs two CPUs; with one, both share it (the figures then mean less).
@@ -94,11 +98,13 @@ bench() {  # bench NAME PORT ARGS...: one redis-benchmark run, its CSV to NAME.c
 
 if [ "$reads" = 1 ]; then
 
-# The filter, preloaded with redis-benchmark's key names (key:%012d, what
-# __rand_int__ becomes with -r).
-/usr/bin/python3 - "$resp_port" "$keys" <<'PY'
+# preload NAME N [RESERVE ARGS...]: a filter made by CF.RESERVE NAME N ARGS,
+# preloaded with redis-benchmark's key names (key:%012d, what __rand_int__
+# becomes with -r) 0..N-1.
+preload() {
+/usr/bin/python3 - "$resp_port" "$@" <<'PY'
 import socket, sys
-port, n = int(sys.argv[1]), int(sys.argv[2])
+port, name, n, extra = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4:]
 s = socket.create_connection(("127.0.0.1", port))
 f = s.makefile("rb")
 def command(*args):
@@ -114,12 +120,12 @@ def reply():
     if line[:1] == b"-":
         sys.exit("preload: " + line.decode().strip())
     return line.strip()
-command("CF.RESERVE", "f", n)
+command("CF.RESERVE", name, n, *extra)
 reply()
 batch = 10000
 sent = 0
 for start in range(0, n, batch):
-    command("CF.INSERT", "f", "ITEMS", *[b"key:%012d" % i for i in range(start, min(n, start + batch))])
+    command("CF.INSERT", name, "ITEMS", *[b"key:%012d" % i for i in range(start, min(n, start + batch))])
     sent += 1
     if sent >= 8:  # a few in flight
         r = reply(); sent -= 1
@@ -127,6 +133,15 @@ for start in range(0, n, batch):
 while sent:
     reply(); sent -= 1
 PY
+}
+# f: what CF.RESERVE makes by default, a growing filter (EXPANSION 2, as
+# RedisBloom), not grown; x: the same keys in a fixed one (EXPANSION 0).
+preload f "$keys"
+preload x "$keys" EXPANSION 0
+if [ "$smoke" = 0 ]; then  # and at 10^7 keys, where the growing one has 256 shards
+  preload f7 "$big_keys"
+  preload x7 "$big_keys" EXPANSION 0
+fi
 
 echo "== depth 1: EXISTS (redis-server) vs CF.EXISTS (cuckood), $requests requests, $rounds rounds"
 for round in $(seq "$rounds"); do
@@ -139,15 +154,30 @@ mexists=(CF.MEXISTS f)
 for _ in $(seq 1000); do mexists+=('key:__rand_int__'); done
 bench mexists "$resp_port" -c 2 -P 8 -n "$mexists_requests" -r "$keys" "${mexists[@]}"
 
+echo "== CF.MEXISTS x1000 on a growing filter that has not grown and on a fixed one, same keys, $rounds rounds alternating"
+sizes=("$keys")
+[ "$smoke" = 1 ] || sizes+=("$big_keys")
+for round in $(seq "$rounds"); do
+  for n in "${sizes[@]}"; do
+    suffix=""
+    [ "$n" = "$keys" ] || suffix=7
+    for kind in f x; do
+      args=(CF.MEXISTS "$kind$suffix")
+      for _ in $(seq 1000); do args+=('key:__rand_int__'); done
+      bench "mexists-$kind$suffix-$round" "$resp_port" -c 2 -P 8 -n "$mexists_requests" -r "$n" "${args[@]}"
+    done
+  done
+done
+
 echo "== gRPC batched lookup (cuckoo-bench), $grpc_duration"
 taskset -c "$client_cpu" "$bin/client/cuckoo-bench" --target="127.0.0.1:$grpc_port" \
   --json="$out/grpc.json" --filter=grpc --create="$keys" --populate --keyspace="$keys" \
   --mix=lookup:100 --duration="$grpc_duration" >"$out/grpc.log" 2>&1 ||
   { cat "$out/grpc.log" >&2; exit 1; }
 
-/usr/bin/python3 - "$out" "$rounds" <<'PY'
+/usr/bin/python3 - "$out" "$rounds" "$keys" "$big_keys" <<'PY'
 import csv, json, sys
-out, rounds = sys.argv[1], int(sys.argv[2])
+out, rounds, keys, big_keys = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 def row(name):
     with open(f"{out}/{name}.csv") as f:
         r = list(csv.DictReader(f))
@@ -180,6 +210,15 @@ print(f"{'gRPC batched lookup':34s} {grpc_keys / 1e6:8.2f} M keys/s")
 print(f"{'MEXISTS / gRPC':34s} {mex_keys / grpc_keys:8.2f}   (target >= 0.8)")
 print(f"{'MEXISTS / 6.1 M (RedisBloom)':34s} {mex_keys / 6.1e6:8.2f}   (target >= 2)")
 print(f"{'CF.EXISTS p50, p99 <= EXISTS':34s} {'yes' if p50['cuckood'] <= p50['redis'] else 'no':>8s} {'yes' if p99['cuckood'] <= p99['redis'] else 'no':>8s}")
+print("\nCF.MEXISTS x1000, -P 8 -c 2, M keys/s: growing (not grown) / fixed, same keys (target >= 0.9)")
+for suffix, n in (("", keys), ("7", big_keys)):
+    try:
+        pairs = [(float(row(f"mexists-f{suffix}-{i}")["rps"]) * 1000,
+                  float(row(f"mexists-x{suffix}-{i}")["rps"]) * 1000) for i in range(1, rounds + 1)]
+    except FileNotFoundError:
+        continue
+    for i, (g, x) in enumerate(pairs, 1):
+        print(f"{f'{n:,} keys, round {i}':34s} {g / 1e6:8.2f} / {x / 1e6:5.2f} = {g / x:4.2f}")
 if not grpc.get("ok", False):
     print(f"cuckoo-bench reported errors: see {out}/grpc.json")
     sys.exit(1)
