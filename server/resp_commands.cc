@@ -609,7 +609,7 @@ void RedisCommands::Exists(Session* s, absl::Span<const Command> run, Writer& w)
   absl::StatusOr<std::shared_ptr<CuckooFilter>> f = registry_->Get(A(key));
   if (!f.ok()) {
     // RedisBloom: a missing filter holds nothing.
-    for (size_t i = 0; i < run.size(); ++i) w.Integer(0);
+    w.SmallIntegers(run.size(), [](size_t) { return 0; });
     return;
   }
   if (run.size() == 1) {
@@ -622,7 +622,7 @@ void RedisCommands::Exists(Session* s, absl::Span<const Command> run, Writer& w)
   ScratchArray<bool, 3> present(run.size());
   for (size_t i = 0; i < run.size(); ++i) keys[i] = run[i].args[2];
   (*f)->LookupBatch(keys.span(), present.span());
-  for (size_t i = 0; i < run.size(); ++i) w.Integer(present[i] ? 1 : 0);
+  w.SmallIntegers(run.size(), [&](size_t i) { return present[i] ? 1 : 0; });
 }
 
 void RedisCommands::MExists(Session* s, const Command& c, Writer& w) {
@@ -649,12 +649,12 @@ void RedisCommands::MExists(Session* s, const Command& c, Writer& w) {
   absl::StatusOr<std::shared_ptr<CuckooFilter>> f = registry_->Get(A(key));
   w.Array(n);
   if (!f.ok()) {
-    for (size_t i = 0; i < n; ++i) w.Integer(0);
+    w.SmallIntegers(n, [](size_t) { return 0; });
     return;
   }
   ScratchArray<bool, 3> present(n);  // Slot 3: see Exists.
   (*f)->LookupBatch(absl::MakeConstSpan(c.args.data() + 2, n), present.span());
-  for (size_t i = 0; i < n; ++i) w.Integer(present[i] ? 1 : 0);
+  w.SmallIntegers(n, [&](size_t i) { return present[i] ? 1 : 0; });
 }
 
 void RedisCommands::Count(Session* s, const Command& c, Writer& w) {
@@ -773,12 +773,13 @@ struct RedisCommands::RunReplies {
         case kCfInsert:
         case kCfInsertNx:
           w.Array(n);
-          for (size_t i = 0; i < n; ++i, ++key) {
-            const int c = code(key);
-            w.Integer(c == static_cast<int>(InsertResult::kInserted)         ? 1
-                      : c == static_cast<int>(InsertResult::kAlreadyPresent) ? 0
-                                                                             : -1);
-          }
+          w.SmallIntegers(n, [&](size_t i) {
+            const int c = code(key + i);
+            return c == static_cast<int>(InsertResult::kInserted)         ? 1
+                   : c == static_cast<int>(InsertResult::kAlreadyPresent) ? 0
+                                                                          : -1;
+          });
+          key += n;
           break;
         case kCfDel:
           for (size_t i = 0; i < n; ++i, ++key) {

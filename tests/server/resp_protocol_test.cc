@@ -208,6 +208,42 @@ TEST(RespParser, ACommandSplitAtEveryByteParsesIdentically) {
   }
 }
 
+TEST(RespParser, BulkHeadersWithMoreDataAfterThemParseAsWhenTheyArriveAlone) {
+  // With a dozen bytes or more after its '$', a header takes a shorter path
+  // (FeedBytewise never has them): the two must agree, errors included.
+  const std::string tail = "$16\r\n0123456789abcdef\r\n";
+  const std::vector<std::string> headers = {
+      "$0\r\n\r\n",
+      "$3\r\nabc\r\n",
+      "$03\r\nabc\r\n",
+      "$00\r\n\r\n",
+      "$16\r\n" + std::string(16, 'x') + "\r\n",
+      "$17\r\n" + std::string(17, 'x') + "\r\n",
+      "$999999999\r\n",
+      "$1000000000\r\n",
+      "$+3\r\nabc\r\n",
+      "$ 3\r\nabc\r\n",
+      "$3 \r\nabc\r\n",
+      "$3\nabc\r\n",
+      "$3\r\rabc\r\n",
+      "$-3\r\nabc\r\n",
+      "$3\r\nabcd\r\n",
+      "$3\r\nab\r\n\r\n",
+      "$\r\n",
+      "$3x\r\nabc\r\n",
+      "$123456789012\r\n",
+  };
+  for (const std::string& h : headers) {
+    const std::string in = "*3\r\n" + tail + h + tail + tail + tail;
+    SCOPED_TRACE(in);
+    EXPECT_EQ(FeedWhole(SmallLimits(), in), FeedBytewise(SmallLimits(), in));
+    EXPECT_EQ(FeedWhole({}, in), FeedBytewise({}, in));
+    ParserLimits tight;
+    tight.max_command_bytes = 40;  // the second argument's end is past it
+    EXPECT_EQ(FeedWhole(tight, in), FeedBytewise(tight, in));
+  }
+}
+
 TEST(RespParser, APrefixThenTheWholeParsesLikeTheWhole) {
   const std::string in = "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nva\r\nl\r\nECHO \"x\\ty\"\r\n";
   const std::vector<std::string> whole = FeedWhole({}, in);
@@ -440,6 +476,17 @@ TEST(RespWriter, WritesRESP2) {
             ":0\r\n"
             "$5\r\nhello\r\n"
             "*2\r\n"s);
+}
+
+TEST(RespWriter, SmallIntegersWritesWhatIntegerWrites) {
+  std::string one_by_one, at_once = "x";
+  Writer a(&one_by_one, 2), b(&at_once, 2);
+  one_by_one = "x";
+  for (int v = -9; v <= 9; ++v) a.Integer(v);
+  b.SmallIntegers(19, [](size_t i) { return static_cast<int>(i) - 9; });
+  EXPECT_EQ(at_once, one_by_one);
+  b.SmallIntegers(0, [](size_t) { return 1; });
+  EXPECT_EQ(at_once, one_by_one);
 }
 
 TEST(RespWriter, WritesRESP3) {
