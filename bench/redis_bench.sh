@@ -11,10 +11,11 @@
 #    against `CF.EXISTS f key:N` on cuckood's Redis port (keys preloaded),
 #    three alternating rounds; p50/p99 latency and requests/s.
 # 2. Pipelined `CF.MEXISTS f key:N ... (1000 keys)`, -P 8 -c 2: keys/s.
-#    Then, alternating, the same on the growing filter `f` (what CF.RESERVE
-#    makes by default, not grown) and on a fixed one with the same keys (`x`,
-#    CF.RESERVE ... EXPANSION 0), at 10^6 keys and at 10^7 (f7, x7): the
-#    "growing >= 0.9 x fixed" target of issue 30.
+#    Then, alternating, CF.MEXISTS x1000 from bench/resp_load (see 3.) on a
+#    growing filter `g` (what CF.RESERVE makes by default, not grown) and on
+#    a fixed one with the same keys (`x`, CF.RESERVE ... EXPANSION 0), at
+#    10^6 keys and at 10^7 (g7, x7): the "growing >= 0.9 x fixed" target of
+#    issue 30.
 # 3. The gRPC batched lookup of cuckoo-bench (1000 keys a request, 8 in
 #    flight on each of 2 connections) on the same cuckood: keys/s, for the
 #    "MEXISTS >= 0.8 x gRPC" target; then CF.MEXISTS x1000 of the same keys
@@ -141,14 +142,26 @@ while sent:
     reply(); sent -= 1
 PY
 }
-# f: what CF.RESERVE makes by default, a growing filter (EXPANSION 2, as
-# RedisBloom), not grown; x: the same keys in a fixed one (EXPANSION 0).
 preload f "$keys"
-preload x "$keys" EXPANSION 0
-if [ "$smoke" = 0 ]; then  # and at 10^7 keys, where the growing one has 256 shards
-  preload f7 "$big_keys"
-  preload x7 "$big_keys" EXPANSION 0
-fi
+# g: what CF.RESERVE makes by default, a growing filter (EXPANSION 2, as
+# RedisBloom), not grown; x: the same keys in a fixed one (EXPANSION 0);
+# g7, x7: the same at 10^7 keys (where the growing one has 256 shards).
+# Loaded by resp_load with cuckoo-bench's keys.
+sizes=("$keys")
+[ "$smoke" = 1 ] || sizes+=("$big_keys")
+for n in "${sizes[@]}"; do
+  suffix=""
+  [ "$n" = "$keys" ] || suffix=7
+  redis-cli -p "$resp_port" CF.RESERVE "g$suffix" "$n" >/dev/null
+  redis-cli -p "$resp_port" CF.RESERVE "x$suffix" "$n" EXPANSION 0 >/dev/null
+  for kind in g x; do  # 90% full, so that no shard of g grows
+    "$bin/bench/resp_load" --port="$resp_port" --mode=insert --filter="$kind$suffix" --keys="$((n * 9 / 10))" \
+      >"$out/preload-$kind$suffix.log" || { cat "$out/preload-$kind$suffix.log" >&2; exit 1; }
+  done
+  # Not grown: one generation (cuckooctl info lists a line for each).
+  [ "$("$bin/client/cuckooctl" --target="127.0.0.1:$grpc_port" info "g$suffix" | grep -c '^generation [0-9]')" -le 1 ] ||
+    { echo "redis_bench: filter g$suffix grew while loaded" >&2; exit 1; }
+done
 
 echo "== depth 1: EXISTS (redis-server) vs CF.EXISTS (cuckood), $requests requests, $rounds rounds"
 for round in $(seq "$rounds"); do
@@ -161,17 +174,16 @@ mexists=(CF.MEXISTS f)
 for _ in $(seq 1000); do mexists+=('key:__rand_int__'); done
 bench mexists "$resp_port" -c 2 -P 8 -n "$mexists_requests" -r "$keys" "${mexists[@]}"
 
-echo "== CF.MEXISTS x1000 on a growing filter that has not grown and on a fixed one, same keys, $rounds rounds alternating"
-sizes=("$keys")
-[ "$smoke" = 1 ] || sizes+=("$big_keys")
+echo "== CF.MEXISTS x1000 (resp_load) on a growing filter that has not grown and on a fixed one, same keys, $rounds rounds alternating"
 for round in $(seq "$rounds"); do
   for n in "${sizes[@]}"; do
     suffix=""
     [ "$n" = "$keys" ] || suffix=7
-    for kind in f x; do
-      args=(CF.MEXISTS "$kind$suffix")
-      for _ in $(seq 1000); do args+=('key:__rand_int__'); done
-      bench "mexists-$kind$suffix-$round" "$resp_port" -c 2 -P 8 -n "$mexists_requests" -r "$n" "${args[@]}"
+    for kind in g x; do
+      taskset -c "$client_cpu" "$bin/bench/resp_load" --port="$resp_port" --mode=mexists \
+        --filter="$kind$suffix" --keyspace="$((n * 9 / 10))" --requests="$mexists_requests" --expect-present \
+        --json="$out/mexists-$kind$suffix-$round.json" >"$out/mexists-$kind$suffix-$round.log" ||
+        { cat "$out/mexists-$kind$suffix-$round.log" >&2; exit 1; }
     done
   done
 done
@@ -227,11 +239,14 @@ print(f"{'MEXISTS / gRPC, resp_load':34s} {rl_keys / grpc_keys:8.2f}   (target >
 print(f"{'MEXISTS / gRPC, redis-benchmark':34s} {mex_keys / grpc_keys:8.2f}   (redis-benchmark takes its CPU)")
 print(f"{'MEXISTS / 6.1 M (RedisBloom)':34s} {mex_keys / 6.1e6:8.2f}   (target >= 2)")
 print(f"{'CF.EXISTS p50, p99 <= EXISTS':34s} {'yes' if p50['cuckood'] <= p50['redis'] else 'no':>8s} {'yes' if p99['cuckood'] <= p99['redis'] else 'no':>8s}")
-print("\nCF.MEXISTS x1000, -P 8 -c 2, M keys/s: growing (not grown) / fixed, same keys (target >= 0.9)")
+print("\nCF.MEXISTS x1000 (resp_load), M keys/s: growing (not grown) / fixed, same keys (target >= 0.9)")
+def rate(name):
+    with open(f"{out}/{name}.json") as f:
+        return json.load(f)["items_per_s"]
 for suffix, n in (("", keys), ("7", big_keys)):
     try:
-        pairs = [(float(row(f"mexists-f{suffix}-{i}")["rps"]) * 1000,
-                  float(row(f"mexists-x{suffix}-{i}")["rps"]) * 1000) for i in range(1, rounds + 1)]
+        pairs = [(rate(f"mexists-g{suffix}-{i}"), rate(f"mexists-x{suffix}-{i}"))
+                 for i in range(1, rounds + 1)]
     except FileNotFoundError:
         continue
     for i, (g, x) in enumerate(pairs, 1):

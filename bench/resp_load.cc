@@ -274,6 +274,13 @@ class Connection {
     size_t pos = eol + 2;
     uint64_t ones = 0, zeros = 0, full = 0;
     for (uint64_t i = 0; i < n; ++i) {
+      // The usual item, ":0" or ":1", without a search.
+      if (in.size() >= pos + 4 && in[pos] == ':' && in[pos + 2] == '\r' && in[pos + 3] == '\n' &&
+          (in[pos + 1] == '0' || in[pos + 1] == '1')) {
+        ++(in[pos + 1] == '1' ? ones : zeros);
+        pos += 4;
+        continue;
+      }
       const size_t e = in.find("\r\n", pos);
       if (e == std::string_view::npos) return 0;
       const std::string_view v = in.substr(pos, e - pos);
