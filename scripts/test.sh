@@ -34,7 +34,7 @@ git ls-files '*.cc' '*.h' | xargs clang-format --dry-run --Werror
 
 phase "release build: binaries, benchmarks, kill -9 loops"
 bash scripts/build.sh release cuckood cuckooctl cuckoo-bench filter_bench growth_bench \
-  cluster_chaos_test redis_crash_test growth_scale_test redis_memory_test
+  cluster_chaos_test redis_crash_test growth_scale_test redis_memory_test resp_load
 ctest --test-dir build/release --output-on-failure -j "$jobs" -L 'chaos|slow'
 phase "benchmark smoke run (--small)"
 build/release/bench/filter_bench --small --json=build/release/filter_bench_small.json >/dev/null

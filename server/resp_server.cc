@@ -788,7 +788,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool Admit(size_t extra) {
     Charge(MemoryBytes() + extra);
     if (closed_) return false;
-    if (evicting.load(std::memory_order_relaxed)) {
+    // Acquire: Core::MarkEvicting's evict_reason and evicted_bytes.
+    if (evicting.load()) {
       Evict();  // which keeps one that authenticated since it was chosen
       if (closed_ || close_after_flush_ || evicting.load()) return false;
     }
