@@ -12,10 +12,10 @@
 #    three alternating rounds; p50/p99 latency and requests/s.
 # 2. Pipelined `CF.MEXISTS f key:N ... (1000 keys)`, -P 8 -c 2: keys/s.
 #    Then, alternating, CF.MEXISTS x1000 from bench/resp_load (see 3.) on a
-#    growing filter `g` (what CF.RESERVE makes by default, not grown) and on
-#    a fixed one with the same keys (`x`, CF.RESERVE ... EXPANSION 0), at
-#    10^6 keys and at 10^7 (g7, x7): the "growing >= 0.9 x fixed" target of
-#    issue 30.
+#    growing filter `grow` (what CF.RESERVE makes by default, not grown) and
+#    on a fixed one with the same keys (`fixed`, CF.RESERVE ... EXPANSION 0),
+#    at 10^6 keys and at 10^7 (grow7, fixed7): the "growing >= 0.9 x fixed"
+#    target of issue 30.
 # 3. The gRPC batched lookup of cuckoo-bench (1000 keys a request, 8 in
 #    flight on each of 2 connections) on the same cuckood: keys/s, for the
 #    "MEXISTS >= 0.8 x gRPC" target; then CF.MEXISTS x1000 of the same keys
@@ -143,24 +143,24 @@ while sent:
 PY
 }
 preload f "$keys"
-# g: what CF.RESERVE makes by default, a growing filter (EXPANSION 2, as
-# RedisBloom), not grown; x: the same keys in a fixed one (EXPANSION 0);
-# g7, x7: the same at 10^7 keys (where the growing one has 256 shards).
+# grow: what CF.RESERVE makes by default, a growing filter (EXPANSION 2, as
+# RedisBloom), not grown; fixed: the same keys in a fixed one (EXPANSION 0);
+# grow7, fixed7: the same at 10^7 keys (where the growing one has 256 shards).
 # Loaded by resp_load with cuckoo-bench's keys.
 sizes=("$keys")
 [ "$smoke" = 1 ] || sizes+=("$big_keys")
 for n in "${sizes[@]}"; do
   suffix=""
   [ "$n" = "$keys" ] || suffix=7
-  redis-cli -p "$resp_port" CF.RESERVE "g$suffix" "$n" >/dev/null
-  redis-cli -p "$resp_port" CF.RESERVE "x$suffix" "$n" EXPANSION 0 >/dev/null
-  for kind in g x; do  # 90% full, so that no shard of g grows
+  redis-cli -p "$resp_port" CF.RESERVE "grow$suffix" "$n" >/dev/null
+  redis-cli -p "$resp_port" CF.RESERVE "fixed$suffix" "$n" EXPANSION 0 >/dev/null
+  for kind in grow fixed; do  # 90% full, so that no shard of grow grows
     "$bin/bench/resp_load" --port="$resp_port" --mode=insert --filter="$kind$suffix" --keys="$((n * 9 / 10))" \
       >"$out/preload-$kind$suffix.log" || { cat "$out/preload-$kind$suffix.log" >&2; exit 1; }
   done
   # Not grown: one generation (cuckooctl info lists a line for each).
-  [ "$("$bin/client/cuckooctl" --target="127.0.0.1:$grpc_port" info "g$suffix" | grep -c '^generation [0-9]')" -le 1 ] ||
-    { echo "redis_bench: filter g$suffix grew while loaded" >&2; exit 1; }
+  [ "$("$bin/client/cuckooctl" --target="127.0.0.1:$grpc_port" info "grow$suffix" | grep -c '^generation [0-9]')" -le 1 ] ||
+    { echo "redis_bench: filter grow$suffix grew while loaded" >&2; exit 1; }
 done
 
 echo "== depth 1: EXISTS (redis-server) vs CF.EXISTS (cuckood), $requests requests, $rounds rounds"
@@ -179,7 +179,7 @@ for round in $(seq "$rounds"); do
   for n in "${sizes[@]}"; do
     suffix=""
     [ "$n" = "$keys" ] || suffix=7
-    for kind in g x; do
+    for kind in grow fixed; do
       taskset -c "$client_cpu" "$bin/bench/resp_load" --port="$resp_port" --mode=mexists \
         --filter="$kind$suffix" --keyspace="$((n * 9 / 10))" --requests="$mexists_requests" --expect-present \
         --json="$out/mexists-$kind$suffix-$round.json" >"$out/mexists-$kind$suffix-$round.log" ||
@@ -245,7 +245,7 @@ def rate(name):
         return json.load(f)["items_per_s"]
 for suffix, n in (("", keys), ("7", big_keys)):
     try:
-        pairs = [(rate(f"mexists-g{suffix}-{i}"), rate(f"mexists-x{suffix}-{i}"))
+        pairs = [(rate(f"mexists-grow{suffix}-{i}"), rate(f"mexists-fixed{suffix}-{i}"))
                  for i in range(1, rounds + 1)]
     except FileNotFoundError:
         continue
