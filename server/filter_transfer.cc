@@ -73,6 +73,7 @@
 #include <system_error>
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -146,15 +147,23 @@ absl::Status ShuttingDown() {
       "cuckood is shutting down; retry against another replica or after the restart");
 }
 
-// Whether a transfer whose operation on its client started at `since`
-// (Ticks; 0: none is pending) has been idle past `timeout` at `now`.
-bool IdlePast(int64_t since, IdleSweeper::Clock::time_point now, absl::Duration timeout) {
-  return since != 0 && Ticks(now) - since > absl::ToInt64Nanoseconds(timeout);
-}
-
-// Cancels `ctx`'s call with `status`, which its client gets (not a bare
-// CANCELLED): thread-safe, as TryCancel.
-void CancelWith(grpc::ServerContext& ctx, const absl::Status& status) {
+// The idle check of ExportFilter and ImportFilter, run by the sweeper
+// while the call is registered: an operation on the client (an export's
+// write, an import's read) pending since `waiting_since` (Ticks; 0: none
+// is) for longer than `timeout` at `now` means the client stopped taking
+// or sending chunks. Then `timed_out` is set, once (the sweeper runs again
+// before the call ends, and the call must be cancelled only once), and the
+// call is cancelled with `idle_error()`, which its client gets (not a bare
+// CANCELLED: grpc_call_cancel_with_status is thread-safe, as TryCancel).
+void CancelIfIdle(grpc::ServerContext& ctx, const std::atomic<int64_t>& waiting_since,
+                  std::atomic<bool>& timed_out, IdleSweeper::Clock::time_point now,
+                  absl::Duration timeout, absl::FunctionRef<absl::Status()> idle_error) {
+  const int64_t since = waiting_since.load(std::memory_order_acquire);
+  if (since == 0 || Ticks(now) - since <= absl::ToInt64Nanoseconds(timeout) ||
+      timed_out.exchange(true, std::memory_order_acq_rel)) {
+    return;
+  }
+  const absl::Status status = idle_error();
   const std::string message(status.message());
   grpc_call_cancel_with_status(ctx.c_call(), static_cast<grpc_status_code>(status.code()),
                                message.c_str(), nullptr);
@@ -245,12 +254,8 @@ class FilterServiceImpl::ExportReactor final : public CallQueues::Call {
   // On the sweeper's thread, while the call is registered: a chunk the
   // client has not taken for the idle timeout ends the call.
   void CheckIdle(IdleSweeper::Clock::time_point now) {
-    if (!IdlePast(waiting_since_.load(std::memory_order_acquire), now,
-                  service_->limits_.transfer_idle_timeout) ||
-        timed_out_.exchange(true, std::memory_order_acq_rel)) {
-      return;
-    }
-    CancelWith(context_, IdleError());
+    CancelIfIdle(context_, waiting_since_, timed_out_, now, service_->limits_.transfer_idle_timeout,
+                 [this] { return IdleError(); });
   }
   absl::Status IdleError() const {
     return absl::AbortedError(absl::StrFormat(
@@ -512,12 +517,8 @@ class FilterServiceImpl::ImportReactor final : public CallQueues::Call {
   // On the sweeper's thread, while the call is registered: no chunk (nor
   // the end of the upload) for the idle timeout ends the call.
   void CheckIdle(IdleSweeper::Clock::time_point now) {
-    if (!IdlePast(waiting_since_.load(std::memory_order_acquire), now,
-                  service_->limits_.transfer_idle_timeout) ||
-        timed_out_.exchange(true, std::memory_order_acq_rel)) {
-      return;
-    }
-    CancelWith(context_, IdleError());
+    CancelIfIdle(context_, waiting_since_, timed_out_, now, service_->limits_.transfer_idle_timeout,
+                 [this] { return IdleError(); });
   }
   absl::Status IdleError() const {
     return absl::AbortedError(absl::StrFormat(

@@ -3,27 +3,34 @@
 // the machine allows it: half-sent large commands on 200 connections,
 // thousands of connections that never authenticate, hundreds of
 // connections that pipeline large commands and never read the replies, and
-// 1 MiB client names. After each, the process is alive, a normal client and
-// the health check are served, and its peak resident memory (VmHWM) stayed
-// under the budget plus the stated overhead; after the attackers leave, the
-// memory goes back to the system. Label "slow": gigabytes of loopback
-// traffic, the release build only.
+// 1 MiB client names; and a tenant's CF.LOADCHUNK and ImportFilter uploads
+// abandoned on a small volume (the disk). After each, the process is alive,
+// a normal client and the health check are served, and its peak resident
+// memory (VmHWM) stayed under the budget plus the stated overhead; after the
+// attackers leave, the memory goes back to the system. Label "slow":
+// gigabytes of loopback traffic, the release build only.
 #include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "cuckoo/v1/filter_service.grpc.pb.h"
 #include "server/config.h"
+#include "server/persistence.h"
 #include "tests/e2e/redis_test_util.h"
 #include "tests/util/http.h"
 
@@ -102,6 +109,72 @@ class MemoryCgroup {
   bool ok_ = false;
 };
 
+// A tmpfs of `bytes` mounted on the empty directory `dir` until destroyed:
+// a small volume for a data directory, so that a full disk is a real one.
+// Not ok() (why() says) unless this process may mount one (root) and the
+// kernel lets it.
+class Tmpfs {
+ public:
+  Tmpfs(std::string dir, uint64_t bytes) : dir_(std::move(dir)) {
+    if (geteuid() != 0) {
+      why_ = "not root, so no tmpfs can be mounted";
+      return;
+    }
+    const std::string options = "size=" + std::to_string(bytes) + ",mode=0700";
+    if (mount("cuckood-test", dir_.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, options.c_str()) != 0) {
+      why_ = "cannot mount a tmpfs on " + dir_ + ": " + strerror(errno);
+      return;
+    }
+    mounted_ = true;
+  }
+  ~Tmpfs() {
+    // Lazily: a server that outlived the test still has files open there.
+    if (mounted_) umount2(dir_.c_str(), MNT_DETACH);
+  }
+  Tmpfs(const Tmpfs&) = delete;
+  Tmpfs& operator=(const Tmpfs&) = delete;
+  bool ok() const { return mounted_; }
+  const std::string& why() const { return why_; }
+
+ private:
+  std::string dir_, why_;
+  bool mounted_ = false;
+};
+
+// The free space of the volume holding `dir`, as TransferDisk sees it.
+uint64_t FreeBytes(const std::string& dir) {
+  struct statvfs st {};
+  if (statvfs(dir.c_str(), &st) != 0) return 0;
+  return uint64_t{st.f_bavail} * st.f_frsize;
+}
+
+// The names of the files in `dir` starting with `prefix`, and their sizes
+// (none if `dir` does not exist).
+std::map<std::string, uint64_t> FilesIn(const std::string& dir, const std::string& prefix = "") {
+  std::map<std::string, uint64_t> files;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with(prefix)) files[name] = e.file_size(ec);
+  }
+  return files;
+}
+
+// CF.LOADCHUNK's first chunk: a cuckood dump's header declaring a snapshot
+// of `bytes` (docs/REDIS_COMPATIBILITY.md).
+std::string DumpHeader(uint64_t bytes) {
+  std::string header = "CKDUMP01";
+  for (const uint64_t v : {bytes, uint64_t{0}}) {
+    for (int i = 0; i < 8; ++i) header.push_back(static_cast<char>(v >> (8 * i)));
+  }
+  return header;
+}
+
+// The iterator of chunk `chunk` (1: the header) of dump `dump`.
+std::string DumpIterator(uint64_t dump, uint64_t chunk) {
+  return std::to_string((dump << 32) | chunk);
+}
+
 // A process's peak resident memory (VmHWM), in KiB.
 uint64_t PeakRssKib(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
@@ -144,7 +217,9 @@ class RedisMemoryTest : public ::testing::Test {
             "--redis-client-memory=64MiB", "--redis-threads=2"};
   }
 
-  void Start(std::vector<std::string> extra = {}) {
+  // `wal_segment_bytes`: --wal-segment-size, if not 0 (the replay's share
+  // of the stated overhead follows it).
+  void Start(std::vector<std::string> extra = {}, uint64_t wal_segment_bytes = 0) {
     // Thousands of connections: as many descriptors as allowed, for this
     // process and (inherited) for the server.
     rlimit files{};
@@ -153,6 +228,9 @@ class RedisMemoryTest : public ::testing::Test {
     setrlimit(RLIMIT_NOFILE, &files);
     std::vector<std::string> flags = Flags();
     flags.insert(flags.end(), extra.begin(), extra.end());
+    if (wal_segment_bytes != 0) {
+      flags.push_back("--wal-segment-size=" + std::to_string(wal_segment_bytes) + "B");
+    }
     server_ = std::make_unique<RedisCuckood>(data_.path(), flags);
     ASSERT_TRUE(server_->ready()) << server_->Log();
     // The bound the server states for itself.
@@ -163,6 +241,7 @@ class RedisMemoryTest : public ::testing::Test {
     config.redis_client_memory_bytes = 64 * kMiB;
     config.redis_threads = 2;
     config.redis_listen = "127.0.0.1:0";
+    if (wal_segment_bytes != 0) config.wal_segment_bytes = wal_segment_bytes;
     bound_ = config.memory_budget_bytes + server::StatedMemoryOverhead(config);
     ASSERT_THAT(server_->Log(),
                 HasSubstr("memory at most the budget plus " +
@@ -218,6 +297,14 @@ class RedisMemoryTest : public ::testing::Test {
 
   int admin_port() { return server_->admin_port(); }
 
+  // A gauge of /metrics without labels; -1 if missing.
+  double Gauge(const std::string& name) {
+    const std::string body = HttpGet(admin_port(), "/metrics").body;
+    const std::string key = "\n" + name + " ";
+    const size_t at = body.find(key);
+    return at == std::string::npos ? -1 : std::stod(body.substr(at + key.size()));
+  }
+
   // cuckood_redis_connections_closed_total{reason="..."}.
   double Closed(const std::string& reason) {
     const std::string body = HttpGet(admin_port(), "/metrics").body;
@@ -241,6 +328,7 @@ class RedisMemoryTest : public ::testing::Test {
   }
 
   TempDir data_;
+  std::unique_ptr<Tmpfs> volume_;  // On data_, if a test mounts one; unmounted after server_ goes.
   std::unique_ptr<RedisCuckood> server_;
   std::unique_ptr<MemoryCgroup> cgroup_;
   uint64_t bound_ = 0;
@@ -382,6 +470,287 @@ TEST_F(RedisMemoryTest, LongClientNamesAreRefused) {
   });
   ExpectServed();
   EXPECT_LT(RssKib(server_->process().pid()), baseline_kib_ + 64 * 1024);
+}
+
+// A reply as text: its type byte and its string ("+OK", "-ERR ...").
+std::string Text(const std::optional<RespReply>& r) {
+  return r.has_value() ? r->type + r->str : "(no reply)";
+}
+
+// Attack 5, the disk: a tenant with admin on its own filters only starts a
+// CF.LOADCHUNK, sends nearly all of the most its header may declare, and
+// leaves its connection open and idle; it also leaves two ImportFilter
+// streams after their first chunk. Before, the header could declare up to
+// twice the budget plus 1 MiB and nothing checked the disk, so an upload
+// took the volume's last bytes and another tenant's writes failed with "no
+// room for the write-ahead log"; and abandoned uploads kept their file,
+// disk space and slot until someone ran CF.LOADCHUNK again (gRPC's for
+// ever). Now an upload claims its declared size beside a reserve of two
+// --wal-segment-size segments for the log (TransferDisk), and a timer ends
+// it after --transfer-idle-timeout with no other command (IdleSweeper).
+//
+// The data directory is a 256 MiB tmpfs, so the disk fills for real: the
+// tenant declares the most the server takes (found by trying), and the
+// other tenant then writes until the log has prepared two new segments,
+// its whole reserve. Where no tmpfs can be mounted (not root), the data
+// directory's volume is too large to fill and the load declares the
+// issue's 236 MiB; the disk checks are then only those of tests/server
+// over SmallDiskEnv (claims and their release in transfers_test; a load,
+// dump or import larger than the free disk less the log's reserve refused
+// in resp_commands_test's RedisTransferTest and filter_service_test's
+// FilterServiceTransferTest).
+TEST_F(RedisMemoryTest, AnAbandonedUploadLeavesTheLogItsRoomAndExpiresOnItsOwn) {
+  constexpr int kIdleSeconds = 3;
+  // Two tenants, each admin of its own filters only, and the probe's reader.
+  TempDir dir;
+  const std::string access = dir.path() + "/access.conf";
+  std::map<std::string, std::string> tokens;
+  {
+    std::ofstream out(access);
+    const std::vector<std::pair<std::string, std::string>> grants = {
+        {"tenant-a", "admin:a.*"}, {"tenant-b", "admin:b.*"}, {"ops", "read:*"}};
+    for (const auto& [name, grant] : grants) {
+      Result r = RunProcess({CUCKOOCTL_PATH, "hash-token", name, "--grant=" + grant});
+      ASSERT_EQ(r.code, 0) << r.err;
+      tokens[name] = r.out.substr(0, r.out.find('\n'));
+      out << r.out.substr(r.out.find('\n') + 1);
+    }
+  }
+  volume_ = std::make_unique<Tmpfs>(data_.path(), 256 * kMiB);
+  const bool small_disk = volume_->ok();
+  if (small_disk) {
+    std::cout << "the data directory is a 256 MiB tmpfs\n";
+  } else {
+    std::cout << "no small volume (" << volume_->why()
+              << "): the disk is not filled; tests/server checks the disk claims\n";
+  }
+  ASSERT_NO_FATAL_FAILURE(Start(
+      {"--auth-tokens=" + access, "--transfer-idle-timeout=" + std::to_string(kIdleSeconds) + "s"},
+      kMiB));
+  const std::string loads_dir = data_.path() + "/" + server::kRedisDumpDir;
+  const std::string imports_dir = data_.path() + "/" + server::kImportDir;
+  auto connect = [&](const std::string& who) {
+    auto c = std::make_unique<RespConn>(server_->redis_port());
+    EXPECT_EQ(Text(c->Call({"AUTH", tokens[who]})), "+OK");
+    return c;
+  };
+  auto load = [&](RespConn& c, const std::string& key, uint64_t dump, uint64_t chunk,
+                  const std::string& data) {
+    return Text(c.Call({"CF.LOADCHUNK", key, DumpIterator(dump, chunk), data}));
+  };
+  auto b = connect("tenant-b");
+  ASSERT_EQ(Text(b->Call({"CF.RESERVE", "b.seen", "2000000"})), "+OK");  // About 3.6 MB.
+  ASSERT_EQ(Text(b->Call({"CF.INSERT", "b.seen", "ITEMS", "b-first"})), "*1");
+
+  // The attacker's load: the most its header may declare.
+  auto a = connect("tenant-a");
+  EXPECT_THAT(load(*a, "b.mine", 7, 1, DumpHeader(kMiB)), HasSubstr("NOPERM"));
+  const uint64_t budget = 560 * kMiB;
+  EXPECT_THAT(load(*a, "a.big", 7, 1, DumpHeader(2 * budget + kMiB)),
+              HasSubstr("more than this server imports: its memory budget of 560MiB plus 1MiB"));
+  uint64_t declared = 236 * kMiB;  // The issue's upload, where the disk cannot be filled.
+  if (small_disk) {
+    // Down from all of the volume's free space in 64 KiB steps until a
+    // size is taken: the free space less the log's reserve (2 x 1 MiB),
+    // within 64 KiB. (Sizes 8 KiB short of a 64 KiB multiple, so that 8 KiB
+    // are left for the other load below; whole pages, so that what is sent
+    // fills the pages it takes.)
+    const uint64_t free = FreeBytes(data_.path());
+    declared = 0;
+    for (uint64_t k = 0; k < 256 && declared == 0; ++k) {
+      const uint64_t bytes = free - 8 * 1024 - k * 64 * 1024;
+      const std::string r = load(*a, "a.big", 7, 1, DumpHeader(bytes));
+      if (r == "+OK") {
+        declared = bytes;
+        continue;
+      }
+      ASSERT_THAT(r, HasSubstr(" of disk, but the volume of the data directory "));
+      if (k == 0) {
+        std::cout << "refused: " << r << "\n";
+        EXPECT_THAT(r, HasSubstr("-ERR the CF.LOADCHUNK of 'a.big' needs "));
+        EXPECT_THAT(r, HasSubstr("of which 2MiB is kept for the write-ahead log (2 x "
+                                 "--wal-segment-size)"));
+      }
+    }
+    ASSERT_GT(declared, 0u) << "no size was taken";
+    EXPECT_GE(free - declared, 2 * kMiB) << "the load was let into the log's reserve";
+  } else {
+    ASSERT_EQ(load(*a, "a.big", 7, 1, DumpHeader(declared)), "+OK");
+  }
+  // All but its last 4 KiB, in 1 MiB chunks; then nothing.
+  const uint64_t sent = declared - 4096;
+  const std::string data(kMiB, 'x');
+  const auto upload_start = Clock::now();
+  uint64_t next_chunk = 2;
+  for (uint64_t done = 0; done < sent; ++next_chunk) {
+    const uint64_t n = std::min<uint64_t>(kMiB, sent - done);
+    ASSERT_EQ(load(*a, "a.big", 7, next_chunk, n == kMiB ? data : data.substr(0, n)), "+OK")
+        << "after " << done << " bytes";
+    done += n;
+  }
+  const auto filled = Clock::now();
+  std::cout << "declared " << declared << " bytes, sent " << sent / kMiB << " MiB in "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(filled - upload_start).count()
+            << " ms; " << FreeBytes(data_.path()) / 1024 << " KiB of the volume left free\n";
+
+  if (small_disk) {
+    // Only the log's reserve is free beside the load's claim: the other
+    // tenant's restore is refused, naming the claim of its last 4 KiB.
+    const std::string refused = load(*b, "b.restore", 1, 1, DumpHeader(kMiB));
+    EXPECT_THAT(refused, HasSubstr("-ERR the CF.LOADCHUNK of 'b.restore' needs 1MiB"));
+    EXPECT_THAT(refused, HasSubstr("and 4KiB is promised to other transfers under way"));
+  }
+  // Both load slots taken (the second declaring 1 byte, what is left),
+  // then both import slots (streams whose first chunk names the filter and
+  // declares no size, so that they claim nothing yet).
+  EXPECT_EQ(load(*a, "a.small", 8, 1, DumpHeader(1)), "+OK");
+  EXPECT_THAT(load(*a, "a.third", 9, 1, DumpHeader(1)),
+              HasSubstr("2 CF.LOADCHUNK loads are in progress already"));
+  auto stub = v1::FilterService::NewStub(
+      grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()));
+  struct Upload {
+    grpc::ClientContext ctx;
+    v1::ImportFilterResponse response;
+    std::unique_ptr<grpc::ClientWriter<v1::ImportFilterChunk>> writer;
+  };
+  auto start_import = [&](const std::string& name, uint64_t total_bytes, uint64_t data_bytes) {
+    auto u = std::make_unique<Upload>();
+    u->ctx.AddMetadata("authorization", "Bearer " + tokens["tenant-a"]);
+    u->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    u->writer = stub->ImportFilter(&u->ctx, &u->response);
+    v1::ImportFilterChunk chunk;
+    chunk.set_name(name);
+    chunk.set_total_bytes(total_bytes);
+    chunk.set_data(std::string(data_bytes, 'x'));
+    u->writer->Write(chunk);  // (False once the server refused the call.)
+    return u;
+  };
+  std::vector<std::unique_ptr<Upload>> imports;
+  imports.push_back(start_import("a.grpc1", 0, 0));
+  imports.push_back(start_import("a.grpc2", 0, 0));
+  for (int i = 0; i < 250 && FilesIn(imports_dir).size() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(FilesIn(imports_dir).size(), 2u) << "the imports did not start";
+  {
+    std::unique_ptr<Upload> third = start_import("a.grpc3", 0, 0);
+    const grpc::Status st = third->writer->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+    EXPECT_THAT(st.error_message(), HasSubstr("2 imports are running already"));
+  }
+
+  // The other tenant writes until the log has prepared two new segments:
+  // the reserve the load left it, all used.
+  const double wal_bytes = Gauge("cuckood_wal_disk_bytes");
+  ASSERT_GT(wal_bytes, 0);
+  int batches = 0;
+  while (Gauge("cuckood_wal_disk_bytes") < wal_bytes + 2 * kMiB && batches < 200) {
+    for (int j = 0; j < 4; ++j, ++batches) {
+      std::vector<std::string> insert = {"CF.INSERT", "b.seen", "ITEMS"};
+      for (int i = 0; i < 10'000; ++i) {
+        insert.push_back("b" + std::to_string(batches) + "-" + std::to_string(i));
+      }
+      const std::optional<RespReply> r = b->Call(insert);
+      ASSERT_TRUE(r.has_value());
+      ASSERT_EQ(r->type, '*') << "the other tenant's write failed: " << r->str;
+    }
+  }
+  std::cout << batches << " CF.INSERTs of 10,000 keys; the log's files grew from "
+            << wal_bytes / kMiB << " to " << Gauge("cuckood_wal_disk_bytes") / kMiB << " MiB, "
+            << FreeBytes(data_.path()) / 1024 << " KiB of the volume left free\n";
+  EXPECT_GE(Gauge("cuckood_wal_disk_bytes"), wal_bytes + 2 * kMiB);
+  ASSERT_NO_FATAL_FAILURE(ExpectServedAs(tokens["ops"]));
+  // The abandoned load still held its file through all of it.
+  std::string big_file;
+  for (const auto& [name, bytes] : FilesIn(loads_dir, "load-")) {
+    if (name.ends_with("-a.big")) {
+      big_file = name;
+      EXPECT_EQ(bytes, sent);
+    }
+  }
+  ASSERT_FALSE(big_file.empty())
+      << "the load expired before the checks ended: they took longer than the idle timeout";
+
+  // Nothing more is sent on the attacker's connection or streams: the timer
+  // alone ends them. (A file's name goes before its space: the unlink frees
+  // its pages after removing the name.)
+  std::optional<Clock::duration> big_gone;
+  for (const auto until = filled + std::chrono::seconds(kIdleSeconds + 10); Clock::now() < until;
+       std::this_thread::sleep_for(std::chrono::milliseconds(20))) {
+    if (!big_gone.has_value() && !FilesIn(loads_dir).contains(big_file) &&
+        FreeBytes(data_.path()) > sent) {
+      big_gone = Clock::now() - filled;
+    }
+    if (big_gone.has_value() && FilesIn(loads_dir, "load-").empty() &&
+        FilesIn(imports_dir).empty() &&
+        server_->Log().find("import of filter a.grpc2 failed") != std::string::npos) {
+      break;
+    }
+  }
+  ASSERT_TRUE(big_gone.has_value()) << "the abandoned load's file is still there";
+  const auto gone_ms = std::chrono::duration_cast<std::chrono::milliseconds>(*big_gone).count();
+  std::cout << "the abandoned load's file and space went " << gone_ms
+            << " ms after its last chunk\n";
+  EXPECT_GE(gone_ms, kIdleSeconds * 1000 - 100) << "expired before its idle timeout";
+  EXPECT_LE(gone_ms, kIdleSeconds * 1000 + 2000) << "the timer did not end it";
+  EXPECT_THAT(FilesIn(loads_dir, "load-"), ::testing::IsEmpty());
+  EXPECT_THAT(FilesIn(imports_dir), ::testing::IsEmpty());
+  const std::string log = server_->Log();
+  EXPECT_THAT(log, HasSubstr("CF.LOADCHUNK of filter a.big (dump 7) abandoned: no chunk arrived "
+                             "for 3s (--transfer-idle-timeout)"));
+  EXPECT_THAT(log, HasSubstr("CF.LOADCHUNK of filter a.small (dump 8) abandoned"));
+  for (const std::string name : {"a.grpc1", "a.grpc2"}) {
+    EXPECT_THAT(log, HasSubstr("import of filter " + name +
+                               " failed after 0B received: no chunk of the import arrived for 3s "
+                               "(--transfer-idle-timeout)"));
+  }
+  // Their clients hear why; the disk claims are given back (just after the
+  // files' removal, by the threads that removed them)...
+  EXPECT_THAT(load(*a, "a.big", 7, next_chunk, "x"),
+              HasSubstr("-ERR the CF.LOADCHUNK of 'a.big' (dump 7) was abandoned: no chunk "
+                        "arrived for 3s"));
+  for (std::unique_ptr<Upload>& u : imports) {
+    const grpc::Status st = u->writer->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::ABORTED) << st.error_message();
+    EXPECT_THAT(st.error_message(), HasSubstr("no chunk of the import arrived for 3s"));
+  }
+  if (small_disk) {
+    std::string over;
+    for (int i = 0; i < 100; ++i) {
+      over = load(*a, "a.over", 10, 1, DumpHeader(budget + kMiB));
+      if (over.find("promised to other transfers") == std::string::npos) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_THAT(over, HasSubstr(" of disk, but the volume of the data directory "));
+    EXPECT_THAT(over, ::testing::Not(HasSubstr("promised to other transfers")));
+  }
+  // ...and the slots: two loads and an import start again.
+  EXPECT_EQ(load(*a, "a.again", 11, 1, DumpHeader(64 * 1024)), "+OK");
+  {
+    std::unique_ptr<Upload> again = start_import("a.grpc4", 32 * 1024, 16 * 1024);
+    again->writer->WritesDone();
+    const grpc::Status st = again->writer->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+    EXPECT_THAT(st.error_message(), HasSubstr("the upload ended after 16384 of the 32768 bytes"));
+  }
+  // The other tenant's restore, refused on the full disk, now has room: a
+  // dump of its filter loaded back under another name.
+  std::vector<std::pair<std::string, std::string>> chunks;
+  for (std::string it = "0"; chunks.size() < 100;) {
+    const std::optional<RespReply> r = b->Call({"CF.SCANDUMP", "b.seen", it});
+    ASSERT_TRUE(r.has_value());
+    ASSERT_EQ(r->type, '*') << r->str;
+    ASSERT_EQ(r->elems.size(), 2u);
+    it = r->elems[0].str;
+    if (it == "0") break;
+    chunks.emplace_back(it, r->elems[1].str);
+  }
+  ASSERT_GE(chunks.size(), 2u);
+  for (const auto& [it, bytes] : chunks) {
+    ASSERT_EQ(Text(b->Call({"CF.LOADCHUNK", "b.copy", it, bytes})), "+OK");
+  }
+  EXPECT_EQ(Text(b->Call({"CF.EXISTS", "b.copy", "b-first"})), ":1");
+  ASSERT_NO_FATAL_FAILURE(ExpectServedAs(tokens["ops"]));
 }
 
 }  // namespace

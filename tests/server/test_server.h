@@ -17,6 +17,7 @@
 #include "server/config.h"
 #include "server/server.h"
 #include "server/wal_env.h"
+#include "tests/server/forwarding_wal_env.h"
 #include "tests/util/temp_dir.h"
 
 namespace cuckoo::testing {
@@ -40,32 +41,15 @@ inline server::ServerConfig TestConfig(const std::string& data_dir) {
 // The real file system on a volume that says it has `free_bytes` free (and
 // twice that in all), whatever is written: for the transfers' disk checks
 // (server/transfers.h). Hand it to a server as PersistenceOptions::wal.env.
-class SmallDiskEnv : public server::WalEnv {
+class SmallDiskEnv : public server::testing::ForwardingWalEnv {
  public:
   explicit SmallDiskEnv(uint64_t free_bytes) : free_(free_bytes) {}
   absl::StatusOr<server::WalDiskSpace> DiskSpace(const std::string&) override {
     return server::WalDiskSpace{.total_bytes = 2 * free_, .free_bytes = free_};
   }
-  absl::StatusOr<std::unique_ptr<server::WalFile>> Open(const std::string& path) override {
-    return base_->Open(path);
-  }
-  absl::StatusOr<std::unique_ptr<server::WalFile>> Create(
-      const std::string& path, uint64_t bytes, const std::atomic<bool>* cancel) override {
-    return base_->Create(path, bytes, cancel);
-  }
-  absl::Status Rename(const std::string& from, const std::string& to) override {
-    return base_->Rename(from, to);
-  }
-  absl::Status Remove(const std::string& path) override { return base_->Remove(path); }
-  absl::StatusOr<std::vector<std::string>> List(const std::string& dir) override {
-    return base_->List(dir);
-  }
-  absl::Status CreateDir(const std::string& dir) override { return base_->CreateDir(dir); }
-  absl::Status SyncDir(const std::string& dir) override { return base_->SyncDir(dir); }
 
  private:
   const uint64_t free_;
-  server::WalEnv* const base_ = server::PosixWalEnv();
 };
 
 class ServerTest : public ::testing::Test {

@@ -22,6 +22,7 @@
 #include "core/little_endian.h"
 #include "server/wal_format.h"
 #include "tests/server/fault_wal_env.h"
+#include "tests/server/forwarding_wal_env.h"
 #include "tests/util/temp_dir.h"
 
 namespace cuckoo::server {
@@ -30,6 +31,7 @@ namespace {
 namespace fs = std::filesystem;
 using cuckoo::testing::TempDir;
 using testing::FaultWalEnv;
+using testing::ForwardingWalEnv;
 
 constexpr uint64_t kSegment = kWalMinSegmentBytes;
 
@@ -685,31 +687,6 @@ TEST(WalTest, ClosingWritesAndSyncsEverythingAppended) {
   ASSERT_TRUE(scan.ok()) << scan.status();
   EXPECT_EQ(scan->last_lsn, 10u);
 }
-
-// The real file system (PosixWalEnv), for test environments to override a
-// part of. DiskSpace is not forwarded: UNIMPLEMENTED unless overridden.
-class ForwardingWalEnv : public WalEnv {
- public:
-  absl::StatusOr<std::unique_ptr<WalFile>> Create(const std::string& path, uint64_t bytes,
-                                                  const std::atomic<bool>* cancel) override {
-    return base_->Create(path, bytes, cancel);
-  }
-  absl::StatusOr<std::unique_ptr<WalFile>> Open(const std::string& path) override {
-    return base_->Open(path);
-  }
-  absl::Status Rename(const std::string& from, const std::string& to) override {
-    return base_->Rename(from, to);
-  }
-  absl::Status Remove(const std::string& path) override { return base_->Remove(path); }
-  absl::StatusOr<std::vector<std::string>> List(const std::string& dir) override {
-    return base_->List(dir);
-  }
-  absl::Status CreateDir(const std::string& dir) override { return base_->CreateDir(dir); }
-  absl::Status SyncDir(const std::string& dir) override { return base_->SyncDir(dir); }
-
- protected:
-  WalEnv* const base_ = PosixWalEnv();
-};
 
 // A WalEnv over the real file system that counts segment preparations
 // (Create of a segment) and, while `held`, makes each wait until released
