@@ -1908,6 +1908,31 @@ TEST_F(FilterServiceTransferTest, AnImportLargerThanTheFreeDiskLessTheLogsReserv
   EXPECT_TRUE(Get("g").status.ok());
 }
 
+TEST_F(FilterServiceTransferTest, AnExportLargerThanTheFreeDiskLessTheLogsReserveIsRefused) {
+  // An export's copy is written before it is sent: it claims the filter's
+  // memory (and 64 KiB) as an import claims its size. 1 MiB free beyond
+  // the reserve of 2 x 64 MiB.
+  testing::SmallDiskEnv env((uint64_t{128} << 20) + (1 << 20));
+  struct StopFirst {
+    std::unique_ptr<server::CuckooServer>* server;
+    ~StopFirst() { server->reset(); }
+  } stop_first{&server_};
+  server::PersistenceOptions hooks;
+  hooks.wal.env = &env;
+  StartServer(testing::TestConfig(dir_.path()), hooks);
+  ASSERT_TRUE(Create("small", 1000).status.ok());
+  ASSERT_TRUE(Create("large", 4'000'000).status.ok());
+  const Exported small = Export("small");
+  EXPECT_TRUE(small.status.ok()) << small.status.error_message();
+  const Exported large = Export("large");
+  EXPECT_EQ(large.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(large.status.error_message(), HasSubstr("the export of filter \"large\" needs"));
+  EXPECT_THAT(large.status.error_message(),
+              HasSubstr("128MiB is kept for the write-ahead log (2 x --wal-segment-size)"));
+  // Nothing of it was written or is still claimed: the small one goes again.
+  EXPECT_TRUE(Export("small").status.ok());
+}
+
 // A chunk is at most 1 MiB of data, however large a message the server
 // takes: a larger one is refused before it is parsed (the stated memory
 // overhead counts 1 MiB per import).
