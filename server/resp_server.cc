@@ -139,6 +139,13 @@ class RespServer::Core : public std::enable_shared_from_this<RespServer::Core> {
   // Under registry_mu: marks `c` chosen to close for `reason`, counting it
   // as `bytes`, and takes it out of `unauthenticated`.
   void MarkEvicting(internal::Connection* c, size_t bytes, internal::EvictReason reason);
+  // Under registry_mu: from connections and what each holds, marks the
+  // largest for `reason` until `total` less theirs is within `limit`.
+  std::vector<std::shared_ptr<internal::Connection>> ChooseLargest(
+      std::vector<std::pair<size_t, internal::Connection*>> by_size, int64_t total, int64_t limit,
+      internal::EvictReason reason);
+  // Has each one's thread close it (Connection::Evict).
+  void PostEvict(std::vector<std::shared_ptr<internal::Connection>> victims);
 
   const ServerOptions options;
   CommandHandler* const handler;
@@ -1037,24 +1044,36 @@ void RespServer::Core::Evict() {
   {
     std::unique_lock<std::mutex> lock(registry_mu, std::try_to_lock);
     if (!lock.owns_lock()) return;  // another thread is at it
-    int64_t total = client_bytes.load() - eviction_bytes.load();
+    const int64_t total = client_bytes.load() - eviction_bytes.load();
     if (total <= limit) return;
     std::vector<std::pair<size_t, internal::Connection*>> by_size;
     by_size.reserve(registry.size());
     for (internal::Connection* c : registry) {
       if (!c->evicting.load()) by_size.emplace_back(c->charged.load(), c);
     }
-    std::sort(by_size.begin(), by_size.end(),
-              [](const auto& a, const auto& b) { return a.first > b.first; });
-    for (const auto& [bytes, c] : by_size) {
-      if (total <= limit) break;
-      std::shared_ptr<internal::Connection> victim = c->weak_from_this().lock();
-      if (victim == nullptr) continue;  // being destroyed
-      MarkEvicting(c, bytes, internal::EvictReason::kClientMemory);
-      total -= static_cast<int64_t>(bytes);
-      victims.push_back(std::move(victim));
-    }
+    victims = ChooseLargest(std::move(by_size), total, limit, internal::EvictReason::kClientMemory);
   }
+  PostEvict(std::move(victims));
+}
+
+std::vector<std::shared_ptr<internal::Connection>> RespServer::Core::ChooseLargest(
+    std::vector<std::pair<size_t, internal::Connection*>> by_size, int64_t total, int64_t limit,
+    internal::EvictReason reason) {
+  std::sort(by_size.begin(), by_size.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::shared_ptr<internal::Connection>> victims;
+  for (const auto& [bytes, c] : by_size) {
+    if (total <= limit) break;
+    std::shared_ptr<internal::Connection> victim = c->weak_from_this().lock();
+    if (victim == nullptr) continue;  // being destroyed
+    MarkEvicting(c, bytes, reason);
+    total -= static_cast<int64_t>(bytes);
+    victims.push_back(std::move(victim));
+  }
+  return victims;
+}
+
+void RespServer::Core::PostEvict(std::vector<std::shared_ptr<internal::Connection>> victims) {
   for (auto& v : victims) {
     asio::io_context& io = v->io();
     asio::post(io, [v = std::move(v)] { v->Evict(); });
@@ -1125,26 +1144,15 @@ void RespServer::Core::DisplaceLargestUnauthenticated() {
   std::vector<std::shared_ptr<internal::Connection>> victims;
   {
     std::lock_guard<std::mutex> lock(registry_mu);
-    int64_t total = unauthenticated_bytes.load() - displacing_bytes.load();
+    const int64_t total = unauthenticated_bytes.load() - displacing_bytes.load();
     if (total <= limit) return;
     std::vector<std::pair<size_t, internal::Connection*>> by_size;
     by_size.reserve(unauthenticated.size());
     for (internal::Connection* c : unauthenticated) by_size.emplace_back(c->charged.load(), c);
-    std::sort(by_size.begin(), by_size.end(),
-              [](const auto& a, const auto& b) { return a.first > b.first; });
-    for (const auto& [bytes, c] : by_size) {
-      if (total <= limit) break;
-      std::shared_ptr<internal::Connection> victim = c->weak_from_this().lock();
-      if (victim == nullptr) continue;
-      MarkEvicting(c, bytes, internal::EvictReason::kUnauthenticatedMemory);
-      total -= static_cast<int64_t>(bytes);
-      victims.push_back(std::move(victim));
-    }
+    victims = ChooseLargest(std::move(by_size), total, limit,
+                            internal::EvictReason::kUnauthenticatedMemory);
   }
-  for (auto& v : victims) {
-    asio::io_context& io = v->io();
-    asio::post(io, [v = std::move(v)] { v->Evict(); });
-  }
+  PostEvict(std::move(victims));
 }
 
 void RespServer::Core::Sweep(Worker* worker) {
