@@ -1877,11 +1877,7 @@ TEST_F(FilterServiceTransferTest, AnExportWhoseClientStopsReadingIsAbortedAfterT
 TEST_F(FilterServiceTransferTest, AnImportLargerThanTheFreeDiskLessTheLogsReserveIsRefused) {
   // 100 KiB free beyond the reserve of 2 x 64 MiB.
   testing::SmallDiskEnv env((uint64_t{128} << 20) + (100 << 10));
-  // The server stops before `env` goes, however the test ends.
-  struct StopFirst {
-    std::unique_ptr<server::CuckooServer>* server;
-    ~StopFirst() { server->reset(); }
-  } stop_first{&server_};
+  testing::StopServerFirst stop_first(&server_);  // before `env` goes
   server::PersistenceOptions hooks;
   hooks.wal.env = &env;
   StartServer(testing::TestConfig(dir_.path()), hooks);
@@ -1913,10 +1909,7 @@ TEST_F(FilterServiceTransferTest, AnExportLargerThanTheFreeDiskLessTheLogsReserv
   // memory (and 64 KiB) as an import claims its size. 1 MiB free beyond
   // the reserve of 2 x 64 MiB.
   testing::SmallDiskEnv env((uint64_t{128} << 20) + (1 << 20));
-  struct StopFirst {
-    std::unique_ptr<server::CuckooServer>* server;
-    ~StopFirst() { server->reset(); }
-  } stop_first{&server_};
+  testing::StopServerFirst stop_first(&server_);  // before `env` goes
   server::PersistenceOptions hooks;
   hooks.wal.env = &env;
   StartServer(testing::TestConfig(dir_.path()), hooks);

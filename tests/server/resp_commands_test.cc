@@ -1027,10 +1027,7 @@ TEST_F(RedisTransferTest, AnAbandonedDumpAndLoadAreDroppedByATimerWithTheirFiles
 TEST_F(RedisTransferTest, ALoadOrDumpLargerThanTheImportLimitOrTheFreeDiskIsRefused) {
   // 2 MiB free beyond the reserve of 2 x 64 MiB.
   SmallDiskEnv env((uint64_t{128} << 20) + (2 << 20));
-  struct StopFirst {  // The server stops before `env` goes.
-    std::unique_ptr<server::CuckooServer>* server;
-    ~StopFirst() { server->reset(); }
-  } stop_first{&server_};
+  StopServerFirst stop_first(&server_);  // before `env` goes
   server::PersistenceOptions hooks;
   hooks.wal.env = &env;
   StartServer(TransferConfig(), hooks);

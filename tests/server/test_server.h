@@ -52,6 +52,20 @@ class SmallDiskEnv : public server::testing::ForwardingWalEnv {
   const uint64_t free_;
 };
 
+// Stops `*server` when it goes, however the test ends: declared after a
+// WalEnv the server uses (a SmallDiskEnv), it keeps the env alive as long
+// as the server.
+class StopServerFirst {
+ public:
+  explicit StopServerFirst(std::unique_ptr<server::CuckooServer>* server) : server_(server) {}
+  ~StopServerFirst() { server_->reset(); }
+  StopServerFirst(const StopServerFirst&) = delete;
+  StopServerFirst& operator=(const StopServerFirst&) = delete;
+
+ private:
+  std::unique_ptr<server::CuckooServer>* const server_;
+};
+
 class ServerTest : public ::testing::Test {
  protected:
   void SetUp() override { StartServer(TestConfig(dir_.path())); }
