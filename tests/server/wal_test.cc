@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <filesystem>
@@ -908,6 +909,15 @@ std::vector<uint64_t> WriteAndClose(const std::string& dir, int n, uint64_t firs
     lsns.push_back(AppendInsert(*wal, 1, first_hash + 1000 * i, 100));
   }
   EXPECT_TRUE(wal->WaitDurable(lsns.back()).ok());
+  // The preparer makes the next segment in the background and a close does
+  // not wait for it (ShutdownDoesNotWaitForAnInProgressPreparation): wait
+  // here, so that the closed log always has its prepared segment (under
+  // TSan the close came first once).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (wal->Stats().segments < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_GE(wal->Stats().segments, 2u) << "the next segment was not prepared in 60 s";
   return lsns;
 }
 
