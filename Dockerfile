@@ -34,6 +34,7 @@ WORKDIR /src
 COPY CMakeLists.txt ./
 COPY cmake cmake
 COPY proto proto
+COPY base base
 COPY core core
 COPY server server
 COPY client client

@@ -34,8 +34,8 @@
 #include "bench/bench_util.h"
 #include "core/cuckoo_filter.h"
 #include "core/filter_options.h"
-#include "server/wal_apply.h"
-#include "server/wal_format.h"
+#include "server/wal/wal_apply.h"
+#include "server/wal/wal_format.h"
 
 namespace cuckoo::bench {
 namespace {

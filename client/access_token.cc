@@ -48,7 +48,7 @@ absl::Status ValidateGrant(std::string_view grant) {
   const std::string_view kind = grant.substr(0, colon);
   bool ok = colon != std::string_view::npos && colon + 1 < grant.size() &&
             (kind == "read" || kind == "write" || kind == "admin");
-  // What the server's access file takes (server/access.cc): filter-name
+  // What the server's access file takes (server/security/access.cc): filter-name
   // characters and the wildcards.
   for (char c : grant.substr(colon == std::string_view::npos ? grant.size() : colon + 1)) {
     ok &= (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||

@@ -89,7 +89,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "core/mutex.h"
+#include "base/mutex.h"
 #include "cuckoo/v1/filter_service.grpc.pb.h"
 
 namespace cuckoo::client {

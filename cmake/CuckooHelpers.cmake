@@ -54,3 +54,13 @@ function(cuckoo_test)
   endif()
   gtest_discover_tests(${T_NAME} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${T_LABELS}")
 endfunction()
+
+# cuckoo_library(NAME name SRCS a.cc... [PUBLIC lib...] [PRIVATE lib...])
+# One folder's library: its headers are included by path from the project
+# root ("server/wal/wal.h"), its own code warning-free.
+function(cuckoo_library)
+  cmake_parse_arguments(L "" "NAME" "SRCS;PUBLIC;PRIVATE" ${ARGN})
+  add_library(${L_NAME} ${L_SRCS})
+  target_include_directories(${L_NAME} PUBLIC ${PROJECT_SOURCE_DIR})
+  target_link_libraries(${L_NAME} PUBLIC ${L_PUBLIC} PRIVATE ${L_PRIVATE} cuckoo_warnings)
+endfunction()

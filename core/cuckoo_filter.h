@@ -50,11 +50,11 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "base/shared_mutex.h"
 #include "core/cuckoo_table.h"
 #include "core/filter_options.h"
 #include "core/hash.h"
 #include "core/page_buffer.h"
-#include "core/shared_mutex.h"
 
 namespace cuckoo {
 

@@ -37,9 +37,9 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "base/mutex.h"
+#include "base/shared_mutex.h"
 #include "core/cuckoo_filter.h"
-#include "core/mutex.h"
-#include "core/shared_mutex.h"
 
 namespace cuckoo {
 

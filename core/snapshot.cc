@@ -20,8 +20,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "base/little_endian.h"
 #include "core/hash.h"  // xxhash.h
-#include "core/little_endian.h"
 #include "core/page_buffer.h"
 #include "core/registry.h"
 #include "cuckoo_version.h"

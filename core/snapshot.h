@@ -40,7 +40,7 @@
 //
 // Thread safety: WriteSnapshotFile may run concurrently with any use of the
 // filter. Two writes of the same file at once are the caller's to prevent
-// (cuckood writes every file from one thread; server/persistence.h).
+// (cuckood writes every file from one thread; server/storage/persistence.h).
 #ifndef CUCKOO_CORE_SNAPSHOT_H_
 #define CUCKOO_CORE_SNAPSHOT_H_
 

@@ -20,7 +20,7 @@
 // start (e.g. the port is taken, a snapshot cannot be loaded), the final
 // snapshot failed or a third signal cut it short, 2 for a bad configuration,
 // 3 after the write-ahead log failed (an I/O error or a full disk while a
-// write was being made durable; see server/wal.h).
+// write was being made durable; see server/wal/wal.h).
 #include <malloc.h>
 #include <openssl/crypto.h>
 #include <signal.h>
@@ -38,11 +38,11 @@
 #include "boost/asio/signal_set.hpp"
 #include "boost/asio/steady_timer.hpp"
 #include "cuckoo_version.h"
-#include "server/config.h"
-#include "server/logging.h"
-#include "server/persistence.h"
+#include "server/config/config.h"
+#include "server/observability/logging.h"
 #include "server/server.h"
-#include "server/wal.h"
+#include "server/storage/persistence.h"
+#include "server/wal/wal.h"
 #include "spdlog/spdlog.h"
 
 namespace cuckoo::server {
@@ -80,7 +80,7 @@ int Main(int argc, char** argv) {
     absl::FPrintF(stderr, "cuckood: %s\n", config.status().message());
     return 2;
   }
-  SetUpLogging(*config);
+  SetUpLogging({.format = config->log_format, .level = config->log_level});
   // A log segment size the data directory's volume cannot hold beside the
   // snapshots is a configuration error (issue 29: on a 64 MiB volume the
   // first segment filled the disk and every snapshot failed).

@@ -167,8 +167,11 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
       std::_Exit(kExitWalFailed);
     };
   }
-  s->persistence_ = std::make_unique<Persistence>(s->registry_.get(), config.data_dir,
-                                                  s->metrics_.get(), persistence);
+  persistence.on_snapshot_written = [metrics = s->metrics_.get()](bool ok, uint64_t bytes,
+                                                                  absl::Duration duration) {
+    metrics->RecordSnapshotWrite(ok, bytes, duration);
+  };
+  s->persistence_ = std::make_unique<Persistence>(s->registry_.get(), config.data_dir, persistence);
   if (!config.nats_urls.empty()) {
     absl::StatusOr<std::unique_ptr<Cluster>> cluster = Cluster::Create(
         {.nats_urls = config.nats_urls,
@@ -184,7 +187,7 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
          .peer_access = [config]() -> absl::StatusOr<PeerAccess> {
            PeerAccess access;
            absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
-               PeerChannelCredentials(config);
+               PeerChannelCredentials(TlsOptionsOf(config));
            if (!creds.ok()) return creds.status();
            access.credentials = *std::move(creds);
            if (!config.peer_token_file.empty()) {
@@ -204,7 +207,8 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
   // with a message rather than failing every handshake or call later.
   std::optional<CertificateSummary> certificate;
   if (!config.tls_cert.empty()) {
-    absl::StatusOr<std::unique_ptr<CertificateWatcher>> watcher = CertificateWatcher::Start(config);
+    absl::StatusOr<std::unique_ptr<CertificateWatcher>> watcher =
+        CertificateWatcher::Start(TlsOptionsOf(config));
     if (!watcher.ok()) return watcher.status();
     certificate = (*watcher)->initial();
     // Now: the admin server, which reads it, starts below.
@@ -310,7 +314,7 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
                    : absl::StrFormat("; %d files of filters the log drops moved to %s/%s",
                                      loaded->dropped_by_log, config.data_dir, kQuarantineDir));
   // The health service is cuckood's own: gRPC's default one is on the
-  // callback API (server/call_queues.h).
+  // callback API (server/service/call_queues.h).
   grpc::EnableDefaultHealthCheckService(false);
   s->health_ = std::make_unique<HealthService>();
   s->call_queues_ = std::make_unique<CallQueues>();
@@ -339,7 +343,8 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
       Listeners::Prepare(config.listen, config.listen_socket_mode);
   if (!listeners.ok()) return listeners.status();
   s->listeners_ = *std::move(listeners);
-  s->listeners_->AddTo(builder, ServerCredentialsFor(config, s->certificate_watcher_.get()));
+  s->listeners_->AddTo(builder,
+                       ServerCredentialsFor(TlsOptionsOf(config), s->certificate_watcher_.get()));
   builder.RegisterService(s->service_.get());
   builder.RegisterService(s->health_.get());
   s->call_queues_->AddQueues(&builder, config.grpc_threads != 0

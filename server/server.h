@@ -33,20 +33,20 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "core/registry.h"
-#include "server/admin_http.h"
-#include "server/auth.h"
-#include "server/call_queues.h"
 #include "server/cluster/cluster.h"
-#include "server/config.h"
-#include "server/filter_service.h"
-#include "server/health_service.h"
-#include "server/listen.h"
-#include "server/metrics.h"
-#include "server/persistence.h"
-#include "server/resp_commands.h"
-#include "server/resp_server.h"
-#include "server/tls.h"
-#include "server/transfers.h"
+#include "server/config/config.h"
+#include "server/observability/admin_http.h"
+#include "server/observability/metrics.h"
+#include "server/resp/commands/resp_commands.h"
+#include "server/resp/resp_server.h"
+#include "server/security/auth.h"
+#include "server/security/tls.h"
+#include "server/service/call_queues.h"
+#include "server/service/filter_service.h"
+#include "server/service/health_service.h"
+#include "server/service/listen.h"
+#include "server/service/transfers.h"
+#include "server/storage/persistence.h"
 
 namespace cuckoo::server {
 
@@ -142,16 +142,16 @@ class CuckooServer {
   // Before service_, which reads them while it serves.
   std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<CertificateWatcher> certificate_watcher_;
-  // The transfers' disk space claims (server/transfers.h): before service_
+  // The transfers' disk space claims (server/service/transfers.h): before service_
   // and redis_commands_, which claim from it.
   std::unique_ptr<TransferDisk> transfer_disk_;
   std::unique_ptr<FilterServiceImpl> service_;
   std::unique_ptr<grpc::ResourceQuota> transport_quota_;
-  // The gRPC port's addresses (server/listen.h); before grpc_server_, so
+  // The gRPC port's addresses (server/service/listen.h); before grpc_server_, so
   // that it removes its socket files after the server is gone.
   std::unique_ptr<Listeners> listeners_;
   std::unique_ptr<grpc::Server> grpc_server_;
-  // The queues and threads serving every gRPC call (server/call_queues.h),
+  // The queues and threads serving every gRPC call (server/service/call_queues.h),
   // and the health service on them.
   std::unique_ptr<HealthService> health_;
   std::unique_ptr<CallQueues> call_queues_;

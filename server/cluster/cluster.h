@@ -51,11 +51,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "core/mutex.h"
+#include "base/mutex.h"
 #include "core/registry.h"
 #include "server/cluster/log_entry.h"
 #include "server/cluster/peer_copy.h"
-#include "server/persistence.h"
+#include "server/storage/persistence.h"
 
 namespace cuckoo::server {
 

@@ -6,7 +6,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/little_endian.h"
+#include "base/little_endian.h"
 #include "xxhash.h"
 
 namespace cuckoo::server {

@@ -21,11 +21,11 @@
 #include "absl/strings/str_replace.h"
 #include "core/registry.h"
 #include "server/cluster/cluster.h"
-#include "server/config.h"
-#include "server/metrics.h"
-#include "server/wal.h"
-#include "server/wal_env.h"
-#include "server/wal_format.h"
+#include "server/config/config.h"
+#include "server/observability/metrics.h"
+#include "server/wal/wal.h"
+#include "server/wal/wal_env.h"
+#include "server/wal/wal_format.h"
 #include "tests/util/temp_dir.h"
 
 namespace cuckoo::server {
@@ -227,9 +227,18 @@ struct FolderReadme {
   std::string readme;
 };
 const FolderReadme kFolders[] = {
+    {"base", "base/README.md"},
     {"core", "core/README.md"},
     {"server", "server/README.md"},
-    {"server/cluster", "server/README.md"},
+    {"server/config", "server/config/README.md"},
+    {"server/wal", "server/wal/README.md"},
+    {"server/storage", "server/storage/README.md"},
+    {"server/cluster", "server/cluster/README.md"},
+    {"server/security", "server/security/README.md"},
+    {"server/observability", "server/observability/README.md"},
+    {"server/service", "server/service/README.md"},
+    {"server/resp", "server/resp/README.md"},
+    {"server/resp/commands", "server/resp/commands/README.md"},
     {"client", "client/README.md"},
 };
 

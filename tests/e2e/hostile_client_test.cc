@@ -4,7 +4,7 @@
 // anyone who could reach the port could get the pod OOM-killed with two
 // small requests. Whatever the client sends within the documented limits,
 // the process stays under --memory-budget plus the stated overhead
-// (server/config.h StatedMemoryOverhead) and keeps answering its health
+// (server/config/config.h StatedMemoryOverhead) and keeps answering its health
 // check.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "server/config.h"
+#include "server/config/config.h"
 #include "tests/e2e/process.h"
 
 namespace cuckoo::testing {
@@ -45,7 +45,7 @@ TEST(HostileClientTest, NoAttackTakesTheServerOverItsBudgetPlusTheStatedOverhead
   ASSERT_TRUE(server.ready()) << server.process().out() << server.process().err();
   EXPECT_THAT(server.process().out(),
               HasSubstr("memory at most the budget plus " +
-                        server::FormatByteSize(server::StatedMemoryOverhead(config))));
+                        cuckoo::FormatByteSize(server::StatedMemoryOverhead(config))));
   argv.insert(argv.end(),
               {"--target", server.address(), "--pid", std::to_string(server.process().pid()),
                "--bound-mib", absl::StrFormat("%.1f", bound_mib)});

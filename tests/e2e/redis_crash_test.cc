@@ -5,7 +5,7 @@
 // data directory, and every item ever acknowledged must be present
 // (CF.MEXISTS). Five rounds, with snapshots and log rotation going on.
 // A RESP write is applied at once and answered only once durable, while the
-// connection runs the writes after it (server/resp_commands.h): this checks
+// connection runs the writes after it (server/resp/commands/resp_commands.h): this checks
 // that promise holds when RESP replies are batched and pipelined, runs of
 // CF.ADD merged, and separate writes of one connection (CF.INSERTs, CF.ADDs
 // alternating between filters) share group commits.

@@ -29,8 +29,8 @@
 #include <vector>
 
 #include "cuckoo/v1/filter_service.grpc.pb.h"
-#include "server/config.h"
-#include "server/persistence.h"
+#include "server/config/config.h"
+#include "server/storage/persistence.h"
 #include "tests/e2e/redis_test_util.h"
 #include "tests/util/http.h"
 
@@ -245,7 +245,7 @@ class RedisMemoryTest : public ::testing::Test {
     bound_ = config.memory_budget_bytes + server::StatedMemoryOverhead(config);
     ASSERT_THAT(server_->Log(),
                 HasSubstr("memory at most the budget plus " +
-                          server::FormatByteSize(bound_ - config.memory_budget_bytes)));
+                          cuckoo::FormatByteSize(bound_ - config.memory_budget_bytes)));
     ASSERT_LE(bound_, 1024 * kMiB) << "the container's settings no longer fit 1 GiB";
     cgroup_ = std::make_unique<MemoryCgroup>(1024 * kMiB);
     if (cgroup_->ok() && cgroup_->Add(server_->process().pid())) {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "client/cuckoo_client.h"
-#include "server/config.h"
+#include "server/config/config.h"
 #include "tests/e2e/process.h"
 
 namespace cuckoo::testing {
@@ -117,7 +117,7 @@ TEST(ServerProcessTest, ABudgetPlusOverheadOverTheMemoryAvailableIsWarnedOf) {
   ASSERT_TRUE(server.ready()) << server.process().out() << server.process().err();
   EXPECT_THAT(
       server.process().out(),
-      HasSubstr("is more than the " + server::FormatByteSize(server::AvailableMemoryBytes()) +
+      HasSubstr("is more than the " + cuckoo::FormatByteSize(server::AvailableMemoryBytes()) +
                 " this process may use"));
   server.process().Signal(SIGTERM);
   EXPECT_EQ(server.process().Wait(), 0);

@@ -25,7 +25,7 @@
 
 #include "client/cuckoo_client.h"
 #include "core/snapshot.h"
-#include "server/wal_format.h"
+#include "server/wal/wal_format.h"
 #include "tests/e2e/process.h"
 
 namespace cuckoo::testing {

@@ -1,4 +1,4 @@
-// Fuzzes the access file's parser (server/access.h: AccessTable::Parse),
+// Fuzzes the access file's parser (server/security/access.h: AccessTable::Parse),
 // which reads whatever an operator's Secret holds on every reload, and the
 // glob matcher every call runs. Checked beyond "no crash, no sanitizer
 // report":
@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "server/access.h"
+#include "server/security/access.h"
 
 namespace {
 

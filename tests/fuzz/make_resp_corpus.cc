@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "server/resp_protocol.h"
+#include "server/resp/resp_protocol.h"
 #include "tests/fuzz/resp_fuzz_limits.h"
 
 namespace {

@@ -1,5 +1,5 @@
 // Writes the seed corpus of the log reader's fuzzer (tests/fuzz/wal_fuzz.cc)
-// into a directory: logs written by the real writer (server/wal.h) into a
+// into a directory: logs written by the real writer (server/wal/wal.h) into a
 // scratch directory, then cut after their last record: creations, inserts
 // (if_absent, past full), deletes, a drop, a second filter; and the same log
 // torn inside its last record, with a flipped byte in the middle, and with
@@ -25,8 +25,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/cuckoo_filter.h"
-#include "server/wal.h"
-#include "server/wal_format.h"
+#include "server/wal/wal.h"
+#include "server/wal/wal_format.h"
 #include "tests/fuzz/mem_wal_env.h"
 
 namespace {

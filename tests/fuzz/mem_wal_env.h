@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
-#include "server/wal_env.h"
+#include "server/wal/wal_env.h"
 
 namespace cuckoo::fuzz {
 

@@ -1,4 +1,4 @@
-// libFuzzer target for the RESP command parser (server/resp_protocol.h).
+// libFuzzer target for the RESP command parser (server/resp/resp_protocol.h).
 //
 // An input is a small header, then the bytes a client sends:
 //   byte 0      seeds the sizes of the reads the stream is split into
@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/resp_protocol.h"
+#include "server/resp/resp_protocol.h"
 #include "tests/fuzz/resp_fuzz_limits.h"
 
 namespace {

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "server/resp_protocol.h"
+#include "server/resp/resp_protocol.h"
 
 namespace cuckoo::testing {
 

@@ -1,4 +1,4 @@
-// libFuzzer target for the write-ahead log reader (server/wal_format.h,
+// libFuzzer target for the write-ahead log reader (server/wal/wal_format.h,
 // ScanWal): the files a restart reads after any crash, disk fault or
 // tampering.
 //
@@ -34,7 +34,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "core/cuckoo_filter.h"
-#include "server/wal_format.h"
+#include "server/wal/wal_format.h"
 #include "tests/fuzz/mem_wal_env.h"
 
 namespace {

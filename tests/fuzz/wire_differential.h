@@ -1,4 +1,4 @@
-// The differential check of server/wire_format.h's request parser against
+// The differential check of server/service/wire_format.h's request parser against
 // the generated one, shared by tests/server/wire_format_test.cc and the
 // fuzzer tests/fuzz/wire_fuzz.cc. Each check returns an empty string when
 // the two agree, else what differs.
@@ -24,7 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/types/span.h"
 #include "cuckoo/v1/filter_service.pb.h"
-#include "server/wire_format.h"
+#include "server/service/wire_format.h"
 
 namespace cuckoo::testing {
 

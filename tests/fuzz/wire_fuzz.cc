@@ -1,4 +1,4 @@
-// libFuzzer target for the data path's request parser (server/wire_format.h,
+// libFuzzer target for the data path's request parser (server/service/wire_format.h,
 // ParseKeysRequest), differential against the generated parser.
 //
 // An input is a small header, then the message:
@@ -26,7 +26,7 @@
 #include <string_view>
 #include <vector>
 
-#include "server/wire_format.h"
+#include "server/service/wire_format.h"
 #include "tests/fuzz/wire_differential.h"
 
 namespace {

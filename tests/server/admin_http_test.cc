@@ -3,7 +3,7 @@
 // clients, and that the metrics move by exactly the traffic sent. Then
 // HTTPS (--admin-tls), with a Beast client: certificates, rotation, and
 // clients that never finish their handshake.
-#include "server/admin_http.h"
+#include "server/observability/admin_http.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
 // Authorization, table-driven: every FilterService RPC x {no token, read,
 // write, admin, admin of another pattern} x {a filter the grants match, one
-// they do not}, with the status code each must get (server/auth.h,
-// server/access.h). A refused call must also change nothing, and must be
+// they do not}, with the status code each must get (server/security/auth.h,
+// server/security/access.h). A refused call must also change nothing, and must be
 // refused the same way whether its filter exists or not.
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "server/access.h"
+#include "server/security/access.h"
 #include "tests/server/test_server.h"
 
 namespace cuckoo::testing {

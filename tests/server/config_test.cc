@@ -1,4 +1,4 @@
-#include "server/config.h"
+#include "server/config/config.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -15,41 +15,13 @@
 #include <string>
 #include <vector>
 
-#include "server/listen.h"
+#include "server/service/listen.h"
 #include "tests/util/temp_dir.h"
 
 namespace cuckoo::server {
 namespace {
 
 using ::testing::HasSubstr;
-
-TEST(ConfigTest, ByteSizesParseWithAndWithoutUnits) {
-  EXPECT_EQ(*ParseByteSize("123"), 123u);
-  EXPECT_EQ(*ParseByteSize("64KiB"), 64u << 10);
-  EXPECT_EQ(*ParseByteSize("8 GiB"), uint64_t{8} << 30);
-  EXPECT_EQ(*ParseByteSize("1.5gib"), uint64_t{3} << 29);
-  EXPECT_EQ(*ParseByteSize("10GB"), 10'000'000'000u);
-  EXPECT_EQ(*ParseByteSize("512M"), 512u << 20);
-  EXPECT_EQ(*ParseByteSize("0"), 0u);
-}
-
-TEST(ConfigTest, BadByteSizesAreRejectedWithTheReason) {
-  EXPECT_THAT(std::string(ParseByteSize("").status().message()), HasSubstr("is not a size"));
-  EXPECT_THAT(std::string(ParseByteSize("GiB").status().message()), HasSubstr("is not a size"));
-  EXPECT_THAT(std::string(ParseByteSize("12XB").status().message()),
-              HasSubstr("unknown unit \"xb\""));
-  EXPECT_THAT(std::string(ParseByteSize("99999999TiB").status().message()), HasSubstr("too large"));
-}
-
-TEST(ConfigTest, ByteSizesFormatForPeopleAndExactly) {
-  EXPECT_EQ(FormatByteSize(64u << 20), "64MiB");
-  EXPECT_EQ(FormatByteSize((uint64_t{17} << 30) + (uint64_t{7} << 29)), "20.5GiB");
-  EXPECT_EQ(FormatByteSize(100), "100B");
-  EXPECT_EQ(FormatByteSizeExactly(1536u << 10), "1536KiB");
-  EXPECT_EQ(FormatByteSizeExactly(1'000'001), "1000001B");
-  EXPECT_EQ(FormatByteSizeExactly(0), "0");
-  EXPECT_EQ(*ParseByteSize(FormatByteSizeExactly(123'456'789)), 123'456'789u);
-}
 
 TEST(ConfigTest, EveryFlagHasAnEnvironmentVariable) {
   EXPECT_EQ(EnvironmentVariableFor("max_batch_keys"), "CUCKOOD_MAX_BATCH_KEYS");

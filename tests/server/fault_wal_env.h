@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "server/wal_env.h"
+#include "server/wal/wal_env.h"
 
 namespace cuckoo::server::testing {
 

@@ -1055,7 +1055,7 @@ int ThreadsNamed(const std::string& prefix) {
 }
 
 // Every call is served by the --grpc-threads threads of the call queues,
-// each polling its own queue (server/call_queues.h). No method may be on
+// each polling its own queue (server/service/call_queues.h). No method may be on
 // gRPC's callback API: its queue's "nexting" threads would poll too, and
 // take the poller's role back, about three thread hand-offs per call.
 TEST_F(FilterServiceTest, EveryCallIsServedByTheCallQueueThreadsAlone) {

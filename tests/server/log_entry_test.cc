@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "core/little_endian.h"
+#include "base/little_endian.h"
 #include "xxhash.h"
 
 namespace cuckoo::server {

@@ -2,7 +2,7 @@
 // fields, DropFilter removing files, loading at start-up, quarantine of bad
 // files, periodic and final snapshots. A real CuckooServer in-process, driven
 // by the C++ client.
-#include "server/persistence.h"
+#include "server/storage/persistence.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

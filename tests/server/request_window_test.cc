@@ -1,4 +1,4 @@
-#include "server/request_window.h"
+#include "server/storage/request_window.h"
 
 #include <gtest/gtest.h>
 

@@ -1,10 +1,10 @@
-// The Redis port's commands (server/resp_commands.h) against an in-process
+// The Redis port's commands (server/resp/commands/resp_commands.h) against an in-process
 // cuckood, over a socket, with a small RESP client of the test's own: the
 // replies byte for byte as RedisBloom's clients read them, pipelines, the
 // filters shared with gRPC, authentication and grants, CF.SCANDUMP /
 // CF.LOADCHUNK, durability across a restart, and the metrics. (Real clients,
 // redis-cli and redis-py, are in tests/e2e/redis_*.)
-#include "server/resp_commands.h"
+#include "server/resp/commands/resp_commands.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -36,10 +36,10 @@ extern "C" size_t __sanitizer_get_current_allocated_bytes();
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "core/little_endian.h"
+#include "base/little_endian.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/access.h"
+#include "server/security/access.h"
 #include "tests/server/fault_wal_env.h"
 #include "tests/server/test_server.h"
 

@@ -1,8 +1,8 @@
-// The RESP parser and reply writer (server/resp_protocol.h): Redis's
+// The RESP parser and reply writer (server/resp/resp_protocol.h): Redis's
 // accepted syntax and error wordings, the limits refused from a header before
 // its bytes arrive, identical results however the input is split into reads,
 // and byte-exact replies in RESP2 and RESP3.
-#include "server/resp_protocol.h"
+#include "server/resp/resp_protocol.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

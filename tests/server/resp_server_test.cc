@@ -4,7 +4,7 @@
 // half commands, timeouts, slow clients, connection limits, shutdown drain,
 // and many connections at once. Runs under ASan and TSan (label
 // "concurrency").
-#include "server/resp_server.h"
+#include "server/resp/resp_server.h"
 
 #include <arpa/inet.h>
 #include <gmock/gmock.h>

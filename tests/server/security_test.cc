@@ -24,9 +24,9 @@
 #include "absl/time/time.h"
 #include "client/access_token.h"
 #include "client/cuckoo_client.h"
-#include "server/config.h"
+#include "server/config/config.h"
+#include "server/security/tls.h"
 #include "server/server.h"
-#include "server/tls.h"
 #include "tests/server/test_server.h"
 #include "tests/util/http.h"
 #include "tests/util/temp_dir.h"
@@ -444,11 +444,12 @@ TEST_F(SecurityTest, CheckTlsFilesNamesTheFlagAndTheFile) {
   const Pem one = ServerCert(ca_);
   const Pem two = ServerCert(ca_);
   server::ServerConfig good = TlsConfig(one);
-  ASSERT_TRUE(server::CheckTlsFiles(good).ok()) << server::CheckTlsFiles(good).status();
-  EXPECT_THAT(server::CheckTlsFiles(good)->subject, HasSubstr("CN=cuckood"));
+  ASSERT_TRUE(server::CheckTlsFiles(server::TlsOptionsOf(good)).ok())
+      << server::CheckTlsFiles(server::TlsOptionsOf(good)).status();
+  EXPECT_THAT(server::CheckTlsFiles(server::TlsOptionsOf(good))->subject, HasSubstr("CN=cuckood"));
 
   auto expect = [](const server::ServerConfig& c, const std::vector<std::string>& parts) {
-    absl::Status s = server::CheckTlsFiles(c).status();
+    absl::Status s = server::CheckTlsFiles(server::TlsOptionsOf(c)).status();
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
     for (const std::string& part : parts) EXPECT_THAT(std::string(s.message()), HasSubstr(part));
   };

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "cuckoo/v1/filter_service.grpc.pb.h"
-#include "server/config.h"
+#include "server/config/config.h"
 #include "server/server.h"
-#include "server/wal_env.h"
+#include "server/wal/wal_env.h"
 #include "tests/server/forwarding_wal_env.h"
 #include "tests/util/temp_dir.h"
 
@@ -40,7 +40,7 @@ inline server::ServerConfig TestConfig(const std::string& data_dir) {
 
 // The real file system on a volume that says it has `free_bytes` free (and
 // twice that in all), whatever is written: for the transfers' disk checks
-// (server/transfers.h). Hand it to a server as PersistenceOptions::wal.env.
+// (server/service/transfers.h). Hand it to a server as PersistenceOptions::wal.env.
 class SmallDiskEnv : public server::testing::ForwardingWalEnv {
  public:
   explicit SmallDiskEnv(uint64_t free_bytes) : free_(free_bytes) {}

@@ -1,5 +1,5 @@
-// TransferDisk's claims and IdleSweeper's checks (server/transfers.h).
-#include "server/transfers.h"
+// TransferDisk's claims and IdleSweeper's checks (server/service/transfers.h).
+#include "server/service/transfers.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

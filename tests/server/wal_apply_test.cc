@@ -1,7 +1,7 @@
 // WalApplier: a log replayed on worker threads gives every filter exactly
 // the bytes of the live run that wrote the log; a record that cannot apply
 // is named, and the ones before it are applied.
-#include "server/wal_apply.h"
+#include "server/wal/wal_apply.h"
 
 #include <gtest/gtest.h>
 

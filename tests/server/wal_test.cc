@@ -1,7 +1,7 @@
 // The write-ahead log: framing, where a log ends (torn tails and damage),
 // rotation and truncation, group commit, and what survives a power cut or
 // an I/O error (through FaultWalEnv).
-#include "server/wal.h"
+#include "server/wal/wal.h"
 
 #include <gtest/gtest.h>
 
@@ -19,9 +19,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
+#include "base/little_endian.h"
 #include "core/hash.h"
-#include "core/little_endian.h"
-#include "server/wal_format.h"
+#include "server/wal/wal_format.h"
 #include "tests/server/fault_wal_env.h"
 #include "tests/server/forwarding_wal_env.h"
 #include "tests/util/temp_dir.h"

@@ -3,7 +3,7 @@
 // parser (protobuf 3.21) accepts, read the same values from them however the
 // message is cut into slices, and enforce the server's limits as it goes;
 // every response must be byte-for-byte what the generated serializer writes.
-#include "server/wire_format.h"
+#include "server/service/wire_format.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

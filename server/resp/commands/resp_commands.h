@@ -1,0 +1,310 @@
+// RedisCommands: RedisBloom's cuckoo-filter commands (CF.*) and the
+// connection and keyspace commands Redis clients send, served on the Redis
+// port (--redis-listen, server/resp/resp_server.h) over the same filters as the
+// gRPC API. docs/REDIS_COMPATIBILITY.md lists every command, its replies and
+// where cuckood differs from RedisBloom.
+//
+// Reads (CF.EXISTS, CF.MEXISTS, CF.COUNT, CF.INFO, EXISTS, TYPE, SCAN, KEYS,
+// DBSIZE) run on the connection's thread, straight on the filters, like
+// gRPC's Lookup and Count (lock-free batched lookups). Everything that
+// changes state (CF.RESERVE, CF.ADD, CF.ADDNX, CF.INSERT, CF.INSERTNX,
+// CF.DEL, DEL, CF.LOADCHUNK) and CF.SCANDUMP goes through the server's own
+// FilterService: it is logged, made durable (or published to the cluster),
+// authorised, audited and counted exactly as the same call from a gRPC
+// client. On a single node the writes of an existing filter (CF.ADD,
+// CF.ADDNX, CF.INSERT, CF.INSERTNX, CF.DEL) run the Insert or Delete RPC's
+// body on the connection's thread (FilterServiceImpl::InsertNow, DeleteNow):
+// applied at once, so the connection goes on with its next commands
+// (Completion::Applied) and its pipelined writes share the log's group
+// commits, and answered, in order, once durable. The rest (and every write
+// in cluster mode, or one that creates its filter) are gRPC calls over an
+// in-process channel, answered once gRPC answers, the connection waiting.
+// Consecutive pipelined CF.ADD, CF.ADDNX or CF.DEL of one connection on one
+// filter, and CF.INSERT (or CF.INSERTNX) on one filter with the same
+// options, go as one batch, and consecutive CF.EXISTS as one batched lookup.
+//
+// Authentication: with an access file (--auth-tokens) a connection must send
+// AUTH <token> (or HELLO ... AUTH <user> <token>) first; the token is checked
+// again, against the file in force, for every command, so a revoked token
+// stops working at once. Grants apply per filter as on gRPC: CF.EXISTS needs
+// read, CF.ADD write, CF.RESERVE and DEL admin.
+//
+// CF.SCANDUMP / CF.LOADCHUNK move a filter as chunks of its snapshot file
+// (ExportFilter / ImportFilter): the first chunk is a 24-byte header (magic
+// "CKDUMP01", the snapshot's size and items, little-endian u64s), then the
+// snapshot file in 1 MiB chunks. A dump is taken whole when it starts (a
+// private copy under data_dir/.redis-dump), so its chunks are one consistent
+// snapshot; a load keeps its chunks in a private file there until the last
+// one, then imports it. Their file work (the copy, each chunk read or
+// written, creating and removing files, the disk space check) runs on
+// transfer threads of their own, never on a connection's thread nor under a
+// lock other connections take, and the command is answered from there (a
+// connection's replies stay in order: it runs its next command only then).
+// A load's declared size must be one ImportFilter takes (the memory budget
+// plus 1 MiB) and fit the data directory's free disk beside the write-ahead
+// log's reserve (TransferDisk, server/service/transfers.h); a dump's copy must fit
+// too. An unfinished dump or load whose client sent or asked for nothing
+// for transfer_idle_timeout is dropped by a timer (IdleSweeper), its file
+// removed and a line logged; its client's next chunk gets an error saying
+// so.
+//
+// Thread safety: Execute is called from many connection threads at once.
+#ifndef CUCKOO_SERVER_RESP_COMMANDS_RESP_COMMANDS_H_
+#define CUCKOO_SERVER_RESP_COMMANDS_RESP_COMMANDS_H_
+
+#include <grpcpp/channel.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/time/time.h"
+#include "base/mutex.h"
+#include "boost/asio/executor_work_guard.hpp"
+#include "boost/asio/io_context.hpp"
+#include "boost/asio/thread_pool.hpp"
+#include "core/registry.h"
+#include "cuckoo/v1/filter_service.grpc.pb.h"
+#include "server/observability/logging.h"
+#include "server/observability/metrics.h"
+#include "server/resp/resp_server.h"
+#include "server/security/auth.h"
+#include "server/service/filter_service.h"
+#include "server/service/in_process_calls.h"
+#include "server/service/transfers.h"
+#include "server/storage/persistence.h"
+
+namespace cuckoo::server {
+
+// The AUTH throttle (RedisCommands::PeerAuthFailures): at most 65,536 peers
+// remembered (~100 bytes each in the table) and the delayed replies of
+// failing connections.
+inline constexpr uint64_t kRedisAuthThrottleBytes = uint64_t{12} << 20;
+// CF.SCANDUMP and CF.LOADCHUNK work on at most 6 threads (4 dumps, 2
+// loads), each holding a chunk (1 MiB + 4 KiB) and its reply or a read
+// buffer: 2 MiB each (static_assert in server/resp/commands/resp_commands.cc).
+inline constexpr uint64_t kRedisTransferBytes = uint64_t{12} << 20;
+
+// The first chunk of a dump: magic, snapshot bytes, items.
+inline constexpr char kRedisDumpMagic[] = "CKDUMP01";
+inline constexpr size_t kRedisDumpHeaderBytes = 24;
+// Data bytes per dump chunk.
+inline constexpr size_t kRedisDumpChunkBytes = size_t{1} << 20;
+// Dumps and loads that may be unfinished at once (more get an error).
+inline constexpr size_t kMaxRedisDumps = 4;
+inline constexpr size_t kMaxRedisLoads = 2;
+// Dumps and loads dropped for their idle time that are remembered, for the
+// error their client gets next: at most this many, for at most this long.
+inline constexpr size_t kMaxRedisExpiredTransfers = 64;
+inline constexpr absl::Duration kRedisExpiredTransferMemory = absl::Hours(1);
+
+struct RedisOptions {
+  // A filter that CF.ADD, CF.ADDNX, CF.INSERT or CF.INSERTNX creates (the
+  // key does not exist) holds this many keys before it grows
+  // (--redis-default-capacity; RedisBloom's default is 1024 too).
+  uint64_t default_capacity = 1024;
+  // The false-positive rate of filters made over this port
+  // (--redis-error-rate): CF.RESERVE has no argument for it.
+  double error_rate = 0.002;
+  // The growth factor of a filter made with no EXPANSION
+  // (--redis-default-expansion): 0 fixed, 2 to 8 growing.
+  uint32_t default_expansion = 2;
+  // As the gRPC API's limits (--max-batch-keys, --max-key-bytes).
+  uint32_t max_batch_keys = 100'000;
+  uint32_t max_key_bytes = 4096;
+  // For CONFIG GET: --redis-max-clients and the longest argument.
+  uint32_t max_clients = 10'000;
+  uint64_t max_client_memory = 0;  // --redis-client-memory (CONFIG GET maxmemory-clients)
+  size_t max_bulk_bytes = 0;
+  // Where dumps and loads keep their private files.
+  std::string data_dir;
+  // An unfinished dump or load whose client sent or asked for no chunk for
+  // this long is dropped (--transfer-idle-timeout).
+  absl::Duration transfer_idle_timeout = absl::Seconds(60);
+  // Where dumps and loads claim the disk space of their files; null: not
+  // checked.
+  TransferDisk* disk = nullptr;
+};
+
+class RedisCommands final : public resp::CommandHandler {
+ public:
+  // `auth` null: no authentication. `service`: this server's FilterService,
+  // and `channel` an in-process channel to it. `metrics` may be null.
+  RedisCommands(FilterRegistry* registry, const Authenticator* auth, Metrics* metrics,
+                FilterServiceImpl* service, std::shared_ptr<grpc::Channel> channel,
+                RedisOptions options);
+  ~RedisCommands() override;  // Waits for dump and load work running.
+
+  size_t Execute(resp::Session* session, absl::Span<const resp::Command> commands,
+                 resp::Completion done) override;
+
+  // For INFO's clients section.
+  void set_connection_count(std::function<size_t()> count) { connections_ = std::move(count); }
+  // For INFO: the connections' memory as counted, and how many were closed
+  // to keep it under --redis-client-memory.
+  struct ClientMemory {
+    size_t bytes = 0;
+    uint64_t evicted = 0;
+  };
+  void set_client_memory(std::function<ClientMemory()> f) { client_memory_ = std::move(f); }
+  // For INFO's server section: the bound port.
+  void set_port(int port) { port_ = port; }
+
+  // The reply to a command after authentication failed or is missing, etc.:
+  // public for tests of the error wording.
+  static std::string WrongArity(std::string_view command);
+
+ private:
+  struct Call;
+  struct Dump;
+  struct Load;
+  struct Expired;
+
+  // One command (or a run of merged ones) given to Execute.
+  size_t Dispatch(resp::Session* session, absl::Span<const resp::Command> commands,
+                  resp::Completion done);
+  // The authenticated caller for this command, or an error reply written.
+  bool Authorize(resp::Session* session, resp::Writer& w, size_t command, Access need,
+                 std::string_view filter, Caller* caller);
+  bool CurrentCaller(resp::Session* session, resp::Writer& w, Caller* caller);
+
+  // The commands (resp_commands.cc).
+  void Exists(resp::Session* s, absl::Span<const resp::Command> run, resp::Writer& w);
+  void MExists(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void Count(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void Info(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void Write(resp::Session* s, absl::Span<const resp::Command> run, size_t command,
+             resp::Completion done, std::chrono::steady_clock::time_point start);
+  // How many of `commands`, from the first, a CF.INSERT or CF.INSERTNX
+  // (`command`) can run as one batch: the same command on the same filter
+  // with the same options, every item valid, within --max-batch-keys.
+  size_t InsertRunLength(absl::Span<const resp::Command> commands, size_t command) const;
+  // Write's path on a single node, for a filter that exists: applied on
+  // this thread (FilterServiceImpl::InsertNow, DeleteNow), then Applied(),
+  // and answered once durable. `sizes`: each command's keys.
+  void WriteHere(resp::Session* s, const Caller& caller, size_t command, std::string_view filter,
+                 absl::Span<const std::string_view> items, std::vector<size_t> sizes,
+                 resp::Completion done, std::chrono::steady_clock::time_point start);
+  // The replies of a write's run of commands (resp_commands.cc).
+  struct RunReplies;
+  // Counts each of `replies` in the metrics and sends them.
+  void Answer(size_t command, std::chrono::steady_clock::time_point start, RunReplies* replies,
+              resp::Completion& done);
+  void Reserve(resp::Session* s, const resp::Command& c, resp::Completion done,
+               std::chrono::steady_clock::time_point start);
+  void DropKeys(resp::Session* s, const resp::Command& c, resp::Completion done,
+                std::chrono::steady_clock::time_point start);
+  void ScanDump(resp::Session* s, const resp::Command& c, resp::Completion done,
+                std::chrono::steady_clock::time_point start);
+  void LoadChunk(resp::Session* s, const resp::Command& c, resp::Completion done,
+                 std::chrono::steady_clock::time_point start);
+  // CF.SCANDUMP's and CF.LOADCHUNK's helpers. A dump or load taken out of
+  // dumps_ / loads_ is handed to Discard, which removes its file on a
+  // transfer thread.
+  void Discard(std::shared_ptr<Dump> dump);
+  void Discard(std::shared_ptr<Load> load);
+  // Drops the dumps and loads idle for transfer_idle_timeout (the sweeper's
+  // check).
+  void ExpireTransfers(std::chrono::steady_clock::time_point now);
+  // The error for a dump (or load) not in progress, saying it was dropped
+  // for its idle time if it was.
+  std::string NoDump(std::string_view key, int64_t iterator, uint64_t id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(transfer_mu_);
+  std::string NoLoad(std::string_view key, uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(transfer_mu_);
+  // A load's steps, on a transfer thread, each returning its error reply
+  // ("" for OK): the header's (claims the disk space, creates the file),
+  // each chunk's (written; the last one then imported by ImportLoad).
+  std::string StartLoad(const std::shared_ptr<Load>& load);
+  std::string WriteChunk(const std::shared_ptr<Load>& load, std::string_view data,
+                         const std::string& token);
+  std::string ImportLoad(const std::shared_ptr<Load>& load, const std::string& token);
+  // A load done with or failed, on a transfer thread: out of loads_, its
+  // file removed.
+  void EndLoad(const std::shared_ptr<Load>& load);
+  // AUTH and HELLO: what to wait before the reply is sent (a failed AUTH
+  // after a few is answered later and later, see AuthFailed).
+  absl::Duration Hello(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  absl::Duration Auth(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  // Counts, audits and slows a failed AUTH: returns the delay for its reply,
+  // growing with the failures of the connection and of its peer address.
+  absl::Duration AuthFailed(resp::Session* s, AuthFailure why);
+  void Client(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void CommandInfo(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void ServerInfo(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void KeyExists(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void Type(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void Scan(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void Keys(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void DbSize(resp::Session* s, resp::Writer& w);
+  void Config(resp::Session* s, const resp::Command& c, resp::Writer& w);
+
+  // Counts a reply in the metrics (outcome from its first bytes).
+  void Record(size_t command, std::string_view reply, std::chrono::steady_clock::time_point start,
+              size_t keys);
+  // Adds "authorization" metadata for the session's token.
+  void AddCredentials(const resp::Session& s, grpc::ClientContext* ctx) const;
+
+  FilterRegistry* const registry_;
+  const Authenticator* const auth_;
+  Metrics* const metrics_;
+  FilterServiceImpl* const service_;
+  const std::shared_ptr<grpc::Channel> channel_;
+  const std::unique_ptr<v1::FilterService::Stub> stub_;
+  // Where the calls through stub_ complete.
+  InProcessCalls in_process_;
+  const RedisOptions options_;
+  std::function<size_t()> connections_;
+  std::function<ClientMemory()> client_memory_;
+  int port_ = 0;
+  const absl::Time started_ = absl::Now();
+
+  // In-process gRPC calls, and writes waiting to be durable, whose callbacks
+  // have not returned.
+  std::atomic<int64_t> calls_{0};
+  // Dumps and loads. Held for lookups and bookkeeping only: never across
+  // file work.
+  Mutex transfer_mu_;
+  std::atomic<uint64_t> next_dump_{1};
+  std::atomic<uint64_t> next_load_{1};  // Names loads' files.
+  std::map<uint64_t, std::shared_ptr<Dump>> dumps_ ABSL_GUARDED_BY(transfer_mu_);
+  std::map<std::string, std::shared_ptr<Load>> loads_ ABSL_GUARDED_BY(transfer_mu_);
+  // Those dropped for their idle time, newest last.
+  std::deque<Expired> expired_ ABSL_GUARDED_BY(transfer_mu_);
+  // Failed AUTHs by peer address (without the port), for the delay; at most
+  // kMaxAuthPeers, forgotten kAuthPeerMemory after their last failure.
+  struct PeerAuthFailures {
+    uint32_t failures = 0;
+    absl::Time last;
+  };
+  Mutex auth_mu_;
+  absl::flat_hash_map<std::string, PeerAuthFailures> auth_peers_ ABSL_GUARDED_BY(auth_mu_);
+  absl::Time auth_peers_swept_ ABSL_GUARDED_BY(auth_mu_);
+  RateLimitedAudit auth_audit_{50, "failed Redis AUTHs"};
+  // Where delayed AUTH replies wait (one thread, timers only).
+  boost::asio::io_context delay_io_{1};
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> delay_work_{
+      delay_io_.get_executor()};
+  std::thread delay_thread_{[this] { delay_io_.run(); }};
+  // Drops idle dumps and loads (ExpireTransfers), registered as
+  // expire_watch_ from construction to destruction.
+  IdleSweeper idle_{IdleSweeper::IntervalFor(options_.transfer_idle_timeout)};
+  uint64_t expire_watch_ = 0;
+  // Dumps' and loads' file work (the export's and import's streams, each
+  // chunk read or written): one thread per dump and load that may be
+  // unfinished, so that none waits behind another's long step (a dump's
+  // copy being written, a load's import, a disk that stalls). Last: joined
+  // first.
+  boost::asio::thread_pool transfer_threads_{kMaxRedisDumps + kMaxRedisLoads};
+};
+
+}  // namespace cuckoo::server
+
+#endif  // CUCKOO_SERVER_RESP_COMMANDS_RESP_COMMANDS_H_
