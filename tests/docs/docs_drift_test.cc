@@ -26,6 +26,7 @@
 #include "server/wal/wal.h"
 #include "server/wal/wal_env.h"
 #include "server/wal/wal_format.h"
+#include "tests/util/read_lines.h"
 #include "tests/util/temp_dir.h"
 
 namespace cuckoo::server {
@@ -34,14 +35,6 @@ namespace {
 namespace fs = std::filesystem;
 
 const fs::path kSourceDir = CUCKOO_SOURCE_DIR;
-
-std::vector<std::string> ReadLines(const fs::path& path) {
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << "cannot read " << path;
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
 
 // The first cell of a Markdown table row ("| `a`, `b` | ..." -> "`a`, `b`").
 std::string FirstCell(const std::string& row) {

@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "tests/util/read_lines.h"
 
 namespace cuckoo {
 namespace {
@@ -31,14 +32,6 @@ const fs::path kSourceDir = CUCKOO_SOURCE_DIR;
 const char* const kGoverned[] = {"base", "core", "server", "client"};
 
 using Graph = std::map<std::string, std::set<std::string>>;
-
-std::vector<std::string> ReadLines(const fs::path& path) {
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << "cannot read " << path;
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
 
 // The rows of the table under "### Which folder may use which": "| `a` |
 // `b` `c` |" -> a: {b, c}.
