@@ -21,7 +21,7 @@ endfunction()
 # designated initializers that leave the other fields at their defaults
 # (Options{.dir = d}) on purpose, which -Wextra would flag. With clang, also
 # -Wthread-safety: the ABSL_GUARDED_BY / ABSL_*_LOCKS_REQUIRED annotations
-# are checked (the clang build CI does is scripts/fuzz.sh).
+# are checked (CI's clang build is the ASan build, scripts/build.sh asan).
 #
 # -Wno-tsan (g++ with CUCKOO_SANITIZE=thread): g++ warns that TSan does not
 # model std::atomic_thread_fence. CuckooFilter's sequence lock orders its
@@ -138,3 +138,20 @@ function(cuckoo_precompile_headers target)
   target_precompile_headers(${target} REUSE_FROM ${host})
 endfunction()
 
+# cuckoo_fuzz_instrument(TARGET...): with CUCKOO_FUZZ (clang, set by
+# scripts/build.sh asan), the libraries the fuzzers of tests/fuzz run get
+# libFuzzer's coverage instrumentation (-fsanitize=fuzzer-no-link), so the
+# ASan build's fuzzers fuzz into them; the fuzzers' own sources get it from
+# -fsanitize=fuzzer. Only those libraries: the coverage counters and
+# comparison hooks would slow every other test of that build. They compile
+# without the precompiled header, which clang refuses to use across the
+# instrumentation's flag.
+function(cuckoo_fuzz_instrument)
+  if(NOT CUCKOO_FUZZ)
+    return()
+  endif()
+  foreach(t ${ARGN})
+    target_compile_options(${t} PRIVATE -fsanitize=fuzzer-no-link)
+    set_target_properties(${t} PROPERTIES DISABLE_PRECOMPILE_HEADERS ON)
+  endforeach()
+endfunction()
