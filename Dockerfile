@@ -13,11 +13,23 @@
 # start unless CUCKOOD_REDIS_PLAINTEXT=true or CUCKOOD_REDIS_LISTEN= (empty).
 # More in deploy/README.md.
 
+# BINARIES: where the two binaries come from. Empty or "source" (the
+# default): compiled here from the source, stage build. "prebuilt": taken
+# from the build context's build/image/ (cuckood and cuckooctl, built on a
+# Debian bookworm host; scripts/container-test.sh puts the release build's
+# there, stripped, so CI does not compile them a second time), stage
+# binaries-prebuilt. Either way the stage binaries finds their runtime
+# packages and the runtime stage is the same. The engine builds only the
+# stages the chosen one needs (BuildKit; podman/buildah skip unused stages).
+# (${BINARIES:-source}, not ARG BINARIES=source: podman 4.3 picks the stages
+# to build before it applies an ARG's default.)
+ARG BINARIES
+
 # ---------------------------------------------------------------- build
 # Builds only the two binaries: no tests, no benchmarks (so no GoogleTest or
 # Google Benchmark either). python3-grpcio is here only because configuring
 # client/ checks the Python client package's generator; nothing Python is built.
-FROM debian:bookworm AS build
+FROM debian:bookworm AS toolchain
 ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
@@ -28,6 +40,8 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 
 SHELL ["/bin/bash", "-euo", "pipefail", "-c"]
+
+FROM toolchain AS build
 WORKDIR /src
 # Only what the two binaries are built from, so edits to tests/, bench/ or docs/
 # keep this layer's cache.
@@ -45,6 +59,15 @@ RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
  && ninja -C build -j"$(nproc)" cuckood cuckooctl \
  && install -D -m 0755 -t /out/bin build/server/cuckood build/client/cuckooctl
 
+FROM build AS binaries-source
+
+# The toolchain stage has every library the binaries link, for the package
+# discovery below.
+FROM toolchain AS binaries-prebuilt
+COPY build/image/cuckood build/image/cuckooctl /out/bin/
+
+FROM binaries-${BINARIES:-source} AS binaries
+SHELL ["/bin/bash", "-euo", "pipefail", "-c"]
 # The runtime stage installs exactly the Debian packages that own the shared
 # libraries the binaries load (libgrpc++1.51, libprotobuf32, libabsl20220623,
 # libspdlog1.10, libfmt9, ...), found here with ldd + dpkg, so a library added
@@ -63,7 +86,7 @@ RUN if ldd /out/bin/* | grep -F 'not found'; then exit 1; fi; \
 # ---------------------------------------------------------------- runtime
 FROM debian:bookworm-slim
 ARG DEBIAN_FRONTEND=noninteractive
-COPY --from=build /out/runtime-packages /usr/share/cuckood/runtime-packages
+COPY --from=binaries /out/runtime-packages /usr/share/cuckood/runtime-packages
 RUN apt-get update \
  && apt-get install -y --no-install-recommends $(cat /usr/share/cuckood/runtime-packages) \
  && rm -rf /var/lib/apt/lists/* \
@@ -73,7 +96,7 @@ RUN apt-get update \
  && mkdir -p /var/lib/cuckood \
  && chown 10001:10001 /var/lib/cuckood \
  && chmod 0750 /var/lib/cuckood
-COPY --from=build /out/bin/cuckood /out/bin/cuckooctl /usr/local/bin/
+COPY --from=binaries /out/bin/cuckood /out/bin/cuckooctl /usr/local/bin/
 
 # VERSION: the CMake project's (CMakeLists.txt); REVISION: the git commit;
 # SOURCE: where the source is published. scripts/container-test.sh passes all

@@ -128,11 +128,13 @@ base_tarball() {
   mv "$tar.tmp" "$tar"
   echo "$tar"
 }
-# The FROM images that are not stages of the Dockerfile itself.
+# The FROM images that are not stages of the Dockerfile itself. A FROM with
+# a build argument in it (FROM binaries-${BINARIES:-source}) picks one of
+# the stages.
 mapfile -t bases < <(awk 'toupper($1) == "FROM" {
     img = ""; for (i = 2; i <= NF; i++) if ($i !~ /^--/) { img = $i; break }
     if (tolower($(NF - 1)) == "as") stage[tolower($NF)] = 1
-    if (!(tolower(img) in stage)) print img }' "$dockerfile" | sort -u)
+    if (!(tolower(img) in stage) && img !~ /\$/) print img }' "$dockerfile" | sort -u)
 for base in "${bases[@]}"; do
   # Names as the engines store them: docker.io/library/NAME for official images.
   case "$base" in

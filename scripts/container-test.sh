@@ -17,7 +17,11 @@
 #      installed if missing);
 #   3. the Docker image, with scripts/container-smoke.sh (podman or docker, no
 #      registry: it makes the Debian base images itself). It builds
-#      the Dockerfile and runs the image the way the README does, with TLS and
+#      the Dockerfile, with the release build's cuckood and cuckooctl
+#      (build/release, stripped into build/image/; --build-arg
+#      BINARIES=prebuilt: the runtime stage users get, without compiling the
+#      server again; CONTAINER_BINARIES=source compiles them in the image as
+#      `docker build .` does), and runs the image the way the README does, with TLS and
 #      access tokens on (deploy/README.md, TLS and access tokens),
 #        run -p 127.0.0.1:P:50051 -p 127.0.0.1:A:9090 -p 127.0.0.1:R:6379
 #            -v VOLUME:/var/lib/cuckood
@@ -61,7 +65,7 @@
 #
 # Environment: CONTAINER_ENGINE, CONTAINER_SMOKE_CACHE, ... go to
 # container-smoke.sh (see its header); CUCKOO_IMAGE is the tag built (default
-# localhost/cuckood:ci).
+# localhost/cuckood:ci); CONTAINER_BINARIES is prebuilt (default) or source.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -414,8 +418,58 @@ fi
 
 echo "== container image: build, run, persistence across restarts"
 t0=$SECONDS
-# cuckooctl for the host side (scripts/test.sh has built it already).
-bash scripts/build.sh release cuckooctl >/dev/null
+# cuckooctl for the host side, and the image's two binaries (scripts/test.sh
+# has built them already): the release build's, stripped into build/image/
+# for the Dockerfile's --build-arg BINARIES=prebuilt, so the image's runtime
+# stage, the one users get, is tested without compiling the server again.
+# The same -O3 -DNDEBUG code as the Dockerfile's own Release build;
+# CONTAINER_BINARIES=source builds the image from the source instead, as
+# `docker build .` does.
+binaries=${CONTAINER_BINARIES:-prebuilt}
+case "$binaries" in
+  prebuilt)
+    bash scripts/build.sh release cuckood cuckooctl >/dev/null
+    mkdir -p build/image
+    strip -o build/image/cuckood build/release/server/cuckood
+    strip -o build/image/cuckooctl build/release/client/cuckooctl
+    ;;
+  source) bash scripts/build.sh release cuckooctl >/dev/null ;;
+  *) echo "container-test: CONTAINER_BINARIES=$binaries: prebuilt or source" >&2; exit 2 ;;
+esac
+if [ "$binaries" = prebuilt ]; then
+  # What the build stage, not run here, would build from: the files its
+  # COPY lines bring in must hold every source and header the release build
+  # read for the two binaries (ninja's record of the headers), and CMake
+  # must configure from them alone as the stage configures.
+  mapfile -t copied < <(awk 'toupper($1) == "FROM" {stage = tolower($NF)}
+    stage == "build" && toupper($1) == "COPY" && $2 !~ /^--/ {
+      for (i = 2; i < NF; i++) { sub(/\/$/, "", $i); print $i } }' Dockerfile)
+  [ ${#copied[@]} -gt 0 ] || { echo "container-test: no COPY in the Dockerfile's build stage" >&2; exit 1; }
+  objects=$(ninja -C build/release -t commands cuckood cuckooctl | grep -o ' -o [^ ]*\.o' | cut -d' ' -f3)
+  # shellcheck disable=SC2086  # one object a word
+  missing=$( (cd build/release && ninja -t deps $objects) |
+    awk -v root="$PWD/" -v build="$PWD/build/" '/^ / {f = $1; if (f !~ /^\//) next
+      if (index(f, root) == 1 && index(f, build) != 1) print substr(f, length(root) + 1)}' |
+    sort -u | while read -r f; do
+      ok=0
+      for c in "${copied[@]}"; do
+        case "$f" in "$c" | "$c"/*) ok=1 ;; esac
+      done
+      [ "$ok" = 1 ] || echo "$f"
+    done)
+  [ -z "$missing" ] || { echo "container-test: the Dockerfile's build stage does not COPY" \
+    "what cuckood and cuckooctl are built from: ${missing//$'\n'/ }" >&2; exit 1; }
+  stage=$(mktemp -d /tmp/cuckood-build-stage.XXXXXX)
+  cp -r "${copied[@]}" "$stage"/
+  cmake -S "$stage" -B "$stage/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCUCKOO_BUILD_TESTS=OFF -DCUCKOO_BUILD_BENCH=OFF >"$stage/cmake.log" 2>&1 &&
+    ninja -C "$stage/build" -n cuckood cuckooctl >>"$stage/cmake.log" 2>&1 ||
+    { cat "$stage/cmake.log" >&2; echo "container-test: the build stage's sources (${copied[*]})" \
+      "do not configure as the Dockerfile does" >&2; exit 1; }
+  rm -rf "$stage"
+  echo "the Dockerfile's build stage: its COPY lines (${copied[*]}) hold all $(wc -w <<<"$objects")" \
+    "objects' sources and headers, and configure"
+fi
 free_port() {
   local p
   for _ in $(seq 100); do
@@ -520,7 +574,7 @@ RUN_ARGS="-p 127.0.0.1:$CT_GRPC_PORT:50051 -p 127.0.0.1:$CT_ADMIN_PORT:9090 \
 -p 127.0.0.1:$CT_REDIS_PORT:6379 -v $CT_VOLUME:/var/lib/cuckood -e CUCKOOD_SNAPSHOT_INTERVAL=0 \
 $CT_SECURE_ARGS $CT_REDIS_ARGS" \
   VERIFY_TIMEOUT=${VERIFY_TIMEOUT:-120} SMOKE_REQUIRE_SIGTERM=1 \
-  BUILD_ARGS="--build-arg VERSION=$version --build-arg REVISION=$revision --build-arg SOURCE=$src_url \
+  BUILD_ARGS="--build-arg BINARIES=$binaries --build-arg VERSION=$version --build-arg REVISION=$revision --build-arg SOURCE=$src_url \
 --label org.opencontainers.image.version=$version --label org.opencontainers.image.revision=$revision \
 --label org.opencontainers.image.source=$src_url" \
   SMOKE_LABELS="org.opencontainers.image.licenses=Apache-2.0 org.opencontainers.image.version=$version

@@ -10,11 +10,12 @@
 #                   [resp-seconds]
 #       (defaults 45, 30, 30, 20, 20 and 20; 0 skips that fuzzer)
 #
-# Builds the fuzzers and their seed corpus generators with clang + libFuzzer,
-# ASan and UBSan into build/fuzz, and the libraries cuckoo_core, cuckoo_server
-# and cuckoo_client whatever the fuzzers need: this is CI's clang build, where
-# -Wthread-safety checks the lock annotations (ABSL_GUARDED_BY and the like)
-# as errors. Each fuzzer has its own corpus directory,
+# The fuzzers and their seed corpus generators are targets of the ASan build
+# (scripts/build.sh asan: clang + libFuzzer, ASan and UBSan, the libraries
+# the fuzzers run with libFuzzer's coverage): after scripts/test.sh's ASan
+# step there is nothing left to build; run alone, this builds what is
+# missing there. Corpora, logs and crashes go to build/fuzz. Each fuzzer has
+# its own corpus directory,
 # build/fuzz/corpus (snapshot), build/fuzz/wire-corpus,
 # build/fuzz/wal-corpus, build/fuzz/log-entry-corpus,
 # build/fuzz/access-corpus and build/fuzz/resp-corpus, seeded by its
@@ -26,8 +27,9 @@
 # build/fuzz/artifacts/ (named <fuzzer>-crash-...) and exits non-zero after
 # the other fuzzers have run.
 #
-# Without clang++ or libFuzzer (Debian: clang, libclang-rt-14-dev) it prints a
-# notice and falls back to the g++ ASan+UBSan corpus replays instead
+# Without clang++ or libFuzzer (Debian: clang, libclang-rt-14-dev) the ASan
+# build is g++'s and has no fuzzers: it prints a notice and runs the corpus
+# replays instead
 # (snapshot_fuzz_replay, wire_fuzz_replay, wal_fuzz_replay,
 # log_entry_fuzz_replay, access_fuzz_replay and resp_fuzz_replay over their
 # seed corpora in
@@ -74,29 +76,22 @@ if ! have_libfuzzer; then
   exit 0
 fi
 
-# Debug (asserts on) at -O1, every target instrumented for coverage, ASan and
-# UBSan; the fuzzer's own link flag is set on the fuzz targets only. -g1:
-# line tables, all a crash report needs, for less compile time than -g.
-CC=clang CXX=clang++ cmake -S . -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
-  -DCMAKE_CXX_FLAGS="-O1 -fsanitize=fuzzer-no-link" -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
-  -DCUCKOO_SANITIZE=address \
-  -DCUCKOO_BUILD_BENCH=OFF >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
-# The libraries whatever the fuzzers need: clang's thread-safety analysis
-# (-Wthread-safety, cmake/CuckooHelpers.cmake) runs on them only here.
-# (The fuzzers alone build cuckoo_core and one file of cuckoo_server.)
-targets=(cuckoo_core cuckoo_server cuckoo_client)
+# The fuzzers in the ASan build (Debug, asserts on, at -O1; -g1).
+bin=build/asan/tests/fuzz
+targets=()
 [ "$snapshot_seconds" -gt 0 ] && targets+=(snapshot_fuzz make_snapshot_corpus)
 [ "$wire_seconds" -gt 0 ] && targets+=(wire_fuzz make_wire_corpus)
 [ "$wal_seconds" -gt 0 ] && targets+=(wal_fuzz make_wal_corpus)
 [ "$entry_seconds" -gt 0 ] && targets+=(log_entry_fuzz make_log_entry_corpus)
 [ "$access_seconds" -gt 0 ] && targets+=(access_fuzz make_access_corpus)
 [ "$resp_seconds" -gt 0 ] && targets+=(resp_fuzz make_resp_corpus)
-ninja -C "$out" "${targets[@]}" >>"$log" 2>&1 || { cat "$log" >&2; exit 1; }
+[ ${#targets[@]} -eq 0 ] && exit 0
+bash scripts/build.sh asan "${targets[@]}" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
 
 # run_fuzzer NAME SECONDS CORPUS_DIR CORPUS_TOOL MAX_LEN
 run_fuzzer() {
   local name=$1 seconds=$2 corpus=$3 tool=$4 max_len=$5
-  local fuzzer=$out/tests/fuzz/$name flog=$out/$name.log status=0
+  local fuzzer=$bin/$name flog=$out/$name.log status=0
   # Inputs found by earlier runs stay in the corpus; once there are many,
   # keep only those that add coverage (libFuzzer's merge) so it cannot grow
   # without bound.
@@ -108,7 +103,7 @@ run_fuzzer() {
     rm -rf "$corpus"
     mv "$corpus.merged" "$corpus"
   fi
-  "$out/tests/fuzz/$tool" "$corpus" >"$flog" 2>&1 || { cat "$flog" >&2; return 1; }
+  "$bin/$tool" "$corpus" >"$flog" 2>&1 || { cat "$flog" >&2; return 1; }
 
   mkdir -p "$out/artifacts"
   ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1}" \

@@ -1,33 +1,56 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs every test:
 #   1. clang-format check of every C++ file;
-#   2. release build of the binaries, the benchmarks, the cluster's kill -9
+#   2. release build (-O3, no debug info) of the binaries, the benchmarks, the cluster's kill -9
 #      loops (CTest label "chaos") and the growing filters' 10^7-key test
 #      (label "slow"), both too slow under the sanitizers; then the
 #      benchmarks in --small mode as a smoke run;
-#   3. AddressSanitizer + UBSan build: every other test (each test is
-#      compiled once, in the build that checks the most);
+#   3. AddressSanitizer + UBSan build (clang, with precompiled headers and
+#      -Wthread-safety; it holds the fuzzers of step 5 too): every other test
+#      (each test is compiled once, in the build that checks the most);
 #   4. ThreadSanitizer build: the engine's concurrency tests, the
 #      write-ahead log's and the RESP port's connections' (CTest label
 #      "concurrency");
-#   5. the libFuzzer targets, built with clang: the snapshot reader for 30 s,
+#   5. the libFuzzer targets of the ASan build: the snapshot reader for 30 s,
 #      the data path's wire parser (differential against the generated
 #      parser) for 20 s, the write-ahead log reader for 20 s, the cluster
 #      log's entry decoder for 15 s, the access file's parser for 10 s and
 #      the RESP command parser for 20 s (scripts/fuzz.sh);
 #   6. the deployment files (scripts/container-test.sh): the Kubernetes
 #      manifests and compose file validated, the Docker image built (podman or
-#      docker, no registry needed) and run: create/insert/lookup through the
+#      docker, no registry needed) from step 2's release binaries, and run:
+#      create/insert/lookup through the
 #      published ports, SIGTERM exits 0 after the final snapshot, and the data
 #      is there in a new container on the same volume.
-# Exits non-zero on the first failure.
+# Exits non-zero on the first failure. Each step's header says how long the
+# run has taken so far, and the end (a failure's too) lists each step's time,
+# so CI's log shows where the time goes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Each step's header says how long the run has taken so far, so CI's log
-# shows where the time goes.
-phase() { echo "== $* (at $((SECONDS / 60))m$((SECONDS % 60))s)"; }
+mmss() { echo "$(($1 / 60))m$(($1 % 60))s"; }
+phases=()
+phase_start=$SECONDS
+phase_name="install dependencies"
+phase() {
+  phases+=("$(printf '%8s  %s' "$(mmss $((SECONDS - phase_start)))" "$phase_name")")
+  phase_name=$*
+  phase_start=$SECONDS
+  echo "== $* (at $(mmss "$SECONDS"))"
+}
+summary() {
+  local status=$?
+  [ "$phase_name" = "all tests passed" ] || phase "stopped (exit $status)"
+  echo "== time per step:"
+  printf '%s\n' "${phases[@]}"
+  printf '%8s  %s\n' "$(mmss "$SECONDS")" total
+}
+trap summary EXIT
 bash scripts/install-deps.sh --test
 jobs=$(nproc)
+# The release build without debug info (scripts/build.sh): nothing here
+# reads it, and it costs about 30% of that build's compile time. Exported,
+# so every script below that builds into build/release builds the same.
+export CUCKOO_RELEASE_BUILD_TYPE=Release
 
 phase "format check"
 git ls-files '*.cc' '*.h' | xargs clang-format --dry-run --Werror

@@ -667,7 +667,8 @@ TEST_P(GrowingFilterTest, BatchLookupAfterSomeShardsGrewFindsEveryKey) {
   for (const auto& [stream, generations, every] :
        {std::tuple{2u, 2u, 2u}, std::tuple{3u, 3u, 4u}}) {
     const std::vector<uint64_t> more =
-        GrowShards(*f, stream, generations, [&](uint32_t s) { return s % every == 0; });
+        // (every by value: clang 14 cannot capture a structured binding.)
+        GrowShards(*f, stream, generations, [every = every](uint32_t s) { return s % every == 0; });
     present.insert(present.end(), more.begin(), more.end());
   }
   for (uint32_t s = 0; s < shards; ++s) {

@@ -11,21 +11,12 @@
 #include "core/cuckoo_filter.h"
 #include "core/filter_options.h"
 #include "tests/core/test_keys.h"
+#include "tests/util/sanitizers.h"
 
 namespace cuckoo {
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+using ::cuckoo::testing::kSanitized;
 
 // Bits a filter of `shape` costs per key at its capacity.
 double BitsPerKey(const FilterShape& shape) {

@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "server/config/config.h"
 #include "tests/e2e/process.h"
+#include "tests/util/sanitizers.h"
 
 namespace cuckoo::testing {
 namespace {
@@ -33,7 +34,7 @@ TEST(HostileClientTest, NoAttackTakesTheServerOverItsBudgetPlusTheStatedOverhead
   std::vector<std::string> argv = {"/usr/bin/env", std::string("PYTHONPATH=") + PYTHON_PACKAGE_DIR,
                                    "PYTHONDONTWRITEBYTECODE=1", "/usr/bin/python3",
                                    std::string(SOURCE_DIR) + "/tests/e2e/hostile_client.py"};
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(CUCKOO_ASAN) || defined(CUCKOO_TSAN)
   // A sanitizer's shadow memory and quarantine are not cuckood's: check the
   // answers and the health check, not the bound, and allow for the speed.
   bound_mib = 1e9;

@@ -22,11 +22,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#if defined(__SANITIZE_ADDRESS__)
-// ASan's runtime (sanitizer/allocator_interface.h, which g++ 12 does not
-// install): bytes allocated and not freed, quarantine excluded.
-extern "C" size_t __sanitizer_get_current_allocated_bytes();
-#endif
 #include <string>
 #include <thread>
 #include <vector>
@@ -42,6 +37,13 @@ extern "C" size_t __sanitizer_get_current_allocated_bytes();
 #include "server/security/access.h"
 #include "tests/server/fault_wal_env.h"
 #include "tests/server/test_server.h"
+#include "tests/util/sanitizers.h"
+
+#if defined(CUCKOO_ASAN)
+// ASan's runtime (sanitizer/allocator_interface.h, which g++ 12 does not
+// install): bytes allocated and not freed, quarantine excluded.
+extern "C" size_t __sanitizer_get_current_allocated_bytes();
+#endif
 
 namespace cuckoo::testing {
 namespace {
@@ -873,7 +875,7 @@ TEST_F(RedisPortTest, PipelinedLookupsOfABadNameGetOneErrorEach) {
 // Bytes the process's heap holds allocated now (not RSS: ASan keeps freed
 // memory in quarantine, and glibc keeps it for reuse).
 size_t AllocatedBytes() {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(CUCKOO_ASAN)
   return __sanitizer_get_current_allocated_bytes();
 #else
   const struct mallinfo2 m = mallinfo2();
