@@ -9,7 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "core/prefetch.h"
-#include "core/scratch.h"
+#include "base/scratch.h"
 
 namespace cuckoo {
 absl::StatusOr<std::unique_ptr<CuckooFilter>> CuckooFilter::Create(const FilterOptions& options) {
@@ -80,14 +80,14 @@ void CuckooFilter::ForEachShard(absl::Span<const uint64_t> hashes, absl::Span<Re
     return;
   }
   // Counting sort of the batch by shard, keeping each key's position.
-  ScratchArray<uint32_t, 0> start(num_shards + 1);
+  ScratchArray<uint32_t> start(num_shards + 1);
   std::fill(start.data(), start.data() + num_shards + 1, 0);
   for (uint64_t h : hashes) ++start[layout_.Shard(h) + 1];
   for (size_t s = 0; s < num_shards; ++s) start[s + 1] += start[s];
-  ScratchArray<uint64_t, 0> sorted(n);
-  ScratchArray<uint32_t, 1> pos(n);
-  ScratchArray<const uint8_t*, 0> bytes(n);
-  ScratchArray<Result, 2> tmp(n);
+  ScratchArray<uint64_t> sorted(n);
+  ScratchArray<uint32_t> pos(n);
+  ScratchArray<const uint8_t*> bytes(n);
+  ScratchArray<Result> tmp(n);
   for (size_t i = 0; i < n; ++i) {
     uint32_t shard = layout_.Shard(hashes[i]);
     uint32_t k = start[shard]++;
@@ -117,8 +117,8 @@ template <typename Result, typename Fn>
 void OnSubset(absl::Span<const uint64_t> h, absl::Span<Result> r, absl::Span<const uint32_t> index,
               Fn fn) {
   const size_t m = index.size();
-  ScratchArray<uint64_t, 5> sub(m);
-  ScratchArray<Result, 5> sub_r(m);
+  ScratchArray<uint64_t> sub(m);
+  ScratchArray<Result> sub_r(m);
   for (size_t k = 0; k < m; ++k) sub[k] = h[index[k]];
   fn(absl::Span<const uint64_t>(sub.data(), m), sub_r.span());
   for (size_t k = 0; k < m; ++k) r[index[k]] = sub_r[k];
@@ -203,7 +203,7 @@ void CuckooFilter::InsertInGenerations(Shard& shard, size_t s, CuckooTable& t,
     return;
   }
   const size_t n = h.size();
-  ScratchArray<uint32_t, 5> index(n);
+  ScratchArray<uint32_t> index(n);
   uint32_t gens = shard.generations.load(std::memory_order_relaxed);
   // With if_absent, the keys an older generation holds are present; the
   // newest generation's own call checks it.
@@ -282,7 +282,7 @@ void CuckooFilter::DeleteInGenerations(Shard& shard, CuckooTable& t, absl::Span<
   // false negative, so nothing is removed; the key may go on answering
   // present, as a false positive does (docs/GROWTH.md).
   const size_t n = h.size();
-  ScratchArray<uint32_t, 5> holder(n);  // Generation to delete from, or kNone.
+  ScratchArray<uint32_t> holder(n);  // Generation to delete from, or kNone.
   constexpr uint32_t kNone = ~0u;
   for (size_t i = 0; i < n; ++i) {
     uint32_t found = 0;
@@ -299,7 +299,7 @@ void CuckooFilter::DeleteInGenerations(Shard& shard, CuckooTable& t, absl::Span<
       holder[i] = kNone;
     }
   }
-  ScratchArray<uint32_t, 6> index(n);
+  ScratchArray<uint32_t> index(n);
   for (uint32_t g = gens; g-- > 0;) {
     size_t m = 0;
     for (size_t i = 0; i < n; ++i) {
@@ -328,7 +328,7 @@ void CuckooFilter::LookupInShard(const Shard& shard, const CuckooTable& t,
   // there and skip the older generations; each generation's pass is one
   // prefetching pipeline over the keys still not found.
   shard.Generation(gens - 1).LookupBatch(h, r);
-  ScratchArray<uint32_t, 5> index(h.size());
+  ScratchArray<uint32_t> index(h.size());
   for (uint32_t g = gens - 1; g-- > 0;) {
     const size_t m = Select<bool>(r, false, index.data());
     if (m == 0) return;
@@ -469,10 +469,8 @@ void CuckooFilter::LookupHashed(absl::Span<const uint64_t> hashes, absl::Span<bo
 bool CuckooFilter::LookupAcrossShards(absl::Span<const uint64_t> hashes,
                                       absl::Span<bool> out) const {
   const size_t num_shards = shards_.size();
-  // Slots distinct from those of ForEachShard, LookupInShard and OnSubset,
-  // which run below, and of the caller (LookupBatch's hashes).
-  ScratchArray<uint64_t, 8> seq(num_shards);
-  ScratchArray<uint32_t, 8> gens(num_shards);
+  ScratchArray<uint64_t> seq(num_shards);
+  ScratchArray<uint32_t> gens(num_shards);
   uint32_t max_gens = 1;
   size_t grown = 0;
   for (size_t s = 0; s < num_shards; ++s) {
@@ -495,7 +493,7 @@ bool CuckooFilter::LookupAcrossShards(absl::Span<const uint64_t> hashes,
     // The keys not found yet that a later pass may find. (The loops below
     // have no branch on the keys: whether a key was found, or its shard has
     // a table, is a coin toss the CPU would mispredict.)
-    ScratchArray<uint32_t, 7> pending(n);
+    ScratchArray<uint32_t> pending(n);
     size_t p = 0;
     if (first_tables_first) {
       for (size_t k = 0; k < n; ++k) {
@@ -509,10 +507,10 @@ bool CuckooFilter::LookupAcrossShards(absl::Span<const uint64_t> hashes,
       }
       p = n;
     }
-    ScratchArray<uint32_t, 9> index(p);
-    ScratchArray<uint64_t, 7> sub(p);
-    ScratchArray<bool, 7> found(p);
-    ScratchArray<const CuckooTable*, 7> tables(num_shards);
+    ScratchArray<uint32_t> index(p);
+    ScratchArray<uint64_t> sub(p);
+    ScratchArray<bool> found(p);
+    ScratchArray<const CuckooTable*> tables(num_shards);
     // One pass per generation g, over the pending keys whose shard has it.
     for (uint32_t g = max_gens; g-- > (first_tables_first ? 1 : 0) && p > 0;) {
       if (g == 0) {
@@ -552,20 +550,20 @@ bool CuckooFilter::LookupAcrossShards(absl::Span<const uint64_t> hashes,
     }
   }
   std::atomic_thread_fence(std::memory_order_acquire);
-  ScratchArray<uint8_t, 8> changed(num_shards);
+  ScratchArray<uint8_t> changed(num_shards);
   bool any_changed = false;
   for (size_t s = 0; s < num_shards; ++s) {
     changed[s] = shards_[s]->seq.load(std::memory_order_relaxed) != seq[s];
     any_changed |= changed[s] != 0;
   }
   if (!any_changed) return true;
-  ScratchArray<uint32_t, 7> index(n);
+  ScratchArray<uint32_t> index(n);
   size_t m = 0;
   for (size_t k = 0; k < n; ++k) {
     if (changed[layout_.Shard(hashes[k])] != 0) index[m++] = static_cast<uint32_t>(k);
   }
-  ScratchArray<uint64_t, 7> sub(m);
-  ScratchArray<bool, 7> sub_r(m);
+  ScratchArray<uint64_t> sub(m);
+  ScratchArray<bool> sub_r(m);
   for (size_t k = 0; k < m; ++k) sub[k] = hashes[index[k]];
   ForEachShard(
       absl::Span<const uint64_t>(sub.data(), m), sub_r.span(),
@@ -672,12 +670,12 @@ bool CuckooFilter::ApplyCheckedShardWrite(const ShardWrite& write, uint64_t posi
     if (shard_position >= position) return false;
     const size_t n = write.hashes.size();
     if (write.kind == ShardWrite::kInsert) {
-      ScratchArray<InsertResult, 2> results(n);
+      ScratchArray<InsertResult> results(n);
       bool full = write.full_before;
       InsertInShard(shard, write.shard, t, write.hashes, write.if_absent, results.span(), next,
                     &full, write.ceiling);
     } else {
-      ScratchArray<DeleteResult, 2> results(n);
+      ScratchArray<DeleteResult> results(n);
       DeleteInShard(shard, t, write.hashes, results.span(), next);
     }
     shard_position = position;
@@ -700,7 +698,7 @@ absl::StatusOr<size_t> CuckooFilter::ApplyShardWrites(absl::Span<const ShardWrit
   // run_end[i]: the hashes from writes[i]'s first to the end of the run of
   // writes whose hashes follow each other in memory; a write's pipeline
   // looks ahead over the rest of its run (tables[] says whose table each is).
-  ScratchArray<size_t, 0> run_end(n);
+  ScratchArray<size_t> run_end(n);
   for (size_t i = n; i-- > 0;) {
     run_end[i] = writes[i].hashes.size();
     if (i + 1 < n &&
@@ -710,8 +708,8 @@ absl::StatusOr<size_t> CuckooFilter::ApplyShardWrites(absl::Span<const ShardWrit
   }
   size_t total = 0;
   for (const ShardWrite& w : writes) total += w.hashes.size();
-  ScratchArray<const uint8_t*, 0> tables(total);
-  ScratchArray<size_t, 1> first(n);  // writes[i]'s first entry in `tables`.
+  ScratchArray<const uint8_t*> tables(total);
+  ScratchArray<size_t> first(n);  // writes[i]'s first entry in `tables`.
   size_t applied = 0;
   for (size_t i = 0, at = 0; i < n; ++i) {
     first[i] = at;
@@ -751,7 +749,7 @@ void CuckooFilter::CountHashed(absl::Span<const uint64_t> hashes, absl::Span<uin
 namespace {
 
 // The keys' hashes, in scratch of the calling thread.
-using Hashes = ScratchArray<uint64_t, 2>;
+using Hashes = ScratchArray<uint64_t>;
 void HashAll(const CuckooFilter& f, absl::Span<const std::string_view> keys, Hashes& out) {
   for (size_t i = 0; i < keys.size(); ++i) out[i] = f.Hash(keys[i]);
 }

@@ -17,7 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "base/guarded.h"
-#include "core/scratch.h"
+#include "base/scratch.h"
 #include "cuckoo_version.h"
 #include "server/observability/logging.h"
 #include "server/service/status.h"
@@ -697,7 +697,7 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::ServerContextBa
     }
   }
   // After the window: a retry of a request applied already gets its answer.
-  ScratchArray<Result, 3> results(req.keys.size());
+  ScratchArray<Result> results(req.keys.size());
   uint64_t position = 0;
   if (absl::Status b = RunBatch<Result>(method, **filter, req.filter, req.keys, req.if_absent,
                                         apply, ctx, results.span(), next, &position);

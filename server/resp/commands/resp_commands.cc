@@ -21,7 +21,7 @@
 #include "base/units.h"
 #include "boost/asio/post.hpp"
 #include "boost/asio/steady_timer.hpp"
-#include "core/scratch.h"
+#include "base/scratch.h"
 #include "cuckoo_version.h"
 #include "server/observability/logging.h"
 #include "server/service/status.h"
@@ -616,10 +616,8 @@ void RedisCommands::Exists(Session* s, absl::Span<const Command> run, Writer& w)
     w.Integer((*f)->MayContain(run[0].args[2]) ? 1 : 0);
     return;
   }
-  // Slot 3: the server's (core's batch calls use 0, 1, 2, 5 and 6 of the
-  // same types on this thread while these are live).
-  ScratchArray<std::string_view, 3> keys(run.size());
-  ScratchArray<bool, 3> present(run.size());
+  ScratchArray<std::string_view> keys(run.size());
+  ScratchArray<bool> present(run.size());
   for (size_t i = 0; i < run.size(); ++i) keys[i] = run[i].args[2];
   (*f)->LookupBatch(keys.span(), present.span());
   w.SmallIntegers(run.size(), [&](size_t i) { return present[i] ? 1 : 0; });
@@ -652,7 +650,7 @@ void RedisCommands::MExists(Session* s, const Command& c, Writer& w) {
     w.SmallIntegers(n, [](size_t) { return 0; });
     return;
   }
-  ScratchArray<bool, 3> present(n);  // Slot 3: see Exists.
+  ScratchArray<bool> present(n);
   (*f)->LookupBatch(absl::MakeConstSpan(c.args.data() + 2, n), present.span());
   w.SmallIntegers(n, [&](size_t i) { return present[i] ? 1 : 0; });
 }
@@ -869,11 +867,10 @@ void RedisCommands::Write(Session* s, absl::Span<const Command> run, size_t comm
   } else {
     sizes.assign(run.size(), 1);
   }
-  // A run's items gathered (slot 3: the server's; not live with Exists's);
-  // a lone CF.INSERT's are in place.
+  // A run's items gathered; a lone CF.INSERT's are in place.
   size_t total = 0;
   for (size_t n : sizes) total += n;
-  ScratchArray<std::string_view, 3> gathered(run.size() > 1 || !insert_many ? total : 0);
+  ScratchArray<std::string_view> gathered(run.size() > 1 || !insert_many ? total : 0);
   if (gathered.size() == 0) {
     items = absl::MakeConstSpan(c.args).subspan(items_at);
   } else {
@@ -1019,7 +1016,7 @@ void RedisCommands::WriteHere(Session* s, const Caller& caller, size_t command,
   // write is durable.
   auto applied = [&]() -> absl::StatusOr<FilterServiceImpl::AppliedWrite> {
     if (command == kCfDel) {
-      ScratchArray<DeleteResult, 3> results(items.size());
+      ScratchArray<DeleteResult> results(items.size());
       absl::StatusOr<FilterServiceImpl::AppliedWrite> a =
           service_->DeleteNow(write, results.span());
       if (a.ok()) {
@@ -1028,7 +1025,7 @@ void RedisCommands::WriteHere(Session* s, const Caller& caller, size_t command,
       }
       return a;
     }
-    ScratchArray<InsertResult, 3> results(items.size());
+    ScratchArray<InsertResult> results(items.size());
     absl::StatusOr<FilterServiceImpl::AppliedWrite> a = service_->InsertNow(write, results.span());
     if (a.ok()) {
       replies.Results(s->protocol, command, sizes,
