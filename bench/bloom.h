@@ -25,8 +25,8 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/hash.h"
-#include "core/page_buffer.h"
-#include "core/prefetch.h"
+#include "core/internal/page_buffer.h"
+#include "core/internal/prefetch.h"
 
 namespace cuckoo::bench {
 

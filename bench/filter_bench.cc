@@ -46,10 +46,10 @@
 #include "bench/bench_util.h"
 #include "bench/bloom.h"
 #include "core/cuckoo_filter.h"
-#include "core/cuckoo_table.h"
+#include "core/internal/cuckoo_table.h"
 #include "core/filter_options.h"
-#include "core/page_buffer.h"
-#include "core/prefetch.h"
+#include "core/internal/page_buffer.h"
+#include "core/internal/prefetch.h"
 
 namespace cuckoo::bench {
 namespace {

@@ -34,6 +34,7 @@
 #include "bench/bench_util.h"
 #include "core/cuckoo_filter.h"
 #include "core/filter_options.h"
+#include "core/internal/filter_loading.h"
 #include "server/wal/wal_apply.h"
 #include "server/wal/wal_format.h"
 
@@ -75,9 +76,9 @@ std::unique_ptr<CuckooFilter> NewFilter(const Options& o) {
 std::unique_ptr<CuckooFilter> Copy(const Options& o, const CuckooFilter& from) {
   std::unique_ptr<CuckooFilter> to = NewFilter(o);
   for (uint32_t i = 0; i < from.shape().shards; ++i) {
-    absl::Span<uint8_t> dst = to->MutableShardBytesForLoad(i);
+    absl::Span<uint8_t> dst = internal::FilterLoading::MutableShardBytes(*to, i);
     const CuckooFilter::ShardState s = from.CopyShard(i, dst.data());
-    to->RestoreShardForLoad(i, s.items, s.rng_state, s.position);
+    internal::FilterLoading::RestoreShard(*to, i, s.items, s.rng_state, s.position);
   }
   return to;
 }

@@ -27,7 +27,7 @@ endfunction()
 # model std::atomic_thread_fence. CuckooFilter's sequence lock orders its
 # lock-free reads with fences, so TSan cannot check that ordering; it still
 # checks that every access racing there is atomic (TSan builds read only
-# aligned atomic words, core/cuckoo_table.cc), which is what it can do.
+# aligned atomic words, core/internal/cuckoo_table.cc), which is what it can do.
 add_library(cuckoo_warnings INTERFACE)
 target_compile_options(cuckoo_warnings INTERFACE
   -Wall -Wextra -Werror -Wno-missing-field-initializers

@@ -8,7 +8,7 @@
 #include "absl/base/optimization.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "core/prefetch.h"
+#include "core/internal/prefetch.h"
 #include "base/scratch.h"
 
 namespace cuckoo {

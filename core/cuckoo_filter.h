@@ -51,12 +51,16 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "base/shared_mutex.h"
-#include "core/cuckoo_table.h"
 #include "core/filter_options.h"
 #include "core/hash.h"
-#include "core/page_buffer.h"
+#include "core/internal/cuckoo_table.h"
+#include "core/internal/page_buffer.h"
 
 namespace cuckoo {
+
+namespace internal {
+class FilterLoading;
+}  // namespace internal
 
 // One generation of a growing filter (index g: every shard's g-th table).
 struct GenerationStats {
@@ -292,7 +296,7 @@ class CuckooFilter {
   // (the server's persistence keeps the value each snapshot holds).
   uint64_t changes() const;
 
-  // --- Snapshot support (core/snapshot.h) ---
+  // --- Snapshot support (core/snapshot.h; loading is core/internal/filter_loading.h) ---
 
   // A shard's counters, taken with a copy of its table.
   struct ShardState {
@@ -312,19 +316,12 @@ class CuckooFilter {
   // too large to copy.
   void ReadShard(uint32_t i,
                  absl::FunctionRef<void(absl::Span<const uint8_t>, const ShardState&)> fn) const;
-  // For a filter that no other thread can see yet (being loaded): shard
-  // `i`'s table bytes to fill in, and its counters.
-  absl::Span<uint8_t> MutableShardBytesForLoad(uint32_t i);
-  void RestoreShardForLoad(uint32_t i, uint64_t items, uint64_t rng_state, uint64_t position = 0);
   // For a filter no other thread can see yet: sets every shard's position
   // to `position` (a snapshot imported from another log, whose positions
   // mean nothing in this one).
   void SetShardPositionsForLoad(uint64_t position);
   // Every shard's position (ShardState::position), in shard order.
   std::vector<uint64_t> ShardPositions() const;
-  // For a filter being loaded: the first bucket of shard `i` that its table
-  // kind can never hold, or -1 (see CuckooTable::FirstInvalidBucket).
-  int64_t FirstInvalidBucketForLoad(uint32_t i);
 
   // Generations, for snapshots of growing filters. The calls above see
   // generation 0 only; these see every generation.
@@ -341,6 +338,19 @@ class CuckooFilter {
   void ReadShardGenerations(
       uint32_t i,
       absl::FunctionRef<void(absl::Span<const GenerationView>, const ShardState&)> fn) const;
+
+ private:
+  friend class internal::FilterLoading;
+
+  // --- Loading (core/internal/filter_loading.h: snapshots) ---
+
+  // For a filter that no other thread can see yet (being loaded): shard
+  // `i`'s table bytes to fill in, and its counters.
+  absl::Span<uint8_t> MutableShardBytesForLoad(uint32_t i);
+  void RestoreShardForLoad(uint32_t i, uint64_t items, uint64_t rng_state, uint64_t position = 0);
+  // For a filter being loaded: the first bucket of shard `i` that its table
+  // kind can never hold, or -1 (see CuckooTable::FirstInvalidBucket).
+  int64_t FirstInvalidBucketForLoad(uint32_t i);
   // For a filter being loaded: gives shard `i` generations 1 .. count - 1 of
   // the schedule (empty). INVALID_ARGUMENT when count is 0 or more than the
   // schedule has, or the shard has more already; RESOURCE_EXHAUSTED when
@@ -354,7 +364,6 @@ class CuckooFilter {
   void RestoreGenerationForLoad(uint32_t i, uint32_t g, uint64_t items, uint64_t rng_state);
   int64_t FirstInvalidGenerationBucketForLoad(uint32_t i, uint32_t g);
 
- private:
   // One table, its lock, and a sequence counter that lets lookups skip the
   // lock: a reader notes the counter, reads, and accepts what it read only if
   // the counter was even (no writer inside) and unchanged; otherwise it reads

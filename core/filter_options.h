@@ -47,9 +47,9 @@ inline constexpr uint32_t kMinSpareBucketHashBits = 8;
 // How a table stores its buckets. The value is stored in snapshots (header
 // field table_kind), so existing values never change meaning.
 enum class TableKind : uint32_t {
-  // b slots of f bits each, packed (core/cuckoo_table.h).
+  // b slots of f bits each, packed (core/internal/cuckoo_table.h).
   kPacked = 0,
-  // The paper's semi-sorted buckets (Section 5.2, core/semi_sort.h): b = 4
+  // The paper's semi-sorted buckets (Section 5.2, core/internal/semi_sort.h): b = 4
   // fingerprints sorted, their high 4 bits encoded jointly in 12 bits, the
   // other f - 4 bits stored plainly. f - 1 bits per slot for the
   // false-positive rate of f-bit fingerprints. Needs b = 4 and f >= 5.

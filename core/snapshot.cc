@@ -22,12 +22,15 @@
 #include "absl/time/clock.h"
 #include "base/little_endian.h"
 #include "core/hash.h"  // xxhash.h
-#include "core/page_buffer.h"
+#include "core/internal/filter_loading.h"
+#include "core/internal/page_buffer.h"
 #include "core/registry.h"
 #include "cuckoo_version.h"
 
 namespace cuckoo {
 namespace {
+
+using internal::FilterLoading;
 
 // An xxHash streaming state, freed when it goes out of scope.
 struct XxhStateFree {
@@ -640,14 +643,14 @@ absl::StatusOr<LoadedSnapshot> Parse(Source& src, absl::string_view label,
           i, offset, generations));
     }
     if (generations > 1) {
-      if (absl::Status st = (*filter)->GrowShardForLoad(i, generations); !st.ok()) return st;
+      if (absl::Status st = FilterLoading::GrowShard(**filter, i, generations); !st.ok()) return st;
     }
     uint8_t gh[kMaxGenerations][kGenerationHeaderBytes];
     uint64_t section_bytes = sizeof(sh) + kSectionTrailerBytes;
     for (uint32_t g = 0; g < generations; ++g) {
       --left[g];
       if (absl::Status st = src.Read(gh[g], kGenerationHeaderBytes); !st.ok()) return st;
-      absl::Span<uint8_t> table = (*filter)->MutableGenerationBytesForLoad(i, g);
+      absl::Span<uint8_t> table = FilterLoading::MutableGenerationBytes(**filter, i, g);
       if (absl::Status st = src.Read(table.data(), table.size()); !st.ok()) return st;
       XXH3_64bits_update(section, gh[g], kGenerationHeaderBytes);
       XXH3_64bits_update(section, table.data(), table.size());
@@ -692,11 +695,11 @@ absl::StatusOr<LoadedSnapshot> Parse(Source& src, absl::string_view label,
         return impossible_in(absl::StrFormat("%u items in a table of %u slots", gen_items, slots));
       }
       const uint32_t gen_used_bits = UsedBitsInLastByte(table_shape);
-      absl::Span<uint8_t> table = (*filter)->MutableGenerationBytesForLoad(i, g);
+      absl::Span<uint8_t> table = FilterLoading::MutableGenerationBytes(**filter, i, g);
       if (gen_used_bits != 0 && (table[table.size() - 1] >> gen_used_bits) != 0) {
         return impossible_in("bits set after the last slot");
       }
-      if (const int64_t bucket = (*filter)->FirstInvalidGenerationBucketForLoad(i, g);
+      if (const int64_t bucket = FilterLoading::FirstInvalidGenerationBucket(**filter, i, g);
           bucket >= 0) {
         return impossible_in(absl::StrFormat(
             "bucket %u is not a valid %s bucket (code 3876 or more, or entries out of order)",
@@ -709,9 +712,11 @@ absl::StatusOr<LoadedSnapshot> Parse(Source& src, absl::string_view label,
                                         Get64(sh + kV3Items), shard_items));
     }
     const uint64_t position = Get64(sh + kV3Position);
-    (*filter)->RestoreShardForLoad(i, Get64(gh[0] + kGenItems), Get64(gh[0] + kGenRng), position);
+    FilterLoading::RestoreShard(**filter, i, Get64(gh[0] + kGenItems), Get64(gh[0] + kGenRng),
+                                position);
     for (uint32_t g = 1; g < generations; ++g) {
-      (*filter)->RestoreGenerationForLoad(i, g, Get64(gh[g] + kGenItems), Get64(gh[g] + kGenRng));
+      FilterLoading::RestoreGeneration(**filter, i, g, Get64(gh[g] + kGenItems),
+                                       Get64(gh[g] + kGenRng));
     }
     min_position = std::min(min_position, position);
     max_position = std::max(max_position, position);
@@ -722,7 +727,7 @@ absl::StatusOr<LoadedSnapshot> Parse(Source& src, absl::string_view label,
   for (uint32_t i = 0; i < shape.shards && !layout->has_generations(); ++i) {
     uint8_t sh[kMaxSectionHeaderBytes];
     if (absl::Status st = src.Read(sh, section_header_bytes); !st.ok()) return st;
-    absl::Span<uint8_t> table = (*filter)->MutableShardBytesForLoad(i);
+    absl::Span<uint8_t> table = FilterLoading::MutableShardBytes(**filter, i);
     if (absl::Status st = src.Read(table.data(), table.size()); !st.ok()) return st;
     uint8_t trailer[kSectionTrailerBytes];
     if (absl::Status st = src.Read(trailer, sizeof(trailer)); !st.ok()) return st;
@@ -750,13 +755,13 @@ absl::StatusOr<LoadedSnapshot> Parse(Source& src, absl::string_view label,
     if (used_bits != 0 && (table[table.size() - 1] >> used_bits) != 0) {
       return impossible("bits set after the last slot");
     }
-    if (const int64_t bucket = (*filter)->FirstInvalidBucketForLoad(i); bucket >= 0) {
+    if (const int64_t bucket = FilterLoading::FirstInvalidBucket(**filter, i); bucket >= 0) {
       return impossible(absl::StrFormat(
           "bucket %u is not a valid %s bucket (code 3876 or more, or entries out of order)", bucket,
           TableKindName(shape.table_kind)));
     }
     const uint64_t position = layout->has_positions() ? Get64(sh + kSectionPosition) : 0;
-    (*filter)->RestoreShardForLoad(i, shard_items, Get64(sh + 16), position);
+    FilterLoading::RestoreShard(**filter, i, shard_items, Get64(sh + 16), position);
     min_position = std::min(min_position, position);
     max_position = std::max(max_position, position);
     items += shard_items;

@@ -43,7 +43,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "core/cuckoo_table.h"
+#include "core/results.h"
 
 namespace cuckoo::server::wire {
 

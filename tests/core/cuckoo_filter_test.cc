@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "core/internal/filter_loading.h"
 #include "tests/core/test_keys.h"
 
 namespace cuckoo {
@@ -160,8 +161,9 @@ TEST(CuckooFilterTest, RestoredFilterContinuesExactlyLikeTheOriginal) {
     std::vector<uint8_t> bytes(t);
     const CuckooFilter::ShardState st = (*a)->CopyShard(0, bytes.data());
     even_states_seen += st.rng_state % 2 == 0;
-    std::copy(bytes.begin(), bytes.end(), (*b)->MutableShardBytesForLoad(0).begin());
-    (*b)->RestoreShardForLoad(0, st.items, st.rng_state, st.position);
+    std::copy(bytes.begin(), bytes.end(),
+              internal::FilterLoading::MutableShardBytes(**b, 0).begin());
+    internal::FilterLoading::RestoreShard(**b, 0, st.items, st.rng_state, st.position);
     // Past full: every insert kicks.
     for (int i = 0; i < 400; ++i) {
       const std::string k = Key(1000 + round, i);
@@ -335,8 +337,9 @@ TEST_P(CuckooFilterKindTest, BatchesAppliedAtPositionsMatchTheLiveBatchPathAndSk
       std::vector<uint8_t> bytes(t);
       for (uint32_t i = 0; i < at->shape().shards; ++i) {
         const CuckooFilter::ShardState st = at->CopyShard(i, bytes.data());
-        std::copy(bytes.begin(), bytes.end(), restored->MutableShardBytesForLoad(i).begin());
-        restored->RestoreShardForLoad(i, st.items, st.rng_state, st.position);
+        std::copy(bytes.begin(), bytes.end(),
+                  internal::FilterLoading::MutableShardBytes(*restored, i).begin());
+        internal::FilterLoading::RestoreShard(*restored, i, st.items, st.rng_state, st.position);
       }
     }
   }

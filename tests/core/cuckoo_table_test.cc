@@ -1,4 +1,4 @@
-#include "core/cuckoo_table.h"
+#include "core/internal/cuckoo_table.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "core/semi_sort.h"
+#include "core/internal/semi_sort.h"
 #include "tests/core/table_bits.h"
 #include "tests/core/test_keys.h"
 

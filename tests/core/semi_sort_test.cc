@@ -1,4 +1,4 @@
-#include "core/semi_sort.h"
+#include "core/internal/semi_sort.h"
 
 #include <gtest/gtest.h>
 

@@ -17,6 +17,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/internal/filter_loading.h"
 #include "cuckoo_version.h"
 #include "tests/core/snapshot_layout.h"
 #include "tests/core/table_bits.h"
@@ -306,7 +307,8 @@ TEST(SnapshotTest, FilterIdAndEveryShardPositionSurviveARoundTrip) {
   ASSERT_TRUE(made.ok()) << made.status();
   CuckooFilter& f = **made;
   const std::vector<uint64_t> positions = {7, 0, 1'000'000'007, 42, uint64_t{1} << 63, 3, 9, 8};
-  for (uint32_t i = 0; i < 8; ++i) f.RestoreShardForLoad(i, 0, 1 + i, positions[i]);
+  for (uint32_t i = 0; i < 8; ++i)
+    internal::FilterLoading::RestoreShard(f, i, 0, 1 + i, positions[i]);
   f.set_id(0xC0FFEE'0000'0001);
   InsertAll(f, Keys(0, 500));  // Unlogged: the positions stay.
   ASSERT_EQ(f.ShardPositions(), positions);
@@ -365,7 +367,8 @@ TEST(SnapshotTest, APositionFloorRaisesIdleShardsOnly) {
   ASSERT_TRUE(made.ok()) << made.status();
   CuckooFilter& f = **made;
   const std::vector<uint64_t> positions = {7, 0, 1'000, 42, 500, 3, 9, 8};
-  for (uint32_t i = 0; i < 8; ++i) f.RestoreShardForLoad(i, 0, 1 + i, positions[i]);
+  for (uint32_t i = 0; i < 8; ++i)
+    internal::FilterLoading::RestoreShard(f, i, 0, 1 + i, positions[i]);
   f.set_id(2);
   InsertAll(f, Keys(0, 300));
   for (const size_t buffer : {size_t{64} << 20, size_t{100}}) {
@@ -398,7 +401,7 @@ TEST(SnapshotTest, WrittenFileHasTheVersionThreeLayout) {
       CuckooFilter::FromShape(MakeFilter({.capacity = 3'000, .shards = 4, .seed = 8})->shape());
   ASSERT_TRUE(made.ok()) << made.status();
   CuckooFilter& f = **made;
-  for (uint32_t i = 0; i < 4; ++i) f.RestoreShardForLoad(i, 0, 11 + i, 1000 + i);
+  for (uint32_t i = 0; i < 4; ++i) internal::FilterLoading::RestoreShard(f, i, 0, 11 + i, 1000 + i);
   f.set_id(77);
   InsertAll(f, Keys(0, 1'000));
   absl::StatusOr<SnapshotWriteResult> w = WriteSnapshotFile(f, "layout", dir.path());

@@ -9,7 +9,7 @@
 namespace cuckoo::testing {
 
 // Writes the n-bit value v at bit `at` of `bytes` (little-endian bit order,
-// the table layout of core/cuckoo_table.h).
+// the table layout of core/internal/cuckoo_table.h).
 inline void PutBits(absl::Span<uint8_t> bytes, uint64_t at, uint32_t n, uint64_t v) {
   for (uint32_t k = 0; k < n; ++k) {
     const uint8_t bit = static_cast<uint8_t>(1u << ((at + k) % 8));

@@ -222,6 +222,7 @@ struct FolderReadme {
 const FolderReadme kFolders[] = {
     {"base", "base/README.md"},
     {"core", "core/README.md"},
+    {"core/internal", "core/README.md"},
     {"server", "server/README.md"},
     {"server/config", "server/config/README.md"},
     {"server/wal", "server/wal/README.md"},

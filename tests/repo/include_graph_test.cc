@@ -1,12 +1,14 @@
 // The folders' dependencies: every `#include "..."` of base/, core/, server/
 // and client/ against the table in server/README.md ("Which folder may use
-// which"), and the table itself free of cycles. A folder is a CMake library,
+// which"), and the table itself free of cycles; a folder's internal/
+// headers are its own. A folder is a CMake library,
 // so an include the table does not allow is a dependency nobody decided,
 // and a cycle is two libraries that cannot be built or understood apart.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -59,6 +61,14 @@ Graph ReadAllowed(const std::vector<std::string>& lines) {
   return graph;
 }
 
+// The folder a file's folder belongs to: itself, or for an `internal/`
+// folder the folder that holds it ("core/internal" -> "core"), which is
+// one library with it.
+std::string Owner(std::string folder) {
+  if (absl::EndsWith(folder, "/internal")) folder.resize(folder.size() - strlen("/internal"));
+  return folder;
+}
+
 // The project folder a quoted include names ("server/wal/wal.h" ->
 // "server/wal"), or "" for a header from elsewhere (generated code,
 // third-party libraries).
@@ -73,8 +83,11 @@ std::string FolderOf(absl::string_view include) {
 
 // Every include of `text` (a file in `folder`) that `allowed` does not
 // allow, as "file:line: includes X, from folder F, which F may not use".
-std::vector<std::string> Violations(const Graph& allowed, const std::string& folder,
+// A header in a folder's `internal/` folder is for that folder's own code
+// (and the tests and benchmarks) only.
+std::vector<std::string> Violations(const Graph& allowed, const std::string& file_folder,
                                     const std::string& file, const std::vector<std::string>& text) {
+  const std::string folder = Owner(file_folder);
   std::vector<std::string> out;
   auto it = allowed.find(folder);
   if (it == allowed.end()) {
@@ -88,7 +101,14 @@ std::vector<std::string> Violations(const Graph& allowed, const std::string& fol
     const size_t end = line.find('"');
     if (end == absl::string_view::npos) continue;
     const absl::string_view include = line.substr(0, end);
-    const std::string to = FolderOf(include);
+    const std::string to_folder = FolderOf(include);
+    const std::string to = Owner(to_folder);
+    if (to_folder != to && to != folder) {
+      out.push_back(absl::StrCat(file, ":", i + 1, ": includes ", include,
+                                 ", an internal header of ", to, ", which only ", to,
+                                 " itself may use"));
+      continue;
+    }
     if (to.empty() || to == folder || it->second.contains(to)) continue;
     out.push_back(absl::StrCat(file, ":", i + 1, ": includes ", include, " (", to, "), which ",
                                folder,
@@ -162,8 +182,9 @@ TEST(IncludeGraphTest, TheTableHasNoCycleAndNamesOnlyItsFolders) {
   }
 }
 
-// The checker itself: it must see a forbidden include and a cycle.
-TEST(IncludeGraphTest, TheCheckFindsAForbiddenIncludeAndACycle) {
+// The checker itself: it must see a forbidden include, another folder's
+// internal header and a cycle.
+TEST(IncludeGraphTest, TheCheckFindsAForbiddenIncludeAnInternalHeaderAndACycle) {
   const Graph allowed =
       ReadAllowed({"### Which folder may use which", "| folder | may use |", "|---|---|",
                    "| `base` | |", "| `core` | `base` |", "| `server/wal` | `base` `core` |"});
@@ -175,6 +196,13 @@ TEST(IncludeGraphTest, TheCheckFindsAForbiddenIncludeAndACycle) {
   EXPECT_THAT(
       Violations(allowed, "core", "core/a.cc", {"", "#include \"server/wal/wal.h\""}),
       ::testing::ElementsAre(::testing::HasSubstr("core/a.cc:2: includes server/wal/wal.h")));
+  EXPECT_THAT(Violations(allowed, "core/internal", "core/internal/t.h",
+                         {"#include \"core/internal/u.h\"", "#include \"core/hash.h\""}),
+              ::testing::IsEmpty());
+  EXPECT_THAT(Violations(allowed, "server/wal", "server/wal/wal.cc",
+                         {"#include \"core/internal/cuckoo_table.h\""}),
+              ::testing::ElementsAre(::testing::HasSubstr(
+                  "includes core/internal/cuckoo_table.h, an internal header of core")));
   EXPECT_THAT(Violations(allowed, "client", "client/a.cc", {}),
               ::testing::ElementsAre(::testing::HasSubstr("has no row")));
   EXPECT_EQ(FindCycle(allowed), "");

@@ -15,7 +15,7 @@
 //
 // A semi-sorted table (TableKind::kSemiSorted, b = 4, f >= 5; the paper's
 // Section 5.2) keeps each bucket's fingerprints sorted and stores a bucket in
-// 4f - 4 bits: the 12-bit code of the four top nibbles (core/semi_sort.h),
+// 4f - 4 bits: the 12-bit code of the four top nibbles (core/internal/semi_sort.h),
 // then the four low (f - 4)-bit parts in sorted order. Up to f = 16 its
 // buckets are matched with one SWAR compare too, after spreading the decoded
 // nibbles and the low parts into four 16-bit lanes. Writes decode a bucket,
@@ -48,8 +48,8 @@
 // methods need exclusive access (CuckooFilter holds a lock per table). A const
 // method racing a writer returns garbage but is safe to run; callers must
 // detect the race (CuckooFilter uses a sequence counter) and retry.
-#ifndef CUCKOO_CORE_CUCKOO_TABLE_H_
-#define CUCKOO_CORE_CUCKOO_TABLE_H_
+#ifndef CUCKOO_CORE_INTERNAL_CUCKOO_TABLE_H_
+#define CUCKOO_CORE_INTERNAL_CUCKOO_TABLE_H_
 
 #include <atomic>
 #include <bit>
@@ -60,28 +60,13 @@
 #include "absl/types/span.h"
 #include "core/filter_options.h"
 #include "core/hash.h"
-#include "core/page_buffer.h"
+#include "core/internal/page_buffer.h"
+#include "core/results.h"
 
 namespace cuckoo {
 
 static_assert(std::endian::native == std::endian::little,
               "table bytes are little-endian on disk and in memory");
-
-// Per-key insert outcome; maps one-to-one onto the API's per-key result.
-enum class InsertResult : uint8_t {
-  kInserted = 0,
-  // Only with if_absent: a matching fingerprint is already in one of the key's
-  // buckets (the key itself, or a colliding one with probability ~FPR).
-  kAlreadyPresent = 1,
-  // No room: the kick chain hit max_kicks, or the key's 2b slots all hold its
-  // own copies. The table is unchanged.
-  kFull = 2,
-};
-
-enum class DeleteResult : uint8_t {
-  kDeleted = 0,
-  kNotFound = 1,
-};
 
 // Keys that follow a batch run in another table of the same shape (the next
 // shards of a sharded batch), so the run's pipeline can prefetch their
@@ -259,4 +244,4 @@ class CuckooTable {
 
 }  // namespace cuckoo
 
-#endif  // CUCKOO_CORE_CUCKOO_TABLE_H_
+#endif  // CUCKOO_CORE_INTERNAL_CUCKOO_TABLE_H_

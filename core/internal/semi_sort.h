@@ -14,8 +14,8 @@
 // coefficients; decoding a 4096-entry table of uint16_t (8 KiB, in L1). Codes
 // 3876..4095 never appear in a table written by us; they decode to 0 so that a
 // reader racing a writer (which may see a torn code) stays inside the table.
-#ifndef CUCKOO_CORE_SEMI_SORT_H_
-#define CUCKOO_CORE_SEMI_SORT_H_
+#ifndef CUCKOO_CORE_INTERNAL_SEMI_SORT_H_
+#define CUCKOO_CORE_INTERNAL_SEMI_SORT_H_
 
 #include <array>
 #include <cstdint>
@@ -76,4 +76,4 @@ inline uint16_t Decode(uint32_t code) { return kDecode[code & kCodeMask]; }
 
 }  // namespace cuckoo::semi_sort
 
-#endif  // CUCKOO_CORE_SEMI_SORT_H_
+#endif  // CUCKOO_CORE_INTERNAL_SEMI_SORT_H_

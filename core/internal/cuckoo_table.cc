@@ -1,4 +1,4 @@
-#include "core/cuckoo_table.h"
+#include "core/internal/cuckoo_table.h"
 
 #include <array>
 #include <cstring>
@@ -8,8 +8,8 @@
 #include "absl/base/config.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "core/prefetch.h"
-#include "core/semi_sort.h"
+#include "core/internal/prefetch.h"
+#include "core/internal/semi_sort.h"
 
 namespace cuckoo {
 namespace {

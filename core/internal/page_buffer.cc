@@ -1,4 +1,4 @@
-#include "core/page_buffer.h"
+#include "core/internal/page_buffer.h"
 
 #include <sys/mman.h>
 

@@ -3,8 +3,8 @@
 // A volatile asm rather than __builtin_prefetch: GCC 12 was seen dropping
 // __builtin_prefetch from the batch pipelines (nothing uses its result),
 // which silently cost 3x of batched throughput. The asm cannot be dropped.
-#ifndef CUCKOO_CORE_PREFETCH_H_
-#define CUCKOO_CORE_PREFETCH_H_
+#ifndef CUCKOO_CORE_INTERNAL_PREFETCH_H_
+#define CUCKOO_CORE_INTERNAL_PREFETCH_H_
 
 namespace cuckoo {
 
@@ -18,4 +18,4 @@ inline void PrefetchLine(const void* p) {
 
 }  // namespace cuckoo
 
-#endif  // CUCKOO_CORE_PREFETCH_H_
+#endif  // CUCKOO_CORE_INTERNAL_PREFETCH_H_

@@ -10,8 +10,8 @@
 // pages on a multi-GiB table nearly every one of them is also a TLB miss.
 // Smaller buffers come from the heap. Not thread-safe; owned by one table or
 // filter.
-#ifndef CUCKOO_CORE_PAGE_BUFFER_H_
-#define CUCKOO_CORE_PAGE_BUFFER_H_
+#ifndef CUCKOO_CORE_INTERNAL_PAGE_BUFFER_H_
+#define CUCKOO_CORE_INTERNAL_PAGE_BUFFER_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -68,4 +68,4 @@ class PageBuffer {
 
 }  // namespace cuckoo
 
-#endif  // CUCKOO_CORE_PAGE_BUFFER_H_
+#endif  // CUCKOO_CORE_INTERNAL_PAGE_BUFFER_H_
