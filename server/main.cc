@@ -80,7 +80,7 @@ int Main(int argc, char** argv) {
     absl::FPrintF(stderr, "cuckood: %s\n", config.status().message());
     return 2;
   }
-  SetUpLogging({.format = config->log_format, .level = config->log_level});
+  SetUpLogging(LogOptionsOf(*config));
   // A log segment size the data directory's volume cannot hold beside the
   // snapshots is a configuration error (issue 29: on a 64 MiB volume the
   // first segment filled the disk and every snapshot failed).

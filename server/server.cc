@@ -71,11 +71,6 @@ class EvictionLog {
 // --advertise, or the host name with the port of --listen's first TCP
 // address (that address itself when it names a host); empty when the port
 // is chosen at start-up.
-std::string AdvertiseAddress(const ServerConfig& config) {
-  if (!config.advertise.empty()) return config.advertise;
-  return DefaultAdvertiseAddress(config.listen);
-}
-
 // Server reflection on or off for one builder. Linking grpc++_reflection
 // registers its plugin for every server of the process (a static
 // initializer), so "off" removes it and "on" makes sure it is there once.
@@ -140,9 +135,12 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
       .memory_budget_bytes = EffectiveMemoryBudget(config), .max_filters = config.max_filters});
   PersistenceOptions persistence = hooks;
   persistence.snapshot_buffer_bytes = EffectiveSnapshotBuffer(config);
-  persistence.wal.durability = config.durability;
-  persistence.wal.sync_interval = config.wal_sync_interval;
-  persistence.wal.segment_bytes = config.wal_segment_bytes;
+  {
+    const WalOptions wal = WalOptionsOf(config);
+    persistence.wal.durability = wal.durability;
+    persistence.wal.sync_interval = wal.sync_interval;
+    persistence.wal.segment_bytes = wal.segment_bytes;
+  }
   Metrics* metrics = s->metrics_.get();
   persistence.wal.on_write = [metrics](uint64_t bytes, uint64_t records) {
     metrics->RecordWalWrite(bytes, records);
@@ -173,31 +171,23 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
   };
   s->persistence_ = std::make_unique<Persistence>(s->registry_.get(), config.data_dir, persistence);
   if (!config.nats_urls.empty()) {
-    absl::StatusOr<std::unique_ptr<Cluster>> cluster = Cluster::Create(
-        {.nats_urls = config.nats_urls,
-         .stream = config.nats_stream,
-         .stream_replicas = config.nats_replicas,
-         .replica_id = config.replica_id,
-         .dedup_window = config.dedup_window,
-         .max_dedup_bytes = kRequestWindowBytes,
-         .write_timeout = config.cluster_write_timeout,
-         .ready_max_lag = config.ready_max_lag,
-         .advertise = AdvertiseAddress(config),
-         .replica_expiry = config.replica_expiry,
-         .peer_access = [config]() -> absl::StatusOr<PeerAccess> {
-           PeerAccess access;
-           absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
-               PeerChannelCredentials(TlsOptionsOf(config));
-           if (!creds.ok()) return creds.status();
-           access.credentials = *std::move(creds);
-           if (!config.peer_token_file.empty()) {
-             absl::StatusOr<std::string> token = ReadTokenFile(config.peer_token_file);
-             if (!token.ok()) return token.status();
-             access.token = *std::move(token);
-           }
-           return access;
-         }},
-        s->registry_.get(), s->persistence_.get());
+    ClusterOptions options = ClusterOptionsOf(config);
+    // Read anew for each bootstrap copy, so that rotated files are used.
+    options.peer_access = [tls = TlsOptionsOf(config),
+                           token_file = config.peer_token_file]() -> absl::StatusOr<PeerAccess> {
+      PeerAccess access;
+      absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds = PeerChannelCredentials(tls);
+      if (!creds.ok()) return creds.status();
+      access.credentials = *std::move(creds);
+      if (!token_file.empty()) {
+        absl::StatusOr<std::string> token = ReadTokenFile(token_file);
+        if (!token.ok()) return token.status();
+        access.token = *std::move(token);
+      }
+      return access;
+    };
+    absl::StatusOr<std::unique_ptr<Cluster>> cluster =
+        Cluster::Create(std::move(options), s->registry_.get(), s->persistence_.get());
     if (!cluster.ok()) return cluster.status();
     s->cluster_ = *std::move(cluster);
     // The stream is the log: no local write-ahead log.
@@ -215,10 +205,9 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
     s->certificate_watcher_ = *std::move(watcher);
   }
   if (!config.auth_tokens.empty()) {
-    absl::StatusOr<std::unique_ptr<Authenticator>> auth = Authenticator::Start(
-        {.path = config.auth_tokens,
-         .reload_interval = config.auth_reload_interval,
-         .on_reload = [metrics](const absl::Status& st) { metrics->RecordAuthReload(st.ok()); }});
+    Authenticator::Options options = AuthOptionsOf(config);
+    options.on_reload = [metrics](const absl::Status& st) { metrics->RecordAuthReload(st.ok()); };
+    absl::StatusOr<std::unique_ptr<Authenticator>> auth = Authenticator::Start(std::move(options));
     if (!auth.ok()) return auth.status();
     s->auth_ = *std::move(auth);
   }
@@ -227,16 +216,9 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
       return t.status();
     }
   }
-  s->service_ = std::make_unique<FilterServiceImpl>(
-      s->registry_.get(), s->persistence_.get(), s->metrics_.get(),
-      ServiceLimits{.max_batch_keys = config.max_batch_keys,
-                    .max_key_bytes = config.max_key_bytes,
-                    .max_message_bytes = config.max_message_bytes,
-                    .dedup_window = config.dedup_window,
-                    .max_dedup_bytes = kRequestWindowBytes,
-                    .max_read_wait = config.max_read_wait,
-                    .transfer_idle_timeout = config.transfer_idle_timeout},
-      config.snapshot_interval, s->cluster_.get());
+  s->service_ = std::make_unique<FilterServiceImpl>(s->registry_.get(), s->persistence_.get(),
+                                                    s->metrics_.get(), ServiceLimitsOf(config),
+                                                    config.snapshot_interval, s->cluster_.get());
   s->service_->SetAuthenticator(s->auth_.get());
   // The write-ahead log prepares its next segment ahead of the one being
   // written: transfers' files leave room for both. (A cluster replica has
@@ -413,21 +395,11 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
     args.SetMaxSendMessageSize(-1);
+    RedisOptions redis = RedisOptionsOf(config);
+    redis.disk = s->transfer_disk_.get();
     s->redis_commands_ = std::make_unique<RedisCommands>(
         s->registry_.get(), s->auth_.get(), s->metrics_.get(), s->service_.get(),
-        s->grpc_server_->InProcessChannel(args),
-        RedisOptions{
-            .default_capacity = config.redis_default_capacity,
-            .error_rate = config.redis_error_rate,
-            .default_expansion = config.redis_default_expansion,
-            .max_batch_keys = config.max_batch_keys,
-            .max_key_bytes = config.max_key_bytes,
-            .max_clients = config.redis_max_clients,
-            .max_client_memory = EffectiveRedisClientMemory(config),
-            .max_bulk_bytes = std::max<size_t>(config.max_key_bytes, kRedisDumpChunkBytes + 4096),
-            .data_dir = config.data_dir,
-            .transfer_idle_timeout = config.transfer_idle_timeout,
-            .disk = s->transfer_disk_.get()});
+        s->grpc_server_->InProcessChannel(args), std::move(redis));
     resp::ServerOptions options;
     options.listen = config.redis_listen;
     options.threads = static_cast<int>(config.redis_threads);

@@ -97,6 +97,14 @@ struct ClusterOptions {
   std::function<absl::StatusOr<PeerAccess>()> peer_access;
 };
 
+// INVALID_ARGUMENT for a NATS URL that is not one (nats_urls holds one URL
+// per entry), stream_replicas over 5, a dedup_window outside 1s to 24h, a
+// replica_expiry outside 2s to 720h or a write_timeout under 100ms; the
+// message names the flag that sets it (--nats, --nats-replicas,
+// --dedup-window, --replica-expiry, --cluster-write-timeout).
+// (advertise is checked by the configuration: it depends on --listen.)
+absl::Status ValidateClusterOptions(const ClusterOptions& options);
+
 // What GetServerInfo and /metrics report.
 struct ClusterStatus {
   std::string replica_id;

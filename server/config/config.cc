@@ -306,6 +306,63 @@ TlsOptions TlsOptionsOf(const ServerConfig& config) {
           .reload_interval = config.tls_reload_interval};
 }
 
+ServiceLimits ServiceLimitsOf(const ServerConfig& config) {
+  return {.max_batch_keys = config.max_batch_keys,
+          .max_key_bytes = config.max_key_bytes,
+          .max_message_bytes = config.max_message_bytes,
+          .dedup_window = config.dedup_window,
+          .max_dedup_bytes = kRequestWindowBytes,
+          .max_read_wait = config.max_read_wait,
+          .transfer_idle_timeout = config.transfer_idle_timeout};
+}
+
+WalOptions WalOptionsOf(const ServerConfig& config) {
+  WalOptions wal;
+  wal.durability = config.durability;
+  wal.sync_interval = config.wal_sync_interval;
+  wal.segment_bytes = config.wal_segment_bytes;
+  return wal;
+}
+
+std::string AdvertiseAddress(const ServerConfig& config) {
+  if (!config.advertise.empty()) return config.advertise;
+  return DefaultAdvertiseAddress(config.listen);
+}
+
+ClusterOptions ClusterOptionsOf(const ServerConfig& config) {
+  return {.nats_urls = config.nats_urls,
+          .stream = config.nats_stream,
+          .stream_replicas = config.nats_replicas,
+          .replica_id = config.replica_id,
+          .dedup_window = config.dedup_window,
+          .max_dedup_bytes = kRequestWindowBytes,
+          .write_timeout = config.cluster_write_timeout,
+          .ready_max_lag = config.ready_max_lag,
+          .advertise = AdvertiseAddress(config),
+          .replica_expiry = config.replica_expiry};
+}
+
+RedisOptions RedisOptionsOf(const ServerConfig& config) {
+  return {.default_capacity = config.redis_default_capacity,
+          .error_rate = config.redis_error_rate,
+          .default_expansion = config.redis_default_expansion,
+          .max_batch_keys = config.max_batch_keys,
+          .max_key_bytes = config.max_key_bytes,
+          .max_clients = config.redis_max_clients,
+          .max_client_memory = EffectiveRedisClientMemory(config),
+          .max_bulk_bytes = std::max<size_t>(config.max_key_bytes, kRedisDumpChunkBytes + 4096),
+          .data_dir = config.data_dir,
+          .transfer_idle_timeout = config.transfer_idle_timeout};
+}
+
+LogOptions LogOptionsOf(const ServerConfig& config) {
+  return {.format = config.log_format, .level = config.log_level};
+}
+
+Authenticator::Options AuthOptionsOf(const ServerConfig& config) {
+  return {.path = config.auth_tokens, .reload_interval = config.auth_reload_interval};
+}
+
 std::string EnvironmentVariableFor(absl::string_view flag_name) {
   return "CUCKOOD_" + absl::AsciiStrToUpper(flag_name);
 }
@@ -384,15 +441,17 @@ uint64_t StatedMemoryOverhead(const ServerConfig& config) {
          RedisMemoryOverhead(config);
 }
 
-absl::Status ValidateConfig(const ServerConfig& c) {
-  absl::StatusOr<std::vector<ListenAddress>> listen = ParseListenAddresses(c.listen);
-  if (!listen.ok()) return listen.status();
+namespace {
+
+// The gRPC port's and the admin port's addresses, and the address peers
+// reach this replica at.
+absl::Status ValidateListen(const ServerConfig& c, const std::vector<ListenAddress>& listen) {
   if (c.listen_socket_mode > 0777) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--listen-socket-mode=%o: only the permission bits (at most 0777) apply to a socket",
         c.listen_socket_mode));
   }
-  const bool has_tcp = std::any_of(listen->begin(), listen->end(),
+  const bool has_tcp = std::any_of(listen.begin(), listen.end(),
                                    [](const ListenAddress& a) { return !a.is_unix(); });
   if (!c.nats_urls.empty() && c.advertise.empty() && !has_tcp) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -413,19 +472,27 @@ absl::Status ValidateConfig(const ServerConfig& c) {
           c.admin_listen));
     }
   }
-  if (c.data_dir.empty()) return absl::InvalidArgumentError("--data-dir must not be empty");
-  if (c.max_batch_keys == 0) {
-    return absl::InvalidArgumentError("--max-batch-keys must be at least 1");
+  if (!c.advertise.empty()) {
+    const size_t colon = c.advertise.rfind(':');
+    uint32_t port = 0;
+    if (colon == std::string::npos || colon == 0 ||
+        !absl::SimpleAtoi(c.advertise.substr(colon + 1), &port) || port == 0 || port > 65535) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--advertise=\"%s\": expected host:port (the address peers reach this replica at)",
+          absl::CHexEscape(c.advertise)));
+    }
   }
-  if (c.max_key_bytes == 0) return absl::InvalidArgumentError("--max-key-bytes must be at least 1");
-  if (c.max_filters == 0) return absl::InvalidArgumentError("--max-filters must be at least 1");
-  if (c.max_message_bytes < 4096 || c.max_message_bytes > (uint64_t{1} << 31) - 1) {
+  if (c.grpc_threads > 1024) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("--max-message-size=%s must be between 4KiB and 2GiB",
-                        FormatByteSize(c.max_message_bytes)));
+        absl::StrFormat("--grpc-threads=%u must be 0 (one per CPU) to 1024", c.grpc_threads));
   }
+  return absl::OkStatus();
+}
+
+// The Redis port's own settings (ValidateRedisOptions has the commands').
+absl::Status ValidateRedisPort(const ServerConfig& c, const std::vector<ListenAddress>& listen) {
   if (!c.redis_listen.empty()) {
-    const bool also_grpc = std::any_of(listen->begin(), listen->end(), [&](const ListenAddress& a) {
+    const bool also_grpc = std::any_of(listen.begin(), listen.end(), [&](const ListenAddress& a) {
       return a.text == c.redis_listen;
     });
     if (!absl::EndsWith(c.redis_listen, ":0") && (also_grpc || c.redis_listen == c.admin_listen)) {
@@ -439,10 +506,6 @@ absl::Status ValidateConfig(const ServerConfig& c) {
           "clients must use TLS: set --redis-plaintext=true if plaintext is meant there (a "
           "sidecar on localhost, a private network), or leave --redis-listen empty");
     }
-  }
-  if (c.grpc_threads > 1024) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("--grpc-threads=%u must be 0 (one per CPU) to 1024", c.grpc_threads));
   }
   if (c.redis_threads > 1024) {
     return absl::InvalidArgumentError(
@@ -463,33 +526,12 @@ absl::Status ValidateConfig(const ServerConfig& c) {
         absl::StrFormat("--redis-idle-timeout=%s must not be negative",
                         absl::FormatDuration(c.redis_idle_timeout)));
   }
-  if (c.redis_default_capacity < 1 || c.redis_default_capacity > (uint64_t{1} << 40)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("--redis-default-capacity=%u must be 1 to 2^40", c.redis_default_capacity));
-  }
-  if (!(c.redis_error_rate > 0 && c.redis_error_rate < 1)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--redis-error-rate=%g must be more than 0 and less than 1", c.redis_error_rate));
-  }
-  if (c.redis_default_expansion == 1 || c.redis_default_expansion > 8) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--redis-default-expansion=%u must be 0 (fixed) or 2 to 8", c.redis_default_expansion));
-  }
-  if (c.drain_timeout < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrFormat("--drain-timeout=%s must not be negative",
-                                                      absl::FormatDuration(c.drain_timeout)));
-  }
-  if (c.wal_sync_interval < absl::Milliseconds(10) || c.wal_sync_interval > absl::Hours(1)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("--wal-sync-interval=%s must be between 10ms and 1h",
-                        absl::FormatDuration(c.wal_sync_interval)));
-  }
-  if (c.wal_segment_bytes < kWalMinSegmentBytes || c.wal_segment_bytes > (uint64_t{1} << 30) ||
-      c.wal_segment_bytes % 4096 != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--wal-segment-size=%s must be a multiple of 4KiB between %s and 1GiB",
-        FormatByteSizeExactly(c.wal_segment_bytes), FormatByteSizeExactly(kWalMinSegmentBytes)));
-  }
+  return absl::OkStatus();
+}
+
+// Snapshots, the write-ahead log's size and the memory settings that
+// depend on other settings.
+absl::Status ValidateStorage(const ServerConfig& c) {
   if (c.wal_max_bytes < 2 * c.wal_segment_bytes) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--wal-max-size=%s must be at least twice --wal-segment-size=%s",
@@ -512,75 +554,15 @@ absl::Status ValidateConfig(const ServerConfig& c) {
         absl::StrFormat("--snapshot-buffer=%s must be 0 (automatic) or at least 4KiB",
                         FormatByteSize(c.snapshot_buffer_bytes)));
   }
-  static constexpr const char* kLevels[] = {"trace", "debug",    "info", "warn",
-                                            "error", "critical", "off"};
-  if (std::find(std::begin(kLevels), std::end(kLevels), c.log_level) == std::end(kLevels)) {
-    return absl::InvalidArgumentError(absl::StrFormat("--log-level=\"%s\" must be one of: %s",
-                                                      c.log_level, absl::StrJoin(kLevels, ", ")));
-  }
-  for (const std::string& url : c.nats_urls) {
-    if (url.empty() || url.find("://") == std::string::npos || url.find(',') != std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "--nats: \"%s\" is not a NATS URL; expected nats://host:port[,nats://host:port...]",
-          url));
-    }
-  }
-  if (c.nats_replicas > 5) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--nats-replicas=%u: JetStream replicates a stream to 1 to 5 servers (0: automatic)",
-        c.nats_replicas));
-  }
-  if (c.dedup_window < absl::Seconds(1) || c.dedup_window > absl::Hours(24)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--dedup-window=%s must be between 1s and 24h", absl::FormatDuration(c.dedup_window)));
-  }
-  if (c.replica_expiry < absl::Seconds(2) || c.replica_expiry > absl::Hours(24 * 30)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--replica-expiry=%s must be between 2s and 720h", absl::FormatDuration(c.replica_expiry)));
-  }
-  if (!c.advertise.empty()) {
-    const size_t colon = c.advertise.rfind(':');
-    uint32_t port = 0;
-    if (colon == std::string::npos || colon == 0 ||
-        !absl::SimpleAtoi(c.advertise.substr(colon + 1), &port) || port == 0 || port > 65535) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "--advertise=\"%s\": expected host:port (the address peers reach this replica at)",
-          absl::CHexEscape(c.advertise)));
-    }
-  }
-  if (c.max_read_wait < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrFormat("--max-read-wait=%s must not be negative",
-                                                      absl::FormatDuration(c.max_read_wait)));
-  }
-  if (c.transfer_idle_timeout < absl::Milliseconds(100) ||
-      c.transfer_idle_timeout > absl::Hours(24)) {
+  return absl::OkStatus();
+}
+
+// What TLS and the peer token need of each other (ValidateTlsOptions has
+// the TLS files' own rules).
+absl::Status ValidateTlsUse(const ServerConfig& c) {
+  if (c.tls_cert.empty() && c.admin_tls) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("--transfer-idle-timeout=%s must be between 100ms and 24h",
-                        absl::FormatDuration(c.transfer_idle_timeout)));
-  }
-  if (c.cluster_write_timeout < absl::Milliseconds(100)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("--cluster-write-timeout=%s must be at least 100ms",
-                        absl::FormatDuration(c.cluster_write_timeout)));
-  }
-  if (c.tls_cert.empty() != c.tls_key.empty()) {
-    return absl::InvalidArgumentError(c.tls_cert.empty()
-                                          ? "--tls-key is set without --tls-cert: TLS needs both"
-                                          : "--tls-cert is set without --tls-key: TLS needs both");
-  }
-  if (c.tls_cert.empty()) {
-    if (!c.tls_client_ca.empty()) {
-      return absl::InvalidArgumentError(
-          "--tls-client-ca (mutual TLS) needs TLS: set --tls-cert and --tls-key too");
-    }
-    if (c.admin_tls) {
-      return absl::InvalidArgumentError(
-          "--admin-tls serves the admin port with --tls-cert: set --tls-cert and --tls-key too");
-    }
-    if (!c.peer_ca.empty()) {
-      return absl::InvalidArgumentError(
-          "--peer-ca is used only with TLS: set --tls-cert and --tls-key too");
-    }
+        "--admin-tls serves the admin port with --tls-cert: set --tls-cert and --tls-key too");
   }
   if (!c.peer_token_file.empty() && !c.tls_cert.empty() && c.peer_ca.empty() &&
       c.tls_client_ca.empty()) {
@@ -592,20 +574,30 @@ absl::Status ValidateConfig(const ServerConfig& c) {
         "certificates must come from a private CA, so that the token goes only to a replica of "
         "this cluster");
   }
-  if (c.tls_reload_interval < absl::Seconds(1) || c.tls_reload_interval > absl::Hours(24)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("--tls-reload-interval=%s must be between 1s and 24h",
-                        absl::FormatDuration(c.tls_reload_interval)));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateConfig(const ServerConfig& c) {
+  absl::StatusOr<std::vector<ListenAddress>> listen = ParseListenAddresses(c.listen);
+  if (!listen.ok()) return listen.status();
+  if (c.data_dir.empty()) return absl::InvalidArgumentError("--data-dir must not be empty");
+  if (c.max_filters == 0) return absl::InvalidArgumentError("--max-filters must be at least 1");
+  if (c.drain_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrFormat("--drain-timeout=%s must not be negative",
+                                                      absl::FormatDuration(c.drain_timeout)));
   }
-  if (c.auth_reload_interval < absl::Milliseconds(100) ||
-      c.auth_reload_interval > absl::Hours(24)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("--auth-reload-interval=%s must be between 100ms and 24h",
-                        absl::FormatDuration(c.auth_reload_interval)));
-  }
-  if (c.log_format != "text" && c.log_format != "json") {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("--log-format=\"%s\" must be text or json", c.log_format));
+  // Each subsystem checks its own options (beside them), then what only
+  // the whole configuration can check.
+  for (absl::Status s :
+       {ValidateServiceLimits(ServiceLimitsOf(c)), ValidateListen(c, *listen),
+        ValidateRedisOptions(RedisOptionsOf(c)), ValidateRedisPort(c, *listen),
+        ValidateWalOptions(WalOptionsOf(c)), ValidateStorage(c),
+        ValidateLogOptions(LogOptionsOf(c)), ValidateClusterOptions(ClusterOptionsOf(c)),
+        ValidateTlsOptions(TlsOptionsOf(c)), ValidateTlsUse(c),
+        Authenticator::Validate(AuthOptionsOf(c))}) {
+    if (!s.ok()) return s;
   }
   return absl::OkStatus();
 }

@@ -17,8 +17,12 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "base/units.h"
+#include "server/cluster/cluster.h"
+#include "server/observability/logging.h"
 #include "server/resp/commands/resp_commands.h"
+#include "server/security/auth.h"
 #include "server/security/tls.h"
+#include "server/service/filter_service.h"
 #include "server/service/transfers.h"
 #include "server/wal/wal.h"
 
@@ -169,8 +173,19 @@ struct ServerConfig {
   std::string log_format = "text";
 };
 
-// The TLS settings of `config`, for server/security/tls.h.
+// Each subsystem's options as `config` sets them (the parts that flags
+// set: callbacks and other run-time parts are the wiring's), for the
+// wiring (server/server.cc) and for ValidateConfig, which checks each with
+// the subsystem's own Validate... function.
 TlsOptions TlsOptionsOf(const ServerConfig& config);
+ServiceLimits ServiceLimitsOf(const ServerConfig& config);
+WalOptions WalOptionsOf(const ServerConfig& config);
+ClusterOptions ClusterOptionsOf(const ServerConfig& config);
+RedisOptions RedisOptionsOf(const ServerConfig& config);
+LogOptions LogOptionsOf(const ServerConfig& config);
+Authenticator::Options AuthOptionsOf(const ServerConfig& config);
+// --advertise, or an address of --listen (DefaultAdvertiseAddress).
+std::string AdvertiseAddress(const ServerConfig& config);
 
 // Checks values that flags alone cannot (ranges, formats). INVALID_ARGUMENT
 // names the setting and the value.

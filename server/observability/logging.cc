@@ -2,13 +2,16 @@
 
 #include <grpc/support/log.h>
 
+#include <algorithm>
 #include <atomic>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "spdlog/pattern_formatter.h"
 #include "spdlog/sinks/stdout_sinks.h"
@@ -174,6 +177,20 @@ void Audit(const AuditEvent& e) {
   } else {
     spdlog::log(level, "audit: {}", text);
   }
+}
+
+absl::Status ValidateLogOptions(const LogOptions& options) {
+  static constexpr const char* kLevels[] = {"trace", "debug",    "info", "warn",
+                                            "error", "critical", "off"};
+  if (std::find(std::begin(kLevels), std::end(kLevels), options.level) == std::end(kLevels)) {
+    return absl::InvalidArgumentError(absl::StrFormat("--log-level=\"%s\" must be one of: %s",
+                                                      options.level, absl::StrJoin(kLevels, ", ")));
+  }
+  if (options.format != "text" && options.format != "json") {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--log-format=\"%s\" must be text or json", options.format));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace cuckoo::server

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <utility>
 
+#include "absl/status/status.h"
 #include "base/mutex.h"
 
 namespace cuckoo::server {
@@ -20,6 +21,10 @@ struct LogOptions {
   std::string format = "text";  // "text" or "json".
   std::string level = "info";   // spdlog's names: "trace" ... "off".
 };
+
+// INVALID_ARGUMENT unless format is text or json and level one of spdlog's
+// names; the message names the flag (--log-format, --log-level).
+absl::Status ValidateLogOptions(const LogOptions& options);
 
 // Makes the default spdlog logger write to stdout in options.format at
 // options.level (both already validated), flushing every line.

@@ -283,4 +283,14 @@ absl::StatusOr<Caller> Authenticator::AuthenticateToken(std::string_view token_v
   return Caller(cache.table, e);
 }
 
+absl::Status Authenticator::Validate(const Options& options) {
+  if (options.reload_interval < absl::Milliseconds(100) ||
+      options.reload_interval > absl::Hours(24)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--auth-reload-interval=%s must be between 100ms and 24h",
+                        absl::FormatDuration(options.reload_interval)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace cuckoo::server

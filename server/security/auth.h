@@ -93,6 +93,9 @@ class Authenticator {
     // Called after each reload attempt (not the first load).
     std::function<void(const absl::Status&)> on_reload;
   };
+  // INVALID_ARGUMENT when reload_interval is outside 100ms to 24h (the
+  // message names --auth-reload-interval).
+  static absl::Status Validate(const Options& options);
   // Reads and parses the file: INVALID_ARGUMENT naming the file and line, or
   // NOT_FOUND / PERMISSION_DENIED when it cannot be read. Starts the watcher.
   static absl::StatusOr<std::unique_ptr<Authenticator>> Start(Options options);

@@ -305,4 +305,28 @@ void CertificateWatcher::Watch() {
   }
 }
 
+absl::Status ValidateTlsOptions(const TlsOptions& tls) {
+  if (tls.cert.empty() != tls.key.empty()) {
+    return absl::InvalidArgumentError(tls.cert.empty()
+                                          ? "--tls-key is set without --tls-cert: TLS needs both"
+                                          : "--tls-cert is set without --tls-key: TLS needs both");
+  }
+  if (tls.cert.empty()) {
+    if (!tls.client_ca.empty()) {
+      return absl::InvalidArgumentError(
+          "--tls-client-ca (mutual TLS) needs TLS: set --tls-cert and --tls-key too");
+    }
+    if (!tls.peer_ca.empty()) {
+      return absl::InvalidArgumentError(
+          "--peer-ca is used only with TLS: set --tls-cert and --tls-key too");
+    }
+  }
+  if (tls.reload_interval < absl::Seconds(1) || tls.reload_interval > absl::Hours(24)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--tls-reload-interval=%s must be between 1s and 24h",
+                        absl::FormatDuration(tls.reload_interval)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace cuckoo::server

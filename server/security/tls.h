@@ -27,6 +27,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "base/mutex.h"
@@ -42,6 +43,11 @@ struct TlsOptions {
   std::string peer_ca;    // Cluster mode: the CA peers are checked against.
   absl::Duration reload_interval = absl::Seconds(10);
 };
+
+// INVALID_ARGUMENT when only one of cert and key is set, client_ca or
+// peer_ca is set without them, or reload_interval is outside 1s to 24h; the
+// message names the flags.
+absl::Status ValidateTlsOptions(const TlsOptions& tls);
 
 // What CheckTlsFiles found in the certificate file (its first certificate).
 struct CertificateSummary {

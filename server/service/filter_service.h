@@ -89,6 +89,13 @@ struct ServiceLimits {
   absl::Duration transfer_idle_timeout = absl::Seconds(60);
 };
 
+// INVALID_ARGUMENT when max_batch_keys or max_key_bytes is 0,
+// max_message_bytes is outside 4KiB to 2GiB, max_read_wait is negative or
+// transfer_idle_timeout outside 100ms to 24h; the message names the flag
+// (--max-batch-keys, --max-key-bytes, --max-message-size, --max-read-wait,
+// --transfer-idle-timeout). (dedup_window: ValidateClusterOptions.)
+absl::Status ValidateServiceLimits(const ServiceLimits& limits);
+
 // Longest request_id.
 inline constexpr size_t kMaxRequestIdBytes = 128;
 

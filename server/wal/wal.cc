@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "base/units.h"
 #include "spdlog/spdlog.h"
 
 namespace cuckoo::server {
@@ -706,6 +707,21 @@ WalStats Wal::Stats() const {
 absl::Status Wal::health() const {
   MutexLock lock(&mu_);
   return failure_;
+}
+
+absl::Status ValidateWalOptions(const WalOptions& o) {
+  if (o.sync_interval < absl::Milliseconds(10) || o.sync_interval > absl::Hours(1)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--wal-sync-interval=%s must be between 10ms and 1h",
+                        absl::FormatDuration(o.sync_interval)));
+  }
+  if (o.segment_bytes < kWalMinSegmentBytes || o.segment_bytes > (uint64_t{1} << 30) ||
+      o.segment_bytes % 4096 != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--wal-segment-size=%s must be a multiple of 4KiB between %s and 1GiB",
+        FormatByteSizeExactly(o.segment_bytes), FormatByteSizeExactly(kWalMinSegmentBytes)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace cuckoo::server

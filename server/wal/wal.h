@@ -93,6 +93,11 @@ struct WalOptions {
 // Smallest segment_bytes accepted.
 inline constexpr uint64_t kWalMinSegmentBytes = uint64_t{256} << 10;
 
+// INVALID_ARGUMENT unless sync_interval is 10ms to 1h and segment_bytes a
+// multiple of 4KiB from kWalMinSegmentBytes to 1GiB; the message names the
+// flag that sets it (--wal-sync-interval, --wal-segment-size).
+absl::Status ValidateWalOptions(const WalOptions& options);
+
 // The most memory the log holds while running: the pending buffer and the
 // committer's copy of it, each up to max_pending_bytes plus one batch's
 // records beyond its reservation (`batch_bytes`, a batch's largest log

@@ -134,6 +134,11 @@ struct RedisOptions {
   TransferDisk* disk = nullptr;
 };
 
+// INVALID_ARGUMENT unless default_capacity is 1 to 2^40, error_rate in
+// (0, 1) and default_expansion 0 or 2 to 8; the message names the flag
+// (--redis-default-capacity, --redis-error-rate, --redis-default-expansion).
+absl::Status ValidateRedisOptions(const RedisOptions& options);
+
 class RedisCommands final : public resp::CommandHandler {
  public:
   // `auth` null: no authentication. `service`: this server's FilterService,
