@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "base/env.h"
 #include "base/little_endian.h"
 #include "core/hash.h"  // xxhash.h
 #include "core/internal/filter_loading.h"
@@ -223,65 +224,49 @@ uint32_t UsedBitsInLastByte(const FilterShape& s) {
   return static_cast<uint32_t>((s.buckets_per_shard * s.bucket_bits()) % 8);
 }
 
+// `op` on `path` failed as `s` says: the env's errno as this file's
+// messages and codes say it (IoError), or `s` itself when it has none.
+absl::Status EnvError(absl::string_view op, absl::string_view path, absl::Status s) {
+  if (s.ok()) return s;
+  const int err = EnvErrno(s);
+  return err != 0 ? IoError(op, path, err) : s;
+}
+
+// A snapshot's temporary file, written through an Env (the write-ahead
+// log's: tests inject faults and power cuts into both).
 class FileWriter {
  public:
-  ~FileWriter() {
-    if (fd_ >= 0) ::close(fd_);
-  }
+  explicit FileWriter(Env* env) : env_(env) {}
   absl::Status Open(const std::string& path) {
     path_ = path;
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) return IoError("create", path, errno);
+    // A file a crashed write left: Create makes a new file only.
+    if (absl::Status s = env_->Remove(path); !s.ok()) return EnvError("remove", path, s);
+    absl::StatusOr<std::unique_ptr<EnvFile>> f = env_->Create(path, 0);
+    if (!f.ok()) return EnvError("create", path, f.status());
+    file_ = *std::move(f);
     return absl::OkStatus();
   }
   absl::Status Write(const uint8_t* p, size_t n) {
-    while (n > 0) {
-      ssize_t w = ::write(fd_, p, std::min<size_t>(n, size_t{1} << 30));
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        return IoError("write", path_, errno);
-      }
-      p += w;
-      n -= static_cast<size_t>(w);
-    }
+    if (absl::Status s = WriteAt(offset_, p, n); !s.ok()) return s;
+    offset_ += n;
     return absl::OkStatus();
   }
   // n bytes at `offset` (already written once), leaving the position.
   absl::Status WriteAt(uint64_t offset, const uint8_t* p, size_t n) {
-    while (n > 0) {
-      ssize_t w = ::pwrite(fd_, p, n, static_cast<off_t>(offset));
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        return IoError("write", path_, errno);
-      }
-      p += w;
-      n -= static_cast<size_t>(w);
-      offset += static_cast<uint64_t>(w);
-    }
-    return absl::OkStatus();
+    return EnvError("write", path_, file_->Write(offset, absl::MakeConstSpan(p, n)));
   }
   absl::Status SyncAndClose() {
-    if (::fsync(fd_) != 0) return IoError("fsync", path_, errno);
-    int fd = std::exchange(fd_, -1);
-    if (::close(fd) != 0) return IoError("close", path_, errno);
+    if (absl::Status s = file_->Sync(); !s.ok()) return EnvError("fsync", path_, s);
+    file_.reset();
     return absl::OkStatus();
   }
 
  private:
+  Env* const env_;
   std::string path_;
-  int fd_ = -1;
+  std::unique_ptr<EnvFile> file_;
+  uint64_t offset_ = 0;
 };
-
-absl::Status SyncDirectory(absl::string_view dir) {
-  std::string d(dir);
-  int fd = ::open(d.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return IoError("open directory", d, errno);
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) return IoError("fsync directory", d, err);
-  return absl::OkStatus();
-}
 
 // Where a snapshot is read from.
 class Source {
@@ -881,7 +866,8 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
   buf->Prefault(0, buffer_bytes);
   uint8_t* sec = buf->data();
 
-  FileWriter out;
+  Env* const env = options.env != nullptr ? options.env : PosixEnv();
+  FileWriter out(env);
   absl::Status st = [&]() -> absl::Status {
     if (absl::Status s = out.Open(tmp); !s.ok()) return s;
     if (absl::Status s = out.Write(h, sizeof(h)); !s.ok()) return s;
@@ -988,20 +974,23 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
       result.duration = absl::Now() - start;
       if (absl::Status s = options.before_commit(result); !s.ok()) return s;
     }
-    if (::rename(tmp.c_str(), result.path.c_str()) != 0) {
-      return IoError(absl::StrCat("rename ", tmp, " to"), result.path, errno);
+    if (absl::Status s = env->Rename(tmp, result.path); !s.ok()) {
+      return EnvError(absl::StrCat("rename ", tmp, " to"), result.path, s);
     }
-    return SyncDirectory(dir);
+    return EnvError("fsync directory", dir, env->SyncDir(std::string(dir)));
   }();
   if (!st.ok()) {
-    ::unlink(tmp.c_str());
+    (void)env->Remove(tmp);
     return st;
   }
   result.duration = absl::Now() - start;
   return result;
 }
 
-absl::Status SyncSnapshotDirectory(absl::string_view dir) { return SyncDirectory(dir); }
+absl::Status SyncSnapshotDirectory(absl::string_view dir, Env* env) {
+  if (env == nullptr) env = PosixEnv();
+  return EnvError("fsync directory", dir, env->SyncDir(std::string(dir)));
+}
 
 absl::StatusOr<LoadedSnapshot> ReadSnapshotFile(const std::string& path,
                                                 absl::string_view expected_name,

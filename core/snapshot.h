@@ -54,6 +54,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "base/env.h"
 #include "core/cuckoo_filter.h"
 
 namespace cuckoo {
@@ -111,6 +112,8 @@ struct SnapshotWriteOptions {
   // not hold back the log's truncation. (cuckood: the write-ahead log's
   // last lsn given out, or a cluster replica's applied position.)
   std::function<uint64_t()> position_floor;
+  // The file operations (tests inject faults); PosixEnv() when null.
+  Env* env = nullptr;
 };
 
 // Writes `filter`'s snapshot (format version kSnapshotFormatVersion) to
@@ -123,8 +126,9 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
                                                       const SnapshotWriteOptions& options = {});
 
 // fsyncs directory `dir` (after a file in it was created, renamed or
-// removed). INTERNAL naming the directory and the system error.
-absl::Status SyncSnapshotDirectory(absl::string_view dir);
+// removed), through `env` (PosixEnv() when null). INTERNAL naming the
+// directory and the system error.
+absl::Status SyncSnapshotDirectory(absl::string_view dir, Env* env = nullptr);
 
 // What a snapshot's header says, checked.
 struct SnapshotHeader {

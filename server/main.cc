@@ -86,7 +86,7 @@ int Main(int argc, char** argv) {
   // first segment filled the disk and every snapshot failed).
   if (config->nats_urls.empty()) {
     if (absl::Status s =
-            CheckWalDiskSpace(PosixWalEnv(), config->data_dir, config->data_dir + "/" + kWalDir,
+            CheckWalDiskSpace(PosixEnv(), config->data_dir, config->data_dir + "/" + kWalDir,
                               config->wal_segment_bytes);
         !s.ok()) {
       absl::FPrintF(stderr, "cuckood: %s\n", s.message());

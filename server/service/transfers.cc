@@ -12,11 +12,11 @@ namespace cuckoo::server {
 // ---- TransferDisk ----
 
 TransferDisk::TransferDisk(std::string data_dir, uint64_t reserve_bytes, std::string reserve_for,
-                           WalEnv* env)
+                           Env* env)
     : data_dir_(std::move(data_dir)),
       reserve_bytes_(reserve_bytes),
       reserve_for_(std::move(reserve_for)),
-      env_(env != nullptr ? env : PosixWalEnv()) {}
+      env_(env != nullptr ? env : PosixEnv()) {}
 
 TransferDisk::Claim::Claim(Claim&& other) noexcept
     : disk_(std::exchange(other.disk_, nullptr)), left_(std::exchange(other.left_, 0)) {}
@@ -53,7 +53,7 @@ uint64_t TransferDisk::claimed_bytes() const {
 }
 
 absl::Status TransferDisk::Check(uint64_t bytes, std::string_view what) {
-  absl::StatusOr<WalDiskSpace> space = env_->DiskSpace(data_dir_);
+  absl::StatusOr<VolumeSpace> space = env_->DiskSpace(data_dir_);
   if (absl::IsUnimplemented(space.status())) return absl::OkStatus();
   if (!space.ok()) return space.status();
   const uint64_t kept = reserve_bytes_ + claimed_;

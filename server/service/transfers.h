@@ -37,8 +37,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/env.h"
 #include "base/mutex.h"
-#include "server/wal/wal_env.h"
 
 namespace cuckoo::server {
 
@@ -57,9 +57,9 @@ class TransferDisk {
  public:
   // Files in `data_dir`; `reserve_bytes` of its volume are kept free, for
   // `reserve_for` (in errors: "the write-ahead log (2 x --wal-segment-size)").
-  // `env` answers the disk space (null: PosixWalEnv()).
+  // `env` answers the disk space (null: PosixEnv()).
   TransferDisk(std::string data_dir, uint64_t reserve_bytes, std::string reserve_for,
-               WalEnv* env = nullptr);
+               Env* env = nullptr);
   TransferDisk(const TransferDisk&) = delete;
   TransferDisk& operator=(const TransferDisk&) = delete;
 
@@ -103,7 +103,7 @@ class TransferDisk {
   const std::string data_dir_;
   const uint64_t reserve_bytes_;
   const std::string reserve_for_;
-  WalEnv* const env_;
+  Env* const env_;
   mutable Mutex mu_;
   uint64_t claimed_ ABSL_GUARDED_BY(mu_) = 0;
 };

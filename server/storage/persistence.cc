@@ -334,7 +334,7 @@ void Persistence::ApplyDrop(absl::string_view name, const std::shared_ptr<Cuckoo
 absl::Status Persistence::ReplayAndOpenLog(LoadSummary* summary) {
   WalOptions wal_options = options_.wal;
   wal_options.dir = (fs::path(data_dir_) / kWalDir).string();
-  WalEnv* env = wal_options.env != nullptr ? wal_options.env : PosixWalEnv();
+  Env* env = wal_options.env != nullptr ? wal_options.env : PosixEnv();
   // The filters the log writes to, by id; stable addresses for the applier.
   using Live = WalApplier::Target;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Live>> live;
@@ -497,7 +497,7 @@ absl::Status Persistence::ReplayAndOpenLog(LoadSummary* summary) {
   if (!scan.ok()) return scan.status();
   if (!applied.ok()) return applied;
   if (removed_files) {
-    if (absl::Status s = SyncSnapshotDirectory(data_dir_); !s.ok()) return s;
+    if (absl::Status s = SyncSnapshotDirectory(data_dir_, options_.wal.env); !s.ok()) return s;
   }
   if (!scan->cut.empty()) {
     spdlog::warn(
@@ -604,7 +604,8 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> Persistence::ImportNow(
   filter->set_id(0);
   filter->SetShardPositionsForLoad(floor);
   absl::StatusOr<SnapshotWriteResult> w =
-      WriteSnapshotFile(*filter, name, data_dir_, {.buffer_bytes = options_.snapshot_buffer_bytes});
+      WriteSnapshotFile(*filter, name, data_dir_,
+                        {.buffer_bytes = options_.snapshot_buffer_bytes, .env = options_.wal.env});
   if (!w.ok()) {
     if (options_.on_snapshot_written) options_.on_snapshot_written(false, 0, absl::ZeroDuration());
     return w.status();  // The previous state: no file (WriteSnapshotFile removed its own).
@@ -653,7 +654,7 @@ absl::Status Persistence::RemoveSnapshotFile(absl::string_view name) {
   }
   ::unlink(SnapshotTempPath(data_dir_, name).c_str());
   return options_.sync_directory ? options_.sync_directory(data_dir_)
-                                 : SyncSnapshotDirectory(data_dir_);
+                                 : SyncSnapshotDirectory(data_dir_, options_.wal.env);
 }
 
 void Persistence::TruncateLogLocked() {
@@ -790,12 +791,14 @@ absl::StatusOr<SnapshotRun> Persistence::SnapshotNow(absl::string_view name, boo
     // log, whatever the durability mode.
     SnapshotWriteOptions write_options{
         .buffer_bytes = options_.snapshot_buffer_bytes,
-        .before_commit = [this](const SnapshotWriteResult& r) {
-          // The creation record too (a filter never written has positions
-          // 0); with the floor below, the log up to the floor.
-          return wal_ != nullptr ? wal_->SyncTo(std::max(r.max_position, r.filter_id))
-                                 : absl::OkStatus();
-        }};
+        .before_commit =
+            [this](const SnapshotWriteResult& r) {
+              // The creation record too (a filter never written has positions
+              // 0); with the floor below, the log up to the floor.
+              return wal_ != nullptr ? wal_->SyncTo(std::max(r.max_position, r.filter_id))
+                                     : absl::OkStatus();
+            },
+        .env = options_.wal.env};
     // Per shard, the floor read before its copy.
     std::vector<uint64_t> floors;
     floors.reserve(filter->shape().shards);

@@ -61,7 +61,7 @@ absl::Status FailureStatus(const absl::Status& io) {
 }  // namespace
 
 Wal::Wal(WalOptions options)
-    : options_(std::move(options)), env_(options_.env != nullptr ? options_.env : PosixWalEnv()) {}
+    : options_(std::move(options)), env_(options_.env != nullptr ? options_.env : PosixEnv()) {}
 
 absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(WalOptions options, const WalScan& scan,
                                                uint64_t at_least) {
@@ -76,7 +76,7 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(WalOptions options, const WalScan
                         options.max_pending_bytes, 4 * kWalMaxRecordBytes));
   }
   std::unique_ptr<Wal> wal(new Wal(std::move(options)));
-  WalEnv* env = wal->env_;
+  Env* env = wal->env_;
   const std::string& dir = wal->options_.dir;
   if (absl::Status s = env->CreateDir(dir); !s.ok()) return s;
   // A clean close's record holds only until something is appended: gone
@@ -109,7 +109,7 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(WalOptions options, const WalScan
     bool reused = false;
     if (scan.prepared.file_bytes == wal->options_.segment_bytes &&
         scan.prepared.sequence >= next_sequence) {
-      absl::StatusOr<std::unique_ptr<WalFile>> f = env->Open(scan.prepared.path);
+      absl::StatusOr<std::unique_ptr<EnvFile>> f = env->Open(scan.prepared.path);
       if (f.ok()) {
         wal->prepared_ = *std::move(f);
         next_sequence = scan.prepared.sequence;
@@ -124,7 +124,7 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(WalOptions options, const WalScan
   wal->next_sequence_ = next_sequence;
   if (!scan.segments.empty()) {
     const WalSegmentInfo& tail = scan.segments.back();
-    absl::StatusOr<std::unique_ptr<WalFile>> f = env->Open(tail.path);
+    absl::StatusOr<std::unique_ptr<EnvFile>> f = env->Open(tail.path);
     if (!f.ok()) return f.status();
     if (!scan.cut.empty() && tail.end < tail.file_bytes) {
       // Zero what a torn write left after the last valid record, so that
@@ -180,7 +180,7 @@ void Wal::Prepare() {
     lock.Unlock();
     // A leftover of a preparation that failed halfway (a crash) is replaced.
     (void)env_->Remove(path);
-    absl::StatusOr<std::unique_ptr<WalFile>> f =
+    absl::StatusOr<std::unique_ptr<EnvFile>> f =
         env_->Create(path, options_.segment_bytes, &cancel_prepare_);
     absl::Status s = f.status();
     if (s.ok()) s = env_->SyncDir(options_.dir);
@@ -396,7 +396,7 @@ void Wal::AnswerLocked(std::vector<std::pair<Done, absl::Status>>* out) {
 }
 
 absl::Status Wal::StartSegment(uint64_t first_lsn) {
-  std::unique_ptr<WalFile> next;
+  std::unique_ptr<EnvFile> next;
   Segment seg;
   uint64_t prev_last_lsn = 0;
   {
@@ -599,7 +599,7 @@ absl::Status Wal::WriteClosedFile(const WalClosed& c) {
   uint8_t bytes[kWalClosedBytes];
   EncodeWalClosed(c, bytes);
   if (absl::Status s = env_->Remove(tmp); !s.ok()) return s;
-  absl::StatusOr<std::unique_ptr<WalFile>> f = env_->Create(tmp, kWalClosedBytes);
+  absl::StatusOr<std::unique_ptr<EnvFile>> f = env_->Create(tmp, kWalClosedBytes);
   if (!f.ok()) return f.status();
   if (absl::Status s = (*f)->Write(0, absl::MakeConstSpan(bytes)); !s.ok()) return s;
   if (absl::Status s = (*f)->Sync(); !s.ok()) return s;
@@ -629,13 +629,13 @@ namespace {
 
 // The bytes of the regular files named `suffix` in `dir` (their total, and
 // the largest); none if `dir` does not exist.
-absl::Status FileBytes(WalEnv* env, const std::string& dir, absl::string_view suffix,
-                       uint64_t* total, uint64_t* largest) {
+absl::Status FileBytes(Env* env, const std::string& dir, absl::string_view suffix, uint64_t* total,
+                       uint64_t* largest) {
   absl::StatusOr<std::vector<std::string>> names = env->List(dir);
-  if (!names.ok()) return WalErrno(names.status()) == ENOENT ? absl::OkStatus() : names.status();
+  if (!names.ok()) return EnvErrno(names.status()) == ENOENT ? absl::OkStatus() : names.status();
   for (const std::string& name : *names) {
     if (!absl::EndsWith(name, suffix)) continue;
-    absl::StatusOr<std::unique_ptr<WalFile>> f = env->Open(absl::StrCat(dir, "/", name));
+    absl::StatusOr<std::unique_ptr<EnvFile>> f = env->Open(absl::StrCat(dir, "/", name));
     if (!f.ok()) continue;  // Not a regular file: not ours to count.
     absl::StatusOr<uint64_t> size = (*f)->Size();
     if (!size.ok()) return size.status();
@@ -651,13 +651,13 @@ std::string Mib(uint64_t bytes) {
 
 }  // namespace
 
-absl::Status CheckWalDiskSpace(WalEnv* env, const std::string& data_dir, const std::string& wal_dir,
+absl::Status CheckWalDiskSpace(Env* env, const std::string& data_dir, const std::string& wal_dir,
                                uint64_t segment_bytes) {
   // The data directory may not exist yet: its nearest existing ancestor is
   // on the same volume.
   std::string at = data_dir;
-  absl::StatusOr<WalDiskSpace> space = env->DiskSpace(at);
-  for (int up = 0; up < 64 && !space.ok() && WalErrno(space.status()) == ENOENT; ++up) {
+  absl::StatusOr<VolumeSpace> space = env->DiskSpace(at);
+  for (int up = 0; up < 64 && !space.ok() && EnvErrno(space.status()) == ENOENT; ++up) {
     const size_t slash = at.find_last_of('/');
     if (slash == std::string::npos || at.size() <= 1) break;
     at = slash == 0 ? "/" : at.substr(0, slash);

@@ -57,8 +57,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "base/env.h"
 #include "base/mutex.h"
-#include "server/wal/wal_env.h"
 #include "server/wal/wal_format.h"
 
 namespace cuckoo::server {
@@ -80,7 +80,7 @@ struct WalOptions {
   // are held to this: Reserve waits while it is reached. It bounds the log's
   // memory (WalMemoryBound); a group commit is far smaller.
   uint64_t max_pending_bytes = kWalDefaultMaxPendingBytes;
-  WalEnv* env = nullptr;  // PosixWalEnv() when null.
+  Env* env = nullptr;  // PosixEnv() when null.
   // Observers for metrics, called on the committer thread: each group
   // commit's bytes and records, and each fdatasync's duration.
   std::function<void(uint64_t bytes, uint64_t records)> on_write;
@@ -212,7 +212,7 @@ class Wal {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const WalOptions options_;
-  WalEnv* const env_;
+  Env* const env_;
 
   mutable Mutex mu_;
   std::condition_variable work_cv_;     // To the committer: something to do.
@@ -237,7 +237,7 @@ class Wal {
   uint64_t in_write_ ABSL_GUARDED_BY(mu_) = 0;       // Bytes taken from buffer_, not yet written.
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;  // Of the segment to prepare next.
   // The next segment, ready to start (written with zeros), if any.
-  std::unique_ptr<WalFile> prepared_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<EnvFile> prepared_ ABSL_GUARDED_BY(mu_);
   bool preparing_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status prepare_error_ ABSL_GUARDED_BY(mu_);
   absl::Time prepare_failed_at_ ABSL_GUARDED_BY(mu_);
@@ -248,7 +248,7 @@ class Wal {
   // The segment being written (null before the first): set and used by the
   // committer (and Open and Close, when it is not running); others only
   // test it for null under mu_.
-  std::unique_ptr<WalFile> current_;
+  std::unique_ptr<EnvFile> current_;
   absl::Time last_sync_ = absl::InfinitePast();  // Committer only.
   std::thread committer_;
   std::thread preparer_;
@@ -262,7 +262,7 @@ class Wal {
 // FAILED_PRECONDITION naming --wal-segment-size, the volume's size and free
 // space, and the largest segment size that would fit. OK when the env does
 // not know the disk space.
-absl::Status CheckWalDiskSpace(WalEnv* env, const std::string& data_dir, const std::string& wal_dir,
+absl::Status CheckWalDiskSpace(Env* env, const std::string& data_dir, const std::string& wal_dir,
                                uint64_t segment_bytes);
 
 // Upper bounds for Reserve: the record bytes of a write batch of `keys` keys

@@ -440,10 +440,10 @@ struct SegmentFile {
 
 // The first `limit` bytes of `path` (all if shorter), counted in *read.
 // The file's size goes to *size if not null.
-absl::StatusOr<std::vector<uint8_t>> ReadAll(WalEnv* env, const std::string& path, uint64_t* read,
+absl::StatusOr<std::vector<uint8_t>> ReadAll(Env* env, const std::string& path, uint64_t* read,
                                              uint64_t limit = UINT64_MAX,
                                              uint64_t* file_size = nullptr) {
-  absl::StatusOr<std::unique_ptr<WalFile>> f = env->Open(path);
+  absl::StatusOr<std::unique_ptr<EnvFile>> f = env->Open(path);
   if (!f.ok()) return f.status();
   absl::StatusOr<uint64_t> size = (*f)->Size();
   if (!size.ok()) return size.status();
@@ -509,10 +509,10 @@ uint64_t MinValidLsn(absl::Span<const uint8_t> data) {
 
 }  // namespace
 
-absl::StatusOr<WalScan> ScanWal(WalEnv* env, const std::string& dir,
+absl::StatusOr<WalScan> ScanWal(Env* env, const std::string& dir,
                                 const std::function<absl::Status(const WalRecord&)>& apply) {
   absl::StatusOr<std::vector<std::string>> names = env->List(dir);
-  if (!names.ok() && WalErrno(names.status()) == ENOENT) return WalScan{};  // No log yet.
+  if (!names.ok() && EnvErrno(names.status()) == ENOENT) return WalScan{};  // No log yet.
   if (!names.ok()) return names.status();
   std::vector<std::pair<uint64_t, std::string>> files;
   for (const std::string& name : *names) {

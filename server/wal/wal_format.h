@@ -23,9 +23,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "base/env.h"
 #include "core/cuckoo_filter.h"
 #include "core/filter_options.h"
-#include "server/wal/wal_env.h"
 
 namespace cuckoo::server {
 
@@ -213,7 +213,7 @@ struct WalScan {
 // which must be zeros, and a prepared segment only its first
 // kWalClosedCheckBytes; anything that does not match means a full read.
 inline constexpr size_t kWalClosedCheckBytes = 4096;
-absl::StatusOr<WalScan> ScanWal(WalEnv* env, const std::string& dir,
+absl::StatusOr<WalScan> ScanWal(Env* env, const std::string& dir,
                                 const std::function<absl::Status(const WalRecord&)>& apply);
 
 }  // namespace cuckoo::server

@@ -24,7 +24,7 @@
 #include "server/config/config.h"
 #include "server/observability/metrics.h"
 #include "server/wal/wal.h"
-#include "server/wal/wal_env.h"
+#include "base/env.h"
 #include "server/wal/wal_format.h"
 #include "tests/util/read_lines.h"
 #include "tests/util/temp_dir.h"
@@ -84,7 +84,7 @@ std::set<std::string> ServedMetrics() {
   cuckoo::testing::TempDir dir;
   const std::string wal_dir = dir.path() + "/wal";
   absl::StatusOr<WalScan> scan =
-      ScanWal(PosixWalEnv(), wal_dir, [](const WalRecord&) { return absl::OkStatus(); });
+      ScanWal(PosixEnv(), wal_dir, [](const WalRecord&) { return absl::OkStatus(); });
   EXPECT_TRUE(scan.ok()) << scan.status();
   absl::StatusOr<std::unique_ptr<Wal>> wal = Wal::Open({.dir = wal_dir}, *scan, 0);
   EXPECT_TRUE(wal.ok()) << wal.status();

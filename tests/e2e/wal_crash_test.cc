@@ -62,7 +62,7 @@ std::map<std::string, std::unique_ptr<CuckooFilter>> Reference(const std::string
     by_id[s->filter_id] = {s->header.name, std::move(s->filter)};
   }
   absl::StatusOr<server::WalScan> scan =
-      server::ScanWal(server::PosixWalEnv(), dir + "/wal", [&](const WalRecord& r) {
+      server::ScanWal(PosixEnv(), dir + "/wal", [&](const WalRecord& r) {
         switch (r.type) {
           case WalRecordType::kCreateFilter: {
             if (by_id.contains(r.lsn)) break;

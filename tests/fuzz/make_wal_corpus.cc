@@ -32,8 +32,8 @@
 namespace {
 
 namespace fs = std::filesystem;
+using cuckoo::Env;
 using cuckoo::server::Wal;
-using cuckoo::server::WalEnv;
 
 [[noreturn]] void Fail(const std::string& msg) {
   std::fprintf(stderr, "make_wal_corpus: %s\n", msg.c_str());
@@ -43,9 +43,8 @@ using cuckoo::server::WalEnv;
 // A log written by Wal into `dir`: its segments' bytes, concatenated, each
 // cut 8 bytes after its last record (the zeros the reader stops at).
 std::vector<uint8_t> WriteLog(const std::string& dir) {
-  absl::StatusOr<cuckoo::server::WalScan> empty =
-      cuckoo::server::ScanWal(cuckoo::server::PosixWalEnv(), dir,
-                              [](const cuckoo::server::WalRecord&) { return absl::OkStatus(); });
+  absl::StatusOr<cuckoo::server::WalScan> empty = cuckoo::server::ScanWal(
+      cuckoo::PosixEnv(), dir, [](const cuckoo::server::WalRecord&) { return absl::OkStatus(); });
   if (!empty.ok()) Fail(empty.status().ToString());
   absl::StatusOr<std::unique_ptr<Wal>> wal =
       Wal::Open({.dir = dir, .segment_bytes = cuckoo::server::kWalMinSegmentBytes}, *empty, 0);

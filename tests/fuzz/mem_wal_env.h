@@ -1,4 +1,4 @@
-// MemWalEnv: a WalEnv over files held in memory, for the log reader's
+// MemWalEnv: a Env over files held in memory, for the log reader's
 // fuzzer and its corpus generator (no disk per input). Reads and listing
 // only are needed by ScanWal; writes work too, for completeness.
 #ifndef CUCKOO_TESTS_FUZZ_MEM_WAL_ENV_H_
@@ -13,23 +13,23 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
-#include "server/wal/wal_env.h"
+#include "base/env.h"
 
 namespace cuckoo::fuzz {
 
-class MemWalEnv : public server::WalEnv {
+class MemWalEnv : public Env {
  public:
   // The files, by full path ("<dir>/<name>").
   std::map<std::string, std::vector<uint8_t>> files;
 
-  absl::StatusOr<std::unique_ptr<server::WalFile>> Open(const std::string& path) override {
+  absl::StatusOr<std::unique_ptr<EnvFile>> Open(const std::string& path) override {
     if (!files.count(path)) return absl::NotFoundError(path + ": no such file");
-    return std::unique_ptr<server::WalFile>(new File(this, path));
+    return std::unique_ptr<EnvFile>(new File(this, path));
   }
-  absl::StatusOr<std::unique_ptr<server::WalFile>> Create(
-      const std::string& path, uint64_t bytes, const std::atomic<bool>* = nullptr) override {
+  absl::StatusOr<std::unique_ptr<EnvFile>> Create(const std::string& path, uint64_t bytes,
+                                                  const std::atomic<bool>* = nullptr) override {
     files[path].assign(bytes, 0);
-    return std::unique_ptr<server::WalFile>(new File(this, path));
+    return std::unique_ptr<EnvFile>(new File(this, path));
   }
   absl::Status Rename(const std::string& from, const std::string& to) override {
     auto it = files.find(from);
@@ -53,7 +53,7 @@ class MemWalEnv : public server::WalEnv {
   absl::Status SyncDir(const std::string&) override { return absl::OkStatus(); }
 
  private:
-  class File : public server::WalFile {
+  class File : public EnvFile {
    public:
     File(MemWalEnv* env, std::string path) : env_(env), path_(std::move(path)) {}
     absl::Status Write(uint64_t offset, absl::Span<const uint8_t> data) override {

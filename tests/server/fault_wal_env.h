@@ -1,18 +1,23 @@
-// FaultWalEnv: a WalEnv over the real file system that can simulate a power
+// FaultWalEnv: a Env over the real file system that can simulate a power
 // cut and inject errors (the model is leveldb's fault_injection_test).
 //
 // It remembers every file's contents as of its last Sync (or its creation,
-// which syncs), and which files were created since the directory was last
-// synced. PowerCut() then puts back the synced contents of every file (so
-// everything written and not fdatasync'ed is gone), optionally keeping each
-// unsynced 4 KiB page with some probability (a disk persists dirty pages in
-// any order), and deletes files whose directory entry was never synced.
+// which syncs), which files were created since the directory was last
+// synced, and what each file renamed over since then held. PowerCut() then
+// puts back the synced contents of every file (so everything written and
+// not fdatasync'ed is gone), optionally keeping each unsynced 4 KiB page
+// with some probability (a disk persists dirty pages in any order), deletes
+// files whose directory entry was never synced, and undoes the renames the
+// directory's sync did not make durable (the file renamed over is back, as
+// it was; a snapshot's temporary file, written and renamed into place, is
+// the case that matters).
 // From then on every write, sync, create and removal fails with EIO, as for
 // a process that lost its disk, until Revive(): so the log under test can be
 // closed normally and cannot touch the files after the cut.
 //
 // Errors: SetFail(fn), fn(op, path) returning an errno for an operation
-// ("write", "sync", "create", "syncdir", "remove"), 0 to let it run.
+// ("write", "sync", "create", "syncdir", "remove", "rename"), 0 to let it
+// run. fn runs without the env's lock: it may call PowerCut().
 //
 // For tests only: it keeps a copy of every file in memory.
 #ifndef CUCKOO_TESTS_SERVER_FAULT_WAL_ENV_H_
@@ -23,16 +28,17 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "server/wal/wal_env.h"
+#include "base/env.h"
 
 namespace cuckoo::server::testing {
 
-class FaultWalEnv : public WalEnv {
+class FaultWalEnv : public Env {
  public:
   using FailFn = std::function<int(const std::string& op, const std::string& path)>;
   void Revive() {
@@ -44,35 +50,54 @@ class FaultWalEnv : public WalEnv {
     fail_ = std::move(fn);
   }
 
-  absl::StatusOr<std::unique_ptr<WalFile>> Open(const std::string& path) override {
-    absl::StatusOr<std::unique_ptr<WalFile>> f = base_->Open(path);
+  absl::StatusOr<std::unique_ptr<EnvFile>> Open(const std::string& path) override {
+    absl::StatusOr<std::unique_ptr<EnvFile>> f = base_->Open(path);
     if (!f.ok()) return f;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!synced_.count(path)) synced_[path] = ReadAll(**f);
     }
-    return std::unique_ptr<WalFile>(new File(this, *std::move(f)));
+    return std::unique_ptr<EnvFile>(new File(this, *std::move(f)));
   }
 
-  absl::StatusOr<std::unique_ptr<WalFile>> Create(
+  absl::StatusOr<std::unique_ptr<EnvFile>> Create(
       const std::string& path, uint64_t bytes, const std::atomic<bool>* cancel = nullptr) override {
-    if (int err = Inject("create", path)) return WalIoError("allocate", path, err);
+    if (int err = Inject("create", path)) return EnvIoError("allocate", path, err);
     std::lock_guard<std::mutex> lock(mu_);
-    if (dead_) return WalIoError("create", path, EIO);
-    absl::StatusOr<std::unique_ptr<WalFile>> f = base_->Create(path, bytes, cancel);
+    if (dead_) return EnvIoError("create", path, EIO);
+    absl::StatusOr<std::unique_ptr<EnvFile>> f = base_->Create(path, bytes, cancel);
     if (!f.ok()) return f;
     synced_[path] = std::vector<uint8_t>(bytes, 0);
     unsynced_entries_.insert(path);
-    return std::unique_ptr<WalFile>(new File(this, *std::move(f)));
+    return std::unique_ptr<EnvFile>(new File(this, *std::move(f)));
   }
 
   absl::Status Rename(const std::string& from, const std::string& to) override {
-    return base_->Rename(from, to);
+    if (int err = Inject("rename", from)) return EnvIoError("rename", from, err);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (dead_) return EnvIoError("rename", from, EIO);
+    if (!renamed_over_.count(to)) {
+      // What `to` holds for good until the directory is synced.
+      std::optional<std::vector<uint8_t>> before;
+      if (auto it = synced_.find(to); it != synced_.end()) {
+        before = it->second;
+      } else if (absl::StatusOr<std::unique_ptr<EnvFile>> f = base_->Open(to); f.ok()) {
+        before = ReadAll(**f);
+      }
+      renamed_over_[to] = std::move(before);
+    }
+    if (absl::Status s = base_->Rename(from, to); !s.ok()) return s;
+    if (auto it = synced_.find(from); it != synced_.end()) {
+      synced_[to] = std::move(it->second);
+      synced_.erase(it);
+    }
+    unsynced_entries_.erase(from);
+    return absl::OkStatus();
   }
   absl::Status Remove(const std::string& path) override {
-    if (int err = Inject("remove", path)) return WalIoError("remove", path, err);
+    if (int err = Inject("remove", path)) return EnvIoError("remove", path, err);
     std::lock_guard<std::mutex> lock(mu_);
-    if (dead_) return WalIoError("remove", path, EIO);
+    if (dead_) return EnvIoError("remove", path, EIO);
     synced_.erase(path);
     unsynced_entries_.erase(path);
     return base_->Remove(path);
@@ -82,10 +107,11 @@ class FaultWalEnv : public WalEnv {
   }
   absl::Status CreateDir(const std::string& dir) override { return base_->CreateDir(dir); }
   absl::Status SyncDir(const std::string& dir) override {
-    if (int err = Inject("syncdir", dir)) return WalIoError("fsync directory", dir, err);
+    if (int err = Inject("syncdir", dir)) return EnvIoError("fsync directory", dir, err);
     std::lock_guard<std::mutex> lock(mu_);
-    if (dead_) return WalIoError("fsync directory", dir, EIO);
+    if (dead_) return EnvIoError("fsync directory", dir, EIO);
     unsynced_entries_.clear();
+    renamed_over_.clear();
     return base_->SyncDir(dir);
   }
 
@@ -101,8 +127,21 @@ class FaultWalEnv : public WalEnv {
       synced_.erase(path);
     }
     unsynced_entries_.clear();
+    for (auto& [path, before] : renamed_over_) {
+      if (!before.has_value()) {
+        (void)base_->Remove(path);
+        synced_.erase(path);
+        continue;
+      }
+      if (!base_->Open(path).ok()) {
+        absl::StatusOr<std::unique_ptr<EnvFile>> f = base_->Create(path, 0);
+        if (!f.ok()) continue;
+      }
+      synced_[path] = *std::move(before);
+    }
+    renamed_over_.clear();
     for (auto& [path, image] : synced_) {
-      absl::StatusOr<std::unique_ptr<WalFile>> f = base_->Open(path);
+      absl::StatusOr<std::unique_ptr<EnvFile>> f = base_->Open(path);
       if (!f.ok()) continue;
       std::vector<uint8_t> now = ReadAll(**f);
       std::vector<uint8_t> after = image;
@@ -122,19 +161,19 @@ class FaultWalEnv : public WalEnv {
   }
 
  private:
-  class File : public WalFile {
+  class File : public EnvFile {
    public:
-    File(FaultWalEnv* env, std::unique_ptr<WalFile> base) : env_(env), base_(std::move(base)) {}
+    File(FaultWalEnv* env, std::unique_ptr<EnvFile> base) : env_(env), base_(std::move(base)) {}
     absl::Status Write(uint64_t offset, absl::Span<const uint8_t> data) override {
-      if (int err = env_->Inject("write", path())) return WalIoError("write", path(), err);
+      if (int err = env_->Inject("write", path())) return EnvIoError("write", path(), err);
       std::lock_guard<std::mutex> lock(env_->mu_);  // Not across a power cut.
-      if (env_->dead_) return WalIoError("write", path(), EIO);
+      if (env_->dead_) return EnvIoError("write", path(), EIO);
       return base_->Write(offset, data);
     }
     absl::Status Sync() override {
-      if (int err = env_->Inject("sync", path())) return WalIoError("fdatasync", path(), err);
+      if (int err = env_->Inject("sync", path())) return EnvIoError("fdatasync", path(), err);
       std::lock_guard<std::mutex> lock(env_->mu_);
-      if (env_->dead_) return WalIoError("fdatasync", path(), EIO);
+      if (env_->dead_) return EnvIoError("fdatasync", path(), EIO);
       absl::Status s = base_->Sync();
       if (s.ok()) env_->synced_[path()] = ReadAll(*base_);
       return s;
@@ -148,10 +187,10 @@ class FaultWalEnv : public WalEnv {
 
    private:
     FaultWalEnv* const env_;
-    std::unique_ptr<WalFile> base_;
+    std::unique_ptr<EnvFile> base_;
   };
 
-  static std::vector<uint8_t> ReadAll(WalFile& f) {
+  static std::vector<uint8_t> ReadAll(EnvFile& f) {
     absl::StatusOr<uint64_t> size = f.Size();
     std::vector<uint8_t> bytes(size.ok() ? *size : 0);
     absl::StatusOr<size_t> n = f.Read(0, absl::MakeSpan(bytes));
@@ -168,10 +207,13 @@ class FaultWalEnv : public WalEnv {
     return fn ? fn(op, path) : 0;
   }
 
-  WalEnv* const base_ = PosixWalEnv();
+  Env* const base_ = PosixEnv();
   std::mutex mu_;
   std::map<std::string, std::vector<uint8_t>> synced_;
   std::set<std::string> unsynced_entries_;
+  // Renamed over since the directory was last synced: what each held
+  // before (nothing: it did not exist).
+  std::map<std::string, std::optional<std::vector<uint8_t>>> renamed_over_;
   FailFn fail_;
   bool dead_ = false;
 };

@@ -1,4 +1,4 @@
-// ForwardingWalEnv: the real file system (PosixWalEnv) behind the WalEnv
+// ForwardingWalEnv: the real file system (PosixEnv) behind the Env
 // interface, for a test environment to override the part it changes (a
 // gated segment preparation, counted reads, a volume of a given size) and
 // forward the rest. DiskSpace is not forwarded: it stays UNIMPLEMENTED (no
@@ -12,17 +12,17 @@
 #include <string>
 #include <vector>
 
-#include "server/wal/wal_env.h"
+#include "base/env.h"
 
 namespace cuckoo::server::testing {
 
-class ForwardingWalEnv : public WalEnv {
+class ForwardingWalEnv : public Env {
  public:
-  absl::StatusOr<std::unique_ptr<WalFile>> Create(const std::string& path, uint64_t bytes,
+  absl::StatusOr<std::unique_ptr<EnvFile>> Create(const std::string& path, uint64_t bytes,
                                                   const std::atomic<bool>* cancel) override {
     return base_->Create(path, bytes, cancel);
   }
-  absl::StatusOr<std::unique_ptr<WalFile>> Open(const std::string& path) override {
+  absl::StatusOr<std::unique_ptr<EnvFile>> Open(const std::string& path) override {
     return base_->Open(path);
   }
   absl::Status Rename(const std::string& from, const std::string& to) override {
@@ -36,7 +36,7 @@ class ForwardingWalEnv : public WalEnv {
   absl::Status SyncDir(const std::string& dir) override { return base_->SyncDir(dir); }
 
  protected:
-  WalEnv* const base_ = PosixWalEnv();
+  Env* const base_ = PosixEnv();
 };
 
 }  // namespace cuckoo::server::testing

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "base/env.h"
 #include "cuckoo/v1/filter_service.grpc.pb.h"
 #include "server/config/config.h"
 #include "server/server.h"
-#include "server/wal/wal_env.h"
 #include "tests/server/forwarding_wal_env.h"
 #include "tests/util/temp_dir.h"
 
@@ -44,8 +44,8 @@ inline server::ServerConfig TestConfig(const std::string& data_dir) {
 class SmallDiskEnv : public server::testing::ForwardingWalEnv {
  public:
   explicit SmallDiskEnv(uint64_t free_bytes) : free_(free_bytes) {}
-  absl::StatusOr<server::WalDiskSpace> DiskSpace(const std::string&) override {
-    return server::WalDiskSpace{.total_bytes = 2 * free_, .free_bytes = free_};
+  absl::StatusOr<VolumeSpace> DiskSpace(const std::string&) override {
+    return VolumeSpace{.total_bytes = 2 * free_, .free_bytes = free_};
   }
 
  private:
@@ -53,7 +53,7 @@ class SmallDiskEnv : public server::testing::ForwardingWalEnv {
 };
 
 // Stops `*server` when it goes, however the test ends: declared after a
-// WalEnv the server uses (a SmallDiskEnv), it keeps the env alive as long
+// Env the server uses (a SmallDiskEnv), it keeps the env alive as long
 // as the server.
 class StopServerFirst {
  public:

@@ -53,14 +53,14 @@ FilterShape GrowingShape() {
 }
 
 // Scans `dir`, collecting every record.
-absl::StatusOr<WalScan> Scan(WalEnv* env, const std::string& dir, std::vector<WalRecord>* out) {
+absl::StatusOr<WalScan> Scan(Env* env, const std::string& dir, std::vector<WalRecord>* out) {
   return ScanWal(env, dir, [&](const WalRecord& r) {
     if (out != nullptr) out->push_back(r);
     return absl::OkStatus();
   });
 }
 
-std::unique_ptr<Wal> OpenWal(const std::string& dir, WalEnv* env, Durability d = Durability::kSync,
+std::unique_ptr<Wal> OpenWal(const std::string& dir, Env* env, Durability d = Durability::kSync,
                              std::function<void(const absl::Status&)> on_failure = nullptr,
                              absl::Duration interval = absl::Seconds(1)) {
   absl::StatusOr<WalScan> scan = Scan(env, dir, nullptr);
@@ -97,7 +97,7 @@ TEST(WalTest, RecordsRoundTripInOrder) {
   TempDir dir;
   const std::string wal_dir = dir.path() + "/wal";
   {
-    auto wal = OpenWal(wal_dir, PosixWalEnv());
+    auto wal = OpenWal(wal_dir, PosixEnv());
     ASSERT_NE(wal, nullptr);
     const uint64_t id = wal->AppendCreateFilter("users", SomeShape());
     EXPECT_EQ(id, 1u);
@@ -109,7 +109,7 @@ TEST(WalTest, RecordsRoundTripInOrder) {
     ASSERT_TRUE(wal->WaitDurable(last).ok());
   }
   std::vector<WalRecord> records;
-  absl::StatusOr<WalScan> scan = Scan(PosixWalEnv(), wal_dir, &records);
+  absl::StatusOr<WalScan> scan = Scan(PosixEnv(), wal_dir, &records);
   ASSERT_TRUE(scan.ok()) << scan.status();
   EXPECT_TRUE(scan->cut.empty()) << scan->cut;
   ASSERT_EQ(records.size(), 5u);
@@ -136,7 +136,7 @@ TEST(WalTest, ReopenedLogContinuesTheLsnsAndKeepsEveryRecord) {
   TempDir dir;
   const std::string wal_dir = dir.path() + "/wal";
   for (int round = 0; round < 3; ++round) {
-    auto wal = OpenWal(wal_dir, PosixWalEnv());
+    auto wal = OpenWal(wal_dir, PosixEnv());
     ASSERT_NE(wal, nullptr);
     uint64_t lsn = 0;
     for (int i = 0; i < 10; ++i) lsn = AppendInsert(*wal, 1, round * 100 + i, 4);
@@ -144,7 +144,7 @@ TEST(WalTest, ReopenedLogContinuesTheLsnsAndKeepsEveryRecord) {
     ASSERT_TRUE(wal->WaitDurable(lsn).ok());
   }
   std::vector<WalRecord> records;
-  absl::StatusOr<WalScan> scan = Scan(PosixWalEnv(), wal_dir, &records);
+  absl::StatusOr<WalScan> scan = Scan(PosixEnv(), wal_dir, &records);
   ASSERT_TRUE(scan.ok()) << scan.status();
   ASSERT_EQ(records.size(), 30u);
   for (size_t i = 0; i < records.size(); ++i) EXPECT_EQ(records[i].lsn, i + 1);
@@ -153,7 +153,7 @@ TEST(WalTest, ReopenedLogContinuesTheLsnsAndKeepsEveryRecord) {
 // Writes a log of `n` records synced one by one, so that each record after
 // the first says the ones before it were durable; returns the segment path.
 std::string WriteSyncedLog(const std::string& wal_dir, int n) {
-  auto wal = OpenWal(wal_dir, PosixWalEnv());
+  auto wal = OpenWal(wal_dir, PosixEnv());
   for (int i = 0; i < n; ++i) {
     EXPECT_TRUE(wal->WaitDurable(AppendInsert(*wal, 1, 10 * i, 5)).ok());
   }
@@ -185,7 +185,7 @@ TEST(WalTest, TornTailAtEveryByteOffsetOfTheLastRecordIsCutOff) {
       for (size_t i = cut; i < last_begin + record; ++i) torn[i] = fill;
       WriteFile(segment, torn);
       std::vector<WalRecord> records;
-      absl::StatusOr<WalScan> scan = Scan(PosixWalEnv(), wal_dir, &records);
+      absl::StatusOr<WalScan> scan = Scan(PosixEnv(), wal_dir, &records);
       ASSERT_TRUE(scan.ok()) << "cut at " << cut << ": " << scan.status();
       ASSERT_EQ(records.size(), 4u) << "cut at " << cut;
       EXPECT_EQ(scan->last_lsn, 4u);
@@ -203,14 +203,14 @@ TEST(WalTest, TornTailAtEveryByteOffsetOfTheLastRecordIsCutOff) {
   for (size_t i = last_begin + 9; i < last_begin + record; ++i) torn[i] = 0xA5;
   WriteFile(segment, torn);
   {
-    auto wal = OpenWal(wal_dir, PosixWalEnv());
+    auto wal = OpenWal(wal_dir, PosixEnv());
     ASSERT_NE(wal, nullptr);
     const uint64_t lsn = AppendInsert(*wal, 1, 999, 1);
     EXPECT_EQ(lsn, 5u);
     ASSERT_TRUE(wal->WaitDurable(lsn).ok());
   }
   std::vector<WalRecord> records;
-  absl::StatusOr<WalScan> scan = Scan(PosixWalEnv(), wal_dir, &records);
+  absl::StatusOr<WalScan> scan = Scan(PosixEnv(), wal_dir, &records);
   ASSERT_TRUE(scan.ok()) << scan.status();
   EXPECT_TRUE(scan->cut.empty()) << scan->cut;
   ASSERT_EQ(records.size(), 5u);
@@ -226,7 +226,7 @@ TEST(WalTest, ChecksumMismatchBeforeTheTailIsAStartupErrorNamingSegmentAndOffset
   const size_t third = kWalSegmentHeaderBytes + 2 * record;
   bytes[third + 40] ^= 0x10;  // A hash of record 3.
   WriteFile(segment, bytes);
-  absl::StatusOr<WalScan> scan = Scan(PosixWalEnv(), wal_dir, nullptr);
+  absl::StatusOr<WalScan> scan = Scan(PosixEnv(), wal_dir, nullptr);
   ASSERT_TRUE(absl::IsDataLoss(scan.status())) << scan.status();
   EXPECT_TRUE(absl::StrContains(scan.status().message(), segment)) << scan.status();
   EXPECT_TRUE(absl::StrContains(scan.status().message(), absl::StrCat("offset ", third)))
@@ -248,7 +248,7 @@ TEST(WalTest, RequestRecordsRoundTripWithResultsSplitAcrossRecords) {
                  .time = t};
   for (uint32_t i = 0; i < req.keys; ++i) req.results.push_back(i % 3 == 0 ? 1 : 0);
   {
-    auto wal = OpenWal(wal_dir, PosixWalEnv());
+    auto wal = OpenWal(wal_dir, PosixEnv());
     ASSERT_NE(wal, nullptr);
     wal->AppendRequestStart(3, req);
     const uint64_t last = wal->AppendRequestResults(3, req);
@@ -256,7 +256,7 @@ TEST(WalTest, RequestRecordsRoundTripWithResultsSplitAcrossRecords) {
     ASSERT_TRUE(wal->WaitDurable(last).ok());
   }
   std::vector<WalRecord> records;
-  absl::StatusOr<WalScan> scan = Scan(PosixWalEnv(), wal_dir, &records);
+  absl::StatusOr<WalScan> scan = Scan(PosixEnv(), wal_dir, &records);
   ASSERT_TRUE(scan.ok()) << scan.status();
   ASSERT_EQ(records.size(), 3u);
   EXPECT_EQ(records[0].type, WalRecordType::kRequestStart);
@@ -389,7 +389,7 @@ TEST(WalTest, NewerSegmentVersionOrRecordTypeIsRefusedNotCut) {
   const uint64_t sum = XXH3_64bits(newer.data(), 56);
   std::memcpy(newer.data() + 56, &sum, 8);
   WriteFile(segment, newer);
-  absl::StatusOr<WalScan> scan = Scan(PosixWalEnv(), wal_dir, nullptr);
+  absl::StatusOr<WalScan> scan = Scan(PosixEnv(), wal_dir, nullptr);
   EXPECT_TRUE(absl::IsFailedPrecondition(scan.status())) << scan.status();
   EXPECT_TRUE(absl::StrContains(scan.status().message(), "newer cuckood")) << scan.status();
 
@@ -400,7 +400,7 @@ TEST(WalTest, NewerSegmentVersionOrRecordTypeIsRefusedNotCut) {
   const uint64_t rsum = XXH3_64bits(unknown.data() + second, len - 8);
   std::memcpy(unknown.data() + second + len - 8, &rsum, 8);
   WriteFile(segment, unknown);
-  scan = Scan(PosixWalEnv(), wal_dir, nullptr);
+  scan = Scan(PosixEnv(), wal_dir, nullptr);
   EXPECT_TRUE(absl::IsFailedPrecondition(scan.status())) << scan.status();
   EXPECT_TRUE(absl::StrContains(scan.status().message(), "unknown record type 99"))
       << scan.status();
@@ -411,7 +411,7 @@ TEST(WalTest, NewerSegmentVersionOrRecordTypeIsRefusedNotCut) {
 TEST(WalTest, SegmentsRotateAndTruncationRemovesOnlyWhatNoOneNeeds) {
   TempDir dir;
   const std::string wal_dir = dir.path() + "/wal";
-  auto wal = OpenWal(wal_dir, PosixWalEnv());
+  auto wal = OpenWal(wal_dir, PosixEnv());
   ASSERT_NE(wal, nullptr);
   // ~8 KiB records, 256 KiB segments: ~30 records per segment.
   uint64_t lsn = 0;
@@ -420,7 +420,7 @@ TEST(WalTest, SegmentsRotateAndTruncationRemovesOnlyWhatNoOneNeeds) {
   WalStats st = wal->Stats();
   EXPECT_GE(st.segments, 7u);
   std::vector<WalRecord> records;
-  absl::StatusOr<WalScan> scan = Scan(PosixWalEnv(), wal_dir, &records);
+  absl::StatusOr<WalScan> scan = Scan(PosixEnv(), wal_dir, &records);
   ASSERT_TRUE(scan.ok()) << scan.status();
   ASSERT_EQ(records.size(), 200u);
   ASSERT_GE(scan->segments.size(), 7u);
@@ -429,7 +429,7 @@ TEST(WalTest, SegmentsRotateAndTruncationRemovesOnlyWhatNoOneNeeds) {
   // holding 120 go, that one stays.
   ASSERT_TRUE(wal->Truncate(120).ok());
   records.clear();
-  scan = Scan(PosixWalEnv(), wal_dir, &records);
+  scan = Scan(PosixEnv(), wal_dir, &records);
   ASSERT_TRUE(scan.ok()) << scan.status();
   ASSERT_FALSE(records.empty());
   EXPECT_LE(records.front().lsn, 120u);
@@ -444,7 +444,7 @@ TEST(WalTest, SegmentsRotateAndTruncationRemovesOnlyWhatNoOneNeeds) {
   ASSERT_TRUE(wal->WaitDurable(lsn).ok());
   wal.reset();
   records.clear();
-  scan = Scan(PosixWalEnv(), wal_dir, &records);
+  scan = Scan(PosixEnv(), wal_dir, &records);
   ASSERT_TRUE(scan.ok()) << scan.status();
   ASSERT_FALSE(records.empty());
   EXPECT_EQ(records.back().lsn, 201u);
@@ -453,7 +453,7 @@ TEST(WalTest, SegmentsRotateAndTruncationRemovesOnlyWhatNoOneNeeds) {
 TEST(WalTest, ConcurrentWritersAreGroupCommittedAndAllAcknowledged) {
   TempDir dir;
   const std::string wal_dir = dir.path() + "/wal";
-  auto wal = OpenWal(wal_dir, PosixWalEnv());
+  auto wal = OpenWal(wal_dir, PosixEnv());
   ASSERT_NE(wal, nullptr);
   std::atomic<int> acked{0};
   std::vector<std::thread> threads;
@@ -624,7 +624,7 @@ TEST(WalTest, FullDiskWhenPreparingASegmentRefusesReservationsBeforeAnythingIsAp
 TEST(WalTest, ABatchLargerThanASegmentIsAdmittedAndSpansSegments) {
   TempDir dir;
   const std::string wal_dir = dir.path() + "/wal";
-  auto wal = OpenWal(wal_dir, PosixWalEnv());
+  auto wal = OpenWal(wal_dir, PosixEnv());
   ASSERT_NE(wal, nullptr);
   const uint64_t bound = WalBytesForBatch(100'000, 16);
   ASSERT_GT(bound, kSegment);
@@ -635,7 +635,7 @@ TEST(WalTest, ABatchLargerThanASegmentIsAdmittedAndSpansSegments) {
   ASSERT_TRUE(wal->WaitDurable(lsn).ok());
   EXPECT_GE(wal->Stats().segments, 3u);
   std::vector<WalRecord> records;
-  absl::StatusOr<WalScan> scan = Scan(PosixWalEnv(), wal_dir, &records);
+  absl::StatusOr<WalScan> scan = Scan(PosixEnv(), wal_dir, &records);
   ASSERT_TRUE(scan.ok()) << scan.status();
   EXPECT_EQ(records.size(), 25u);
 }
@@ -643,7 +643,7 @@ TEST(WalTest, ABatchLargerThanASegmentIsAdmittedAndSpansSegments) {
 TEST(WalTest, ReservationsWaitWhilePendingBytesAreAtTheirBound) {
   TempDir dir;
   const std::string wal_dir = dir.path() + "/wal";
-  absl::StatusOr<WalScan> scan = Scan(PosixWalEnv(), wal_dir, nullptr);
+  absl::StatusOr<WalScan> scan = Scan(PosixEnv(), wal_dir, nullptr);
   ASSERT_TRUE(scan.ok()) << scan.status();
   const uint64_t bound = 4 * kWalMaxRecordBytes;
   EXPECT_TRUE(absl::IsInvalidArgument(
@@ -689,12 +689,12 @@ TEST(WalTest, ClosingWritesAndSyncsEverythingAppended) {
   EXPECT_EQ(scan->last_lsn, 10u);
 }
 
-// A WalEnv over the real file system that counts segment preparations
+// A Env over the real file system that counts segment preparations
 // (Create of a segment) and, while `held`, makes each wait until released
 // or cancelled.
 class GatedWalEnv : public ForwardingWalEnv {
  public:
-  absl::StatusOr<std::unique_ptr<WalFile>> Create(const std::string& path, uint64_t bytes,
+  absl::StatusOr<std::unique_ptr<EnvFile>> Create(const std::string& path, uint64_t bytes,
                                                   const std::atomic<bool>* cancel) override {
     if (!absl::EndsWith(path, kWalSegmentSuffix)) return base_->Create(path, bytes, cancel);
     std::unique_lock<std::mutex> lock(mu_);
@@ -766,7 +766,7 @@ TEST(WalTest, RestartReusesThePreparedSegmentInsteadOfWritingANewOne) {
     ASSERT_TRUE(wal->WaitDurable(wal->AppendCreateFilter("users", SomeShape())).ok());
   }
   std::vector<WalRecord> records;
-  absl::StatusOr<WalScan> scan = Scan(PosixWalEnv(), wal_dir, &records);
+  absl::StatusOr<WalScan> scan = Scan(PosixEnv(), wal_dir, &records);
   ASSERT_TRUE(scan.ok()) << scan.status();
   EXPECT_EQ(records.size(), 1u);
   EXPECT_EQ(scan->segments.size(), 1u);
@@ -818,7 +818,7 @@ TEST(WalTest, ShutdownDoesNotWaitForAnInProgressPreparation) {
   ASSERT_NE(again, nullptr);
   EXPECT_EQ(again->Stats().segments, 2u);
   again.reset();
-  ASSERT_TRUE(Scan(PosixWalEnv(), wal_dir, &records).ok());
+  ASSERT_TRUE(Scan(PosixEnv(), wal_dir, &records).ok());
   EXPECT_EQ(records.size(), 1u);
 }
 
@@ -826,10 +826,10 @@ TEST(WalTest, ShutdownDoesNotWaitForAnInProgressPreparation) {
 class SizedVolumeEnv : public GatedWalEnv {
  public:
   SizedVolumeEnv(uint64_t total, uint64_t free) : space_{total, free} {}
-  absl::StatusOr<WalDiskSpace> DiskSpace(const std::string&) override { return space_; }
+  absl::StatusOr<VolumeSpace> DiskSpace(const std::string&) override { return space_; }
 
  private:
-  WalDiskSpace space_;
+  VolumeSpace space_;
 };
 
 // Issue 29: on a 64 MiB volume the first 64 MiB segment filled the disk and
@@ -860,7 +860,7 @@ TEST(WalTest, SegmentSizeThatCannotFitOnTheVolumeIsRefusedAtStart) {
   // A normal setup, and the real file system, pass.
   SizedVolumeEnv big(uint64_t{100} << 30, uint64_t{50} << 30);
   EXPECT_TRUE(CheckWalDiskSpace(&big, dir.path() + "/not-yet", wal_dir, 64 * mib).ok());
-  EXPECT_TRUE(CheckWalDiskSpace(PosixWalEnv(), dir.path() + "/not/yet", wal_dir, kSegment).ok());
+  EXPECT_TRUE(CheckWalDiskSpace(PosixEnv(), dir.path() + "/not/yet", wal_dir, kSegment).ok());
 }
 
 // The real file system, counting the bytes read from files.
@@ -868,16 +868,16 @@ class CountingWalEnv : public ForwardingWalEnv {
  public:
   uint64_t read_bytes() const { return read_.load(); }
 
-  absl::StatusOr<std::unique_ptr<WalFile>> Open(const std::string& path) override {
-    absl::StatusOr<std::unique_ptr<WalFile>> f = base_->Open(path);
+  absl::StatusOr<std::unique_ptr<EnvFile>> Open(const std::string& path) override {
+    absl::StatusOr<std::unique_ptr<EnvFile>> f = base_->Open(path);
     if (!f.ok()) return f;
-    return std::unique_ptr<WalFile>(new File(*std::move(f), &read_));
+    return std::unique_ptr<EnvFile>(new File(*std::move(f), &read_));
   }
 
  private:
-  class File : public WalFile {
+  class File : public EnvFile {
    public:
-    File(std::unique_ptr<WalFile> base, std::atomic<uint64_t>* read)
+    File(std::unique_ptr<EnvFile> base, std::atomic<uint64_t>* read)
         : base_(std::move(base)), read_(read) {}
     absl::Status Write(uint64_t offset, absl::Span<const uint8_t> data) override {
       return base_->Write(offset, data);
@@ -893,7 +893,7 @@ class CountingWalEnv : public ForwardingWalEnv {
     const std::string& path() const override { return base_->path(); }
 
    private:
-    std::unique_ptr<WalFile> base_;
+    std::unique_ptr<EnvFile> base_;
     std::atomic<uint64_t>* read_;
   };
   std::atomic<uint64_t> read_{0};
@@ -903,7 +903,7 @@ class CountingWalEnv : public ForwardingWalEnv {
 // it; returns the lsns.
 std::vector<uint64_t> WriteAndClose(const std::string& dir, int n, uint64_t first_hash) {
   std::vector<uint64_t> lsns;
-  auto wal = OpenWal(dir, PosixWalEnv());
+  auto wal = OpenWal(dir, PosixEnv());
   if (wal == nullptr) return lsns;
   for (int i = 0; i < n; ++i) {
     lsns.push_back(AppendInsert(*wal, 1, first_hash + 1000 * i, 100));
@@ -974,7 +974,7 @@ TEST(WalTest, RestartAfterACleanCloseReadsOnlyTheWrittenPartOfTheLog) {
   const std::string open_copy = dir.path() + "/open-copy";
   fs::copy(wal_dir, open_copy);
   std::vector<WalRecord> records3;
-  absl::StatusOr<WalScan> scan3 = Scan(PosixWalEnv(), open_copy, &records3);
+  absl::StatusOr<WalScan> scan3 = Scan(PosixEnv(), open_copy, &records3);
   ASSERT_TRUE(scan3.ok()) << scan3.status();
   EXPECT_EQ(scan3->closed_file, "");
   ASSERT_EQ(records3.size(), lsns.size() + 1);
@@ -1000,13 +1000,13 @@ TEST(WalTest, ACleanCloseFileThatDoesNotMatchTheLogIsIgnoredAndNothingIsLost) {
   ASSERT_EQ(later.size(), 400u);
   // A close may cancel the preparation the last segment started; an open
   // prepares before it returns: now a prepared segment is there.
-  { ASSERT_NE(OpenWal(wal_dir, PosixWalEnv()), nullptr); }
+  { ASSERT_NE(OpenWal(wal_dir, PosixEnv()), nullptr); }
   auto put = [&](const std::string& bytes) {
     std::ofstream(wal_dir + "/CLOSED", std::ios::binary | std::ios::trunc) << bytes;
   };
   auto scan_all = [&](WalScan* out) {
     std::vector<WalRecord> records;
-    absl::StatusOr<WalScan> scan = Scan(PosixWalEnv(), wal_dir, &records);
+    absl::StatusOr<WalScan> scan = Scan(PosixEnv(), wal_dir, &records);
     EXPECT_TRUE(scan.ok()) << scan.status();
     if (scan.ok()) *out = *scan;
     return records.empty() ? 0 : records.back().lsn;
@@ -1030,9 +1030,9 @@ TEST(WalTest, ACleanCloseFileThatDoesNotMatchTheLogIsIgnoredAndNothingIsLost) {
   WalScan good;
   std::vector<WalRecord> records;
   fs::remove(wal_dir + "/CLOSED");
-  ASSERT_TRUE(Scan(PosixWalEnv(), wal_dir, &records).ok());
+  ASSERT_TRUE(Scan(PosixEnv(), wal_dir, &records).ok());
   {
-    absl::StatusOr<WalScan> s = Scan(PosixWalEnv(), wal_dir, nullptr);
+    absl::StatusOr<WalScan> s = Scan(PosixEnv(), wal_dir, nullptr);
     ASSERT_TRUE(s.ok());
     good = *s;
   }

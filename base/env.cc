@@ -1,4 +1,4 @@
-#include "server/wal/wal_env.h"
+#include "base/env.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -16,9 +16,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 
-namespace cuckoo::server {
+namespace cuckoo {
 
-absl::Status WalIoError(absl::string_view op, absl::string_view path, int err) {
+absl::Status EnvIoError(absl::string_view op, absl::string_view path, int err) {
   const std::string msg = absl::StrFormat("%s %s: %s", op, path,
                                           std::error_code(err, std::generic_category()).message());
   absl::Status s = (err == ENOSPC || err == EDQUOT) ? absl::ResourceExhaustedError(msg)
@@ -27,7 +27,7 @@ absl::Status WalIoError(absl::string_view op, absl::string_view path, int err) {
   return s;
 }
 
-int WalErrno(const absl::Status& status) {
+int EnvErrno(const absl::Status& status) {
   auto p = status.GetPayload("errno");
   int err = 0;
   if (p.has_value() && absl::SimpleAtoi(std::string(*p), &err)) return err;
@@ -36,17 +36,17 @@ int WalErrno(const absl::Status& status) {
 
 namespace {
 
-class PosixWalFile final : public WalFile {
+class PosixEnvFile final : public EnvFile {
  public:
-  PosixWalFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
-  ~PosixWalFile() override { ::close(fd_); }
+  PosixEnvFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  ~PosixEnvFile() override { ::close(fd_); }
 
   absl::Status Write(uint64_t offset, absl::Span<const uint8_t> data) override {
     while (!data.empty()) {
       ssize_t n = ::pwrite(fd_, data.data(), data.size(), static_cast<off_t>(offset));
       if (n < 0) {
         if (errno == EINTR) continue;
-        return WalIoError("write", path_, errno);
+        return EnvIoError("write", path_, errno);
       }
       data.remove_prefix(static_cast<size_t>(n));
       offset += static_cast<uint64_t>(n);
@@ -55,7 +55,7 @@ class PosixWalFile final : public WalFile {
   }
 
   absl::Status Sync() override {
-    if (::fdatasync(fd_) != 0) return WalIoError("fdatasync", path_, errno);
+    if (::fdatasync(fd_) != 0) return EnvIoError("fdatasync", path_, errno);
     return absl::OkStatus();
   }
 
@@ -66,7 +66,7 @@ class PosixWalFile final : public WalFile {
           ::pread(fd_, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
       if (n < 0) {
         if (errno == EINTR) continue;
-        return WalIoError("read", path_, errno);
+        return EnvIoError("read", path_, errno);
       }
       if (n == 0) break;
       done += static_cast<size_t>(n);
@@ -76,14 +76,14 @@ class PosixWalFile final : public WalFile {
 
   absl::Status Truncate(uint64_t size) override {
     if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
-      return WalIoError("truncate", path_, errno);
+      return EnvIoError("truncate", path_, errno);
     }
     return absl::OkStatus();
   }
 
   absl::StatusOr<uint64_t> Size() override {
     struct stat st;
-    if (::fstat(fd_, &st) != 0) return WalIoError("stat", path_, errno);
+    if (::fstat(fd_, &st) != 0) return EnvIoError("stat", path_, errno);
     return static_cast<uint64_t>(st.st_size);
   }
 
@@ -94,24 +94,24 @@ class PosixWalFile final : public WalFile {
   const std::string path_;
 };
 
-class PosixEnv final : public WalEnv {
+class PosixEnv final : public Env {
  public:
-  absl::StatusOr<std::unique_ptr<WalFile>> Open(const std::string& path) override {
+  absl::StatusOr<std::unique_ptr<EnvFile>> Open(const std::string& path) override {
     int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) return WalIoError("open", path, errno);
+    if (fd < 0) return EnvIoError("open", path, errno);
     struct stat st;
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
       ::close(fd);
       return absl::DataLossError(absl::StrFormat("%s: not a regular file", path));
     }
-    return std::make_unique<PosixWalFile>(fd, path);
+    return std::make_unique<PosixEnvFile>(fd, path);
   }
 
-  absl::StatusOr<std::unique_ptr<WalFile>> Create(const std::string& path, uint64_t bytes,
+  absl::StatusOr<std::unique_ptr<EnvFile>> Create(const std::string& path, uint64_t bytes,
                                                   const std::atomic<bool>* cancel) override {
     int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) return WalIoError("create", path, errno);
-    auto file = std::make_unique<PosixWalFile>(fd, path);
+    if (fd < 0) return EnvIoError("create", path, errno);
+    auto file = std::make_unique<PosixEnvFile>(fd, path);
     auto fail = [&](absl::Status s) {
       file.reset();
       ::unlink(path.c_str());
@@ -119,8 +119,8 @@ class PosixEnv final : public WalEnv {
     };
     // Allocate first: a full disk fails here, at once, not halfway through
     // the zeros.
-    if (int err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); err != 0) {
-      return fail(WalIoError("allocate", path, err));
+    if (int err = bytes == 0 ? 0 : ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); err != 0) {
+      return fail(EnvIoError("allocate", path, err));
     }
     // Then write the zeros: an allocated but unwritten extent would turn
     // every fdatasync into a metadata update too.
@@ -135,23 +135,23 @@ class PosixEnv final : public WalEnv {
         return fail(s);
       }
     }
-    if (::fsync(fd) != 0) return fail(WalIoError("fsync", path, errno));
-    return std::unique_ptr<WalFile>(std::move(file));
+    if (::fsync(fd) != 0) return fail(EnvIoError("fsync", path, errno));
+    return std::unique_ptr<EnvFile>(std::move(file));
   }
 
   absl::Status Rename(const std::string& from, const std::string& to) override {
-    if (::rename(from.c_str(), to.c_str()) != 0) return WalIoError("rename", from, errno);
+    if (::rename(from.c_str(), to.c_str()) != 0) return EnvIoError("rename", from, errno);
     return absl::OkStatus();
   }
 
   absl::Status Remove(const std::string& path) override {
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return WalIoError("remove", path, errno);
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return EnvIoError("remove", path, errno);
     return absl::OkStatus();
   }
 
   absl::StatusOr<std::vector<std::string>> List(const std::string& dir) override {
     DIR* d = ::opendir(dir.c_str());
-    if (d == nullptr) return WalIoError("list", dir, errno);
+    if (d == nullptr) return EnvIoError("list", dir, errno);
     std::vector<std::string> names;
     errno = 0;
     while (struct dirent* e = ::readdir(d)) {
@@ -160,45 +160,45 @@ class PosixEnv final : public WalEnv {
     }
     const int err = errno;
     ::closedir(d);
-    if (err != 0) return WalIoError("list", dir, err);
+    if (err != 0) return EnvIoError("list", dir, err);
     return names;
   }
 
   absl::Status CreateDir(const std::string& dir) override {
     if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-      return WalIoError("create directory", dir, errno);
+      return EnvIoError("create directory", dir, errno);
     }
     struct stat st;
-    if (::stat(dir.c_str(), &st) != 0) return WalIoError("stat", dir, errno);
+    if (::stat(dir.c_str(), &st) != 0) return EnvIoError("stat", dir, errno);
     if (!S_ISDIR(st.st_mode)) {
       return absl::FailedPreconditionError(absl::StrFormat("%s is not a directory", dir));
     }
     return absl::OkStatus();
   }
 
-  absl::StatusOr<WalDiskSpace> DiskSpace(const std::string& path) override {
+  absl::StatusOr<VolumeSpace> DiskSpace(const std::string& path) override {
     struct statvfs st;
-    if (::statvfs(path.c_str(), &st) != 0) return WalIoError("statvfs", path, errno);
-    return WalDiskSpace{.total_bytes = uint64_t{st.f_blocks} * st.f_frsize,
-                        .free_bytes = uint64_t{st.f_bavail} * st.f_frsize};
+    if (::statvfs(path.c_str(), &st) != 0) return EnvIoError("statvfs", path, errno);
+    return VolumeSpace{.total_bytes = uint64_t{st.f_blocks} * st.f_frsize,
+                       .free_bytes = uint64_t{st.f_bavail} * st.f_frsize};
   }
 
   absl::Status SyncDir(const std::string& dir) override {
     int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return WalIoError("open directory", dir, errno);
+    if (fd < 0) return EnvIoError("open directory", dir, errno);
     const int rc = ::fsync(fd);
     const int err = errno;
     ::close(fd);
-    if (rc != 0) return WalIoError("fsync directory", dir, err);
+    if (rc != 0) return EnvIoError("fsync directory", dir, err);
     return absl::OkStatus();
   }
 };
 
 }  // namespace
 
-WalEnv* PosixWalEnv() {
+Env* PosixEnv() {
   static PosixEnv* env = new PosixEnv();
   return env;
 }
 
-}  // namespace cuckoo::server
+}  // namespace cuckoo
