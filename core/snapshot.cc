@@ -547,240 +547,355 @@ absl::StatusOr<DecodedHeader> DecodeHeader(const uint8_t* h, size_t have, uint64
   return out;
 }
 
-absl::StatusOr<LoadedSnapshot> Parse(Source& src, absl::string_view label,
-                                     absl::string_view expected_name, const SnapshotAdmit& admit) {
-  auto bad = [&](absl::string_view why) {
-    return absl::DataLossError(absl::StrCat(label, ": ", why));
-  };
-  if (src.size() == 0) return bad("empty file (0 bytes)");
-  // The header's length depends on its version: read the shortest first.
-  uint8_t h[kMaxHeaderBytes] = {};
-  size_t have = 0;
-  auto read_header_to = [&](uint64_t n) -> absl::Status {
-    n = std::min<uint64_t>({n, src.size(), kMaxHeaderBytes});
-    if (n <= have) return absl::OkStatus();
-    absl::Status st = src.Read(h + have, static_cast<size_t>(n) - have);
-    if (st.ok()) have = static_cast<size_t>(n);
+// Reads a snapshot from a Source, step by step: the header, the shards'
+// sections (one layout for version 3's generations, one for versions 1 and
+// 2), the footer. Every error is DATA_LOSS "<label>: <reason>" for a bad
+// file, or the Source's own for an I/O error.
+class SnapshotParser {
+ public:
+  SnapshotParser(Source& src, absl::string_view label) : src_(src), label_(label) {}
+
+  absl::StatusOr<LoadedSnapshot> Parse(absl::string_view expected_name,
+                                       const SnapshotAdmit& admit) {
+    if (src_.size() == 0) return Bad("empty file (0 bytes)");
+    if (absl::Status st = ReadHeader(expected_name); !st.ok()) return st;
+    if (admit) {
+      if (absl::Status st = admit(decoded_.header); !st.ok()) return st;
+    }
+    absl::StatusOr<std::unique_ptr<CuckooFilter>> filter =
+        CuckooFilter::FromShape(decoded_.header.shape);
+    if (!filter.ok()) return filter.status();
+    filter_ = *std::move(filter);
+    const XxhState whole_state = NewXxhState();
+    const XxhState section_state = NewXxhState();
+    if (whole_state == nullptr || section_state == nullptr) return NoMemoryForChecksums();
+    whole_ = whole_state.get();
+    section_ = section_state.get();
+    XXH3_64bits_reset(whole_);
+    XXH3_64bits_update(whole_, h_ + decoded_.layout->checksum, 8);
+    offset_ = decoded_.layout->header_bytes;
+    left_ = decoded_.header.shards_with_generation;
+    for (uint32_t i = 0; i < decoded_.header.shape.shards; ++i) {
+      absl::Status st =
+          decoded_.layout->has_generations() ? ReadGenerationsSection(i) : ReadFixedSection(i);
+      if (!st.ok()) return st;
+    }
+    if (absl::Status st = ReadFooter(); !st.ok()) return st;
+    filter_->set_id(decoded_.filter_id);
+    LoadedSnapshot out;
+    out.header = std::move(decoded_.header);
+    out.format_version = decoded_.layout->version;
+    out.items = items_;
+    out.filter_id = decoded_.filter_id;
+    out.min_position = min_position_;
+    out.max_position = max_position_;
+    out.filter = std::move(filter_);
+    return out;
+  }
+
+ private:
+  absl::Status Bad(absl::string_view why) const {
+    return absl::DataLossError(absl::StrCat(label_, ": ", why));
+  }
+  // Shard i's section (at offset_) holds something no writer writes.
+  absl::Status Impossible(uint32_t i, absl::string_view why) const {
+    return Bad(absl::StrFormat("impossible settings in shard %u (byte %u): %s", i, offset_, why));
+  }
+  absl::Status ChecksumMismatch(uint32_t i) const {
+    return Bad(
+        absl::StrFormat("shard %u checksum mismatch (section at byte %u is corrupt)", i, offset_));
+  }
+
+  // The header's first n bytes into h_ (as far as the file and h_ go).
+  absl::Status ReadHeaderTo(uint64_t n) {
+    n = std::min<uint64_t>({n, src_.size(), kMaxHeaderBytes});
+    if (n <= have_) return absl::OkStatus();
+    absl::Status st = src_.Read(h_ + have_, static_cast<size_t>(n) - have_);
+    if (st.ok()) have_ = static_cast<size_t>(n);
     return st;
-  };
-  if (absl::Status st = read_header_to(kMinHeaderBytes); !st.ok()) return st;
-  // Say "bad magic" for short files that are not snapshots at all.
-  if (std::memcmp(h, kMagic, std::min(have, sizeof(kMagic))) != 0) {
-    return bad("not a cuckood snapshot (bad magic number)");
   }
-  const HeaderLayout* layout = have >= 12 ? LayoutOf(Get32(h + 8)) : nullptr;
-  const size_t header_bytes = layout != nullptr ? layout->header_bytes : kMinHeaderBytes;
-  if (src.size() < header_bytes) {
-    return bad(absl::StrFormat("truncated: the file is %u bytes, shorter than the %u-byte header",
-                               src.size(), header_bytes));
-  }
-  if (absl::Status st = read_header_to(header_bytes); !st.ok()) return st;
-  if (layout == nullptr || !HeaderChecksumMatches(h, *layout)) {
-    // The header fails: read as much as the longest header, to tell a
-    // damaged version field of any known version (DecodeHeader).
-    if (absl::Status st = read_header_to(kMaxHeaderBytes); !st.ok()) return st;
-  }
-  absl::StatusOr<DecodedHeader> decoded = DecodeHeader(h, have, src.size(), label, expected_name);
-  if (!decoded.ok()) return decoded.status();
-  layout = decoded->layout;
-  if (admit) {
-    if (absl::Status st = admit(decoded->header); !st.ok()) return st;
-  }
-  const FilterShape& shape = decoded->header.shape;
-  absl::StatusOr<std::unique_ptr<CuckooFilter>> filter = CuckooFilter::FromShape(shape);
-  if (!filter.ok()) return filter.status();
 
-  const XxhState whole_state = NewXxhState();
-  const XxhState section_state = NewXxhState();
-  if (whole_state == nullptr || section_state == nullptr) return NoMemoryForChecksums();
-  XXH3_state_t* whole = whole_state.get();
-  XXH3_state_t* section = section_state.get();
-  XXH3_64bits_reset(whole);
-  XXH3_64bits_update(whole, h + layout->checksum, 8);
+  // The header, whose length depends on its version: the shortest first.
+  absl::Status ReadHeader(absl::string_view expected_name) {
+    if (absl::Status st = ReadHeaderTo(kMinHeaderBytes); !st.ok()) return st;
+    // Say "bad magic" for short files that are not snapshots at all.
+    if (std::memcmp(h_, kMagic, std::min(have_, sizeof(kMagic))) != 0) {
+      return Bad("not a cuckood snapshot (bad magic number)");
+    }
+    const HeaderLayout* layout = have_ >= 12 ? LayoutOf(Get32(h_ + 8)) : nullptr;
+    const size_t header_bytes = layout != nullptr ? layout->header_bytes : kMinHeaderBytes;
+    if (src_.size() < header_bytes) {
+      return Bad(absl::StrFormat("truncated: the file is %u bytes, shorter than the %u-byte header",
+                                 src_.size(), header_bytes));
+    }
+    if (absl::Status st = ReadHeaderTo(header_bytes); !st.ok()) return st;
+    if (layout == nullptr || !HeaderChecksumMatches(h_, *layout)) {
+      // The header fails: read as much as the longest header, to tell a
+      // damaged version field of any known version (DecodeHeader).
+      if (absl::Status st = ReadHeaderTo(kMaxHeaderBytes); !st.ok()) return st;
+    }
+    absl::StatusOr<DecodedHeader> decoded =
+        DecodeHeader(h_, have_, src_.size(), label_, expected_name);
+    if (!decoded.ok()) return decoded.status();
+    decoded_ = *std::move(decoded);
+    return absl::OkStatus();
+  }
 
-  const size_t section_header_bytes = layout->section_header_bytes;
-  const uint64_t table_bytes = shape.table_bytes_per_shard();
-  const uint64_t slots_per_shard = shape.buckets_per_shard * shape.bucket_size;
-  const uint32_t used_bits = UsedBitsInLastByte(shape);
-  uint64_t offset = layout->header_bytes;
-  uint64_t items = 0;
-  uint64_t min_position = std::numeric_limits<uint64_t>::max();
-  uint64_t max_position = 0;
-  // Version 3: shards still to come with generation g, per g.
-  std::vector<uint32_t> left = decoded->header.shards_with_generation;
-  for (uint32_t i = 0; i < shape.shards && layout->has_generations(); ++i) {
+  // Shard i's section of a version-3 file: a section header, then each of
+  // its generations' block and table, then the trailer.
+  absl::Status ReadGenerationsSection(uint32_t i) {
+    const FilterShape& shape = decoded_.header.shape;
     uint8_t sh[kVersion3.section_header_bytes];
-    if (absl::Status st = src.Read(sh, sizeof(sh)); !st.ok()) return st;
-    XXH3_64bits_reset(section);
-    XXH3_64bits_update(section, sh, sizeof(sh));
+    if (absl::Status st = src_.Read(sh, sizeof(sh)); !st.ok()) return st;
+    XXH3_64bits_reset(section_);
+    XXH3_64bits_update(section_, sh, sizeof(sh));
     // How much to read depends on the count, before the checksum can say
     // whether it is intact: a count the header rules out is damage.
     const uint32_t generations = Get32(sh + kV3Generations);
     const uint32_t shards_after = shape.shards - i - 1;
-    bool count_fits = generations >= 1 && generations <= left.size();
-    for (size_t g = 0; g < left.size() && count_fits; ++g) {
-      count_fits = g < generations ? left[g] > 0 : left[g] <= shards_after;
+    bool count_fits = generations >= 1 && generations <= left_.size();
+    for (size_t g = 0; g < left_.size() && count_fits; ++g) {
+      count_fits = g < generations ? left_[g] > 0 : left_[g] <= shards_after;
     }
     if (!count_fits) {
-      return bad(absl::StrFormat(
+      return Bad(absl::StrFormat(
           "shard %u (section at byte %u) gives %u generations, which the header's counts of "
           "shards per generation rule out (the section is corrupt)",
-          i, offset, generations));
+          i, offset_, generations));
     }
     if (generations > 1) {
-      if (absl::Status st = FilterLoading::GrowShard(**filter, i, generations); !st.ok()) return st;
+      if (absl::Status st = FilterLoading::GrowShard(*filter_, i, generations); !st.ok()) {
+        return st;
+      }
     }
     uint8_t gh[kMaxGenerations][kGenerationHeaderBytes];
     uint64_t section_bytes = sizeof(sh) + kSectionTrailerBytes;
     for (uint32_t g = 0; g < generations; ++g) {
-      --left[g];
-      if (absl::Status st = src.Read(gh[g], kGenerationHeaderBytes); !st.ok()) return st;
-      absl::Span<uint8_t> table = FilterLoading::MutableGenerationBytes(**filter, i, g);
-      if (absl::Status st = src.Read(table.data(), table.size()); !st.ok()) return st;
-      XXH3_64bits_update(section, gh[g], kGenerationHeaderBytes);
-      XXH3_64bits_update(section, table.data(), table.size());
+      --left_[g];
+      if (absl::Status st = src_.Read(gh[g], kGenerationHeaderBytes); !st.ok()) return st;
+      absl::Span<uint8_t> table = FilterLoading::MutableGenerationBytes(*filter_, i, g);
+      if (absl::Status st = src_.Read(table.data(), table.size()); !st.ok()) return st;
+      XXH3_64bits_update(section_, gh[g], kGenerationHeaderBytes);
+      XXH3_64bits_update(section_, table.data(), table.size());
       section_bytes += kGenerationHeaderBytes + table.size();
     }
     uint8_t trailer[kSectionTrailerBytes];
-    if (absl::Status st = src.Read(trailer, sizeof(trailer)); !st.ok()) return st;
-    if (XXH3_64bits_digest(section) != Get64(trailer)) {
-      return bad(
-          absl::StrFormat("shard %u checksum mismatch (section at byte %u is corrupt)", i, offset));
-    }
-    auto impossible = [&](absl::string_view why) {
-      return bad(absl::StrFormat("impossible settings in shard %u (byte %u): %s", i, offset, why));
-    };
-    if (Get32(sh) != i) return impossible(absl::StrFormat("section is for shard %u", Get32(sh)));
+    if (absl::Status st = src_.Read(trailer, sizeof(trailer)); !st.ok()) return st;
+    if (XXH3_64bits_digest(section_) != Get64(trailer)) return ChecksumMismatch(i);
+    if (Get32(sh) != i) return Impossible(i, absl::StrFormat("section is for shard %u", Get32(sh)));
     uint64_t shard_items = 0;
     for (uint32_t g = 0; g < generations; ++g) {
-      auto impossible_in = [&](absl::string_view why) {
-        return impossible(absl::StrCat("generation ", g, ": ", why));
-      };
-      const GenerationShape& want = decoded->schedule[g];
-      const FilterShape table_shape = TableShape(shape, want);
-      const uint8_t* const b = gh[g];
-      if (Get32(b + kGenIndex) != g) {
-        return impossible_in(absl::StrFormat("block is for generation %u", Get32(b + kGenIndex)));
-      }
-      if (Get32(b + kGenFingerprintBits) != want.fingerprint_bits ||
-          Get64(b + kGenBuckets) != want.buckets_per_shard) {
-        return impossible_in(absl::StrFormat(
-            "%u-bit fingerprints in %u buckets, but the schedule gives %u bits in %u buckets",
-            Get32(b + kGenFingerprintBits), Get64(b + kGenBuckets), want.fingerprint_bits,
-            want.buckets_per_shard));
-      }
-      const uint64_t gen_table_bytes = table_shape.table_bytes_per_shard();
-      if (Get64(b + kGenTableBytes) != gen_table_bytes) {
-        return impossible_in(absl::StrFormat("table of %u bytes, expected %u",
-                                             Get64(b + kGenTableBytes), gen_table_bytes));
-      }
-      const uint64_t gen_items = Get64(b + kGenItems);
-      const uint64_t slots = want.buckets_per_shard * shape.bucket_size;
-      if (gen_items > slots) {
-        return impossible_in(absl::StrFormat("%u items in a table of %u slots", gen_items, slots));
-      }
-      const uint32_t gen_used_bits = UsedBitsInLastByte(table_shape);
-      absl::Span<uint8_t> table = FilterLoading::MutableGenerationBytes(**filter, i, g);
-      if (gen_used_bits != 0 && (table[table.size() - 1] >> gen_used_bits) != 0) {
-        return impossible_in("bits set after the last slot");
-      }
-      if (const int64_t bucket = FilterLoading::FirstInvalidGenerationBucket(**filter, i, g);
-          bucket >= 0) {
-        return impossible_in(absl::StrFormat(
-            "bucket %u is not a valid %s bucket (code 3876 or more, or entries out of order)",
-            bucket, TableKindName(shape.table_kind)));
-      }
-      shard_items += gen_items;
+      absl::StatusOr<uint64_t> gen_items = CheckGeneration(i, g, gh[g]);
+      if (!gen_items.ok()) return gen_items.status();
+      shard_items += *gen_items;
     }
     if (Get64(sh + kV3Items) != shard_items) {
-      return impossible(absl::StrFormat("%u items, but its generations hold %u",
-                                        Get64(sh + kV3Items), shard_items));
+      return Impossible(i, absl::StrFormat("%u items, but its generations hold %u",
+                                           Get64(sh + kV3Items), shard_items));
     }
     const uint64_t position = Get64(sh + kV3Position);
-    FilterLoading::RestoreShard(**filter, i, Get64(gh[0] + kGenItems), Get64(gh[0] + kGenRng),
+    FilterLoading::RestoreShard(*filter_, i, Get64(gh[0] + kGenItems), Get64(gh[0] + kGenRng),
                                 position);
     for (uint32_t g = 1; g < generations; ++g) {
-      FilterLoading::RestoreGeneration(**filter, i, g, Get64(gh[g] + kGenItems),
+      FilterLoading::RestoreGeneration(*filter_, i, g, Get64(gh[g] + kGenItems),
                                        Get64(gh[g] + kGenRng));
     }
-    min_position = std::min(min_position, position);
-    max_position = std::max(max_position, position);
-    items += shard_items;
-    XXH3_64bits_update(whole, trailer, sizeof(trailer));
-    offset += section_bytes;
+    EndSection(shard_items, position, trailer, section_bytes);
+    return absl::OkStatus();
   }
-  for (uint32_t i = 0; i < shape.shards && !layout->has_generations(); ++i) {
-    uint8_t sh[kMaxSectionHeaderBytes];
-    if (absl::Status st = src.Read(sh, section_header_bytes); !st.ok()) return st;
-    absl::Span<uint8_t> table = FilterLoading::MutableShardBytes(**filter, i);
-    if (absl::Status st = src.Read(table.data(), table.size()); !st.ok()) return st;
-    uint8_t trailer[kSectionTrailerBytes];
-    if (absl::Status st = src.Read(trailer, sizeof(trailer)); !st.ok()) return st;
-    XXH3_64bits_reset(section);
-    XXH3_64bits_update(section, sh, section_header_bytes);
-    XXH3_64bits_update(section, table.data(), table.size());
-    if (XXH3_64bits_digest(section) != Get64(trailer)) {
-      return bad(
-          absl::StrFormat("shard %u checksum mismatch (section at byte %u is corrupt)", i, offset));
-    }
+
+  // Generation g of shard i, read and its checksum checked: its block `b`
+  // and table against the schedule. Its items.
+  absl::StatusOr<uint64_t> CheckGeneration(uint32_t i, uint32_t g, const uint8_t* b) {
+    const FilterShape& shape = decoded_.header.shape;
     auto impossible = [&](absl::string_view why) {
-      return bad(absl::StrFormat("impossible settings in shard %u (byte %u): %s", i, offset, why));
+      return Impossible(i, absl::StrCat("generation ", g, ": ", why));
     };
-    if (Get32(sh) != i) return impossible(absl::StrFormat("section is for shard %u", Get32(sh)));
-    if (Get32(sh + 4) != 0) return impossible("reserved field is not zero");
-    const uint64_t shard_items = Get64(sh + 8);
-    if (shard_items > slots_per_shard) {
-      return impossible(
-          absl::StrFormat("%u items in a table of %u slots", shard_items, slots_per_shard));
+    const GenerationShape& want = decoded_.schedule[g];
+    const FilterShape table_shape = TableShape(shape, want);
+    if (Get32(b + kGenIndex) != g) {
+      return impossible(absl::StrFormat("block is for generation %u", Get32(b + kGenIndex)));
     }
-    if (Get64(sh + 24) != table_bytes) {
-      return impossible(
-          absl::StrFormat("table of %u bytes, expected %u", Get64(sh + 24), table_bytes));
+    if (Get32(b + kGenFingerprintBits) != want.fingerprint_bits ||
+        Get64(b + kGenBuckets) != want.buckets_per_shard) {
+      return impossible(absl::StrFormat(
+          "%u-bit fingerprints in %u buckets, but the schedule gives %u bits in %u buckets",
+          Get32(b + kGenFingerprintBits), Get64(b + kGenBuckets), want.fingerprint_bits,
+          want.buckets_per_shard));
     }
-    if (used_bits != 0 && (table[table.size() - 1] >> used_bits) != 0) {
+    const uint64_t gen_table_bytes = table_shape.table_bytes_per_shard();
+    if (Get64(b + kGenTableBytes) != gen_table_bytes) {
+      return impossible(absl::StrFormat("table of %u bytes, expected %u", Get64(b + kGenTableBytes),
+                                        gen_table_bytes));
+    }
+    const uint64_t gen_items = Get64(b + kGenItems);
+    const uint64_t slots = want.buckets_per_shard * shape.bucket_size;
+    if (gen_items > slots) {
+      return impossible(absl::StrFormat("%u items in a table of %u slots", gen_items, slots));
+    }
+    const uint32_t gen_used_bits = UsedBitsInLastByte(table_shape);
+    absl::Span<uint8_t> table = FilterLoading::MutableGenerationBytes(*filter_, i, g);
+    if (gen_used_bits != 0 && (table[table.size() - 1] >> gen_used_bits) != 0) {
       return impossible("bits set after the last slot");
     }
-    if (const int64_t bucket = FilterLoading::FirstInvalidBucket(**filter, i); bucket >= 0) {
+    if (const int64_t bucket = FilterLoading::FirstInvalidGenerationBucket(*filter_, i, g);
+        bucket >= 0) {
       return impossible(absl::StrFormat(
           "bucket %u is not a valid %s bucket (code 3876 or more, or entries out of order)", bucket,
           TableKindName(shape.table_kind)));
     }
-    const uint64_t position = layout->has_positions() ? Get64(sh + kSectionPosition) : 0;
-    FilterLoading::RestoreShard(**filter, i, shard_items, Get64(sh + 16), position);
-    min_position = std::min(min_position, position);
-    max_position = std::max(max_position, position);
-    items += shard_items;
-    XXH3_64bits_update(whole, trailer, sizeof(trailer));
-    offset += section_header_bytes + table_bytes + kSectionTrailerBytes;
+    return gen_items;
   }
 
-  uint8_t footer[kFooterBytes];
-  if (absl::Status st = src.Read(footer, sizeof(footer)); !st.ok()) return st;
-  XXH3_64bits_update(whole, footer, kFooterBytes - 8);
-  if (std::memcmp(footer, kFooterMagic, sizeof(kFooterMagic)) != 0) {
-    return bad(absl::StrFormat("bad footer magic number at byte %u", offset));
+  // Shard i's section of a version-1 or -2 file: section header, table,
+  // trailer.
+  absl::Status ReadFixedSection(uint32_t i) {
+    const FilterShape& shape = decoded_.header.shape;
+    const HeaderLayout& layout = *decoded_.layout;
+    const size_t section_header_bytes = layout.section_header_bytes;
+    const uint64_t table_bytes = shape.table_bytes_per_shard();
+    const uint64_t slots_per_shard = shape.buckets_per_shard * shape.bucket_size;
+    const uint32_t used_bits = UsedBitsInLastByte(shape);
+    uint8_t sh[kMaxSectionHeaderBytes];
+    if (absl::Status st = src_.Read(sh, section_header_bytes); !st.ok()) return st;
+    absl::Span<uint8_t> table = FilterLoading::MutableShardBytes(*filter_, i);
+    if (absl::Status st = src_.Read(table.data(), table.size()); !st.ok()) return st;
+    uint8_t trailer[kSectionTrailerBytes];
+    if (absl::Status st = src_.Read(trailer, sizeof(trailer)); !st.ok()) return st;
+    XXH3_64bits_reset(section_);
+    XXH3_64bits_update(section_, sh, section_header_bytes);
+    XXH3_64bits_update(section_, table.data(), table.size());
+    if (XXH3_64bits_digest(section_) != Get64(trailer)) return ChecksumMismatch(i);
+    if (Get32(sh) != i) return Impossible(i, absl::StrFormat("section is for shard %u", Get32(sh)));
+    if (Get32(sh + 4) != 0) return Impossible(i, "reserved field is not zero");
+    const uint64_t shard_items = Get64(sh + 8);
+    if (shard_items > slots_per_shard) {
+      return Impossible(
+          i, absl::StrFormat("%u items in a table of %u slots", shard_items, slots_per_shard));
+    }
+    if (Get64(sh + 24) != table_bytes) {
+      return Impossible(
+          i, absl::StrFormat("table of %u bytes, expected %u", Get64(sh + 24), table_bytes));
+    }
+    if (used_bits != 0 && (table[table.size() - 1] >> used_bits) != 0) {
+      return Impossible(i, "bits set after the last slot");
+    }
+    if (const int64_t bucket = FilterLoading::FirstInvalidBucket(*filter_, i); bucket >= 0) {
+      return Impossible(
+          i, absl::StrFormat(
+                 "bucket %u is not a valid %s bucket (code 3876 or more, or entries out of order)",
+                 bucket, TableKindName(shape.table_kind)));
+    }
+    const uint64_t position = layout.has_positions() ? Get64(sh + kSectionPosition) : 0;
+    FilterLoading::RestoreShard(*filter_, i, shard_items, Get64(sh + 16), position);
+    EndSection(shard_items, position, trailer,
+               section_header_bytes + table_bytes + kSectionTrailerBytes);
+    return absl::OkStatus();
   }
-  if (XXH3_64bits_digest(whole) != Get64(footer + 24)) {
-    return bad("file checksum mismatch (sections from different snapshots, or a corrupt footer)");
+
+  // A section read and checked: its counts, and on to the next.
+  void EndSection(uint64_t shard_items, uint64_t position, const uint8_t* trailer,
+                  uint64_t section_bytes) {
+    min_position_ = std::min(min_position_, position);
+    max_position_ = std::max(max_position_, position);
+    items_ += shard_items;
+    XXH3_64bits_update(whole_, trailer, kSectionTrailerBytes);
+    offset_ += section_bytes;
   }
-  if (Get64(footer + 8) != decoded->header.file_bytes) {
-    return bad(absl::StrFormat("footer gives a file size of %u, expected %u", Get64(footer + 8),
-                               decoded->header.file_bytes));
+
+  // The footer: the whole file's checksum, its size and the items.
+  absl::Status ReadFooter() {
+    uint8_t footer[kFooterBytes];
+    if (absl::Status st = src_.Read(footer, sizeof(footer)); !st.ok()) return st;
+    XXH3_64bits_update(whole_, footer, kFooterBytes - 8);
+    if (std::memcmp(footer, kFooterMagic, sizeof(kFooterMagic)) != 0) {
+      return Bad(absl::StrFormat("bad footer magic number at byte %u", offset_));
+    }
+    if (XXH3_64bits_digest(whole_) != Get64(footer + 24)) {
+      return Bad("file checksum mismatch (sections from different snapshots, or a corrupt footer)");
+    }
+    if (Get64(footer + 8) != decoded_.header.file_bytes) {
+      return Bad(absl::StrFormat("footer gives a file size of %u, expected %u", Get64(footer + 8),
+                                 decoded_.header.file_bytes));
+    }
+    if (Get64(footer + 16) != items_) {
+      return Bad(absl::StrFormat("footer counts %u items, the shards hold %u", Get64(footer + 16),
+                                 items_));
+    }
+    return absl::OkStatus();
   }
-  if (Get64(footer + 16) != items) {
-    return bad(
-        absl::StrFormat("footer counts %u items, the shards hold %u", Get64(footer + 16), items));
+
+  Source& src_;
+  const absl::string_view label_;
+  uint8_t h_[kMaxHeaderBytes] = {};
+  size_t have_ = 0;
+  DecodedHeader decoded_;
+  std::unique_ptr<CuckooFilter> filter_;
+  XXH3_state_t* whole_ = nullptr;
+  XXH3_state_t* section_ = nullptr;
+  uint64_t offset_ = 0;
+  uint64_t items_ = 0;
+  uint64_t min_position_ = std::numeric_limits<uint64_t>::max();
+  uint64_t max_position_ = 0;
+  // Version 3: shards still to come with generation g, per g.
+  std::vector<uint32_t> left_;
+};
+
+absl::StatusOr<LoadedSnapshot> Parse(Source& src, absl::string_view label,
+                                     absl::string_view expected_name, const SnapshotAdmit& admit) {
+  return SnapshotParser(src, label).Parse(expected_name, admit);
+}
+
+// Fills in header `h` of the file WriteSnapshotFile writes (the format
+// version kWriteLayout, its shard counts per generation left at zero);
+// returns its growth block, where WriteSnapshotFile adds those counts.
+uint8_t* FillHeader(uint8_t* h, const FilterShape& shape,
+                    const std::vector<GenerationShape>& schedule, absl::string_view name,
+                    uint64_t filter_id, absl::Time taken) {
+  constexpr const HeaderLayout& layout = kWriteLayout;
+  std::memcpy(h, kMagic, sizeof(kMagic));
+  Put32(h + 8, layout.version);
+  Put32(h + 12, layout.header_bytes);
+  const std::string writer = ThisBuild();
+  std::memcpy(h + kSnapshotWriterOffset, writer.data(), writer.size());
+  uint8_t* const f = h + layout.fields;
+  Put32(f + kHashId, shape.hash_id);
+  Put32(f + kTableKind, static_cast<uint32_t>(shape.table_kind));
+  Put32(f + kFingerprintBits, shape.fingerprint_bits);
+  Put32(f + kBucketSize, shape.bucket_size);
+  Put32(f + kShards, shape.shards);
+  Put32(f + kShardBits, shape.shard_bits);
+  Put32(f + kMaxKicks, shape.max_kicks);
+  Put32(f + kNameLength, static_cast<uint32_t>(name.size()));
+  Put64(f + kSeed, shape.seed);
+  Put64(f + kCapacity, shape.capacity);
+  Put64(f + kBucketsPerShard, shape.buckets_per_shard);
+  Put64(f + kTableBytes, shape.table_bytes_per_shard());
+  Put64(f + kTakenUnixMicros, static_cast<uint64_t>(absl::ToUnixMicros(taken)));
+  std::memcpy(h + layout.name, name.data(), name.size());
+  Put64(h + layout.filter_id, filter_id);
+  uint8_t* const growth = h + layout.growth;
+  Put32(growth + kGrowthFactor, shape.growth_factor);
+  Put32(growth + kScheduleGenerations, static_cast<uint32_t>(schedule.size()));
+  Put64(growth + kMaxCapacityField, shape.max_capacity);
+  Put64(growth + kFalsePositiveRateBits, std::bit_cast<uint64_t>(shape.false_positive_rate));
+  Put64(growth + kScheduleChecksum, ScheduleChecksum(schedule));
+  return growth;
+}
+
+// The largest section of `filter`'s shards now, in the format
+// WriteSnapshotFile writes.
+uint64_t LargestSection(const CuckooFilter& filter, const std::vector<GenerationShape>& schedule) {
+  const FilterShape& shape = filter.shape();
+  uint64_t largest = 0;
+  for (uint32_t i = 0; i < shape.shards; ++i) {
+    uint64_t n = kWriteLayout.section_header_bytes + kSectionTrailerBytes;
+    for (uint32_t g = 0; g < filter.ShardGenerations(i); ++g) {
+      n += kGenerationHeaderBytes + TableShape(shape, schedule[g]).table_bytes_per_shard();
+    }
+    largest = std::max(largest, n);
   }
-  (*filter)->set_id(decoded->filter_id);
-  LoadedSnapshot out;
-  out.header = std::move(decoded->header);
-  out.format_version = layout->version;
-  out.items = items;
-  out.filter_id = decoded->filter_id;
-  out.min_position = min_position;
-  out.max_position = max_position;
-  out.filter = *std::move(filter);
-  return out;
+  return largest;
 }
 
 }  // namespace
@@ -812,33 +927,7 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
   constexpr const HeaderLayout& layout = kWriteLayout;
   static_assert(layout.has_generations());
   uint8_t h[layout.header_bytes] = {};
-  std::memcpy(h, kMagic, sizeof(kMagic));
-  Put32(h + 8, layout.version);
-  Put32(h + 12, layout.header_bytes);
-  const std::string writer = ThisBuild();
-  std::memcpy(h + kSnapshotWriterOffset, writer.data(), writer.size());
-  uint8_t* const f = h + layout.fields;
-  Put32(f + kHashId, shape.hash_id);
-  Put32(f + kTableKind, static_cast<uint32_t>(shape.table_kind));
-  Put32(f + kFingerprintBits, shape.fingerprint_bits);
-  Put32(f + kBucketSize, shape.bucket_size);
-  Put32(f + kShards, shape.shards);
-  Put32(f + kShardBits, shape.shard_bits);
-  Put32(f + kMaxKicks, shape.max_kicks);
-  Put32(f + kNameLength, static_cast<uint32_t>(name.size()));
-  Put64(f + kSeed, shape.seed);
-  Put64(f + kCapacity, shape.capacity);
-  Put64(f + kBucketsPerShard, shape.buckets_per_shard);
-  Put64(f + kTableBytes, shape.table_bytes_per_shard());
-  Put64(f + kTakenUnixMicros, static_cast<uint64_t>(absl::ToUnixMicros(start)));
-  std::memcpy(h + layout.name, name.data(), name.size());
-  Put64(h + layout.filter_id, result.filter_id);
-  uint8_t* const growth = h + layout.growth;
-  Put32(growth + kGrowthFactor, shape.growth_factor);
-  Put32(growth + kScheduleGenerations, static_cast<uint32_t>(schedule.size()));
-  Put64(growth + kMaxCapacityField, shape.max_capacity);
-  Put64(growth + kFalsePositiveRateBits, std::bit_cast<uint64_t>(shape.false_positive_rate));
-  Put64(growth + kScheduleChecksum, ScheduleChecksum(schedule));
+  uint8_t* const growth = FillHeader(h, shape, schedule, name, result.filter_id, start);
 
   // One buffer, reused for every shard. A section that fits is copied whole
   // (its tables in place between the block headers) under the shard's
@@ -848,17 +937,7 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
   // as long as the largest section when the write starts; a shard that
   // grows past it meanwhile is written in pieces.
   constexpr size_t kSectionHeaderBytes = layout.section_header_bytes;
-  auto section_bytes_for = [&](uint32_t generations) {
-    uint64_t n = kSectionHeaderBytes + kSectionTrailerBytes;
-    for (uint32_t g = 0; g < generations; ++g) {
-      n += kGenerationHeaderBytes + TableShape(shape, schedule[g]).table_bytes_per_shard();
-    }
-    return n;
-  };
-  uint64_t largest = 0;
-  for (uint32_t i = 0; i < shape.shards; ++i) {
-    largest = std::max(largest, section_bytes_for(filter.ShardGenerations(i)));
-  }
+  const uint64_t largest = LargestSection(filter, schedule);
   const size_t buffer_bytes = static_cast<size_t>(
       std::max<uint64_t>(std::min<uint64_t>(largest, options.buffer_bytes), kMinBufferBytes));
   absl::StatusOr<PageBuffer> buf = PageBuffer::Allocate(buffer_bytes);
