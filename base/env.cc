@@ -94,7 +94,7 @@ class PosixEnvFile final : public EnvFile {
   const std::string path_;
 };
 
-class PosixEnv final : public Env {
+class PosixFileEnv final : public Env {
  public:
   absl::StatusOr<std::unique_ptr<EnvFile>> Open(const std::string& path) override {
     int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
@@ -197,7 +197,7 @@ class PosixEnv final : public Env {
 }  // namespace
 
 Env* PosixEnv() {
-  static PosixEnv* env = new PosixEnv();
+  static PosixFileEnv* env = new PosixFileEnv();
   return env;
 }
 
