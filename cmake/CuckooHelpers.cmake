@@ -34,6 +34,16 @@ target_compile_options(cuckoo_warnings INTERFACE
   $<$<CXX_COMPILER_ID:Clang>:-Wthread-safety>
   $<$<AND:$<CXX_COMPILER_ID:GNU>,$<STREQUAL:${CUCKOO_SANITIZE},thread>>:-Wno-tsan>)
 
+# Under the sanitizers the tests' own code compiles without optimisation
+# (-O0; the libraries under test keep the build's -O1): half the compile
+# time of a test file (filter_service_test.cc: 30.6 s -> 14.8 s of CPU with
+# clang's ASan), and the code a test runs is the libraries'.
+if(CUCKOO_SANITIZE)
+  set(CUCKOO_TEST_CODE_OPTIONS -O0)
+else()
+  set(CUCKOO_TEST_CODE_OPTIONS)
+endif()
+
 # cuckoo_test(NAME name SRCS a.cc b.cc DEPS lib... [LABELS l])
 # One GoogleTest binary; every TEST in it becomes its own CTest test. One
 # label at most: gtest_discover_tests passes its properties on as a list, so
@@ -47,7 +57,8 @@ function(cuckoo_test)
   # overlap") inside libstdc++'s std::operator+(const char*, std::string&&),
   # which the tests use all over ("k" + std::to_string(i)). Off for the
   # tests only: the libraries and binaries keep the check.
-  target_compile_options(${T_NAME} PRIVATE $<$<CXX_COMPILER_ID:GNU>:-Wno-restrict>)
+  target_compile_options(${T_NAME} PRIVATE $<$<CXX_COMPILER_ID:GNU>:-Wno-restrict>
+                                            ${CUCKOO_TEST_CODE_OPTIONS})
   cuckoo_precompile_headers(${T_NAME} TESTS)
   list(LENGTH T_LABELS label_count)
   if(label_count GREATER 1)
@@ -119,7 +130,8 @@ function(_cuckoo_pch_host host)
   set(headers ${CUCKOO_PCH_HEADERS})
   if(host STREQUAL "cuckoo_pch_test")
     target_link_libraries(${host} PRIVATE GTest::gmock GTest::gtest)
-    target_compile_options(${host} PRIVATE $<$<CXX_COMPILER_ID:GNU>:-Wno-restrict>)
+    target_compile_options(${host} PRIVATE $<$<CXX_COMPILER_ID:GNU>:-Wno-restrict>
+                                           ${CUCKOO_TEST_CODE_OPTIONS})
     list(APPEND headers <gmock/gmock.h> <gtest/gtest.h>)
   endif()
   target_precompile_headers(${host} PRIVATE ${headers})

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs every test:
 #   1. clang-format check of every C++ file;
-#   2. release build (-O3, no debug info) of the binaries, the benchmarks, the cluster's kill -9
-#      loops (CTest label "chaos") and the growing filters' 10^7-key test
-#      (label "slow"), both too slow under the sanitizers; then the
+#   2. release build (-O3, no debug info) of the binaries, the benchmarks, the
+#      kill -9 loops of the cluster, the write-ahead log and the Redis port
+#      (CTest label "chaos"), the growing filters' 10^7-key test and the
+#      Redis port's memory attacks (label "slow"), all too slow under the
+#      sanitizers (whose builds leave them and the benchmarks out); then the
 #      benchmarks in --small mode as a smoke run;
 #   3. AddressSanitizer + UBSan build (clang, with precompiled headers and
-#      -Wthread-safety; it holds the fuzzers of step 5 too): every other test
-#      (each test is compiled once, in the build that checks the most);
+#      -Wthread-safety; it holds the fuzzers of step 5 too; the tests' own
+#      code at -O0): every other test (each test is compiled once, in the
+#      build that checks the most);
 #   4. ThreadSanitizer build: the engine's concurrency tests, the
 #      write-ahead log's and the RESP port's connections' (CTest label
 #      "concurrency");
@@ -57,7 +60,8 @@ git ls-files '*.cc' '*.h' | xargs clang-format --dry-run --Werror
 
 phase "release build: binaries, benchmarks, kill -9 loops"
 bash scripts/build.sh release cuckood cuckooctl cuckoo-bench filter_bench growth_bench \
-  cluster_chaos_test redis_crash_test growth_scale_test redis_memory_test resp_load
+  snapshot_bench replay_bench resp_load \
+  cluster_chaos_test redis_crash_test wal_crash_test growth_scale_test redis_memory_test
 ctest --test-dir build/release --output-on-failure -j "$jobs" -L 'chaos|slow'
 phase "benchmark smoke run (--small)"
 build/release/bench/filter_bench --small --json=build/release/filter_bench_small.json >/dev/null
