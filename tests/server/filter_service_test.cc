@@ -2117,12 +2117,12 @@ TEST_F(RequestIdRestartTest, APowerCutNeverLeavesADurableWriteWithoutItsRequestI
 // cut that drops what was not fdatasync'ed covers them too: cut while the
 // second snapshot's temporary file is synced, as it is renamed over the
 // first, as the directory is synced, or just after it completed (keeping
-// unsynced pages at random in half the rounds). Every write acknowledged
+// unsynced pages at random in every other round). Every write acknowledged
 // before the cut is there after the restart, whichever file survived.
 TEST_F(RequestIdRestartTest, APowerCutDuringOrAfterASnapshotLosesNoAcknowledgedWrite) {
   const char* const kCutAt[] = {"sync", "rename", "syncdir", "after"};
-  for (int round = 0; round < 8; ++round) {
-    const std::string cut_at = kCutAt[round % 4];
+  for (int round = 0; round < 4; ++round) {
+    const std::string cut_at = kCutAt[round];
     SCOPED_TRACE(absl::StrCat("round ", round, ", cut at ", cut_at));
     const std::string dir = copies_.path() + "/snapshot-cut" + std::to_string(round);
     fs::create_directories(dir);
@@ -2139,7 +2139,7 @@ TEST_F(RequestIdRestartTest, APowerCutDuringOrAfterASnapshotLosesNoAcknowledgedW
     ASSERT_TRUE(Call(&v1::FilterService::Stub::Snapshot, snap).status.ok());
     const std::vector<std::string> second = Keys(80 + round, 5'000);
     ASSERT_TRUE(Insert("f", second).status.ok());
-    const double keep = round < 4 ? 0.0 : 0.5;
+    const double keep = round % 2 == 0 ? 0.0 : 0.5;
     std::atomic<bool> cut{false};
     std::atomic<bool> renamed{false};
     env.SetFail([&](const std::string& op, const std::string& path) {
