@@ -25,6 +25,8 @@
 #      create/insert/lookup through the
 #      published ports, SIGTERM exits 0 after the final snapshot, and the data
 #      is there in a new container on the same volume.
+# The kill -9 loops of step 2 run beside step 3's build, and step 6 beside
+# steps 4 and 5: they mostly wait, the others compute (2 cores do both).
 # Exits non-zero on the first failure. Each step's header says how long the
 # run has taken so far, and the end (a failure's too) lists each step's time,
 # so CI's log shows where the time goes.
@@ -42,12 +44,37 @@ phase() {
 }
 summary() {
   local status=$?
+  # A step run beside one that failed: stopped, not left running.
+  for pid in "${beside_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   [ "$phase_name" = "all tests passed" ] || phase "stopped (exit $status)"
   echo "== time per step:"
   printf '%s\n' "${phases[@]}"
   printf '%8s  %s\n' "$(mmss "$SECONDS")" total
 }
 trap summary EXIT
+# Steps that mostly wait (for processes they kill, for NATS elections, for
+# image layers) run beside one that computes: `beside NAME CMD...` starts
+# CMD with its output in build/logs/NAME.log; `joined NAME` waits for it,
+# prints that log, and fails the run if CMD failed. The step list at the
+# end gives the time from start to join.
+declare -A beside_pids beside_started
+beside() {
+  local name=$1
+  shift
+  mkdir -p build/logs
+  echo "== $name: started beside the next steps (at $(mmss "$SECONDS"))"
+  beside_started[$name]=$SECONDS
+  "$@" >"build/logs/$name.log" 2>&1 &
+  beside_pids[$name]=$!
+}
+joined() {
+  local name=$1 status=0
+  wait "${beside_pids[$name]}" || status=$?
+  cat "build/logs/$name.log"
+  phases+=("$(printf '%8s  %s' "$(mmss $((SECONDS - beside_started[$name])))" "$name (beside)")")
+  echo "== $name: $([ "$status" = 0 ] && echo passed || echo "FAILED (exit $status)") (at $(mmss "$SECONDS"))"
+  return "$status"
+}
 bash scripts/install-deps.sh --test
 jobs=$(nproc)
 # The release build without debug info (scripts/build.sh): nothing here
@@ -62,18 +89,31 @@ phase "release build: binaries, benchmarks, kill -9 loops"
 bash scripts/build.sh release cuckood cuckooctl cuckoo-bench filter_bench growth_bench \
   snapshot_bench replay_bench resp_load \
   cluster_chaos_test redis_crash_test wal_crash_test growth_scale_test redis_memory_test
-ctest --test-dir build/release --output-on-failure -j "$jobs" -L 'chaos|slow'
+phase "release: the 10^7-key growth and the Redis port's memory attacks (label slow)"
+# Alone: they time a normal client's answers while the attacks run.
+ctest --test-dir build/release --output-on-failure -j "$jobs" -L slow
 phase "benchmark smoke run (--small)"
 build/release/bench/filter_bench --small --json=build/release/filter_bench_small.json >/dev/null
 build/release/bench/growth_bench --small --json=build/release/growth_bench_small.json >/dev/null
 bash bench/redis_bench.sh --smoke build/release/redis_bench_smoke >/dev/null
 
-phase "ASan+UBSan build + every test but the kill -9 loops"
+phase "ASan+UBSan build (clang), the release build's kill -9 loops beside it"
+# The kill -9 loops (label chaos) wait on processes and NATS elections
+# most of the time; they retry through what they cause, with generous
+# deadlines.
+beside "kill -9 loops (release, label chaos)" \
+  ctest --test-dir build/release --output-on-failure -j "$jobs" -L chaos
 bash scripts/build.sh asan
+joined "kill -9 loops (release, label chaos)"
+phase "ASan+UBSan: every test but the kill -9 loops"
 # One more test than cores: the end-to-end tests spend much of their time
 # waiting for the processes they start.
 ctest --test-dir build/asan --output-on-failure -j "$((jobs + 1))" -LE 'chaos|slow'
 
+# The deployment files and the image (release binaries), beside the
+# TSan build and the fuzzers (which fuzz for a fixed time): the image's
+# layers and the containers' start and stop are mostly waiting.
+beside "deployment: k8s manifests, compose file, container image" bash scripts/container-test.sh
 phase "TSan build + concurrency tests"
 # Only the engine's, the write-ahead log's and the RESP connections'
 # concurrency tests (no gRPC in them): TSan cannot see the synchronisation
@@ -84,6 +124,6 @@ TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   ctest --test-dir build/tsan --output-on-failure -j "$jobs" -L concurrency
 phase "fuzzing: snapshot reader, wire parser, write-ahead log reader, cluster log entries, access file, RESP parser"
 bash scripts/fuzz.sh 30 20 20 15 10 20
-phase "deployment: k8s manifests, compose file, container image"
-bash scripts/container-test.sh
+phase "deployment (joined)"
+joined "deployment: k8s manifests, compose file, container image"
 phase "all tests passed"
