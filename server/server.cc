@@ -395,11 +395,11 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
     args.SetMaxSendMessageSize(-1);
-    RedisOptions redis = RedisOptionsOf(config);
-    redis.disk = s->transfer_disk_.get();
+    RedisOptions commands = RedisOptionsOf(config);
+    commands.disk = s->transfer_disk_.get();
     s->redis_commands_ = std::make_unique<RedisCommands>(
         s->registry_.get(), s->auth_.get(), s->metrics_.get(), s->service_.get(),
-        s->grpc_server_->InProcessChannel(args), std::move(redis));
+        s->grpc_server_->InProcessChannel(args), std::move(commands));
     resp::ServerOptions options;
     options.listen = config.redis_listen;
     options.threads = static_cast<int>(config.redis_threads);
