@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -65,6 +66,40 @@ absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text) {
     return absl::InvalidArgumentError(absl::StrFormat("\"%s\" is too large", text));
   }
   return static_cast<uint64_t>(std::llround(bytes));
+}
+
+absl::StatusOr<uint64_t> ParseCount(absl::string_view text) {
+  absl::string_view digits = text;
+  uint64_t factor = 1;
+  if (!digits.empty()) {
+    switch (absl::ascii_tolower(static_cast<unsigned char>(digits.back()))) {
+      case 'k':
+        factor = 1'000;
+        break;
+      case 'm':
+        factor = 1'000'000;
+        break;
+      case 'g':
+        factor = 1'000'000'000;
+        break;
+      case 't':
+        factor = 1'000'000'000'000;
+        break;
+    }
+    if (factor != 1) digits.remove_suffix(1);
+  }
+  // SimpleAtoi alone would also take a sign and white space around.
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "\"%s\" is not a count: expected digits with an optional k, M, G or T (10^3, 10^6, "
+        "10^9, 10^12), such as 10M",
+        text));
+  }
+  uint64_t value = 0;
+  if (!absl::SimpleAtoi(digits, &value) || value > std::numeric_limits<uint64_t>::max() / factor) {
+    return absl::InvalidArgumentError(absl::StrFormat("\"%s\" is too large", text));
+  }
+  return value * factor;
 }
 
 namespace {

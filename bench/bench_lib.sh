@@ -1,4 +1,11 @@
-# Shell functions shared by the benchmark scripts (sourced, not run).
+# Shell functions shared by the benchmark scripts (sourced, not run, from the
+# repository's root: `. bench/bench_lib.sh`).
+
+# free_port: prints a TCP port of 127.0.0.1 that nothing is bound to now
+# (the kernel's pick for port 0), for a server the script starts.
+free_port() {
+  /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
 
 # wait_for_cuckood_and_redis CUCKOOD_LOG REDIS_PORT: waits up to 10 s until
 # cuckood's log says "serving on" and redis-server answers PING; exits with

@@ -17,6 +17,7 @@
 #       (default build/release/cluster_bench, 2, 10M)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/bench_lib.sh
 out=${1:-build/release/cluster_bench}
 rounds=${2:-2}
 keys=${3:-10M}
@@ -26,7 +27,6 @@ bin=build/release
   bash scripts/build.sh release cuckood cuckoo-bench cuckooctl >/dev/null
 py=/usr/bin/python3
 nats=$(command -v nats-server || echo /usr/sbin/nats-server)
-freeport() { $py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 work=$(mktemp -d -p "${TMPDIR:-/tmp}")
 pids=()
 cleanup() {
@@ -51,7 +51,7 @@ start_nats() {
   local r=$1 routes="" i
   nats_client=() nats_route=() nats_mon=() nats_pids=()
   for i in 0 1 2; do
-    nats_client[$i]=$(freeport) nats_route[$i]=$(freeport) nats_mon[$i]=$(freeport)
+    nats_client[$i]=$(free_port) nats_route[$i]=$(free_port) nats_mon[$i]=$(free_port)
     routes+="nats-route://127.0.0.1:${nats_route[$i]},"
   done
   for i in 0 1 2; do
@@ -75,8 +75,8 @@ start_nats_server() {  # start_nats_server ROUND I
 # start_replica ROUND I: cuckood I of the cluster; sets rep_port[I], rep_admin[I].
 start_replica() {
   local r=$1 i=$2
-  rep_port[$i]=${rep_port[$i]:-$(freeport)}
-  rep_admin[$i]=${rep_admin[$i]:-$(freeport)}
+  rep_port[$i]=${rep_port[$i]:-$(free_port)}
+  rep_admin[$i]=${rep_admin[$i]:-$(free_port)}
   "$bin/server/cuckood" --listen=127.0.0.1:${rep_port[$i]} --admin-listen=127.0.0.1:${rep_admin[$i]} \
     --data-dir="$work/r$r-$i" --nats="$nats_urls" --nats-stream=BENCH --replica-id=r$i \
     --snapshot-interval=0 >>"$out/cuckood-$r-$i.log" 2>&1 &
@@ -96,7 +96,7 @@ keys_per_s() {  # keys_per_s JSON PHASE: keys/s and p99 latency (us)
 
 for round in $(seq "$rounds"); do
   echo "== round $round: single node, --durability=sync"
-  port=$(freeport) admin=$(freeport)
+  port=$(free_port) admin=$(free_port)
   "$bin/server/cuckood" --listen=127.0.0.1:$port --admin-listen=127.0.0.1:$admin \
     --data-dir="$work/single-$round" --snapshot-interval=0 >"$out/single-$round.log" 2>&1 &
   single=$!

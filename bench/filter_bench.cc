@@ -43,6 +43,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "absl/types/span.h"
+#include "base/json.h"
 #include "bench/bench_util.h"
 #include "bench/bloom.h"
 #include "core/cuckoo_filter.h"
@@ -795,15 +796,6 @@ void PrintTables(const Options& o, const Machine& m, uint64_t ops,
       absl::PrintF("%-8s %7d %8.2f\n", Mode(d.batched), d.threads, d.mops);
     }
   }
-}
-
-std::string JsonString(std::string_view s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') out += '\\';
-    if (static_cast<unsigned char>(ch) >= 0x20) out += ch;
-  }
-  return out + "\"";
 }
 
 std::string JsonBuild(const BuildResult& b) {

@@ -73,9 +73,6 @@ fi
 # Pinning needs two CPUs; with one, both share it (the figures then mean less).
 if [ "$(nproc)" -ge 2 ]; then server_cpu=0 client_cpu=1; else server_cpu=0 client_cpu=0; fi
 
-free_port() {
-  /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
 redis_port=$(free_port)
 grpc_port=$(free_port)
 resp_port=$(free_port)

@@ -20,6 +20,7 @@
 #     (defaults build/release/security_bench, 5, 5s)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/bench_lib.sh
 out=${1:-build/release/security_bench}
 rounds=${2:-5}
 duration=${3:-5s}
@@ -45,7 +46,6 @@ mapfile -t made < <("$bin/client/cuckooctl" hash-token bench --grant='admin:*')
 token=${made[0]}
 printf '%s\n' "${made[1]}" >"$work/tokens"
 
-free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 start() {  # start NAME ARGS...: a cuckood on a free port; sets $port
   local name=$1
   shift

@@ -63,9 +63,6 @@ else
   pinning="not pinned"
 fi
 
-free_port() {
-  /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
 port=$(free_port)
 redis_port=$(free_port)
 target=127.0.0.1:$port

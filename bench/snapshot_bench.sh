@@ -12,6 +12,7 @@
 # DD_COUNT=N sets dd's size in 16 MiB blocks (default 64: 1 GiB).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/bench_lib.sh
 bash scripts/build.sh release snapshot_bench cuckood >/dev/null
 dir=build/release/bench/snapshot-bench-data
 restart=0 keep=0
@@ -42,7 +43,7 @@ else
     case $when in after*) sleep "${RESTART_IDLE:-10}" ;; esac
     dd if="$snap" iflag=nocache count=0 status=none # Drops it from the page cache.
     echo "== cuckood restart $when; page cache holds$(fincore --noheadings --output=RES "$snap") of the file"
-    port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    port=$(free_port)
     t0=$(date +%s.%N)
     build/release/server/cuckood --listen=127.0.0.1:"$port" --data-dir="$dir" >"$log" 2>&1 &
     server=$!

@@ -13,6 +13,7 @@
 # the ratio sync / none per round. Needs ~1 GiB of RAM and a few minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/bench_lib.sh
 out=${1:-build/release/wal_bench}
 rounds=${2:-2}
 mkdir -p "$out"
@@ -20,7 +21,6 @@ bin=build/release
 [ -x "$bin/server/cuckood" ] && [ -x "$bin/client/cuckoo-bench" ] ||
   bash scripts/build.sh release cuckood cuckoo-bench >/dev/null
 py=/usr/bin/python3
-freeport() { $py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # The disk under the data directory: mean latency of one 4 KiB O_DSYNC write.
 probe_dir=$(mktemp -d -p "${TMPDIR:-/tmp}")
@@ -37,8 +37,8 @@ summary="$out/summary.txt"
 : >"$summary"
 run() {  # run MODE ROUND
   local mode=$1 round=$2 port admin data server
-  port=$(freeport)
-  admin=$(freeport)
+  port=$(free_port)
+  admin=$(free_port)
   data=$(mktemp -d -p "${TMPDIR:-/tmp}")
   "$bin/server/cuckood" --listen=127.0.0.1:$port --admin-listen=127.0.0.1:$admin \
     --data-dir="$data" --durability="$mode" --snapshot-interval=0 >"$out/cuckood-$mode-$round.log" 2>&1 &

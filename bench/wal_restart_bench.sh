@@ -9,6 +9,7 @@
 #       (default 1000M 950M 1; needs ~2 GiB of RAM and ~3 GiB of disk in TMPDIR)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/bench_lib.sh
 capacity=${1:-1000M}
 items=${2:-950M}
 log_gib=${3:-1}
@@ -16,7 +17,7 @@ bin=build/release
 [ -x "$bin/server/cuckood" ] && [ -x "$bin/client/cuckoo-bench" ] ||
   bash scripts/build.sh release cuckood cuckoo-bench cuckooctl >/dev/null
 py=/usr/bin/python3
-port=$($py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(free_port)
 target=127.0.0.1:$port
 data=$(mktemp -d -p "${TMPDIR:-/tmp}")
 log=$(mktemp)

@@ -3,11 +3,11 @@
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/access_file.h"
 #include "client/cuckoo_client.h"
 
 namespace cuckoo::client {
@@ -34,32 +34,26 @@ std::string TokenSha256Hex(std::string_view token) {
 namespace {
 
 absl::Status ValidateName(std::string_view name) {
-  constexpr size_t kMaxNameBytes = 64;
-  bool ok = !name.empty() && name.size() <= kMaxNameBytes;
-  for (char c : name) ok &= absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-';
-  if (ok) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrFormat("NAME \"%s\" must be 1 to %u of the characters A-Z a-z 0-9 . _ -",
-                      absl::CEscape(absl::string_view(name.data(), name.size())), kMaxNameBytes));
+  if (IsAccessName(absl::string_view(name.data(), name.size()))) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "NAME \"%s\" must be 1 to %u of the characters A-Z a-z 0-9 . _ -",
+      absl::CEscape(absl::string_view(name.data(), name.size())), kMaxAccessNameBytes));
 }
 
-absl::Status ValidateGrant(std::string_view grant) {
+// What the server's access file takes (server/security/access.cc): a kind
+// and a pattern of filter-name characters and the wildcards.
+absl::Status ValidateGrant(std::string_view grant_view) {
+  const absl::string_view grant(grant_view.data(), grant_view.size());
   const size_t colon = grant.find(':');
-  const std::string_view kind = grant.substr(0, colon);
-  bool ok = colon != std::string_view::npos && colon + 1 < grant.size() &&
-            (kind == "read" || kind == "write" || kind == "admin");
-  // What the server's access file takes (server/security/access.cc): filter-name
-  // characters and the wildcards.
-  for (char c : grant.substr(colon == std::string_view::npos ? grant.size() : colon + 1)) {
-    ok &= (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
-          c == '_' || c == '-' || c == '*' || c == '?';
+  if (colon != absl::string_view::npos && IsAccessGrantKind(grant.substr(0, colon)) &&
+      IsAccessPattern(grant.substr(colon + 1))) {
+    return absl::OkStatus();
   }
-  if (ok) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrFormat(
       "grant \"%s\" must be KIND:PATTERN with KIND read, write or admin and PATTERN a filter "
-      "name glob (* any run of characters, ? one) of the characters A-Z a-z 0-9 . _ - * ?, e.g. "
-      "read:billing.*",
-      absl::CEscape(absl::string_view(grant.data(), grant.size()))));
+      "name glob (* any run of characters, ? one) of 1 to %u of the characters A-Z a-z 0-9 . _ "
+      "- * ?, e.g. read:billing.*",
+      absl::CEscape(grant), kMaxAccessPatternBytes));
 }
 
 }  // namespace

@@ -85,6 +85,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/json.h"
+#include "base/units.h"
 #include "client/cuckoo_bench_histogram.h"
 #include "client/cuckoo_bench_keys.h"
 #include "client/cuckoo_client.h"
@@ -166,9 +168,10 @@ Output:
   --json=PATH           also write the results as JSON (- for stdout)
   --help                print this text
 
-Numbers take a k, M or G suffix (10M = 10000000); durations are like 500ms,
-10s, 1m. Single-key latency: --batch=1 --depth=1 --connections=1, with
-cuckood and cuckoo-bench pinned to different CPUs (--pin-cpu).
+Numbers take a k, M, G or T suffix in either case, 10^3 to 10^12
+(10M = 10000000); durations are like 500ms, 10s, 1m. Single-key latency:
+--batch=1 --depth=1 --connections=1, with cuckood and cuckoo-bench pinned to
+different CPUs (--pin-cpu).
 Exit status: 0 success; 1 a request failed, a false negative was seen, or the
 server or filter could not be used; 2 usage error.
 )";
@@ -258,32 +261,6 @@ struct Options {
   }
 };
 
-bool ParseCount(std::string text, uint64_t* out) {
-  uint64_t mult = 1;
-  if (!text.empty()) {
-    switch (text.back()) {
-      case 'k':
-      case 'K':
-        mult = 1'000;
-        break;
-      case 'm':
-      case 'M':
-        mult = 1'000'000;
-        break;
-      case 'g':
-      case 'G':
-        mult = 1'000'000'000;
-        break;
-    }
-    if (mult != 1) text.pop_back();
-  }
-  uint64_t v = 0;
-  if (text.empty() || text[0] == '-' || !absl::SimpleAtoi(text, &v)) return false;
-  if (v > UINT64_MAX / mult) return false;
-  *out = v * mult;
-  return true;
-}
-
 template <typename... Args>
 absl::Status UsageError(const absl::FormatSpec<Args...>& format, const Args&... args) {
   return absl::InvalidArgumentError(absl::StrFormat(format, args...));
@@ -293,16 +270,16 @@ absl::Status UsageError(const absl::FormatSpec<Args...>& format, const Args&... 
 template <typename T>
 absl::Status CountFlag(const std::string& name, const std::string& value, uint64_t lo, uint64_t hi,
                        T* out) {
-  uint64_t v = 0;
-  if (!ParseCount(value, &v)) {
-    return UsageError("--%s=%s: not a count (digits, optionally with a k, M or G suffix)", name,
+  const absl::StatusOr<uint64_t> v = ParseCount(value);
+  if (!v.ok()) {
+    return UsageError("--%s=%s: not a count (digits, optionally with a k, M, G or T suffix)", name,
                       value);
   }
-  if (v < lo || v > hi) {
+  if (*v < lo || *v > hi) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--%s=%s: must be %u to %u", name, value, lo, hi));
   }
-  *out = static_cast<T>(v);
+  *out = static_cast<T>(*v);
   return absl::OkStatus();
 }
 
@@ -1131,20 +1108,7 @@ class JsonWriter {
       out_ += ": ";
     }
   }
-  void Quote(std::string_view s) {
-    out_ += '"';
-    for (char c : s) {
-      if (c == '"' || c == '\\') {
-        out_ += '\\';
-        out_ += c;
-      } else if (static_cast<unsigned char>(c) < 0x20) {
-        out_ += absl::StrFormat("\\u%04x", static_cast<unsigned char>(c));
-      } else {
-        out_ += c;
-      }
-    }
-    out_ += '"';
-  }
+  void Quote(std::string_view s) { out_ += JsonString(s); }
 
   std::string out_;
   std::vector<bool> first_;

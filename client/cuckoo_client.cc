@@ -1,7 +1,6 @@
 #include "client/cuckoo_client.h"
 
 #include <arpa/inet.h>
-#include <errno.h>
 #include <grpc/grpc.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
@@ -11,8 +10,6 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <utility>
@@ -26,6 +23,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "base/access_file.h"
+#include "base/file.h"
 
 namespace cuckoo::client {
 
@@ -146,27 +145,15 @@ void AppendNew(const std::vector<std::string>& addresses, std::vector<std::strin
 
 // The whole of file `path` (`what` names it in errors: "CA certificate").
 absl::StatusOr<std::string> ReadPemFile(const std::string& path, const char* what) {
-  FILE* f = fopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    const int err = errno;
+  absl::StatusOr<std::string> contents = ReadFileToString(path);
+  if (!contents.ok()) {
     return absl::Status(
-        absl::ErrnoToStatusCode(err),
-        absl::StrFormat("cannot open %s file \"%s\": %s", what, path, strerror(err)));
-  }
-  std::string contents;
-  char buffer[16384];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof buffer, f)) > 0) contents.append(buffer, n);
-  const int err = ferror(f) ? errno : 0;
-  fclose(f);
-  if (err != 0) {
-    return absl::Status(
-        absl::ErrnoToStatusCode(err),
-        absl::StrFormat("cannot read %s file \"%s\": %s", what, path, strerror(err)));
+        contents.status().code(),
+        absl::StrFormat("cannot open %s file \"%s\": %s", what, path, contents.status().message()));
   }
   // gRPC would only fail the handshake, later and vaguely, on a DER file or
   // a wrong path that happens to exist.
-  if (!absl::StrContains(contents, "-----BEGIN ")) {
+  if (!absl::StrContains(*contents, "-----BEGIN ")) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s file \"%s\" is not PEM (no \"-----BEGIN \" line)", what, path));
   }
@@ -213,11 +200,10 @@ std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(const TlsOptions& t
 }
 
 absl::Status ValidateToken(std::string_view token) {
-  constexpr size_t kMaxTokenBytes = 512;
-  if (token.empty() || token.size() > kMaxTokenBytes) {
+  if (token.empty() || token.size() > kMaxAccessTokenBytes) {
     return absl::InvalidArgumentError(
         absl::StrFormat("the token is %u characters; a token is 1 to %u of the characters ! to ~",
-                        token.size(), kMaxTokenBytes));
+                        token.size(), kMaxAccessTokenBytes));
   }
   for (size_t i = 0; i < token.size(); ++i) {
     const unsigned char c = token[i];
@@ -225,7 +211,7 @@ absl::Status ValidateToken(std::string_view token) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "the token has character 0x%02x at position %u; a token is 1 to %u of the characters "
           "! to ~ (no spaces or line breaks)",
-          c, i + 1, kMaxTokenBytes));
+          c, i + 1, kMaxAccessTokenBytes));
     }
   }
   return absl::OkStatus();

@@ -58,6 +58,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/file.h"
+#include "base/json.h"
+#include "base/units.h"
 #include "client/access_token.h"
 #include "client/cuckoo_client.h"
 #include "cuckoo_version.h"
@@ -269,7 +272,8 @@ A-Z a-z 0-9 . _ - and starts with a letter or digit. Prints the filter's info
 and whether it was created.
 
   --capacity=N          keys the filter must hold (required), 1 to 2^40; may
-                        end in k, M, G or T (x1000, x10^6, x10^9, x10^12)
+                        end in k, M, G or T, either case (x1000, x10^6,
+                        x10^9, x10^12)
   --fpr=RATE            target false-positive rate in (0, 1), e.g. 0.001
                         (default 0.002: 12-bit fingerprints with 4-slot buckets,
                         semi-sorted: about 11.6 bits per key)
@@ -659,34 +663,25 @@ bool ParseNumber(std::string_view text, T& out) {
   return ec == std::errc() && end == text.data() + text.size();
 }
 
+// Capacities take a count's suffix (k, M, G, T: base/units.h); the rest are
+// plain numbers.
 std::optional<Failure> ParseUintFlag(const CommandLine& cl, const std::string& name, uint64_t max,
                                      uint64_t& out) {
-  std::string text = *cl.Get(name);
-  uint64_t multiplier = 1;
-  if ((name == "capacity" || name == "max-capacity") && !text.empty()) {
-    switch (text.back()) {
-      case 'k':
-      case 'K':
-        multiplier = 1'000;
-        break;
-      case 'M':
-        multiplier = 1'000'000;
-        break;
-      case 'G':
-        multiplier = 1'000'000'000;
-        break;
-      case 'T':
-        multiplier = 1'000'000'000'000;
-        break;
-    }
-    if (multiplier != 1) text.pop_back();
-  }
+  const std::string text = *cl.Get(name);
   uint64_t value = 0;
-  if (!ParseNumber(text, value) || value > max / multiplier) {
-    return UsageError(absl::StrFormat("--%s=\"%s\" is not a whole number from 0 to %u", name,
-                                      *cl.Get(name), max));
+  bool ok;
+  if (name == "capacity" || name == "max-capacity") {
+    const absl::StatusOr<uint64_t> count = ParseCount(text);
+    ok = count.ok();
+    if (ok) value = *count;
+  } else {
+    ok = ParseNumber(std::string_view(text), value);
   }
-  out = value * multiplier;
+  if (!ok || value > max) {
+    return UsageError(
+        absl::StrFormat("--%s=\"%s\" is not a whole number from 0 to %u", name, text, max));
+  }
+  out = value;
   return std::nullopt;
 }
 
@@ -738,18 +733,6 @@ std::string Shortest(double value) {
   return ec == std::errc() ? std::string(buf, end) : "0";
 }
 
-std::string HumanBytes(uint64_t bytes) {
-  static constexpr std::pair<const char*, int> kUnits[] = {
-      {"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}};
-  for (const auto& [unit, shift] : kUnits) {
-    const uint64_t one = uint64_t{1} << shift;
-    if (bytes < one) continue;
-    if (bytes % one == 0) return absl::StrFormat("%u%s", bytes >> shift, unit);
-    return absl::StrFormat("%.1f%s", static_cast<double>(bytes) / static_cast<double>(one), unit);
-  }
-  return absl::StrFormat("%uB", bytes);
-}
-
 bool IsValidUtf8(std::string_view s) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   const auto* end = p + s.size();
@@ -786,44 +769,12 @@ bool IsValidUtf8(std::string_view s) {
   return true;
 }
 
-// Appends `s` (valid UTF-8) as a JSON string literal.
-void AppendJsonString(std::string& out, std::string_view s) {
-  out.push_back('"');
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20 || c == 0x7F) {
-          out += absl::StrFormat("\\u%04x", c);
-        } else {
-          out.push_back(ch);
-        }
-    }
-  }
-  out.push_back('"');
-}
-
 // A compact JSON object, built field by field.
 class JsonObject {
  public:
   JsonObject& String(std::string_view key, std::string_view value) {
     Key(key);
-    AppendJsonString(out_, value);
+    out_ += JsonString(value);
     return *this;
   }
   JsonObject& Uint(std::string_view key, uint64_t value) {
@@ -857,7 +808,7 @@ class JsonObject {
  private:
   void Key(std::string_view key) {
     if (out_.size() > 1) out_.push_back(',');
-    AppendJsonString(out_, key);
+    out_ += JsonString(key);
     out_.push_back(':');
   }
   std::string out_ = "{";
@@ -886,12 +837,6 @@ class TextFields {
  private:
   std::vector<std::pair<std::string, std::string>> rows_;
 };
-
-std::string JsonString(std::string_view s) {
-  std::string out;
-  AppendJsonString(out, s);
-  return out;
-}
 
 double DurationSeconds(const google::protobuf::Duration& d) {
   return static_cast<double>(d.seconds()) + d.nanos() / 1e9;
@@ -990,7 +935,7 @@ void AddFilterInfoText(TextFields& t, const v1::FilterInfo& f) {
       .Add("items", absl::StrFormat("%u", f.items()))
       .Add("load_factor", absl::StrFormat("%.6g", f.load_factor()))
       .Add("memory_bytes",
-           absl::StrFormat("%u (%s)", f.memory_bytes(), HumanBytes(f.memory_bytes())))
+           absl::StrFormat("%u (%s)", f.memory_bytes(), FormatByteSize(f.memory_bytes())))
       .Add("bits_per_item", BitsPerItemText(f))
       .Add("expected_false_positive_rate",
            absl::StrFormat("%.6g", f.expected_false_positive_rate()))
@@ -998,8 +943,8 @@ void AddFilterInfoText(TextFields& t, const v1::FilterInfo& f) {
            absl::StrFormat("%.6g", f.false_positive_rate_at_capacity()))
       .Add("last_snapshot_time",
            f.has_last_snapshot_time() ? FormatTimestamp(f.last_snapshot_time()) : "never")
-      .Add("last_snapshot_bytes",
-           absl::StrFormat("%u (%s)", f.last_snapshot_bytes(), HumanBytes(f.last_snapshot_bytes())))
+      .Add("last_snapshot_bytes", absl::StrFormat("%u (%s)", f.last_snapshot_bytes(),
+                                                  FormatByteSize(f.last_snapshot_bytes())))
       .Add("unsnapshotted_changes",
            absl::StrFormat("%u%s", f.unsnapshotted_changes(),
                            f.has_unsnapshotted_changes()
@@ -1024,7 +969,7 @@ void AddFilterInfoText(TextFields& t, const v1::FilterInfo& f) {
     t.Add(absl::StrFormat("generation %d", i),
           absl::StrFormat("%u-bit fingerprints, %u shards, %u slots, %u items, %s, bound %.3g",
                           g.fingerprint_bits(), g.shards(), g.slots(), g.items(),
-                          HumanBytes(g.memory_bytes()), g.false_positive_bound()));
+                          FormatByteSize(g.memory_bytes()), g.false_positive_bound()));
   }
 }
 
@@ -1153,7 +1098,7 @@ class FdSource : public KeySource {
       if (buf_.size() >= kMaxLineBytes) {
         return absl::InvalidArgumentError(
             absl::StrFormat("%s: line %u is longer than %s; expected one key per line", name_,
-                            lines_ + 1, HumanBytes(kMaxLineBytes)));
+                            lines_ + 1, FormatByteSize(kMaxLineBytes)));
       }
       buf_.resize(buf_.size() * 2);
     }
@@ -1636,8 +1581,8 @@ int RunList(const GlobalOptions& g, const CommandLine& cl) {
     // (max_capacity when set); a fixed filter's capacity.
     rows.push_back({f.name(), absl::StrFormat("%u", f.items()), absl::StrFormat("%u", f.capacity()),
                     absl::StrFormat("%u", f.reachable_capacity()),
-                    absl::StrFormat("%.2f%%", 100 * f.load_factor()), HumanBytes(f.memory_bytes()),
-                    absl::StrFormat("%u", f.fingerprint_bits()),
+                    absl::StrFormat("%.2f%%", 100 * f.load_factor()),
+                    FormatByteSize(f.memory_bytes()), absl::StrFormat("%u", f.fingerprint_bits()),
                     absl::StrFormat("%u", f.bucket_size()),
                     f.semi_sort() ? "semi_sorted" : "packed", absl::StrFormat("%u", f.shards()),
                     absl::StrFormat("%.3g", f.expected_false_positive_rate())});
@@ -1666,7 +1611,7 @@ int RunDrop(const GlobalOptions& g, const CommandLine& cl) {
     return Emit(JsonObject().String("name", name).Uint("freed_bytes", *freed).Done() + "\n");
   }
   return Emit(
-      absl::StrFormat("dropped %s: freed %u bytes (%s)\n", name, *freed, HumanBytes(*freed)));
+      absl::StrFormat("dropped %s: freed %u bytes (%s)\n", name, *freed, FormatByteSize(*freed)));
 }
 
 int RunServerInfo(const GlobalOptions& g, const CommandLine& cl) {
@@ -1710,7 +1655,7 @@ int RunServerInfo(const GlobalOptions& g, const CommandLine& cl) {
                     .Done() +
                 "\n");
   }
-  auto bytes = [](uint64_t b) { return absl::StrFormat("%u (%s)", b, HumanBytes(b)); };
+  auto bytes = [](uint64_t b) { return absl::StrFormat("%u (%s)", b, FormatByteSize(b)); };
   auto number = [](uint64_t n) { return absl::StrFormat("%u", n); };
   const bool no_snapshots =
       info->snapshot_interval().seconds() == 0 && info->snapshot_interval().nanos() == 0;
@@ -1785,14 +1730,14 @@ int RunSnapshot(const GlobalOptions& g, const CommandLine& cl) {
   for (const v1::SnapshotFile& f : resp->files()) {
     const double secs = DurationSeconds(f.duration());
     text += absl::StrFormat("%s: %u items, %s to %s in %.3fs (%.2f GB/s)\n", f.filter(), f.items(),
-                            HumanBytes(f.bytes()), f.path(), secs,
+                            FormatByteSize(f.bytes()), f.path(), secs,
                             f.bytes() / 1e9 / std::max(secs, 1e-9));
   }
   for (const std::string& u : resp->unchanged()) {
     text += absl::StrFormat("%s: unchanged since its last snapshot\n", u);
   }
   text += absl::StrFormat("snapshot: %d files, %s in %.3fs\n", resp->files_size(),
-                          HumanBytes(resp->bytes()), DurationSeconds(resp->duration()));
+                          FormatByteSize(resp->bytes()), DurationSeconds(resp->duration()));
   return Emit(text);
 }
 
@@ -1868,8 +1813,8 @@ int RunExport(const GlobalOptions& g, const CommandLine& cl) {
     summary = absl::StrFormat(
         "exported %s: %u items, %u bytes (%s: the filter's whole tables, %u slots, empty ones "
         "included) to %s; log position %u\n",
-        name, info->items, info->total_bytes, HumanBytes(info->total_bytes), info->filter.slots(),
-        where, info->log_position);
+        name, info->items, info->total_bytes, FormatByteSize(info->total_bytes),
+        info->filter.slots(), where, info->log_position);
   }
   if (to_stdout) {
     fputs(summary.c_str(), stderr);
@@ -1931,7 +1876,7 @@ int RunImport(const GlobalOptions& g, const CommandLine& cl) {
   }
   TextFields t;
   t.Add("imported", absl::StrFormat("%u bytes (%s) from %s, a snapshot of filter %s", resp->bytes(),
-                                    HumanBytes(resp->bytes()), where, resp->source_name()))
+                                    FormatByteSize(resp->bytes()), where, resp->source_name()))
       .Add("log_position", absl::StrFormat("%u", resp->log_position()));
   AddFilterInfoText(t, resp->filter());
   return Emit(t.Done());
@@ -2045,20 +1990,13 @@ std::optional<Failure> ParseSecurity(const CommandLine& cl, client::ClientOption
         absl::StrFormat("give %s or %s, not both", token->source, token_file->source));
   }
   if (token_file) {
-    FILE* f = fopen(token_file->value.c_str(), "r");
-    std::string contents;
-    int err = f == nullptr ? errno : 0;
-    if (f != nullptr) {
-      char buffer[4096];
-      // More than a token can be is refused by ValidateToken below.
-      contents.assign(buffer, fread(buffer, 1, sizeof buffer, f));
-      if (ferror(f)) err = errno != 0 ? errno : EIO;
-      fclose(f);
-    }
-    if (err != 0) {
+    // More than a token can be is refused by ValidateToken below.
+    absl::StatusOr<std::string> read = ReadFileToString(token_file->value, 4096);
+    if (!read.ok()) {
       return UsageError(absl::StrFormat("cannot read %s=%s: %s", token_file->source,
-                                        token_file->value, strerror(err)));
+                                        token_file->value, read.status().message()));
     }
+    std::string contents = *std::move(read);
     absl::StripTrailingAsciiWhitespace(&contents);
     options.token = std::move(contents);
     if (options.token.empty()) {

@@ -8,14 +8,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <optional>
-#include <sstream>
 #include <system_error>
 #include <thread>
 
@@ -27,6 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "base/file.h"
 #include "spdlog/spdlog.h"
 
 namespace cuckoo::server {
@@ -96,13 +93,12 @@ class ReflectionOption final : public grpc::ServerBuilderOption {
 bool Loopback(const std::string& listen) { return ListenIsLocal(listen); }
 
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  if (!in || !(text << in.rdbuf())) {
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("--peer-token-file=%s: cannot read: %s", path, std::strerror(errno)));
+        absl::StrFormat("--peer-token-file=%s: cannot read: %s", path, text.status().message()));
   }
-  std::string token(absl::StripAsciiWhitespace(text.str()));
+  std::string token(absl::StripAsciiWhitespace(*text));
   if (token.empty()) {
     return absl::InvalidArgumentError(absl::StrFormat("--peer-token-file=%s is empty", path));
   }

@@ -1,15 +1,10 @@
 #include "server/observability/admin_http.h"
 
 #include <openssl/ssl.h>
-#include <sys/stat.h>
 
 #include <array>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string_view>
 #include <type_traits>
 #include <utility>
@@ -17,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/file.h"
 #include "boost/asio/ip/tcp.hpp"
 #include "boost/asio/ssl.hpp"
 #include "boost/beast/core/error.hpp"
@@ -50,25 +46,14 @@ const std::string kServerHeader = absl::StrCat("cuckood/", kVersion);
 
 using SslStream = beast::ssl_stream<beast::tcp_stream>;
 
-// What identifies a file's contents for the certificate watch: device,
-// inode, size and modification time of what the path resolves to (stat
-// follows symlinks: Kubernetes rotates a Secret volume by swapping the
-// ..data link the files point through). Empty when it cannot be stat'ed.
-std::string FileIdentity(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return "-";
-  return absl::StrCat(st.st_dev, "/", st.st_ino, "/", st.st_size, "/", st.st_mtim.tv_sec, ".",
-                      st.st_mtim.tv_nsec);
-}
-
+// The certificate or key file of --`flag`.
 absl::StatusOr<std::string> ReadFile(const std::string& path, std::string_view flag) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  if (!in || !(text << in.rdbuf())) {
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("cannot read --%s=%s: %s", flag, path, std::strerror(errno)));
+        absl::StrFormat("cannot read --%s=%s: %s", flag, path, text.status().message()));
   }
-  return text.str();
+  return text;
 }
 
 // A TLS server context with the certificate chain and key in these files

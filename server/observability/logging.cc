@@ -13,40 +13,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "base/json.h"
 #include "spdlog/pattern_formatter.h"
 #include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
 
 namespace cuckoo::server {
 namespace {
-
-// `text` as the inside of a JSON string: quotes, backslashes and control
-// characters escaped.
-void AppendJsonEscaped(std::string_view text, spdlog::memory_buf_t& dest) {
-  for (char c : text) {
-    switch (c) {
-      case '"':
-        dest.append(std::string_view("\\\""));
-        break;
-      case '\\':
-        dest.append(std::string_view("\\\\"));
-        break;
-      case '\n':
-        dest.append(std::string_view("\\n"));
-        break;
-      case '\t':
-        dest.append(std::string_view("\\t"));
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          std::string esc = absl::StrFormat("\\u%04x", c);
-          dest.append(std::string_view(esc));
-        } else {
-          dest.push_back(c);
-        }
-    }
-  }
-}
 
 // %j in a pattern: the message as the inside of a JSON string.
 class JsonMessageFlag final : public spdlog::custom_flag_formatter {

@@ -10,13 +10,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "base/access_file.h"
 
 namespace cuckoo::server {
 namespace {
 
-constexpr size_t kMaxNameBytes = 64;
 constexpr size_t kMaxValueBytes = 1024;
-constexpr size_t kMaxPatternBytes = 256;
 constexpr size_t kMaxEntries = 100'000;
 
 // Splits a line into fields: runs of spaces or tabs separate them, and a
@@ -60,20 +59,6 @@ absl::StatusOr<std::vector<std::string>> Fields(absl::string_view line) {
     }
     out.push_back(std::move(field));
   }
-}
-
-bool ValidEntryName(absl::string_view name) {
-  if (name.empty() || name.size() > kMaxNameBytes) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-';
-  });
-}
-
-bool ValidPattern(absl::string_view pattern) {
-  if (pattern.empty() || pattern.size() > kMaxPatternBytes) return false;
-  return std::all_of(pattern.begin(), pattern.end(), [](char c) {
-    return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-' || c == '*' || c == '?';
-  });
 }
 
 bool Printable(absl::string_view s) {
@@ -177,10 +162,10 @@ absl::StatusOr<AccessTable> AccessTable::Parse(absl::string_view text, absl::str
           absl::StrFormat("unknown kind \"%s\": expected token or cert", absl::CHexEscape(kind)));
     }
     e.name = (*fields)[1];
-    if (!ValidEntryName(e.name)) {
+    if (!IsAccessName(e.name)) {
       return bad(absl::StrFormat(
           "name \"%s\" must be 1 to %d characters of letters, digits, '.', '_' and '-'",
-          absl::CHexEscape(e.name), kMaxNameBytes));
+          absl::CHexEscape(e.name), kMaxAccessNameBytes));
     }
     if (auto [it, fresh] = names.emplace(e.name, line_no); !fresh) {
       return bad(absl::StrFormat("name \"%s\" is already used on line %d", e.name, it->second));
@@ -240,18 +225,17 @@ absl::StatusOr<AccessTable> AccessTable::Parse(absl::string_view text, absl::str
       } else if (level == "admin") {
         g.access = Access::kAdmin;
       }
-      if (colon == absl::string_view::npos ||
-          (level != "read" && level != "write" && level != "admin")) {
+      if (colon == absl::string_view::npos || !IsAccessGrantKind(level)) {
         return bad(
             absl::StrFormat("grant \"%s\" must be read:PATTERN, write:PATTERN or admin:PATTERN",
                             absl::CHexEscape(grant.substr(0, 80))));
       }
       g.pattern = std::string(grant.substr(colon + 1));
-      if (!ValidPattern(g.pattern)) {
+      if (!IsAccessPattern(g.pattern)) {
         return bad(absl::StrFormat(
             "grant \"%s\": the pattern must be 1 to %d characters of letters, digits, '.', '_', "
             "'-' and the wildcards '*' and '?'",
-            absl::CHexEscape(grant.substr(0, 80)), kMaxPatternBytes));
+            absl::CHexEscape(grant.substr(0, 80)), kMaxAccessPatternBytes));
       }
       e.grants.push_back(std::move(g));
     }

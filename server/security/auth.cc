@@ -6,8 +6,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -16,6 +14,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/access_file.h"
+#include "base/file.h"
 #include "spdlog/spdlog.h"
 
 namespace cuckoo::server {
@@ -36,13 +36,6 @@ thread_local TokenCache token_cache;
 absl::Status Unauthenticated(AuthFailure* failure, AuthFailure why, absl::string_view message) {
   *failure = why;
   return absl::UnauthenticatedError(message);
-}
-
-// What tells one version of the file from the next: its device, inode (a
-// Kubernetes Secret update swaps a symlink), size and modification time.
-std::string Identity(const struct stat& st) {
-  return absl::StrCat(st.st_dev, "/", st.st_ino, "/", st.st_size, "/", st.st_mtim.tv_sec, ".",
-                      st.st_mtim.tv_nsec);
 }
 
 }  // namespace
@@ -112,15 +105,13 @@ absl::StatusOr<std::string> Authenticator::ReadFile(const std::string& path,
     return absl::InvalidArgumentError(absl::StrFormat(
         "the access file --auth-tokens=%s is %d bytes; at most 64 MiB", path, st.st_size));
   }
-  *identity = Identity(st);
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  if (!in || !(text << in.rdbuf())) {
-    if (st.st_size == 0) return std::string();
+  *identity = FileIdentity(st);
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) {
     return absl::PermissionDeniedError(absl::StrFormat(
-        "cannot read the access file --auth-tokens=%s: %s", path, std::strerror(errno)));
+        "cannot read the access file --auth-tokens=%s: %s", path, text.status().message()));
   }
-  return text.str();
+  return text;
 }
 
 absl::Status Authenticator::Load(bool initial) {
@@ -170,7 +161,7 @@ void Authenticator::Watch() {
     watch_mu_.WaitFor(&watch_cv_, absl::ToChronoNanoseconds(options_.reload_interval));
     if (stopping_) break;
     struct stat st {};
-    const std::string identity = ::stat(options_.path.c_str(), &st) == 0 ? Identity(st) : "";
+    const std::string identity = ::stat(options_.path.c_str(), &st) == 0 ? FileIdentity(st) : "";
     bool changed;
     {
       MutexLock table_lock(&mu_);
@@ -263,10 +254,10 @@ absl::StatusOr<Caller> Authenticator::AuthenticateToken(std::string_view token_v
                                                         AuthFailure* failure) const {
   TokenCache& cache = FreshCache(table_id_, [this] { return table(); });
   const absl::string_view token(token_view.data(), token_view.size());
-  if (token.empty() || token.size() > kMaxTokenBytes) {
+  if (token.empty() || token.size() > kMaxAccessTokenBytes) {
     return Unauthenticated(
         failure, AuthFailure::kMalformedHeader,
-        absl::StrFormat("the bearer token must be 1 to %d characters", kMaxTokenBytes));
+        absl::StrFormat("the bearer token must be 1 to %d characters", kMaxAccessTokenBytes));
   }
   if (auto hit = cache.tokens.find(token); hit != cache.tokens.end()) {
     return Caller(cache.table, hit->second);

@@ -82,8 +82,6 @@ class Caller {
 };
 
 inline constexpr size_t kTokenCacheEntries = 256;
-// Longest token accepted (a generated one is 46 characters).
-inline constexpr size_t kMaxTokenBytes = 512;
 
 class Authenticator {
  public:

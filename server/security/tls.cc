@@ -12,25 +12,22 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/file.h"
 #include "spdlog/spdlog.h"
 
 namespace cuckoo::server {
 namespace {
 
 absl::StatusOr<std::string> ReadPem(std::string_view flag, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("--%s=%s: cannot open: %s", flag, path, std::strerror(errno)));
+        absl::StrFormat("--%s=%s: cannot open: %s", flag, path, text.status().message()));
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return text;
 }
 
 // OpenSSL's last error, as text, or "no PEM data".

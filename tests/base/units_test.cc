@@ -1,4 +1,4 @@
-// Byte sizes as people write them and read them (base/units.h).
+// Byte sizes and counts as people write them and read them (base/units.h).
 #include "base/units.h"
 
 #include <gmock/gmock.h>
@@ -38,6 +38,36 @@ TEST(UnitsTest, ByteSizesFormatForPeopleAndExactly) {
   EXPECT_EQ(FormatByteSizeExactly(1'000'001), "1000001B");
   EXPECT_EQ(FormatByteSizeExactly(0), "0");
   EXPECT_EQ(*ParseByteSize(FormatByteSizeExactly(123'456'789)), 123'456'789u);
+}
+
+TEST(UnitsTest, CountsTakeDecimalSuffixesInEitherCase) {
+  EXPECT_EQ(*ParseCount("0"), 0u);
+  EXPECT_EQ(*ParseCount("1000"), 1000u);
+  EXPECT_EQ(*ParseCount("10k"), 10'000u);
+  EXPECT_EQ(*ParseCount("10K"), 10'000u);
+  // The two tools once disagreed on "1m": it is a million in both.
+  EXPECT_EQ(*ParseCount("1m"), 1'000'000u);
+  EXPECT_EQ(*ParseCount("1M"), 1'000'000u);
+  EXPECT_EQ(*ParseCount("2g"), 2'000'000'000u);
+  EXPECT_EQ(*ParseCount("2G"), 2'000'000'000u);
+  EXPECT_EQ(*ParseCount("3t"), 3'000'000'000'000u);
+  EXPECT_EQ(*ParseCount("3T"), 3'000'000'000'000u);
+  EXPECT_EQ(*ParseCount("18446744073709551615"), UINT64_MAX);
+  EXPECT_EQ(*ParseCount("18446744073709551k"), 18'446'744'073'709'551'000u);
+}
+
+TEST(UnitsTest, BadCountsAreRejectedWithTheReason) {
+  for (const char* bad : {"", "k", "M", "-1", "+1", " 1", "1 ", "1.5M", "1 M", "1MB", "1Mi", "1KiB",
+                          "0x10", "lots", "1kk"}) {
+    const absl::StatusOr<uint64_t> count = ParseCount(bad);
+    EXPECT_FALSE(count.ok()) << bad;
+    EXPECT_THAT(std::string(count.status().message()), HasSubstr("is not a count")) << bad;
+  }
+  EXPECT_THAT(std::string(ParseCount("18446744073709551616").status().message()),
+              HasSubstr("too large"));
+  EXPECT_THAT(std::string(ParseCount("18446744073709552k").status().message()),
+              HasSubstr("too large"));
+  EXPECT_THAT(std::string(ParseCount("20000000T").status().message()), HasSubstr("too large"));
 }
 
 }  // namespace

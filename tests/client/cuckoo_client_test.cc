@@ -16,8 +16,9 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "tests/core/test_keys.h"
 #include "tests/server/test_server.h"
+#include "tests/util/keys.h"
+#include "tests/util/loopback.h"
 
 namespace cuckoo::testing {
 namespace {
@@ -43,16 +44,6 @@ class ClientTest : public ServerTest {
 
   std::unique_ptr<client::Client> client_;
 };
-
-std::vector<std::string> Keys(uint64_t stream, uint64_t n) {
-  std::vector<std::string> keys;
-  for (uint64_t i = 0; i < n; ++i) keys.push_back(Key(stream, i));
-  return keys;
-}
-
-std::vector<std::string_view> Views(const std::vector<std::string>& keys) {
-  return {keys.begin(), keys.end()};
-}
 
 TEST_F(ClientTest, BatchesLargerThanTheServerLimitAreSplitAndAnsweredInOrder) {
   // The test server allows 1000 keys per request; 2500 need three.
@@ -358,18 +349,6 @@ TEST(ClientUnreachableTest, UnavailableIsRetriedUntilTheRetryTimeout) {
   EXPECT_LT(absl::Now() - drop_start, absl::Seconds(10));
 }
 
-int FreeLoopbackPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // A fixture whose server the test starts itself.
 class LateServerTest : public ServerTest {
  protected:
@@ -377,7 +356,7 @@ class LateServerTest : public ServerTest {
 };
 
 TEST_F(LateServerTest, ACallRidesThroughUntilTheServerComesUp) {
-  const std::string address = absl::StrFormat("127.0.0.1:%d", FreeLoopbackPort());
+  const std::string address = absl::StrFormat("127.0.0.1:%d", FreePort());
   client::ClientOptions options;
   options.timeout = absl::Seconds(5);
   options.retry_timeout = absl::Seconds(20);

@@ -13,7 +13,7 @@
 #include "core/cuckoo_filter.h"
 #include "core/registry.h"
 #include "core/snapshot.h"
-#include "tests/core/test_keys.h"
+#include "tests/util/keys.h"
 #include "tests/util/temp_dir.h"
 
 namespace cuckoo {

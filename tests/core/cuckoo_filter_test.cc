@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/internal/filter_loading.h"
-#include "tests/core/test_keys.h"
+#include "tests/util/keys.h"
 
 namespace cuckoo {
 
@@ -20,22 +20,13 @@ void PrintTo(TableKind kind, std::ostream* os) { *os << TableKindName(kind); }
 namespace {
 
 using testing::Key;
+using testing::Keys;
+using testing::Views;
 
 std::unique_ptr<CuckooFilter> MakeFilter(const FilterOptions& o) {
   absl::StatusOr<std::unique_ptr<CuckooFilter>> f = CuckooFilter::Create(o);
   EXPECT_TRUE(f.ok()) << f.status();
   return *std::move(f);
-}
-
-std::vector<std::string> Keys(uint64_t stream, uint64_t n, uint64_t from = 0) {
-  std::vector<std::string> keys;
-  keys.reserve(n);
-  for (uint64_t i = from; i < from + n; ++i) keys.push_back(Key(stream, i));
-  return keys;
-}
-
-std::vector<std::string_view> Views(const std::vector<std::string>& keys) {
-  return {keys.begin(), keys.end()};
 }
 
 struct SizingCase {

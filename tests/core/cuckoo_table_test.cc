@@ -10,7 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "core/internal/semi_sort.h"
 #include "tests/core/table_bits.h"
-#include "tests/core/test_keys.h"
+#include "tests/util/keys.h"
 
 namespace cuckoo {
 namespace {

@@ -12,7 +12,7 @@
 #include "core/cuckoo_filter.h"
 #include "core/snapshot.h"
 #include "gtest/gtest.h"
-#include "tests/core/test_keys.h"
+#include "tests/util/keys.h"
 #include "tests/util/temp_dir.h"
 
 namespace cuckoo {

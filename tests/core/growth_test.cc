@@ -14,7 +14,7 @@
 #include "core/filter_options.h"
 #include "core/hash.h"
 #include "gtest/gtest.h"
-#include "tests/core/test_keys.h"
+#include "tests/util/keys.h"
 
 namespace cuckoo {
 namespace {

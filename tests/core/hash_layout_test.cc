@@ -5,7 +5,7 @@
 #include <string_view>
 
 #include "core/hash.h"
-#include "tests/core/test_keys.h"
+#include "tests/util/keys.h"
 
 namespace cuckoo {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "core/cuckoo_filter.h"
 #include "core/filter_options.h"
-#include "tests/core/test_keys.h"
+#include "tests/util/keys.h"
 #include "tests/util/sanitizers.h"
 
 namespace cuckoo {

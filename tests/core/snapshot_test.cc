@@ -21,7 +21,7 @@
 #include "cuckoo_version.h"
 #include "tests/core/snapshot_layout.h"
 #include "tests/core/table_bits.h"
-#include "tests/core/test_keys.h"
+#include "tests/util/keys.h"
 #include "tests/util/temp_dir.h"
 
 namespace cuckoo {
@@ -33,6 +33,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::Key;
+using testing::Keys;
 using testing::TempDir;
 
 using testing::kSnapshotV1;
@@ -52,12 +53,6 @@ std::unique_ptr<CuckooFilter> MakeFilter(const FilterOptions& o) {
   auto f = CuckooFilter::Create(o);
   EXPECT_TRUE(f.ok()) << f.status();
   return *std::move(f);
-}
-
-std::vector<std::string> Keys(uint64_t stream, uint64_t n) {
-  std::vector<std::string> keys;
-  for (uint64_t i = 0; i < n; ++i) keys.push_back(Key(stream, i));
-  return keys;
 }
 
 void InsertAll(CuckooFilter& f, const std::vector<std::string>& keys) {

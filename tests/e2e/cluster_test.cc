@@ -15,6 +15,7 @@
 
 #include "core/snapshot.h"
 #include "tests/e2e/cluster_harness.h"
+#include "tests/util/keys.h"
 
 namespace cuckoo::testing {
 namespace {
@@ -68,12 +69,6 @@ std::vector<uint32_t> Count(Replica& r, const std::string& filter,
   return {resp.counts().begin(), resp.counts().end()};
 }
 
-std::vector<std::string> Keys(const std::string& prefix, int n) {
-  std::vector<std::string> keys;
-  for (int i = 0; i < n; ++i) keys.push_back(absl::StrCat(prefix, i));
-  return keys;
-}
-
 TEST(ClusterTest, WritesThroughAnyReplicaAreAppliedByEveryReplicaIdentically) {
   TestCluster c(3);
   const v1::CreateFilterResponse created = Create(c.replica(0), "users", 50'000);
@@ -81,7 +76,8 @@ TEST(ClusterTest, WritesThroughAnyReplicaAreAppliedByEveryReplicaIdentically) {
   ASSERT_GT(created.log_position(), 0u);
   // Through replica 1, which may not have applied the creation yet: the
   // position makes it wait.
-  const std::vector<std::string> keys = Keys("user-", 60'000);  // Past full: FULL answers too.
+  const std::vector<std::string> keys =
+      NumberedKeys("user-", 60'000);  // Past full: FULL answers too.
   const v1::InsertResponse a = Insert(c.replica(1), "users", {keys.begin(), keys.begin() + 30'000},
                                       "", created.log_position());
   const v1::InsertResponse b =
@@ -118,7 +114,7 @@ TEST(ClusterTest, ARequestIdIsAppliedOnceWhicheverReplicaTheRetryReaches) {
   TestCluster c(3);
   const uint64_t p = Create(c.replica(0), "ids", 10'000).log_position();
   // Two copies of each key.
-  const std::vector<std::string> keys = Keys("k", 50);
+  const std::vector<std::string> keys = NumberedKeys("k", 50);
   Insert(c.replica(0), "ids", keys, "", p);
   const uint64_t twice = Insert(c.replica(0), "ids", keys).log_position();
   // The same Delete three times, through three replicas: one copy goes.
@@ -163,7 +159,7 @@ TEST(ClusterTest, ARequestIdIsAppliedOnceWhicheverReplicaTheRetryReaches) {
 TEST(ClusterTest, FilterCreatedAndDroppedThroughTheLogIsGoneEverywhereAndItsNameReusable) {
   TestCluster c(2);
   const uint64_t p = Create(c.replica(0), "tmp", 1000).log_position();
-  Insert(c.replica(1), "tmp", Keys("a", 10), "", p);
+  Insert(c.replica(1), "tmp", NumberedKeys("a", 10), "", p);
   v1::DropFilterRequest drop;
   drop.set_name("tmp");
   v1::DropFilterResponse dropped;
@@ -219,7 +215,7 @@ TEST(ClusterTest, ReadForAPositionNotYetReachableFailsUnavailableAfterTheWait) {
 TEST(ClusterTest, WithoutNatsWritesFailUnavailableAndReadsAreStillServed) {
   TestCluster c(2);
   const uint64_t p = Create(c.replica(0), "f", 10'000).log_position();
-  const std::vector<std::string> keys = Keys("k", 100);
+  const std::vector<std::string> keys = NumberedKeys("k", 100);
   const uint64_t q = Insert(c.replica(0), "f", keys, "", p).log_position();
   ASSERT_TRUE(c.replica(1).WaitCaughtUp(q));
   for (int i = 0; i < 3; ++i) c.nats().Kill(i);
@@ -259,10 +255,10 @@ TEST(ClusterTest, NewEmptyReplicaBootstrapsFromAPeerAndResumesFromItsCheckpoint)
   TestCluster c(2, {"--snapshot-interval=1s"});
   uint64_t p = Create(c.replica(0), "a", 20'000).log_position();
   p = Create(c.replica(1), "b", 20'000).log_position();
-  p = Insert(c.replica(0), "a", Keys("x", 15'000), "", p).log_position();
-  p = Insert(c.replica(1), "b", Keys("y", 15'000), "", p).log_position();
+  p = Insert(c.replica(0), "a", NumberedKeys("x", 15'000), "", p).log_position();
+  p = Insert(c.replica(1), "b", NumberedKeys("y", 15'000), "", p).log_position();
   v1::DeleteResponse del;
-  ASSERT_TRUE(Delete(c.replica(0), "a", Keys("x", 100), "d", &del).ok());
+  ASSERT_TRUE(Delete(c.replica(0), "a", NumberedKeys("x", 100), "d", &del).ok());
   p = del.log_position();
   Replica& fresh = c.AddReplica();
   ASSERT_TRUE(fresh.WaitCaughtUp(p));
@@ -275,7 +271,7 @@ TEST(ClusterTest, NewEmptyReplicaBootstrapsFromAPeerAndResumesFromItsCheckpoint)
             std::string::npos)
       << fresh.process().process().out();
   std::string error;
-  EXPECT_TRUE(Missing(fresh, "b", Keys("y", 15'000), p, &error).empty()) << error;
+  EXPECT_TRUE(Missing(fresh, "b", NumberedKeys("y", 15'000), p, &error).empty()) << error;
   // Restarted, it resumes from its checkpoint, not from the beginning.
   ASSERT_EQ(fresh.Stop(), 0);
   EXPECT_NE(ReadFile(fresh.data_dir() + "/CHECKPOINT").find("resume_from"), std::string::npos);
@@ -297,8 +293,8 @@ TEST(ClusterTest, AReplicaAwayPastTheRetentionBootstrapsFromAPeer) {
   TestCluster c(3, {"--snapshot-interval=1s", "--replica-expiry=4s", "--dedup-window=1s"});
   uint64_t p = Create(c.replica(0), "busy", 50'000).log_position();
   p = Create(c.replica(1), "idle", 10'000).log_position();
-  p = Insert(c.replica(1), "idle", Keys("i", 2'000), "", p).log_position();
-  p = Insert(c.replica(0), "busy", Keys("b0-", 5'000), "", p).log_position();
+  p = Insert(c.replica(1), "idle", NumberedKeys("i", 2'000), "", p).log_position();
+  p = Insert(c.replica(0), "busy", NumberedKeys("b0-", 5'000), "", p).log_position();
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(c.replica(i).WaitCaughtUp(p));
   ASSERT_EQ(c.replica(2).Stop(), 0);
   const std::string checkpoint = ReadFile(c.replica(2).data_dir() + "/CHECKPOINT");
@@ -309,7 +305,8 @@ TEST(ClusterTest, AReplicaAwayPastTheRetentionBootstrapsFromAPeer) {
   // Writes go on without it, and the stream moves past what it needs.
   uint64_t first = 0;
   for (int round = 0; round < 120 && first <= needed; ++round) {
-    p = Insert(c.replica(round % 2), "busy", Keys(absl::StrCat("b", round + 1, "-"), 200), "", p)
+    p = Insert(c.replica(round % 2), "busy", NumberedKeys(absl::StrCat("b", round + 1, "-"), 200),
+               "", p)
             .log_position();
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     grpc::ClientContext ctx;
@@ -326,11 +323,12 @@ TEST(ClusterTest, AReplicaAwayPastTheRetentionBootstrapsFromAPeer) {
   EXPECT_NE(out.find("bootstrapping from a peer replica"), std::string::npos) << out;
   EXPECT_NE(out.find("cluster: bootstrapped from peer r"), std::string::npos) << out;
   std::string error;
-  EXPECT_TRUE(Missing(c.replica(2), "idle", Keys("i", 2'000), p, &error).empty()) << error;
-  EXPECT_TRUE(Missing(c.replica(2), "busy", Keys("b0-", 5'000), p, &error).empty()) << error;
-  EXPECT_TRUE(Missing(c.replica(2), "busy", Keys("b1-", 200), p, &error).empty()) << error;
+  EXPECT_TRUE(Missing(c.replica(2), "idle", NumberedKeys("i", 2'000), p, &error).empty()) << error;
+  EXPECT_TRUE(Missing(c.replica(2), "busy", NumberedKeys("b0-", 5'000), p, &error).empty())
+      << error;
+  EXPECT_TRUE(Missing(c.replica(2), "busy", NumberedKeys("b1-", 200), p, &error).empty()) << error;
   // Writes through it go on, and every replica ends identical.
-  p = Insert(c.replica(2), "busy", Keys("after", 500), "", p).log_position();
+  p = Insert(c.replica(2), "busy", NumberedKeys("after", 500), "", p).log_position();
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(c.replica(i).WaitCaughtUp(p));
   ExpectIdenticalReplicas(c, {0, 1, 2});
 }
@@ -343,7 +341,7 @@ TEST(ClusterTest, AReplicaBootstrapsWhileWritesGoOnAndMissesNothing) {
   TestCluster c(3, {"--snapshot-interval=1s"});
   uint64_t p = Create(c.replica(0), "a", 200'000).log_position();
   p = Create(c.replica(0), "doomed", 10'000).log_position();
-  p = Insert(c.replica(1), "a", Keys("before", 20'000), "", p).log_position();
+  p = Insert(c.replica(1), "a", NumberedKeys("before", 20'000), "", p).log_position();
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(c.replica(i).WaitCaughtUp(p));
   ASSERT_EQ(c.replica(2).Stop(), 0);
   fs::remove_all(c.replica(2).data_dir());
@@ -360,7 +358,7 @@ TEST(ClusterTest, AReplicaBootstrapsWhileWritesGoOnAndMissesNothing) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
       v1::InsertRequest req;
       req.set_filter("a");
-      std::vector<std::string> keys = Keys(absl::StrCat("during", batch, "-"), 500);
+      std::vector<std::string> keys = NumberedKeys(absl::StrCat("during", batch, "-"), 500);
       for (const std::string& k : keys) req.add_keys(k);
       v1::InsertResponse resp;
       grpc::ClientContext ctx;
@@ -402,7 +400,8 @@ TEST(ClusterTest, AReplicaBootstrapsWhileWritesGoOnAndMissesNothing) {
                                  << acked.size() << " missing, first "
                                  << (missing.empty() ? "" : missing[0]) << error;
   }
-  EXPECT_TRUE(Missing(c.replica(2), "a", Keys("before", 20'000), p, &error).empty()) << error;
+  EXPECT_TRUE(Missing(c.replica(2), "a", NumberedKeys("before", 20'000), p, &error).empty())
+      << error;
   ExpectIdenticalReplicas(c, {0, 1, 2});
   grpc::ClientContext ctx;
   v1::ListFiltersResponse list;
@@ -419,7 +418,7 @@ TEST(ClusterTest, AReplicaBootstrapsWhileWritesGoOnAndMissesNothing) {
 TEST(ClusterTest, AReplicaExportsItsCopyWithStreamPositionsAndRefusesImports) {
   TestCluster c(2);
   const uint64_t created = Create(c.replica(0), "a", 20'000).log_position();
-  const uint64_t p = Insert(c.replica(0), "a", Keys("x", 5000), "", created).log_position();
+  const uint64_t p = Insert(c.replica(0), "a", NumberedKeys("x", 5000), "", created).log_position();
   ASSERT_TRUE(c.replica(1).WaitCaughtUp(p));
   grpc::ClientContext ctx;
   v1::ExportFilterRequest req;

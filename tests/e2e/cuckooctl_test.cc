@@ -838,15 +838,10 @@ TEST_F(CuckooctlTest, UnreachableTargetIsRetriedUntilTheRetryTimeout) {
 
 TEST_F(CuckooctlTest, SilentServerTimesOutWithDeadlineExceeded) {
   // A socket that accepts connections (the kernel's backlog) but never speaks.
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(listen(fd, 16), 0);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const std::string silent = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  int port = 0;
+  const int fd = BindLoopback(&port, /*backlog=*/16);
+  ASSERT_GE(fd, 0);
+  const std::string silent = "127.0.0.1:" + std::to_string(port);
   const auto start = std::chrono::steady_clock::now();
   Result r = RunProcess({CUCKOOCTL_PATH, "--target=" + silent, "--timeout=1s", "health"});
   const auto took = std::chrono::steady_clock::now() - start;

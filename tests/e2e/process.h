@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "tests/server/test_server.h"
+#include "tests/util/loopback.h"
 
 extern char** environ;
 
@@ -144,20 +145,6 @@ inline Result RunProcess(const std::vector<std::string>& argv, const std::string
   r.out = p.out();
   r.err = p.err();
   return r;
-}
-
-// A port no one listens on right now (the kernel's pick for port 0).
-inline int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
 }
 
 // A real cuckood on a free loopback port, started and waited for (its

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "tests/e2e/process.h"
+#include "tests/util/loopback.h"
 
 namespace cuckoo::testing {
 
@@ -72,11 +73,7 @@ class RespConn {
   explicit RespConn(int port, std::chrono::milliseconds timeout = std::chrono::seconds(10))
       : timeout_(timeout) {
     fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    if (!ConnectLoopback(fd_, port)) {
       close(fd_);
       fd_ = -1;
       return;

@@ -30,7 +30,7 @@
 #include "core/cuckoo_filter.h"
 #include "core/snapshot.h"
 #include "tests/core/snapshot_layout.h"
-#include "tests/core/test_keys.h"
+#include "tests/util/keys.h"
 
 namespace {
 

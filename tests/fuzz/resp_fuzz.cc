@@ -75,7 +75,7 @@ std::string Show(const Transcript& t) {
   for (const auto& [consumed, args] : t.commands) {
     s += std::to_string(consumed) + " [";
     // absl::StrAppend, not "literal" + std::string: g++ 12 at -O3 reports a
-    // false -Wrestrict inside that operator+ (as tests/core/test_keys.h says).
+    // false -Wrestrict inside that operator+ (as tests/util/keys.h says).
     for (const std::string& a : args) absl::StrAppend(&s, "\"", Printable(a), "\" ");
     s += "] ";
   }

@@ -27,6 +27,7 @@
 #include "cuckoo_version.h"
 #include "tests/server/test_server.h"
 #include "tests/util/http.h"
+#include "tests/util/keys.h"
 #include "tests/util/test_pki.h"
 
 namespace cuckoo {
@@ -38,6 +39,7 @@ using testing::HttpGet;
 using testing::HttpRequest;
 using testing::HttpResponse;
 using testing::MetricValue;
+using testing::NumberedKeys;
 using ::testing::Optional;
 using testing::ParseHttpResponse;
 using testing::Sample;
@@ -98,12 +100,6 @@ class AdminHttpTest : public testing::ServerTest {
     return {{"method", method}, {"code", code}};
   }
 };
-
-std::vector<std::string> Keys(const std::string& prefix, int n) {
-  std::vector<std::string> keys;
-  for (int i = 0; i < n; ++i) keys.push_back(prefix + std::to_string(i));
-  return keys;
-}
 
 TEST_F(AdminHttpTest, HealthzAndReadyzAreOkWhileServing) {
   ASSERT_GT(port(), 0);
@@ -169,11 +165,11 @@ TEST_F(AdminHttpTest, RpcCountersMoveByExactlyTheCallsAndKeys) {
   ASSERT_TRUE(Create("f").ok());
   const std::vector<Sample> before = Scrape(port());
   ASSERT_FALSE(before.empty());
-  ASSERT_TRUE(Insert("f", Keys("a", 5)).ok());
-  ASSERT_TRUE(Insert("f", Keys("b", 7)).ok());
-  ASSERT_TRUE(Insert("f", Keys("c", 9)).ok());
-  ASSERT_TRUE(Lookup("f", Keys("a", 4)).ok());
-  ASSERT_TRUE(Lookup("f", Keys("z", 200)).ok());
+  ASSERT_TRUE(Insert("f", NumberedKeys("a", 5)).ok());
+  ASSERT_TRUE(Insert("f", NumberedKeys("b", 7)).ok());
+  ASSERT_TRUE(Insert("f", NumberedKeys("c", 9)).ok());
+  ASSERT_TRUE(Lookup("f", NumberedKeys("a", 4)).ok());
+  ASSERT_TRUE(Lookup("f", NumberedKeys("z", 200)).ok());
   const std::vector<Sample> after = Scrape(port());
   auto delta = [&](const std::string& name, const Labels& labels) {
     return Value(after, name, labels) - Value(before, name, labels);
@@ -208,7 +204,7 @@ TEST_F(AdminHttpTest, FailedCallsAreCountedWithTheirCodeAndNoKeys) {
             grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(Insert("missing", {"k"}).error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(Create("f").error_code(), grpc::StatusCode::ALREADY_EXISTS);
-  EXPECT_EQ(Lookup("f", Keys("k", 1001)).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Lookup("f", NumberedKeys("k", 1001)).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   const std::vector<Sample> after = Scrape(port());
   auto delta = [&](const std::string& name, const Labels& labels) {
     return Value(after, name, labels) - Value(before, name, labels);
@@ -228,7 +224,7 @@ TEST_F(AdminHttpTest, FailedCallsAreCountedWithTheirCodeAndNoKeys) {
 TEST_F(AdminHttpTest, PerFilterGaugesFollowCreateSnapshotAndDrop) {
   ASSERT_TRUE(Create("a", 1000).ok());
   ASSERT_TRUE(Create("b", 2000).ok());
-  ASSERT_TRUE(Insert("a", Keys("k", 10)).ok());
+  ASSERT_TRUE(Insert("a", NumberedKeys("k", 10)).ok());
   std::vector<Sample> m = Scrape(port());
   const v1::FilterInfo a = Info("a");
   const Labels fa = {{"filter", "a"}}, fb = {{"filter", "b"}};
@@ -416,7 +412,7 @@ TEST_F(AdminHttpTest, ShutdownTurnsHealthzAndReadyzTo503) {
 TEST_F(AdminHttpTest, LoadedSnapshotsAreReportedAfterARestart) {
   ASSERT_TRUE(Create("a").ok());
   ASSERT_TRUE(Create("b").ok());
-  ASSERT_TRUE(Insert("a", Keys("k", 3)).ok());
+  ASSERT_TRUE(Insert("a", NumberedKeys("k", 3)).ok());
   StartServer(testing::TestConfig(dir_.path()));  // Final snapshot, then load.
   std::vector<Sample> m = Scrape(port());
   EXPECT_THAT(MetricValue(m, "cuckood_snapshot_loaded_filters"), Optional(2.0));

@@ -22,9 +22,9 @@
 #include "core/cuckoo_filter.h"
 #include "core/snapshot.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "tests/core/test_keys.h"
 #include "tests/server/fault_wal_env.h"
 #include "tests/server/test_server.h"
+#include "tests/util/keys.h"
 
 namespace cuckoo {
 namespace {
@@ -33,6 +33,7 @@ using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::Key;
+using testing::Keys;
 using testing::ServerTest;
 
 // An RPC's status and response.
@@ -118,12 +119,6 @@ class FilterServiceTest : public ServerTest {
             {"Delete", Delete(name, keys).status}, {"Count", Count(name, keys).status}};
   }
 };
-
-std::vector<std::string> Keys(uint64_t stream, uint64_t n) {
-  std::vector<std::string> keys;
-  for (uint64_t i = 0; i < n; ++i) keys.push_back(Key(stream, i));
-  return keys;
-}
 
 TEST_F(FilterServiceTest, CreateFilterReturnsTheShapeChosenFromCapacityAndRate) {
   v1::CreateFilterRequest req;

@@ -25,8 +25,8 @@
 #include "core/hash.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/core/snapshot_layout.h"
-#include "tests/core/test_keys.h"
 #include "tests/server/test_server.h"
+#include "tests/util/keys.h"
 
 namespace cuckoo {
 namespace {
@@ -35,17 +35,9 @@ namespace fs = std::filesystem;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::Key;
+using testing::Keys;
 using testing::ServerTest;
-
-std::vector<std::string> Keys(uint64_t stream, uint64_t n) {
-  std::vector<std::string> keys;
-  for (uint64_t i = 0; i < n; ++i) keys.push_back(Key(stream, i));
-  return keys;
-}
-
-std::vector<std::string_view> Views(const std::vector<std::string>& keys) {
-  return {keys.begin(), keys.end()};
-}
+using testing::Views;
 
 std::vector<std::string> FilesIn(const std::string& dir) {
   std::vector<std::string> files;

@@ -37,6 +37,7 @@
 #include "server/security/access.h"
 #include "tests/server/fault_wal_env.h"
 #include "tests/server/test_server.h"
+#include "tests/util/loopback.h"
 #include "tests/util/sanitizers.h"
 
 #if defined(CUCKOO_ASAN)
@@ -55,11 +56,7 @@ class RespClient {
  public:
   explicit RespClient(int port) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    connected_ = ConnectLoopback(fd_, port);
     const int one = 1;
     ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   }

@@ -20,6 +20,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tests/util/loopback.h"
+
 namespace cuckoo::testing {
 
 // A connected TCP socket to 127.0.0.1:port, closed on destruction; from
@@ -39,11 +41,7 @@ class HttpConnection {
         return;
       }
     }
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    if (!ConnectLoopback(fd_, port)) {
       close(fd_);
       fd_ = -1;
     }
