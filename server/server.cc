@@ -24,6 +24,8 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "base/file.h"
+#include "server/metrics_collectors.h"
+#include "server/resp/commands/command_names.h"
 #include "spdlog/spdlog.h"
 
 namespace cuckoo::server {
@@ -64,6 +66,15 @@ class EvictionLog {
   int lines_ = 0;
   uint64_t suppressed_ = 0;
 };
+
+// The `reason` label values of cuckood_auth_failures_total, by AuthFailure.
+MetricsOptions MetricsOptionsFor() {
+  MetricsOptions options;
+  for (size_t r = 0; r < kAuthFailures; ++r) {
+    options.auth_failure_reasons.push_back(AuthFailureName(static_cast<AuthFailure>(r)));
+  }
+  return options;
+}
 
 // --advertise, or the host name with the port of --listen's first TCP
 // address (that address itself when it names a host); empty when the port
@@ -126,7 +137,7 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
   }
 
   std::unique_ptr<CuckooServer> s(new CuckooServer(config));
-  s->metrics_ = std::make_unique<Metrics>();
+  s->metrics_ = std::make_unique<Metrics>(MetricsOptionsFor());
   s->registry_ = std::make_unique<FilterRegistry>(RegistryLimits{
       .memory_budget_bytes = EffectiveMemoryBudget(config), .max_filters = config.max_filters});
   PersistenceOptions persistence = hooks;
@@ -226,6 +237,8 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
       persistence.wal.env);
   s->service_->SetTransferDisk(s->transfer_disk_.get());
 
+  s->AddMetricsCollectors();
+
   // The admin server first, so that while snapshots load /healthz answers
   // and /readyz says why it is not ready. Its handlers only read members
   // that are set by now (and state_).
@@ -256,7 +269,7 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
   absl::StatusOr<LoadSummary> loaded = s->persistence_->LoadAll();
   if (!loaded.ok()) return loaded.status();
   s->loaded_ = *loaded;
-  s->metrics_->RecordLoad(*loaded);
+  s->metrics_->RecordLoad(loaded->duration, loaded->loaded, loaded->bytes, loaded->quarantined);
   if (s->cluster_ != nullptr) {
     spdlog::info(
         "cluster mode: replica {} of stream {} on NATS {}; a write is acknowledged once the "
@@ -433,6 +446,18 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
                                          .evicted = server->evicted_clients()};
     });
     s->redis_commands_->set_port(s->redis_server_->port());
+    metrics->SetRedisCommands(kRedisCommandNames, kRedisCfCommands);
+    metrics->AddCollector(MetricsSection::kRedis, [server, limit = s->redis_client_memory_limit_](
+                                                      MetricFamilies* out) {
+      AppendRedisPortMetrics(
+          {.connections = static_cast<int64_t>(server->connections()),
+           .commands_in_flight = static_cast<int64_t>(server->commands_in_flight()),
+           .client_memory = static_cast<int64_t>(server->client_memory()),
+           .client_memory_limit = static_cast<int64_t>(limit),
+           .unauthenticated_connections =
+               static_cast<int64_t>(server->unauthenticated_connections())},
+          out);
+    });
     spdlog::info("Redis protocol (RESP2/RESP3, CF.* commands) on {}", s->redis_server_->address());
     if (s->auth_ != nullptr && !config.tls_cert.empty() && !Loopback(config.redis_listen)) {
       spdlog::warn(
@@ -489,33 +514,36 @@ AdminResponse CuckooServer::Readyz() const {
 }
 
 AdminResponse CuckooServer::MetricsPage() const {
-  ClusterStatus cluster;
-  if (cluster_ != nullptr) cluster = cluster_->Status();
-  return {
-      .status = 200,
-      .content_type = kPrometheusContentType,
-      .body = metrics_->Render(
-          {.registry = registry_.get(),
-           .persistence = persistence_.get(),
-           .calls_in_flight = service_->calls_in_flight(),
-           .redis = redis_server_ != nullptr,
-           .redis_connections =
-               redis_server_ != nullptr ? static_cast<int64_t>(redis_server_->connections()) : 0,
-           .redis_commands_in_flight =
-               redis_server_ != nullptr ? static_cast<int64_t>(redis_server_->commands_in_flight())
-                                        : 0,
-           .redis_client_memory =
-               redis_server_ != nullptr ? static_cast<int64_t>(redis_server_->client_memory()) : 0,
-           .redis_client_memory_limit =
-               redis_server_ != nullptr ? static_cast<int64_t>(redis_client_memory_limit_) : 0,
-           .redis_unauthenticated_connections =
-               redis_server_ != nullptr
-                   ? static_cast<int64_t>(redis_server_->unauthenticated_connections())
-                   : 0,
-           .wal = persistence_->wal(),
-           .cluster = cluster_ != nullptr ? &cluster : nullptr,
-           .tls_not_after_seconds =
-               certificate_watcher_ != nullptr ? certificate_watcher_->not_after_seconds() : 0})};
+  return {.status = 200, .content_type = kPrometheusContentType, .body = metrics_->Render()};
+}
+
+// Each part's gauges at its section of /metrics (server/metrics_collectors.h),
+// read at every scrape. The parts outlive the admin server, which stops
+// first; the Redis port's are added when it starts.
+void CuckooServer::AddMetricsCollectors() {
+  metrics_->AddCollector(MetricsSection::kCalls, [service = service_.get()](MetricFamilies* out) {
+    AppendCallsInFlight(service->calls_in_flight(), out);
+  });
+  metrics_->AddCollector(
+      MetricsSection::kState,
+      [registry = registry_.get(), persistence = persistence_.get()](MetricFamilies* out) {
+        AppendFilterMetrics(*registry, persistence, out);
+        // None until start-up opens it, nor in cluster mode.
+        if (const Wal* wal = persistence->wal(); wal != nullptr) AppendWalMetrics(*wal, out);
+      });
+  if (cluster_ != nullptr) {
+    metrics_->AddCollector(MetricsSection::kState, [cluster = cluster_.get()](MetricFamilies* out) {
+      AppendClusterMetrics(cluster->Status(), out);
+    });
+  }
+  if (certificate_watcher_ != nullptr) {
+    metrics_->AddCollector(MetricsSection::kSecurity,
+                           [watcher = certificate_watcher_.get()](MetricFamilies* out) {
+                             if (const double t = watcher->not_after_seconds(); t != 0) {
+                               AppendTlsMetrics(t, out);
+                             }
+                           });
+  }
 }
 
 void CuckooServer::Hurry() { hurry_.store(true, std::memory_order_release); }

@@ -130,6 +130,8 @@ class CuckooServer {
   AdminResponse Healthz() const;
   AdminResponse Readyz() const;
   AdminResponse MetricsPage() const;
+  // Registers the collectors of /metrics' gauges (server/metrics_collectors.h).
+  void AddMetricsCollectors();
 
   const ServerConfig config_;
   std::atomic<State> state_{State::kStarting};

@@ -22,14 +22,11 @@
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
-#include "server/cluster/cluster.h"
-#include "server/storage/persistence.h"
-#include "server/wal/wal.h"
+#include "server/observability/metric_families.h"
 
 namespace cuckoo::server {
 namespace {
 
-using prometheus::ClientMetric;
 using prometheus::MetricFamily;
 using prometheus::MetricType;
 
@@ -66,41 +63,6 @@ constexpr std::array<uint64_t, kBatchKeysBuckets.size()> kBatchBucketsInt = [] {
 
 const std::vector<double> kSnapshotDurationBuckets = {0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1,
                                                       2.5,   5,     10,   30,   60,  120, 300};
-
-MetricFamily Family(std::string name, std::string help, MetricType type) {
-  MetricFamily f;
-  f.name = std::move(name);
-  f.help = std::move(help);
-  f.type = type;
-  return f;
-}
-
-ClientMetric& Add(MetricFamily& family, std::vector<ClientMetric::Label> labels = {}) {
-  ClientMetric& m = family.metric.emplace_back();
-  m.label = std::move(labels);
-  return m;
-}
-
-void AddGauge(std::vector<MetricFamily>& out, std::string name, std::string help, double value) {
-  MetricFamily& f = out.emplace_back(Family(std::move(name), std::move(help), MetricType::Gauge));
-  Add(f).gauge.value = value;
-}
-
-// A histogram from per-bucket (not cumulative) counts, the last one +Inf.
-template <size_t N, size_t B>
-void FillHistogram(const std::array<uint64_t, N>& counts, const std::array<double, B>& bounds,
-                   double sum, ClientMetric* m) {
-  static_assert(N == B + 1);
-  uint64_t cumulative = 0;
-  for (size_t i = 0; i < N; ++i) {
-    cumulative += counts[i];
-    m->histogram.bucket.push_back(
-        {.cumulative_count = cumulative,
-         .upper_bound = i < B ? bounds[i] : std::numeric_limits<double>::infinity()});
-  }
-  m->histogram.sample_count = cumulative;
-  m->histogram.sample_sum = sum;
-}
 
 struct ProcStat {
   double cpu_seconds = 0;
@@ -169,8 +131,9 @@ std::string_view StatusCodeName(grpc::StatusCode code) {
   return i < std::size(kCodeNames) ? kCodeNames[i] : "UNKNOWN";
 }
 
-Metrics::Metrics()
-    : stripes_(std::make_unique<Stripe[]>(kStripes)),
+Metrics::Metrics(MetricsOptions options)
+    : options_(std::move(options)),
+      stripes_(std::make_unique<Stripe[]>(kStripes)),
       registry_(std::make_shared<prometheus::Registry>()) {
   auto& snapshots = prometheus::BuildCounter()
                         .Name("cuckood_snapshots_total")
@@ -259,13 +222,15 @@ void Metrics::RecordRpc(RpcMethod method, grpc::StatusCode code, std::chrono::na
   c.duration_ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
 }
 
-void Metrics::RecordAuthFailure(RpcMethod method, AuthFailure reason) {
-  auth_failures_[static_cast<size_t>(method)][static_cast<size_t>(reason)].fetch_add(
-      1, std::memory_order_relaxed);
+void Metrics::RecordAuthFailure(RpcMethod method, size_t reason) {
+  auth_failures_[static_cast<size_t>(method)][std::min(reason, kMaxAuthFailureReasons - 1)]
+      .fetch_add(1, std::memory_order_relaxed);
 }
 
-void Metrics::RecordRedisAuthFailure(AuthFailure reason) {
-  redis_auth_failures_[static_cast<size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
+void Metrics::RecordRedisAuthFailure(size_t command, size_t reason) {
+  redis_auth_failures_[std::min(command, kMaxRedisCommands - 1)]
+                      [std::min(reason, kMaxAuthFailureReasons - 1)]
+                          .fetch_add(1, std::memory_order_relaxed);
 }
 
 namespace {
@@ -280,22 +245,22 @@ constexpr std::array<std::string_view, 13> kRedisCloseReasons = {
     "other"};
 }  // namespace
 
-size_t RedisCommandIndex(std::string_view name) {
-  char lower[16];
-  if (name.size() > sizeof(lower)) return kRedisCommands - 1;
-  for (size_t i = 0; i < name.size(); ++i) lower[i] = absl::ascii_tolower(name[i]);
-  const std::string_view l(lower, name.size());
-  for (size_t i = 0; i + 1 < kRedisCommands; ++i) {
-    if (kRedisCommandNames[i] == l) return i;
-  }
-  return kRedisCommands - 1;
+void Metrics::SetRedisCommands(absl::Span<const std::string_view> names, size_t always_shown) {
+  MutexLock lock(&mu_);
+  redis_commands_ = names.subspan(0, std::min(names.size(), kMaxRedisCommands));
+  redis_always_shown_ = always_shown;
+}
+
+void Metrics::AddCollector(MetricsSection section, MetricsCollector collector) {
+  MutexLock lock(&mu_);
+  collectors_[static_cast<size_t>(section)].push_back(std::move(collector));
 }
 
 void Metrics::RecordRedisCommand(size_t command, RedisOutcome outcome,
                                  std::chrono::nanoseconds elapsed, size_t keys) {
   static std::atomic<size_t> next{0};
   thread_local const size_t stripe = next.fetch_add(1, std::memory_order_relaxed) % kStripes;
-  RedisCounters& c = stripes_[stripe].redis[std::min(command, kRedisCommands - 1)];
+  RedisCounters& c = stripes_[stripe].redis[std::min(command, kMaxRedisCommands - 1)];
   c.calls[static_cast<size_t>(outcome)].fetch_add(1, std::memory_order_relaxed);
   const int64_t ns = std::max<int64_t>(0, elapsed.count());
   const size_t bucket = std::lower_bound(kDurationBucketsNs.begin(), kDurationBucketsNs.end(), ns) -
@@ -348,45 +313,44 @@ void Metrics::RecordWalSync(absl::Duration duration) {
   wal_sync_duration_->Observe(absl::ToDoubleSeconds(duration));
 }
 
-void Metrics::RecordLoad(const LoadSummary& loaded) {
-  load_seconds_->Set(absl::ToDoubleSeconds(loaded.duration));
-  loaded_filters_->Set(static_cast<double>(loaded.loaded));
-  loaded_bytes_->Set(static_cast<double>(loaded.bytes));
-  quarantined_->Set(static_cast<double>(loaded.quarantined));
+void Metrics::RecordLoad(absl::Duration duration, uint64_t filters, uint64_t bytes,
+                         uint64_t quarantined) {
+  load_seconds_->Set(absl::ToDoubleSeconds(duration));
+  loaded_filters_->Set(static_cast<double>(filters));
+  loaded_bytes_->Set(static_cast<double>(bytes));
+  quarantined_->Set(static_cast<double>(quarantined));
 }
 
-std::string Metrics::Render(const ScrapeState& state) const {
-  std::vector<MetricFamily> out;
-
-  // The process.
-  MetricFamily& build = out.emplace_back(
-      Family("cuckood_build_info", "Always 1; the version of cuckood running", MetricType::Gauge));
-  Add(build, {{"version", kVersion}}).gauge.value = 1;
+void Metrics::RenderProcess(MetricFamilies* out) const {
+  AddSeries(AddFamily(out, "cuckood_build_info", "Always 1; the version of cuckood running",
+                      MetricType::Gauge),
+            {{"version", kVersion}})
+      .gauge.value = 1;
   AddGauge(out, "process_start_time_seconds", "When the process started, seconds since the epoch",
            start_time_seconds_);
   if (const ProcStat st = ReadProcStat(); st.ok) {
-    MetricFamily& cpu = out.emplace_back(
-        Family("process_cpu_seconds_total", "User and system CPU time used", MetricType::Counter));
-    Add(cpu).counter.value = st.cpu_seconds;
+    AddCounter(out, "process_cpu_seconds_total", "User and system CPU time used", st.cpu_seconds);
     AddGauge(out, "process_resident_memory_bytes", "Resident set size (RSS)", st.resident_bytes);
     AddGauge(out, "process_virtual_memory_bytes", "Virtual memory size", st.virtual_bytes);
   }
   AddGauge(out, "process_open_fds", "Open file descriptors", OpenFds());
+}
 
-  // Calls: the stripes summed.
+// Calls: the stripes summed.
+void Metrics::RenderCalls(MetricFamilies* out) const {
   MetricFamily requests =
-      Family("cuckood_rpc_requests_total",
-             "cuckoo.v1.FilterService calls finished, by method and gRPC status code",
-             MetricType::Counter);
+      NewFamily("cuckood_rpc_requests_total",
+                "cuckoo.v1.FilterService calls finished, by method and gRPC status code",
+                MetricType::Counter);
   MetricFamily durations =
-      Family("cuckood_rpc_duration_seconds", "Time from a call's arrival to its status, by method",
-             MetricType::Histogram);
+      NewFamily("cuckood_rpc_duration_seconds",
+                "Time from a call's arrival to its status, by method", MetricType::Histogram);
   MetricFamily keys =
-      Family("cuckood_keys_total", "Keys in applied Insert, Lookup, Delete and Count calls",
-             MetricType::Counter);
+      NewFamily("cuckood_keys_total", "Keys in applied Insert, Lookup, Delete and Count calls",
+                MetricType::Counter);
   MetricFamily batches =
-      Family("cuckood_batch_keys", "Keys per applied Insert, Lookup, Delete and Count call",
-             MetricType::Histogram);
+      NewFamily("cuckood_batch_keys", "Keys per applied Insert, Lookup, Delete and Count call",
+                MetricType::Histogram);
   for (size_t m = 0; m < kRpcMethods; ++m) {
     std::array<uint64_t, 17> calls{};
     std::array<uint64_t, kRpcDurationBuckets.size() + 1> duration{};
@@ -410,275 +374,156 @@ std::string Metrics::Render(const ScrapeState& state) const {
     for (size_t code = 0; code < calls.size(); ++code) {
       // OK always, so every method's series exists from the start.
       if (calls[code] == 0 && code != 0) continue;
-      Add(requests, {{"code", std::string(kCodeNames[code])}, {"method", method}}).counter.value =
-          static_cast<double>(calls[code]);
+      AddSeries(requests, {{"code", std::string(kCodeNames[code])}, {"method", method}})
+          .counter.value = static_cast<double>(calls[code]);
     }
     FillHistogram(duration, kRpcDurationBuckets, static_cast<double>(duration_ns) / 1e9,
-                  &Add(durations, {{"method", method}}));
+                  &AddSeries(durations, {{"method", method}}));
     if (IsDataPath(m)) {
-      Add(keys, {{"method", method}}).counter.value = static_cast<double>(key_count);
+      AddSeries(keys, {{"method", method}}).counter.value = static_cast<double>(key_count);
       FillHistogram(batch, kBatchKeysBuckets, static_cast<double>(key_count),
-                    &Add(batches, {{"method", method}}));
+                    &AddSeries(batches, {{"method", method}}));
     }
   }
-  out.push_back(std::move(requests));
-  out.push_back(std::move(durations));
-  out.push_back(std::move(keys));
-  out.push_back(std::move(batches));
-  AddGauge(out, "cuckood_rpc_in_flight", "Calls started and not yet finished",
-           static_cast<double>(state.calls_in_flight));
+  out->push_back(std::move(requests));
+  out->push_back(std::move(durations));
+  out->push_back(std::move(keys));
+  out->push_back(std::move(batches));
+}
 
-  // The Redis-protocol port, when it is on.
-  if (state.redis) {
-    MetricFamily commands = Family(
-        "cuckood_redis_commands_total",
-        "Redis-protocol commands answered, by command and outcome (ok; error: an -ERR reply; "
-        "denied: -NOAUTH, -WRONGPASS or -NOPERM)",
-        MetricType::Counter);
-    MetricFamily redis_durations =
-        Family("cuckood_redis_command_duration_seconds",
-               "Time from a Redis command's parse to its reply, by command", MetricType::Histogram);
-    MetricFamily items =
-        Family("cuckood_redis_items_total", "Items in answered CF.* data commands, by command",
-               MetricType::Counter);
-    constexpr std::array<std::string_view, kRedisOutcomes> kOutcomes = {"ok", "error", "denied"};
-    for (size_t m = 0; m < kRedisCommands; ++m) {
-      std::array<uint64_t, kRedisOutcomes> calls{};
-      std::array<uint64_t, kRpcDurationBuckets.size() + 1> duration{};
-      uint64_t duration_ns = 0, item_count = 0;
-      for (size_t s = 0; s < kStripes; ++s) {
-        const RedisCounters& c = stripes_[s].redis[m];
-        for (size_t i = 0; i < calls.size(); ++i) {
-          calls[i] += c.calls[i].load(std::memory_order_relaxed);
-        }
-        for (size_t i = 0; i < duration.size(); ++i) {
-          duration[i] += c.duration[i].load(std::memory_order_relaxed);
-        }
-        duration_ns += c.duration_ns.load(std::memory_order_relaxed);
-        item_count += c.keys.load(std::memory_order_relaxed);
+// The Redis-protocol port's counters, when it is on.
+void Metrics::RenderRedis(MetricFamilies* out) const {
+  absl::Span<const std::string_view> names;
+  size_t always_shown = 0;
+  {
+    MutexLock lock(&mu_);
+    names = redis_commands_;
+    always_shown = redis_always_shown_;
+  }
+  if (names.empty()) return;
+  MetricFamily commands =
+      NewFamily("cuckood_redis_commands_total",
+                "Redis-protocol commands answered, by command and outcome (ok; error: an -ERR "
+                "reply; denied: -NOAUTH, -WRONGPASS or -NOPERM)",
+                MetricType::Counter);
+  MetricFamily redis_durations = NewFamily(
+      "cuckood_redis_command_duration_seconds",
+      "Time from a Redis command's parse to its reply, by command", MetricType::Histogram);
+  MetricFamily items =
+      NewFamily("cuckood_redis_items_total", "Items in answered CF.* data commands, by command",
+                MetricType::Counter);
+  constexpr std::array<std::string_view, kRedisOutcomes> kOutcomes = {"ok", "error", "denied"};
+  for (size_t m = 0; m < names.size(); ++m) {
+    std::array<uint64_t, kRedisOutcomes> calls{};
+    std::array<uint64_t, kRpcDurationBuckets.size() + 1> duration{};
+    uint64_t duration_ns = 0, item_count = 0;
+    for (size_t s = 0; s < kStripes; ++s) {
+      const RedisCounters& c = stripes_[s].redis[m];
+      for (size_t i = 0; i < calls.size(); ++i) {
+        calls[i] += c.calls[i].load(std::memory_order_relaxed);
       }
-      const uint64_t total = calls[0] + calls[1] + calls[2];
-      // The CF.* commands always, the others once used.
-      const bool cf = m < 12;
-      if (total == 0 && !cf) continue;
-      const std::string command(kRedisCommandNames[m]);
-      for (size_t o = 0; o < kRedisOutcomes; ++o) {
-        if (calls[o] == 0 && o != 0) continue;
-        Add(commands, {{"command", command}, {"outcome", std::string(kOutcomes[o])}})
-            .counter.value = static_cast<double>(calls[o]);
+      for (size_t i = 0; i < duration.size(); ++i) {
+        duration[i] += c.duration[i].load(std::memory_order_relaxed);
       }
-      FillHistogram(duration, kRpcDurationBuckets, static_cast<double>(duration_ns) / 1e9,
-                    &Add(redis_durations, {{"command", command}}));
-      if (cf) Add(items, {{"command", command}}).counter.value = static_cast<double>(item_count);
+      duration_ns += c.duration_ns.load(std::memory_order_relaxed);
+      item_count += c.keys.load(std::memory_order_relaxed);
     }
-    out.push_back(std::move(commands));
-    out.push_back(std::move(redis_durations));
-    out.push_back(std::move(items));
-    MetricFamily accepted = Family("cuckood_redis_connections_total",
-                                   "Redis-protocol connections accepted", MetricType::Counter);
-    Add(accepted).counter.value =
-        static_cast<double>(redis_connections_.load(std::memory_order_relaxed));
-    out.push_back(std::move(accepted));
-    MetricFamily closed =
-        Family("cuckood_redis_connections_closed_total",
-               "Redis-protocol connections closed, by reason (quit, eof, error, protocol_error, "
-               "idle, slow_client, shutdown, max_clients, client_memory, unauthenticated_memory, "
-               "auth_timeout, max_unauthenticated, other)",
-               MetricType::Counter);
-    for (size_t i = 0; i < kRedisCloseReasons.size(); ++i) {
-      Add(closed, {{"reason", std::string(kRedisCloseReasons[i])}}).counter.value =
-          static_cast<double>(redis_closes_[i].load(std::memory_order_relaxed));
+    const uint64_t total = calls[0] + calls[1] + calls[2];
+    // The CF.* commands always, the others once used.
+    const bool shown = m < always_shown;
+    if (total == 0 && !shown) continue;
+    const std::string command(names[m]);
+    for (size_t o = 0; o < kRedisOutcomes; ++o) {
+      if (calls[o] == 0 && o != 0) continue;
+      AddSeries(commands, {{"command", command}, {"outcome", std::string(kOutcomes[o])}})
+          .counter.value = static_cast<double>(calls[o]);
     }
-    out.push_back(std::move(closed));
-    AddGauge(out, "cuckood_redis_connections", "Open Redis-protocol connections",
-             static_cast<double>(state.redis_connections));
-    AddGauge(out, "cuckood_redis_commands_in_flight",
-             "Redis-protocol commands parsed and not yet answered",
-             static_cast<double>(state.redis_commands_in_flight));
-    AddGauge(out, "cuckood_redis_client_memory_bytes",
-             "Memory the Redis-protocol connections hold, as counted for --redis-client-memory",
-             static_cast<double>(state.redis_client_memory));
-    AddGauge(out, "cuckood_redis_client_memory_limit_bytes",
-             "--redis-client-memory: past it the connections using the most are closed",
-             static_cast<double>(state.redis_client_memory_limit));
-    AddGauge(out, "cuckood_redis_unauthenticated_connections",
-             "Redis-protocol connections that have not authenticated (with --auth-tokens)",
-             static_cast<double>(state.redis_unauthenticated_connections));
+    FillHistogram(duration, kRpcDurationBuckets, static_cast<double>(duration_ns) / 1e9,
+                  &AddSeries(redis_durations, {{"command", command}}));
+    if (shown)
+      AddSeries(items, {{"command", command}}).counter.value = static_cast<double>(item_count);
   }
-
-  // The registry and its filters, as they are now.
-  if (state.registry != nullptr) {
-    const FilterRegistry& registry = *state.registry;
-    std::vector<std::pair<std::string, std::shared_ptr<CuckooFilter>>> filters = registry.List();
-    std::sort(filters.begin(), filters.end(),
-              [](const auto& a, const auto& b) { return a.first < b.first; });
-    AddGauge(out, "cuckood_filters", "Filters held", static_cast<double>(filters.size()));
-    AddGauge(out, "cuckood_max_filters", "Most filters the server holds (--max-filters)",
-             static_cast<double>(registry.limits().max_filters));
-    AddGauge(out, "cuckood_memory_budget_bytes",
-             "Table memory all filters together may use (--memory-budget)",
-             static_cast<double>(registry.limits().memory_budget_bytes));
-    AddGauge(out, "cuckood_memory_used_bytes",
-             "Memory of all filters (dropped ones until the last call using them ends)",
-             static_cast<double>(registry.memory_bytes()));
-
-    enum {
-      kItems,
-      kCapacity,
-      kLoad,
-      kBytes,
-      kFpr,
-      kAge,
-      kChanges,
-      kGenerations,
-      kBound,
-      kFamilies
-    };
-    const size_t first = out.size();
-    out.push_back(
-        Family("cuckood_filter_items", "Keys stored (inserted minus deleted)", MetricType::Gauge));
-    out.push_back(
-        Family("cuckood_filter_capacity", "Capacity asked for at creation", MetricType::Gauge));
-    out.push_back(Family("cuckood_filter_load_factor", "Fraction of fingerprint slots in use",
-                         MetricType::Gauge));
-    out.push_back(Family("cuckood_filter_memory_bytes", "Memory of the filter's tables and shards",
-                         MetricType::Gauge));
-    out.push_back(Family("cuckood_filter_expected_false_positive_rate",
-                         "False-positive rate expected at the current load", MetricType::Gauge));
-    out.push_back(Family("cuckood_filter_last_snapshot_age_seconds",
-                         "Seconds since the last snapshot was taken; absent if never",
-                         MetricType::Gauge));
-    out.push_back(Family("cuckood_filter_unsnapshotted_changes",
-                         "Keys inserted or deleted since the last snapshot", MetricType::Gauge));
-    out.push_back(Family("cuckood_filter_generations",
-                         "Table generations of the filter (1 until a growing filter grows)",
-                         MetricType::Gauge));
-    out.push_back(Family("cuckood_filter_false_positive_bound",
-                         "Highest false-positive rate a lookup can have, at any load",
-                         MetricType::Gauge));
-    const absl::Time now = absl::Now();
-    for (const auto& [name, filter] : filters) {
-      const FilterStats st = filter->Stats();
-      const SnapshotRecord snap = state.persistence != nullptr
-                                      ? state.persistence->Record(name, *filter)
-                                      : SnapshotRecord{};
-      auto gauge = [&, name = name](int family, double value) {
-        Add(out[first + family], {{"filter", name}}).gauge.value = value;
-      };
-      gauge(kItems, static_cast<double>(st.items));
-      gauge(kCapacity, static_cast<double>(st.capacity));
-      gauge(kLoad, st.load_factor);
-      gauge(kBytes, static_cast<double>(st.memory_bytes));
-      gauge(kFpr, st.expected_false_positive_rate);
-      if (snap.exists) gauge(kAge, std::max(0.0, absl::ToDoubleSeconds(now - snap.time)));
-      gauge(kChanges, static_cast<double>(snap.UnsnapshottedChanges(*filter)));
-      gauge(kGenerations, static_cast<double>(st.generations.size()));
-      gauge(kBound, st.false_positive_bound);
-    }
+  out->push_back(std::move(commands));
+  out->push_back(std::move(redis_durations));
+  out->push_back(std::move(items));
+  AddCounter(out, "cuckood_redis_connections_total", "Redis-protocol connections accepted",
+             static_cast<double>(redis_connections_.load(std::memory_order_relaxed)));
+  MetricFamily& closed =
+      AddFamily(out, "cuckood_redis_connections_closed_total",
+                "Redis-protocol connections closed, by reason (quit, eof, error, protocol_error, "
+                "idle, slow_client, shutdown, max_clients, client_memory, unauthenticated_memory, "
+                "auth_timeout, max_unauthenticated, other)",
+                MetricType::Counter);
+  for (size_t i = 0; i < kRedisCloseReasons.size(); ++i) {
+    AddSeries(closed, {{"reason", std::string(kRedisCloseReasons[i])}}).counter.value =
+        static_cast<double>(redis_closes_[i].load(std::memory_order_relaxed));
   }
+}
 
-  if (state.wal != nullptr) {
-    const WalStats w = state.wal->Stats();
-    AddGauge(out, "cuckood_wal_segments",
-             "Write-ahead log segment files, the prepared one included",
-             static_cast<double>(w.segments));
-    AddGauge(out, "cuckood_wal_disk_bytes", "Size of the write-ahead log's segment files",
-             static_cast<double>(w.disk_bytes));
-    AddGauge(out, "cuckood_wal_appended_lsn", "Log sequence number of the last record appended",
-             static_cast<double>(w.appended_lsn));
-    AddGauge(out, "cuckood_wal_durable_lsn",
-             "Log sequence number up to which writes are acknowledged (per --durability)",
-             static_cast<double>(w.durable_lsn));
-    AddGauge(out, "cuckood_wal_failed", "1 once an append or fdatasync of the log failed",
-             state.wal->health().ok() ? 0 : 1);
+// Refusals and reloads of the access file.
+void Metrics::RenderSecurity(MetricFamilies* out) const {
+  absl::Span<const std::string_view> redis_commands;
+  {
+    MutexLock lock(&mu_);
+    redis_commands = redis_commands_;
   }
-
-  if (state.cluster != nullptr) {
-    const ClusterStatus& c = *state.cluster;
-    MetricFamily& nats = out.emplace_back(Family(
-        "cuckood_cluster_nats_connected",
-        "1 while connected to NATS; the label says the connection's state", MetricType::Gauge));
-    Add(nats, {{"state", c.nats_status}}).gauge.value = c.nats_status == "connected" ? 1 : 0;
-    AddGauge(out, "cuckood_cluster_applied_position",
-             "Log position (stream sequence) this replica has applied",
-             static_cast<double>(c.applied));
-    AddGauge(out, "cuckood_cluster_stream_last_position",
-             "Last log position in the stream, as this replica last saw it",
-             static_cast<double>(c.stream_last));
-    AddGauge(out, "cuckood_cluster_stream_first_position",
-             "First log position the stream still holds", static_cast<double>(c.stream_first));
-    AddGauge(out, "cuckood_cluster_lag_entries", "Log entries this replica has not applied yet",
-             static_cast<double>(c.lag));
-    AddGauge(out, "cuckood_cluster_consuming", "1 while this replica consumes the stream",
-             c.consuming ? 1 : 0);
-    AddGauge(out, "cuckood_cluster_problem",
-             "1 while this replica cannot apply the stream (the log says why)",
-             c.problem.empty() ? 0 : 1);
-    MetricFamily& entries = out.emplace_back(
-        Family("cuckood_cluster_entries_total",
-               "Log entries: applied by this replica, published by it, acknowledged as duplicates "
-               "of a request id, failed to publish",
-               MetricType::Counter));
-    Add(entries, {{"what", "applied"}}).counter.value = static_cast<double>(c.entries_applied);
-    Add(entries, {{"what", "published"}}).counter.value = static_cast<double>(c.entries_published);
-    Add(entries, {{"what", "duplicate"}}).counter.value = static_cast<double>(c.duplicates);
-    Add(entries, {{"what", "publish_failed"}}).counter.value =
-        static_cast<double>(c.publish_failures);
-    Add(out.emplace_back(Family("cuckood_cluster_stream_purges_total",
-                                "Retention purges of the stream this replica made (up to what "
-                                "every replica's checkpoint has passed)",
-                                MetricType::Counter)),
-        {})
-        .counter.value = static_cast<double>(c.purges);
-    Add(out.emplace_back(Family("cuckood_cluster_bootstraps_total",
-                                "Times this replica copied every filter from a peer",
-                                MetricType::Counter)),
-        {})
-        .counter.value = static_cast<double>(c.bootstraps);
-  }
-
-  // Security.
-  MetricFamily& denied = out.emplace_back(
-      Family("cuckood_auth_failures_total",
-             "Calls refused: UNAUTHENTICATED (missing_credentials, malformed_header, "
-             "unknown_token, unknown_certificate) or PERMISSION_DENIED (permission_denied), by "
-             "method (AUTH: the Redis port's AUTH and HELLO ... AUTH)",
-             MetricType::Counter));
-  for (size_t m = 0; m < kRpcMethods; ++m) {
-    for (size_t r = 0; r < kAuthFailures; ++r) {
-      const uint64_t n = auth_failures_[m][r].load(std::memory_order_relaxed);
+  MetricFamily& denied =
+      AddFamily(out, "cuckood_auth_failures_total",
+                "Calls refused: UNAUTHENTICATED (missing_credentials, malformed_header, "
+                "unknown_token, unknown_certificate) or PERMISSION_DENIED (permission_denied), by "
+                "method (AUTH: the Redis port's AUTH and HELLO ... AUTH)",
+                MetricType::Counter);
+  const auto add = [&](std::string method, const auto& counts) {
+    for (size_t r = 0; r < options_.auth_failure_reasons.size() && r < counts.size(); ++r) {
+      const uint64_t n = counts[r].load(std::memory_order_relaxed);
       if (n == 0) continue;
-      Add(denied, {{"method", std::string(RpcMethodName(static_cast<RpcMethod>(m)))},
-                   {"reason", std::string(AuthFailureName(static_cast<AuthFailure>(r)))}})
+      AddSeries(denied,
+                {{"method", method}, {"reason", std::string(options_.auth_failure_reasons[r])}})
           .counter.value = static_cast<double>(n);
     }
+  };
+  for (size_t m = 0; m < kRpcMethods; ++m) {
+    add(std::string(RpcMethodName(static_cast<RpcMethod>(m))), auth_failures_[m]);
   }
-  for (size_t r = 0; r < kAuthFailures; ++r) {
-    const uint64_t n = redis_auth_failures_[r].load(std::memory_order_relaxed);
-    if (n == 0) continue;
-    Add(denied,
-        {{"method", "AUTH"}, {"reason", std::string(AuthFailureName(static_cast<AuthFailure>(r)))}})
-        .counter.value = static_cast<double>(n);
+  for (size_t m = 0; m < redis_commands.size(); ++m) {
+    std::string method(redis_commands[m]);
+    absl::AsciiStrToUpper(&method);
+    add(std::move(method), redis_auth_failures_[m]);
   }
-  MetricFamily& reloads = out.emplace_back(
-      Family("cuckood_auth_reloads_total",
-             "Reloads of the access file (--auth-tokens), by outcome; a failed one keeps the "
-             "previous file in force",
-             MetricType::Counter));
-  Add(reloads, {{"outcome", "ok"}}).counter.value =
+  MetricFamily& reloads =
+      AddFamily(out, "cuckood_auth_reloads_total",
+                "Reloads of the access file (--auth-tokens), by outcome; a failed one keeps the "
+                "previous file in force",
+                MetricType::Counter);
+  AddSeries(reloads, {{"outcome", "ok"}}).counter.value =
       static_cast<double>(auth_reloads_ok_.load(std::memory_order_relaxed));
-  Add(reloads, {{"outcome", "error"}}).counter.value =
+  AddSeries(reloads, {{"outcome", "error"}}).counter.value =
       static_cast<double>(auth_reloads_failed_.load(std::memory_order_relaxed));
-  if (state.tls_not_after_seconds != 0) {
-    AddGauge(out, "cuckood_tls_certificate_expiry_seconds",
-             "When the served TLS certificate expires, seconds since the epoch",
-             state.tls_not_after_seconds);
-  }
+}
 
+void Metrics::RenderCollectors(MetricsSection section, MetricFamilies* out) const {
+  // Copied, so that scrapes do not wait for each other's collectors.
+  std::vector<MetricsCollector> collectors;
+  {
+    MutexLock lock(&mu_);
+    collectors = collectors_[static_cast<size_t>(section)];
+  }
+  for (const MetricsCollector& collect : collectors) collect(out);
+}
+
+std::string Metrics::Render() const {
+  MetricFamilies out;
+  RenderProcess(&out);
+  RenderCalls(&out);
+  RenderCollectors(MetricsSection::kCalls, &out);
+  RenderRedis(&out);
+  RenderCollectors(MetricsSection::kRedis, &out);
+  RenderCollectors(MetricsSection::kState, &out);
+  RenderSecurity(&out);
+  RenderCollectors(MetricsSection::kSecurity, &out);
   // Snapshots and start-up.
   std::vector<MetricFamily> rare = registry_->Collect();
   std::move(rare.begin(), rare.end(), std::back_inserter(out));
-
   std::ostringstream text;
   prometheus::TextSerializer().Serialize(text, out);
   return std::move(text).str();

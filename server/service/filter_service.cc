@@ -342,7 +342,7 @@ absl::StatusOr<Caller> FilterServiceImpl::Authenticate(RpcMethod method,
   AuthFailure why = AuthFailure::kMissingCredentials;
   absl::StatusOr<Caller> caller = auth_->Authenticate(*ctx, &why);
   if (!caller.ok()) {
-    if (metrics_ != nullptr) metrics_->RecordAuthFailure(method, why);
+    if (metrics_ != nullptr) metrics_->RecordAuthFailure(method, static_cast<size_t>(why));
     const std::string peer = ctx->peer();
     unauthenticated_audit_.Refused({.caller = "-",
                                     .method = RpcMethodName(method),
@@ -373,7 +373,8 @@ absl::Status FilterServiceImpl::Authorize(const Caller& caller, RpcMethod method
         absl::StrFormat("%s: the request names no filter", RpcMethodName(method)));
   }
   if (whole_server ? caller.AdminOfAll() : caller.Allows(*need, filter)) return absl::OkStatus();
-  if (metrics_ != nullptr) metrics_->RecordAuthFailure(method, AuthFailure::kPermissionDenied);
+  if (metrics_ != nullptr)
+    metrics_->RecordAuthFailure(method, static_cast<size_t>(AuthFailure::kPermissionDenied));
   const std::string message =
       whole_server
           ? absl::StrFormat(

@@ -468,7 +468,7 @@ class FilterServiceImpl::ImportReactor final : public CallQueues::Call {
     if (service_->auth_ != nullptr && !caller_.AdminOfSome()) {
       if (service_->metrics_ != nullptr) {
         service_->metrics_->RecordAuthFailure(RpcMethod::kImportFilter,
-                                              AuthFailure::kPermissionDenied);
+                                              static_cast<size_t>(AuthFailure::kPermissionDenied));
       }
       const std::string peer = ctx_->peer();
       Audit({.caller = caller_.name(),

@@ -22,7 +22,9 @@
 #include "core/registry.h"
 #include "server/cluster/cluster.h"
 #include "server/config/config.h"
+#include "server/metrics_collectors.h"
 #include "server/observability/metrics.h"
+#include "server/resp/commands/command_names.h"
 #include "server/wal/wal.h"
 #include "base/env.h"
 #include "server/wal/wal_format.h"
@@ -79,7 +81,8 @@ std::set<std::string> DocumentedMetrics() {
 }
 
 // The families Metrics::Render serves with every optional part on: a filter,
-// the Redis port, the write-ahead log, cluster mode and TLS.
+// the Redis port, the write-ahead log, cluster mode and TLS, each part's
+// collector registered as server.cc registers it.
 std::set<std::string> ServedMetrics() {
   cuckoo::testing::TempDir dir;
   const std::string wal_dir = dir.path() + "/wal";
@@ -97,12 +100,20 @@ std::set<std::string> ServedMetrics() {
   cluster.nats_status = "connected";
 
   Metrics metrics;
+  metrics.SetRedisCommands(kRedisCommandNames, kRedisCfCommands);
   metrics.RecordRedisConnection();
-  const std::string text = metrics.Render({.registry = &registry,
-                                           .redis = true,
-                                           .wal = wal->get(),
-                                           .cluster = &cluster,
-                                           .tls_not_after_seconds = 1});
+  metrics.AddCollector(MetricsSection::kCalls,
+                       [](MetricFamilies* out) { AppendCallsInFlight(0, out); });
+  metrics.AddCollector(MetricsSection::kRedis,
+                       [](MetricFamilies* out) { AppendRedisPortMetrics({}, out); });
+  metrics.AddCollector(MetricsSection::kState, [&](MetricFamilies* out) {
+    AppendFilterMetrics(registry, nullptr, out);
+    AppendWalMetrics(**wal, out);
+    AppendClusterMetrics(cluster, out);
+  });
+  metrics.AddCollector(MetricsSection::kSecurity,
+                       [](MetricFamilies* out) { AppendTlsMetrics(1, out); });
+  const std::string text = metrics.Render();
   std::set<std::string> out;
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {

@@ -399,7 +399,7 @@ TEST_F(AuthzTest, UnknownOrMalformedCredentialsAreUnauthenticatedAndCounted) {
   req.add_keys("k");
   v1::LookupResponse resp;
   EXPECT_TRUE(stub_->Lookup(&ctx, req, &resp).ok());
-  const std::string metrics = server_->metrics().Render({});
+  const std::string metrics = server_->metrics().Render();
   EXPECT_NE(
       metrics.find(R"(cuckood_auth_failures_total{method="Lookup",reason="unknown_token"} 1)"),
       std::string::npos)

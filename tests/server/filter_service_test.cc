@@ -1590,7 +1590,7 @@ TEST_F(FilterServiceTransferTest, MoreThanTwoExportsAtOnceAreResourceExhaustedNa
   // Meanwhile the filter serves.
   EXPECT_TRUE(Insert("big", {"during"}).status.ok());
   EXPECT_TRUE(Lookup("big", {"during"}).response.present(0));
-  const std::string metrics = server_->metrics().Render({});
+  const std::string metrics = server_->metrics().Render();
   EXPECT_THAT(
       metrics,
       HasSubstr(
@@ -1605,7 +1605,7 @@ TEST_F(FilterServiceTransferTest, MoreThanTwoExportsAtOnceAreResourceExhaustedNa
   // (and its OK status sent) before the cancellation reached it: counted OK
   // then, and rightly. So the next export is checked by the count it adds.
   const auto oks = [&] {
-    const std::string m = server_->metrics().Render({});
+    const std::string m = server_->metrics().Render();
     const std::string key = R"(cuckood_rpc_requests_total{code="OK",method="ExportFilter"} )";
     const size_t at = m.find(key);
     return at == std::string::npos ? 0 : std::stoi(m.substr(at + key.size()));
@@ -1797,7 +1797,7 @@ TEST_F(FilterServiceTransferTest, AnImportWhoseClientStopsSendingIsAbortedAfterT
   EXPECT_EQ(Get("g0").status.error_code(), grpc::StatusCode::NOT_FOUND);
   const fs::path uploads = fs::path(dir_.path()) / server::kImportDir;
   EXPECT_TRUE(!fs::exists(uploads) || fs::is_empty(uploads));
-  EXPECT_THAT(server_->metrics().Render({}),
+  EXPECT_THAT(server_->metrics().Render(),
               HasSubstr(R"(cuckood_rpc_requests_total{code="ABORTED",method="ImportFilter"} 2)"));
 }
 
@@ -1839,10 +1839,10 @@ TEST_F(FilterServiceTransferTest, AnExportWhoseClientStopsReadingIsAbortedAfterT
   // The server ends both (counted when it has).
   const std::string aborted =
       R"(cuckood_rpc_requests_total{code="ABORTED",method="ExportFilter"} 2)";
-  for (int i = 0; i < 600 && !absl::StrContains(server_->metrics().Render({}), aborted); ++i) {
+  for (int i = 0; i < 600 && !absl::StrContains(server_->metrics().Render(), aborted); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  EXPECT_THAT(server_->metrics().Render({}), HasSubstr(aborted));
+  EXPECT_THAT(server_->metrics().Render(), HasSubstr(aborted));
   for (auto& s : slow) {
     v1::ExportFilterChunk chunk;
     while (s->reader->Read(&chunk)) {

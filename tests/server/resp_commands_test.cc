@@ -466,7 +466,7 @@ class RedisWalEnvTest : public RedisPortTest {
   }
   // fdatasyncs of the log so far.
   uint64_t Syncs() {
-    const std::string m = server_->metrics().Render({.registry = &server_->registry()});
+    const std::string m = server_->metrics().Render();
     constexpr std::string_view kName = "cuckood_wal_fdatasync_duration_seconds_count ";
     const size_t at = m.find(kName);
     return at == std::string::npos ? 0 : std::stoull(m.substr(at + kName.size()));
@@ -581,8 +581,7 @@ TEST_F(RedisPipelineTest, PipelinedInsertsAreMergedAndEachGetsItsOwnReply) {
   EXPECT_LE(Syncs() - syncs, 4u);
   EXPECT_EQ(c.Call({"CF.COUNT", "m", "i1-0"}), ":4");
   EXPECT_EQ(c.Call({"CF.COUNT", "m", "i5-4"}), ":1");
-  const std::string metrics =
-      server_->metrics().Render({.registry = &server_->registry(), .redis = true});
+  const std::string metrics = server_->metrics().Render();
   EXPECT_NE(metrics.find(R"(cuckood_redis_items_total{command="cf.insert"} 18)"), std::string::npos)
       << metrics;
   // Five batches for the ten commands that got an array: the first five
@@ -828,7 +827,7 @@ TEST_F(RedisPortTest, FailedAuthsAreCountedAndSlowedPerConnectionAndPeer) {
   EXPECT_EQ(reply.substr(0, 10), "-WRONGPASS");
   EXPECT_EQ(b.Call({"AUTH", "tok-root"}), "OK");
   EXPECT_EQ(b.Call({"PING"}), "PONG");
-  const std::string metrics = server_->metrics().Render({});
+  const std::string metrics = server_->metrics().Render();
   EXPECT_NE(metrics.find(R"(cuckood_auth_failures_total{method="AUTH",reason="unknown_token"} 7)"),
             std::string::npos)
       << metrics;
@@ -906,8 +905,7 @@ TEST_F(RedisPortTest, CommandsAreCountedInTheMetrics) {
   EXPECT_EQ(c.Call({"CF.EXISTS", "m", "k"}), ":1");
   EXPECT_EQ(c.Call({"CF.EXISTS", "m/x", "k"}).substr(0, 4), "-ERR");
   EXPECT_EQ(c.Call({"NOPE"}).substr(0, 4), "-ERR");
-  const std::string metrics = server_->metrics().Render(
-      {.registry = &server_->registry(), .redis = true, .redis_connections = 1});
+  const std::string metrics = server_->metrics().Render();
   EXPECT_NE(metrics.find(R"(cuckood_redis_commands_total{command="cf.add",outcome="ok"} 1)"),
             std::string::npos)
       << metrics;

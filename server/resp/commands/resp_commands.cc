@@ -24,6 +24,7 @@
 #include "base/scratch.h"
 #include "cuckoo_version.h"
 #include "server/observability/logging.h"
+#include "server/resp/commands/command_names.h"
 #include "server/service/status.h"
 #include "spdlog/spdlog.h"
 #include "xxhash.h"
@@ -371,8 +372,7 @@ bool RedisCommands::Authorize(Session* s, Writer& w, size_t command, Access need
   if (!CurrentCaller(s, w, caller)) return false;
   if (caller->Allows(need, filter)) return true;
   if (metrics_ != nullptr) {
-    metrics_->RecordAuthFailure(need == Access::kRead ? RpcMethod::kLookup : RpcMethod::kInsert,
-                                AuthFailure::kPermissionDenied);
+    metrics_->RecordRedisAuthFailure(command, static_cast<size_t>(AuthFailure::kPermissionDenied));
   }
   const std::string name = absl::AsciiStrToUpper(A(kRedisCommandNames[command]));
   Audit({.caller = caller->name(),
@@ -1839,7 +1839,7 @@ std::string_view PeerAddress(std::string_view peer) {
 }  // namespace
 
 absl::Duration RedisCommands::AuthFailed(Session* s, AuthFailure why) {
-  if (metrics_ != nullptr) metrics_->RecordRedisAuthFailure(why);
+  if (metrics_ != nullptr) metrics_->RecordRedisAuthFailure(kAuth, static_cast<size_t>(why));
   auth_audit_.Refused({.caller = "-",
                        .method = "AUTH",
                        .peer = s->peer,
