@@ -90,7 +90,7 @@ namespace cuckoo::server {
 inline constexpr uint64_t kRedisAuthThrottleBytes = uint64_t{12} << 20;
 // CF.SCANDUMP and CF.LOADCHUNK work on at most 6 threads (4 dumps, 2
 // loads), each holding a chunk (1 MiB + 4 KiB) and its reply or a read
-// buffer: 2 MiB each (static_assert in server/resp/commands/resp_commands.cc).
+// buffer: 2 MiB each (static_assert in server/resp/commands/dump_commands.cc).
 inline constexpr uint64_t kRedisTransferBytes = uint64_t{12} << 20;
 
 // The first chunk of a dump: magic, snapshot bytes, items.
@@ -168,24 +168,44 @@ class RedisCommands final : public resp::CommandHandler {
   static std::string WrongArity(std::string_view command);
 
  private:
+  // An entry of the command table (server/resp/commands/commands_internal.h).
+  struct CommandSpec;
   struct Call;
   struct Dump;
   struct Load;
   struct Expired;
 
-  // One command (or a run of merged ones) given to Execute.
+  // The command table, one entry per command in kRedisCommandNames's order
+  // but "unknown" (resp_commands.cc).
+  static absl::Span<const CommandSpec> Commands();
+  // One command (or a run of merged ones) given to Execute: looked up in
+  // the table, its arity and the connection's authentication checked, then
+  // its handler called.
   size_t Dispatch(resp::Session* session, absl::Span<const resp::Command> commands,
                   resp::Completion done);
   // The authenticated caller for this command, or an error reply written.
   bool Authorize(resp::Session* session, resp::Writer& w, size_t command, Access need,
                  std::string_view filter, Caller* caller);
   bool CurrentCaller(resp::Session* session, resp::Writer& w, Caller* caller);
+  // The reads' prologue: the read grant on `key`, the name's check, then
+  // the filter (null if there is none of that name); false with the error
+  // reply written.
+  bool ReadFilter(resp::Session* s, resp::Writer& w, size_t command, std::string_view key,
+                  std::shared_ptr<CuckooFilter>* filter);
+  // How many of `commands`, from the first, a CF.EXISTS, CF.ADD, CF.ADDNX
+  // or CF.DEL (`command`) can run as one batch: the same command on the
+  // same filter, every item valid, within --max-batch-keys.
+  size_t ItemRunLength(absl::Span<const resp::Command> commands, size_t command) const;
 
-  // The commands (resp_commands.cc).
-  void Exists(resp::Session* s, absl::Span<const resp::Command> run, resp::Writer& w);
+  // CF.* reads (cf_read_commands.cc), on the connection's thread.
+  void Exists(resp::Session* s, absl::Span<const resp::Command> run, size_t command,
+              resp::Completion done, std::chrono::steady_clock::time_point start);
   void MExists(resp::Session* s, const resp::Command& c, resp::Writer& w);
   void Count(resp::Session* s, const resp::Command& c, resp::Writer& w);
   void Info(resp::Session* s, const resp::Command& c, resp::Writer& w);
+
+  // CF.* writes (cf_write_commands.cc): CF.ADD, CF.ADDNX, CF.INSERT,
+  // CF.INSERTNX and CF.DEL, a run of them at once.
   void Write(resp::Session* s, absl::Span<const resp::Command> run, size_t command,
              resp::Completion done, std::chrono::steady_clock::time_point start);
   // How many of `commands`, from the first, a CF.INSERT or CF.INSERTNX
@@ -198,19 +218,39 @@ class RedisCommands final : public resp::CommandHandler {
   void WriteHere(resp::Session* s, const Caller& caller, size_t command, std::string_view filter,
                  absl::Span<const std::string_view> items, std::vector<size_t> sizes,
                  resp::Completion done, std::chrono::steady_clock::time_point start);
-  // The replies of a write's run of commands (resp_commands.cc).
+  // Write's other path: a gRPC call over the in-process channel (creating
+  // the filter first if it does not exist, `capacity` keys).
+  void WriteThroughService(resp::Session* s, size_t command, std::string_view filter,
+                           absl::Span<const std::string_view> items, std::vector<size_t> sizes,
+                           bool exists, uint64_t capacity, resp::Completion done,
+                           std::chrono::steady_clock::time_point start);
+  // The replies of a write's run of commands (cf_write_commands.cc).
   struct RunReplies;
   // Counts each of `replies` in the metrics and sends them.
   void Answer(size_t command, std::chrono::steady_clock::time_point start, RunReplies* replies,
               resp::Completion& done);
-  void Reserve(resp::Session* s, const resp::Command& c, resp::Completion done,
-               std::chrono::steady_clock::time_point start);
-  void DropKeys(resp::Session* s, const resp::Command& c, resp::Completion done,
-                std::chrono::steady_clock::time_point start);
-  void ScanDump(resp::Session* s, const resp::Command& c, resp::Completion done,
-                std::chrono::steady_clock::time_point start);
-  void LoadChunk(resp::Session* s, const resp::Command& c, resp::Completion done,
-                 std::chrono::steady_clock::time_point start);
+  void Reserve(resp::Session* s, absl::Span<const resp::Command> run, size_t command,
+               resp::Completion done, std::chrono::steady_clock::time_point start);
+
+  // CF.SCANDUMP and CF.LOADCHUNK (dump_commands.cc).
+  void ScanDump(resp::Session* s, absl::Span<const resp::Command> run, size_t command,
+                resp::Completion done, std::chrono::steady_clock::time_point start);
+  void LoadChunk(resp::Session* s, absl::Span<const resp::Command> run, size_t command,
+                 resp::Completion done, std::chrono::steady_clock::time_point start);
+  // CF.SCANDUMP's two cases: a chunk of a dump taken (`it` not 0), and
+  // iterator 0, which takes the dump. `reply` answers.
+  using DumpReply = std::function<void(resp::Completion&, std::string_view error, uint64_t iterator,
+                                       std::string_view data)>;
+  void ReadDumpChunk(std::string_view key, int64_t it, resp::Completion done, DumpReply reply);
+  void StartDump(std::string_view key, const std::string& token, resp::Completion done,
+                 DumpReply reply);
+  // CF.LOADCHUNK's two cases: the header (chunk 1), which starts a load,
+  // and the chunks after it. `reply` answers ("" for OK).
+  using LoadReply = std::function<void(resp::Completion&, std::string_view error)>;
+  void LoadHeader(std::string_view key, uint64_t id, std::string_view data, resp::Completion done,
+                  LoadReply reply);
+  void LoadNextChunk(std::string_view key, uint64_t id, uint64_t chunk, std::string_view data,
+                     const std::string& token, resp::Completion done, LoadReply reply);
   // CF.SCANDUMP's and CF.LOADCHUNK's helpers. A dump or load taken out of
   // dumps_ / loads_ is handed to Discard, which removes its file on a
   // transfer thread.
@@ -224,6 +264,10 @@ class RedisCommands final : public resp::CommandHandler {
   std::string NoDump(std::string_view key, int64_t iterator, uint64_t id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(transfer_mu_);
   std::string NoLoad(std::string_view key, uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(transfer_mu_);
+  // A dump's export to its private file (in `dir`), on a transfer thread:
+  // "" or the error reply.
+  std::string ExportDump(const std::shared_ptr<Dump>& dump, const std::string& dir,
+                         const std::string& token);
   // A load's steps, on a transfer thread, each returning its error reply
   // ("" for OK): the header's (claims the disk space, creates the file),
   // each chunk's (written; the last one then imported by ImportLoad).
@@ -234,6 +278,22 @@ class RedisCommands final : public resp::CommandHandler {
   // A load done with or failed, on a transfer thread: out of loads_, its
   // file removed.
   void EndLoad(const std::shared_ptr<Load>& load);
+
+  // Connection commands (connection_commands.cc).
+  void Ping(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void Echo(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void Select(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void Quit(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void Reset(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  // HELLO and AUTH: answered at once, or after the delay Hello or Auth
+  // gives.
+  void HelloCommand(resp::Session* s, absl::Span<const resp::Command> run, size_t command,
+                    resp::Completion done, std::chrono::steady_clock::time_point start);
+  void AuthCommand(resp::Session* s, absl::Span<const resp::Command> run, size_t command,
+                   resp::Completion done, std::chrono::steady_clock::time_point start);
+  // Counts `reply` and sends it after `delay` (at once if none).
+  void ReplyAfter(absl::Duration delay, size_t command, std::string reply, resp::Completion done,
+                  std::chrono::steady_clock::time_point start);
   // AUTH and HELLO: what to wait before the reply is sent (a failed AUTH
   // after a few is answered later and later, see AuthFailed).
   absl::Duration Hello(resp::Session* s, const resp::Command& c, resp::Writer& w);
@@ -243,13 +303,18 @@ class RedisCommands final : public resp::CommandHandler {
   absl::Duration AuthFailed(resp::Session* s, AuthFailure why);
   void Client(resp::Session* s, const resp::Command& c, resp::Writer& w);
   void CommandInfo(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  static void WriteCommandEntry(const CommandSpec& d, resp::Writer& w);
   void ServerInfo(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void Config(resp::Session* s, const resp::Command& c, resp::Writer& w);
+
+  // Keyspace commands over filter names (keyspace_commands.cc).
+  void DropKeys(resp::Session* s, absl::Span<const resp::Command> run, size_t command,
+                resp::Completion done, std::chrono::steady_clock::time_point start);
   void KeyExists(resp::Session* s, const resp::Command& c, resp::Writer& w);
   void Type(resp::Session* s, const resp::Command& c, resp::Writer& w);
   void Scan(resp::Session* s, const resp::Command& c, resp::Writer& w);
   void Keys(resp::Session* s, const resp::Command& c, resp::Writer& w);
-  void DbSize(resp::Session* s, resp::Writer& w);
-  void Config(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void DbSize(resp::Session* s, const resp::Command& c, resp::Writer& w);
 
   // Counts a reply in the metrics (outcome from its first bytes).
   void Record(size_t command, std::string_view reply, std::chrono::steady_clock::time_point start,

@@ -1,0 +1,219 @@
+// DEL, EXISTS, TYPE, SCAN, KEYS and DBSIZE: Redis's keyspace commands over
+// the filters' names (server/resp/commands/resp_commands.h).
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/resp/commands/commands_internal.h"
+#include "server/resp/commands/resp_commands.h"
+#include "xxhash.h"
+
+namespace cuckoo::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using redis::A;
+using redis::Is;
+using redis::kDel;
+using redis::kTypeName;
+using redis::Matches;
+using redis::ParseInt;
+using redis::StatusError;
+using resp::Command;
+using resp::Session;
+using resp::Writer;
+
+// SCAN's order: a 63-bit hash of the name, never 0 (cursor 0 starts and
+// ends a scan). Names present from a scan's start to its end are returned
+// exactly once whatever else is created or dropped meanwhile.
+uint64_t ScanHash(std::string_view name) {
+  return (XXH3_64bits(name.data(), name.size()) >> 1) | 1;
+}
+}  // namespace
+
+void RedisCommands::DropKeys(Session* s, absl::Span<const Command> run, size_t,
+                             resp::Completion done, Clock::time_point start) {
+  const Command& c = run[0];
+  std::string out;
+  Writer w(&out, s->protocol);
+  Caller caller;
+  if (!CurrentCaller(s, w, &caller)) {
+    Record(kDel, out, start, 0);
+    return done.Reply(std::move(out));
+  }
+  // As Redis's ACLs: every key is checked before any is deleted.
+  std::vector<std::string> names;
+  for (size_t i = 1; i < c.args.size(); ++i) {
+    if (!FilterRegistry::ValidateName(A(c.args[i])).ok()) continue;  // Cannot exist.
+    if (!Authorize(s, w, kDel, Access::kAdmin, c.args[i], &caller)) {
+      Record(kDel, out, start, 0);
+      return done.Reply(std::move(out));
+    }
+    names.emplace_back(c.args[i]);
+  }
+  struct State {
+    std::vector<std::string> names;
+    size_t next = 0;
+    int64_t dropped = 0;
+    std::string token;
+    int protocol = 2;
+    resp::Completion done;
+    Clock::time_point start;
+    std::function<void()> step;
+  };
+  auto state = std::make_shared<State>();
+  state->names = std::move(names);
+  state->token = s->token;
+  state->protocol = s->protocol;
+  state->done = std::move(done);
+  state->start = start;
+  // One DropFilter after another; the reply counts the filters dropped.
+  state->step = [this, state] {
+    if (state->next == state->names.size()) {
+      std::string out;
+      Writer(&out, state->protocol).Integer(state->dropped);
+      Record(kDel, out, state->start, 0);
+      state->done.Reply(std::move(out));
+      state->step = nullptr;  // Breaks the cycle.
+      return;
+    }
+    auto call = std::make_shared<Call>();
+    call->drop.set_name(state->names[state->next++]);
+    if (auth_ != nullptr) call->ctx.AddMetadata("authorization", "Bearer " + state->token);
+    calls_.fetch_add(1, std::memory_order_relaxed);
+    in_process_.Start(
+        [&](grpc::CompletionQueue* q) {
+          return stub_->PrepareAsyncDropFilter(&call->ctx, call->drop, q);
+        },
+        &call->dropped,
+        [this, state, call](grpc::Status st) {
+          const CallDone call_done{&calls_};
+          if (st.ok()) {
+            ++state->dropped;
+          } else if (st.error_code() != grpc::StatusCode::NOT_FOUND) {
+            std::string out;
+            Writer(&out, state->protocol).Error(StatusError(st));
+            Record(kDel, out, state->start, 0);
+            state->done.Reply(std::move(out));
+            state->step = nullptr;
+            return;
+          }
+          state->step();
+        });
+  };
+  state->step();
+}
+
+void RedisCommands::KeyExists(Session* s, const Command& c, Writer& w) {
+  Caller caller;
+  if (!CurrentCaller(s, w, &caller)) return;
+  int64_t n = 0;
+  for (size_t i = 1; i < c.args.size(); ++i) {
+    if (!FilterRegistry::ValidateName(A(c.args[i])).ok()) continue;
+    if (!caller.Allows(Access::kRead, c.args[i])) continue;  // As SCAN: not shown.
+    n += registry_->Get(A(c.args[i])).ok() ? 1 : 0;
+  }
+  w.Integer(n);
+}
+
+void RedisCommands::Type(Session* s, const Command& c, Writer& w) {
+  Caller caller;
+  if (!CurrentCaller(s, w, &caller)) return;
+  const bool found = FilterRegistry::ValidateName(A(c.args[1])).ok() &&
+                     caller.Allows(Access::kRead, c.args[1]) && registry_->Get(A(c.args[1])).ok();
+  w.SimpleString(found ? kTypeName : "none");
+}
+
+void RedisCommands::Scan(Session* s, const Command& c, Writer& w) {
+  uint64_t cursor = 0;
+  {
+    const std::string_view t = c.args[1];
+    bool ok = !t.empty() && t.size() <= 20;
+    for (char ch : t) ok = ok && ch >= '0' && ch <= '9';
+    if (ok) {
+      uint64_t v = 0;
+      for (char ch : t) {
+        const uint64_t d = static_cast<uint64_t>(ch - '0');
+        if (v > (UINT64_MAX - d) / 10) ok = false;
+        v = v * 10 + d;
+      }
+      cursor = v;
+    }
+    if (!ok) {
+      w.Error("ERR invalid cursor");
+      return;
+    }
+  }
+  std::string_view pattern = "*";
+  int64_t count = 10;
+  bool type_ok = true;
+  for (size_t i = 2; i < c.args.size(); i += 2) {
+    if (i + 1 >= c.args.size()) {
+      w.Error("ERR syntax error");
+      return;
+    }
+    if (Is(c.args[i], "MATCH")) {
+      pattern = c.args[i + 1];
+    } else if (Is(c.args[i], "COUNT")) {
+      if (!ParseInt(c.args[i + 1], &count)) {
+        w.Error("ERR value is not an integer or out of range");
+        return;
+      }
+      if (count < 1) {
+        w.Error("ERR syntax error");
+        return;
+      }
+    } else if (Is(c.args[i], "TYPE")) {
+      type_ok = Is(c.args[i + 1], kTypeName);
+    } else {
+      w.Error("ERR syntax error");
+      return;
+    }
+  }
+  Caller caller;
+  if (!CurrentCaller(s, w, &caller)) return;
+  std::vector<std::pair<uint64_t, std::string>> names;
+  for (auto& [name, f] : registry_->List()) {
+    const uint64_t h = ScanHash(name);
+    if (h >= cursor && caller.Allows(Access::kRead, name)) names.emplace_back(h, name);
+  }
+  std::sort(names.begin(), names.end());
+  size_t end = std::min<size_t>(names.size(), static_cast<size_t>(count));
+  // Names of one hash go together, so the next cursor never splits them.
+  while (end > 0 && end < names.size() && names[end].first == names[end - 1].first) ++end;
+  const uint64_t next = end < names.size() ? names[end].first : 0;
+  std::vector<std::string_view> shown;
+  for (size_t i = 0; i < end; ++i) {
+    if (type_ok && Matches(pattern, names[i].second)) shown.push_back(names[i].second);
+  }
+  w.Array(2);
+  w.Bulk(absl::StrCat(next));
+  w.Array(shown.size());
+  for (std::string_view n : shown) w.Bulk(n);
+}
+
+void RedisCommands::Keys(Session* s, const Command& c, Writer& w) {
+  Caller caller;
+  if (!CurrentCaller(s, w, &caller)) return;
+  std::vector<std::string> names;
+  for (auto& [name, f] : registry_->List()) {
+    if (caller.Allows(Access::kRead, name) && Matches(c.args[1], name)) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  w.Array(names.size());
+  for (const std::string& n : names) w.Bulk(n);
+}
+
+void RedisCommands::DbSize(Session* s, const Command&, Writer& w) {
+  Caller caller;
+  if (!CurrentCaller(s, w, &caller)) return;
+  int64_t n = 0;
+  for (const auto& [name, f] : registry_->List()) n += caller.Allows(Access::kRead, name);
+  w.Integer(n);
+}
+
+}  // namespace cuckoo::server
