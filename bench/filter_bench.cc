@@ -47,8 +47,8 @@
 #include "bench/bench_util.h"
 #include "bench/bloom.h"
 #include "core/cuckoo_filter.h"
-#include "core/internal/cuckoo_table.h"
 #include "core/filter_options.h"
+#include "core/internal/cuckoo_table.h"
 #include "core/internal/page_buffer.h"
 #include "core/internal/prefetch.h"
 

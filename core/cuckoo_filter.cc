@@ -8,8 +8,8 @@
 #include "absl/base/optimization.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "core/internal/prefetch.h"
 #include "base/scratch.h"
+#include "core/internal/prefetch.h"
 
 namespace cuckoo {
 absl::StatusOr<std::unique_ptr<CuckooFilter>> CuckooFilter::Create(const FilterOptions& options) {
