@@ -155,7 +155,7 @@ std::string_view PeerAddress(std::string_view peer) {
 }  // namespace
 
 absl::Duration RedisCommands::AuthFailed(Session* s, AuthFailure why) {
-  if (metrics_ != nullptr) metrics_->RecordRedisAuthFailure(kAuth, static_cast<size_t>(why));
+  if (metrics_ != nullptr) metrics_->RecordRedisAuthFailure(redis::kAuth, static_cast<size_t>(why));
   auth_audit_.Refused({.caller = "-",
                        .method = "AUTH",
                        .peer = s->peer,
