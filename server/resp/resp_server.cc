@@ -745,7 +745,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
     unready_ = unapplied_ = 0;
     unready_arg_bytes_ = 0;
     core_->handler->Closed(&session_);
-    core_->Closed(reason_);
     core_->Unregister(this);
     registered_in_core_ = false;
     // The memory goes now, not when the last reference does (a handler's
@@ -772,6 +771,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
     }
     Account();
+    // Counted as a connection until its memory is given back: one that no
+    // longer counts holds none (connections() 0 means client_memory() 0).
+    core_->Closed(reason_);
     worker_->connections.erase(registered_);
   }
 
