@@ -205,6 +205,12 @@ absl::Duration RedisCommands::Auth(Session* s, const Command& c, Writer& w) {
     }
     return absl::ZeroDuration();
   }
+  if (std::optional<absl::Duration> refused = SignIn(s, token, w)) return *refused;
+  w.SimpleString("OK");
+  return absl::ZeroDuration();
+}
+
+std::optional<absl::Duration> RedisCommands::SignIn(Session* s, std::string_view token, Writer& w) {
   AuthFailure why;
   absl::StatusOr<Caller> caller = auth_->AuthenticateToken(token, &why);
   if (!caller.ok()) {
@@ -215,8 +221,7 @@ absl::Duration RedisCommands::Auth(Session* s, const Command& c, Writer& w) {
   s->authenticated = true;
   s->token = std::string(token);
   s->auth_failures = 0;
-  w.SimpleString("OK");
-  return absl::ZeroDuration();
+  return std::nullopt;
 }
 
 absl::Duration RedisCommands::Hello(Session* s, const Command& c, Writer& w) {
@@ -252,16 +257,7 @@ absl::Duration RedisCommands::Hello(Session* s, const Command& c, Writer& w) {
     }
   }
   if (auth && auth_ != nullptr) {
-    AuthFailure why;
-    absl::StatusOr<Caller> caller = auth_->AuthenticateToken(token, &why);
-    if (!caller.ok()) {
-      w.Error(absl::StrCat("WRONGPASS invalid username-password pair or user is disabled. (",
-                           caller.status().message(), ")"));
-      return AuthFailed(s, why);
-    }
-    s->authenticated = true;
-    s->token = std::string(token);
-    s->auth_failures = 0;
+    if (std::optional<absl::Duration> refused = SignIn(s, token, w)) return *refused;
   }
   if (auth_ != nullptr && !s->authenticated) {
     w.Error(

@@ -61,6 +61,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -301,6 +302,10 @@ class RedisCommands final : public resp::CommandHandler {
   // Counts, audits and slows a failed AUTH: returns the delay for its reply,
   // growing with the failures of the connection and of its peer address.
   absl::Duration AuthFailed(resp::Session* s, AuthFailure why);
+  // AUTH's and HELLO ... AUTH's check of `token`: on success marks the
+  // session authenticated and returns nullopt; otherwise answers WRONGPASS
+  // and returns AuthFailed's delay.
+  std::optional<absl::Duration> SignIn(resp::Session* s, std::string_view token, resp::Writer& w);
   void Client(resp::Session* s, const resp::Command& c, resp::Writer& w);
   void CommandInfo(resp::Session* s, const resp::Command& c, resp::Writer& w);
   static void WriteCommandEntry(const CommandSpec& d, resp::Writer& w);
