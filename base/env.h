@@ -2,7 +2,7 @@
 // snapshots (core/snapshot.h), behind an interface so that tests can inject
 // faults: a layer that drops every byte not fdatasync'ed at a simulated
 // power cut, ENOSPC and EIO on a write or a sync
-// (tests/server/fault_wal_env.h). cuckood uses PosixEnv().
+// (tests/util/fault_wal_env.h). cuckood uses PosixEnv().
 //
 // Errors are INTERNAL naming the path and the system error, except a full
 // disk (ENOSPC, EDQUOT), which is RESOURCE_EXHAUSTED: callers tell the two

@@ -16,9 +16,9 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "tests/server/test_server.h"
 #include "tests/util/keys.h"
 #include "tests/util/loopback.h"
+#include "tests/util/test_server.h"
 
 namespace cuckoo::testing {
 namespace {

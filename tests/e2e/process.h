@@ -26,8 +26,8 @@
 #include <thread>
 #include <vector>
 
-#include "tests/server/test_server.h"
 #include "tests/util/loopback.h"
+#include "tests/util/test_server.h"
 
 extern char** environ;
 

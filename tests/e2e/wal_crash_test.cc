@@ -245,7 +245,7 @@ TEST_F(WalCrashTest, KillDashNineDuringWritesLosesNoAcknowledgedWriteAndReplaysE
 TEST_F(WalCrashTest, KillDashNineInIntervalModeLosesNothingAcknowledged) {
   // kill -9 is not a power cut: what was written to the log is in the page
   // cache, so even interval mode loses nothing; a power cut loses at most
-  // an interval (tests/server/wal_test.cc measures that).
+  // an interval (tests/server/wal/wal_test.cc measures that).
   RunRounds(6, {"--durability=interval", "--wal-sync-interval=200ms", "--wal-segment-size=256KiB",
                 "--wal-max-size=1MiB"});
 }

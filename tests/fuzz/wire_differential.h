@@ -1,5 +1,5 @@
 // The differential check of server/service/wire_format.h's request parser against
-// the generated one, shared by tests/server/wire_format_test.cc and the
+// the generated one, shared by tests/server/service/wire_format_test.cc and the
 // fuzzer tests/fuzz/wire_fuzz.cc. Each check returns an empty string when
 // the two agree, else what differs.
 #ifndef CUCKOO_TESTS_FUZZ_WIRE_DIFFERENTIAL_H_

@@ -22,9 +22,9 @@
 #include "core/cuckoo_filter.h"
 #include "core/snapshot.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "tests/server/fault_wal_env.h"
-#include "tests/server/test_server.h"
+#include "tests/util/fault_wal_env.h"
 #include "tests/util/keys.h"
+#include "tests/util/test_server.h"
 
 namespace cuckoo {
 namespace {

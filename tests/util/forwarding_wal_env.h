@@ -3,8 +3,8 @@
 // gated segment preparation, counted reads, a volume of a given size) and
 // forward the rest. DiskSpace is not forwarded: it stays UNIMPLEMENTED (no
 // disk check) unless the test's environment says what the volume holds.
-#ifndef CUCKOO_TESTS_SERVER_FORWARDING_WAL_ENV_H_
-#define CUCKOO_TESTS_SERVER_FORWARDING_WAL_ENV_H_
+#ifndef CUCKOO_TESTS_UTIL_FORWARDING_WAL_ENV_H_
+#define CUCKOO_TESTS_UTIL_FORWARDING_WAL_ENV_H_
 
 #include <atomic>
 #include <cstdint>
@@ -41,4 +41,4 @@ class ForwardingWalEnv : public Env {
 
 }  // namespace cuckoo::server::testing
 
-#endif  // CUCKOO_TESTS_SERVER_FORWARDING_WAL_ENV_H_
+#endif  // CUCKOO_TESTS_UTIL_FORWARDING_WAL_ENV_H_

@@ -8,8 +8,8 @@
 #include <chrono>
 #include <thread>
 
-#include "tests/server/test_server.h"
 #include "tests/util/temp_dir.h"
+#include "tests/util/test_server.h"
 
 namespace cuckoo::server {
 namespace {

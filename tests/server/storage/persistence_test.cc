@@ -25,8 +25,8 @@
 #include "core/hash.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/core/snapshot_layout.h"
-#include "tests/server/test_server.h"
 #include "tests/util/keys.h"
+#include "tests/util/test_server.h"
 
 namespace cuckoo {
 namespace {

@@ -27,10 +27,10 @@
 #include "server/config/config.h"
 #include "server/security/tls.h"
 #include "server/server.h"
-#include "tests/server/test_server.h"
 #include "tests/util/http.h"
 #include "tests/util/temp_dir.h"
 #include "tests/util/test_pki.h"
+#include "tests/util/test_server.h"
 
 namespace cuckoo::testing {
 namespace {

@@ -35,10 +35,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/security/access.h"
-#include "tests/server/fault_wal_env.h"
-#include "tests/server/test_server.h"
+#include "tests/util/fault_wal_env.h"
 #include "tests/util/loopback.h"
 #include "tests/util/sanitizers.h"
+#include "tests/util/test_server.h"
 
 #if defined(CUCKOO_ASAN)
 // ASan's runtime (sanitizer/allocator_interface.h, which g++ 12 does not

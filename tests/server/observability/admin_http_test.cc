@@ -25,10 +25,10 @@
 #include "boost/beast/http.hpp"
 #include "boost/beast/ssl.hpp"
 #include "cuckoo_version.h"
-#include "tests/server/test_server.h"
 #include "tests/util/http.h"
 #include "tests/util/keys.h"
 #include "tests/util/test_pki.h"
+#include "tests/util/test_server.h"
 
 namespace cuckoo {
 namespace {

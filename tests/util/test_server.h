@@ -1,6 +1,6 @@
 // An in-process cuckood on an ephemeral port, for the service tests.
-#ifndef CUCKOO_TESTS_SERVER_TEST_SERVER_H_
-#define CUCKOO_TESTS_SERVER_TEST_SERVER_H_
+#ifndef CUCKOO_TESTS_UTIL_TEST_SERVER_H_
+#define CUCKOO_TESTS_UTIL_TEST_SERVER_H_
 
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
@@ -17,7 +17,7 @@
 #include "cuckoo/v1/filter_service.grpc.pb.h"
 #include "server/config/config.h"
 #include "server/server.h"
-#include "tests/server/forwarding_wal_env.h"
+#include "tests/util/forwarding_wal_env.h"
 #include "tests/util/temp_dir.h"
 
 namespace cuckoo::testing {
@@ -91,4 +91,4 @@ class ServerTest : public ::testing::Test {
 
 }  // namespace cuckoo::testing
 
-#endif  // CUCKOO_TESTS_SERVER_TEST_SERVER_H_
+#endif  // CUCKOO_TESTS_UTIL_TEST_SERVER_H_

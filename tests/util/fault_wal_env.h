@@ -20,8 +20,8 @@
 // run. fn runs without the env's lock: it may call PowerCut().
 //
 // For tests only: it keeps a copy of every file in memory.
-#ifndef CUCKOO_TESTS_SERVER_FAULT_WAL_ENV_H_
-#define CUCKOO_TESTS_SERVER_FAULT_WAL_ENV_H_
+#ifndef CUCKOO_TESTS_UTIL_FAULT_WAL_ENV_H_
+#define CUCKOO_TESTS_UTIL_FAULT_WAL_ENV_H_
 
 #include <cstring>
 #include <functional>
@@ -220,4 +220,4 @@ class FaultWalEnv : public Env {
 
 }  // namespace cuckoo::server::testing
 
-#endif  // CUCKOO_TESTS_SERVER_FAULT_WAL_ENV_H_
+#endif  // CUCKOO_TESTS_UTIL_FAULT_WAL_ENV_H_

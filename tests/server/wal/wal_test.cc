@@ -22,8 +22,8 @@
 #include "base/little_endian.h"
 #include "core/hash.h"
 #include "server/wal/wal_format.h"
-#include "tests/server/fault_wal_env.h"
-#include "tests/server/forwarding_wal_env.h"
+#include "tests/util/fault_wal_env.h"
+#include "tests/util/forwarding_wal_env.h"
 #include "tests/util/temp_dir.h"
 
 namespace cuckoo::server {

@@ -18,7 +18,7 @@
 #include "absl/synchronization/notification.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "server/security/access.h"
-#include "tests/server/test_server.h"
+#include "tests/util/test_server.h"
 
 namespace cuckoo::testing {
 namespace {
