@@ -1,7 +1,8 @@
-// ValidateRedisOptions (resp_commands.h): the Redis port's settings.
+// ValidateRedisOptions (redis_options.h): the Redis port's settings.
+#include "server/resp/commands/redis_options.h"
+
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "server/resp/commands/resp_commands.h"
 
 namespace cuckoo::server {
 
