@@ -135,10 +135,31 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
     return absl::InternalError(
         absl::StrFormat("cannot create data directory \"%s\": %s", config.data_dir, ec.message()));
   }
-
   std::unique_ptr<CuckooServer> s(new CuckooServer(config));
-  s->metrics_ = std::make_unique<Metrics>(MetricsOptionsFor());
-  s->registry_ = std::make_unique<FilterRegistry>(RegistryLimits{
+  if (absl::Status st = s->OpenStorage(hooks); !st.ok()) return st;
+  std::optional<CertificateSummary> certificate;
+  if (absl::Status st = s->StartSecurity(&certificate); !st.ok()) return st;
+  s->MakeService(hooks);
+  s->AddMetricsCollectors();
+  // The admin server first, so that while snapshots load /healthz answers
+  // and /readyz says why it is not ready.
+  if (absl::Status st = s->StartAdmin(); !st.ok()) return st;
+  // Every snapshot is loaded before the port opens: a client never sees a
+  // filter missing because it has not been loaded yet.
+  if (absl::Status st = s->LoadFilters(); !st.ok()) return st;
+  if (absl::Status st = s->StartGrpc(); !st.ok()) return st;
+  s->LogSecurity(certificate);
+  if (absl::Status st = s->StartRedis(); !st.ok()) return st;
+  s->health_->SetServing("", true);
+  s->health_->SetServing(kServiceName, true);
+  s->state_.store(State::kServing, std::memory_order_release);
+  return s;
+}
+
+absl::Status CuckooServer::OpenStorage(const PersistenceOptions& hooks) {
+  const ServerConfig& config = config_;
+  metrics_ = std::make_unique<Metrics>(MetricsOptionsFor());
+  registry_ = std::make_unique<FilterRegistry>(RegistryLimits{
       .memory_budget_bytes = EffectiveMemoryBudget(config), .max_filters = config.max_filters});
   PersistenceOptions persistence = hooks;
   persistence.snapshot_buffer_bytes = EffectiveSnapshotBuffer(config);
@@ -148,7 +169,7 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
     persistence.wal.sync_interval = wal.sync_interval;
     persistence.wal.segment_bytes = wal.segment_bytes;
   }
-  Metrics* metrics = s->metrics_.get();
+  Metrics* metrics = metrics_.get();
   persistence.wal.on_write = [metrics](uint64_t bytes, uint64_t records) {
     metrics->RecordWalWrite(bytes, records);
   };
@@ -172,11 +193,11 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
       std::_Exit(kExitWalFailed);
     };
   }
-  persistence.on_snapshot_written = [metrics = s->metrics_.get()](bool ok, uint64_t bytes,
-                                                                  absl::Duration duration) {
+  persistence.on_snapshot_written = [metrics = metrics_.get()](bool ok, uint64_t bytes,
+                                                               absl::Duration duration) {
     metrics->RecordSnapshotWrite(ok, bytes, duration);
   };
-  s->persistence_ = std::make_unique<Persistence>(s->registry_.get(), config.data_dir, persistence);
+  persistence_ = std::make_unique<Persistence>(registry_.get(), config.data_dir, persistence);
   if (!config.nats_urls.empty()) {
     ClusterOptions options = ClusterOptionsOf(config);
     // Read anew for each bootstrap copy, so that rotated files are used.
@@ -194,89 +215,99 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
       return access;
     };
     absl::StatusOr<std::unique_ptr<Cluster>> cluster =
-        Cluster::Create(std::move(options), s->registry_.get(), s->persistence_.get());
+        Cluster::Create(std::move(options), registry_.get(), persistence_.get());
     if (!cluster.ok()) return cluster.status();
-    s->cluster_ = *std::move(cluster);
+    cluster_ = *std::move(cluster);
     // The stream is the log: no local write-ahead log.
-    s->persistence_->SetExternalLog(s->cluster_.get());
+    persistence_->SetExternalLog(cluster_.get());
   }
-  // Security: every file is checked now, so that a bad one stops the start
-  // with a message rather than failing every handshake or call later.
-  std::optional<CertificateSummary> certificate;
+  return absl::OkStatus();
+}
+
+// Every file is checked now, so that a bad one stops the start with a
+// message rather than failing every handshake or call later.
+absl::Status CuckooServer::StartSecurity(std::optional<CertificateSummary>* certificate) {
+  const ServerConfig& config = config_;
+  Metrics* metrics = metrics_.get();
   if (!config.tls_cert.empty()) {
     absl::StatusOr<std::unique_ptr<CertificateWatcher>> watcher =
         CertificateWatcher::Start(TlsOptionsOf(config));
     if (!watcher.ok()) return watcher.status();
-    certificate = (*watcher)->initial();
+    *certificate = (*watcher)->initial();
     // Now: the admin server, which reads it, starts below.
-    s->certificate_watcher_ = *std::move(watcher);
+    certificate_watcher_ = *std::move(watcher);
   }
   if (!config.auth_tokens.empty()) {
     Authenticator::Options options = AuthOptionsOf(config);
     options.on_reload = [metrics](const absl::Status& st) { metrics->RecordAuthReload(st.ok()); };
     absl::StatusOr<std::unique_ptr<Authenticator>> auth = Authenticator::Start(std::move(options));
     if (!auth.ok()) return auth.status();
-    s->auth_ = *std::move(auth);
+    auth_ = *std::move(auth);
   }
   if (!config.peer_token_file.empty()) {
     if (absl::StatusOr<std::string> t = ReadTokenFile(config.peer_token_file); !t.ok()) {
       return t.status();
     }
   }
-  s->service_ = std::make_unique<FilterServiceImpl>(s->registry_.get(), s->persistence_.get(),
-                                                    s->metrics_.get(), ServiceLimitsOf(config),
-                                                    config.snapshot_interval, s->cluster_.get());
-  s->service_->SetAuthenticator(s->auth_.get());
+  return absl::OkStatus();
+}
+
+void CuckooServer::MakeService(const PersistenceOptions& hooks) {
+  const ServerConfig& config = config_;
+  service_ = std::make_unique<FilterServiceImpl>(registry_.get(), persistence_.get(),
+                                                 metrics_.get(), ServiceLimitsOf(config),
+                                                 config.snapshot_interval, cluster_.get());
+  service_->SetAuthenticator(auth_.get());
   // The write-ahead log prepares its next segment ahead of the one being
   // written: transfers' files leave room for both. (A cluster replica has
   // no log of its own; it keeps the same room for its snapshots.)
-  s->transfer_disk_ = std::make_unique<TransferDisk>(
+  transfer_disk_ = std::make_unique<TransferDisk>(
       config.data_dir, 2 * config.wal_segment_bytes,
       config.nats_urls.empty() ? "the write-ahead log (2 x --wal-segment-size)"
                                : "snapshots (2 x --wal-segment-size)",
-      persistence.wal.env);
-  s->service_->SetTransferDisk(s->transfer_disk_.get());
+      hooks.wal.env);
+  service_->SetTransferDisk(transfer_disk_.get());
+}
 
-  s->AddMetricsCollectors();
-
-  // The admin server first, so that while snapshots load /healthz answers
-  // and /readyz says why it is not ready. Its handlers only read members
-  // that are set by now (and state_).
-  if (!config.admin_listen.empty()) {
-    const CuckooServer* server = s.get();
-    std::optional<AdminTlsOptions> admin_tls;
-    if (config.admin_tls) {
-      // The gRPC port's files, checked as often as gRPC checks them.
-      admin_tls =
-          AdminTlsOptions{.cert_file = config.tls_cert,
-                          .key_file = config.tls_key,
-                          .check_interval = absl::ToChronoMilliseconds(config.tls_reload_interval)};
-    }
-    absl::StatusOr<std::unique_ptr<AdminHttpServer>> admin =
-        AdminHttpServer::Start(config.admin_listen,
-                               AdminHandlers{.metrics = [server] { return server->MetricsPage(); },
-                                             .healthz = [server] { return server->Healthz(); },
-                                             .readyz = [server] { return server->Readyz(); }},
-                               std::move(admin_tls));
-    if (!admin.ok()) return admin.status();
-    s->admin_ = *std::move(admin);
-    spdlog::info("admin {} on {} (/metrics, /healthz, /readyz)",
-                 s->admin_->tls() ? "HTTPS" : "HTTP", s->admin_->address());
+// Its handlers only read members that are set by now (and state_).
+absl::Status CuckooServer::StartAdmin() {
+  const ServerConfig& config = config_;
+  if (config.admin_listen.empty()) return absl::OkStatus();
+  const CuckooServer* server = this;
+  std::optional<AdminTlsOptions> admin_tls;
+  if (config.admin_tls) {
+    // The gRPC port's files, checked as often as gRPC checks them.
+    admin_tls =
+        AdminTlsOptions{.cert_file = config.tls_cert,
+                        .key_file = config.tls_key,
+                        .check_interval = absl::ToChronoMilliseconds(config.tls_reload_interval)};
   }
+  absl::StatusOr<std::unique_ptr<AdminHttpServer>> admin =
+      AdminHttpServer::Start(config.admin_listen,
+                             AdminHandlers{.metrics = [server] { return server->MetricsPage(); },
+                                           .healthz = [server] { return server->Healthz(); },
+                                           .readyz = [server] { return server->Readyz(); }},
+                             std::move(admin_tls));
+  if (!admin.ok()) return admin.status();
+  admin_ = *std::move(admin);
+  spdlog::info("admin {} on {} (/metrics, /healthz, /readyz)", admin_->tls() ? "HTTPS" : "HTTP",
+               admin_->address());
+  return absl::OkStatus();
+}
 
-  // Every snapshot is loaded before the port opens: a client never sees a
-  // filter missing because it has not been loaded yet.
-  absl::StatusOr<LoadSummary> loaded = s->persistence_->LoadAll();
+absl::Status CuckooServer::LoadFilters() {
+  const ServerConfig& config = config_;
+  absl::StatusOr<LoadSummary> loaded = persistence_->LoadAll();
   if (!loaded.ok()) return loaded.status();
-  s->loaded_ = *loaded;
-  s->metrics_->RecordLoad(loaded->duration, loaded->loaded, loaded->bytes, loaded->quarantined);
-  if (s->cluster_ != nullptr) {
+  loaded_ = *std::move(loaded);
+  metrics_->RecordLoad(loaded_.duration, loaded_.loaded, loaded_.bytes, loaded_.quarantined);
+  if (cluster_ != nullptr) {
     spdlog::info(
         "cluster mode: replica {} of stream {} on NATS {}; a write is acknowledged once the "
         "stream has stored it and this replica applied it; applying from log position {}",
-        s->cluster_->options().replica_id, config.nats_stream, absl::StrJoin(config.nats_urls, ","),
-        loaded->resume_from);
-    s->cluster_->Start(loaded->resume_from, loaded->log_identity);
+        cluster_->options().replica_id, config.nats_stream, absl::StrJoin(config.nats_urls, ","),
+        loaded_.resume_from);
+    cluster_->Start(loaded_.resume_from, loaded_.log_identity);
   } else {
     spdlog::info(
         "durability {}{}: a write is acknowledged {}; write-ahead log in {}/{} ({} segments, early "
@@ -294,21 +325,26 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
   }
   // What is served, after the log's replay; then what the files gave.
   spdlog::info("serving {} filters ({} items) from {}: {} snapshot files loaded ({}) in {}{}{}",
-               loaded->served, loaded->served_items, config.data_dir, loaded->loaded,
-               FormatByteSize(loaded->bytes), absl::FormatDuration(loaded->duration),
-               loaded->quarantined == 0
+               loaded_.served, loaded_.served_items, config.data_dir, loaded_.loaded,
+               FormatByteSize(loaded_.bytes), absl::FormatDuration(loaded_.duration),
+               loaded_.quarantined == 0
                    ? std::string()
-                   : absl::StrFormat("; %d bad files moved to %s/%s", loaded->quarantined,
+                   : absl::StrFormat("; %d bad files moved to %s/%s", loaded_.quarantined,
                                      config.data_dir, kQuarantineDir),
-               loaded->dropped_by_log == 0
+               loaded_.dropped_by_log == 0
                    ? std::string()
                    : absl::StrFormat("; %d files of filters the log drops moved to %s/%s",
-                                     loaded->dropped_by_log, config.data_dir, kQuarantineDir));
+                                     loaded_.dropped_by_log, config.data_dir, kQuarantineDir));
+  return absl::OkStatus();
+}
+
+absl::Status CuckooServer::StartGrpc() {
+  const ServerConfig& config = config_;
   // The health service is cuckood's own: gRPC's default one is on the
   // callback API (server/service/call_queues.h).
   grpc::EnableDefaultHealthCheckService(false);
-  s->health_ = std::make_unique<HealthService>();
-  s->call_queues_ = std::make_unique<CallQueues>();
+  health_ = std::make_unique<HealthService>();
+  call_queues_ = std::make_unique<CallQueues>();
   grpc::ServerBuilder builder;
   builder.SetOption(std::make_unique<ReflectionOption>(config.reflection));
   // gRPC sets SO_REUSEPORT by default, which lets a second cuckood bind the
@@ -325,43 +361,48 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
   // gRPC's buffers (connections, messages being received or sent) within a
   // quota: many large requests at once get some of their streams reset
   // instead of growing the process without bound.
-  s->transport_quota_ = std::make_unique<grpc::ResourceQuota>("cuckood-transport");
-  s->transport_quota_->Resize(EffectiveTransportMemory(config));
-  builder.SetResourceQuota(*s->transport_quota_);
+  transport_quota_ = std::make_unique<grpc::ResourceQuota>("cuckood-transport");
+  transport_quota_->Resize(EffectiveTransportMemory(config));
+  builder.SetResourceQuota(*transport_quota_);
   // Every address of --listen (TCP and Unix sockets; a stale socket file
   // removed first), with the same credentials.
   absl::StatusOr<std::unique_ptr<Listeners>> listeners =
       Listeners::Prepare(config.listen, config.listen_socket_mode);
   if (!listeners.ok()) return listeners.status();
-  s->listeners_ = *std::move(listeners);
-  s->listeners_->AddTo(builder,
-                       ServerCredentialsFor(TlsOptionsOf(config), s->certificate_watcher_.get()));
-  builder.RegisterService(s->service_.get());
-  builder.RegisterService(s->health_.get());
-  s->call_queues_->AddQueues(&builder, config.grpc_threads != 0
-                                           ? static_cast<int>(config.grpc_threads)
-                                           : DefaultCallThreads());
-  s->service_->RegisterCalls(s->call_queues_.get());
-  s->health_->RegisterCalls(s->call_queues_.get());
+  listeners_ = *std::move(listeners);
+  listeners_->AddTo(builder,
+                    ServerCredentialsFor(TlsOptionsOf(config), certificate_watcher_.get()));
+  builder.RegisterService(service_.get());
+  builder.RegisterService(health_.get());
+  call_queues_->AddQueues(&builder, config.grpc_threads != 0 ? static_cast<int>(config.grpc_threads)
+                                                             : DefaultCallThreads());
+  service_->RegisterCalls(call_queues_.get());
+  health_->RegisterCalls(call_queues_.get());
   // Not serving until every part is up (below).
-  s->health_->SetServing("", false);
-  s->health_->SetServing(kServiceName, false);
+  health_->SetServing("", false);
+  health_->SetServing(kServiceName, false);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
   // The persistence thread first: Snapshot and DropFilter calls are queued
   // for it from the first call on.
-  s->persistence_->Start(config.snapshot_interval);
-  s->grpc_server_ = builder.BuildAndStart();
-  if (absl::Status st = s->listeners_->Started(s->grpc_server_ != nullptr); !st.ok()) return st;
-  s->call_queues_->Start();
-  s->address_ = s->listeners_->address();
-  s->port_ = s->listeners_->port();
+  persistence_->Start(config.snapshot_interval);
+  grpc_server_ = builder.BuildAndStart();
+  if (absl::Status st = listeners_->Started(grpc_server_ != nullptr); !st.ok()) return st;
+  call_queues_->Start();
+  address_ = listeners_->address();
+  port_ = listeners_->port();
+  return absl::OkStatus();
+}
+
+// What the operator should know of the security in force.
+void CuckooServer::LogSecurity(const std::optional<CertificateSummary>& certificate) const {
+  const ServerConfig& config = config_;
   if (certificate.has_value()) {
     spdlog::info(
         "TLS on {}{}: certificate {} ({} in the chain), valid {} to {}; the files are re-read "
         "every "
         "{}",
-        s->address_,
+        address_,
         config.tls_client_ca.empty()
             ? std::string()
             : absl::StrCat(" with mutual TLS (client certificates signed by ", config.tls_client_ca,
@@ -381,7 +422,7 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
         "--peer-token-file without TLS: the peer token (admin of every filter) is sent "
         "in plaintext to whatever address the cluster's records name");
   }
-  if (s->auth_ != nullptr) {
+  if (auth_ != nullptr) {
     spdlog::info(
         "authentication on: every call but grpc.health.v1 needs a token or certificate "
         "of {} (re-read when it changes and on SIGHUP)",
@@ -395,88 +436,88 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
     spdlog::warn(
         "no --auth-tokens: every client that reaches {} may read, write and drop every "
         "filter",
-        s->address_);
+        address_);
   }
-  if (!config.redis_listen.empty()) {
-    // Its writes go through the service itself: on a single node applied
-    // on the port's threads (FilterServiceImpl::InsertNow), otherwise, and
-    // for the other changes, as calls over an in-process channel.
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(-1);
-    args.SetMaxSendMessageSize(-1);
-    RedisOptions commands = RedisOptionsOf(config);
-    commands.disk = s->transfer_disk_.get();
-    s->redis_commands_ = std::make_unique<RedisCommands>(
-        s->registry_.get(), s->auth_.get(), s->metrics_.get(), s->service_.get(),
-        s->grpc_server_->InProcessChannel(args), std::move(commands));
-    resp::ServerOptions options;
-    options.listen = config.redis_listen;
-    options.threads = static_cast<int>(config.redis_threads);
-    options.max_connections = config.redis_max_clients;
-    options.idle_timeout = config.redis_idle_timeout;
-    // A command's bytes become one gRPC message at most (CF.INSERT): RESP
-    // spends more bytes per key than protobuf does.
-    options.limits.max_args = config.max_batch_keys + 16;
-    options.limits.max_bulk_bytes =
-        std::max<size_t>(config.max_key_bytes, kRedisDumpChunkBytes + 4096);
-    options.limits.max_command_bytes = RedisMaxCommandBytes(config);
-    static_assert(kRedisDumpChunkBytes + 8192 == (size_t{1} << 20) + 8192,
-                  "RedisMaxCommandBytes leaves room for a CF.LOADCHUNK chunk");
-    options.auth_required = s->auth_ != nullptr;
-    s->redis_client_memory_limit_ = EffectiveRedisClientMemory(config);
-    options.client_memory = s->redis_client_memory_limit_;
-    // Connections before AUTH: a small share of it.
-    options.unauthenticated_memory =
-        std::min<size_t>(options.unauthenticated_memory, options.client_memory / 4);
-    options.on_evict = [log = std::make_shared<EvictionLog>(), limit = options.client_memory](
-                           std::string_view client, size_t total) {
-      log->Evicted(client, total, limit);
-    };
-    Metrics* metrics = s->metrics_.get();
-    options.on_connect = [metrics] { metrics->RecordRedisConnection(); };
-    options.on_close = [metrics](std::string_view reason) { metrics->RecordRedisClose(reason); };
-    absl::StatusOr<std::unique_ptr<resp::RespServer>> redis =
-        resp::RespServer::Start(options, s->redis_commands_.get());
-    if (!redis.ok()) return redis.status();
-    s->redis_server_ = *std::move(redis);
-    resp::RespServer* server = s->redis_server_.get();
-    s->redis_commands_->set_connection_count([server] { return server->connections(); });
-    s->redis_commands_->set_client_memory([server] {
-      return RedisCommands::ClientMemory{.bytes = server->client_memory(),
-                                         .evicted = server->evicted_clients()};
-    });
-    s->redis_commands_->set_port(s->redis_server_->port());
-    metrics->SetRedisCommands(kRedisCommandNames, kRedisCfCommands);
-    metrics->AddCollector(MetricsSection::kRedis, [server, limit = s->redis_client_memory_limit_](
-                                                      MetricFamilies* out) {
-      AppendRedisPortMetrics(
-          {.connections = static_cast<int64_t>(server->connections()),
-           .commands_in_flight = static_cast<int64_t>(server->commands_in_flight()),
-           .client_memory = static_cast<int64_t>(server->client_memory()),
-           .client_memory_limit = static_cast<int64_t>(limit),
-           .unauthenticated_connections =
-               static_cast<int64_t>(server->unauthenticated_connections())},
-          out);
-    });
-    spdlog::info("Redis protocol (RESP2/RESP3, CF.* commands) on {}", s->redis_server_->address());
-    if (s->auth_ != nullptr && !config.tls_cert.empty() && !Loopback(config.redis_listen)) {
-      spdlog::warn(
-          "the Redis port {} has no TLS: the tokens clients send with AUTH cross the network in "
-          "plaintext, while the gRPC port uses TLS; keep the Redis port on a trusted network or "
-          "loopback (--redis-listen), or give it tokens that grant only what it needs",
-          s->redis_server_->address());
-    }
-    if (s->auth_ == nullptr && !Loopback(config.redis_listen)) {
-      spdlog::warn(
-          "no --auth-tokens: every client that reaches the Redis port {} may read, "
-          "write and drop every filter",
-          s->redis_server_->address());
-    }
+}
+
+absl::Status CuckooServer::StartRedis() {
+  const ServerConfig& config = config_;
+  if (config.redis_listen.empty()) return absl::OkStatus();
+  // Its writes go through the service itself: on a single node applied
+  // on the port's threads (FilterServiceImpl::InsertNow), otherwise, and
+  // for the other changes, as calls over an in-process channel.
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  RedisOptions commands = RedisOptionsOf(config);
+  commands.disk = transfer_disk_.get();
+  redis_commands_ =
+      std::make_unique<RedisCommands>(registry_.get(), auth_.get(), metrics_.get(), service_.get(),
+                                      grpc_server_->InProcessChannel(args), std::move(commands));
+  resp::ServerOptions options;
+  options.listen = config.redis_listen;
+  options.threads = static_cast<int>(config.redis_threads);
+  options.max_connections = config.redis_max_clients;
+  options.idle_timeout = config.redis_idle_timeout;
+  // A command's bytes become one gRPC message at most (CF.INSERT): RESP
+  // spends more bytes per key than protobuf does.
+  options.limits.max_args = config.max_batch_keys + 16;
+  options.limits.max_bulk_bytes =
+      std::max<size_t>(config.max_key_bytes, kRedisDumpChunkBytes + 4096);
+  options.limits.max_command_bytes = RedisMaxCommandBytes(config);
+  static_assert(kRedisDumpChunkBytes + 8192 == (size_t{1} << 20) + 8192,
+                "RedisMaxCommandBytes leaves room for a CF.LOADCHUNK chunk");
+  options.auth_required = auth_ != nullptr;
+  redis_client_memory_limit_ = EffectiveRedisClientMemory(config);
+  options.client_memory = redis_client_memory_limit_;
+  // Connections before AUTH: a small share of it.
+  options.unauthenticated_memory =
+      std::min<size_t>(options.unauthenticated_memory, options.client_memory / 4);
+  options.on_evict = [log = std::make_shared<EvictionLog>(), limit = options.client_memory](
+                         std::string_view client, size_t total) {
+    log->Evicted(client, total, limit);
+  };
+  Metrics* metrics = metrics_.get();
+  options.on_connect = [metrics] { metrics->RecordRedisConnection(); };
+  options.on_close = [metrics](std::string_view reason) { metrics->RecordRedisClose(reason); };
+  absl::StatusOr<std::unique_ptr<resp::RespServer>> redis =
+      resp::RespServer::Start(options, redis_commands_.get());
+  if (!redis.ok()) return redis.status();
+  redis_server_ = *std::move(redis);
+  resp::RespServer* server = redis_server_.get();
+  redis_commands_->set_connection_count([server] { return server->connections(); });
+  redis_commands_->set_client_memory([server] {
+    return RedisCommands::ClientMemory{.bytes = server->client_memory(),
+                                       .evicted = server->evicted_clients()};
+  });
+  redis_commands_->set_port(redis_server_->port());
+  metrics->SetRedisCommands(kRedisCommandNames, kRedisCfCommands);
+  metrics->AddCollector(
+      MetricsSection::kRedis, [server, limit = redis_client_memory_limit_](MetricFamilies* out) {
+        AppendRedisPortMetrics(
+            {.connections = static_cast<int64_t>(server->connections()),
+             .commands_in_flight = static_cast<int64_t>(server->commands_in_flight()),
+             .client_memory = static_cast<int64_t>(server->client_memory()),
+             .client_memory_limit = static_cast<int64_t>(limit),
+             .unauthenticated_connections =
+                 static_cast<int64_t>(server->unauthenticated_connections())},
+            out);
+      });
+  spdlog::info("Redis protocol (RESP2/RESP3, CF.* commands) on {}", redis_server_->address());
+  if (auth_ != nullptr && !config.tls_cert.empty() && !Loopback(config.redis_listen)) {
+    spdlog::warn(
+        "the Redis port {} has no TLS: the tokens clients send with AUTH cross the network in "
+        "plaintext, while the gRPC port uses TLS; keep the Redis port on a trusted network or "
+        "loopback (--redis-listen), or give it tokens that grant only what it needs",
+        redis_server_->address());
   }
-  s->health_->SetServing("", true);
-  s->health_->SetServing(kServiceName, true);
-  s->state_.store(State::kServing, std::memory_order_release);
-  return s;
+  if (auth_ == nullptr && !Loopback(config.redis_listen)) {
+    spdlog::warn(
+        "no --auth-tokens: every client that reaches the Redis port {} may read, "
+        "write and drop every filter",
+        redis_server_->address());
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CuckooServer::ReloadAccess() {

@@ -27,6 +27,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -132,6 +133,20 @@ class CuckooServer {
   AdminResponse MetricsPage() const;
   // Registers the collectors of /metrics' gauges (server/metrics_collectors.h).
   void AddMetricsCollectors();
+  // Start's steps, in order: the metrics, the registry, persistence and
+  // cluster mode's log; TLS certificates and the access file (the first
+  // certificate's summary, for the log); the gRPC service and the transfers'
+  // disk; the admin HTTP server; every snapshot loaded and the log replayed
+  // or consumed; the gRPC server; the security in force logged; the Redis
+  // port.
+  absl::Status OpenStorage(const PersistenceOptions& hooks);
+  absl::Status StartSecurity(std::optional<CertificateSummary>* certificate);
+  void MakeService(const PersistenceOptions& hooks);
+  absl::Status StartAdmin();
+  absl::Status LoadFilters();
+  absl::Status StartGrpc();
+  void LogSecurity(const std::optional<CertificateSummary>& certificate) const;
+  absl::Status StartRedis();
 
   const ServerConfig config_;
   std::atomic<State> state_{State::kStarting};
