@@ -245,6 +245,7 @@ const FolderReadme kFolders[] = {
     {"server/resp", "server/resp/README.md"},
     {"server/resp/commands", "server/resp/commands/README.md"},
     {"client", "client/README.md"},
+    {"client/tools/cuckooctl", "client/tools/cuckooctl/README.md"},
 };
 
 TEST(DocsDriftTest, EveryHeaderIsInItsFolderReadmeTable) {
