@@ -17,7 +17,7 @@
 //   common: --host=127.0.0.1 --connections=2 --depth=8 --batch=1000
 //           --key-bytes=16 --json=PATH
 //
-// Keys are cuckoo-bench's (client/cuckoo_bench_keys.h): key i is the same
+// Keys are cuckoo-bench's (client/tools/cuckoo_bench/keys.h): key i is the same
 // bytes on both ports. Prints one line; with --json, the figures as JSON.
 // Exit code 1 on an error reply, a dropped connection, or a lookup of a
 // present key answering 0.
@@ -47,7 +47,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
-#include "client/cuckoo_bench_keys.h"
+#include "client/tools/cuckoo_bench/keys.h"
 
 namespace {
 

@@ -184,12 +184,12 @@ TEST(DocsDriftTest, EveryServerFlagIsInServerReadme) {
       << "flags server/README.md's configuration table lists that cuckood does not have";
 }
 
-// The options cuckoo-bench's --help text (kHelp in client/cuckoo_bench.cc)
+// The options cuckoo-bench's --help text (kHelp in client/tools/cuckoo_bench/options.cc)
 // lists: every --name in the option column of lines "  --...".
 std::set<std::string> BenchHelpFlags() {
   std::set<std::string> out;
   bool in_help = false;
-  for (const std::string& line : ReadLines(kSourceDir / "client/cuckoo_bench.cc")) {
+  for (const std::string& line : ReadLines(kSourceDir / "client/tools/cuckoo_bench/options.cc")) {
     if (line.find("kHelp[] = R\"(") != std::string::npos) in_help = true;
     if (!in_help) continue;
     if (line.rfind(")\";", 0) == 0) break;
@@ -225,7 +225,7 @@ TEST(DocsDriftTest, EveryLoadGeneratorFlagIsInLoadgenTable) {
 // Folders whose README has a table of their files, and that README: every
 // header of the folder must be named in one of its table rows, as `name.h`,
 // `sub/name.h` (a subfolder's header in its parent's README) or a glob
-// (`cuckoo_bench_*.h`).
+// (`*_commands.h`).
 struct FolderReadme {
   std::string folder;
   std::string readme;
@@ -245,6 +245,8 @@ const FolderReadme kFolders[] = {
     {"server/resp", "server/resp/README.md"},
     {"server/resp/commands", "server/resp/commands/README.md"},
     {"client", "client/README.md"},
+    {"client/tools/cuckooctl", "client/tools/cuckooctl/README.md"},
+    {"client/tools/cuckoo_bench", "client/tools/cuckoo_bench/README.md"},
 };
 
 TEST(DocsDriftTest, EveryHeaderIsInItsFolderReadmeTable) {

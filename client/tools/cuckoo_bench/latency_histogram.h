@@ -8,8 +8,8 @@
 //   LatencyHistogram h;
 //   h.Record(12'345);                 // ns
 //   uint64_t p99 = h.Quantile(0.99);  // ns, never above h.max()
-#ifndef CUCKOO_CLIENT_CUCKOO_BENCH_HISTOGRAM_H_
-#define CUCKOO_CLIENT_CUCKOO_BENCH_HISTOGRAM_H_
+#ifndef CUCKOO_CLIENT_TOOLS_CUCKOO_BENCH_LATENCY_HISTOGRAM_H_
+#define CUCKOO_CLIENT_TOOLS_CUCKOO_BENCH_LATENCY_HISTOGRAM_H_
 
 #include <algorithm>
 #include <array>
@@ -83,4 +83,4 @@ class LatencyHistogram {
 
 }  // namespace cuckoo::bench
 
-#endif  // CUCKOO_CLIENT_CUCKOO_BENCH_HISTOGRAM_H_
+#endif  // CUCKOO_CLIENT_TOOLS_CUCKOO_BENCH_LATENCY_HISTOGRAM_H_

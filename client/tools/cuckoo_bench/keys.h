@@ -14,8 +14,8 @@
 // share fields 1 (string filter) and 2 (repeated bytes keys); InsertRequest
 // adds 3 (bool if_absent). So one payload of keys is a valid request for any
 // of the four methods, and the server parses it like any client's request.
-#ifndef CUCKOO_CLIENT_CUCKOO_BENCH_KEYS_H_
-#define CUCKOO_CLIENT_CUCKOO_BENCH_KEYS_H_
+#ifndef CUCKOO_CLIENT_TOOLS_CUCKOO_BENCH_KEYS_H_
+#define CUCKOO_CLIENT_TOOLS_CUCKOO_BENCH_KEYS_H_
 
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/slice.h>
@@ -107,4 +107,4 @@ grpc::ByteBuffer EncodeKeysRequest(const std::string& filter, int key_bytes, siz
 
 }  // namespace cuckoo::bench
 
-#endif  // CUCKOO_CLIENT_CUCKOO_BENCH_KEYS_H_
+#endif  // CUCKOO_CLIENT_TOOLS_CUCKOO_BENCH_KEYS_H_
