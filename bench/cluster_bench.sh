@@ -22,7 +22,7 @@ out=${1:-build/release/cluster_bench}
 rounds=${2:-2}
 keys=${3:-10M}
 mkdir -p "$out"
-bin=build/release
+bin=${CUCKOO_BENCH_BIN:-build/release}
 [ -x "$bin/server/cuckood" ] && [ -x "$bin/client/cuckoo-bench" ] && [ -x "$bin/client/cuckooctl" ] ||
   bash scripts/build.sh release cuckood cuckoo-bench cuckooctl >/dev/null
 py=/usr/bin/python3

@@ -55,7 +55,7 @@ while [ $# -gt 0 ]; do
 done
 out=${1:-build/release/redis_bench}
 mkdir -p "$out"
-bin=build/release
+bin=${CUCKOO_BENCH_BIN:-build/release}
 [ -x "$bin/server/cuckood" ] && [ -x "$bin/client/cuckoo-bench" ] && [ -x "$bin/client/cuckooctl" ] &&
   [ -x "$bin/bench/resp_load" ] ||
   bash scripts/build.sh release cuckood cuckoo-bench cuckooctl resp_load >/dev/null

@@ -25,7 +25,7 @@ out=${1:-build/release/security_bench}
 rounds=${2:-5}
 duration=${3:-5s}
 mkdir -p "$out"
-bin=build/release
+bin=${CUCKOO_BENCH_BIN:-build/release}
 [ -x "$bin/server/cuckood" ] && [ -x "$bin/client/cuckoo-bench" ] && [ -x "$bin/client/cuckooctl" ] ||
   bash scripts/build.sh release cuckood cuckoo-bench cuckooctl >/dev/null
 

@@ -40,7 +40,7 @@ while [ $# -gt 0 ]; do
 done
 out=${1:-build/release/server_bench}
 mkdir -p "$out"
-bin=build/release
+bin=${CUCKOO_BENCH_BIN:-build/release}
 [ -x "$bin/server/cuckood" ] && [ -x "$bin/client/cuckoo-bench" ] && [ -x "$bin/client/cuckooctl" ] ||
   bash scripts/build.sh release cuckood cuckoo-bench cuckooctl >/dev/null
 for tool in redis-server redis-benchmark redis-cli taskset; do

@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 out=${1:-build/release/wal_bench}
 rounds=${2:-2}
 mkdir -p "$out"
-bin=build/release
+bin=${CUCKOO_BENCH_BIN:-build/release}
 [ -x "$bin/server/cuckood" ] && [ -x "$bin/client/cuckoo-bench" ] ||
   bash scripts/build.sh release cuckood cuckoo-bench >/dev/null
 py=/usr/bin/python3

@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 capacity=${1:-1000M}
 items=${2:-950M}
 log_gib=${3:-1}
-bin=build/release
+bin=${CUCKOO_BENCH_BIN:-build/release}
 [ -x "$bin/server/cuckood" ] && [ -x "$bin/client/cuckoo-bench" ] ||
   bash scripts/build.sh release cuckood cuckoo-bench cuckooctl >/dev/null
 py=/usr/bin/python3
