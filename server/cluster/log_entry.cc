@@ -164,9 +164,9 @@ absl::StatusOr<LogEntry> DecodeLogEntry(absl::string_view bytes) {
       absl::StatusOr<FilterShape> shape = DecodeShape(
           absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(tail), tail_bytes), growth);
       if (absl::IsFailedPrecondition(shape.status())) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("cluster log entry creates a filter of ", shape.status().message(),
-                         ": written by a newer cuckood; upgrade this replica"));
+        return absl::FailedPreconditionError(absl::StrCat(
+            "cluster log entry creates a filter this build cannot: ", shape.status().message(),
+            "; written by a newer cuckood, upgrade this replica"));
       }
       if (absl::IsDataLoss(shape.status())) return Bad(shape.status().message());
       if (!shape.ok()) {

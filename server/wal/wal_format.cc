@@ -299,16 +299,18 @@ WalParse ParseWalRecord(absl::Span<const uint8_t> data, WalRecord* out, size_t* 
       }
       if (out->filter_id != out->lsn) return bad("a create record whose filter id is not its lsn");
       const uint8_t* q = payload + 8;
-      const std::string cannot_use = "a create record with settings this build cannot use: ";
+      constexpr absl::string_view kCannotUse =
+          "a create record with settings this build cannot use: ";
       if (type == static_cast<uint8_t>(kCreateShapeType)) {
         absl::StatusOr<FilterShape> s = DecodeShape(absl::MakeConstSpan(q, fixed - 8), growth);
         if (absl::IsFailedPrecondition(s.status())) {
-          return unknown(absl::StrCat("a create record of a filter of ", s.status().message()));
+          return unknown(
+              absl::StrCat("a create record of a newer cuckood: ", s.status().message()));
         }
         if (absl::IsDataLoss(s.status())) {
           return bad(absl::StrCat("a create record's shape: ", s.status().message()));
         }
-        if (!s.ok()) return bad(absl::StrCat(cannot_use, s.status().message()));
+        if (!s.ok()) return bad(absl::StrCat(kCannotUse, s.status().message()));
         out->shape = *s;
       } else {
         // The older order; its reserved u32 after the shape's u32s was
@@ -322,7 +324,7 @@ WalParse ParseWalRecord(absl::Span<const uint8_t> data, WalRecord* out, size_t* 
           if (s.growth_factor == 0) return bad("a create record's growth block without a factor");
         }
         if (absl::Status st = CheckShape(s); !st.ok()) {
-          return bad(absl::StrCat(cannot_use, st.message()));
+          return bad(absl::StrCat(kCannotUse, st.message()));
         }
         out->shape = s;
       }
