@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,7 @@
 #include "core/snapshot.h"
 #include "server/cluster/log_entry.h"
 #include "server/wal/wal_format.h"
+#include "tests/util/temp_dir.h"
 
 namespace cuckoo {
 namespace {
@@ -422,6 +425,27 @@ TEST(ShapeFormatTest, NewWalCreateRecordsRefuseWhatNoWriterWrites) {
   auto [bits, why3] = parse([](uint8_t* s) { Put32(s + 4, 40); });
   EXPECT_EQ(bits, server::WalParse::kBad) << why3;
   EXPECT_TRUE(absl::StrContains(why3, "fingerprint_bits=40")) << why3;
+}
+
+// The snapshot writer reads and writes its shape through the field table
+// now: its header holds the same bytes as before, but for the writer's name
+// and the time (and the checksums over them).
+TEST(ShapeFormatTest, SnapshotHeadersAreWrittenAsBefore) {
+  const std::vector<uint8_t> golden = Bytes(kSnapshotV3Grows);
+  absl::StatusOr<LoadedSnapshot> loaded = ParseSnapshot(golden, "golden");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  testing::TempDir dir;
+  absl::StatusOr<SnapshotWriteResult> w = WriteSnapshotFile(*loaded->filter, "grows", dir.path());
+  ASSERT_TRUE(w.ok()) << w.status();
+  std::ifstream f(w->path, std::ios::binary);
+  const std::vector<uint8_t> now((std::istreambuf_iterator<char>(f)), {});
+  ASSERT_EQ(now.size(), golden.size());
+  auto range = [](const std::vector<uint8_t>& b, size_t from, size_t to) {
+    return std::vector<uint8_t>(b.begin() + from, b.begin() + to);
+  };
+  EXPECT_EQ(range(now, 0, 16), range(golden, 0, 16));        // Magic, version, size.
+  EXPECT_EQ(range(now, 48, 112), range(golden, 48, 112));    // The settings before the time.
+  EXPECT_EQ(range(now, 120, 472), range(golden, 120, 472));  // Name, id, growth, reserved.
 }
 
 struct GoldenSnapshot {
