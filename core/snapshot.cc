@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <bit>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -26,6 +25,7 @@
 #include "core/internal/filter_loading.h"
 #include "core/internal/page_buffer.h"
 #include "core/registry.h"
+#include "core/shape_format.h"
 #include "cuckoo_version.h"
 
 namespace cuckoo {
@@ -108,19 +108,11 @@ static_assert(kVersion2.checksum == kVersion2.header_bytes - 8);
 static_assert(kVersion3.filter_id + 8 == kVersion3.growth);
 static_assert(kVersion3.checksum == kVersion3.header_bytes - 8);
 
-// The settings, at these offsets from HeaderLayout::fields.
-constexpr size_t kHashId = 0;
-constexpr size_t kTableKind = 4;
-constexpr size_t kFingerprintBits = 8;
-constexpr size_t kBucketSize = 12;
-constexpr size_t kShards = 16;
-constexpr size_t kShardBits = 20;
-constexpr size_t kMaxKicks = 24;
-constexpr size_t kNameLength = 28;
-constexpr size_t kSeed = 32;
-constexpr size_t kCapacity = 40;
-constexpr size_t kBucketsPerShard = 48;
-constexpr size_t kTableBytes = 56;
+// The settings, at these offsets from HeaderLayout::fields: the shape in
+// core/shape_format.h's older order (kLegacyShapeLayout), whose spare u32
+// holds the name's length, then two more.
+constexpr size_t kNameLength = kLegacyShapeLayout.spare;
+constexpr size_t kTableBytes = kShapeBytes;
 constexpr size_t kTakenUnixMicros = 64;
 constexpr size_t kFieldsBytes = 72;
 static_assert(kVersion1.fields + kFieldsBytes == kVersion1.name);
@@ -128,14 +120,11 @@ static_assert(kVersion2.fields + kFieldsBytes == kVersion2.name);
 static_assert(kVersion3.fields + kFieldsBytes == kVersion3.name);
 
 // Version 3's growth settings, at these offsets from HeaderLayout::growth:
-// the shape's growth fields, the writer's generation schedule (its length
-// and a checksum of its tables' sizes) and, per generation g, the number of
-// shards that have it.
-constexpr size_t kGrowthFactor = 0;
+// the shape's growth block (core/shape_format.h), whose spare u32 holds the
+// length of the writer's generation schedule, a checksum of the schedule's
+// tables' sizes and, per generation g, the number of shards that have it.
 constexpr size_t kScheduleGenerations = 4;
-constexpr size_t kMaxCapacityField = 8;
-constexpr size_t kFalsePositiveRateBits = 16;
-constexpr size_t kScheduleChecksum = 24;
+constexpr size_t kScheduleChecksum = kShapeGrowthBytes;
 constexpr size_t kShardsWithGeneration = 32;  // kMaxGenerations u32s.
 constexpr size_t kGrowthBytes = kShardsWithGeneration + 4 * kMaxGenerations;
 static_assert(kVersion3.growth + kGrowthBytes == kVersion3.reserved);
@@ -433,34 +422,12 @@ absl::StatusOr<DecodedHeader> DecodeHeader(const uint8_t* h, size_t have, uint64
   const uint8_t* const f = h + layout->fields;
   DecodedHeader out;
   out.layout = layout;
+  const uint8_t* const growth = layout->growth != 0 ? h + layout->growth : nullptr;
   FilterShape& s = out.header.shape;
-  s.hash_id = Get32(f + kHashId);
-  const uint32_t table_kind = Get32(f + kTableKind);
-  s.table_kind = static_cast<TableKind>(table_kind);
-  s.fingerprint_bits = Get32(f + kFingerprintBits);
-  s.bucket_size = Get32(f + kBucketSize);
-  s.shards = Get32(f + kShards);
-  s.shard_bits = Get32(f + kShardBits);
-  s.max_kicks = Get32(f + kMaxKicks);
+  s = ReadShapeFields(kLegacyShapeLayout, f, growth);
   const uint32_t name_length = Get32(f + kNameLength);
-  s.seed = Get64(f + kSeed);
-  s.capacity = Get64(f + kCapacity);
-  s.buckets_per_shard = Get64(f + kBucketsPerShard);
   const uint64_t table_bytes = Get64(f + kTableBytes);
   const int64_t taken_us = static_cast<int64_t>(Get64(f + kTakenUnixMicros));
-  const uint8_t* const growth = layout->growth != 0 ? h + layout->growth : nullptr;
-  if (growth != nullptr) {
-    s.growth_factor = Get32(growth + kGrowthFactor);
-    s.max_capacity = Get64(growth + kMaxCapacityField);
-    s.false_positive_rate = std::bit_cast<double>(Get64(growth + kFalsePositiveRateBits));
-  }
-  if (table_kind != static_cast<uint32_t>(TableKind::kPacked) &&
-      table_kind != static_cast<uint32_t>(TableKind::kSemiSorted)) {
-    return newer(absl::StrFormat("table kind %u is unknown (this build knows 0 packed and 1 "
-                                 "semi_sorted)",
-                                 table_kind),
-                 newer_build);
-  }
   if (s.hash_id != kHashIdXxh3V1) {
     return newer(absl::StrFormat("hash id %u is unknown (this build knows %u, XXH3-64)", s.hash_id,
                                  kHashIdXxh3V1),
@@ -468,8 +435,12 @@ absl::StatusOr<DecodedHeader> DecodeHeader(const uint8_t* h, size_t have, uint64
   }
   // Files from builds whose ceiling was higher load with today's.
   if (s.max_kicks > kMaxMaxKicks && s.max_kicks <= kMaxStoredMaxKicks) s.max_kicks = kMaxMaxKicks;
-  if (absl::Status st = ValidateShape(s); !st.ok()) {
-    return newer(absl::StrCat("settings this build cannot use: ", st.message()), newer_build);
+  if (absl::Status st = CheckShape(s); !st.ok()) {
+    // An unknown table kind, or settings this build cannot use.
+    return newer(absl::IsFailedPrecondition(st)
+                     ? std::string(st.message())
+                     : absl::StrCat("settings this build cannot use: ", st.message()),
+                 newer_build);
   }
   if (table_bytes != s.table_bytes_per_shard()) {
     return impossible(absl::StrFormat("table bytes per shard %u, but the shape needs %u",
@@ -859,26 +830,14 @@ uint8_t* FillHeader(uint8_t* h, const FilterShape& shape,
   const std::string writer = ThisBuild();
   std::memcpy(h + kSnapshotWriterOffset, writer.data(), writer.size());
   uint8_t* const f = h + layout.fields;
-  Put32(f + kHashId, shape.hash_id);
-  Put32(f + kTableKind, static_cast<uint32_t>(shape.table_kind));
-  Put32(f + kFingerprintBits, shape.fingerprint_bits);
-  Put32(f + kBucketSize, shape.bucket_size);
-  Put32(f + kShards, shape.shards);
-  Put32(f + kShardBits, shape.shard_bits);
-  Put32(f + kMaxKicks, shape.max_kicks);
+  uint8_t* const growth = h + layout.growth;
+  WriteShapeFields(kLegacyShapeLayout, shape, f, growth);
   Put32(f + kNameLength, static_cast<uint32_t>(name.size()));
-  Put64(f + kSeed, shape.seed);
-  Put64(f + kCapacity, shape.capacity);
-  Put64(f + kBucketsPerShard, shape.buckets_per_shard);
   Put64(f + kTableBytes, shape.table_bytes_per_shard());
   Put64(f + kTakenUnixMicros, static_cast<uint64_t>(absl::ToUnixMicros(taken)));
   std::memcpy(h + layout.name, name.data(), name.size());
   Put64(h + layout.filter_id, filter_id);
-  uint8_t* const growth = h + layout.growth;
-  Put32(growth + kGrowthFactor, shape.growth_factor);
   Put32(growth + kScheduleGenerations, static_cast<uint32_t>(schedule.size()));
-  Put64(growth + kMaxCapacityField, shape.max_capacity);
-  Put64(growth + kFalsePositiveRateBits, std::bit_cast<uint64_t>(shape.false_positive_rate));
   Put64(growth + kScheduleChecksum, ScheduleChecksum(schedule));
   return growth;
 }

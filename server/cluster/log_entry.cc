@@ -1,12 +1,12 @@
 #include "server/cluster/log_entry.h"
 
-#include <bit>
 #include <cstring>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/little_endian.h"
+#include "core/shape_format.h"
 #include "xxhash.h"
 
 namespace cuckoo::server {
@@ -50,7 +50,7 @@ std::string HashesEntry(LogEntryType type, uint8_t flags, uint64_t filter_id,
   return Seal(std::move(out));
 }
 
-absl::Status Bad(const std::string& why) {
+absl::Status Bad(absl::string_view why) {
   return absl::DataLossError(absl::StrCat("bad cluster log entry: ", why));
 }
 
@@ -82,24 +82,8 @@ std::string EncodeDeleteEntry(uint64_t filter_id, absl::string_view name,
 
 std::string EncodeCreateEntry(absl::string_view name, const FilterShape& s) {
   std::string out = Frame(LogEntryType::kCreateFilter, s.growing() ? kFlagGrowth : 0, 0, name, 0,
-                          kLogEntryShapeBytes + (s.growing() ? kLogEntryGrowthBytes : 0));
-  const size_t at = kLogEntryHeaderBytes + Pad8(name.size());
-  Put32(out.data() + at + 0, s.hash_id);
-  Put32(out.data() + at + 4, s.fingerprint_bits);
-  Put32(out.data() + at + 8, s.bucket_size);
-  Put32(out.data() + at + 12, s.shards);
-  Put32(out.data() + at + 16, s.shard_bits);
-  Put32(out.data() + at + 20, s.max_kicks);
-  Put32(out.data() + at + 24, static_cast<uint32_t>(s.table_kind));
-  Put64(out.data() + at + 32, s.seed);
-  Put64(out.data() + at + 40, s.capacity);
-  Put64(out.data() + at + 48, s.buckets_per_shard);
-  if (s.growing()) {
-    const size_t g = at + kLogEntryShapeBytes;
-    Put32(out.data() + g, s.growth_factor);
-    Put64(out.data() + g + 8, s.max_capacity);
-    Put64(out.data() + g + 16, std::bit_cast<uint64_t>(s.false_positive_rate));
-  }
+                          EncodedShapeBytes(s));
+  EncodeShape(s, reinterpret_cast<uint8_t*>(out.data()) + kLogEntryHeaderBytes + Pad8(name.size()));
   return Seal(std::move(out));
 }
 
@@ -177,38 +161,19 @@ absl::StatusOr<LogEntry> DecodeLogEntry(absl::string_view bytes) {
         return Bad(absl::StrFormat("a create%s with %u bytes of shape",
                                    growth ? " of a growing filter" : "", tail_bytes));
       }
-      const char* s = tail;
-      FilterShape& shape = e.shape;
-      shape.hash_id = Get32(s + 0);
-      shape.fingerprint_bits = Get32(s + 4);
-      shape.bucket_size = Get32(s + 8);
-      shape.shards = Get32(s + 12);
-      shape.shard_bits = Get32(s + 16);
-      shape.max_kicks = Get32(s + 20);
-      const uint32_t kind = Get32(s + 24);
-      if (Get32(s + 28) != 0) return Bad("reserved shape bytes set");
-      shape.seed = Get64(s + 32);
-      shape.capacity = Get64(s + 40);
-      shape.buckets_per_shard = Get64(s + 48);
-      if (kind != static_cast<uint32_t>(TableKind::kPacked) &&
-          kind != static_cast<uint32_t>(TableKind::kSemiSorted)) {
-        return absl::FailedPreconditionError(absl::StrFormat(
-            "cluster log entry creates a filter of table kind %u: written by a newer cuckood; "
-            "upgrade this replica",
-            kind));
+      absl::StatusOr<FilterShape> shape = DecodeShape(
+          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(tail), tail_bytes), growth);
+      if (absl::IsFailedPrecondition(shape.status())) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "cluster log entry creates a filter this build cannot: ", shape.status().message(),
+            "; written by a newer cuckood, upgrade this replica"));
       }
-      shape.table_kind = static_cast<TableKind>(kind);
-      if (growth) {
-        const char* g = s + kLogEntryShapeBytes;
-        shape.growth_factor = Get32(g);
-        if (shape.growth_factor == 0) return Bad("a growth block without a growth factor");
-        if (Get32(g + 4) != 0) return Bad("reserved growth bytes set");
-        shape.max_capacity = Get64(g + 8);
-        shape.false_positive_rate = std::bit_cast<double>(Get64(g + 16));
+      if (absl::IsDataLoss(shape.status())) return Bad(shape.status().message());
+      if (!shape.ok()) {
+        return Bad(absl::StrCat("create of \"", absl::CHexEscape(e.name),
+                                "\": ", shape.status().message()));
       }
-      if (absl::Status st = ValidateShape(shape); !st.ok()) {
-        return Bad(absl::StrCat("create of \"", absl::CHexEscape(e.name), "\": ", st.message()));
-      }
+      e.shape = *shape;
       return e;
     }
   }

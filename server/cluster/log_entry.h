@@ -17,12 +17,12 @@
 //                                filter's creation; 0 in a create)
 //   16  u32 hashes            20 u32 name bytes (1 to 128)
 //   24  the filter's name, zero-padded to a multiple of 8 bytes; then for a
-//       create the shape: hash_id, fingerprint_bits, bucket_size, shards,
-//       shard_bits, max_kicks, table_kind (u32 each), a u32 0, seed,
-//       capacity, buckets_per_shard (u64 each), and with the growth flag
-//       a growth block: growth_factor, a u32 0, max_capacity, and
-//       false_positive_rate as its IEEE-754 bits (u64 each but the first
-//       two); for an insert or delete the hashes (u64 each)
+//       create the shape as core/shape_format.h encodes it (hash_id,
+//       fingerprint_bits, bucket_size, shards, shard_bits, max_kicks,
+//       table_kind, a u32 0, seed, capacity, buckets_per_shard), with the
+//       growth flag followed by its growth block (growth_factor, a u32 0,
+//       max_capacity, false_positive_rate); for an insert or delete the
+//       hashes (u64 each)
 //   end u64 XXH3-64 of every byte before it
 //
 // Writes name their filter by id and name: an entry for a filter that was
@@ -44,15 +44,17 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "core/filter_options.h"
+#include "core/shape_format.h"
 
 namespace cuckoo::server {
 
 inline constexpr uint8_t kLogEntryVersion = 1;
 inline constexpr size_t kLogEntryHeaderBytes = 24;
 inline constexpr size_t kLogEntryTrailerBytes = 8;
-inline constexpr size_t kLogEntryShapeBytes = 56;
-// A growing filter's create: after the shape (docs/CLUSTER.md).
-inline constexpr size_t kLogEntryGrowthBytes = 24;
+// A create's shape, as core/shape_format.h encodes it; a growing filter's
+// create has the growth block after it (docs/CLUSTER.md).
+inline constexpr size_t kLogEntryShapeBytes = kShapeBytes;
+inline constexpr size_t kLogEntryGrowthBytes = kShapeGrowthBytes;
 
 enum class LogEntryType : uint8_t { kCreateFilter = 1, kDropFilter = 2, kInsert = 3, kDelete = 4 };
 // "create", "drop", "insert", "delete".

@@ -1,7 +1,6 @@
 #include "server/wal/wal_format.h"
 
 #include <algorithm>
-#include <bit>
 #include <cerrno>
 #include <cstring>
 #include <optional>
@@ -14,6 +13,7 @@
 #include "base/little_endian.h"
 #include "core/hash.h"  // xxhash.h
 #include "core/registry.h"
+#include "core/shape_format.h"
 
 namespace cuckoo::server {
 namespace {
@@ -44,15 +44,17 @@ constexpr uint8_t kFlagFullBefore = 2;
 // filters stay readable by builds from before the flag.
 constexpr uint8_t kFlagCeiling = 4;
 
-// Create payload: name_length u32, reserved u32, then the shape (hash_id,
-// table_kind, fingerprint_bits, bucket_size, shards, shard_bits, max_kicks
-// u32, reserved u32, seed, capacity, buckets_per_shard u64), then, with
-// kFlagCreateGrowth, the growth block (growth_factor u32, reserved u32,
-// max_capacity u64, false_positive_rate f64 as its IEEE-754 bits), then the
-// name, zero-padded to a multiple of 8. Records without the flag are fixed
-// filters (all records of builds before growth).
-constexpr size_t kCreateFixed = 8 + 8 * 4 + 3 * 8;
-constexpr size_t kCreateGrowthBytes = 24;
+// Create payload: name_length u32, reserved u32, then the shape as
+// core/shape_format.h encodes it, with kFlagCreateGrowth followed by its
+// growth block, then the name, zero-padded to a multiple of 8. Records
+// without the flag are fixed filters (all records of builds before growth).
+// The record's type on disk says the shape's field order: kCreateShapeType
+// the shared encoding, which this build writes; WalRecordType::kCreateFilter
+// (1) the older order (kLegacyShapeLayout) that builds before wrote. Both
+// decode as kCreateFilter.
+constexpr WalRecordType kCreateShapeType = static_cast<WalRecordType>(7);
+constexpr size_t kCreateFixed = 8 + kShapeBytes;
+constexpr size_t kCreateGrowthBytes = kShapeGrowthBytes;
 constexpr uint8_t kFlagCreateGrowth = 1;
 
 size_t Pad8(size_t n) { return (n + 7) / 8 * 8; }
@@ -142,29 +144,13 @@ void EncodeCreateFilter(uint64_t lsn, uint64_t synced_lsn, absl::string_view nam
                         const FilterShape& s, uint8_t* out) {
   const size_t length = WalCreateFilterBytes(name, s);
   std::memset(out, 0, length);
-  PutHeader(out, length, WalRecordType::kCreateFilter, s.growing() ? kFlagCreateGrowth : 0, lsn,
-            synced_lsn, lsn);
+  PutHeader(out, length, kCreateShapeType, s.growing() ? kFlagCreateGrowth : 0, lsn, synced_lsn,
+            lsn);
   uint8_t* p = out + kWalRecordHeaderBytes;
   Put32(p, static_cast<uint32_t>(name.size()));
   p += 8;
-  const uint32_t u32s[] = {s.hash_id,          static_cast<uint32_t>(s.table_kind),
-                           s.fingerprint_bits, s.bucket_size,
-                           s.shards,           s.shard_bits,
-                           s.max_kicks,        0};
-  for (uint32_t v : u32s) {
-    Put32(p, v);
-    p += 4;
-  }
-  Put64(p, s.seed);
-  Put64(p + 8, s.capacity);
-  Put64(p + 16, s.buckets_per_shard);
-  p += 24;
-  if (s.growing()) {
-    Put32(p, s.growth_factor);
-    Put64(p + 8, s.max_capacity);
-    Put64(p + 16, std::bit_cast<uint64_t>(s.false_positive_rate));
-    p += kCreateGrowthBytes;
-  }
+  EncodeShape(s, p);
+  p += EncodedShapeBytes(s);
   std::memcpy(p, name.data(), name.size());
   Seal(out, length);
 }
@@ -297,7 +283,8 @@ WalParse ParseWalRecord(absl::Span<const uint8_t> data, WalRecord* out, size_t* 
                     .hashes = out->hashes};
       break;
     }
-    case static_cast<uint8_t>(WalRecordType::kCreateFilter): {
+    case static_cast<uint8_t>(WalRecordType::kCreateFilter):
+    case static_cast<uint8_t>(kCreateShapeType): {
       if ((flags & ~kFlagCreateGrowth) != 0) {
         return unknown(absl::StrFormat("unknown record flags %#x", flags));
       }
@@ -312,35 +299,40 @@ WalParse ParseWalRecord(absl::Span<const uint8_t> data, WalRecord* out, size_t* 
       }
       if (out->filter_id != out->lsn) return bad("a create record whose filter id is not its lsn");
       const uint8_t* q = payload + 8;
-      FilterShape s;
-      s.hash_id = Get32(q);
-      s.table_kind = static_cast<TableKind>(Get32(q + 4));
-      s.fingerprint_bits = Get32(q + 8);
-      s.bucket_size = Get32(q + 12);
-      s.shards = Get32(q + 16);
-      s.shard_bits = Get32(q + 20);
-      s.max_kicks = Get32(q + 24);
-      s.seed = Get64(q + 32);
-      s.capacity = Get64(q + 40);
-      s.buckets_per_shard = Get64(q + 48);
-      q += 56;
-      if (growth) {
-        s.growth_factor = Get32(q);
-        if (Get32(q + 4) != 0) return bad("non-zero reserved bytes in a create record's growth");
-        if (s.growth_factor == 0) return bad("a create record's growth block without a factor");
-        s.max_capacity = Get64(q + 8);
-        s.false_positive_rate = std::bit_cast<double>(Get64(q + 16));
-        q += kCreateGrowthBytes;
+      constexpr absl::string_view kCannotUse =
+          "a create record with settings this build cannot use: ";
+      if (type == static_cast<uint8_t>(kCreateShapeType)) {
+        absl::StatusOr<FilterShape> s = DecodeShape(absl::MakeConstSpan(q, fixed - 8), growth);
+        if (absl::IsFailedPrecondition(s.status())) {
+          return unknown(
+              absl::StrCat("a create record of a newer cuckood: ", s.status().message()));
+        }
+        if (absl::IsDataLoss(s.status())) {
+          return bad(absl::StrCat("a create record's shape: ", s.status().message()));
+        }
+        if (!s.ok()) return bad(absl::StrCat(kCannotUse, s.status().message()));
+        out->shape = *s;
+      } else {
+        // The older order; its reserved u32 after the shape's u32s was
+        // never checked.
+        const FilterShape s =
+            ReadShapeFields(kLegacyShapeLayout, q, growth ? q + kShapeBytes : nullptr);
+        if (growth) {
+          if (Get32(q + kShapeBytes + 4) != 0) {
+            return bad("non-zero reserved bytes in a create record's growth");
+          }
+          if (s.growth_factor == 0) return bad("a create record's growth block without a factor");
+        }
+        if (absl::Status st = CheckShape(s); !st.ok()) {
+          return bad(absl::StrCat(kCannotUse, st.message()));
+        }
+        out->shape = s;
       }
+      q += fixed - 8;
       out->type = WalRecordType::kCreateFilter;
-      out->shape = s;
       out->name.assign(reinterpret_cast<const char*>(q), name_len);
       if (absl::Status st = FilterRegistry::ValidateName(out->name); !st.ok()) {
         return bad(absl::StrCat("a create record with a bad filter name: ", st.message()));
-      }
-      if (absl::Status st = ValidateShape(s); !st.ok()) {
-        return bad(
-            absl::StrCat("a create record with settings this build cannot use: ", st.message()));
       }
       break;
     }

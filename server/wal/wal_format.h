@@ -42,6 +42,8 @@ static_assert(kWalMaxRecordBytes >= kWalRecordHeaderBytes + 8 + 8 * CuckooFilter
 inline constexpr absl::string_view kWalSegmentSuffix = ".wal";
 
 enum class WalRecordType : uint8_t {
+  // On disk type 7 (the shape as core/shape_format.h encodes it), or type
+  // 1 as builds before wrote it (an older field order); both decode as 1.
   kCreateFilter = 1,
   kDropFilter = 2,
   kInsert = 3,
@@ -50,6 +52,7 @@ enum class WalRecordType : uint8_t {
   // first shard write, and its results after its last.
   kRequestStart = 5,
   kRequestResults = 6,
+  // 7: taken by kCreateFilter's current encoding.
 };
 
 // The longest request key a request record holds (RequestWindow's key: the
