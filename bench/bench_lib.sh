@@ -18,3 +18,15 @@ wait_for_cuckood_and_redis() {
   done
   grep -q "serving on" "$log" || { echo "cuckood did not start:" >&2; cat "$log" >&2; exit 1; }
 }
+
+# build_release TARGET...: builds the targets into build/release, the build
+# the scripts run; with CUCKOO_BENCH_BIN (another build's directory) it
+# builds nothing and stops, naming the directory: a measurement of another
+# build must not compile this tree while it runs.
+build_release() {
+  if [ -n "${CUCKOO_BENCH_BIN:-}" ]; then
+    echo "$(basename "$0"): CUCKOO_BENCH_BIN=$CUCKOO_BENCH_BIN lacks one of: $*; build them there" >&2
+    exit 2
+  fi
+  bash scripts/build.sh release "$@" >/dev/null
+}

@@ -24,7 +24,7 @@ keys=${3:-10M}
 mkdir -p "$out"
 bin=${CUCKOO_BENCH_BIN:-build/release}
 [ -x "$bin/server/cuckood" ] && [ -x "$bin/client/cuckoo-bench" ] && [ -x "$bin/client/cuckooctl" ] ||
-  bash scripts/build.sh release cuckood cuckoo-bench cuckooctl >/dev/null
+  build_release cuckood cuckoo-bench cuckooctl
 py=/usr/bin/python3
 nats=$(command -v nats-server || echo /usr/sbin/nats-server)
 work=$(mktemp -d -p "${TMPDIR:-/tmp}")

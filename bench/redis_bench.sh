@@ -58,7 +58,7 @@ mkdir -p "$out"
 bin=${CUCKOO_BENCH_BIN:-build/release}
 [ -x "$bin/server/cuckood" ] && [ -x "$bin/client/cuckoo-bench" ] && [ -x "$bin/client/cuckooctl" ] &&
   [ -x "$bin/bench/resp_load" ] ||
-  bash scripts/build.sh release cuckood cuckoo-bench cuckooctl resp_load >/dev/null
+  build_release cuckood cuckoo-bench cuckooctl resp_load
 for tool in redis-server redis-benchmark redis-cli taskset; do
   command -v "$tool" >/dev/null || { echo "redis_bench: $tool is missing (apt-get install redis-server redis-tools util-linux)" >&2; exit 2; }
 done

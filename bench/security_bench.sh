@@ -27,7 +27,7 @@ duration=${3:-5s}
 mkdir -p "$out"
 bin=${CUCKOO_BENCH_BIN:-build/release}
 [ -x "$bin/server/cuckood" ] && [ -x "$bin/client/cuckoo-bench" ] && [ -x "$bin/client/cuckooctl" ] ||
-  bash scripts/build.sh release cuckood cuckoo-bench cuckooctl >/dev/null
+  build_release cuckood cuckoo-bench cuckooctl
 
 work=$(mktemp -d)
 pids=()

@@ -42,7 +42,7 @@ out=${1:-build/release/server_bench}
 mkdir -p "$out"
 bin=${CUCKOO_BENCH_BIN:-build/release}
 [ -x "$bin/server/cuckood" ] && [ -x "$bin/client/cuckoo-bench" ] && [ -x "$bin/client/cuckooctl" ] ||
-  bash scripts/build.sh release cuckood cuckoo-bench cuckooctl >/dev/null
+  build_release cuckood cuckoo-bench cuckooctl
 for tool in redis-server redis-benchmark redis-cli taskset; do
   command -v "$tool" >/dev/null || { echo "server_bench: $tool is missing (apt-get install redis-server redis-tools util-linux)" >&2; exit 2; }
 done

@@ -13,7 +13,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/bench_lib.sh
-bash scripts/build.sh release snapshot_bench cuckood >/dev/null
+bin=${CUCKOO_BENCH_BIN:-build/release}
+[ -n "${CUCKOO_BENCH_BIN:-}" ] && [ -x "$bin/bench/snapshot_bench" ] && [ -x "$bin/server/cuckood" ] ||
+  build_release snapshot_bench cuckood
 dir=build/release/bench/snapshot-bench-data
 restart=0 keep=0
 for a in "$@"; do
@@ -32,9 +34,9 @@ echo "== dd read: bs=16M iflag=direct"
 dd if="$dir/dd.tmp" of=/dev/null bs=16M iflag=direct 2>&1 | tail -1
 rm -f "$dir/dd.tmp"
 if [ $restart = 0 ]; then
-  build/release/bench/snapshot_bench --dir="$dir" "$@"
+  "$bin/bench/snapshot_bench" --dir="$dir" "$@"
 else
-  build/release/bench/snapshot_bench --dir="$dir" "$@" --keep
+  "$bin/bench/snapshot_bench" --dir="$dir" "$@" --keep
   snap=$dir/bench.cuckoo log=$dir/cuckood.log
   # Twice: after RESTART_IDLE seconds (default 10), by when this VM has handed
   # the memory freed by snapshot_bench back to the host, so the new table
@@ -45,7 +47,7 @@ else
     echo "== cuckood restart $when; page cache holds$(fincore --noheadings --output=RES "$snap") of the file"
     port=$(free_port)
     t0=$(date +%s.%N)
-    build/release/server/cuckood --listen=127.0.0.1:"$port" --data-dir="$dir" >"$log" 2>&1 &
+    "$bin/server/cuckood" --listen=127.0.0.1:"$port" --data-dir="$dir" >"$log" 2>&1 &
     server=$!
     for _ in $(seq 1200); do grep -q "serving on" "$log" && break; sleep 0.05; done
     t1=$(date +%s.%N)

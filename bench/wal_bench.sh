@@ -19,7 +19,7 @@ rounds=${2:-2}
 mkdir -p "$out"
 bin=${CUCKOO_BENCH_BIN:-build/release}
 [ -x "$bin/server/cuckood" ] && [ -x "$bin/client/cuckoo-bench" ] ||
-  bash scripts/build.sh release cuckood cuckoo-bench >/dev/null
+  build_release cuckood cuckoo-bench
 py=/usr/bin/python3
 
 # The disk under the data directory: mean latency of one 4 KiB O_DSYNC write.

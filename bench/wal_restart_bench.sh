@@ -15,7 +15,7 @@ items=${2:-950M}
 log_gib=${3:-1}
 bin=${CUCKOO_BENCH_BIN:-build/release}
 [ -x "$bin/server/cuckood" ] && [ -x "$bin/client/cuckoo-bench" ] ||
-  bash scripts/build.sh release cuckood cuckoo-bench cuckooctl >/dev/null
+  build_release cuckood cuckoo-bench cuckooctl
 py=/usr/bin/python3
 port=$(free_port)
 target=127.0.0.1:$port
