@@ -97,6 +97,8 @@ class FaultWalEnv : public Env {
     if (auto it = synced_.find(from); it != synced_.end()) {
       synced_[to] = std::move(it->second);
       synced_.erase(it);
+    } else {
+      synced_.erase(to);  // Untracked, as `from` was: left as it is at a cut.
     }
     dirty_.erase(to);
     if (auto it = dirty_.find(from); it != dirty_.end()) {
@@ -171,6 +173,7 @@ class FaultWalEnv : public Env {
       (void)(*f)->Truncate(after.size());
       (void)(*f)->Write(0, after);
       (void)(*f)->Sync();
+      image = std::move(after);  // What the disk holds now, kept pages included.
     }
   }
 
