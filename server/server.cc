@@ -139,7 +139,7 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
   if (absl::Status st = s->OpenStorage(hooks); !st.ok()) return st;
   std::optional<CertificateSummary> certificate;
   if (absl::Status st = s->StartSecurity(&certificate); !st.ok()) return st;
-  s->MakeService(hooks);
+  s->MakeService();
   s->AddMetricsCollectors();
   // The admin server first, so that while snapshots load /healthz answers
   // and /readyz says why it is not ready.
@@ -198,6 +198,7 @@ absl::Status CuckooServer::OpenStorage(const PersistenceOptions& hooks) {
     metrics->RecordSnapshotWrite(ok, bytes, duration);
   };
   persistence_ = std::make_unique<Persistence>(registry_.get(), config.data_dir, persistence);
+  file_env_ = persistence.wal.env;
   if (!config.nats_urls.empty()) {
     ClusterOptions options = ClusterOptionsOf(config);
     // Read anew for each bootstrap copy, so that rotated files are used.
@@ -252,7 +253,7 @@ absl::Status CuckooServer::StartSecurity(std::optional<CertificateSummary>* cert
   return absl::OkStatus();
 }
 
-void CuckooServer::MakeService(const PersistenceOptions& hooks) {
+void CuckooServer::MakeService() {
   const ServerConfig& config = config_;
   service_ = std::make_unique<FilterServiceImpl>(registry_.get(), persistence_.get(),
                                                  metrics_.get(), ServiceLimitsOf(config),
@@ -265,7 +266,7 @@ void CuckooServer::MakeService(const PersistenceOptions& hooks) {
       config.data_dir, 2 * config.wal_segment_bytes,
       config.nats_urls.empty() ? "the write-ahead log (2 x --wal-segment-size)"
                                : "snapshots (2 x --wal-segment-size)",
-      hooks.wal.env);
+      file_env_);
   service_->SetTransferDisk(transfer_disk_.get());
 }
 

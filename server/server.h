@@ -141,7 +141,7 @@ class CuckooServer {
   // port.
   absl::Status OpenStorage(const PersistenceOptions& hooks);
   absl::Status StartSecurity(std::optional<CertificateSummary>* certificate);
-  void MakeService(const PersistenceOptions& hooks);
+  void MakeService();
   absl::Status StartAdmin();
   absl::Status LoadFilters();
   absl::Status StartGrpc();
@@ -153,6 +153,9 @@ class CuckooServer {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<FilterRegistry> registry_;
   std::unique_ptr<Persistence> persistence_;
+  // The files' environment persistence writes through (its options'
+  // wal.env; null: the real file system), which transfers claim disk from.
+  Env* file_env_ = nullptr;
   // After persistence_, which it applies drops through: it goes first.
   std::unique_ptr<Cluster> cluster_;
   LoadSummary loaded_;
