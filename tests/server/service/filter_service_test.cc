@@ -2070,6 +2070,10 @@ TEST_F(RequestIdRestartTest, APowerCutNeverLeavesADurableWriteWithoutItsRequestI
     server::ServerConfig config = testing::TestConfig(dir);
     config.max_batch_keys = 10'000;
     config.max_message_bytes = 4 << 20;
+    // 1 MiB segments hold the round's ~160 KiB of records as one 64 MiB
+    // segment does, and the fault env copies, reads back and compares far
+    // less at each start and cut (most of a round's time with 64 MiB).
+    config.wal_segment_bytes = uint64_t{1} << 20;
     StartServer(config, hooks);
     ASSERT_TRUE(Create("f", 100'000).status.ok());
     const std::vector<std::string> keys = Keys(30 + round, 10'000);
@@ -2132,6 +2136,7 @@ TEST_F(RequestIdRestartTest, APowerCutDuringOrAfterASnapshotLosesNoAcknowledgedW
     } stop_first{&server_};
     server::ServerConfig config = testing::TestConfig(dir);
     config.max_batch_keys = 10'000;
+    config.wal_segment_bytes = uint64_t{1} << 20;  // As above: the records fit.
     StartServer(config, hooks);
     ASSERT_TRUE(Create("f", 100'000).status.ok());
     const std::vector<std::string> first = Keys(60 + round, 5'000);
