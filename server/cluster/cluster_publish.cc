@@ -271,3 +271,5 @@ void Cluster::HandleAck(const char* msg_id, uint64_t sequence, bool duplicate,
   SettleLocked(msg_id);
   work_cv_.notify_all();
 }
+
+}  // namespace cuckoo::server
