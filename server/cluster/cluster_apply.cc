@@ -1,0 +1,192 @@
+// Applying what the stream delivers, in position order, to the filters,
+// and waking what waits for a position.
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "server/cluster/cluster_internal.h"
+#include "spdlog/spdlog.h"
+
+namespace cuckoo::server {
+
+void OnMessageTrampoline(natsConnection*, natsSubscription*, natsMsg* msg, void* closure) {
+  static_cast<Cluster*>(closure)->HandleMessage(msg);
+  natsMsg_Destroy(msg);
+}
+
+void Cluster::HandleMessage(void* m) {
+  natsMsg* msg = static_cast<natsMsg*>(m);
+  jsMsgMetaData* meta = nullptr;
+  if (natsMsg_GetMetaData(&meta, msg) != NATS_OK) {
+    spdlog::warn("cluster: a delivered message without JetStream metadata; ignored");
+    return;
+  }
+  const uint64_t position = meta->Sequence.Stream;
+  const uint64_t pending_after = meta->NumPending;
+  jsMsgMetaData_Destroy(meta);
+  MutexLock apply(&apply_mu_);
+  if (stopping_.load(std::memory_order_acquire)) return;
+  const uint64_t applied = applied_.load(std::memory_order_acquire);
+  if (position <= applied) return;  // Delivered again (the consumer was recreated).
+  if (position != applied + 1) {
+    SetProblem(absl::StrFormat(
+        "the stream no longer holds positions %u to %u, which this replica needs (it was away "
+        "longer than the stream keeps entries, or the stream was purged): it serves reads as of "
+        "position %u and applies nothing more; start it with an empty --data-dir to rebuild it "
+        "from the stream, or from a copy of another replica's data directory",
+        applied + 1, position - 1, applied));
+    return;
+  }
+  const absl::string_view bytes(natsMsg_GetData(msg), natsMsg_GetDataLength(msg));
+  absl::StatusOr<LogEntry> entry = DecodeLogEntry(bytes);
+  WriteResult out;
+  if (!entry.ok()) {
+    if (absl::IsFailedPrecondition(entry.status())) {
+      SetProblem(
+          absl::StrFormat("cannot apply position %u: %s", position, entry.status().message()));
+      return;
+    }
+    // Not cuckood's (someone published to the subject), or damaged: every
+    // replica skips it alike.
+    spdlog::error("cluster: skipped position {}: {}", position,
+                  std::string(entry.status().message()));
+    out.status = entry.status();
+  } else {
+    ApplyEntry(*entry, position, &out);
+  }
+  const char* id = nullptr;
+  natsMsgHeader_Get(msg, kMsgIdHeader, &id);
+  // Every entry passes here: its arguments are built only when asked for.
+  if (entry.ok() && spdlog::should_log(spdlog::level::debug)) {
+    spdlog::debug("applied position {}: {} {} ({} keys), message id {}", position,
+                  std::string(LogEntryTypeName(entry->type)), entry->name, entry->hashes.size(),
+                  id != nullptr ? id : "-");
+  }
+  MutexLock lock(&mu_);
+  applied_.store(position, std::memory_order_release);
+  ++entries_applied_;
+  lag_hint_ = pending_after;
+  if (id != nullptr) {
+    const std::string msg_id(id);
+    auto it = pending_.find(msg_id);
+    if (it != pending_.end()) {
+      for (PendingEntry& e : it->second) {
+        if (e.applied) continue;
+        e.applied = true;
+        e.outcome = out;
+        if (!e.acked) e.position = position;
+      }
+    }
+    if (absl::StartsWith(msg_id, "r/")) RememberLocked(msg_id, position, out);
+    SettleLocked(msg_id);
+  }
+  for (auto w = waiters_.begin(); w != waiters_.end() && w->first <= position;) {
+    completions_.push_back([fn = std::move(w->second.second)] { fn(absl::OkStatus()); });
+    w = waiters_.erase(w);
+  }
+  work_cv_.notify_all();
+}
+
+void Cluster::ApplyEntry(const LogEntry& e, uint64_t position, WriteResult* out) {
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = registry_->Get(e.name);
+  switch (e.type) {
+    case LogEntryType::kCreateFilter: {
+      if (filter.ok()) {
+        if ((*filter)->id() != position) {
+          out->status = absl::AlreadyExistsError(
+              absl::StrFormat("filter \"%s\" already exists (created at log position %u)", e.name,
+                              (*filter)->id()));
+        }
+        return;  // Else: loaded from a snapshot taken after this entry.
+      }
+      if (absl::Status room = registry_->CheckRoom(e.name, CuckooFilter::MemoryBytes(e.shape));
+          !room.ok()) {
+        out->status = room;
+        if (room.code() == absl::StatusCode::kResourceExhausted) {
+          spdlog::error(
+              "cluster: filter {} (log position {}) does not fit this replica ({}): writes to it "
+              "are refused here; give every replica the same --memory-budget and --max-filters",
+              e.name, position, std::string(room.message()));
+        }
+        return;
+      }
+      absl::StatusOr<std::unique_ptr<CuckooFilter>> created = CuckooFilter::FromShape(e.shape);
+      if (!created.ok()) {
+        out->status = created.status();
+        return;
+      }
+      (*created)->set_id(position);
+      absl::StatusOr<std::shared_ptr<CuckooFilter>> added =
+          registry_->Add(e.name, *std::move(created));
+      if (!added.ok()) {
+        out->status = added.status();
+        return;
+      }
+      out->created = true;
+      spdlog::info(
+          "created filter {} at log position {}: capacity {}, fingerprint_bits {}, {} "
+          "table, shards {}, {} bytes",
+          e.name, position, e.shape.capacity, e.shape.fingerprint_bits,
+          TableKindName(e.shape.table_kind), e.shape.shards, (*added)->memory_bytes());
+      return;
+    }
+    case LogEntryType::kDropFilter:
+      if (!filter.ok() || (*filter)->id() != e.filter_id) {
+        out->status = absl::NotFoundError(
+            absl::StrFormat("filter \"%s\" not found: dropped already", e.name));
+        return;
+      }
+      out->freed_bytes = (*filter)->memory_bytes();
+      spdlog::info("dropped filter {} at log position {}: {} items, {} bytes freed", e.name,
+                   position, (*filter)->items(), out->freed_bytes);
+      persistence_->ApplyDrop(e.name, *filter);
+      return;
+    case LogEntryType::kInsert:
+    case LogEntryType::kDelete: {
+      if (!filter.ok() || (*filter)->id() != e.filter_id) {
+        out->status = absl::NotFoundError(absl::StrFormat(
+            "filter \"%s\" not found: it was dropped before this write was applied", e.name));
+        return;
+      }
+      // Any 64-bit value is a valid hash for any filter (the shard and
+      // bucket are taken from its bits within range), so a hostile entry
+      // can add or remove fingerprints but never reach outside the tables.
+      out->results.resize(e.hashes.size());
+      if (e.type == LogEntryType::kInsert) {
+        std::vector<InsertResult> r(e.hashes.size());
+        (*filter)->InsertHashedAt(e.hashes, e.if_absent, absl::MakeSpan(r), position);
+        for (size_t i = 0; i < r.size(); ++i) out->results[i] = static_cast<uint8_t>(r[i]);
+      } else {
+        std::vector<DeleteResult> r(e.hashes.size());
+        (*filter)->DeleteHashedAt(e.hashes, absl::MakeSpan(r), position);
+        for (size_t i = 0; i < r.size(); ++i) out->results[i] = static_cast<uint8_t>(r[i]);
+      }
+      return;
+    }
+  }
+}
+
+void Cluster::WhenApplied(uint64_t position, absl::Time deadline,
+                          std::function<void(absl::Status)> fn) {
+  if (applied_.load(std::memory_order_acquire) >= position) {
+    fn(absl::OkStatus());
+    return;
+  }
+  MutexLock lock(&mu_);
+  if (applied_.load(std::memory_order_acquire) >= position) {
+    completions_.push_back([fn = std::move(fn)] { fn(absl::OkStatus()); });
+    work_cv_.notify_all();
+    return;
+  }
+  if (stopping_.load()) {
+    completions_.push_back(
+        [fn = std::move(fn)] { fn(absl::UnavailableError("cuckood is shutting down")); });
+    work_cv_.notify_all();
+    return;
+  }
+  waiters_.emplace(position, std::make_pair(deadline, std::move(fn)));
+}
+
+}  // namespace cuckoo::server

@@ -1,0 +1,52 @@
+// What the files of Cluster share (private to server/cluster/): the NATS
+// handles (Cluster::Impl), a write in flight (Cluster::Call), the message
+// id header, NATS's error texts and the callbacks NATS calls.
+//
+// cluster.cc holds the connection to NATS, starting, stopping and the
+// status; cluster_publish.cc publishing writes, their acknowledgements and
+// settling them with their results; cluster_apply.cc applying the entries
+// the stream delivers; cluster_stream.cc the maintenance thread: the
+// stream's creation and state, consuming it, the replica records, retention
+// and bootstrapping from a peer.
+#ifndef CUCKOO_SERVER_CLUSTER_CLUSTER_INTERNAL_H_
+#define CUCKOO_SERVER_CLUSTER_CLUSTER_INTERNAL_H_
+
+#include <nats/nats.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "server/cluster/cluster.h"
+
+namespace cuckoo::server {
+
+constexpr char kMsgIdHeader[] = "Nats-Msg-Id";
+
+std::string NatsError(natsStatus s, jsErrCode jerr = static_cast<jsErrCode>(0));
+const char* ConnStatusName(natsConnStatus s);
+
+struct Cluster::Impl {
+  natsOptions* opts = nullptr;
+  natsConnection* nc = nullptr;
+  jsCtx* js = nullptr;
+  natsSubscription* sub = nullptr;
+  kvStore* kv = nullptr;  // The replica records (maintenance thread).
+};
+
+struct Cluster::Call {
+  WriteDone done;
+  size_t parts = 0;
+  size_t settled = 0;
+  bool finished = false;
+  absl::Time deadline;
+  std::vector<WriteResult> outcomes;
+};
+
+void OnMessageTrampoline(natsConnection*, natsSubscription*, natsMsg* msg, void* closure);
+void OnAckTrampoline(jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae, void* closure);
+
+}  // namespace cuckoo::server
+
+#endif  // CUCKOO_SERVER_CLUSTER_CLUSTER_INTERNAL_H_
