@@ -150,164 +150,230 @@ struct DecodedHeader {
 // bytes: the whole header of a version this build knows, and for a header
 // that fails (an unknown version or a checksum mismatch) as much of the file
 // as the longest known header. DATA_LOSS for a damaged header,
-// FAILED_PRECONDITION for an intact one this build cannot read.
+// FAILED_PRECONDITION for an intact one this build cannot read. One step per
+// part of the header, in the order they are checked.
+class HeaderDecoder {
+ public:
+  HeaderDecoder(const uint8_t* h, size_t have, absl::string_view label)
+      : h_(h), have_(have), label_(label) {}
+
+  absl::StatusOr<DecodedHeader> Decode(uint64_t file_bytes, absl::string_view expected_name) {
+    if (absl::Status st = FindLayout(); !st.ok()) return st;
+    if (absl::Status st = CheckWriter(); !st.ok()) return st;
+    if (absl::Status st = DecodeShape(); !st.ok()) return st;
+    if (absl::Status st = DecodeGrowth(); !st.ok()) return st;
+    if (absl::Status st = DecodeName(expected_name); !st.ok()) return st;
+    if (absl::Status st = DecodeSizes(file_bytes); !st.ok()) return st;
+    return std::move(out_);
+  }
+
+ private:
+  absl::Status Bad(absl::string_view why) const {
+    return absl::DataLossError(absl::StrCat(label_, ": ", why));
+  }
+  // Intact, but beyond this build: never quarantined (a rollback to an older
+  // build must not lose the filters a newer one wrote).
+  absl::Status Newer(absl::string_view why, absl::string_view writer) const {
+    return absl::FailedPreconditionError(absl::StrCat(
+        label_, ": ", why, "; it was written by ", writer, ", and this build (", ThisBuild(),
+        ") cannot read it. Run that build or a newer one, or move the file out of the data "
+        "directory to start without this filter"));
+  }
+  // From CheckWriter on, the header is exactly as some build wrote it (the
+  // checksum matches): a value this build does not know comes from a newer
+  // build.
+  absl::Status Impossible(absl::string_view why) const {
+    return Bad(absl::StrCat("impossible settings in header: ", why));
+  }
+
+  // The layout of the header's format version, whose checksum must match.
+  absl::Status FindLayout() {
+    const uint32_t version = Get32(h_ + 8);
+    const HeaderLayout* const layout = LayoutOf(version);
+    // A header of a known version whose version field alone is damaged still
+    // has a matching checksum with the field put back.
+    auto corrupt_version = [&]() -> absl::Status {
+      const uint32_t real = VersionWithMatchingChecksum(h_, have_, version);
+      if (real == 0) return absl::OkStatus();
+      return Bad(absl::StrFormat(
+          "format version field is corrupt (%u; the rest is a valid version-%u header)", version,
+          real));
+    };
+    if (layout == nullptr) {
+      if (absl::Status st = corrupt_version(); !st.ok()) return st;
+      const std::string writer = RecordedWriter(h_);
+      if (version > kSnapshotFormatVersion && !writer.empty()) {
+        return Newer(absl::StrFormat("format version %u (this build reads versions 1 to %u)",
+                                     version, kSnapshotFormatVersion),
+                     writer);
+      }
+      return Bad(absl::StrFormat(
+          "format version %u is not supported (this build reads versions 1 to %u) and the file "
+          "names no writer: not a file any cuckood wrote",
+          version, kSnapshotFormatVersion));
+    }
+    if (!HeaderChecksumMatches(h_, *layout)) {
+      if (absl::Status st = corrupt_version(); !st.ok()) return st;
+      return Bad("header checksum mismatch (the header is corrupt)");
+    }
+    out_.layout = layout;
+    return absl::OkStatus();
+  }
+
+  // The header's size, and the build that wrote it (newer_build_).
+  absl::Status CheckWriter() {
+    const HeaderLayout* const layout = out_.layout;
+    if (Get32(h_ + 12) != layout->header_bytes) {
+      return Impossible(absl::StrFormat("header size %u (expected %u for version %u)",
+                                        Get32(h_ + 12), layout->header_bytes, layout->version));
+    }
+    if (layout->has_writer()) {
+      newer_build_ = RecordedWriter(h_);
+      if (newer_build_.empty()) {
+        return Impossible(absl::StrFormat(
+            "the writer (bytes %u..%u) is not printable ASCII padded with zero bytes",
+            kSnapshotWriterOffset, kSnapshotWriterOffset + kSnapshotWriterBytes - 1));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // The filter's shape, and the generation schedule it gives.
+  absl::Status DecodeShape() {
+    FilterShape& s = out_.header.shape;
+    s = ReadShapeFields(kLegacyShapeLayout, settings(), growth_settings());
+    const uint64_t table_bytes = Get64(settings() + kTableBytes);
+    if (s.hash_id != kHashIdXxh3V1) {
+      return Newer(absl::StrFormat("hash id %u is unknown (this build knows %u, XXH3-64)",
+                                   s.hash_id, kHashIdXxh3V1),
+                   newer_build_);
+    }
+    // Files from builds whose ceiling was higher load with today's.
+    if (s.max_kicks > kMaxMaxKicks && s.max_kicks <= kMaxStoredMaxKicks) s.max_kicks = kMaxMaxKicks;
+    if (absl::Status st = CheckShape(s); !st.ok()) {
+      // An unknown table kind, or settings this build cannot use.
+      return Newer(absl::IsFailedPrecondition(st)
+                       ? std::string(st.message())
+                       : absl::StrCat("settings this build cannot use: ", st.message()),
+                   newer_build_);
+    }
+    if (table_bytes != s.table_bytes_per_shard()) {
+      return Impossible(absl::StrFormat("table bytes per shard %u, but the shape needs %u",
+                                        table_bytes, s.table_bytes_per_shard()));
+    }
+    out_.schedule = GenerationSchedule(s);
+    return absl::OkStatus();
+  }
+
+  // Version 3's growth settings: the writer's schedule, and how many shards
+  // have each generation.
+  absl::Status DecodeGrowth() {
+    const FilterShape& s = out_.header.shape;
+    const uint8_t* const growth = growth_settings();
+    std::vector<uint32_t>& with = out_.header.shards_with_generation;
+    with.assign(1, s.shards);
+    if (growth != nullptr) {
+      // The writer grew shards by its schedule; this build must grow them
+      // the same way (a build whose growth rule differs wrote it).
+      const uint32_t generations = Get32(growth + kScheduleGenerations);
+      const uint64_t checksum = Get64(growth + kScheduleChecksum);
+      if (generations != out_.schedule.size() || checksum != ScheduleChecksum(out_.schedule)) {
+        return Newer(absl::StrFormat("its growth schedule (%u generations, checksum %016x) is not "
+                                     "this build's for the same settings (%u generations, "
+                                     "checksum %016x)",
+                                     generations, checksum, out_.schedule.size(),
+                                     ScheduleChecksum(out_.schedule)),
+                     newer_build_);
+      }
+    }
+    if (growth != nullptr) {
+      uint32_t before = s.shards;  // Shards with the generation before.
+      for (uint32_t g = 0; g < kMaxGenerations; ++g) {
+        const uint32_t n = Get32(growth + kShardsWithGeneration + 4 * g);
+        if (g == 0 && n != s.shards) {
+          return Impossible(absl::StrFormat(
+              "%u shards with generation 0 (every shard has it: expected %u)", n, s.shards));
+        }
+        const uint32_t most = g < out_.schedule.size() ? before : 0;
+        if (g > 0 && n > most) {
+          return Impossible(absl::StrFormat(
+              "%u shards with generation %u (at most %u: the shards with generation %u%s)", n, g,
+              most, g - 1, g < out_.schedule.size() ? "" : ", and the schedule has no more"));
+        }
+        if (g > 0 && n > 0) with.push_back(n);
+        before = n;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // The filter's name, the zeros around it, and the filter id.
+  absl::Status DecodeName(absl::string_view expected_name) {
+    const HeaderLayout* const layout = out_.layout;
+    const uint32_t name_length = Get32(settings() + kNameLength);
+    if (name_length == 0 || name_length > kMaxFilterNameBytes) {
+      return Impossible(absl::StrFormat("filter name length %u", name_length));
+    }
+    // The name's padding, and the reserved bytes (after the filter id and the
+    // growth settings, if any).
+    for (size_t i = layout->name + name_length; i < layout->checksum; ++i) {
+      if (layout->filter_id != 0 && i >= layout->filter_id && i < layout->reserved) continue;
+      if (h_[i] != 0) return Impossible(absl::StrFormat("reserved header byte %u is not zero", i));
+    }
+    if (layout->filter_id != 0) out_.filter_id = Get64(h_ + layout->filter_id);
+    out_.header.name.assign(reinterpret_cast<const char*>(h_ + layout->name), name_length);
+    if (absl::Status st = FilterRegistry::ValidateName(out_.header.name); !st.ok()) {
+      return Impossible(st.message());
+    }
+    if (!expected_name.empty() && out_.header.name != expected_name) {
+      return Bad(absl::StrFormat("holds filter \"%s\", but its file name says \"%s\"",
+                                 out_.header.name, absl::CHexEscape(expected_name)));
+    }
+    return absl::OkStatus();
+  }
+
+  // When the snapshot was taken, the file's size, which must be the file's
+  // (`file_bytes`), and the filter's memory.
+  absl::Status DecodeSizes(uint64_t file_bytes) {
+    const FilterShape& s = out_.header.shape;
+    const std::vector<uint32_t>& with = out_.header.shards_with_generation;
+    const int64_t taken_us = static_cast<int64_t>(Get64(settings() + kTakenUnixMicros));
+    out_.header.taken = absl::FromUnixMicros(taken_us);
+    out_.header.file_bytes = out_.layout->has_generations() ? FileBytesV3(s, out_.schedule, with)
+                                                            : FileBytes(s, *out_.layout);
+    out_.header.memory_bytes = CuckooFilter::MemoryBytes(s);
+    for (size_t g = 1; g < with.size(); ++g) {
+      out_.header.memory_bytes +=
+          uint64_t{with[g]} * CuckooFilter::GrownTableMemoryBytes(s, out_.schedule[g]);
+    }
+    if (file_bytes < out_.header.file_bytes) {
+      return Bad(absl::StrFormat("truncated: the file is %u bytes, its settings need %u",
+                                 file_bytes, out_.header.file_bytes));
+    }
+    if (file_bytes > out_.header.file_bytes) {
+      return Bad(absl::StrFormat("%u unexpected bytes after the end of the snapshot (%u bytes)",
+                                 file_bytes - out_.header.file_bytes, out_.header.file_bytes));
+    }
+    return absl::OkStatus();
+  }
+
+  // The settings, and version 3's growth settings (null before it).
+  const uint8_t* settings() const { return h_ + out_.layout->fields; }
+  const uint8_t* growth_settings() const {
+    return out_.layout->growth != 0 ? h_ + out_.layout->growth : nullptr;
+  }
+
+  const uint8_t* const h_;
+  const size_t have_;
+  const absl::string_view label_;
+  std::string newer_build_ = "a newer cuckood (version-1 files do not record which)";
+  DecodedHeader out_;
+};
+
 absl::StatusOr<DecodedHeader> DecodeHeader(const uint8_t* h, size_t have, uint64_t file_bytes,
                                            absl::string_view label,
                                            absl::string_view expected_name) {
-  auto bad = [&](absl::string_view why) {
-    return absl::DataLossError(absl::StrCat(label, ": ", why));
-  };
-  // Intact, but beyond this build: never quarantined (a rollback to an older
-  // build must not lose the filters a newer one wrote).
-  auto newer = [&](absl::string_view why, absl::string_view writer) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        label, ": ", why, "; it was written by ", writer, ", and this build (", ThisBuild(),
-        ") cannot read it. Run that build or a newer one, or move the file out of the data "
-        "directory to start without this filter"));
-  };
-  const uint32_t version = Get32(h + 8);
-  const HeaderLayout* const layout = LayoutOf(version);
-  // A header of a known version whose version field alone is damaged still
-  // has a matching checksum with the field put back.
-  auto corrupt_version = [&]() -> absl::Status {
-    const uint32_t real = VersionWithMatchingChecksum(h, have, version);
-    if (real == 0) return absl::OkStatus();
-    return bad(absl::StrFormat(
-        "format version field is corrupt (%u; the rest is a valid version-%u header)", version,
-        real));
-  };
-  if (layout == nullptr) {
-    if (absl::Status st = corrupt_version(); !st.ok()) return st;
-    const std::string writer = RecordedWriter(h);
-    if (version > kSnapshotFormatVersion && !writer.empty()) {
-      return newer(absl::StrFormat("format version %u (this build reads versions 1 to %u)", version,
-                                   kSnapshotFormatVersion),
-                   writer);
-    }
-    return bad(absl::StrFormat(
-        "format version %u is not supported (this build reads versions 1 to %u) and the file "
-        "names no writer: not a file any cuckood wrote",
-        version, kSnapshotFormatVersion));
-  }
-  if (!HeaderChecksumMatches(h, *layout)) {
-    if (absl::Status st = corrupt_version(); !st.ok()) return st;
-    return bad("header checksum mismatch (the header is corrupt)");
-  }
-  // From here the header is exactly as some build wrote it (the checksum
-  // matches): a value this build does not know comes from a newer build.
-  auto impossible = [&](absl::string_view why) {
-    return bad(absl::StrCat("impossible settings in header: ", why));
-  };
-  if (Get32(h + 12) != layout->header_bytes) {
-    return impossible(absl::StrFormat("header size %u (expected %u for version %u)", Get32(h + 12),
-                                      layout->header_bytes, version));
-  }
-  std::string newer_build = "a newer cuckood (version-1 files do not record which)";
-  if (layout->has_writer()) {
-    newer_build = RecordedWriter(h);
-    if (newer_build.empty()) {
-      return impossible(
-          absl::StrFormat("the writer (bytes %u..%u) is not printable ASCII padded with zero bytes",
-                          kSnapshotWriterOffset, kSnapshotWriterOffset + kSnapshotWriterBytes - 1));
-    }
-  }
-  const uint8_t* const f = h + layout->fields;
-  DecodedHeader out;
-  out.layout = layout;
-  const uint8_t* const growth = layout->growth != 0 ? h + layout->growth : nullptr;
-  FilterShape& s = out.header.shape;
-  s = ReadShapeFields(kLegacyShapeLayout, f, growth);
-  const uint32_t name_length = Get32(f + kNameLength);
-  const uint64_t table_bytes = Get64(f + kTableBytes);
-  const int64_t taken_us = static_cast<int64_t>(Get64(f + kTakenUnixMicros));
-  if (s.hash_id != kHashIdXxh3V1) {
-    return newer(absl::StrFormat("hash id %u is unknown (this build knows %u, XXH3-64)", s.hash_id,
-                                 kHashIdXxh3V1),
-                 newer_build);
-  }
-  // Files from builds whose ceiling was higher load with today's.
-  if (s.max_kicks > kMaxMaxKicks && s.max_kicks <= kMaxStoredMaxKicks) s.max_kicks = kMaxMaxKicks;
-  if (absl::Status st = CheckShape(s); !st.ok()) {
-    // An unknown table kind, or settings this build cannot use.
-    return newer(absl::IsFailedPrecondition(st)
-                     ? std::string(st.message())
-                     : absl::StrCat("settings this build cannot use: ", st.message()),
-                 newer_build);
-  }
-  if (table_bytes != s.table_bytes_per_shard()) {
-    return impossible(absl::StrFormat("table bytes per shard %u, but the shape needs %u",
-                                      table_bytes, s.table_bytes_per_shard()));
-  }
-  out.schedule = GenerationSchedule(s);
-  std::vector<uint32_t>& with = out.header.shards_with_generation;
-  with.assign(1, s.shards);
-  if (growth != nullptr) {
-    // The writer grew shards by its schedule; this build must grow them
-    // the same way (a build whose growth rule differs wrote it).
-    const uint32_t generations = Get32(growth + kScheduleGenerations);
-    const uint64_t checksum = Get64(growth + kScheduleChecksum);
-    if (generations != out.schedule.size() || checksum != ScheduleChecksum(out.schedule)) {
-      return newer(absl::StrFormat("its growth schedule (%u generations, checksum %016x) is not "
-                                   "this build's for the same settings (%u generations, "
-                                   "checksum %016x)",
-                                   generations, checksum, out.schedule.size(),
-                                   ScheduleChecksum(out.schedule)),
-                   newer_build);
-    }
-  }
-  if (growth != nullptr) {
-    uint32_t before = s.shards;  // Shards with the generation before.
-    for (uint32_t g = 0; g < kMaxGenerations; ++g) {
-      const uint32_t n = Get32(growth + kShardsWithGeneration + 4 * g);
-      if (g == 0 && n != s.shards) {
-        return impossible(absl::StrFormat(
-            "%u shards with generation 0 (every shard has it: expected %u)", n, s.shards));
-      }
-      const uint32_t most = g < out.schedule.size() ? before : 0;
-      if (g > 0 && n > most) {
-        return impossible(absl::StrFormat(
-            "%u shards with generation %u (at most %u: the shards with generation %u%s)", n, g,
-            most, g - 1, g < out.schedule.size() ? "" : ", and the schedule has no more"));
-      }
-      if (g > 0 && n > 0) with.push_back(n);
-      before = n;
-    }
-  }
-  if (name_length == 0 || name_length > kMaxFilterNameBytes) {
-    return impossible(absl::StrFormat("filter name length %u", name_length));
-  }
-  // The name's padding, and the reserved bytes (after the filter id and the
-  // growth settings, if any).
-  for (size_t i = layout->name + name_length; i < layout->checksum; ++i) {
-    if (layout->filter_id != 0 && i >= layout->filter_id && i < layout->reserved) continue;
-    if (h[i] != 0) return impossible(absl::StrFormat("reserved header byte %u is not zero", i));
-  }
-  if (layout->filter_id != 0) out.filter_id = Get64(h + layout->filter_id);
-  out.header.name.assign(reinterpret_cast<const char*>(h + layout->name), name_length);
-  if (absl::Status st = FilterRegistry::ValidateName(out.header.name); !st.ok()) {
-    return impossible(st.message());
-  }
-  if (!expected_name.empty() && out.header.name != expected_name) {
-    return bad(absl::StrFormat("holds filter \"%s\", but its file name says \"%s\"",
-                               out.header.name, absl::CHexEscape(expected_name)));
-  }
-  out.header.taken = absl::FromUnixMicros(taken_us);
-  out.header.file_bytes =
-      layout->has_generations() ? FileBytesV3(s, out.schedule, with) : FileBytes(s, *layout);
-  out.header.memory_bytes = CuckooFilter::MemoryBytes(s);
-  for (size_t g = 1; g < with.size(); ++g) {
-    out.header.memory_bytes +=
-        uint64_t{with[g]} * CuckooFilter::GrownTableMemoryBytes(s, out.schedule[g]);
-  }
-  if (file_bytes < out.header.file_bytes) {
-    return bad(absl::StrFormat("truncated: the file is %u bytes, its settings need %u", file_bytes,
-                               out.header.file_bytes));
-  }
-  if (file_bytes > out.header.file_bytes) {
-    return bad(absl::StrFormat("%u unexpected bytes after the end of the snapshot (%u bytes)",
-                               file_bytes - out.header.file_bytes, out.header.file_bytes));
-  }
-  return out;
+  return HeaderDecoder(h, have, label).Decode(file_bytes, expected_name);
 }
 
 // Reads a snapshot from a Source, step by step: the header, the shards'
