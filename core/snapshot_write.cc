@@ -97,6 +97,131 @@ uint64_t LargestSection(const CuckooFilter& filter, const std::vector<Generation
   }
   return largest;
 }
+
+// What the sections of one WriteSnapshotFile call share: the file, the one
+// buffer (buffer_bytes long) and the section checksum's state.
+struct SectionSink {
+  FileWriter& out;
+  uint8_t* sec;
+  size_t buffer_bytes;
+  XXH3_state_t* section;
+};
+
+constexpr size_t kSectionHeaderBytes = kWriteLayout.section_header_bytes;
+
+// Shard i's section, in the format WriteSnapshotFile writes, then its
+// trailer (the section's checksum), kept in `trailer` for the footer's
+// checksum. Counts the shard's generations in shards_with_generation, and
+// adds its bytes, counters and position (at least `floor`) to `result`.
+absl::Status WriteSection(const CuckooFilter& filter, uint32_t i, uint64_t floor,
+                          const SectionSink& sink, uint8_t* trailer,
+                          std::vector<uint32_t>& shards_with_generation,
+                          SnapshotWriteResult& result) {
+  FileWriter& out = sink.out;
+  uint8_t* const sec = sink.sec;
+  const size_t buffer_bytes = sink.buffer_bytes;
+  XXH3_state_t* const section = sink.section;
+  CuckooFilter::ShardState state;
+  uint64_t section_bytes = 0;
+  bool copied = false;
+  absl::Status write_status;
+  filter.ReadShardGenerations(i, [&](absl::Span<const CuckooFilter::GenerationView> gens,
+                                     const CuckooFilter::ShardState& locked_state) {
+    state = locked_state;
+    state.position = std::max(state.position, floor);
+    for (size_t g = 0; g < gens.size(); ++g) ++shards_with_generation[g];
+    section_bytes = kSectionHeaderBytes + kSectionTrailerBytes;
+    for (const CuckooFilter::GenerationView& v : gens) {
+      section_bytes += kGenerationHeaderBytes + v.bytes.size();
+    }
+    Put32(sec, i);
+    Put32(sec + kV3Generations, static_cast<uint32_t>(gens.size()));
+    Put64(sec + kV3Items, state.items);
+    Put64(sec + kV3Position, state.position);
+    auto block_header = [&](uint8_t* p, uint32_t g) {
+      const CuckooFilter::GenerationView& v = gens[g];
+      Put32(p + kGenIndex, g);
+      Put32(p + kGenFingerprintBits, v.fingerprint_bits);
+      Put64(p + kGenBuckets, v.buckets);
+      Put64(p + kGenItems, v.items);
+      Put64(p + kGenRng, v.rng_state);
+      Put64(p + kGenTableBytes, v.bytes.size());
+    };
+    if (section_bytes <= buffer_bytes) {
+      size_t at = kSectionHeaderBytes;
+      for (uint32_t g = 0; g < gens.size(); ++g) {
+        block_header(sec + at, g);
+        at += kGenerationHeaderBytes;
+        std::memcpy(sec + at, gens[g].bytes.data(), gens[g].bytes.size());
+        at += gens[g].bytes.size();
+      }
+      copied = true;
+      return;
+    }
+    XXH3_64bits_reset(section);
+    XXH3_64bits_update(section, sec, kSectionHeaderBytes);
+    write_status = out.Write(sec, kSectionHeaderBytes);
+    for (uint32_t g = 0; g < gens.size() && write_status.ok(); ++g) {
+      block_header(sec, g);
+      XXH3_64bits_update(section, sec, kGenerationHeaderBytes);
+      write_status = out.Write(sec, kGenerationHeaderBytes);
+      const absl::Span<const uint8_t> table = gens[g].bytes;
+      for (size_t at = 0; at < table.size() && write_status.ok(); at += buffer_bytes) {
+        const size_t n = std::min(buffer_bytes, table.size() - at);
+        std::memcpy(sec, table.data() + at, n);
+        XXH3_64bits_update(section, sec, n);
+        write_status = out.Write(sec, n);
+      }
+    }
+  });
+  if (copied) {
+    const size_t n = section_bytes - kSectionTrailerBytes;
+    Put64(trailer, XXH3_64bits(sec, n));
+    std::memcpy(sec + n, trailer, kSectionTrailerBytes);
+    if (absl::Status s = out.Write(sec, section_bytes); !s.ok()) return s;
+  } else {
+    if (!write_status.ok()) return write_status;
+    Put64(trailer, XXH3_64bits_digest(section));
+    if (absl::Status s = out.Write(trailer, kSectionTrailerBytes); !s.ok()) return s;
+  }
+  result.bytes += section_bytes;
+  result.items += state.items;
+  result.changes += state.changes;
+  result.min_position = std::min(result.min_position, state.position);
+  result.max_position = std::max(result.max_position, state.position);
+  return absl::OkStatus();
+}
+
+// Once every section is written: the footer, with the whole file's
+// checksum over the header's checksum and the sections' `trailers`, then
+// header `h` at its place, with the shard counts per generation in its
+// growth block and its checksum.
+absl::Status WriteFooterAndHeader(FileWriter& out, uint8_t* h, uint8_t* growth,
+                                  const std::vector<uint32_t>& shards_with_generation,
+                                  const std::vector<uint8_t>& trailers,
+                                  SnapshotWriteResult& result) {
+  constexpr const HeaderLayout& layout = kWriteLayout;
+  result.bytes += kFooterBytes;
+  for (uint32_t g = 0; g < kMaxGenerations; ++g) {
+    Put32(growth + kShardsWithGeneration + 4 * g, shards_with_generation[g]);
+  }
+  Put64(h + layout.checksum, XXH3_64bits(h, layout.checksum));
+  uint8_t footer[kFooterBytes] = {};
+  std::memcpy(footer, kFooterMagic, sizeof(kFooterMagic));
+  Put64(footer + 8, result.bytes);
+  Put64(footer + 16, result.items);
+  const XxhState whole_state = NewXxhState();
+  if (whole_state == nullptr) return NoMemoryForChecksums();
+  XXH3_state_t* whole = whole_state.get();
+  XXH3_64bits_reset(whole);
+  XXH3_64bits_update(whole, h + layout.checksum, 8);
+  XXH3_64bits_update(whole, trailers.data(), trailers.size());
+  XXH3_64bits_update(whole, footer, kFooterBytes - 8);
+  Put64(footer + 24, XXH3_64bits_digest(whole));
+  if (absl::Status s = out.Write(footer, sizeof(footer)); !s.ok()) return s;
+  return out.WriteAt(0, h, layout.header_bytes);
+}
+
 }  // namespace
 
 std::string SnapshotPath(absl::string_view dir, absl::string_view name) {
@@ -135,7 +260,6 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
   // held, so the buffer never exceeds options.buffer_bytes. The buffer is
   // as long as the largest section when the write starts; a shard that
   // grows past it meanwhile is written in pieces.
-  constexpr size_t kSectionHeaderBytes = layout.section_header_bytes;
   const uint64_t largest = LargestSection(filter, schedule);
   const size_t buffer_bytes = static_cast<size_t>(
       std::max<uint64_t>(std::min<uint64_t>(largest, options.buffer_bytes), kMinBufferBytes));
@@ -156,97 +280,21 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
     std::vector<uint32_t> shards_with_generation(kMaxGenerations, 0);
     result.bytes = sizeof(h);
     result.min_position = std::numeric_limits<uint64_t>::max();
+    const SectionSink sink{out, sec, buffer_bytes, section};
     for (uint32_t i = 0; i < shape.shards; ++i) {
-      CuckooFilter::ShardState state;
       uint8_t* const trailer = trailers.data() + uint64_t{i} * kSectionTrailerBytes;
       const uint64_t floor = options.position_floor ? options.position_floor() : 0;
-      uint64_t section_bytes = 0;
-      bool copied = false;
-      absl::Status write_status;
-      filter.ReadShardGenerations(i, [&](absl::Span<const CuckooFilter::GenerationView> gens,
-                                         const CuckooFilter::ShardState& locked_state) {
-        state = locked_state;
-        state.position = std::max(state.position, floor);
-        for (size_t g = 0; g < gens.size(); ++g) ++shards_with_generation[g];
-        section_bytes = kSectionHeaderBytes + kSectionTrailerBytes;
-        for (const CuckooFilter::GenerationView& v : gens) {
-          section_bytes += kGenerationHeaderBytes + v.bytes.size();
-        }
-        Put32(sec, i);
-        Put32(sec + kV3Generations, static_cast<uint32_t>(gens.size()));
-        Put64(sec + kV3Items, state.items);
-        Put64(sec + kV3Position, state.position);
-        auto block_header = [&](uint8_t* p, uint32_t g) {
-          const CuckooFilter::GenerationView& v = gens[g];
-          Put32(p + kGenIndex, g);
-          Put32(p + kGenFingerprintBits, v.fingerprint_bits);
-          Put64(p + kGenBuckets, v.buckets);
-          Put64(p + kGenItems, v.items);
-          Put64(p + kGenRng, v.rng_state);
-          Put64(p + kGenTableBytes, v.bytes.size());
-        };
-        if (section_bytes <= buffer_bytes) {
-          size_t at = kSectionHeaderBytes;
-          for (uint32_t g = 0; g < gens.size(); ++g) {
-            block_header(sec + at, g);
-            at += kGenerationHeaderBytes;
-            std::memcpy(sec + at, gens[g].bytes.data(), gens[g].bytes.size());
-            at += gens[g].bytes.size();
-          }
-          copied = true;
-          return;
-        }
-        XXH3_64bits_reset(section);
-        XXH3_64bits_update(section, sec, kSectionHeaderBytes);
-        write_status = out.Write(sec, kSectionHeaderBytes);
-        for (uint32_t g = 0; g < gens.size() && write_status.ok(); ++g) {
-          block_header(sec, g);
-          XXH3_64bits_update(section, sec, kGenerationHeaderBytes);
-          write_status = out.Write(sec, kGenerationHeaderBytes);
-          const absl::Span<const uint8_t> table = gens[g].bytes;
-          for (size_t at = 0; at < table.size() && write_status.ok(); at += buffer_bytes) {
-            const size_t n = std::min(buffer_bytes, table.size() - at);
-            std::memcpy(sec, table.data() + at, n);
-            XXH3_64bits_update(section, sec, n);
-            write_status = out.Write(sec, n);
-          }
-        }
-      });
-      if (copied) {
-        const size_t n = section_bytes - kSectionTrailerBytes;
-        Put64(trailer, XXH3_64bits(sec, n));
-        std::memcpy(sec + n, trailer, kSectionTrailerBytes);
-        if (absl::Status s = out.Write(sec, section_bytes); !s.ok()) return s;
-      } else {
-        if (!write_status.ok()) return write_status;
-        Put64(trailer, XXH3_64bits_digest(section));
-        if (absl::Status s = out.Write(trailer, kSectionTrailerBytes); !s.ok()) return s;
+      if (absl::Status s =
+              WriteSection(filter, i, floor, sink, trailer, shards_with_generation, result);
+          !s.ok()) {
+        return s;
       }
-      result.bytes += section_bytes;
-      result.items += state.items;
-      result.changes += state.changes;
-      result.min_position = std::min(result.min_position, state.position);
-      result.max_position = std::max(result.max_position, state.position);
     }
-    result.bytes += kFooterBytes;
-    for (uint32_t g = 0; g < kMaxGenerations; ++g) {
-      Put32(growth + kShardsWithGeneration + 4 * g, shards_with_generation[g]);
+    if (absl::Status s =
+            WriteFooterAndHeader(out, h, growth, shards_with_generation, trailers, result);
+        !s.ok()) {
+      return s;
     }
-    Put64(h + layout.checksum, XXH3_64bits(h, layout.checksum));
-    uint8_t footer[kFooterBytes] = {};
-    std::memcpy(footer, kFooterMagic, sizeof(kFooterMagic));
-    Put64(footer + 8, result.bytes);
-    Put64(footer + 16, result.items);
-    const XxhState whole_state = NewXxhState();
-    if (whole_state == nullptr) return NoMemoryForChecksums();
-    XXH3_state_t* whole = whole_state.get();
-    XXH3_64bits_reset(whole);
-    XXH3_64bits_update(whole, h + layout.checksum, 8);
-    XXH3_64bits_update(whole, trailers.data(), trailers.size());
-    XXH3_64bits_update(whole, footer, kFooterBytes - 8);
-    Put64(footer + 24, XXH3_64bits_digest(whole));
-    if (absl::Status s = out.Write(footer, sizeof(footer)); !s.ok()) return s;
-    if (absl::Status s = out.WriteAt(0, h, sizeof(h)); !s.ok()) return s;
     if (absl::Status s = out.SyncAndClose(); !s.ok()) return s;
     if (options.before_commit) {
       result.duration = absl::Now() - start;
