@@ -1,5 +1,5 @@
 // FilterLoading: the calls that fill in a filter no other thread can see
-// yet, from a snapshot's bytes (core/snapshot.cc) or, in tests and
+// yet, from a snapshot's bytes (core/snapshot_read.cc) or, in tests and
 // benchmarks, from another filter's. They write tables and counters without
 // checks a live filter relies on, so CuckooFilter keeps them private and
 // this one accessor, in core/internal/, is the only way to them.

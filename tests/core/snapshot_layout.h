@@ -1,5 +1,5 @@
 // The snapshot layout of docs/SNAPSHOT_FORMAT.md, restated independently of
-// core/snapshot.cc, for tests and the fuzzer that build deliberately odd
+// core/internal/snapshot_format.h, for tests and the fuzzer that build deliberately odd
 // files: where each format version puts its header fields and how long its
 // sections are; ResealSnapshot, which recomputes every checksum as a writer
 // of such a file would; and SnapshotToVersion1, which turns a file this
