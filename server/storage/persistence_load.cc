@@ -66,29 +66,16 @@ absl::StatusOr<std::string> Persistence::MoveToQuarantine(const std::string& pat
   return target.string();
 }
 
-absl::StatusOr<LoadSummary> Persistence::LoadAll() {
-  const absl::Time start = absl::Now();
-  if (lock_fd_ < 0) {
-    const std::string lock_path = (fs::path(data_dir_) / kLockFile).string();
-    int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      return absl::InternalError(
-          absl::StrFormat("cannot open %s: %s", lock_path,
-                          std::error_code(errno, std::generic_category()).message()));
-    }
-    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      ::close(fd);
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "data directory %s is in use by another cuckood (%s is locked); give each server its "
-          "own --data-dir",
-          data_dir_, lock_path));
-    }
-    lock_fd_ = fd;
-  }
-  LoadSummary summary;
+namespace {
+
+// The snapshot files in `data_dir`, sorted. What a stop left there is
+// removed on the way (the private files of exports, imports and Redis
+// dumps, unfinished snapshots), and any other file that is not the
+// server's is named in a warning.
+absl::StatusOr<std::vector<fs::path>> SnapshotFiles(const std::string& data_dir) {
   std::error_code ec;
   std::vector<fs::path> snapshots;
-  for (fs::directory_iterator it(data_dir_, ec), end; !ec && it != end; it.increment(ec)) {
+  for (fs::directory_iterator it(data_dir, ec), end; !ec && it != end; it.increment(ec)) {
     const fs::path& p = it->path();
     const std::string file = p.filename().string();
     if (file == kExportDir || file == kImportDir || file == kRedisDumpDir) {
@@ -126,10 +113,38 @@ absl::StatusOr<LoadSummary> Persistence::LoadAll() {
   }
   if (ec) {
     return absl::InternalError(
-        absl::StrFormat("cannot read data directory %s: %s", data_dir_, ec.message()));
+        absl::StrFormat("cannot read data directory %s: %s", data_dir, ec.message()));
   }
   std::sort(snapshots.begin(), snapshots.end());
-  for (const fs::path& p : snapshots) {
+  return snapshots;
+}
+
+}  // namespace
+
+absl::StatusOr<LoadSummary> Persistence::LoadAll() {
+  const absl::Time start = absl::Now();
+  if (lock_fd_ < 0) {
+    const std::string lock_path = (fs::path(data_dir_) / kLockFile).string();
+    int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      return absl::InternalError(
+          absl::StrFormat("cannot open %s: %s", lock_path,
+                          std::error_code(errno, std::generic_category()).message()));
+    }
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      ::close(fd);
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "data directory %s is in use by another cuckood (%s is locked); give each server its "
+          "own --data-dir",
+          data_dir_, lock_path));
+    }
+    lock_fd_ = fd;
+  }
+  LoadSummary summary;
+  std::error_code ec;
+  absl::StatusOr<std::vector<fs::path>> snapshots = SnapshotFiles(data_dir_);
+  if (!snapshots.ok()) return snapshots.status();
+  for (const fs::path& p : *snapshots) {
     const std::string path = p.string();
     const std::string file = p.filename().string();
     const std::string name = file.substr(0, file.size() - kSnapshotSuffix.size());
