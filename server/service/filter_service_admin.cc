@@ -1,0 +1,350 @@
+// The admin methods: CreateFilter, DropFilter, GetFilter, ListFilters,
+// GetServerInfo and Snapshot.
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/guarded.h"
+#include "cuckoo_version.h"
+#include "server/service/filter_service.h"
+#include "server/service/filter_service_internal.h"
+#include "server/service/status.h"
+#include "spdlog/spdlog.h"
+
+namespace cuckoo::server {
+namespace {
+
+void SetTimestamp(absl::Time t, google::protobuf::Timestamp* out) {
+  const int64_t ns = absl::ToUnixNanos(t);
+  out->set_seconds(ns >= 0 ? ns / 1'000'000'000 : (ns - 999'999'999) / 1'000'000'000);
+  out->set_nanos(static_cast<int32_t>(ns - out->seconds() * 1'000'000'000));
+}
+
+void SetDuration(absl::Duration d, google::protobuf::Duration* out) {
+  const int64_t ns = absl::ToInt64Nanoseconds(d);
+  out->set_seconds(ns / 1'000'000'000);
+  out->set_nanos(static_cast<int32_t>(ns % 1'000'000'000));
+}
+
+}  // namespace
+
+void FillFilterInfo(const std::string& name, const CuckooFilter& filter, const SnapshotRecord& snap,
+                    v1::FilterInfo* info) {
+  const FilterShape& shape = filter.shape();
+  const FilterStats st = filter.Stats();
+  info->set_name(name);
+  info->set_capacity(shape.capacity);
+  info->set_fingerprint_bits(shape.fingerprint_bits);
+  info->set_bucket_size(shape.bucket_size);
+  info->set_shards(shape.shards);
+  info->set_max_kicks(shape.max_kicks);
+  info->set_seed(shape.seed);
+  info->set_hash_id(shape.hash_id);
+  info->set_buckets_per_shard(shape.buckets_per_shard);
+  info->set_slots(st.slots);
+  info->set_semi_sort(shape.semi_sorted());
+  info->set_items(st.items);
+  info->set_load_factor(st.load_factor);
+  info->set_memory_bytes(st.memory_bytes);
+  info->set_bits_per_item(st.bits_per_item);
+  info->set_expected_false_positive_rate(st.expected_false_positive_rate);
+  info->set_false_positive_rate_at_capacity(st.expected_false_positive_rate_at_capacity);
+  if (snap.exists) {
+    SetTimestamp(snap.time, info->mutable_last_snapshot_time());
+    info->set_last_snapshot_bytes(snap.bytes);
+  }
+  info->set_unsnapshotted_changes(snap.UnsnapshottedChanges(filter));
+  info->set_has_unsnapshotted_changes(!snap.exists || info->unsnapshotted_changes() > 0);
+  info->set_growth_factor(shape.growth_factor);
+  info->set_max_capacity(shape.max_capacity);
+  info->set_false_positive_rate(shape.false_positive_rate);
+  info->set_false_positive_bound(st.false_positive_bound);
+  info->set_reachable_capacity(st.reachable_capacity);
+  info->set_max_generations(st.max_generations);
+  for (const GenerationStats& g : st.generations) {
+    v1::FilterInfo::Generation* out = info->add_generations();
+    out->set_fingerprint_bits(g.fingerprint_bits);
+    out->set_shards(g.shards);
+    out->set_slots(g.slots);
+    out->set_items(g.items);
+    out->set_memory_bytes(g.memory_bytes);
+    out->set_false_positive_bound(g.false_positive_bound);
+  }
+}
+
+absl::Status FilterServiceImpl::DoCreateFilter(const v1::CreateFilterRequest& req,
+                                               v1::CreateFilterResponse* resp, CallReactor* reactor,
+                                               Next* next) {
+  if (absl::Status a =
+          Authorize(reactor->caller(), RpcMethod::kCreateFilter, req.name(), reactor->ctx());
+      !a.ok()) {
+    return a;
+  }
+  reactor->MarkAudited(req.name());
+  FilterOptions options{.capacity = req.capacity(),
+                        .false_positive_rate = req.false_positive_rate(),
+                        .fingerprint_bits = req.fingerprint_bits(),
+                        .bucket_size = req.bucket_size(),
+                        .shards = req.shards(),
+                        .max_kicks = req.max_kicks(),
+                        .growth_factor = req.growth_factor(),
+                        .max_capacity = req.max_capacity()};
+  if (req.has_seed()) options.seed = req.seed();
+  if (req.has_semi_sort()) options.semi_sort = req.semi_sort();
+  if (cluster_ != nullptr) {
+    // Through the log: the shape (seed included) is fixed here, and every
+    // replica creates the same filter when it applies the entry.
+    if (absl::Status s = FilterRegistry::ValidateName(req.name()); !s.ok()) return s;
+    absl::StatusOr<FilterShape> shape = ComputeShape(options);
+    if (!shape.ok()) return shape.status();
+    absl::StatusOr<std::shared_ptr<CuckooFilter>> existing =
+        registry_->CheckExisting(req.name(), *shape, req.has_seed(), req.if_not_exists());
+    if (existing.ok()) {
+      FillFilterInfo(req.name(), **existing, persistence_->Record(req.name(), **existing),
+                     resp->mutable_filter());
+      resp->set_created(false);
+      resp->set_log_position(AppliedPosition());
+      return absl::OkStatus();
+    }
+    if (!absl::IsNotFound(existing.status())) return existing.status();
+    if (absl::Status room = registry_->CheckRoom(req.name(), CuckooFilter::MemoryBytes(*shape));
+        !room.ok()) {
+      return room;
+    }
+    next->answered = true;
+    cluster_->Publish(
+        {EncodeCreateEntry(req.name(), *shape)}, "",
+        [this, reactor, &req, resp, shape = *shape](Cluster::WriteResult r) {
+          reactor->Done(ToGrpcStatus(Guarded([&]() -> absl::Status {
+            if (absl::IsAlreadyExists(r.status)) {
+              // Created meanwhile through another replica: if_not_exists
+              // decides, as on a single node.
+              absl::StatusOr<std::shared_ptr<CuckooFilter>> now =
+                  registry_->CheckExisting(req.name(), shape, req.has_seed(), req.if_not_exists());
+              if (!now.ok()) return now.status();
+              FillFilterInfo(req.name(), **now, persistence_->Record(req.name(), **now),
+                             resp->mutable_filter());
+              resp->set_created(false);
+              resp->set_log_position(r.position);
+              return absl::OkStatus();
+            }
+            if (!r.status.ok()) return r.status;
+            absl::StatusOr<std::shared_ptr<CuckooFilter>> made = registry_->Get(req.name());
+            if (!made.ok()) return made.status();
+            FillFilterInfo(req.name(), **made, persistence_->Record(req.name(), **made),
+                           resp->mutable_filter());
+            resp->set_created(r.created);
+            resp->set_log_position(r.position);
+            return absl::OkStatus();
+          })));
+        });
+    return absl::OkStatus();
+  }
+  bool created = false;
+  // The creation is logged before the filter gets its name, so that the log
+  // holds it before any write to it; the call is answered once the record
+  // is durable.
+  Wal* wal = persistence_->wal();
+  const uint64_t reserved = wal != nullptr ? WalCreateFilterBytes(req.name()) : 0;
+  if (wal != nullptr) {
+    if (absl::Status s = wal->Reserve(reserved); !s.ok()) return s;
+  }
+  uint64_t lsn = 0;
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = registry_->Create(
+      req.name(), options, req.if_not_exists(), &created,
+      [&](CuckooFilter& f) { return persistence_->LogCreate(req.name(), f, &lsn); });
+  if (wal != nullptr) wal->Unreserve(reserved);
+  if (!filter.ok()) return filter.status();
+  if (created && wal != nullptr) {
+    if (absl::Status s = wal->WaitDurable(lsn); !s.ok()) return s;
+  }
+  FillFilterInfo(req.name(), **filter, persistence_->Record(req.name(), **filter),
+                 resp->mutable_filter());
+  resp->set_created(created);
+  resp->set_log_position(created && lsn != 0 ? lsn : AppliedPosition());
+  if (created) {
+    const FilterShape& s = (*filter)->shape();
+    spdlog::info(
+        "created filter {}: capacity {}, fingerprint_bits {}, bucket_size {}, {} table, shards {}, "
+        "{} bytes{}",
+        req.name(), s.capacity, s.fingerprint_bits, s.bucket_size, TableKindName(s.table_kind),
+        s.shards, (*filter)->memory_bytes(),
+        s.growing()
+            ? absl::StrFormat(
+                  "; growing by %u up to %s keys at false_positive_rate %g", s.growth_factor,
+                  s.max_capacity != 0 ? absl::StrCat(s.max_capacity) : std::string("the reachable"),
+                  s.false_positive_rate)
+            : std::string());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FilterServiceImpl::DoDropFilter(const v1::DropFilterRequest& req,
+                                             v1::DropFilterResponse* resp, CallReactor* reactor,
+                                             Next* next) {
+  if (absl::Status a =
+          Authorize(reactor->caller(), RpcMethod::kDropFilter, req.name(), reactor->ctx());
+      !a.ok()) {
+    return a;
+  }
+  reactor->MarkAudited(req.name());
+  // An unknown name is answered here, so retries for filters gone already
+  // never fill the persistence queue.
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> found = FindFilter(req.name());
+  if (!found.ok()) return found.status();
+  next->answered = true;
+  if (cluster_ != nullptr) {
+    cluster_->Publish({EncodeDropEntry((*found)->id(), req.name())}, "",
+                      [reactor, resp](Cluster::WriteResult r) {
+                        if (r.status.ok()) {
+                          resp->set_freed_bytes(r.freed_bytes);
+                          resp->set_log_position(r.position);
+                        }
+                        reactor->Done(ToGrpcStatus(r.status));
+                      });
+    return absl::OkStatus();
+  }
+  // The file is removed on the persistence thread, after any snapshot being
+  // written: never on one of gRPC's threads. Only the filter found here is
+  // dropped: if the name is dropped and created again while this call
+  // waits, the new filter stays. gRPC keeps req and resp alive until the
+  // reactor finishes.
+  persistence_->DropAsync(
+      req.name(), std::weak_ptr<CuckooFilter>(*found),
+      [this, reactor, &req, resp](absl::StatusOr<std::shared_ptr<CuckooFilter>> filter) {
+        const absl::Status status = Guarded([&]() -> absl::Status {
+          if (!filter.ok()) return filter.status();
+          resp->set_freed_bytes((*filter)->memory_bytes());
+          resp->set_log_position(AppliedPosition());
+          spdlog::info("dropped filter {}: {} items, {} bytes freed", req.name(),
+                       (*filter)->items(), (*filter)->memory_bytes());
+          return absl::OkStatus();
+        });
+        // The last reference goes before the answer (unless a running call
+        // still holds the filter): a client told the bytes are freed can
+        // use them at once.
+        if (filter.ok()) filter->reset();
+        reactor->Done(ToGrpcStatus(status));
+      });
+  return absl::OkStatus();
+}
+
+absl::Status FilterServiceImpl::DoGetFilter(const v1::GetFilterRequest& req,
+                                            v1::GetFilterResponse* resp, CallReactor* reactor,
+                                            Next* next) {
+  if (absl::Status a =
+          Authorize(reactor->caller(), RpcMethod::kGetFilter, req.name(), reactor->ctx());
+      !a.ok()) {
+    return a;
+  }
+  if (absl::Status m = CheckMinPosition(req.min_log_position(), next);
+      !m.ok() || next->min_position != 0) {
+    return m;
+  }
+  const uint64_t position = AppliedPosition();
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = FindFilter(req.name());
+  if (!filter.ok()) return filter.status();
+  FillFilterInfo(req.name(), **filter, persistence_->Record(req.name(), **filter),
+                 resp->mutable_filter());
+  resp->set_log_position(position);
+  return absl::OkStatus();
+}
+
+absl::Status FilterServiceImpl::DoListFilters(const v1::ListFiltersRequest& req,
+                                              v1::ListFiltersResponse* resp, CallReactor* reactor,
+                                              Next* next) {
+  if (absl::Status m = CheckMinPosition(req.min_log_position(), next);
+      !m.ok() || next->min_position != 0) {
+    return m;
+  }
+  const uint64_t position = AppliedPosition();
+  // Only the filters the caller may read: the others' names are not its
+  // business.
+  const Caller& caller = reactor->caller();
+  for (const auto& [name, filter] : registry_->List()) {
+    if (!caller.Allows(Access::kRead, name)) continue;
+    FillFilterInfo(name, *filter, persistence_->Record(name, *filter), resp->add_filters());
+  }
+  resp->set_log_position(position);
+  return absl::OkStatus();
+}
+
+absl::Status FilterServiceImpl::DoGetServerInfo(v1::GetServerInfoResponse* resp) {
+  resp->set_version(kVersion);
+  resp->set_max_batch_keys(limits_.max_batch_keys);
+  resp->set_max_key_bytes(limits_.max_key_bytes);
+  resp->set_max_message_bytes(limits_.max_message_bytes);
+  resp->set_max_filters(registry_->limits().max_filters);
+  resp->set_memory_budget_bytes(registry_->limits().memory_budget_bytes);
+  resp->set_memory_used_bytes(registry_->memory_bytes());
+  resp->set_filters(static_cast<uint32_t>(registry_->size()));
+  resp->set_data_dir(persistence_->data_dir());
+  SetDuration(snapshot_interval_, resp->mutable_snapshot_interval());
+  if (const Wal* wal = persistence_->wal(); wal != nullptr) {
+    resp->set_durability(std::string(DurabilityName(wal->options().durability)));
+    SetDuration(wal->options().sync_interval, resp->mutable_wal_sync_interval());
+  }
+  resp->set_mode(cluster_ != nullptr ? "cluster" : "single");
+  resp->set_applied_log_position(AppliedPosition());
+  SetDuration(limits_.dedup_window, resp->mutable_dedup_window());
+  if (cluster_ != nullptr) {
+    const ClusterStatus st = cluster_->Status();
+    v1::ClusterInfo* c = resp->mutable_cluster();
+    c->set_replica_id(st.replica_id);
+    c->set_nats_status(st.nats_status);
+    c->set_nats_server(st.nats_server);
+    c->set_stream(st.stream);
+    c->set_stream_replicas(st.stream_replicas);
+    c->set_stream_last_position(st.stream_last);
+    c->set_stream_first_position(st.stream_first);
+    c->set_lag(st.lag);
+    c->set_log_identity(st.identity);
+    c->set_problem(st.problem);
+    // Acknowledged in the stream, so durable on its replicas.
+    resp->set_durability("cluster");
+  }
+  return absl::OkStatus();
+}
+
+void FilterServiceImpl::ServeSnapshot(CallReactor* reactor, const v1::SnapshotRequest& req,
+                                      v1::SnapshotResponse* resp) {
+  if (absl::Status a =
+          Authorize(reactor->caller(), RpcMethod::kSnapshot, req.filter(), reactor->ctx());
+      !a.ok()) {
+    reactor->Done(ToGrpcStatus(a));
+    return;
+  }
+  reactor->MarkAudited(req.filter());
+  if (!req.filter().empty()) {
+    // As in DropFilter: unknown names never take a place in the queue.
+    if (absl::StatusOr<std::shared_ptr<CuckooFilter>> f = FindFilter(req.filter()); !f.ok()) {
+      reactor->Done(ToGrpcStatus(f.status()));
+      return;
+    }
+  }
+  // The call keeps resp alive until it is answered.
+  persistence_->SnapshotAsync(req.filter(), req.changed_only(),
+                              [reactor, resp](absl::StatusOr<SnapshotRun> run) {
+                                reactor->Done(ToGrpcStatus(Guarded([&]() -> absl::Status {
+                                  if (!run.ok()) return run.status();
+                                  for (const auto& [name, w] : run->written) {
+                                    v1::SnapshotFile* f = resp->add_files();
+                                    f->set_filter(name);
+                                    f->set_path(w.path);
+                                    f->set_bytes(w.bytes);
+                                    f->set_items(w.items);
+                                    SetTimestamp(w.taken, f->mutable_time());
+                                    SetDuration(w.duration, f->mutable_duration());
+                                  }
+                                  for (const std::string& name : run->unchanged)
+                                    resp->add_unchanged(name);
+                                  resp->set_bytes(run->bytes);
+                                  SetDuration(run->duration, resp->mutable_duration());
+                                  return absl::OkStatus();
+                                })));
+                              });
+}
+
+}  // namespace cuckoo::server

@@ -1,0 +1,503 @@
+// Loading the data directory at start-up: the snapshots (bad ones to
+// quarantine/), then the write-ahead log's replay, or a cluster replica's
+// checkpoint.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "base/units.h"
+#include "server/storage/persistence.h"
+#include "server/storage/persistence_internal.h"
+#include "server/wal/wal_apply.h"
+#include "spdlog/spdlog.h"
+
+namespace cuckoo::server {
+namespace fs = std::filesystem;
+using persistence_internal::Ms;
+
+absl::Status Persistence::Quarantine(const std::string& path, const absl::Status& why) {
+  absl::StatusOr<std::string> target = MoveToQuarantine(path, why);
+  if (!target.ok()) return target.status();
+  spdlog::error("bad snapshot not loaded, moved to {}: {}", *target, std::string(why.message()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Persistence::MoveToQuarantine(const std::string& path,
+                                                          const absl::Status& why) {
+  const fs::path dir = fs::path(data_dir_) / kQuarantineDir;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const std::string stamp = absl::FormatTime("%Y%m%dT%H%M%SZ", absl::Now(), absl::UTCTimeZone());
+  fs::path target = dir / absl::StrCat(fs::path(path).filename().string(), ".", stamp);
+  auto taken = [](const fs::path& p) {
+    std::error_code ignored;
+    return fs::symlink_status(p, ignored).type() != fs::file_type::not_found;
+  };
+  for (int i = 1; taken(target); ++i) {
+    target = dir / absl::StrCat(fs::path(path).filename().string(), ".", stamp, ".", i);
+  }
+  if (!ec) fs::rename(path, target, ec);
+  if (!ec) {
+    if (absl::Status s = SyncSnapshotDirectory(data_dir_); !s.ok()) {
+      ec = std::make_error_code(std::errc::io_error);
+    }
+  }
+  if (ec) {
+    // Left in place, a later snapshot of a new filter of this name would
+    // overwrite it: refuse to start instead.
+    return absl::InternalError(absl::StrFormat(
+        "snapshot %s (%s) could not be moved to %s: %s; move it out of the data directory "
+        "(or fix the permissions) and start again",
+        path, why.message(), target.string(), ec.message()));
+  }
+  return target.string();
+}
+
+namespace {
+
+// The snapshot files in `data_dir`, sorted. What a stop left there is
+// removed on the way (the private files of exports, imports and Redis
+// dumps, unfinished snapshots), and any other file that is not the
+// server's is named in a warning.
+absl::StatusOr<std::vector<fs::path>> SnapshotFiles(const std::string& data_dir) {
+  std::error_code ec;
+  std::vector<fs::path> snapshots;
+  for (fs::directory_iterator it(data_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::path& p = it->path();
+    const std::string file = p.filename().string();
+    if (file == kExportDir || file == kImportDir || file == kRedisDumpDir) {
+      // The private copies of exports and imports that were running when
+      // the process stopped: nothing in them is needed any more (an import
+      // is in the data directory only once its own snapshot file is).
+      std::error_code ignored;
+      if (fs::recursive_directory_iterator(p, ignored) != fs::recursive_directory_iterator() &&
+          !ignored) {
+        spdlog::warn(
+            "removing {}: the private files of exports, imports or Redis dumps cut short "
+            "by a stop",
+            p.string());
+      }
+      fs::remove_all(p, ec);
+      ec.clear();
+      continue;
+    }
+    if (file.starts_with(".") && absl::EndsWith(file, kSnapshotTempSuffix)) {
+      // A write that never finished (a crash): the snapshot it was to
+      // replace, if any, is intact.
+      fs::remove(p, ec);
+      spdlog::warn("removed {}: an unfinished snapshot left by a crash or kill during a write",
+                   p.string());
+      ec.clear();
+      continue;
+    }
+    if (absl::EndsWith(file, kSnapshotSuffix)) {
+      snapshots.push_back(p);
+    } else if (file != kQuarantineDir && file != kLockFile && file != kWalDir &&
+               file != kCheckpointFile && file != kRequestWindowFile &&
+               file != std::string(kRequestWindowFile) + ".tmp") {
+      spdlog::warn("ignoring {}: not a snapshot (*{})", p.string(), std::string(kSnapshotSuffix));
+    }
+  }
+  if (ec) {
+    return absl::InternalError(
+        absl::StrFormat("cannot read data directory %s: %s", data_dir, ec.message()));
+  }
+  std::sort(snapshots.begin(), snapshots.end());
+  return snapshots;
+}
+
+}  // namespace
+
+absl::StatusOr<LoadSummary> Persistence::LoadAll() {
+  const absl::Time start = absl::Now();
+  if (lock_fd_ < 0) {
+    const std::string lock_path = (fs::path(data_dir_) / kLockFile).string();
+    int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      return absl::InternalError(
+          absl::StrFormat("cannot open %s: %s", lock_path,
+                          std::error_code(errno, std::generic_category()).message()));
+    }
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      ::close(fd);
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "data directory %s is in use by another cuckood (%s is locked); give each server its "
+          "own --data-dir",
+          data_dir_, lock_path));
+    }
+    lock_fd_ = fd;
+  }
+  LoadSummary summary;
+  std::error_code ec;
+  absl::StatusOr<std::vector<fs::path>> snapshots = SnapshotFiles(data_dir_);
+  if (!snapshots.ok()) return snapshots.status();
+  for (const fs::path& p : *snapshots) {
+    const std::string path = p.string();
+    const std::string file = p.filename().string();
+    const std::string name = file.substr(0, file.size() - kSnapshotSuffix.size());
+    if (absl::Status s = FilterRegistry::ValidateName(name); !s.ok()) {
+      if (absl::Status q = Quarantine(
+              path, absl::DataLossError(absl::StrCat(
+                        path, ": the file name is not <filter name>.cuckoo: ", s.message())));
+          !q.ok()) {
+        return q;
+      }
+      ++summary.quarantined;
+      continue;
+    }
+    const absl::Time t0 = absl::Now();
+    absl::StatusOr<LoadedSnapshot> loaded =
+        ReadSnapshotFile(path, name, [&](const SnapshotHeader& h) {
+          // What the filter's creation was admitted for: the tables it grew
+          // since are charged whatever the budget (FilterRegistry::Add).
+          absl::Status room = registry_->CheckRoom(name, CuckooFilter::MemoryBytes(h.shape));
+          if (room.ok()) return room;
+          return absl::Status(room.code(),
+                              absl::StrCat(path, ": ", room.message(),
+                                           "; raise --memory-budget / --max-filters, or move the "
+                                           "file out of the data directory"));
+        });
+    if (!loaded.ok()) {
+      if (absl::IsDataLoss(loaded.status())) {
+        if (absl::Status q = Quarantine(path, loaded.status()); !q.ok()) return q;
+        ++summary.quarantined;
+        continue;
+      }
+      return loaded.status();
+    }
+    const uint64_t memory = loaded->filter->memory_bytes();
+    absl::StatusOr<std::shared_ptr<CuckooFilter>> added =
+        registry_->Add(name, std::move(loaded->filter));
+    if (!added.ok()) {
+      return absl::Status(added.status().code(),
+                          absl::StrCat(path, ": ", added.status().message()));
+    }
+    SetRecord(name, *added,
+              {.exists = true,
+               .time = loaded->header.taken,
+               .bytes = loaded->header.file_bytes,
+               .changes = (*added)->changes(),
+               .filter_id = loaded->filter_id,
+               .min_position = loaded->min_position},
+              // Before the log's replay: the file's own positions.
+              (*added)->ShardPositions());
+    const absl::Duration took = absl::Now() - t0;
+    spdlog::info(
+        "loaded filter {} from {}: {} items, {} on disk, {} in memory, in {} ({:.2f} GB/s)", name,
+        path, loaded->items, FormatByteSize(loaded->header.file_bytes), FormatByteSize(memory),
+        Ms(took), loaded->header.file_bytes / 1e9 / std::max(1e-9, absl::ToDoubleSeconds(took)));
+    ++summary.loaded;
+    summary.items += loaded->items;
+    summary.bytes += loaded->header.file_bytes;
+  }
+  if (external_log_ != nullptr) {
+    if (absl::Status s = ReadCheckpoint(&summary); !s.ok()) return s;
+  } else {
+    if (fs::exists(fs::path(data_dir_) / kCheckpointFile, ec)) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "data directory %s belongs to a cluster replica (it holds %s): start cuckood with "
+          "--nats, or give this single node its own --data-dir",
+          data_dir_, kCheckpointFile));
+    }
+    if (absl::Status s = ReplayAndOpenLog(&summary); !s.ok()) return s;
+  }
+  for (const auto& [name, filter] : registry_->List()) {
+    ++summary.served;
+    summary.served_items += filter->items();
+  }
+  summary.duration = absl::Now() - start;
+  return summary;
+}
+
+absl::Status Persistence::ReadCheckpoint(LoadSummary* summary) {
+  std::error_code ec;
+  const fs::path wal = fs::path(data_dir_) / kWalDir;
+  for (fs::directory_iterator it(wal, ec), end; !ec && it != end; it.increment(ec)) {
+    if (absl::EndsWith(it->path().filename().string(), kWalSegmentSuffix)) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "data directory %s holds a single node's write-ahead log (%s): a cluster replica "
+          "starts from an empty data directory (it replays the stream) or from another "
+          "replica's; start this one without --nats, or give the replica its own --data-dir",
+          data_dir_, it->path().string()));
+    }
+  }
+  const std::string path = (fs::path(data_dir_) / kCheckpointFile).string();
+  std::FILE* f = std::fopen(path.c_str(), "re");
+  if (f == nullptr) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return absl::InternalError(absl::StrFormat(
+        "cannot read %s: %s", path, std::error_code(errno, std::generic_category()).message()));
+  }
+  char identity[512] = {0};
+  unsigned long long resume = 0;
+  const int got = std::fscanf(f, "cuckood cluster checkpoint v1 identity %511s resume_from %llu",
+                              identity, &resume);
+  std::fclose(f);
+  if (got != 2 || resume == 0) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s is not a cuckood checkpoint (\"cuckood cluster checkpoint v1 identity <log> "
+        "resume_from <position>\"): remove it to replay the whole stream",
+        path));
+  }
+  summary->log_identity = identity;
+  summary->resume_from = resume;
+  MutexLock lock(&file_mu_);
+  checkpoint_ = resume;
+  return absl::OkStatus();
+}
+
+absl::Status Persistence::ReplayAndOpenLog(LoadSummary* summary) {
+  WalOptions wal_options = options_.wal;
+  wal_options.dir = (fs::path(data_dir_) / kWalDir).string();
+  Env* env = wal_options.env != nullptr ? wal_options.env : PosixEnv();
+  // The filters the log writes to, by id; stable addresses for the applier.
+  using Live = WalApplier::Target;
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Live>> live;
+  auto add_live = [&](uint64_t id, std::string name, std::shared_ptr<CuckooFilter> filter) {
+    live[id] = std::make_unique<Live>(Live{std::move(filter), std::move(name)});
+  };
+  // The filters loaded from snapshot files: a drop the log replays moves
+  // their file to quarantine/ instead of deleting it.
+  absl::flat_hash_set<const CuckooFilter*> from_file;
+  // Appending goes on past every position a snapshot holds.
+  uint64_t at_least = 1;
+  for (auto& [name, filter] : registry_->List()) {
+    from_file.insert(filter.get());
+    const uint64_t id = filter->id();
+    if (id != 0) add_live(id, name, filter);
+    at_least = std::max(at_least, id + 1);
+    for (uint64_t p : filter->ShardPositions()) at_least = std::max(at_least, p + 1);
+  }
+  // The request ids saved before the log was last truncated; the log's
+  // request records come on top of them.
+  if (absl::Status s = LoadRequestWindow(); !s.ok()) return s;
+  // A request's results, as its records are read (a batch's may take more
+  // than one).
+  absl::flat_hash_map<std::string, RequestWindow::Outcome> results_read;
+  const absl::Time t0 = absl::Now();
+  bool removed_files = false;
+  // Shard writes are applied by these workers while this thread reads the
+  // log; creations and drops here. A drop first waits for the writes queued
+  // before it (drops are rare), so that the dropped filter's memory is
+  // given back before the log creates more.
+  WalApplier applier(std::max(2u, std::thread::hardware_concurrency()));
+  uint64_t writes_applied = 0;
+  absl::StatusOr<WalScan> scan =
+      ScanWal(env, wal_options.dir, [&](const WalRecord& r) -> absl::Status {
+        switch (r.type) {
+          case WalRecordType::kCreateFilter: {
+            if (live.contains(r.lsn)) return absl::OkStatus();  // Loaded from its snapshot.
+            absl::StatusOr<std::shared_ptr<CuckooFilter>> existing = registry_->Get(r.name);
+            if (existing.ok()) {
+              const uint64_t id = (*existing)->id();
+              if (id == 0) {
+                // A snapshot that records no id: a version-1 file (its
+                // positions are 0), or an imported filter's, which ImportNow
+                // writes before the log creates the filter, with every
+                // shard's position set to the log's last lsn then. A
+                // creation at or before that is of an earlier filter of the
+                // name, dropped before the import.
+                const std::vector<uint64_t> positions = (*existing)->ShardPositions();
+                if (!positions.empty() &&
+                    r.lsn <= *std::max_element(positions.begin(), positions.end())) {
+                  return absl::OkStatus();
+                }
+                // The record that gave the filter its id: from here the log
+                // holds its writes.
+                (*existing)->set_id(r.lsn);
+                add_live(r.lsn, r.name, *existing);
+                ++summary->log_applied;
+                return absl::OkStatus();
+              }
+              // An earlier filter of this name, dropped before the one
+              // whose snapshot was loaded was created.
+              if (id > r.lsn) return absl::OkStatus();
+              return absl::DataLossError(absl::StrFormat(
+                  "the write-ahead log creates filter \"%s\" at lsn %u, but the filter of that "
+                  "name created at lsn %u (loaded from %s) was never dropped: the log in %s and "
+                  "the snapshots do not belong together",
+                  r.name, r.lsn, id, SnapshotPath(data_dir_, r.name), wal_options.dir));
+            }
+            if (absl::Status room =
+                    registry_->CheckRoom(r.name, CuckooFilter::MemoryBytes(r.shape));
+                !room.ok()) {
+              return absl::Status(room.code(),
+                                  absl::StrCat("replaying the write-ahead log (filter \"", r.name,
+                                               "\" created at lsn ", r.lsn, "): ", room.message(),
+                                               "; raise --memory-budget / --max-filters"));
+            }
+            absl::StatusOr<std::unique_ptr<CuckooFilter>> f = CuckooFilter::FromShape(r.shape);
+            if (!f.ok()) return f.status();
+            (*f)->set_id(r.lsn);
+            absl::StatusOr<std::shared_ptr<CuckooFilter>> added =
+                registry_->Add(r.name, *std::move(f));
+            if (!added.ok()) return added.status();
+            add_live(r.lsn, r.name, *added);
+            ++summary->log_applied;
+            return absl::OkStatus();
+          }
+          case WalRecordType::kDropFilter: {
+            auto it = live.find(r.filter_id);
+            if (it == live.end()) return absl::OkStatus();
+            if (absl::Status s = applier.Drain(&writes_applied); !s.ok()) return s;
+            const Live& dropped = *it->second;
+            (void)registry_->Drop(dropped.name, dropped.filter.get());
+            {
+              MutexLock lock(&records_mu_);
+              records_.erase(dropped.name);
+            }
+            if (from_file.contains(dropped.filter.get())) {
+              // A file the log's history does not account for: copied back
+              // after the drop (a restore: cuckooctl import is the way), or
+              // a drop whose file removal a crash cut short. Never deleted
+              // without a word: moved to quarantine/.
+              const std::vector<uint64_t> positions = dropped.filter->ShardPositions();
+              const uint64_t at =
+                  positions.empty() ? 0 : *std::max_element(positions.begin(), positions.end());
+              const std::string path = SnapshotPath(data_dir_, dropped.name);
+              absl::StatusOr<std::string> moved = MoveToQuarantine(
+                  path, absl::FailedPreconditionError(absl::StrFormat(
+                            "the write-ahead log drops filter \"%s\" at log position %u",
+                            dropped.name, r.lsn)));
+              if (!moved.ok()) return moved.status();
+              spdlog::warn(
+                  "snapshot {} of filter {} (log position {}) is dropped by the write-ahead log "
+                  "at log position {}: not served, moved to {} (to restore a filter, use "
+                  "cuckooctl import)",
+                  path, dropped.name, at, r.lsn, *moved);
+              ++summary->dropped_by_log;
+            } else {
+              ::unlink(SnapshotPath(data_dir_, dropped.name).c_str());  // None expected.
+            }
+            removed_files = true;
+            from_file.erase(dropped.filter.get());  // Its address may be reused.
+            live.erase(it);
+            ++summary->log_applied;
+            return absl::OkStatus();
+          }
+          case WalRecordType::kInsert:
+          case WalRecordType::kDelete: {
+            auto it = live.find(r.filter_id);
+            if (it == live.end()) return absl::OkStatus();  // Of a filter dropped since.
+            applier.Apply(it->second.get(), r);
+            return absl::OkStatus();
+          }
+          case WalRecordType::kRequestStart:
+            if (request_window_ != nullptr) {
+              request_window_->RestoreInDoubt(r.request.key, r.request.time);
+            }
+            return absl::OkStatus();
+          case WalRecordType::kRequestResults: {
+            if (request_window_ == nullptr) return absl::OkStatus();
+            const WalRequest& q = r.request;
+            RequestWindow::Outcome& o = results_read[q.key];
+            if (q.offset == 0) o = {.position = 0, .results = {}};
+            if (o.results.size() != q.offset) {  // Not a chunk of the one being read.
+              results_read.erase(q.key);
+              return absl::OkStatus();
+            }
+            o.results.insert(o.results.end(), q.results.begin(), q.results.end());
+            if (o.results.size() == q.keys) {
+              o.position = r.lsn;  // The answer's position: the last results record.
+              request_window_->RestoreDone(q.key, q.time, std::move(o));
+              results_read.erase(q.key);
+            }
+            return absl::OkStatus();
+          }
+        }
+        return absl::OkStatus();
+      });
+  const absl::Status applied = applier.Drain(&writes_applied);
+  summary->log_applied += writes_applied;
+  if (!scan.ok()) return scan.status();
+  if (!applied.ok()) return applied;
+  if (removed_files) {
+    if (absl::Status s = SyncSnapshotDirectory(data_dir_, options_.wal.env); !s.ok()) return s;
+  }
+  if (!scan->cut.empty()) {
+    spdlog::warn(
+        "write-ahead log: cut off a write torn by a crash at {} (what followed had not been made "
+        "durable when the process or machine stopped)",
+        scan->cut);
+  }
+  if (!scan->closed_ignored.empty()) {
+    spdlog::warn(
+        "write-ahead log: the clean-close file {} does not match the log ({}): its end was "
+        "checked by reading its files whole",
+        scan->closed_file, scan->closed_ignored);
+  }
+  summary->log_records = scan->records;
+  summary->log_bytes = scan->bytes;
+  summary->log_duration = absl::Now() - t0;
+  if (scan->records > 0) {
+    spdlog::info("replayed the write-ahead log: {} records ({} applied), {} in {} (read {}{})",
+                 scan->records, summary->log_applied, FormatByteSize(scan->bytes),
+                 Ms(summary->log_duration), FormatByteSize(scan->read_bytes),
+                 scan->closed_cleanly ? ", closed cleanly" : "");
+  }
+  absl::StatusOr<std::unique_ptr<Wal>> wal = Wal::Open(wal_options, *scan, at_least);
+  if (!wal.ok()) return wal.status();
+  wal_ = *std::move(wal);
+  wal_published_.store(wal_.get(), std::memory_order_release);
+  // Filters loaded from version-1 snapshots (written before the log
+  // existed) get an id now: a create record, which a replay before their
+  // next snapshot adopts them by (above). They count as not snapshotted, so
+  // that the next snapshot writes them in the current format.
+  for (auto& [name, filter] : registry_->List()) {
+    if (filter->id() != 0) continue;
+    const uint64_t lsn = wal_->AppendCreateFilter(name, filter->shape());
+    filter->set_id(lsn);
+    if (absl::Status s = wal_->SyncTo(lsn); !s.ok()) return s;
+    SetRecord(name, filter, {});
+    spdlog::info(
+        "filter {} was loaded from a version-1 snapshot; from now on its writes are logged", name);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Persistence::LoadRequestWindow() {
+  const std::string path = (fs::path(data_dir_) / kRequestWindowFile).string();
+  ::unlink((path + ".tmp").c_str());  // A save a crash cut short.
+  if (request_window_ == nullptr) return absl::OkStatus();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return absl::OkStatus();
+  std::string bytes;
+  {
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (f == nullptr) {
+      return absl::InternalError(absl::StrFormat(
+          "cannot open %s: %s", path, std::error_code(errno, std::generic_category()).message()));
+    }
+    char buf[1 << 16];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) bytes.append(buf, n);
+    const bool failed = std::ferror(f) != 0;
+    std::fclose(f);
+    if (failed) return absl::InternalError(absl::StrCat("cannot read ", path));
+  }
+  absl::StatusOr<std::vector<RequestWindow::Saved>> saved = RequestWindow::Decode(bytes, path);
+  if (!saved.ok()) return saved.status();
+  for (RequestWindow::Saved& e : *saved) {
+    if (e.in_doubt) {
+      request_window_->RestoreInDoubt(e.key, e.time);
+    } else {
+      request_window_->RestoreDone(e.key, e.time, std::move(e.outcome));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cuckoo::server
