@@ -87,11 +87,13 @@
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "server/observability/logging.h"
 #include "server/service/filter_service.h"
+#include "server/service/filter_service_internal.h"
 #include "server/service/status.h"
 #include "spdlog/spdlog.h"
 
 namespace cuckoo::server {
 namespace fs = std::filesystem;
+using filter_service_internal::ShuttingDown;
 
 namespace {
 
@@ -145,11 +147,6 @@ absl::Status SystemError(absl::string_view what, const std::string& path, int er
       "%s %s: %s", what, path, std::error_code(err, std::generic_category()).message());
   if (err == ENOSPC || err == EDQUOT) return absl::ResourceExhaustedError(message);
   return absl::InternalError(message);
-}
-
-absl::Status ShuttingDown() {
-  return absl::UnavailableError(
-      "cuckood is shutting down; retry against another replica or after the restart");
 }
 
 // The idle check of ExportFilter and ImportFilter, run by the sweeper
