@@ -14,6 +14,25 @@ function(cuckoo_enable_sanitizers kind)
   add_link_options(${flags})
 endfunction()
 
+# cuckoo_use_fast_linker(): links with LLVM's lld when the compiler can
+# (Debian's lld, scripts/install-deps.sh), else with the system's default.
+# GNU ld takes most of a sanitizer build's link time: the ASan build's 60
+# test binaries linked in 168 s of CPU with it. -DCUCKOO_LINKER=default
+# keeps the default linker.
+set(CUCKOO_LINKER "lld" CACHE STRING "Linker: 'lld' when the compiler can use it, or 'default'")
+function(cuckoo_use_fast_linker)
+  if(CUCKOO_LINKER STREQUAL "default")
+    return()
+  elseif(NOT CUCKOO_LINKER STREQUAL "lld")
+    message(FATAL_ERROR "CUCKOO_LINKER must be 'lld' or 'default', not '${CUCKOO_LINKER}'")
+  endif()
+  include(CheckLinkerFlag)
+  check_linker_flag(CXX -fuse-ld=lld CUCKOO_HAVE_LLD)
+  if(CUCKOO_HAVE_LLD)
+    add_link_options(-fuse-ld=lld)
+  endif()
+endfunction()
+
 # cuckoo_warnings: the warning flags of the project's own targets (core,
 # server, client, bench, tests), which link it PRIVATE; never third-party or
 # generated code (cuckoo_proto: protoc's output may warn). Warnings are

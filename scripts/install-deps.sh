@@ -16,6 +16,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
+  lld   # the linker the build uses when it is there (cmake/CuckooHelpers.cmake)
   libabsl-dev libxxhash-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libboost-dev prometheus-cpp-dev

@@ -95,7 +95,9 @@ namespace cuckoo::server {
 namespace fs = std::filesystem;
 using filter_service_internal::ShuttingDown;
 
-namespace {
+// In a named namespace, not an anonymous one: the reactors below, classes
+// with external linkage, hold one (g++'s -Wsubobject-linkage).
+namespace filter_service_internal {
 
 // An admin call's audit line, logged with its outcome when it ends.
 struct AuditedCall {
@@ -112,6 +114,12 @@ struct AuditedCall {
   std::string peer;
   std::string filter;  // ImportFilter: the name its first chunk gave
 };
+
+}  // namespace filter_service_internal
+
+using filter_service_internal::AuditedCall;
+
+namespace {
 
 // What a chunk costs beyond its data: the first chunk's metadata (a
 // FilterInfo with a name of at most 128 bytes, a few numbers) and framing.
