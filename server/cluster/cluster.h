@@ -171,6 +171,28 @@ class Cluster final : public ExternalLog {
   void Maintain();
   // One round of Maintain's NATS work: the stream, the consumer.
   void MaintainStream();
+  // The stream's state as MaintainStream reads it.
+  struct StreamState {
+    uint64_t first = 0;
+    uint64_t last = 0;
+    uint64_t msgs = 0;
+    uint32_t replicas = 0;
+    std::string identity;  // "<stream>@<creation time>"
+  };
+  // Reads the stream's state, creating the stream when there is none. False
+  // when it cannot be known now.
+  bool ReadStream(StreamState* state);
+  // The replicas of a stream this replica creates: --nats-replicas,
+  // or 3 when the connection knows 3 NATS servers or more, else 1.
+  uint32_t StreamReplicasToCreate();
+  // Takes `state` as what is known of the stream. False (the problem set)
+  // when the stream is not the log this data directory's snapshots follow.
+  bool TakeStreamState(const StreamState& state);
+  // Copies a peer replica (at most every 5 s): this replica needs entries
+  // from `needed` that the stream no longer holds (`gone`), or is new.
+  void StartBootstrap(const StreamState& state, uint64_t needed, bool gone);
+  // Consumes the stream from position `needed`.
+  void Consume(const StreamState& state, uint64_t needed);
   void Complete();
   // Applies one entry at `position`; fills `out`.
   void ApplyEntry(const LogEntry& e, uint64_t position, WriteResult* out);

@@ -90,21 +90,44 @@ void Cluster::MaintainStream() {
   // Read before the stream's state: every entry applied by then is in the
   // state the stream reports.
   const uint64_t applied = applied_.load(std::memory_order_acquire);
+  StreamState state;
+  if (!ReadStream(&state) || !TakeStreamState(state)) return;
+  MaintainReplicas(state.identity, state.first, state.last);
+  // The stream's state can lag what its consumers were already given (seen
+  // here under load: 4 entries behind for a moment), so only a stream that
+  // stays behind this replica, check after check, lost entries.
+  stream_behind_checks_ = applied > state.last ? stream_behind_checks_ + 1 : 0;
+  if (stream_behind_checks_ >= 6) {
+    SetProblem(absl::StrFormat(
+        "this replica has applied up to position %u, but the stream %s ends at %u: the stream "
+        "lost entries (restored from an older backup?); start this replica with an empty "
+        "--data-dir to rebuild it from the stream",
+        applied, options_.stream, state.last));
+    return;
+  }
+  if (impl_->sub != nullptr || bootstrapping_.load(std::memory_order_acquire)) return;
+  if (bootstrap_.joinable()) bootstrap_.join();  // A bootstrap that ended.
+  const uint64_t needed = applied + 1;
+  const bool gone =
+      (state.msgs > 0 && needed < state.first) || (state.msgs == 0 && needed <= state.last);
+  // A new, empty replica copies a peer rather than replaying the whole
+  // stream (once: if no peer can be copied, it replays).
+  const bool fresh =
+      needed == 1 && state.last > 0 && !tried_new_replica_bootstrap_ && registry_->List().empty();
+  if (gone || fresh) {
+    StartBootstrap(state, needed, gone);
+    return;
+  }
+  Consume(state, needed);
+}
+
+bool Cluster::ReadStream(StreamState* state) {
   jsStreamInfo* si = nullptr;
   jsErrCode jerr = static_cast<jsErrCode>(0);
   natsStatus s = js_GetStreamInfo(&si, impl_->js, options_.stream.c_str(), nullptr, &jerr);
   if (s == NATS_NOT_FOUND || jerr == JSStreamNotFoundErr) {
     // This replica creates the log.
-    uint32_t replicas = options_.stream_replicas;
-    if (replicas == 0) {
-      char** servers = nullptr;
-      int count = 0;
-      if (natsConnection_GetServers(impl_->nc, &servers, &count) == NATS_OK) {
-        for (int i = 0; i < count; ++i) free(servers[i]);
-        free(servers);
-      }
-      replicas = count >= 3 ? 3 : 1;
-    }
+    const uint32_t replicas = StreamReplicasToCreate();
     jsStreamConfig cfg;
     jsStreamConfig_Init(&cfg);
     cfg.Name = options_.stream.c_str();
@@ -121,7 +144,7 @@ void Cluster::MaintainStream() {
     if (s != NATS_OK) {
       SetProblem(absl::StrFormat("cannot create the stream %s (replicas %u): %s", options_.stream,
                                  replicas, NatsError(s, jerr)));
-      return;
+      return false;
     }
     spdlog::info(
         "cluster: created stream {} (subject {}, file storage, {} replicas, duplicate "
@@ -130,82 +153,76 @@ void Cluster::MaintainStream() {
   } else if (s != NATS_OK) {
     // No JetStream leader just now, a timeout: keep what we know.
     spdlog::debug("cluster: stream info: {}", NatsError(s, jerr));
-    return;
+    return false;
   }
+  state->first = si->State.FirstSeq;
+  state->last = si->State.LastSeq;
+  state->msgs = si->State.Msgs;
+  state->identity = absl::StrCat(options_.stream, "@", si->Created);
+  state->replicas = si->Config != nullptr ? static_cast<uint32_t>(si->Config->Replicas) : 0;
+  jsStreamInfo_Destroy(si);
+  return true;
+}
+
+uint32_t Cluster::StreamReplicasToCreate() {
+  if (options_.stream_replicas != 0) return options_.stream_replicas;
+  char** servers = nullptr;
+  int count = 0;
+  if (natsConnection_GetServers(impl_->nc, &servers, &count) == NATS_OK) {
+    for (int i = 0; i < count; ++i) free(servers[i]);
+    free(servers);
+  }
+  return count >= 3 ? 3 : 1;
+}
+
+bool Cluster::TakeStreamState(const StreamState& state) {
+  std::string mismatch;
   {
     MutexLock lock(&mu_);
     // What kept the log out of reach has passed.
     if (absl::StartsWith(problem_, "cannot create the stream")) problem_.clear();
-  }
-  const uint64_t first = si->State.FirstSeq;
-  const uint64_t last = si->State.LastSeq;
-  const uint64_t msgs = si->State.Msgs;
-  const std::string identity = absl::StrCat(options_.stream, "@", si->Created);
-  const uint32_t replicas = si->Config != nullptr ? static_cast<uint32_t>(si->Config->Replicas) : 0;
-  jsStreamInfo_Destroy(si);
-  std::string mismatch;
-  {
-    MutexLock lock(&mu_);
-    stream_first_ = first;
-    stream_last_ = last;
-    stream_replicas_ = replicas;
-    identity_ = identity;
-    if (!expected_identity_.empty() && expected_identity_ != identity) {
+    stream_first_ = state.first;
+    stream_last_ = state.last;
+    stream_replicas_ = state.replicas;
+    identity_ = state.identity;
+    if (!expected_identity_.empty() && expected_identity_ != state.identity) {
       mismatch = absl::StrFormat(
           "this data directory's snapshots belong to the log %s, but the stream is now %s (it "
           "was deleted and created again): its positions mean nothing here; start this replica "
           "with an empty --data-dir to rebuild it from the stream",
-          expected_identity_, identity);
+          expected_identity_, state.identity);
     }
   }
-  if (!mismatch.empty()) {
-    SetProblem(mismatch);
-    return;
-  }
-  MaintainReplicas(identity, first, last);
-  // The stream's state can lag what its consumers were already given (seen
-  // here under load: 4 entries behind for a moment), so only a stream that
-  // stays behind this replica, check after check, lost entries.
-  stream_behind_checks_ = applied > last ? stream_behind_checks_ + 1 : 0;
-  if (stream_behind_checks_ >= 6) {
+  if (mismatch.empty()) return true;
+  SetProblem(mismatch);
+  return false;
+}
+
+void Cluster::StartBootstrap(const StreamState& state, uint64_t needed, bool gone) {
+  const absl::Time now = absl::Now();
+  if (now < next_bootstrap_) return;
+  next_bootstrap_ = now + absl::Seconds(5);
+  tried_new_replica_bootstrap_ = true;
+  if (gone) {
     SetProblem(absl::StrFormat(
-        "this replica has applied up to position %u, but the stream %s ends at %u: the stream "
-        "lost entries (restored from an older backup?); start this replica with an empty "
-        "--data-dir to rebuild it from the stream",
-        applied, options_.stream, last));
-    return;
+        "the stream %s starts at position %u, but this replica needs it from %u (it was away "
+        "longer than the stream keeps entries): bootstrapping from a peer replica",
+        options_.stream, state.first, needed));
   }
-  if (impl_->sub != nullptr || bootstrapping_.load(std::memory_order_acquire)) return;
-  if (bootstrap_.joinable()) bootstrap_.join();  // A bootstrap that ended.
-  const uint64_t needed = applied + 1;
-  const bool gone = (msgs > 0 && needed < first) || (msgs == 0 && needed <= last);
-  // A new, empty replica copies a peer rather than replaying the whole
-  // stream (once: if no peer can be copied, it replays).
-  const bool fresh =
-      needed == 1 && last > 0 && !tried_new_replica_bootstrap_ && registry_->List().empty();
-  if (gone || fresh) {
-    const absl::Time now = absl::Now();
-    if (now < next_bootstrap_) return;
-    next_bootstrap_ = now + absl::Seconds(5);
-    tried_new_replica_bootstrap_ = true;
-    if (gone) {
-      SetProblem(absl::StrFormat(
-          "the stream %s starts at position %u, but this replica needs it from %u (it was away "
-          "longer than the stream keeps entries): bootstrapping from a peer replica",
-          options_.stream, first, needed));
+  std::vector<ReplicaRecord> peers;
+  for (ReplicaRecord& r : ReadReplicas()) {
+    if (r.identity == state.identity && r.key != replica_key_ && !r.address.empty()) {
+      peers.push_back(std::move(r));
     }
-    std::vector<ReplicaRecord> peers;
-    for (ReplicaRecord& r : ReadReplicas()) {
-      if (r.identity == identity && r.key != replica_key_ && !r.address.empty()) {
-        peers.push_back(std::move(r));
-      }
-    }
-    bootstrapping_.store(true, std::memory_order_release);
-    bootstrap_ = std::thread([this, identity, gone, peers = std::move(peers)]() mutable {
-      Bootstrap(identity, std::move(peers), gone);
-    });
-    return;
   }
+  bootstrapping_.store(true, std::memory_order_release);
+  bootstrap_ =
+      std::thread([this, identity = state.identity, gone, peers = std::move(peers)]() mutable {
+        Bootstrap(identity, std::move(peers), gone);
+      });
+}
+
+void Cluster::Consume(const StreamState& state, uint64_t needed) {
   jsSubOptions so;
   jsSubOptions_Init(&so);
   so.Stream = options_.stream.c_str();
@@ -216,9 +233,9 @@ void Cluster::MaintainStream() {
   // heartbeats and made again from the next position.
   so.Config.Heartbeat = absl::ToInt64Nanoseconds(absl::Seconds(1));
   natsSubscription* sub = nullptr;
-  jerr = static_cast<jsErrCode>(0);
-  s = js_Subscribe(&sub, impl_->js, subject_.c_str(), OnMessageTrampoline, this, nullptr, &so,
-                   &jerr);
+  jsErrCode jerr = static_cast<jsErrCode>(0);
+  natsStatus s = js_Subscribe(&sub, impl_->js, subject_.c_str(), OnMessageTrampoline, this, nullptr,
+                              &so, &jerr);
   if (s != NATS_OK) {
     spdlog::warn("cluster: cannot consume the stream yet: {}", NatsError(s, jerr));
     return;
@@ -232,7 +249,7 @@ void Cluster::MaintainStream() {
     consuming_ = true;
   }
   spdlog::info("cluster: applying stream {} from position {} (it holds {} to {})", options_.stream,
-               needed, first, last);
+               needed, state.first, state.last);
 }
 
 void Cluster::MaintainReplicas(const std::string& identity, uint64_t first, uint64_t last) {

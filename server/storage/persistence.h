@@ -324,6 +324,13 @@ class Persistence {
   bool UntouchedSinceSnapshot(absl::string_view name, const CuckooFilter& filter) const;
   // Replays the log over the loaded snapshots and opens it for appending.
   absl::Status ReplayAndOpenLog(LoadSummary* summary);
+  // The replay's records (persistence_load.cc).
+  class LogReplay;
+  // Logs what the replay found: a torn end, a clean-close file that did not
+  // match, the records read.
+  static void LogReplayed(const WalScan& scan, const LoadSummary& summary);
+  // Gives the filters loaded from version-1 snapshots a create record.
+  absl::Status LogVersionOneFilters();
   // Deletes the log segments no filter needs any more (after snapshots),
   // first retrying the removal of dropped filters' files. Holds file_mu_.
   void TruncateLogLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(file_mu_);

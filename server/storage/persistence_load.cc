@@ -259,203 +259,259 @@ absl::Status Persistence::ReadCheckpoint(LoadSummary* summary) {
   return absl::OkStatus();
 }
 
+// Replays the write-ahead log's records over the filters loaded from
+// snapshot files: creations and drops on this thread, shard writes on the
+// applier's workers, request records into the request window.
+class Persistence::LogReplay {
+ public:
+  LogReplay(Persistence* persistence, LoadSummary* summary, std::string wal_dir)
+      : p_(*persistence),
+        summary_(*summary),
+        wal_dir_(std::move(wal_dir)),
+        applier_(std::max(2u, std::thread::hardware_concurrency())) {
+    for (auto& [name, filter] : p_.registry_->List()) {
+      from_file_.insert(filter.get());
+      const uint64_t id = filter->id();
+      if (id != 0) AddLive(id, name, filter);
+      at_least_ = std::max(at_least_, id + 1);
+      for (uint64_t pos : filter->ShardPositions()) at_least_ = std::max(at_least_, pos + 1);
+    }
+  }
+
+  absl::Status Apply(const WalRecord& r) {
+    switch (r.type) {
+      case WalRecordType::kCreateFilter:
+        return Create(r);
+      case WalRecordType::kDropFilter:
+        return Drop(r);
+      case WalRecordType::kInsert:
+      case WalRecordType::kDelete: {
+        auto it = live_.find(r.filter_id);
+        if (it == live_.end()) return absl::OkStatus();  // Of a filter dropped since.
+        applier_.Apply(it->second.get(), r);
+        return absl::OkStatus();
+      }
+      case WalRecordType::kRequestStart:
+        if (p_.request_window_ != nullptr) {
+          p_.request_window_->RestoreInDoubt(r.request.key, r.request.time);
+        }
+        return absl::OkStatus();
+      case WalRecordType::kRequestResults:
+        RequestResults(r);
+        return absl::OkStatus();
+    }
+    return absl::OkStatus();
+  }
+
+  // Waits for the shard writes still queued; counts them as applied.
+  absl::Status Drain() {
+    uint64_t writes_applied = 0;
+    const absl::Status applied = applier_.Drain(&writes_applied);
+    summary_.log_applied += writes_applied;
+    return applied;
+  }
+
+  // Appending goes on past every position a snapshot holds.
+  uint64_t at_least() const { return at_least_; }
+  // Whether a drop removed or moved a snapshot file (the directory needs a sync).
+  bool removed_files() const { return removed_files_; }
+
+ private:
+  using Live = WalApplier::Target;
+
+  void AddLive(uint64_t id, std::string name, std::shared_ptr<CuckooFilter> filter) {
+    live_[id] = std::make_unique<Live>(Live{std::move(filter), std::move(name)});
+  }
+
+  absl::Status Create(const WalRecord& r) {
+    if (live_.contains(r.lsn)) return absl::OkStatus();  // Loaded from its snapshot.
+    absl::StatusOr<std::shared_ptr<CuckooFilter>> existing = p_.registry_->Get(r.name);
+    if (existing.ok()) return CreateOverLoaded(r, *existing);
+    if (absl::Status room = p_.registry_->CheckRoom(r.name, CuckooFilter::MemoryBytes(r.shape));
+        !room.ok()) {
+      return absl::Status(
+          room.code(),
+          absl::StrCat("replaying the write-ahead log (filter \"", r.name, "\" created at lsn ",
+                       r.lsn, "): ", room.message(), "; raise --memory-budget / --max-filters"));
+    }
+    absl::StatusOr<std::unique_ptr<CuckooFilter>> f = CuckooFilter::FromShape(r.shape);
+    if (!f.ok()) return f.status();
+    (*f)->set_id(r.lsn);
+    absl::StatusOr<std::shared_ptr<CuckooFilter>> added = p_.registry_->Add(r.name, *std::move(f));
+    if (!added.ok()) return added.status();
+    AddLive(r.lsn, r.name, *added);
+    ++summary_.log_applied;
+    return absl::OkStatus();
+  }
+
+  // A creation of a name a snapshot file loaded.
+  absl::Status CreateOverLoaded(const WalRecord& r, const std::shared_ptr<CuckooFilter>& existing) {
+    const uint64_t id = existing->id();
+    if (id == 0) {
+      // A snapshot that records no id: a version-1 file (its
+      // positions are 0), or an imported filter's, which ImportNow
+      // writes before the log creates the filter, with every
+      // shard's position set to the log's last lsn then. A
+      // creation at or before that is of an earlier filter of the
+      // name, dropped before the import.
+      const std::vector<uint64_t> positions = existing->ShardPositions();
+      if (!positions.empty() && r.lsn <= *std::max_element(positions.begin(), positions.end())) {
+        return absl::OkStatus();
+      }
+      // The record that gave the filter its id: from here the log
+      // holds its writes.
+      existing->set_id(r.lsn);
+      AddLive(r.lsn, r.name, existing);
+      ++summary_.log_applied;
+      return absl::OkStatus();
+    }
+    // An earlier filter of this name, dropped before the one
+    // whose snapshot was loaded was created.
+    if (id > r.lsn) return absl::OkStatus();
+    return absl::DataLossError(absl::StrFormat(
+        "the write-ahead log creates filter \"%s\" at lsn %u, but the filter of that "
+        "name created at lsn %u (loaded from %s) was never dropped: the log in %s and "
+        "the snapshots do not belong together",
+        r.name, r.lsn, id, SnapshotPath(p_.data_dir_, r.name), wal_dir_));
+  }
+
+  absl::Status Drop(const WalRecord& r) {
+    auto it = live_.find(r.filter_id);
+    if (it == live_.end()) return absl::OkStatus();
+    // A drop first waits for the writes queued before it (drops are
+    // rare), so that the dropped filter's memory is given back before the
+    // log creates more.
+    if (absl::Status s = Drain(); !s.ok()) return s;
+    const Live& dropped = *it->second;
+    (void)p_.registry_->Drop(dropped.name, dropped.filter.get());
+    {
+      MutexLock lock(&p_.records_mu_);
+      p_.records_.erase(dropped.name);
+    }
+    if (from_file_.contains(dropped.filter.get())) {
+      if (absl::Status s = QuarantineDropped(dropped, r.lsn); !s.ok()) return s;
+    } else {
+      ::unlink(SnapshotPath(p_.data_dir_, dropped.name).c_str());  // None expected.
+    }
+    removed_files_ = true;
+    from_file_.erase(dropped.filter.get());  // Its address may be reused.
+    live_.erase(it);
+    ++summary_.log_applied;
+    return absl::OkStatus();
+  }
+
+  // A file the log's history does not account for: copied back after the
+  // drop (a restore: cuckooctl import is the way), or a drop whose file
+  // removal a crash cut short. Never deleted without a word: moved to
+  // quarantine/.
+  absl::Status QuarantineDropped(const Live& dropped, uint64_t lsn) {
+    const std::vector<uint64_t> positions = dropped.filter->ShardPositions();
+    const uint64_t at =
+        positions.empty() ? 0 : *std::max_element(positions.begin(), positions.end());
+    const std::string path = SnapshotPath(p_.data_dir_, dropped.name);
+    absl::StatusOr<std::string> moved = p_.MoveToQuarantine(
+        path,
+        absl::FailedPreconditionError(absl::StrFormat(
+            "the write-ahead log drops filter \"%s\" at log position %u", dropped.name, lsn)));
+    if (!moved.ok()) return moved.status();
+    spdlog::warn(
+        "snapshot {} of filter {} (log position {}) is dropped by the write-ahead log "
+        "at log position {}: not served, moved to {} (to restore a filter, use "
+        "cuckooctl import)",
+        path, dropped.name, at, lsn, *moved);
+    ++summary_.dropped_by_log;
+    return absl::OkStatus();
+  }
+
+  // A request's results, as its records are read (a batch's may take more
+  // than one).
+  void RequestResults(const WalRecord& r) {
+    if (p_.request_window_ == nullptr) return;
+    const WalRequest& q = r.request;
+    RequestWindow::Outcome& o = results_read_[q.key];
+    if (q.offset == 0) o = {.position = 0, .results = {}};
+    if (o.results.size() != q.offset) {  // Not a chunk of the one being read.
+      results_read_.erase(q.key);
+      return;
+    }
+    o.results.insert(o.results.end(), q.results.begin(), q.results.end());
+    if (o.results.size() == q.keys) {
+      o.position = r.lsn;  // The answer's position: the last results record.
+      p_.request_window_->RestoreDone(q.key, q.time, std::move(o));
+      results_read_.erase(q.key);
+    }
+  }
+
+  Persistence& p_;
+  LoadSummary& summary_;
+  const std::string wal_dir_;
+  // The filters the log writes to, by id; stable addresses for the applier.
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Live>> live_;
+  // The filters loaded from snapshot files: a drop the log replays moves
+  // their file to quarantine/ instead of deleting it.
+  absl::flat_hash_set<const CuckooFilter*> from_file_;
+  uint64_t at_least_ = 1;
+  absl::flat_hash_map<std::string, RequestWindow::Outcome> results_read_;
+  bool removed_files_ = false;
+  // Shard writes are applied by these workers while this thread reads the log.
+  WalApplier applier_;
+};
+
 absl::Status Persistence::ReplayAndOpenLog(LoadSummary* summary) {
   WalOptions wal_options = options_.wal;
   wal_options.dir = (fs::path(data_dir_) / kWalDir).string();
   Env* env = wal_options.env != nullptr ? wal_options.env : PosixEnv();
-  // The filters the log writes to, by id; stable addresses for the applier.
-  using Live = WalApplier::Target;
-  absl::flat_hash_map<uint64_t, std::unique_ptr<Live>> live;
-  auto add_live = [&](uint64_t id, std::string name, std::shared_ptr<CuckooFilter> filter) {
-    live[id] = std::make_unique<Live>(Live{std::move(filter), std::move(name)});
-  };
-  // The filters loaded from snapshot files: a drop the log replays moves
-  // their file to quarantine/ instead of deleting it.
-  absl::flat_hash_set<const CuckooFilter*> from_file;
-  // Appending goes on past every position a snapshot holds.
-  uint64_t at_least = 1;
-  for (auto& [name, filter] : registry_->List()) {
-    from_file.insert(filter.get());
-    const uint64_t id = filter->id();
-    if (id != 0) add_live(id, name, filter);
-    at_least = std::max(at_least, id + 1);
-    for (uint64_t p : filter->ShardPositions()) at_least = std::max(at_least, p + 1);
-  }
+  LogReplay replay(this, summary, wal_options.dir);
   // The request ids saved before the log was last truncated; the log's
   // request records come on top of them.
   if (absl::Status s = LoadRequestWindow(); !s.ok()) return s;
-  // A request's results, as its records are read (a batch's may take more
-  // than one).
-  absl::flat_hash_map<std::string, RequestWindow::Outcome> results_read;
   const absl::Time t0 = absl::Now();
-  bool removed_files = false;
-  // Shard writes are applied by these workers while this thread reads the
-  // log; creations and drops here. A drop first waits for the writes queued
-  // before it (drops are rare), so that the dropped filter's memory is
-  // given back before the log creates more.
-  WalApplier applier(std::max(2u, std::thread::hardware_concurrency()));
-  uint64_t writes_applied = 0;
   absl::StatusOr<WalScan> scan =
-      ScanWal(env, wal_options.dir, [&](const WalRecord& r) -> absl::Status {
-        switch (r.type) {
-          case WalRecordType::kCreateFilter: {
-            if (live.contains(r.lsn)) return absl::OkStatus();  // Loaded from its snapshot.
-            absl::StatusOr<std::shared_ptr<CuckooFilter>> existing = registry_->Get(r.name);
-            if (existing.ok()) {
-              const uint64_t id = (*existing)->id();
-              if (id == 0) {
-                // A snapshot that records no id: a version-1 file (its
-                // positions are 0), or an imported filter's, which ImportNow
-                // writes before the log creates the filter, with every
-                // shard's position set to the log's last lsn then. A
-                // creation at or before that is of an earlier filter of the
-                // name, dropped before the import.
-                const std::vector<uint64_t> positions = (*existing)->ShardPositions();
-                if (!positions.empty() &&
-                    r.lsn <= *std::max_element(positions.begin(), positions.end())) {
-                  return absl::OkStatus();
-                }
-                // The record that gave the filter its id: from here the log
-                // holds its writes.
-                (*existing)->set_id(r.lsn);
-                add_live(r.lsn, r.name, *existing);
-                ++summary->log_applied;
-                return absl::OkStatus();
-              }
-              // An earlier filter of this name, dropped before the one
-              // whose snapshot was loaded was created.
-              if (id > r.lsn) return absl::OkStatus();
-              return absl::DataLossError(absl::StrFormat(
-                  "the write-ahead log creates filter \"%s\" at lsn %u, but the filter of that "
-                  "name created at lsn %u (loaded from %s) was never dropped: the log in %s and "
-                  "the snapshots do not belong together",
-                  r.name, r.lsn, id, SnapshotPath(data_dir_, r.name), wal_options.dir));
-            }
-            if (absl::Status room =
-                    registry_->CheckRoom(r.name, CuckooFilter::MemoryBytes(r.shape));
-                !room.ok()) {
-              return absl::Status(room.code(),
-                                  absl::StrCat("replaying the write-ahead log (filter \"", r.name,
-                                               "\" created at lsn ", r.lsn, "): ", room.message(),
-                                               "; raise --memory-budget / --max-filters"));
-            }
-            absl::StatusOr<std::unique_ptr<CuckooFilter>> f = CuckooFilter::FromShape(r.shape);
-            if (!f.ok()) return f.status();
-            (*f)->set_id(r.lsn);
-            absl::StatusOr<std::shared_ptr<CuckooFilter>> added =
-                registry_->Add(r.name, *std::move(f));
-            if (!added.ok()) return added.status();
-            add_live(r.lsn, r.name, *added);
-            ++summary->log_applied;
-            return absl::OkStatus();
-          }
-          case WalRecordType::kDropFilter: {
-            auto it = live.find(r.filter_id);
-            if (it == live.end()) return absl::OkStatus();
-            if (absl::Status s = applier.Drain(&writes_applied); !s.ok()) return s;
-            const Live& dropped = *it->second;
-            (void)registry_->Drop(dropped.name, dropped.filter.get());
-            {
-              MutexLock lock(&records_mu_);
-              records_.erase(dropped.name);
-            }
-            if (from_file.contains(dropped.filter.get())) {
-              // A file the log's history does not account for: copied back
-              // after the drop (a restore: cuckooctl import is the way), or
-              // a drop whose file removal a crash cut short. Never deleted
-              // without a word: moved to quarantine/.
-              const std::vector<uint64_t> positions = dropped.filter->ShardPositions();
-              const uint64_t at =
-                  positions.empty() ? 0 : *std::max_element(positions.begin(), positions.end());
-              const std::string path = SnapshotPath(data_dir_, dropped.name);
-              absl::StatusOr<std::string> moved = MoveToQuarantine(
-                  path, absl::FailedPreconditionError(absl::StrFormat(
-                            "the write-ahead log drops filter \"%s\" at log position %u",
-                            dropped.name, r.lsn)));
-              if (!moved.ok()) return moved.status();
-              spdlog::warn(
-                  "snapshot {} of filter {} (log position {}) is dropped by the write-ahead log "
-                  "at log position {}: not served, moved to {} (to restore a filter, use "
-                  "cuckooctl import)",
-                  path, dropped.name, at, r.lsn, *moved);
-              ++summary->dropped_by_log;
-            } else {
-              ::unlink(SnapshotPath(data_dir_, dropped.name).c_str());  // None expected.
-            }
-            removed_files = true;
-            from_file.erase(dropped.filter.get());  // Its address may be reused.
-            live.erase(it);
-            ++summary->log_applied;
-            return absl::OkStatus();
-          }
-          case WalRecordType::kInsert:
-          case WalRecordType::kDelete: {
-            auto it = live.find(r.filter_id);
-            if (it == live.end()) return absl::OkStatus();  // Of a filter dropped since.
-            applier.Apply(it->second.get(), r);
-            return absl::OkStatus();
-          }
-          case WalRecordType::kRequestStart:
-            if (request_window_ != nullptr) {
-              request_window_->RestoreInDoubt(r.request.key, r.request.time);
-            }
-            return absl::OkStatus();
-          case WalRecordType::kRequestResults: {
-            if (request_window_ == nullptr) return absl::OkStatus();
-            const WalRequest& q = r.request;
-            RequestWindow::Outcome& o = results_read[q.key];
-            if (q.offset == 0) o = {.position = 0, .results = {}};
-            if (o.results.size() != q.offset) {  // Not a chunk of the one being read.
-              results_read.erase(q.key);
-              return absl::OkStatus();
-            }
-            o.results.insert(o.results.end(), q.results.begin(), q.results.end());
-            if (o.results.size() == q.keys) {
-              o.position = r.lsn;  // The answer's position: the last results record.
-              request_window_->RestoreDone(q.key, q.time, std::move(o));
-              results_read.erase(q.key);
-            }
-            return absl::OkStatus();
-          }
-        }
-        return absl::OkStatus();
-      });
-  const absl::Status applied = applier.Drain(&writes_applied);
-  summary->log_applied += writes_applied;
+      ScanWal(env, wal_options.dir, [&](const WalRecord& r) { return replay.Apply(r); });
+  const absl::Status applied = replay.Drain();
   if (!scan.ok()) return scan.status();
   if (!applied.ok()) return applied;
-  if (removed_files) {
+  if (replay.removed_files()) {
     if (absl::Status s = SyncSnapshotDirectory(data_dir_, options_.wal.env); !s.ok()) return s;
-  }
-  if (!scan->cut.empty()) {
-    spdlog::warn(
-        "write-ahead log: cut off a write torn by a crash at {} (what followed had not been made "
-        "durable when the process or machine stopped)",
-        scan->cut);
-  }
-  if (!scan->closed_ignored.empty()) {
-    spdlog::warn(
-        "write-ahead log: the clean-close file {} does not match the log ({}): its end was "
-        "checked by reading its files whole",
-        scan->closed_file, scan->closed_ignored);
   }
   summary->log_records = scan->records;
   summary->log_bytes = scan->bytes;
   summary->log_duration = absl::Now() - t0;
-  if (scan->records > 0) {
-    spdlog::info("replayed the write-ahead log: {} records ({} applied), {} in {} (read {}{})",
-                 scan->records, summary->log_applied, FormatByteSize(scan->bytes),
-                 Ms(summary->log_duration), FormatByteSize(scan->read_bytes),
-                 scan->closed_cleanly ? ", closed cleanly" : "");
-  }
-  absl::StatusOr<std::unique_ptr<Wal>> wal = Wal::Open(wal_options, *scan, at_least);
+  LogReplayed(*scan, *summary);
+  absl::StatusOr<std::unique_ptr<Wal>> wal = Wal::Open(wal_options, *scan, replay.at_least());
   if (!wal.ok()) return wal.status();
   wal_ = *std::move(wal);
   wal_published_.store(wal_.get(), std::memory_order_release);
+  return LogVersionOneFilters();
+}
+
+void Persistence::LogReplayed(const WalScan& scan, const LoadSummary& summary) {
+  if (!scan.cut.empty()) {
+    spdlog::warn(
+        "write-ahead log: cut off a write torn by a crash at {} (what followed had not been made "
+        "durable when the process or machine stopped)",
+        scan.cut);
+  }
+  if (!scan.closed_ignored.empty()) {
+    spdlog::warn(
+        "write-ahead log: the clean-close file {} does not match the log ({}): its end was "
+        "checked by reading its files whole",
+        scan.closed_file, scan.closed_ignored);
+  }
+  if (scan.records > 0) {
+    spdlog::info("replayed the write-ahead log: {} records ({} applied), {} in {} (read {}{})",
+                 scan.records, summary.log_applied, FormatByteSize(scan.bytes),
+                 Ms(summary.log_duration), FormatByteSize(scan.read_bytes),
+                 scan.closed_cleanly ? ", closed cleanly" : "");
+  }
+}
+
+absl::Status Persistence::LogVersionOneFilters() {
   // Filters loaded from version-1 snapshots (written before the log
   // existed) get an id now: a create record, which a replay before their
-  // next snapshot adopts them by (above). They count as not snapshotted, so
-  // that the next snapshot writes them in the current format.
+  // next snapshot adopts them by (LogReplay::CreateOverLoaded). They count
+  // as not snapshotted, so that the next snapshot writes them in the
+  // current format.
   for (auto& [name, filter] : registry_->List()) {
     if (filter->id() != 0) continue;
     const uint64_t lsn = wal_->AppendCreateFilter(name, filter->shape());
