@@ -12,7 +12,9 @@
 #      says so and which were not rendered;
 #      deploy/k8s/cluster/nats.conf (the NATS ConfigMap) checked by the real
 #      nats-server (`nats-server -t`; Debian's nats-server, installed if missing);
-#   2. deploy/compose.yaml and deploy/compose.cluster.yaml: validated against
+#   2. deploy/monitoring/cuckood-rules.yaml, the alerting rules: checked and
+#      unit-tested by promtool (Debian's prometheus, installed if missing);
+#      deploy/compose.yaml and deploy/compose.cluster.yaml: validated against
 #      the Compose schema (`docker-compose config`, Debian's docker-compose,
 #      installed if missing);
 #   3. the Docker image, with scripts/container-smoke.sh (podman or docker, no
@@ -402,6 +404,11 @@ for i in 0 1 2; do
   POD_NAME=nats-$i nats-server -c deploy/k8s/cluster/nats.conf -t 2>&1
 done
 echo "== deploy/k8s: done in $((SECONDS - t0))s"
+
+echo "== deploy/monitoring: the alerting rules (promtool check rules, promtool test rules)"
+command -v promtool >/dev/null || apt_install prometheus promtool
+promtool check rules deploy/monitoring/cuckood-rules.yaml
+(cd deploy/monitoring && promtool test rules cuckood-rules.test.yaml)
 
 echo "== deploy/compose.yaml, deploy/compose.cluster.yaml: schema validation"
 apt_install docker-compose docker-compose

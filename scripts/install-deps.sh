@@ -7,10 +7,12 @@
 #       redis-tools and python3-redis (real peers of the tests), the sanitizer
 #       runtimes and clang for the fuzzers, clang-format, node and
 #       npm (the manifest validator), podman, runc and mmdebstrap (the image
-#       test), docker-compose (the compose files' check)
-# Debian's redis-server and nats-server packages start a server at boot on
-# 6379 and 4222, the ports the README's examples use: the tests start their
-# own, so those services are disabled and stopped here (on every run).
+#       test), docker-compose (the compose files' check), prometheus (promtool,
+#       for the alerting rules)
+# Debian's redis-server, nats-server and prometheus packages start a server
+# at boot on 6379, 4222 and 9090, ports the README's examples use (9090:
+# cuckood's admin port): the tests start their own, so those services are
+# disabled and stopped here (on every run).
 # Run as root (or with sudo available).
 set -euo pipefail
 
@@ -32,6 +34,7 @@ TEST_PACKAGES=(
   redis-tools python3-redis redis-server
   podman runc mmdebstrap docker-compose
   jq iproute2   # client/README's examples (jq); the doc test (ip: its namespace's loopback)
+  prometheus    # promtool: the alerting rules' check and unit tests (deploy/monitoring)
 )
 case "${1:-}" in
   "") ;;
@@ -61,8 +64,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# No redis-server or nats-server of Debian's running on the README's ports.
-for unit in redis-server nats-server; do
+# No redis-server, nats-server or prometheus of Debian's running on the
+# README's ports.
+for unit in redis-server nats-server prometheus; do
   dpkg-query -W -f='${Status}' "$unit" 2>/dev/null | grep -q "install ok installed" || continue
   if [ -d /run/systemd/system ]; then
     if systemctl is-enabled --quiet "$unit" 2>/dev/null || systemctl is-active --quiet "$unit" 2>/dev/null; then

@@ -124,6 +124,24 @@ void AppendClusterMetrics(const ClusterStatus& c, MetricFamilies* out) {
   AddGauge(out, "cuckood_cluster_problem",
            "1 while this replica cannot apply the stream (the log says why)",
            c.problem.empty() ? 0 : 1);
+  MetricFamily& check = AddFamily(
+      out, "cuckood_cluster_log_check",
+      "1 for the state of this replica's end-to-end check of the log: agreed, unverified, "
+      "diverged, healing or no majority (docs/CLUSTER.md)",
+      MetricType::Gauge);
+  for (const char* state : {"agreed", "unverified", "diverged", "healing", "no majority"}) {
+    AddSeries(check, {{"state", state}}).gauge.value = c.digest_state == state ? 1 : 0;
+  }
+  AddGauge(out, "cuckood_cluster_verified_position",
+           "Highest log position at which a majority of the replicas agreed with this one's digest",
+           static_cast<double>(c.verified_position));
+  AddGauge(out, "cuckood_cluster_digest_replicas",
+           "Replicas reporting a digest of the log, this one included",
+           static_cast<double>(c.digest_voters));
+  AddCounter(out, "cuckood_cluster_divergences_total",
+             "Times this replica found its copy of the log disagreeing with another replica's "
+             "(diverged or no majority)",
+             static_cast<double>(c.divergences));
   MetricFamily& entries =
       AddFamily(out, "cuckood_cluster_entries_total",
                 "Log entries: applied by this replica, published by it, acknowledged as duplicates "

@@ -308,7 +308,10 @@ absl::Status CuckooServer::LoadFilters() {
         "stream has stored it and this replica applied it; applying from log position {}",
         cluster_->options().replica_id, config.nats_stream, absl::StrJoin(config.nats_urls, ","),
         loaded_.resume_from);
-    cluster_->Start(loaded_.resume_from, loaded_.log_identity);
+    cluster_->Start(loaded_.resume_from, loaded_.log_identity,
+                    loaded_.has_log_digest ? std::optional<DigestPoint>(DigestPoint{
+                                                 loaded_.log_digest_position, loaded_.log_digest})
+                                           : std::nullopt);
   } else {
     spdlog::info(
         "durability {}{}: a write is acknowledged {}; write-ahead log in {}/{} ({} segments, early "

@@ -103,6 +103,14 @@ std::string Cluster::Identity() const {
   return identity_;
 }
 
+bool Cluster::AppliedDigest(uint64_t* position, uint64_t* digest) const {
+  MutexLock lock(&mu_);
+  if (!digest_.has_value()) return false;
+  *position = applied_.load(std::memory_order_acquire);
+  *digest = *digest_;
+  return true;
+}
+
 void Cluster::Checkpointed(uint64_t needed) {
   spdlog::debug("cluster: checkpoint at position {}", needed);
   // Recorded in the replica records by the maintenance thread.
@@ -116,14 +124,28 @@ void Cluster::SetProblem(std::string problem) {
   problem_ = std::move(problem);
 }
 
-void Cluster::Start(uint64_t from, std::string identity) {
-  applied_.store(from == 0 ? 0 : from - 1, std::memory_order_release);
+void Cluster::Start(uint64_t from, std::string identity, std::optional<DigestPoint> anchor) {
+  const uint64_t applied = from == 0 ? 0 : from - 1;
+  applied_.store(applied, std::memory_order_release);
   needed_.store(std::max<uint64_t>(from, 1), std::memory_order_release);
   {
     MutexLock lock(&mu_);
     if (started_) return;
     started_ = true;
     expected_identity_ = std::move(identity);
+    if (anchor.has_value() && anchor->position == applied) {
+      digest_ = anchor->digest;
+      history_.Add(applied, *digest_);
+    } else if (anchor.has_value() && anchor->position > applied) {
+      anchor_ = anchor;  // Known once the replay reaches it.
+    } else if (applied == 0) {
+      digest_ = 0;  // The empty log's.
+    } else {
+      spdlog::warn(
+          "cluster: the checkpoint records no digest of the log (a cuckood before the end-to-end "
+          "check wrote it): this replica copies one from a peer replica that has one, or, if none "
+          "has, the first such replica starts the digests from its position");
+    }
   }
   natsOptions_Create(&impl_->opts);
   std::vector<const char*> urls;
@@ -176,6 +198,10 @@ void Cluster::Stop() {
   if (bootstrap_.joinable()) bootstrap_.join();
   if (impl_->kv != nullptr) kvStore_Destroy(impl_->kv);
   impl_->kv = nullptr;
+  if (impl_->digest_watch != nullptr) kvWatcher_Destroy(impl_->digest_watch);
+  impl_->digest_watch = nullptr;
+  if (impl_->digest_kv != nullptr) kvStore_Destroy(impl_->digest_kv);
+  impl_->digest_kv = nullptr;
   if (impl_->sub != nullptr) {
     natsSubscription_Unsubscribe(impl_->sub);
     natsSubscription_Destroy(impl_->sub);
@@ -197,6 +223,11 @@ void Cluster::Stop() {
       });
     }
     waiters_.clear();
+    for (auto& [deadline, fn] : serving_waiters_) {
+      completions_.push_back(
+          [fn = std::move(fn)] { fn(absl::UnavailableError("cuckood is shutting down")); });
+    }
+    serving_waiters_.clear();
     completion_stop_ = true;
     work_cv_.notify_all();
   }
@@ -258,13 +289,115 @@ ClusterStatus Cluster::Status() const {
   st.entries_published = entries_published_;
   st.duplicates = duplicates_;
   st.publish_failures = publish_failures_;
+  st.digest_known = digest_.has_value();
+  st.digest = digest_.value_or(0);
+  st.digest_position = applied_.load(std::memory_order_acquire);  // The pair, under mu_.
+  st.verified_position = verified_;
+  st.consumer_from = consumer_from_;
+  st.digest_voters = voters_;
+  st.divergences = divergences_;
+  if (healing_) {
+    st.digest_state = "healing";
+  } else if (digest_state_ == DigestJudgement::State::kDiverged) {
+    st.digest_state = "diverged";
+  } else if (digest_state_ == DigestJudgement::State::kNoMajority) {
+    st.digest_state = "no majority";
+  } else {
+    st.digest_state = NotServingLocked().empty() ? "agreed" : "unverified";
+  }
   return st;
+}
+
+std::string Cluster::NotServingLocked(bool* transient) const {
+  if (transient != nullptr) *transient = false;
+  const std::string repair = "docs/CLUSTER.md, \"Checking the log end to end\"";
+  if (digest_state_ == DigestJudgement::State::kDiverged) {
+    return absl::StrFormat(
+        "this replica's copy of the log differs from the majority's at position %u (%s): it "
+        "serves nothing until it has copied a replica that agrees (%s); retry against another "
+        "replica (%s)",
+        digest_at_, digest_detail_, healing_ ? "under way" : "starting", repair);
+  }
+  if (digest_state_ == DigestJudgement::State::kNoMajority) {
+    return absl::StrFormat(
+        "this replica's copy of the log disagrees with another replica's at position %u (%s): "
+        "neither serves until a majority decides which copy is right; bring back or add a "
+        "replica, or repair by hand (%s)",
+        digest_at_, digest_detail_, repair);
+  }
+  if (healing_) return "this replica is copying a peer replica's filters (bootstrap)";
+  if (!judged_) {
+    // Cut off from NATS since it started: it serves what its snapshots
+    // hold, as when NATS goes away later.
+    if (consumer_from_ == 0 &&
+        (impl_->nc == nullptr || natsConnection_Status(impl_->nc) != NATS_CONN_STATUS_CONNECTED)) {
+      return "";
+    }
+    if (transient != nullptr) *transient = true;
+    return "this replica has not yet compared its copy of the log with the other replicas' "
+           "(starting); retry against another replica";
+  }
+  if (consumer_from_ == 0) return "";  // Applied nothing since it started: checked as it is.
+  if (voters_ > 1 && verified_ < consumer_from_) {
+    if (transient != nullptr) *transient = true;
+    return absl::StrFormat(
+        "this replica resumed the stream at position %u (applied up to %u) and a majority of the "
+        "%u replicas has not yet agreed with its copy of the log there (%s); retry against "
+        "another replica",
+        consumer_from_, applied_.load(std::memory_order_acquire), voters_,
+        digest_.has_value() ? absl::StrFormat("agreed up to %u", verified_)
+                            : std::string("its digest is known once it has applied the position "
+                                          "its checkpoint or copy named"));
+  }
+  return "";
+}
+
+absl::Status Cluster::CheckServing(bool* transient) const {
+  MutexLock lock(&mu_);
+  std::string why = NotServingLocked(transient);
+  if (why.empty()) return absl::OkStatus();
+  return absl::UnavailableError(std::move(why));
+}
+
+void Cluster::WhenServing(absl::Time deadline, std::function<void(absl::Status)> fn) {
+  MutexLock lock(&mu_);
+  bool transient = false;
+  std::string why = NotServingLocked(&transient);
+  if (why.empty() || !transient || stopping_.load()) {
+    absl::Status s = why.empty()        ? absl::OkStatus()
+                     : stopping_.load() ? absl::UnavailableError("cuckood is shutting down")
+                                        : absl::UnavailableError(why);
+    lock.Unlock();
+    fn(std::move(s));
+    return;
+  }
+  serving_waiters_.emplace_back(deadline, std::move(fn));
+}
+
+void Cluster::SettleServingWaitersLocked(absl::Time now) {
+  if (serving_waiters_.empty()) return;
+  bool transient = false;
+  const std::string why = NotServingLocked(&transient);
+  for (auto w = serving_waiters_.begin(); w != serving_waiters_.end();) {
+    if (!why.empty() && transient && w->first > now) {
+      ++w;
+      continue;
+    }
+    const absl::Status s = why.empty() ? absl::OkStatus() : absl::UnavailableError(why);
+    completions_.push_back([fn = std::move(w->second), s] { fn(s); });
+    w = serving_waiters_.erase(w);
+  }
+  work_cv_.notify_all();
 }
 
 bool Cluster::Ready(std::string* why) const {
   const ClusterStatus st = Status();
   if (!st.problem.empty()) {
     *why = st.problem;
+    return false;
+  }
+  if (absl::Status serving = CheckServing(); !serving.ok()) {
+    *why = std::string(serving.message());
     return false;
   }
   // Connected or not: a replica cut off from NATS still serves reads of

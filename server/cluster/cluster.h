@@ -42,6 +42,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,6 +55,7 @@
 #include "base/mutex.h"
 #include "core/registry.h"
 #include "server/cluster/cluster_options.h"
+#include "server/cluster/log_digest.h"
 #include "server/cluster/log_entry.h"
 #include "server/cluster/peer_copy.h"
 #include "server/storage/persistence.h"
@@ -81,6 +83,21 @@ struct ClusterStatus {
   uint64_t publish_failures = 0;
   uint64_t purges = 0;      // Retention purges this replica made.
   uint64_t bootstraps = 0;  // Copies from a peer this replica made.
+  // The end-to-end check of the log (log_digest.h): the digest at
+  // `digest_position` (unknown while this replica replays entries from
+  // before the position its checkpoint or copy named), "agreed",
+  // "unverified" (its consumer started at consumer_from, and no majority
+  // has agreed with it there yet), "diverged", "no majority" or "healing";
+  // the highest position a majority agreed with it at; the replicas
+  // reporting digests, this one included; divergences caught.
+  bool digest_known = false;
+  uint64_t digest = 0;
+  uint64_t digest_position = 0;
+  std::string digest_state;
+  uint64_t verified_position = 0;
+  uint64_t consumer_from = 0;
+  uint64_t digest_voters = 1;
+  uint64_t divergences = 0;
 };
 
 class Cluster final : public ExternalLog {
@@ -105,8 +122,10 @@ class Cluster final : public ExternalLog {
 
   // Connects (in the background, retrying for as long as it takes) and
   // applies the stream from `from` on, which must belong to the log named
-  // `identity` (the checkpoint's; empty: any).
-  void Start(uint64_t from, std::string identity);
+  // `identity` (the checkpoint's; empty: any). `anchor`: the digest of the
+  // log after position anchor->position (>= from - 1; the checkpoint's),
+  // or none known (a checkpoint of an older cuckood).
+  void Start(uint64_t from, std::string identity, std::optional<DigestPoint> anchor);
   // Stops applying, answers every waiting call with UNAVAILABLE and closes
   // the connection. Idempotent.
   void Stop();
@@ -131,9 +150,22 @@ class Cluster final : public ExternalLog {
   // Hashes one entry may carry.
   size_t max_hashes_per_entry() const;
   ClusterStatus Status() const;
-  // Connected, consuming, and at most ready_max_lag behind; else false with
-  // the reason.
+  // Connected, consuming, and at most ready_max_lag behind, and serving;
+  // else false with the reason.
   bool Ready(std::string* why) const;
+  // Whether this replica may answer reads and take writes: UNAVAILABLE,
+  // naming the position and what to do, while its copy of the log
+  // disagrees with another replica's (diverged, or no majority), while it
+  // heals, and from a consumer's start until a majority agreed with it at
+  // or after that position (docs/CLUSTER.md).
+  // `transient` (if given) is set when the reason is only moments from
+  // passing (a consumer just started, a check not yet made), as opposed to
+  // a disagreement or a heal: then WhenServing waits for it.
+  absl::Status CheckServing(bool* transient = nullptr) const;
+  // Calls fn(OK) on the completion thread once this replica serves (at
+  // once, on this thread, if it does), or fn(UNAVAILABLE naming why) when
+  // its reason stops being transient or at `deadline`.
+  void WhenServing(absl::Time deadline, std::function<void(absl::Status)> fn);
   const ClusterOptions& options() const { return options_; }
 
   // For the NATS callbacks: an entry delivered by the consumer (a natsMsg*,
@@ -145,6 +177,7 @@ class Cluster final : public ExternalLog {
   // ExternalLog.
   uint64_t AppliedPosition() const override { return applied_.load(std::memory_order_acquire); }
   std::string Identity() const override;
+  bool AppliedDigest(uint64_t* position, uint64_t* digest) const override;
   void Checkpointed(uint64_t needed) override;
 
  private:
@@ -190,7 +223,14 @@ class Cluster final : public ExternalLog {
   bool TakeStreamState(const StreamState& state);
   // Copies a peer replica (at most every 5 s): this replica needs entries
   // from `needed` that the stream no longer holds (`gone`), or is new.
-  void StartBootstrap(const StreamState& state, uint64_t needed, bool gone);
+  // `heal`: this replica's copy of the log diverged; `only`: the peers
+  // that may be copied (the majority, or those with a digest; null: any).
+  void StartBootstrap(const StreamState& state, uint64_t needed, bool gone, bool heal,
+                      const std::vector<std::string>* only);
+  // A replica whose checkpoint records no digest: true when a peer has one
+  // (copy it); else the first such replica (by key) starts the digests
+  // from its own position, and the others copy it.
+  bool DigestlessBootstrapDue(std::vector<std::string>* with_digest);
   // Consumes the stream from position `needed`.
   void Consume(const StreamState& state, uint64_t needed);
   void Complete();
@@ -214,12 +254,32 @@ class Cluster final : public ExternalLog {
     std::string address;
   };
   std::vector<ReplicaRecord> ReadReplicas();
+  // The end-to-end check (maintenance thread): publishes this replica's
+  // digest report, reads the others', judges, and on a divergence stops
+  // serving and heals from the majority.
+  void MaintainDigests(const std::string& identity);
+  bool OpenDigestBucket(const std::string& identity);
+  void ReadDigestReports();
+  void Judge(const std::string& identity);
+  // A new consumer: which NATS server holds it; dropped (and made again)
+  // when that server's copy of the stream differed lately.
+  void CheckConsumerPlacement();
+  // Serving's state in words, or empty when serving; `transient` as for
+  // CheckServing.
+  std::string NotServingLocked(bool* transient = nullptr) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers the calls waiting in WhenServing whose wait is over: all of
+  // them when serving or not transient, else those past their deadline
+  // (`now`).
+  void SettleServingWaitersLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Copies every filter from one of `peers` (peer_copy.h) in place of this
   // replica's, then resumes the stream after the copy. On the bootstrap
   // thread (which touches no NATS object); `must` when the stream no longer
   // holds what this replica needs (else a new empty replica, which may
   // replay the stream instead).
-  void Bootstrap(std::string identity, std::vector<ReplicaRecord> peers, bool must);
+  void Bootstrap(std::string identity, std::vector<ReplicaRecord> peers, bool must, bool heal);
+  // Drops the consumer (maintenance thread), so that the stream is not
+  // applied while a bootstrap replaces the state.
+  void StopConsuming();
 
   const ClusterOptions options_;
   FilterRegistry* const registry_;
@@ -246,6 +306,8 @@ class Cluster final : public ExternalLog {
   std::multimap<uint64_t, std::pair<absl::Time, std::function<void(absl::Status)>>> waiters_
       ABSL_GUARDED_BY(mu_);
   std::deque<std::function<void()>> completions_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<absl::Time, std::function<void(absl::Status)>>> serving_waiters_
+      ABSL_GUARDED_BY(mu_);
   std::string identity_ ABSL_GUARDED_BY(mu_);
   std::string expected_identity_ ABSL_GUARDED_BY(mu_);
   std::string problem_ ABSL_GUARDED_BY(mu_);
@@ -280,6 +342,44 @@ class Cluster final : public ExternalLog {
   // than the duplicate window.
   std::deque<std::pair<absl::Time, uint64_t>> last_seen_;
   uint64_t purges_ ABSL_GUARDED_BY(mu_) = 0;
+  // The end-to-end check (log_digest.h). The digest after applied_ (none
+  // until the anchor's position is applied), the anchor, this replica's
+  // recent digests, its consumer and where it started, the judgement.
+  std::optional<uint64_t> digest_ ABSL_GUARDED_BY(mu_);
+  std::optional<DigestPoint> anchor_ ABSL_GUARDED_BY(mu_);
+  DigestHistory history_ ABSL_GUARDED_BY(mu_);
+  std::string consumer_name_ ABSL_GUARDED_BY(mu_);
+  uint64_t consumer_from_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t verified_ ABSL_GUARDED_BY(mu_) = 0;
+  DigestJudgement::State digest_state_ ABSL_GUARDED_BY(mu_) = DigestJudgement::State::kAgreed;
+  std::string digest_detail_ ABSL_GUARDED_BY(mu_);
+  uint64_t digest_at_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::string> digest_majority_ ABSL_GUARDED_BY(mu_);
+  size_t voters_ ABSL_GUARDED_BY(mu_) = 1;
+  bool healing_ ABSL_GUARDED_BY(mu_) = false;
+  // The others' reports were read once (their initial state), and this
+  // replica was judged against them once.
+  bool digest_reports_read_ ABSL_GUARDED_BY(mu_) = false;
+  bool judged_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t divergences_ ABSL_GUARDED_BY(mu_) = 0;
+  // Maintenance thread only: the others' reports (with when each last
+  // changed, here), when this replica's was last published, and with what.
+  struct PeerReport {
+    DigestReport report;
+    absl::Time changed;
+  };
+  std::map<std::string, PeerReport> peer_reports_;
+  absl::Time next_digest_publish_ = absl::InfinitePast();
+  absl::Time next_digest_open_ = absl::InfinitePast();
+  std::string published_report_;
+  std::string digest_kv_problem_;
+  // The NATS servers the consumers were placed on, from where each started
+  // (the last few), to name the server whose copy differed; servers whose
+  // copy differed lately (until when), where a new consumer is not kept.
+  std::vector<std::pair<uint64_t, std::string>> consumer_servers_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, absl::Time> suspect_servers_;  // Maintenance thread.
+  std::string checked_consumer_;                       // Maintenance thread.
+  int placement_retries_ = 0;                          // Maintenance thread.
   uint64_t bootstraps_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread bootstrap_;
 

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "server/cluster/cluster_internal.h"
+#include "server/cluster/log_digest.h"
 #include "spdlog/spdlog.h"
 
 namespace cuckoo::server {
@@ -25,6 +26,7 @@ void Cluster::HandleMessage(void* m) {
   }
   const uint64_t position = meta->Sequence.Stream;
   const uint64_t pending_after = meta->NumPending;
+  const std::string consumer = meta->Consumer != nullptr ? meta->Consumer : "";
   jsMsgMetaData_Destroy(meta);
   MutexLock apply(&apply_mu_);
   if (stopping_.load(std::memory_order_acquire)) return;
@@ -40,6 +42,7 @@ void Cluster::HandleMessage(void* m) {
     return;
   }
   const absl::string_view bytes(natsMsg_GetData(msg), natsMsg_GetDataLength(msg));
+  const uint64_t entry_hash = LogEntryHash(bytes);
   absl::StatusOr<LogEntry> entry = DecodeLogEntry(bytes);
   WriteResult out;
   if (!entry.ok()) {
@@ -67,6 +70,23 @@ void Cluster::HandleMessage(void* m) {
   MutexLock lock(&mu_);
   applied_.store(position, std::memory_order_release);
   ++entries_applied_;
+  // The end-to-end check: a new consumer (a restart, a NATS server lost, a
+  // bootstrap) may read another server's copy of the stream, so this
+  // replica serves nothing more until a majority agrees with it at or past
+  // here (CheckServing).
+  if (consumer != consumer_name_) {
+    consumer_name_ = consumer;
+    consumer_from_ = position;
+    spdlog::info("cluster: consumer {} applies the stream from position {}", consumer, position);
+  }
+  if (digest_.has_value()) {
+    digest_ = NextLogDigest(*digest_, position, entry_hash);
+    history_.Add(position, *digest_);
+  } else if (anchor_.has_value() && anchor_->position == position) {
+    digest_ = anchor_->digest;
+    history_.Add(position, *digest_);
+    anchor_.reset();
+  }
   lag_hint_ = pending_after;
   if (id != nullptr) {
     const std::string msg_id(id);

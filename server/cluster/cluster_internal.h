@@ -32,7 +32,9 @@ struct Cluster::Impl {
   natsConnection* nc = nullptr;
   jsCtx* js = nullptr;
   natsSubscription* sub = nullptr;
-  kvStore* kv = nullptr;  // The replica records (maintenance thread).
+  kvStore* kv = nullptr;         // The replica records (maintenance thread).
+  kvStore* digest_kv = nullptr;  // The digest reports (maintenance thread).
+  kvWatcher* digest_watch = nullptr;
 };
 
 struct Cluster::Call {

@@ -15,10 +15,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "server/cluster/cluster_internal.h"
+#include "server/cluster/log_digest.h"
 #include "server/cluster/peer_copy.h"
 #include "spdlog/spdlog.h"
 
@@ -27,11 +29,15 @@ namespace {
 
 // Entries delivered and waiting for the apply, at most.
 constexpr int kMaxPendingDeliveryBytes = 64 << 20;
+// A replica whose digest report has not been renewed for this long no
+// longer counts in the end-to-end check (each renews its own every second).
+constexpr absl::Duration kDigestReportLive = absl::Seconds(5);
 
 }  // namespace
 
 void Cluster::Maintain() {
   absl::Time next_stream_check = absl::InfinitePast();
+  absl::Time next_digest_check = absl::InfinitePast();
   MutexLock lock(&mu_);
   while (!stopping_.load()) {
     // Expire what waited too long.
@@ -72,7 +78,21 @@ void Cluster::Maintain() {
         ++it;
       }
     }
+    SettleServingWaitersLocked(now);
     if (!completions_.empty()) work_cv_.notify_all();
+    if (now >= next_digest_check && !identity_.empty()) {
+      // The end-to-end check, often: a divergence is caught within a few
+      // of these rounds of the others' applying the same positions.
+      next_digest_check = now + absl::Milliseconds(100);
+      const std::string identity = identity_;
+      lock.Unlock();
+      if (impl_->nc != nullptr && impl_->js != nullptr &&
+          natsConnection_Status(impl_->nc) == NATS_CONN_STATUS_CONNECTED) {
+        MaintainDigests(identity);
+      }
+      lock.Lock();
+      continue;
+    }
     if (now >= next_stream_check) {
       next_stream_check = now + absl::Milliseconds(500);
       lock.Unlock();
@@ -105,8 +125,32 @@ void Cluster::MaintainStream() {
         applied, options_.stream, state.last));
     return;
   }
-  if (impl_->sub != nullptr || bootstrapping_.load(std::memory_order_acquire)) return;
+  if (bootstrapping_.load(std::memory_order_acquire)) return;
   if (bootstrap_.joinable()) bootstrap_.join();  // A bootstrap that ended.
+  std::vector<std::string> majority;
+  bool unanchored = false;
+  {
+    MutexLock lock(&mu_);
+    if (digest_state_ == DigestJudgement::State::kDiverged && !healing_) {
+      majority = digest_majority_;
+    }
+    unanchored = !digest_.has_value() && !anchor_.has_value() && !healing_;
+  }
+  if (!majority.empty()) {
+    // Heal: stop applying this copy, and copy a replica of the majority.
+    StopConsuming();
+    StartBootstrap(state, applied + 1, false, true, &majority);
+    return;
+  }
+  std::vector<std::string> with_digest;
+  if (unanchored && DigestlessBootstrapDue(&with_digest)) {
+    // Healed as a diverged replica is: out of service, retried until a
+    // copy succeeds (its own filters are dropped before each try).
+    StopConsuming();
+    StartBootstrap(state, applied + 1, false, true, &with_digest);
+    return;
+  }
+  if (impl_->sub != nullptr) return;
   const uint64_t needed = applied + 1;
   const bool gone =
       (state.msgs > 0 && needed < state.first) || (state.msgs == 0 && needed <= state.last);
@@ -115,7 +159,7 @@ void Cluster::MaintainStream() {
   const bool fresh =
       needed == 1 && state.last > 0 && !tried_new_replica_bootstrap_ && registry_->List().empty();
   if (gone || fresh) {
-    StartBootstrap(state, needed, gone);
+    StartBootstrap(state, needed, gone, false, nullptr);
     return;
   }
   Consume(state, needed);
@@ -198,11 +242,16 @@ bool Cluster::TakeStreamState(const StreamState& state) {
   return false;
 }
 
-void Cluster::StartBootstrap(const StreamState& state, uint64_t needed, bool gone) {
+void Cluster::StartBootstrap(const StreamState& state, uint64_t needed, bool gone, bool heal,
+                             const std::vector<std::string>* only) {
   const absl::Time now = absl::Now();
   if (now < next_bootstrap_) return;
   next_bootstrap_ = now + absl::Seconds(5);
   tried_new_replica_bootstrap_ = true;
+  if (heal) {
+    MutexLock lock(&mu_);
+    healing_ = true;
+  }
   if (gone) {
     SetProblem(absl::StrFormat(
         "the stream %s starts at position %u, but this replica needs it from %u (it was away "
@@ -211,14 +260,15 @@ void Cluster::StartBootstrap(const StreamState& state, uint64_t needed, bool gon
   }
   std::vector<ReplicaRecord> peers;
   for (ReplicaRecord& r : ReadReplicas()) {
-    if (r.identity == state.identity && r.key != replica_key_ && !r.address.empty()) {
+    if (r.identity == state.identity && r.key != replica_key_ && !r.address.empty() &&
+        (only == nullptr || std::find(only->begin(), only->end(), r.key) != only->end())) {
       peers.push_back(std::move(r));
     }
   }
   bootstrapping_.store(true, std::memory_order_release);
-  bootstrap_ =
-      std::thread([this, identity = state.identity, gone, peers = std::move(peers)]() mutable {
-        Bootstrap(identity, std::move(peers), gone);
+  bootstrap_ = std::thread(
+      [this, identity = state.identity, gone, heal, peers = std::move(peers)]() mutable {
+        Bootstrap(identity, std::move(peers), gone, heal);
       });
 }
 
@@ -374,7 +424,8 @@ std::vector<Cluster::ReplicaRecord> Cluster::ReadReplicas() {
   return out;
 }
 
-void Cluster::Bootstrap(std::string identity, std::vector<ReplicaRecord> peers, bool must) {
+void Cluster::Bootstrap(std::string identity, std::vector<ReplicaRecord> peers, bool must,
+                        bool heal) {
   const absl::Time t0 = absl::Now();
   // The most advanced first.
   std::sort(peers.begin(), peers.end(),
@@ -422,7 +473,28 @@ void Cluster::Bootstrap(std::string identity, std::vector<ReplicaRecord> peers, 
       absl::StrAppend(&failures, failures.empty() ? "" : "; ", added.message());
       continue;
     }
-    applied_.store(copy->resume_from - 1, std::memory_order_release);
+    {
+      // The copy's digest, known once the stream is applied up to the
+      // position the peer reported it at (resume_from - 1 or later).
+      MutexLock lock(&mu_);
+      applied_.store(copy->resume_from - 1, std::memory_order_release);
+      history_.Clear();
+      digest_.reset();
+      anchor_.reset();
+      if (copy->anchor.position == copy->resume_from - 1) {
+        digest_ = copy->anchor.digest;
+        history_.Add(copy->anchor.position, *digest_);
+      } else {
+        anchor_ = copy->anchor;
+      }
+      digest_state_ = DigestJudgement::State::kAgreed;
+      digest_detail_.clear();
+      digest_majority_.clear();
+      verified_ = 0;
+      consumer_name_.clear();
+      consumer_from_ = 0;
+      healing_ = false;
+    }
     needed_.store(copy->resume_from, std::memory_order_release);
     // On disk, with the checkpoint, before the stream is applied again.
     if (absl::StatusOr<SnapshotRun> run = persistence_->SnapshotNow("", false); !run.ok()) {
@@ -441,7 +513,12 @@ void Cluster::Bootstrap(std::string identity, std::vector<ReplicaRecord> peers, 
     done = true;
     break;
   }
-  if (done || !must) {
+  if (heal && !done) {
+    MutexLock lock(&mu_);
+    healing_ = false;  // Tried again by the maintenance thread.
+    spdlog::warn("cluster: healing: no replica of the majority could be copied ({}); retrying",
+                 peers.empty() ? std::string("none is recorded with an address") : failures);
+  } else if (done || !must) {
     if (!done && !peers.empty()) {
       spdlog::info("cluster: no peer could be copied ({}); replaying the stream instead", failures);
     }
@@ -455,6 +532,277 @@ void Cluster::Bootstrap(std::string identity, std::vector<ReplicaRecord> peers, 
         peers.empty() ? std::string("none is recorded") : failures, options_.stream));
   }
   bootstrapping_.store(false, std::memory_order_release);
+}
+
+void Cluster::StopConsuming() {
+  if (impl_->sub == nullptr) return;
+  natsSubscription_Unsubscribe(impl_->sub);
+  // No entry is being applied after this (the subscription's callback
+  // takes apply_mu_), and none will be.
+  MutexLock apply(&apply_mu_);
+  natsSubscription_Destroy(impl_->sub);
+  impl_->sub = nullptr;
+  MutexLock lock(&mu_);
+  consuming_ = false;
+}
+
+bool Cluster::OpenDigestBucket(const std::string& identity) {
+  if (impl_->digest_kv != nullptr && impl_->digest_watch != nullptr) return true;
+  const absl::Time now = absl::Now();
+  if (now < next_digest_open_) return false;
+  next_digest_open_ = now + absl::Seconds(2);
+  const std::string bucket = absl::StrCat(options_.stream, "_digests");
+  natsStatus s = NATS_OK;
+  if (impl_->digest_kv == nullptr) {
+    s = js_KeyValue(&impl_->digest_kv, impl_->js, bucket.c_str());
+    if (s == NATS_NOT_FOUND) {
+      kvConfig cfg;
+      kvConfig_Init(&cfg);
+      cfg.Bucket = bucket.c_str();
+      cfg.Description = "cuckood: each replica's digest of the log it applied (docs/CLUSTER.md)";
+      cfg.History = 1;
+      // A replica that stopped reporting leaves; its report is stale long
+      // before (kDigestReportLive).
+      cfg.TTL = absl::ToInt64Nanoseconds(absl::Minutes(1));
+      cfg.StorageType = js_MemoryStorage;
+      MutexLock lock(&mu_);
+      cfg.Replicas = static_cast<int>(std::max<uint32_t>(stream_replicas_, 1));
+      lock.Unlock();
+      s = js_CreateKeyValue(&impl_->digest_kv, impl_->js, &cfg);
+    }
+  }
+  if (s == NATS_OK && impl_->digest_watch == nullptr) {
+    s = kvStore_WatchAll(&impl_->digest_watch, impl_->digest_kv, nullptr);
+  }
+  if (s != NATS_OK) {
+    if (impl_->digest_watch != nullptr) kvWatcher_Destroy(impl_->digest_watch);
+    if (impl_->digest_kv != nullptr) kvStore_Destroy(impl_->digest_kv);
+    impl_->digest_watch = nullptr;
+    impl_->digest_kv = nullptr;
+    const std::string why = NatsError(s);
+    if (why != digest_kv_problem_) {
+      spdlog::warn(
+          "cluster: cannot use the digest reports (KV bucket {}): {}; this replica cannot check "
+          "its copy of the log against the others' and serves nothing after its consumer starts "
+          "until it can",
+          bucket, why);
+    }
+    digest_kv_problem_ = why;
+    return false;
+  }
+  digest_kv_problem_.clear();
+  (void)identity;
+  return true;
+}
+
+void Cluster::ReadDigestReports() {
+  const absl::Time now = absl::Now();
+  for (int i = 0; i < 1024; ++i) {
+    kvEntry* e = nullptr;
+    const natsStatus s = kvWatcher_Next(&e, impl_->digest_watch, 1);
+    if (s == NATS_TIMEOUT) break;
+    if (s != NATS_OK) {
+      spdlog::warn("cluster: the digest reports' watch failed ({}); watching again", NatsError(s));
+      kvWatcher_Destroy(impl_->digest_watch);
+      impl_->digest_watch = nullptr;
+      return;
+    }
+    if (e == nullptr) {  // The initial state is read.
+      MutexLock lock(&mu_);
+      digest_reports_read_ = true;
+      continue;
+    }
+    const std::string key = kvEntry_Key(e);
+    if (kvEntry_Operation(e) != kvOp_Put) {
+      peer_reports_.erase(key);
+    } else if (key != replica_key_) {
+      absl::StatusOr<DigestReport> r = ParseDigestReport(key, kvEntry_ValueString(e));
+      if (r.ok()) {
+        peer_reports_[key] = PeerReport{*std::move(r), now};
+      } else {
+        spdlog::warn("cluster: {}", std::string(r.status().message()));
+      }
+    }
+    kvEntry_Destroy(e);
+  }
+}
+
+void Cluster::MaintainDigests(const std::string& identity) {
+  if (!OpenDigestBucket(identity)) return;
+  ReadDigestReports();
+  if (impl_->digest_watch == nullptr) return;
+  const absl::Time now = absl::Now();
+  for (auto it = peer_reports_.begin(); it != peer_reports_.end();) {
+    if (now - it->second.changed > kDigestReportLive) {
+      it = peer_reports_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  CheckConsumerPlacement();
+  Judge(identity);
+  // This replica's report: at once when it moved (these rounds are 100 ms
+  // apart), else every second (the others count a replica as reporting
+  // for kDigestReportLive after its last report).
+  DigestReport mine;
+  {
+    MutexLock lock(&mu_);
+    mine.key = replica_key_;
+    mine.identity = identity;
+    mine.applied = applied_.load(std::memory_order_acquire);
+    // A digest is published only when it is the one at `applied`.
+    mine.digest = digest_;
+    mine.marks = history_.Marks();
+    mine.consumer_from = consumer_from_;
+  }
+  const std::string value = FormatDigestReport(mine);
+  if (now < next_digest_publish_ && value == published_report_) return;
+  uint64_t revision = 0;
+  if (natsStatus s =
+          kvStore_PutString(&revision, impl_->digest_kv, replica_key_.c_str(), value.c_str());
+      s != NATS_OK) {
+    spdlog::debug("cluster: cannot publish this replica's digest: {}", NatsError(s));
+    return;
+  }
+  published_report_ = value;
+  next_digest_publish_ = now + absl::Seconds(1);
+}
+
+void Cluster::Judge(const std::string& identity) {
+  std::vector<DigestReport> peers;
+  for (const auto& [key, p] : peer_reports_) {
+    if (p.report.identity == identity) peers.push_back(p.report);
+  }
+  MutexLock lock(&mu_);
+  // Not before every report was read once (alone by ignorance would
+  // verify everything), and not while healing.
+  if (healing_ || !digest_reports_read_) return;
+  DigestReport mine;
+  mine.key = replica_key_;
+  mine.identity = identity;
+  mine.applied = applied_.load(std::memory_order_acquire);
+  mine.digest = digest_;
+  mine.marks = history_.Marks();
+  const DigestJudgement j = JudgeDigests(history_, mine, peers);
+  voters_ = j.voters;
+  judged_ = true;
+  const DigestJudgement::State was = digest_state_;
+  // A diverged copy stays refused until it is healed (Bootstrap resets
+  // it), whoever leaves; disagreeing replicas stay refused until a
+  // majority decides, not when the other one goes away.
+  if (was == DigestJudgement::State::kDiverged) return;
+  if (was == DigestJudgement::State::kNoMajority && j.state == DigestJudgement::State::kAgreed &&
+      j.voters < 2) {
+    return;
+  }
+  if (j.state == DigestJudgement::State::kAgreed) {
+    verified_ = std::max(verified_, j.verified);
+    if (was != j.state) {
+      spdlog::info(
+          "cluster: this replica's copy of the log agrees with a majority again (up to "
+          "position {})",
+          verified_);
+    }
+    digest_state_ = j.state;
+    digest_detail_.clear();
+    digest_majority_.clear();
+    return;
+  }
+  if (was == j.state) return;  // Said already.
+  digest_state_ = j.state;
+  digest_at_ = j.at;
+  digest_detail_ = j.detail;
+  digest_majority_ = j.majority;
+  ++divergences_;
+  // The NATS servers whose copies this replica applied since a majority
+  // last agreed with it: one of them differs (when this replica is the
+  // one that diverged). A new consumer is not kept on them for a while.
+  std::vector<std::string> servers;
+  for (size_t i = 0; i < consumer_servers_.size(); ++i) {
+    const bool active_after =
+        i + 1 == consumer_servers_.size() || consumer_servers_[i + 1].first > verified_ + 1;
+    if (!active_after || consumer_servers_[i].second.empty()) continue;
+    if (std::find(servers.begin(), servers.end(), consumer_servers_[i].second) == servers.end()) {
+      servers.push_back(consumer_servers_[i].second);
+    }
+  }
+  if (j.state == DigestJudgement::State::kDiverged) {
+    for (const std::string& server : servers) {
+      suspect_servers_[server] = absl::Now() + absl::Minutes(10);
+    }
+  }
+  spdlog::error("cluster: {}{}", NotServingLocked(),
+                servers.empty()
+                    ? std::string()
+                    : absl::StrFormat(" (applied from NATS server%s %s since position %u)",
+                                      servers.size() == 1 ? "" : "s", absl::StrJoin(servers, ", "),
+                                      verified_));
+}
+
+void Cluster::CheckConsumerPlacement() {
+  if (impl_->sub == nullptr) return;
+  std::string name;
+  uint64_t from = 0;
+  {
+    MutexLock lock(&mu_);
+    name = consumer_name_;
+    from = consumer_from_;
+  }
+  if (name.empty() || name == checked_consumer_) return;
+  jsConsumerInfo* ci = nullptr;
+  jsErrCode jerr = static_cast<jsErrCode>(0);
+  if (natsSubscription_GetConsumerInfo(&ci, impl_->sub, nullptr, &jerr) != NATS_OK) return;
+  std::string server;
+  if (ci->Name != nullptr && name != ci->Name) {
+    jsConsumerInfo_Destroy(ci);
+    return;  // Made again since: checked with the next entry.
+  }
+  if (ci->Cluster != nullptr && ci->Cluster->Leader != nullptr) server = ci->Cluster->Leader;
+  jsConsumerInfo_Destroy(ci);
+  checked_consumer_ = name;
+  {
+    MutexLock lock(&mu_);
+    consumer_servers_.emplace_back(from, server);
+    if (consumer_servers_.size() > 8) consumer_servers_.erase(consumer_servers_.begin());
+  }
+  const absl::Time now = absl::Now();
+  for (auto it = suspect_servers_.begin(); it != suspect_servers_.end();) {
+    it = it->second <= now ? suspect_servers_.erase(it) : std::next(it);
+  }
+  if (!suspect_servers_.contains(server) || placement_retries_ >= 5) {
+    placement_retries_ = 0;
+    return;
+  }
+  ++placement_retries_;
+  spdlog::warn(
+      "cluster: the consumer is on NATS server {}, whose copy of the stream differed from the "
+      "majority's lately; making another (try {} of 5)",
+      server, placement_retries_);
+  StopConsuming();
+}
+
+bool Cluster::DigestlessBootstrapDue(std::vector<std::string>* with_digest) {
+  if (impl_->digest_watch == nullptr) return false;
+  std::string least = replica_key_;
+  for (const auto& [key, p] : peer_reports_) {
+    if (p.report.digest.has_value()) {
+      with_digest->push_back(key);
+    } else {
+      least = std::min(least, key);
+    }
+  }
+  if (!with_digest->empty()) return true;
+  MutexLock lock(&mu_);
+  if (least != replica_key_ || !digest_reports_read_) return false;
+  // No replica has a digest: this one starts them from its position.
+  const uint64_t applied = applied_.load(std::memory_order_acquire);
+  digest_ = NextLogDigest(0, applied, 0);
+  history_.Add(applied, *digest_);
+  spdlog::warn(
+      "cluster: no replica reports a digest of the log: this one starts the digests at position "
+      "{}; replicas without one copy a replica that has one",
+      applied);
+  return false;
 }
 
 }  // namespace cuckoo::server

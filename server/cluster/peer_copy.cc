@@ -76,7 +76,14 @@ absl::StatusOr<PeerCopy> CopyFromPeer(const std::string& address, const std::str
       return absl::FailedPreconditionError(
           absl::StrFormat("peer %s has applied nothing yet", address));
     }
+    if (info.cluster().log_check() != "agreed" || !info.cluster().log_digest_known()) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "peer %s does not serve: its copy of the log is %s", address,
+          info.cluster().log_check().empty() ? "not checked (a cuckood before the end-to-end check)"
+                                             : info.cluster().log_check()));
+    }
     server_filters = info.filters();
+    copy.anchor = {info.cluster().log_digest_position(), info.cluster().log_digest()};
   }
 
   v1::ListFiltersResponse list;
@@ -99,7 +106,10 @@ absl::StatusOr<PeerCopy> CopyFromPeer(const std::string& address, const std::str
         address, list.filters_size(), server_filters));
   }
   copy.listed_at = list.log_position();
-  copy.resume_from = copy.listed_at + 1;
+  // From the digest's position at the latest: the copy's digest chains on
+  // from there (entries before a filter's own positions are not applied
+  // to it again).
+  copy.resume_from = std::min(copy.listed_at, copy.anchor.position) + 1;
 
   std::error_code ec;
   fs::create_directories(scratch_dir, ec);

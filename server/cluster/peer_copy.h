@@ -28,6 +28,7 @@
 #include "absl/time/time.h"
 #include "core/cuckoo_filter.h"
 #include "core/registry.h"
+#include "server/cluster/log_digest.h"
 
 namespace cuckoo::server {
 
@@ -48,13 +49,17 @@ struct PeerCopy {
   // The first stream position the copy needs: the least of listed_at + 1
   // and, per filter, max(its id, its lowest shard position) + 1.
   uint64_t resume_from = 1;
+  // The peer's digest of the log (log_digest.h) at a position at or past
+  // resume_from - 1: the copy chains its own digest on from there.
+  DigestPoint anchor;
   std::vector<PeerFilter> filters;
   uint64_t bytes = 0;  // Snapshot bytes received.
 };
 
 // Copies every filter of the replica at `address` (host:port). FAILED_-
 // PRECONDITION when the peer is not a cluster replica of the log named
-// `identity` or has applied nothing; UNAVAILABLE (naming the peer) when it
+// `identity`, has applied nothing, or does not serve (its own copy of the
+// log is not checked against the others', or disagrees); UNAVAILABLE (naming the peer) when it
 // cannot be reached or a call fails; the snapshot reader's errors for a
 // damaged copy; the registry's for a copy that does not fit (the names must
 // be free: the caller dropped its own filters first). `stopping` set ends

@@ -235,10 +235,15 @@ uint64_t StatedMemoryOverhead(const ServerConfig& config);
 // first past it.
 inline constexpr uint64_t kRequestWindowBytes = uint64_t{16} << 20;
 // Cluster mode: the request ids' results (kRequestWindowBytes), entries
-// delivered by the stream and waiting for the apply (64 MiB), and the log
+// delivered by the stream and waiting for the apply (64 MiB), the log
 // entries of writes waiting for their acknowledgement (8 bytes a key, at
-// most half of the requests gRPC holds: half of --transport-memory).
+// most half of the requests gRPC holds: half of --transport-memory), and
+// the end-to-end check's digests (kClusterDigestBytes).
 uint64_t ClusterMemoryOverhead(const ServerConfig& config);
+// The end-to-end check of the log (server/cluster/log_digest.h): this
+// replica's last 65,536 digests (512 KiB) and the other replicas' reports
+// (under 1 KiB each; a bucket a few replicas write).
+inline constexpr uint64_t kClusterDigestBytes = uint64_t{1} << 20;
 // The larger of the log's buffers while running (WalMemoryBound: 2 x 16 MiB
 // plus two batches' records) and a start-up replay's
 // (WalApplier::ReplayMemoryBound: one --wal-segment-size segment, a 16 MiB

@@ -92,7 +92,8 @@ uint64_t WalMemoryOverhead(const ServerConfig& config) {
 }
 
 uint64_t ClusterMemoryOverhead(const ServerConfig& config) {
-  return kRequestWindowBytes + (uint64_t{64} << 20) + EffectiveTransportMemory(config) / 2;
+  return kRequestWindowBytes + (uint64_t{64} << 20) + EffectiveTransportMemory(config) / 2 +
+         kClusterDigestBytes;
 }
 
 uint64_t StatedMemoryOverhead(const ServerConfig& config) {

@@ -278,6 +278,21 @@ void FilterServiceImpl::Continue(CallReactor* reactor, grpc::ServerContextBase* 
     return;
   }
   if (next.answered) return;
+  if (next.wait_serving) {
+    // A new consumer's copy of the log is being checked: wait for it
+    // (bounded as a min_log_position wait), then run the body again.
+    const absl::Time deadline =
+        std::min(absl::FromChrono(ctx->deadline()), absl::Now() + limits_.max_read_wait);
+    cluster_->WhenServing(deadline,
+                          [this, reactor, ctx, body = std::move(body)](absl::Status serving) {
+                            if (!serving.ok()) {
+                              reactor->Done(ToGrpcStatus(serving));
+                              return;
+                            }
+                            Continue(reactor, ctx, body);
+                          });
+    return;
+  }
   if (next.min_position != 0) {
     // Not applied this far yet: wait (bounded by the call's deadline and
     // --max-read-wait), then run the body again.
@@ -314,6 +329,19 @@ void FilterServiceImpl::Continue(CallReactor* reactor, grpc::ServerContextBase* 
         }
         reactor->Done(ToGrpcStatus(durable));
       });
+}
+
+absl::Status FilterServiceImpl::CheckClusterServing() const {
+  return cluster_ != nullptr ? cluster_->CheckServing() : absl::OkStatus();
+}
+
+absl::Status FilterServiceImpl::ClusterServing(Next* next) const {
+  if (cluster_ == nullptr) return absl::OkStatus();
+  bool transient = false;
+  absl::Status s = cluster_->CheckServing(&transient);
+  if (s.ok() || !transient) return s;
+  next->wait_serving = true;
+  return absl::OkStatus();
 }
 
 uint64_t FilterServiceImpl::AppliedPosition() const {

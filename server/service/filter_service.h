@@ -135,6 +135,9 @@ class FilterServiceImpl final : public FilterServiceBase {
   // The log position this server has applied: the cluster's, or the last
   // write-ahead log record appended (0 with neither).
   uint64_t AppliedPosition() const;
+  // Cluster mode: UNAVAILABLE while this replica's copy of the log is not
+  // checked against the others' or disagrees (Cluster::CheckServing).
+  absl::Status CheckClusterServing() const;
 
   // From now on every call fails with UNAVAILABLE ("shutting down").
   void StopAccepting() { accepting_.store(false, std::memory_order_release); }
@@ -189,6 +192,9 @@ class FilterServiceImpl final : public FilterServiceBase {
     uint64_t durable_lsn = 0;
     // Run the body again once this replica has applied the log this far.
     uint64_t min_position = 0;
+    // Cluster mode: run the body again once this replica serves (its
+    // check of the log is about to agree: Cluster::WhenServing).
+    bool wait_serving = false;
     // The body handed the reactor on: it is answered elsewhere.
     bool answered = false;
     // A write with a request id (single node): remembered once durable.
@@ -198,6 +204,12 @@ class FilterServiceImpl final : public FilterServiceBase {
     // doubt (RequestWindow::Abandon), never forgotten.
     bool partly_applied = false;
   };
+
+  // Cluster mode: OK while this replica serves; sets next->wait_serving
+  // (and returns OK) while its check of the log is only moments from
+  // agreeing (a new consumer, just started), so that the call waits for
+  // it; else UNAVAILABLE naming why (diverged, no majority, healing).
+  absl::Status ClusterServing(Next* next) const;
 
   // The filter a request names: INVALID_ARGUMENT for a malformed name,
   // NOT_FOUND for an unknown one.

@@ -82,6 +82,7 @@ absl::Status FilterServiceImpl::DoCreateFilter(const v1::CreateFilterRequest& re
       !a.ok()) {
     return a;
   }
+  if (absl::Status c = ClusterServing(next); !c.ok() || next->wait_serving) return c;
   reactor->MarkAudited(req.name());
   FilterOptions options{.capacity = req.capacity(),
                         .false_positive_rate = req.false_positive_rate(),
@@ -189,6 +190,7 @@ absl::Status FilterServiceImpl::DoDropFilter(const v1::DropFilterRequest& req,
       !a.ok()) {
     return a;
   }
+  if (absl::Status c = ClusterServing(next); !c.ok() || next->wait_serving) return c;
   reactor->MarkAudited(req.name());
   // An unknown name is answered here, so retries for filters gone already
   // never fill the persistence queue.
@@ -239,6 +241,7 @@ absl::Status FilterServiceImpl::DoGetFilter(const v1::GetFilterRequest& req,
       !a.ok()) {
     return a;
   }
+  if (absl::Status c = ClusterServing(next); !c.ok() || next->wait_serving) return c;
   if (absl::Status m = CheckMinPosition(req.min_log_position(), next);
       !m.ok() || next->min_position != 0) {
     return m;
@@ -255,6 +258,7 @@ absl::Status FilterServiceImpl::DoGetFilter(const v1::GetFilterRequest& req,
 absl::Status FilterServiceImpl::DoListFilters(const v1::ListFiltersRequest& req,
                                               v1::ListFiltersResponse* resp, CallReactor* reactor,
                                               Next* next) {
+  if (absl::Status c = ClusterServing(next); !c.ok() || next->wait_serving) return c;
   if (absl::Status m = CheckMinPosition(req.min_log_position(), next);
       !m.ok() || next->min_position != 0) {
     return m;
@@ -302,6 +306,14 @@ absl::Status FilterServiceImpl::DoGetServerInfo(v1::GetServerInfoResponse* resp)
     c->set_lag(st.lag);
     c->set_log_identity(st.identity);
     c->set_problem(st.problem);
+    c->set_log_check(st.digest_state);
+    c->set_log_digest_known(st.digest_known);
+    c->set_log_digest(st.digest);
+    c->set_log_digest_position(st.digest_position);
+    c->set_verified_log_position(st.verified_position);
+    c->set_digest_replicas(static_cast<uint32_t>(st.digest_voters));
+    c->set_consumer_from_position(st.consumer_from);
+    c->set_divergences(st.divergences);
     // Acknowledged in the stream, so durable on its replicas.
     resp->set_durability("cluster");
   }

@@ -173,6 +173,7 @@ absl::Status FilterServiceImpl::DataPath(RpcMethod method, grpc::ServerContextBa
   }
   if (!s.ok()) return s;
   if (absl::Status a = Authorize(reactor->caller(), method, req.filter, ctx); !a.ok()) return a;
+  if (absl::Status c = ClusterServing(next); !c.ok() || next->wait_serving) return c;
   const bool write = method == RpcMethod::kInsert || method == RpcMethod::kDelete;
   if (write) {
     if (absl::Status id = ValidateRequestId(req.request_id); !id.ok()) return id;

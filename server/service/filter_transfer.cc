@@ -224,6 +224,9 @@ class FilterServiceImpl::ExportReactor final : public CallQueues::Call {
         !a.ok()) {
       return End(a);
     }
+    // A replica whose copy of the log is not checked, or disagrees, is
+    // not copied from (peers bootstrap through this call).
+    if (absl::Status c = service_->CheckClusterServing(); !c.ok()) return End(c);
     if (service_->auth_ != nullptr) audit_.emplace(*std::move(caller), ctx->peer());
     name_ = req.name();
     absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = service_->FindFilter(name_);

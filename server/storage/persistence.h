@@ -89,6 +89,9 @@ class ExternalLog {
   // Names the log (positions of another log mean nothing here); empty while
   // unknown, and then no checkpoint is written.
   virtual std::string Identity() const = 0;
+  // The digest of the log (server/cluster/log_digest.h) after `position`,
+  // a position already applied; false while it is not known.
+  virtual bool AppliedDigest(uint64_t* position, uint64_t* digest) const = 0;
   // Called after a checkpoint was written: entries before `needed` are no
   // longer needed by this replica.
   virtual void Checkpointed(uint64_t needed) = 0;
@@ -125,6 +128,12 @@ struct LoadSummary {
   // resume_from 1 when there was none).
   std::string log_identity;
   uint64_t resume_from = 1;
+  // The digest of the log after log_digest_position, if the checkpoint
+  // records one (a checkpoint of version 2; none: version 1, whose replica
+  // learns it again from a peer).
+  bool has_log_digest = false;
+  uint64_t log_digest_position = 0;
+  uint64_t log_digest = 0;
 };
 
 // A filter's latest snapshot on disk.
@@ -344,7 +353,10 @@ class Persistence {
   absl::Status WriteFileAtomically(const std::string& file, absl::string_view bytes);
   // Single node: REQUESTS into the request window, at start-up.
   absl::Status LoadRequestWindow();
-  absl::Status WriteCheckpointLocked(const std::string& identity, uint64_t needed)
+  // Version 2, with the digest of the log after `digest_position` when
+  // `has_digest` (version 1's lines and this one).
+  absl::Status WriteCheckpointLocked(const std::string& identity, uint64_t needed, bool has_digest,
+                                     uint64_t digest_position, uint64_t digest)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(file_mu_);
   // Moves requested_removals_ into pending_removals_.
   void TakeRequestedRemovalsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(file_mu_);
@@ -376,6 +388,8 @@ class Persistence {
   RequestWindow* request_window_ = nullptr;
   // The checkpoint last written (cluster mode).
   uint64_t checkpoint_ ABSL_GUARDED_BY(file_mu_) = 0;
+  // Whether the checkpoint on disk records the log's digest.
+  bool checkpoint_has_digest_ ABSL_GUARDED_BY(file_mu_) = false;
   // Drops applied from the cluster log whose files are still to go.
   Mutex removals_mu_;
   std::vector<std::string> requested_removals_ ABSL_GUARDED_BY(removals_mu_);

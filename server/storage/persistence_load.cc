@@ -242,20 +242,31 @@ absl::Status Persistence::ReadCheckpoint(LoadSummary* summary) {
         "cannot read %s: %s", path, std::error_code(errno, std::generic_category()).message()));
   }
   char identity[512] = {0};
-  unsigned long long resume = 0;
-  const int got = std::fscanf(f, "cuckood cluster checkpoint v1 identity %511s resume_from %llu",
-                              identity, &resume);
+  unsigned version = 0;
+  unsigned long long resume = 0, digest_position = 0, digest = 0;
+  const int got = std::fscanf(f, "cuckood cluster checkpoint v%u identity %511s resume_from %llu",
+                              &version, identity, &resume);
+  const int got_digest =
+      got == 3 && version == 2 ? std::fscanf(f, " digest %llu %llx", &digest_position, &digest) : 0;
   std::fclose(f);
-  if (got != 2 || resume == 0) {
+  if (got != 3 || resume == 0 || (version != 1 && version != 2) ||
+      (got_digest != 0 && got_digest != 2) || (got_digest == 2 && digest_position + 1 < resume)) {
     return absl::DataLossError(absl::StrFormat(
-        "%s is not a cuckood checkpoint (\"cuckood cluster checkpoint v1 identity <log> "
-        "resume_from <position>\"): remove it to replay the whole stream",
+        "%s is not a cuckood checkpoint (\"cuckood cluster checkpoint v2\", \"identity <log>\", "
+        "\"resume_from <position>\", \"digest <position> <16 hex digits>\" with a position at "
+        "or past resume_from - 1): remove it to replay the whole stream",
         path));
+  }
+  if (got_digest == 2) {
+    summary->has_log_digest = true;
+    summary->log_digest_position = digest_position;
+    summary->log_digest = digest;
   }
   summary->log_identity = identity;
   summary->resume_from = resume;
   MutexLock lock(&file_mu_);
   checkpoint_ = resume;
+  checkpoint_has_digest_ = summary->has_log_digest;
   return absl::OkStatus();
 }
 

@@ -19,11 +19,13 @@
 namespace cuckoo::server {
 namespace fs = std::filesystem;
 
-absl::Status Persistence::WriteCheckpointLocked(const std::string& identity, uint64_t needed) {
-  return WriteFileAtomically(
-      kCheckpointFile,
-      absl::StrFormat("cuckood cluster checkpoint v1\nidentity %s\nresume_from %u\n", identity,
-                      needed));
+absl::Status Persistence::WriteCheckpointLocked(const std::string& identity, uint64_t needed,
+                                                bool has_digest, uint64_t digest_position,
+                                                uint64_t digest) {
+  std::string text = absl::StrFormat("cuckood cluster checkpoint v2\nidentity %s\nresume_from %u\n",
+                                     identity, needed);
+  if (has_digest) absl::StrAppendFormat(&text, "digest %u %016x\n", digest_position, digest);
+  return WriteFileAtomically(kCheckpointFile, text);
 }
 
 absl::Status Persistence::WriteFileAtomically(const std::string& file, absl::string_view text) {
@@ -116,11 +118,22 @@ void Persistence::TruncateLogLocked() {
   if (external_log_ != nullptr) {
     const std::string identity = external_log_->Identity();
     if (identity.empty() || needed <= checkpoint_) return;
-    if (absl::Status s = WriteCheckpointLocked(identity, needed); !s.ok()) {
+    // The digest after a position at or past needed - 1 (read after
+    // `needed`): a restart applies the entries from `needed` on, and chains
+    // the digest on from that position. Unknown while the replica replays
+    // entries from before its own anchor: the checkpoint that named the
+    // anchor stays until it is known again.
+    uint64_t digest_position = 0, digest = 0;
+    const bool has_digest = external_log_->AppliedDigest(&digest_position, &digest);
+    if (!has_digest && checkpoint_has_digest_) return;
+    if (absl::Status s =
+            WriteCheckpointLocked(identity, needed, has_digest, digest_position, digest);
+        !s.ok()) {
       spdlog::error("could not write the cluster checkpoint: {}", std::string(s.message()));
       return;
     }
     checkpoint_ = needed;
+    checkpoint_has_digest_ = has_digest;
     external_log_->Checkpointed(needed);
     return;
   }

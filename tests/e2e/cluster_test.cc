@@ -285,6 +285,93 @@ TEST(ClusterTest, NewEmptyReplicaBootstrapsFromAPeerAndResumesFromItsCheckpoint)
   ExpectIdenticalReplicas(c, {0, 2});
 }
 
+// The end-to-end check of the log (docs/CLUSTER.md): two replicas whose
+// digests disagree have no majority, so neither serves (reads and writes
+// UNAVAILABLE naming the position, /readyz 503, the metric); a third
+// replica, rebuilt from the stream, agrees with one of them: that one
+// serves again, and the other, diverged, heals by copying the majority.
+// The divergence is made by hand in the checkpoint's digest: to the check,
+// the same as a replica that applied another copy of the log.
+TEST(ClusterTest, ReplicasWhoseLogsDisagreeServeNothingUntilAMajorityDecidesAndTheMinorityHeals) {
+  TestCluster c(2, {"--snapshot-interval=1s"});
+  uint64_t p = Create(c.replica(0), "f", 20'000).log_position();
+  const std::vector<std::string> keys = NumberedKeys("k", 5'000);
+  p = Insert(c.replica(0), "f", keys, "", p).log_position();
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(c.replica(i).WaitCaughtUp(p));
+  ASSERT_EQ(c.replica(1).Stop(), 0);
+  const std::string checkpoint_path = c.replica(1).data_dir() + "/CHECKPOINT";
+  std::string checkpoint = ReadFile(checkpoint_path);
+  EXPECT_NE(checkpoint.find("cuckood cluster checkpoint v2\n"), std::string::npos) << checkpoint;
+  const size_t at = checkpoint.find("digest ");
+  ASSERT_NE(at, std::string::npos) << checkpoint;
+  const size_t hex = checkpoint.find(' ', at + 7) + 1;
+  checkpoint[hex] = checkpoint[hex] == '0' ? '1' : '0';
+  WriteFile(checkpoint_path, checkpoint);
+  c.replica(1).Start();
+
+  auto lookup = [&](int i) {
+    v1::LookupRequest req;
+    req.set_filter("f");
+    req.add_keys(keys[0]);
+    v1::LookupResponse resp;
+    grpc::ClientContext ctx;
+    return c.replica(i).stub().Lookup(WithDeadline(&ctx), req, &resp);
+  };
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  grpc::Status s0, s1;
+  do {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    s0 = lookup(0);
+    s1 = lookup(1);
+  } while ((s0.ok() || s1.ok()) && std::chrono::steady_clock::now() < until);
+  for (const grpc::Status& s : {s0, s1}) {
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+    EXPECT_NE(
+        s.error_message().find(absl::StrCat("disagrees with another replica's at position ", p)),
+        std::string::npos)
+        << s.error_message();
+    EXPECT_NE(s.error_message().find("no side is a majority"), std::string::npos);
+  }
+  v1::InsertRequest ins;
+  ins.set_filter("f");
+  ins.add_keys("refused");
+  v1::InsertResponse ins_resp;
+  grpc::ClientContext ctx;
+  EXPECT_EQ(c.replica(0).stub().Insert(WithDeadline(&ctx), ins, &ins_resp).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(c.replica(i).ReadyzStatus(), 503);
+    EXPECT_NE(c.replica(i).Metrics().find("cuckood_cluster_log_check{state=\"no majority\"} 1"),
+              std::string::npos)
+        << c.replica(i).Metrics();
+  }
+
+  // A third replica, from an empty directory: no peer serves, so it
+  // replays the stream, and agrees with replica 0.
+  Replica& third = c.AddReplica();
+  ASSERT_TRUE(third.WaitCaughtUp(p));
+  ASSERT_TRUE(c.replica(0).WaitCaughtUp(p));
+  ASSERT_TRUE(c.replica(1).WaitCaughtUp(p, std::chrono::seconds(90)))
+      << c.replica(1).process().process().out();
+  const std::string out = c.replica(1).process().process().out();
+  EXPECT_NE(out.find("differs from the majority's at position"), std::string::npos) << out;
+  EXPECT_NE(out.find("cluster: bootstrapped from peer r"), std::string::npos) << out;
+  grpc::ClientContext info_ctx;
+  v1::GetServerInfoResponse info;
+  ASSERT_TRUE(c.replica(1).stub().GetServerInfo(WithDeadline(&info_ctx), {}, &info).ok());
+  EXPECT_EQ(info.cluster().log_check(), "agreed");
+  EXPECT_EQ(info.cluster().divergences(), 2u);  // No majority, then diverged.
+  EXPECT_EQ(info.cluster().digest_replicas(), 3u);
+  // Writes and reads everywhere again; nothing missing, tables identical.
+  p = Insert(c.replica(1), "f", NumberedKeys("after", 1'000), "", p).log_position();
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(c.replica(i).WaitCaughtUp(p));
+    std::string error;
+    EXPECT_TRUE(Missing(c.replica(i), "f", keys, p, &error).empty()) << i << error;
+  }
+  ExpectIdenticalReplicas(c, {0, 1, 2});
+}
+
 // The stream keeps only what the replicas still need: once a replica has
 // been away longer than --replica-expiry, the others' checkpoints purge the
 // stream past its position (an idle filter does not hold them back), and
