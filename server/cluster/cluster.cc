@@ -105,10 +105,19 @@ std::string Cluster::Identity() const {
 
 bool Cluster::AppliedDigest(uint64_t* position, uint64_t* digest) const {
   MutexLock lock(&mu_);
-  if (!digest_.has_value()) return false;
-  *position = applied_.load(std::memory_order_acquire);
-  *digest = *digest_;
-  return true;
+  if (digest_.has_value()) {
+    *position = applied_.load(std::memory_order_acquire);
+    *digest = *digest_;
+    return true;
+  }
+  // Replaying up to its anchor (after a restart or a copy): the anchor,
+  // which a restart from this checkpoint reaches the same way.
+  if (anchor_.has_value()) {
+    *position = anchor_->position;
+    *digest = anchor_->digest;
+    return true;
+  }
+  return false;
 }
 
 void Cluster::Checkpointed(uint64_t needed) {

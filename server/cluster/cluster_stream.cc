@@ -493,10 +493,14 @@ void Cluster::Bootstrap(std::string identity, std::vector<ReplicaRecord> peers, 
       verified_ = 0;
       consumer_name_.clear();
       consumer_from_ = 0;
+      consumer_servers_.clear();
       healing_ = false;
     }
     needed_.store(copy->resume_from, std::memory_order_release);
-    // On disk, with the checkpoint, before the stream is applied again.
+    // On disk, with the checkpoint, before the stream is applied again
+    // (the checkpoint of what this replica held may name a later position
+    // than the copy's: it is replaced).
+    persistence_->ForgetCheckpoint();
     if (absl::StatusOr<SnapshotRun> run = persistence_->SnapshotNow("", false); !run.ok()) {
       spdlog::warn("cluster: snapshots after the bootstrap: {} (they are written again later)",
                    std::string(run.status().message()));

@@ -90,7 +90,9 @@ class ExternalLog {
   // unknown, and then no checkpoint is written.
   virtual std::string Identity() const = 0;
   // The digest of the log (server/cluster/log_digest.h) after `position`,
-  // a position already applied; false while it is not known.
+  // a position already applied, or one the replay under way reaches (at or
+  // past the first position the replay applied); false while it is not
+  // known.
   virtual bool AppliedDigest(uint64_t* position, uint64_t* digest) const = 0;
   // Called after a checkpoint was written: entries before `needed` are no
   // longer needed by this replica.
@@ -196,6 +198,10 @@ class Persistence {
   // Cluster mode: the log lives elsewhere (see ExternalLog). Before LoadAll.
   void SetExternalLog(ExternalLog* log) { external_log_ = log; }
   ExternalLog* external_log() const { return external_log_; }
+  // With an ExternalLog: the next snapshot run writes the checkpoint
+  // whatever position it names (a copy from a peer replaced every filter,
+  // and may hold them at earlier positions than the checkpoint on disk).
+  void ForgetCheckpoint();
   // Single node: the request ids' window, which LoadAll fills from
   // <data-dir>/REQUESTS and the log's request records, and each truncation
   // of the log saves to REQUESTS first (server/storage/request_window.h). Before

@@ -19,6 +19,12 @@
 namespace cuckoo::server {
 namespace fs = std::filesystem;
 
+void Persistence::ForgetCheckpoint() {
+  MutexLock lock(&file_mu_);
+  checkpoint_ = 0;
+  checkpoint_has_digest_ = false;
+}
+
 absl::Status Persistence::WriteCheckpointLocked(const std::string& identity, uint64_t needed,
                                                 bool has_digest, uint64_t digest_position,
                                                 uint64_t digest) {
@@ -120,9 +126,9 @@ void Persistence::TruncateLogLocked() {
     if (identity.empty() || needed <= checkpoint_) return;
     // The digest after a position at or past needed - 1 (read after
     // `needed`): a restart applies the entries from `needed` on, and chains
-    // the digest on from that position. Unknown while the replica replays
-    // entries from before its own anchor: the checkpoint that named the
-    // anchor stays until it is known again.
+    // the digest on from that position. Unknown only for a replica whose
+    // checkpoint recorded none (an older cuckood's): the checkpoint that
+    // named a digest is not replaced by one without.
     uint64_t digest_position = 0, digest = 0;
     const bool has_digest = external_log_->AppliedDigest(&digest_position, &digest);
     if (!has_digest && checkpoint_has_digest_) return;
