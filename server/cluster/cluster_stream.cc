@@ -577,6 +577,7 @@ bool Cluster::OpenDigestBucket(const std::string& identity) {
   }
   if (s == NATS_OK && impl_->digest_watch == nullptr) {
     s = kvStore_WatchAll(&impl_->digest_watch, impl_->digest_kv, nullptr);
+    if (s == NATS_OK && digest_watch_started_ == absl::InfinitePast()) digest_watch_started_ = now;
   }
   if (s != NATS_OK) {
     if (impl_->digest_watch != nullptr) kvWatcher_Destroy(impl_->digest_watch);
@@ -796,6 +797,9 @@ bool Cluster::DigestlessBootstrapDue(std::vector<std::string>* with_digest) {
     }
   }
   if (!with_digest->empty()) return true;
+  // Only after a few rounds of reports: replicas upgraded together see
+  // each other first, and only the lowest id starts the digests.
+  if (absl::Now() - digest_watch_started_ < absl::Seconds(3)) return false;
   MutexLock lock(&mu_);
   if (least != replica_key_ || !digest_reports_read_) return false;
   // No replica has a digest: this one starts them from its position.

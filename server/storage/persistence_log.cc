@@ -123,7 +123,7 @@ void Persistence::TruncateLogLocked() {
   }
   if (external_log_ != nullptr) {
     const std::string identity = external_log_->Identity();
-    if (identity.empty() || needed <= checkpoint_) return;
+    if (identity.empty() || needed < checkpoint_) return;
     // The digest after a position at or past needed - 1 (read after
     // `needed`): a restart applies the entries from `needed` on, and chains
     // the digest on from that position. Unknown only for a replica whose
@@ -132,6 +132,9 @@ void Persistence::TruncateLogLocked() {
     uint64_t digest_position = 0, digest = 0;
     const bool has_digest = external_log_->AppliedDigest(&digest_position, &digest);
     if (!has_digest && checkpoint_has_digest_) return;
+    // The same position again: only to add the digest a checkpoint of an
+    // older cuckood lacked.
+    if (needed == checkpoint_ && (checkpoint_has_digest_ || !has_digest)) return;
     if (absl::Status s =
             WriteCheckpointLocked(identity, needed, has_digest, digest_position, digest);
         !s.ok()) {

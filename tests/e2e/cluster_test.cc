@@ -382,6 +382,58 @@ TEST(ClusterTest, ReplicasWhoseLogsDisagreeServeNothingUntilAMajorityDecidesAndT
   ExpectIdenticalReplicas(c, {0, 1, 2});
 }
 
+// Data directories of a cuckood before the end-to-end check (checkpoints of
+// version 1, no digest): replicas upgraded together agree on one of them
+// (the lowest id) to start the digests from its position, and the others
+// copy it; then all serve, nothing missing.
+TEST(ClusterTest, ReplicasUpgradedFromCheckpointsWithoutADigestStartOneAndCopyIt) {
+  TestCluster c(2, {"--snapshot-interval=1s"});
+  uint64_t p = Create(c.replica(0), "f", 20'000).log_position();
+  const std::vector<std::string> keys = NumberedKeys("k", 3'000);
+  p = Insert(c.replica(1), "f", keys, "", p).log_position();
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(c.replica(i).WaitCaughtUp(p));
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(c.replica(i).Stop(), 0);
+    const std::string path = c.replica(i).data_dir() + "/CHECKPOINT";
+    std::string checkpoint = ReadFile(path);
+    const size_t digest = checkpoint.find("digest ");
+    ASSERT_NE(digest, std::string::npos) << checkpoint;
+    checkpoint.erase(digest);
+    checkpoint.replace(checkpoint.find("v2"), 2, "v1");
+    WriteFile(path, checkpoint);
+  }
+  c.replica(1).Start();
+  c.replica(0).Start();
+  // Each serves what it has meanwhile (no replica with a digest: nothing to
+  // disagree with), until both have one.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (int i = 0; i < 2; ++i) {
+    v1::GetServerInfoResponse info;
+    do {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      grpc::ClientContext ctx;
+      info.Clear();
+      (void)c.replica(i).stub().GetServerInfo(WithDeadline(&ctx), {}, &info);
+    } while ((!info.cluster().log_digest_known() || info.cluster().log_check() != "agreed") &&
+             std::chrono::steady_clock::now() < until);
+    EXPECT_TRUE(info.cluster().log_digest_known()) << c.replica(i).process().process().out();
+    ASSERT_TRUE(c.replica(i).WaitCaughtUp(p)) << c.replica(i).process().process().out();
+  }
+  const std::string r0 = c.replica(0).process().process().out();
+  const std::string r1 = c.replica(1).process().process().out();
+  EXPECT_NE(r0.find("the checkpoint records no digest of the log"), std::string::npos) << r0;
+  EXPECT_NE(r0.find("this one starts the digests at position"), std::string::npos) << r0;
+  EXPECT_NE(r1.find("cluster: bootstrapped from peer r0"), std::string::npos) << r1;
+  for (int i = 0; i < 2; ++i) {
+    std::string error;
+    EXPECT_TRUE(Missing(c.replica(i), "f", keys, p, &error).empty()) << i << error;
+    EXPECT_NE(ReadFile(c.replica(i).data_dir() + "/CHECKPOINT").find("digest "), std::string::npos);
+  }
+  p = Insert(c.replica(1), "f", NumberedKeys("after", 100), "", p).log_position();
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(c.replica(i).WaitCaughtUp(p));
+  ExpectIdenticalReplicas(c, {0, 1});
+}
+
 // The stream keeps only what the replicas still need: once a replica has
 // been away longer than --replica-expiry, the others' checkpoints purge the
 // stream past its position (an idle filter does not hold them back), and
