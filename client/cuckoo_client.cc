@@ -45,6 +45,22 @@ constexpr size_t kMaxRequestIdBytes = 128;
 constexpr absl::Duration kFirstBackoff = absl::Milliseconds(100);
 constexpr absl::Duration kMaxBackoff = absl::Seconds(2);
 
+// What the client's own retries retry: UNAVAILABLE, and RESOURCE_EXHAUSTED
+// from the transport, whose message is gRPC's "Received RST_STREAM with
+// error code 11" (the server's transport memory was full, and gRPC reset the
+// stream: a retry after a backoff may find room). cuckood's own
+// RESOURCE_EXHAUSTED (a limit reached) comes back at once: a repeat would be
+// refused the same way. Both may follow a write that was applied; the
+// client retries a write only with its request id, so the server applies it
+// once. Not DEADLINE_EXCEEDED: the deadline is the caller's bound on an
+// attempt (ClientOptions::timeout), and a server that took that long would
+// likely take it again; nor CANCELLED.
+bool Retriable(const grpc::Status& s) {
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+          absl::StartsWith(s.error_message(), "Received RST_STREAM"));
+}
+
 // Round-robin over every address of the target, and gRPC's retries of
 // UNAVAILABLE: the failed attempt's successor is picked anew, so it goes to
 // the next replica. gRPC caps maxAttempts at 5. Only the methods a repeat
@@ -339,7 +355,7 @@ absl::Status Client::Call(Rpc<Request, Response> rpc, const Request& request, Re
     const grpc::Status s = (stub_.get()->*rpc)(&ctx, request, response);
     if (s.ok()) return absl::OkStatus();
     const absl::Duration left = retry_until - absl::Now();
-    if (!retry || s.error_code() != grpc::StatusCode::UNAVAILABLE || left <= absl::ZeroDuration()) {
+    if (!retry || !Retriable(s) || left <= absl::ZeroDuration()) {
       absl::Status status = FromGrpcStatus(s);
       if (attempt == 1) return status;
       return absl::Status(
@@ -492,7 +508,7 @@ absl::StatusOr<Client::ExportInfo> Client::ExportFilter(std::string_view name,
       return info;
     }
     const absl::Duration left = retry_until - absl::Now();
-    if (!first || s.error_code() != grpc::StatusCode::UNAVAILABLE || left <= absl::ZeroDuration()) {
+    if (!first || !Retriable(s) || left <= absl::ZeroDuration()) {
       absl::Status status = FromGrpcStatus(s);
       if (attempt == 1) return status;
       return absl::Status(status.code(),

@@ -26,13 +26,24 @@
 // ClientOptions::retry_timeout:
 // - gRPC retries it first (its retry policy, at most 5 attempts in about a
 //   second), then the client, with exponential backoff and jitter, each
-//   attempt with a fresh ClientOptions::timeout deadline. No other code is
-//   retried.
-// - Inserts and Deletes carry a request id (the caller's, else a random one),
-//   and every attempt the same one: the servers apply each request at most
-//   once (within their dedup window, GetServerInfo). A batch split into
-//   several requests gives each its own id derived from the caller's:
-//   ID.0, ID.1, ... (only when there are several).
+//   attempt with a fresh ClientOptions::timeout deadline. The client also
+//   retries RESOURCE_EXHAUSTED from the transport ("Received RST_STREAM
+//   with error code 11": the server's gRPC memory was full), not cuckood's
+//   own RESOURCE_EXHAUSTED (a limit: a repeat is refused alike). No other
+//   code is retried: not DEADLINE_EXCEEDED (the caller's bound on an
+//   attempt) nor CANCELLED.
+// - Inserts and Deletes always carry a request id: the caller's, else a
+//   random one (NewRequestId) made once per call, and every attempt of the
+//   call, gRPC's and the client's, sends the same one. A write that failed
+//   UNAVAILABLE or RESOURCE_EXHAUSTED from the transport may have been
+//   applied (proto: "Retries"); with its id, the server (any replica)
+//   answers a repeat within its dedup window (GetServerInfo) with the first
+//   one's results instead of applying it again. A batch split into several
+//   requests gives each its own id derived from the call's: ID.0, ID.1, ...
+//   (only when there are several; one request sends the caller's id as it
+//   is). To repeat a call that failed (DEADLINE_EXCEEDED, say, which is
+//   not retried) without applying it twice, give the call an id
+//   (NewRequestId()) and pass the same id and keys again.
 // - CreateFilter is retried only with if_not_exists (a repeat of an applied
 //   one would fail ALREADY_EXISTS), DropFilter and ImportFilter never,
 //   ExportFilter until its first chunk arrives.
@@ -140,9 +151,11 @@ struct ClientOptions {
   // Deadline of each RPC (a large batch is several RPCs, each with this; so
   // is every retry of one).
   absl::Duration timeout = absl::Seconds(30);
-  // How long the client goes on retrying a request that fails UNAVAILABLE:
-  // no new attempt starts later than this after the first. Zero: no retries
-  // but gRPC's own (see the top of this file).
+  // How long the client goes on retrying a request that fails UNAVAILABLE
+  // (or RESOURCE_EXHAUSTED from the transport): no new attempt starts later
+  // than this after the first. Zero: no retries but gRPC's own (see the top
+  // of this file). Keep it under the server's dedup window (2 minutes by
+  // default), within which a write's retries are applied once.
   absl::Duration retry_timeout = absl::Seconds(30);
   // Send last_log_position() as min_log_position (see the top of this file).
   bool read_your_writes = true;
@@ -187,10 +200,11 @@ class Client {
                                                 absl::Duration timeout);
 
   // Per-key results in the order of `keys`. `request_id` (1 to 128 of ! to
-  // ~; empty: a random one) makes a repeat of the same call, with the same
-  // keys, within the server's dedup window answer with the first one's
-  // results instead of applying again; a batch split into n > 1 requests
-  // sends ID.0 ... ID.(n-1), so leave room for the suffix.
+  // ~; empty: a random one, NewRequestId(), for this call) is sent with
+  // every attempt, and makes a repeat of the same call, with the same keys,
+  // within the server's dedup window answer with the first one's results
+  // instead of applying again; a batch split into n > 1 requests sends
+  // ID.0 ... ID.(n-1), so leave room for the suffix.
   absl::StatusOr<std::vector<v1::InsertResult>> Insert(std::string_view filter,
                                                        absl::Span<const std::string_view> keys,
                                                        bool if_absent = false,

@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "tests/e2e/process.h"
+#include "tests/util/lossy_proxy.h"
 
 namespace cuckoo::testing {
 namespace {
@@ -1014,6 +1015,56 @@ TEST_F(CuckooctlTest, RequestIdMakesARepeatedDeleteApplyOnce) {
   ASSERT_EQ(Ctl({"delete", "f", "a"}).code, 0);
   ASSERT_EQ(Ctl({"delete", "f", "a"}).code, 0);
   EXPECT_EQ(Ctl({"count", "f", "a"}).out, "0\ta\n");
+}
+
+// Insert and delete through a proxy that loses the server's answers to
+// writes it applied (tests/util/lossy_proxy.h): cuckooctl's retry carries the
+// first attempt's request id, a random one per batch unless --request-id is
+// given, so the server answers it from its window and applies it once.
+TEST_F(CuckooctlTest, AWriteWhoseAnswerWasLostIsRetriedWithItsRequestIdAndAppliedOnce) {
+  CreateExactFilter("f");
+  ASSERT_EQ(Ctl({"insert", "f", "b", "b"}).code, 0);
+  LossyProxy proxy(server_->address());
+  auto via_proxy = [&](const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {CUCKOOCTL_PATH, "--target=" + proxy.address()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunProcess(argv);
+  };
+  proxy.LoseAnswers(1, grpc::Status(grpc::StatusCode::UNAVAILABLE, "the answer was lost"));
+  Result inserted = via_proxy({"insert", "f", "a"});
+  ASSERT_EQ(inserted.code, 0) << Describe(inserted);
+  EXPECT_EQ(inserted.out, "inserted\ta\n");
+  // A stream the server's transport reset (its memory full) is retried too.
+  proxy.LoseAnswers(1, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                    "Received RST_STREAM with error code 11"));
+  Result deleted = via_proxy({"delete", "f", "b"});
+  ASSERT_EQ(deleted.code, 0) << Describe(deleted);
+  EXPECT_EQ(deleted.out, "deleted\tb\n");
+  EXPECT_EQ(Ctl({"count", "f", "a", "b"}).out, "1\ta\n1\tb\n") << "a retry was applied again";
+
+  std::vector<LossyProxy::Attempt> attempts = proxy.attempts();
+  ASSERT_EQ(attempts.size(), 4u);
+  EXPECT_EQ(attempts[0].method, "Insert");
+  EXPECT_EQ(attempts[2].method, "Delete");
+  for (const LossyProxy::Attempt& a : attempts) {
+    EXPECT_EQ(a.request_id.size(), 32u) << a.request_id;
+    EXPECT_EQ(a.request_id.find_first_not_of("0123456789abcdef"), std::string::npos)
+        << a.request_id;
+  }
+  EXPECT_EQ(attempts[1].request_id, attempts[0].request_id);
+  EXPECT_EQ(attempts[3].request_id, attempts[2].request_id);
+  EXPECT_NE(attempts[2].request_id, attempts[0].request_id) << "two runs, two requests";
+
+  // --request-id is sent as it is, on every attempt.
+  proxy.ClearAttempts();
+  proxy.LoseAnswers(1, grpc::Status(grpc::StatusCode::UNAVAILABLE, "the answer was lost"));
+  Result given = via_proxy({"insert", "f", "c", "--request-id=ctl-given-1"});
+  ASSERT_EQ(given.code, 0) << Describe(given);
+  attempts = proxy.attempts();
+  ASSERT_EQ(attempts.size(), 2u);
+  EXPECT_EQ(attempts[0].request_id, "ctl-given-1");
+  EXPECT_EQ(attempts[1].request_id, "ctl-given-1");
+  EXPECT_EQ(Ctl({"count", "f", "c"}).out, "1\tc\n");
 }
 
 TEST_F(CuckooctlTest, RequestIdCoversEveryBatchOfALargeInput) {

@@ -134,6 +134,68 @@ class FlakyServer(grpc.GenericRpcHandler):
         self.server.stop(0)
 
 
+class LossyProxy(grpc.GenericRpcHandler):
+    """An in-process proxy in front of the real cuckood that loses answers.
+
+    Forwards every unary FilterService call to the server. The next `n`
+    Insert or Delete calls the server answers OK (applied) are answered with
+    the failure given to lose() instead, as when an answer never comes back.
+    take() returns each Insert and Delete attempt as (method, request_id),
+    gRPC's own retries included (each is a call here).
+    """
+
+    def __init__(self, upstream):
+        self.upstream = grpc.insecure_channel(upstream)
+        self.lock = threading.Lock()
+        self.to_lose, self.failure, self.seen = 0, None, []
+        self.server = grpc.server(concurrent.futures.ThreadPoolExecutor(4))
+        self.server.add_generic_rpc_handlers((self,))
+        self.target = f"127.0.0.1:{self.server.add_insecure_port('127.0.0.1:0')}"
+        self.server.start()
+
+    def lose(self, n, code, message):
+        """Loses the answers of the next `n` applied writes: `code` and `message` instead."""
+        with self.lock:
+            self.to_lose, self.failure = n, (code, message)
+
+    def take(self):
+        """The writes seen since the last take(), as (method, request_id)."""
+        with self.lock:
+            seen, self.seen = self.seen, []
+            return seen
+
+    def service(self, handler_call_details):
+        full = handler_call_details.method
+        method = full.rsplit("/", 1)[-1]
+        if not full.startswith("/cuckoo.v1.FilterService/"):
+            return None
+        forward = self.upstream.unary_unary(full)  # Bytes in, bytes out.
+        parse = {"Insert": filter_service_pb2.InsertRequest,
+                 "Delete": filter_service_pb2.DeleteRequest}.get(method)
+
+        def handle(request, context):
+            try:
+                response = forward(request, timeout=context.time_remaining())
+            except grpc.RpcError as e:
+                context.abort(e.code(), e.details())
+            if parse is None:
+                return response
+            with self.lock:
+                self.seen.append((method, parse.FromString(request).request_id))
+                lost = self.to_lose > 0
+                if lost:
+                    self.to_lose -= 1
+            if lost:
+                context.abort(*self.failure)
+            return response
+
+        return grpc.unary_unary_rpc_method_handler(handle)
+
+    def stop(self):
+        self.server.stop(0)
+        self.upstream.close()
+
+
 class Checks:
     """The checks; each method named check_* is one."""
 
@@ -818,6 +880,56 @@ class Checks:
                 assert re.fullmatch(r"[0-9a-f]{32}", ids[0]), ids
         finally:
             flaky.stop()
+
+    def check_lost_answers(self):
+        """A write whose answer was lost is retried with its request id: applied once."""
+        self.fresh("py-lost")
+        proxy = LossyProxy(self.target)
+        unavailable = (grpc.StatusCode.UNAVAILABLE, "the answer was lost")
+        reset = (grpc.StatusCode.RESOURCE_EXHAUSTED, "Received RST_STREAM with error code 11")
+        try:
+            limits = dict(max_batch_keys=100, max_batch_bytes=1 << 16)  # No GetServerInfo.
+            with cuckoo_client.Client(proxy.target, timeout=10, **limits) as c:
+                # The server applied the insert, its answer was lost (gRPC's
+                # retry), then a delete's stream was reset (the client's retry).
+                proxy.lose(1, *unavailable)
+                assert c.insert("py-lost", ["a"]) == [INSERTED]
+                self.client.insert("py-lost", ["b", "b"])
+                proxy.lose(1, *reset)
+                assert c.delete("py-lost", ["b"]) == [DELETED]
+                assert self.client.count("py-lost", ["a", "b"]) == [1, 1], "applied twice"
+                seen = proxy.take()
+                assert [m for m, _ in seen] == ["Insert", "Insert", "Delete", "Delete"], seen
+                ids = [rid for _, rid in seen]
+                assert all(re.fullmatch(r"[0-9a-f]{32}", i) for i in ids), ids
+                assert ids[0] == ids[1] and ids[2] == ids[3] and ids[0] != ids[2], ids
+                # gRPC's 5 attempts, then the client's own: 8 attempts, one id.
+                proxy.lose(7, *unavailable)
+                assert c.insert("py-lost", ["c"]) == [INSERTED]
+                ids = [rid for _, rid in proxy.take()]
+                assert len(ids) == 8 and len(set(ids)) == 1, ids
+                assert self.client.count("py-lost", ["c"]) == [1]
+                # The caller's id, as it is, on every attempt.
+                proxy.lose(2, *unavailable)
+                assert c.delete("py-lost", ["c"], request_id="py-caller-1") == [DELETED]
+                assert proxy.take() == [("Delete", "py-caller-1")] * 3
+                assert self.client.count("py-lost", ["c"]) == [0]
+                # cuckood's own RESOURCE_EXHAUSTED (a limit) is not retried,
+                # nor DEADLINE_EXCEEDED: the caller repeats with the same id.
+                proxy.lose(1, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                           "the server's filters use all of its memory budget")
+                expect_error(grpc.StatusCode.RESOURCE_EXHAUSTED, c.insert, "py-lost", ["d"])
+                assert len(proxy.take()) == 1
+                rid = uuid.uuid4().hex
+                proxy.lose(1, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+                expect_error(grpc.StatusCode.DEADLINE_EXCEEDED, c.insert, "py-lost", ["e"],
+                             request_id=rid)
+                assert c.insert("py-lost", ["e"], request_id=rid) == [INSERTED]
+                assert proxy.take() == [("Insert", rid)] * 2
+                assert self.client.count("py-lost", ["e"]) == [1]
+        finally:
+            proxy.stop()
+        self.client.drop_filter("py-lost")
 
     # -- Batch checks, against a server started with --max-batch-keys=1000 ----
 

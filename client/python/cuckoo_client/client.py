@@ -29,9 +29,10 @@ For a cluster (cuckood --nats) it also:
   list, or a ``dns:///`` name) and spreads calls over them (round_robin),
   with gRPC's own retry of UNAVAILABLE on another replica
   (:func:`channel_options`);
-* retries calls that fail with UNAVAILABLE for up to ``retry_timeout``
-  seconds (a stream-leader election takes several), Insert and Delete with a
-  request id, so that a retry is never applied twice;
+* retries calls that fail with UNAVAILABLE (or RESOURCE_EXHAUSTED from the
+  transport) for up to ``retry_timeout`` seconds (a stream-leader election
+  takes several), Insert and Delete with their request id, so that a retry
+  is never applied twice;
 * reads its own writes: every call carries the largest log position the
   client has seen (``min_log_position``), so a replica behind the one that
   took a write waits until it has applied it.
@@ -109,6 +110,23 @@ _RETRY_MAX_BACKOFF = 2.0
 # The longest request_id the server takes, and its characters (! to ~).
 _MAX_REQUEST_ID = 128
 _REQUEST_ID_CHARS = re.compile(r"[!-~]+")
+
+# gRPC's message for a stream the server's transport reset ("Received
+# RST_STREAM with error code 11": its memory was full). Such a
+# RESOURCE_EXHAUSTED is retried like UNAVAILABLE; cuckood's own (a limit
+# reached) is not: a repeat would be refused the same way.
+_TRANSPORT_RESET = "Received RST_STREAM"
+
+
+def _retriable(error: "CuckooError") -> bool:
+    """Whether the client's own retries retry `error`: UNAVAILABLE, and
+    RESOURCE_EXHAUSTED from the transport. Both may follow a write that was
+    applied: writes are retried only with their request id (applied once).
+    Not DEADLINE_EXCEEDED (the caller's bound on an attempt) nor CANCELLED."""
+    return (error.code == grpc.StatusCode.UNAVAILABLE
+            or (error.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+                and error.message.startswith(_TRANSPORT_RESET)))
+
 
 # The server's message for an Insert stopped part way (shutdown, deadline):
 # that prefix was applied, so the request is not sent again.
@@ -681,12 +699,14 @@ class Client:
                 (for the channel this client makes).
             retry_timeout: how long, in seconds, an RPC that fails with
                 UNAVAILABLE (no replica reachable, a replica shutting down or
-                behind, the cluster's log without a leader) is tried again,
-                with exponential backoff: the time from its first attempt
-                after which no new attempt starts. ``0`` or ``None``: no
-                retries but gRPC's own (:data:`SERVICE_CONFIG`, about 2 s).
-                Inserts and deletes are retried with the same request id, so
-                they are applied once; create_filter (only with
+                behind, the cluster's log without a leader) or with
+                RESOURCE_EXHAUSTED from the transport ("Received RST_STREAM
+                with error code 11": the server's gRPC memory was full) is
+                tried again, with exponential backoff: the time from its
+                first attempt after which no new attempt starts. ``0`` or
+                ``None``: no retries but gRPC's own (:data:`SERVICE_CONFIG`,
+                about 2 s). Inserts and deletes are retried with the same
+                request id, so they are applied once; create_filter (only with
                 ``if_not_exists``), get_filter, list_filters, lookup, count,
                 snapshot and server_info are retried too; drop_filter,
                 create_filter without ``if_not_exists`` and health are not.
@@ -1142,7 +1162,7 @@ class Client:
             except grpc.RpcError as e:
                 error = CuckooError.from_rpc_error(e)
                 now = time.monotonic()
-                if (error.code != grpc.StatusCode.UNAVAILABLE or received > 0
+                if (not _retriable(error) or received > 0
                         or now >= give_up or self._closed):
                     raise error from e
                 time.sleep(min(random.uniform(backoff / 2, backoff), give_up - now))
@@ -1264,11 +1284,13 @@ class Client:
 
     def _call(self, rpc: Callable[..., _T], request: Any, *, retry: bool = True,
               timeout: Any = _CLIENT_TIMEOUT) -> _T:
-        """Calls `rpc` with the deadline, again on UNAVAILABLE while `retry` and
-        retry_timeout allow; gRPC errors become CuckooError.
+        """Calls `rpc` with the deadline, again on UNAVAILABLE (or
+        RESOURCE_EXHAUSTED from the transport, :func:`_retriable`) while
+        `retry` and retry_timeout allow; gRPC errors become CuckooError.
 
         Each attempt has the whole deadline (`timeout`, by default the
-        client's). Not retried: other codes, and an Insert cut short part way
+        client's) and sends the same `request` (a write: the same request
+        id). Not retried: other codes, and an Insert cut short part way
         (its prefix was applied; the error says how much).
         """
         self._check_open()
@@ -1285,7 +1307,7 @@ class Client:
             except grpc.RpcError as e:
                 error = CuckooError.from_rpc_error(e)
                 now = time.monotonic()
-                if (error.code != grpc.StatusCode.UNAVAILABLE or now >= give_up or self._closed
+                if (not _retriable(error) or now >= give_up or self._closed
                         or _CUT_SHORT.search(error.message)):
                     if attempts > 1:
                         error = CuckooError(error.code, f"{error.message} (after {attempts} "

@@ -82,7 +82,9 @@ Global flags (before or after the command):
   --timeout=DURATION   deadline of each RPC, e.g. 500ms, 2s, 1m (default 30s)
   --retry-timeout=DURATION
                        how long to retry an RPC that fails UNAVAILABLE (server
-                       down, cluster electing a leader), 0: no retries (default 30s)
+                       down, cluster electing a leader) or RESOURCE_EXHAUSTED
+                       from gRPC's transport ("Received RST_STREAM"), 0: no
+                       retries (default 30s)
   --format=text|json   output format (default text)
   --token=TOKEN        access token, sent as "authorization: Bearer TOKEN" with
                        every call (default: $CUCKOO_TOKEN)
@@ -154,7 +156,11 @@ constexpr char kRequestIdHelp[] =
                   ID.0, ID.1, ... the parts of a batch over the server's
                   limits): give the same input in the same batches, as KEY
                   arguments or --file, not from a pipe. Default: a random ID
-                  per batch.
+                  per batch, which makes cuckooctl's own retries safe, but
+                  not running the command again: a command that failed
+                  UNAVAILABLE, DEADLINE_EXCEEDED or RESOURCE_EXHAUSTED may
+                  have been applied, so run it again only with the same
+                  --request-id.
 )";
 
 const CommandSpec kCommands[] = {
@@ -369,7 +375,8 @@ Global flags:
                        localhost:50051)
   --timeout=DURATION   deadline of each RPC, e.g. 500ms, 2s, 1m (default 30s)
   --retry-timeout=DURATION
-                       how long to retry an RPC that fails UNAVAILABLE, with
+                       how long to retry an RPC that fails UNAVAILABLE (or
+                       RESOURCE_EXHAUSTED from gRPC's transport), with
                        backoff (default 30s; 0: no retries)
   --format=text|json   output format (default text)
   --token=TOKEN, --token-file=PATH
