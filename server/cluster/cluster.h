@@ -371,7 +371,8 @@ class Cluster final : public ExternalLog {
   std::map<std::string, PeerReport> peer_reports_;
   absl::Time next_digest_publish_ = absl::InfinitePast();
   absl::Time next_digest_open_ = absl::InfinitePast();
-  absl::Time digest_watch_started_ = absl::InfinitePast();
+  absl::Time digest_watch_started_ = absl::InfinitePast();  // First opened.
+  absl::Time digest_watch_opened_ = absl::InfinitePast();   // Last opened.
   std::string published_report_;
   std::string digest_kv_problem_;
   // The NATS servers the consumers were placed on, from where each started

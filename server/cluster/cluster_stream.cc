@@ -31,7 +31,13 @@ namespace {
 constexpr int kMaxPendingDeliveryBytes = 64 << 20;
 // A replica whose digest report has not been renewed for this long no
 // longer counts in the end-to-end check (each renews its own every second).
-constexpr absl::Duration kDigestReportLive = absl::Seconds(5);
+// Long enough that a watch cut off by a NATS server's loss (and made again,
+// kDigestWatchSilence) does not make a replica believe itself alone, which
+// would let it serve a copy nobody agreed with.
+constexpr absl::Duration kDigestReportLive = absl::Minutes(1);
+// No report from any other replica for this long, while there are others:
+// the watch is stuck (its NATS server lost); it is made again.
+constexpr absl::Duration kDigestWatchSilence = absl::Seconds(3);
 
 }  // namespace
 
@@ -578,6 +584,7 @@ bool Cluster::OpenDigestBucket(const std::string& identity) {
   if (s == NATS_OK && impl_->digest_watch == nullptr) {
     s = kvStore_WatchAll(&impl_->digest_watch, impl_->digest_kv, nullptr);
     if (s == NATS_OK && digest_watch_started_ == absl::InfinitePast()) digest_watch_started_ = now;
+    if (s == NATS_OK) digest_watch_opened_ = now;
   }
   if (s != NATS_OK) {
     if (impl_->digest_watch != nullptr) kvWatcher_Destroy(impl_->digest_watch);
@@ -637,6 +644,16 @@ void Cluster::MaintainDigests(const std::string& identity) {
   ReadDigestReports();
   if (impl_->digest_watch == nullptr) return;
   const absl::Time now = absl::Now();
+  absl::Time last_heard = absl::InfinitePast();
+  for (const auto& [key, p] : peer_reports_) last_heard = std::max(last_heard, p.changed);
+  if (!peer_reports_.empty() && now - last_heard > kDigestWatchSilence &&
+      now - digest_watch_opened_ > kDigestWatchSilence) {
+    spdlog::info("cluster: no digest report from another replica for {}; watching again",
+                 absl::FormatDuration(now - last_heard));
+    kvWatcher_Destroy(impl_->digest_watch);
+    impl_->digest_watch = nullptr;
+    return;
+  }
   for (auto it = peer_reports_.begin(); it != peer_reports_.end();) {
     if (now - it->second.changed > kDigestReportLive) {
       it = peer_reports_.erase(it);
