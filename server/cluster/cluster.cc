@@ -205,11 +205,12 @@ ClusterStatus Cluster::Status() const {
     if (natsConnection_GetConnectedUrl(impl_->nc, url, sizeof(url)) == NATS_OK) {
       // Without any user:password@ it may hold: GetServerInfo shows it to
       // every caller.
-      st.nats_server = WithoutUserInfo(url);
+      st.nats_server = NatsUrlWithoutUserInfo(url);
     }
   } else {
-    // Not connected yet (the connect thread is trying), or stopped.
-    st.nats_status = stopping_.load() ? "closed" : "connecting";
+    // Not connected yet (the connect thread is trying: problem says why),
+    // or stopped.
+    st.nats_status = stopping_.load() ? "closed" : "disconnected";
   }
   st.applied = applied_.load(std::memory_order_acquire);
   MutexLock lock(&mu_);

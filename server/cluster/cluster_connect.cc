@@ -31,21 +31,10 @@
 
 namespace cuckoo::server {
 
-std::string WithoutUserInfo(const std::string& url) {
-  std::string shown = url;
-  const size_t scheme = shown.find("://");
-  const size_t start = scheme == std::string::npos ? 0 : scheme + 3;
-  // The last '@': a password may hold '@', '/' or '?' (a NATS URL has no
-  // path that could).
-  const size_t at = shown.rfind('@');
-  if (at != std::string::npos && at >= start) shown.erase(start, at + 1 - start);
-  return shown;
-}
-
 void LogConnected(natsConnection* nc) {
   char url[256] = {0};
   natsConnection_GetConnectedUrl(nc, url, sizeof(url));
-  spdlog::info("cluster: connected to NATS at {}", WithoutUserInfo(url));
+  spdlog::info("cluster: connected to NATS at {}", NatsUrlWithoutUserInfo(url));
 }
 
 namespace {
@@ -135,7 +124,7 @@ absl::Status Cluster::ConfigureConnection() {
   if (natsStatus s = natsOptions_SetServers(opts, urls.data(), static_cast<int>(urls.size()));
       s != NATS_OK) {
     std::vector<std::string> shown;
-    for (const std::string& u : options_.nats_urls) shown.push_back(WithoutUserInfo(u));
+    for (const std::string& u : options_.nats_urls) shown.push_back(NatsUrlWithoutUserInfo(u));
     return absl::InvalidArgumentError(absl::StrFormat("--nats=%s: nats.c refuses these URLs: %s",
                                                       absl::StrJoin(shown, ","), NatsError(s)));
   }
@@ -288,7 +277,7 @@ std::string Cluster::DescribeConnectError(int status, const std::string& text) c
       return absl::StrCat(natsStatus_GetText(s), text.empty() ? "" : absl::StrCat(": ", text));
     case NATS_NO_SERVER: {
       std::vector<std::string> shown;
-      for (const std::string& u : options_.nats_urls) shown.push_back(WithoutUserInfo(u));
+      for (const std::string& u : options_.nats_urls) shown.push_back(NatsUrlWithoutUserInfo(u));
       return absl::StrCat("no NATS server answered at ", absl::StrJoin(shown, ","),
                           " (not running, not listening there, or unreachable)");
     }

@@ -26,8 +26,6 @@ constexpr char kMsgIdHeader[] = "Nats-Msg-Id";
 
 std::string NatsError(natsStatus s, jsErrCode jerr = static_cast<jsErrCode>(0));
 const char* ConnStatusName(natsConnStatus s);
-// `url` without the user[:password]@ it may hold, to be shown.
-std::string WithoutUserInfo(const std::string& url);
 // "cluster: connected to NATS at URL" (without user info).
 void LogConnected(natsConnection* nc);
 

@@ -96,6 +96,17 @@ absl::Status ValidateNatsSecurity(const ClusterOptions& o) {
 
 }  // namespace
 
+std::string NatsUrlWithoutUserInfo(const std::string& url) {
+  std::string shown = url;
+  const size_t scheme = shown.find("://");
+  const size_t start = scheme == std::string::npos ? 0 : scheme + 3;
+  // The last '@': a password may hold '@', '/' or '?' (a NATS URL has no
+  // path that could).
+  const size_t at = shown.rfind('@');
+  if (at != std::string::npos && at >= start) shown.erase(start, at + 1 - start);
+  return shown;
+}
+
 bool NatsTlsOn(const ClusterOptions& options) {
   if (!options.nats_security.tls_ca.empty()) return true;
   for (const std::string& url : options.nats_urls) {

@@ -83,6 +83,9 @@ struct ClusterOptions {
 // URLs are tls://.
 bool NatsTlsOn(const ClusterOptions& options);
 
+// `url` without the user[:password]@ it may hold, to be logged or shown.
+std::string NatsUrlWithoutUserInfo(const std::string& url);
+
 // INVALID_ARGUMENT for a NATS URL that is not one (nats_urls holds one URL
 // per entry), stream_replicas over 5, a dedup_window outside 1s to 24h, a
 // replica_expiry outside 2s to 720h or a write_timeout under 100ms; the

@@ -513,6 +513,14 @@ TEST(ConfigTest, NatsSecurityFlagsComeFromFlagsOrEnvironment) {
   ASSERT_TRUE(with({}).ok());
 }
 
+TEST(ConfigTest, NatsUrlsAreShownWithoutTheirUserInfo) {
+  EXPECT_EQ(NatsUrlWithoutUserInfo("nats://nats-0:4222"), "nats://nats-0:4222");
+  EXPECT_EQ(NatsUrlWithoutUserInfo("nats://user:secret@nats-0:4222"), "nats://nats-0:4222");
+  EXPECT_EQ(NatsUrlWithoutUserInfo("tls://token@nats-0:4222"), "tls://nats-0:4222");
+  // A password may hold '@', '/' and '?'.
+  EXPECT_EQ(NatsUrlWithoutUserInfo("nats://u:p@s/s?w@rd@10.0.0.1:4222"), "nats://10.0.0.1:4222");
+}
+
 TEST(ConfigTest, NatsSecurityFlagsThatExcludeOrNeedEachOtherAreRefusedNamingThem) {
   struct Case {
     void (*set)(ServerConfig&);
