@@ -216,6 +216,23 @@ class NatsServer {
     ADD_FAILURE() << "nats-server " << name_ << ": its port was taken 5 times";
   }
 
+  // kill -9 and start again on the same port and configuration.
+  void Restart() {
+    process_->Signal(SIGKILL);
+    process_->Wait();
+    const size_t from = ReadFile(LogPath()).size();
+    process_ = std::make_unique<Process>(std::vector<std::string>{
+        NATS_SERVER_PATH, "-c", absl::StrFormat("%s/%s.conf", dir_, name_)});
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (ReadFile(LogPath()).substr(from).find("Server is ready") == std::string::npos) {
+      if (std::chrono::steady_clock::now() >= until ||
+          process_->Wait(std::chrono::milliseconds(20)) != -1) {
+        ADD_FAILURE() << "nats-server " << name_ << " did not restart:\n" << Log();
+        return;
+      }
+    }
+  }
+
   int port() const { return port_; }
   std::string Url(const std::string& scheme = "nats", const std::string& host = "127.0.0.1") const {
     return absl::StrFormat("%s://%s:%d", scheme, host, port_);
@@ -440,6 +457,32 @@ TEST_F(NatsSecurityTest, ReplicasReplicateWithCredsFileOfAnOperatorsUser) {
   for (Replica* r : {r0.get(), r1.get()}) {
     EXPECT_EQ(Everything(*r).find(seed), std::string::npos) << "the NKey seed was shown";
   }
+}
+
+// nats.c reads the .creds file at every connect: replaced, it is what the
+// next reconnect uses (here another operator's user, which the server
+// refuses; the replica says so in its log and goes on serving reads).
+TEST_F(NatsSecurityTest, ReplacedCredsFileIsUsedAtTheNextReconnect) {
+  TempDir dir;
+  const Operator op = MakeOperator(dir.path());
+  const std::string creds = dir.path() + "/replica.creds";
+  WriteFile(creds, op.creds);
+  NatsServer nats(dir.path(), "operator", op.server_config);
+  std::unique_ptr<Replica> r =
+      StartReplica("RECREDS", 0, {"--nats=" + nats.Url(), "--nats-creds=" + creds});
+  ASSERT_TRUE(r->WaitCaughtUp(0, std::chrono::seconds(20))) << r->process().process().out();
+  TempDir other_dir;
+  WritePem(creds, MakeOperator(other_dir.path()).creds);
+  nats.Restart();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  const std::string said = "cannot connect to NATS: NATS refused this replica's credentials";
+  while (r->process().process().out().find(said) == std::string::npos &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_NE(r->process().process().out().find(said), std::string::npos)
+      << r->process().process().out();
+  EXPECT_NE(Info(*r).cluster().nats_status(), "connected");
 }
 
 TEST_F(NatsSecurityTest, CredsFileOfAnotherOperatorIsRefusedNamingAuthorization) {
