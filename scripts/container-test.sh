@@ -10,11 +10,15 @@
 #      its self-test first proves it refuses bad manifests); rendering needs
 #      kubectl or kustomize with Components (kustomize >= 3.7): without, it
 #      says so and which were not rendered;
-#      deploy/k8s/cluster/nats.conf (the NATS ConfigMap) checked by the real
-#      nats-server (`nats-server -t`; Debian's nats-server, installed if missing);
+#      deploy/k8s/cluster/nats.conf (the NATS ConfigMap), and the NATS
+#      configurations with TLS and a user (deploy/k8s/components/nats-tls,
+#      deploy/nats-tls; their TLS files made here with openssl) checked by the
+#      real nats-server (`nats-server -t`; Debian's nats-server, installed if
+#      missing);
 #   2. deploy/monitoring/cuckood-rules.yaml, the alerting rules: checked and
 #      unit-tested by promtool (Debian's prometheus, installed if missing);
-#      deploy/compose.yaml and deploy/compose.cluster.yaml: validated against
+#      deploy/compose.yaml, deploy/compose.cluster.yaml and its NATS TLS
+#      override deploy/compose.cluster.nats-tls.yaml: validated against
 #      the Compose schema (`docker-compose config`, Debian's docker-compose,
 #      installed if missing);
 #   3. the Docker image, with scripts/container-smoke.sh (podman or docker, no
@@ -403,6 +407,34 @@ echo "deploy/k8s/cluster/nats.conf ($(nats-server --version)):"
 for i in 0 1 2; do
   POD_NAME=nats-$i nats-server -c deploy/k8s/cluster/nats.conf -t 2>&1
 done
+# The nats-tls component's nats.conf (TLS, routes over TLS, a user) and
+# deploy/compose.cluster.nats-tls.yaml's: on copies whose TLS files are a
+# throwaway CA and a certificate it signs (EC P-256, a day), made here with
+# the openssl CLI, the password from the environment as the pods and the
+# containers set it. nats-server -t loads the certificates and resolves
+# every variable, so a missing file or variable fails here.
+apt_install openssl openssl
+nats_tls=$(mktemp -d)
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+  -subj "/CN=container-test NATS CA" -keyout "$nats_tls/ca.key" -out "$nats_tls/ca.crt" \
+  -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign \
+  >/dev/null 2>&1
+printf '%s\n' 'extendedKeyUsage = serverAuth, clientAuth' \
+  'subjectAltName = DNS:nats-0.nats-headless, DNS:nats-1.nats-headless, DNS:nats-2.nats-headless, DNS:nats-0, DNS:nats-1, DNS:nats-2' \
+  >"$nats_tls/tls.ext"
+openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=nats \
+  -keyout "$nats_tls/tls.key" -out "$nats_tls/tls.csr" >/dev/null 2>&1
+openssl x509 -req -in "$nats_tls/tls.csr" -CA "$nats_tls/ca.crt" -CAkey "$nats_tls/ca.key" \
+  -days 1 -sha256 -extfile "$nats_tls/tls.ext" -out "$nats_tls/tls.crt" >/dev/null 2>&1
+sed "s#/etc/nats/tls/#$nats_tls/#g" deploy/k8s/components/nats-tls/nats.conf >"$nats_tls/k8s.conf"
+echo "deploy/k8s/components/nats-tls/nats.conf:"
+for i in 0 1 2; do
+  POD_NAME=nats-$i CUCKOOD_NATS_PASSWORD=container-test nats-server -c "$nats_tls/k8s.conf" -t 2>&1
+done
+sed "s#/etc/nats/tls/#$nats_tls/#g" deploy/nats-tls/nats.conf >"$nats_tls/compose.conf"
+echo "deploy/nats-tls/nats.conf:"
+CUCKOOD_NATS_PASSWORD=container-test nats-server -c "$nats_tls/compose.conf" -t 2>&1
+rm -rf "$nats_tls"
 echo "== deploy/k8s: done in $((SECONDS - t0))s"
 
 echo "== deploy/monitoring: the alerting rules (promtool check rules, promtool test rules)"
@@ -416,6 +448,11 @@ for f in deploy/compose.yaml deploy/compose.cluster.yaml; do
   docker-compose -f "$f" config -q
   echo "$f: valid ($(docker-compose -f "$f" config --services | wc -l) services)"
 done
+# The NATS TLS variant: an override of compose.cluster.yaml, valid merged.
+nats_tls_files=(-f deploy/compose.cluster.yaml -f deploy/compose.cluster.nats-tls.yaml)
+docker-compose "${nats_tls_files[@]}" config -q
+echo "deploy/compose.cluster.yaml + deploy/compose.cluster.nats-tls.yaml: valid" \
+  "($(docker-compose "${nats_tls_files[@]}" config --services | wc -l) services)"
 
 if [ "${1:-}" = --validate-only ]; then
   echo "== container image: not built (--validate-only)"

@@ -306,7 +306,11 @@ absl::Status CuckooServer::LoadFilters() {
     spdlog::info(
         "cluster mode: replica {} of stream {} on NATS {}; a write is acknowledged once the "
         "stream has stored it and this replica applied it; applying from log position {}",
-        cluster_->options().replica_id, config.nats_stream, absl::StrJoin(config.nats_urls, ","),
+        cluster_->options().replica_id, config.nats_stream,
+        absl::StrJoin(config.nats_urls, ",",
+                      [](std::string* out, const std::string& url) {
+                        out->append(NatsUrlWithoutUserInfo(url));
+                      }),
         loaded_.resume_from);
     cluster_->Start(loaded_.resume_from, loaded_.log_identity,
                     loaded_.has_log_digest ? std::optional<DigestPoint>(DigestPoint{

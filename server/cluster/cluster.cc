@@ -45,18 +45,12 @@ const char* ConnStatusName(natsConnStatus s) {
 
 namespace {
 
-void OnConnected(natsConnection* nc, void* closure) {
-  char url[256] = {0};
-  natsConnection_GetConnectedUrl(nc, url, sizeof(url));
-  spdlog::info("cluster: connected to NATS at {}", url);
-  (void)closure;
-}
 void OnDisconnected(natsConnection*, void*) {
   spdlog::warn(
       "cluster: disconnected from NATS; reconnecting (writes fail with UNAVAILABLE "
       "meanwhile, reads are served from this replica)");
 }
-void OnReconnected(natsConnection* nc, void* closure) { OnConnected(nc, closure); }
+void OnReconnected(natsConnection* nc, void*) { LogConnected(nc); }
 
 }  // namespace
 
@@ -78,7 +72,9 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Create(ClusterOptions options,
     ::gethostname(host, sizeof(host) - 1);
     options.replica_id = host;
   }
-  return std::unique_ptr<Cluster>(new Cluster(std::move(options), registry, persistence));
+  std::unique_ptr<Cluster> cluster(new Cluster(std::move(options), registry, persistence));
+  if (absl::Status s = cluster->ConfigureConnection(); !s.ok()) return s;
+  return cluster;
 }
 
 Cluster::Cluster(ClusterOptions options, FilterRegistry* registry, Persistence* persistence)
@@ -156,38 +152,13 @@ void Cluster::Start(uint64_t from, std::string identity, std::optional<DigestPoi
           "has, the first such replica starts the digests from its position");
     }
   }
-  natsOptions_Create(&impl_->opts);
-  std::vector<const char*> urls;
-  for (const std::string& u : options_.nats_urls) urls.push_back(u.c_str());
-  natsOptions_SetServers(impl_->opts, urls.data(), static_cast<int>(urls.size()));
-  natsOptions_SetName(impl_->opts, absl::StrCat("cuckood ", options_.replica_id).c_str());
-  natsOptions_SetMaxReconnect(impl_->opts, -1);
-  natsOptions_SetReconnectWait(impl_->opts, 250);
-  natsOptions_SetTimeout(impl_->opts, 2000);
-  natsOptions_SetPingInterval(impl_->opts, 2000);
-  natsOptions_SetMaxPingsOut(impl_->opts, 2);
+  // impl_->opts: servers, reconnects, TLS and credentials
+  // (ConfigureConnection, from Create). Once connected, nats.c reconnects
+  // by itself; until then the connect thread tries (Connect,
+  // cluster_connect.cc): a replica starts (and serves reads) without NATS.
   natsOptions_SetDisconnectedCB(impl_->opts, OnDisconnected, this);
   natsOptions_SetReconnectedCB(impl_->opts, OnReconnected, this);
-  // With a connected callback, Connect returns at once and keeps trying in
-  // the background: a replica starts (and serves reads) without NATS.
-  natsOptions_SetRetryOnFailedConnect(impl_->opts, true, OnConnected, this);
-  const natsStatus s = natsConnection_Connect(&impl_->nc, impl_->opts);
-  if (s != NATS_OK && s != NATS_NOT_YET_CONNECTED) {
-    SetProblem(absl::StrCat("cannot connect to NATS at ", absl::StrJoin(options_.nats_urls, ","),
-                            ": ", NatsError(s)));
-  }
-  if (impl_->nc != nullptr) {
-    jsOptions jo;
-    jsOptions_Init(&jo);
-    jo.Wait = 5000;
-    jo.PublishAsync.AckHandler = OnAckTrampoline;
-    jo.PublishAsync.AckHandlerClosure = this;
-    jo.PublishAsync.MaxPending = 16384;
-    jo.PublishAsync.StallWait = 100;
-    if (natsStatus js = natsConnection_JetStream(&impl_->js, impl_->nc, &jo); js != NATS_OK) {
-      SetProblem(absl::StrCat("cannot use JetStream: ", NatsError(js)));
-    }
-  }
+  connect_ = std::thread([this] { Connect(); });
   maintenance_ = std::thread([this] { Maintain(); });
   completion_ = std::thread([this] { Complete(); });
 }
@@ -203,6 +174,7 @@ void Cluster::Stop() {
     stop_cv_.notify_all();
     work_cv_.notify_all();
   }
+  if (connect_.joinable()) connect_.join();
   if (maintenance_.joinable()) maintenance_.join();
   if (bootstrap_.joinable()) bootstrap_.join();
   if (impl_->kv != nullptr) kvStore_Destroy(impl_->kv);
@@ -273,15 +245,12 @@ ClusterStatus Cluster::Status() const {
     if (natsConnection_GetConnectedUrl(impl_->nc, url, sizeof(url)) == NATS_OK) {
       // Without any user:password@ it may hold: GetServerInfo shows it to
       // every caller.
-      std::string shown = url;
-      const size_t scheme = shown.find("://");
-      const size_t at = shown.find('@', scheme == std::string::npos ? 0 : scheme + 3);
-      if (scheme != std::string::npos && at != std::string::npos)
-        shown.erase(scheme + 3, at - scheme - 2);
-      st.nats_server = shown;
+      st.nats_server = NatsUrlWithoutUserInfo(url);
     }
   } else {
-    st.nats_status = "closed";
+    // Not connected yet (the connect thread is trying: problem says why),
+    // or stopped.
+    st.nats_status = stopping_.load() ? "closed" : "disconnected";
   }
   st.applied = applied_.load(std::memory_order_acquire);
   MutexLock lock(&mu_);
@@ -291,6 +260,13 @@ ClusterStatus Cluster::Status() const {
   st.lag = st.stream_last - st.applied;
   st.consuming = consuming_;
   st.problem = problem_;
+  st.nats_error = nats_error_;
+  // Before it ever consumed the stream, why it cannot connect is why it
+  // cannot apply the stream. (Once consuming, a replica cut off from NATS
+  // goes on serving reads: nats_error tells why, problem stays empty.)
+  if (st.problem.empty() && !consuming_ && !nats_error_.empty()) {
+    st.problem = absl::StrCat("cannot connect to NATS: ", nats_error_);
+  }
   st.identity = identity_;
   st.purges = purges_;
   st.bootstraps = bootstraps_;

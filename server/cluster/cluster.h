@@ -75,8 +75,14 @@ struct ClusterStatus {
   uint64_t applied = 0;
   uint64_t lag = 0;
   bool consuming = false;
-  // Why this replica cannot apply the stream, if it cannot (empty if it can).
+  // Why this replica cannot apply the stream, if it cannot (empty if it can):
+  // before it first consumes the stream, also why it cannot connect to NATS
+  // (nats_error).
   std::string problem;
+  // Why the last attempt to connect to a NATS server failed (the TLS
+  // handshake, the credentials, ...), while not connected; empty while
+  // connected. Never holds a secret.
+  std::string nats_error;
   uint64_t entries_applied = 0;
   uint64_t entries_published = 0;
   uint64_t duplicates = 0;
@@ -112,7 +118,10 @@ class Cluster final : public ExternalLog {
   };
   using WriteDone = std::function<void(WriteResult)>;
 
-  // INVALID_ARGUMENT for bad options. Connects nothing yet.
+  // INVALID_ARGUMENT for bad options, or a file of options.nats_security
+  // that is missing, unreadable, empty or not what it should be (naming the
+  // file and its flag). Reads those files (so that a bad one stops the
+  // start) but connects nothing yet.
   static absl::StatusOr<std::unique_ptr<Cluster>> Create(ClusterOptions options,
                                                          FilterRegistry* registry,
                                                          Persistence* persistence);
@@ -200,6 +209,24 @@ class Cluster final : public ExternalLog {
   };
 
   Cluster(ClusterOptions options, FilterRegistry* registry, Persistence* persistence);
+
+  // Sets up the NATS connection's options (impl_->opts): servers,
+  // reconnects, TLS and credentials (cluster_connect.cc). Create's errors.
+  absl::Status ConfigureConnection();
+  // The connect thread: tries the NATS servers every 250 ms until one takes
+  // the connection (nats.c 3.4's own retry of a first connect gives up for
+  // good when a server was reached but the TLS handshake or the
+  // credentials failed), recording why each try failed (nats_error_); then
+  // sets impl_->nc and impl_->js, and nats.c reconnects by itself.
+  void Connect();
+  // Records (and logs once) a reason the connection to NATS is down.
+  void SetNatsError(std::string error);
+  // Maintenance thread: records why a connection that was up is down
+  // (nats_error_), logging each new reason once; clears it once connected.
+  void WatchConnection();
+  // A failed connect's natsStatus and nats.c's text, told as what to fix
+  // (the flags to check).
+  std::string DescribeConnectError(int status, const std::string& text) const;
 
   void Maintain();
   // One round of Maintain's NATS work: the stream, the consumer.
@@ -311,6 +338,7 @@ class Cluster final : public ExternalLog {
   std::string identity_ ABSL_GUARDED_BY(mu_);
   std::string expected_identity_ ABSL_GUARDED_BY(mu_);
   std::string problem_ ABSL_GUARDED_BY(mu_);
+  std::string nats_error_ ABSL_GUARDED_BY(mu_);
   uint64_t stream_first_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t stream_last_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t stream_replicas_ ABSL_GUARDED_BY(mu_) = 0;
@@ -385,6 +413,7 @@ class Cluster final : public ExternalLog {
   uint64_t bootstraps_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread bootstrap_;
 
+  std::thread connect_;
   std::thread maintenance_;
   std::thread completion_;
 };

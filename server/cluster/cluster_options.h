@@ -19,6 +19,26 @@ namespace cuckoo::server {
 
 struct PeerAccess;  // server/cluster/peer_copy.h
 
+// How a replica authenticates the NATS servers and itself to them: paths of
+// files, read when the connection is set up (Cluster::Create), never the
+// secrets themselves, which would otherwise sit on the command line.
+struct NatsSecurity {
+  // TLS: the CA (PEM) the NATS servers' certificates are checked against
+  // (host names included). Set, or any URL tls://: TLS on every connection.
+  std::string tls_ca;
+  // Mutual TLS: this replica's client certificate (chain) and key, PEM;
+  // both or neither.
+  std::string tls_cert;
+  std::string tls_key;
+  // At most one way of credentials: a .creds file (the user's JWT and NKey
+  // seed, nats.c reads it again at every connect), a user with a file
+  // holding the password, or a file holding a token.
+  std::string creds_file;
+  std::string user;
+  std::string password_file;
+  std::string token_file;
+};
+
 struct ClusterOptions {
   // NATS server URLs (nats://host:port).
   std::vector<std::string> nats_urls;
@@ -55,13 +75,29 @@ struct ClusterOptions {
   // anew for each bootstrap so that rotated files are used; null: insecure,
   // no token.
   std::function<absl::StatusOr<PeerAccess>()> peer_access;
+  // TLS and credentials for the NATS connections.
+  NatsSecurity nats_security;
 };
+
+// Whether the connections to NATS use TLS: --nats-tls-ca is set or the
+// URLs are tls://.
+bool NatsTlsOn(const ClusterOptions& options);
+
+// `url` without the user[:password]@ it may hold, to be logged or shown.
+std::string NatsUrlWithoutUserInfo(const std::string& url);
 
 // INVALID_ARGUMENT for a NATS URL that is not one (nats_urls holds one URL
 // per entry), stream_replicas over 5, a dedup_window outside 1s to 24h, a
 // replica_expiry outside 2s to 720h or a write_timeout under 100ms; the
 // message names the flag that sets it (--nats, --nats-replicas,
-// --dedup-window, --replica-expiry, --cluster-write-timeout).
+// --dedup-window, --replica-expiry, --cluster-write-timeout). Also the
+// NATS security flags' combinations (not their files, which
+// Cluster::Create reads): any of them without --nats; --nats mixing tls://
+// and other URLs; --nats-tls-cert without --nats-tls-key or the reverse;
+// a client certificate without TLS; more than one kind of credentials
+// (--nats-creds, --nats-user with --nats-password-file, --nats-token-file);
+// --nats-user without --nats-password-file or the reverse; credentials
+// flags beside a URL that holds credentials (user@host).
 // (advertise is checked by the configuration: it depends on --listen.)
 absl::Status ValidateClusterOptions(const ClusterOptions& options);
 

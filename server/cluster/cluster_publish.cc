@@ -51,7 +51,9 @@ void Cluster::Publish(std::vector<std::string> entries, absl::string_view reques
     problem = problem_;
     if (problem.empty() && !consuming_) {
       // Its own writes would wait for an apply that cannot come yet.
-      problem = "it is not consuming the stream yet (starting, or NATS has no stream leader)";
+      problem = nats_error_.empty()
+                    ? "it is not consuming the stream yet (starting, or NATS has no stream leader)"
+                    : absl::StrCat("it cannot connect to NATS: ", nats_error_);
     }
   }
   if (stopping_.load() || impl_->js == nullptr || !problem.empty()) {

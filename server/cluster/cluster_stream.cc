@@ -111,6 +111,7 @@ void Cluster::Maintain() {
 }
 
 void Cluster::MaintainStream() {
+  WatchConnection();
   if (impl_->nc == nullptr || impl_->js == nullptr) return;
   if (natsConnection_Status(impl_->nc) != NATS_CONN_STATUS_CONNECTED) return;
   // Read before the stream's state: every entry applied by then is in the

@@ -193,6 +193,24 @@ ABSL_FLAG(std::string, peer_token_file, "",
 ABSL_FLAG(std::string, peer_ca, "",
           "cluster mode with TLS: CA that peers' certificates are checked against; default "
           "--tls-client-ca, else the system's roots");
+ABSL_FLAG(std::string, nats_tls_ca, "",
+          "cluster mode: PEM CA certificate(s) the NATS servers' certificates (and host names) "
+          "are checked against; set: TLS to NATS (as are tls:// URLs in --nats); read at start");
+ABSL_FLAG(std::string, nats_tls_cert, "",
+          "cluster mode: PEM client certificate (chain) for mutual TLS to NATS, with "
+          "--nats-tls-key; read at start");
+ABSL_FLAG(std::string, nats_tls_key, "", "PEM private key of --nats-tls-cert");
+ABSL_FLAG(std::string, nats_creds, "",
+          "cluster mode: NATS credentials file (user JWT and NKey seed, as nsc writes it); "
+          "nats.c reads it again at every connect");
+ABSL_FLAG(std::string, nats_user, "",
+          "cluster mode: the NATS user name, with --nats-password-file");
+ABSL_FLAG(std::string, nats_password_file, "",
+          "cluster mode: file holding the password of --nats-user (surrounding whitespace "
+          "ignored); read at start");
+ABSL_FLAG(std::string, nats_token_file, "",
+          "cluster mode: file holding the NATS authentication token (surrounding whitespace "
+          "ignored); read at start");
 ABSL_FLAG(std::string, redis_listen, "",
           "host:port of the Redis-protocol port (RESP2/RESP3, RedisBloom's CF.* commands); "
           "empty: off");
@@ -268,6 +286,13 @@ constexpr FlagEntry kFlags[] = {
     {"Cluster mode", "ready_max_lag"},
     {"Cluster mode", "peer_token_file"},
     {"Cluster mode", "peer_ca"},
+    {"Cluster mode", "nats_tls_ca"},
+    {"Cluster mode", "nats_tls_cert"},
+    {"Cluster mode", "nats_tls_key"},
+    {"Cluster mode", "nats_creds"},
+    {"Cluster mode", "nats_user"},
+    {"Cluster mode", "nats_password_file"},
+    {"Cluster mode", "nats_token_file"},
     {"Redis-protocol port", "redis_listen"},
     {"Redis-protocol port", "redis_threads"},
     {"Redis-protocol port", "redis_max_clients"},
@@ -645,6 +670,13 @@ absl::StatusOr<ServerConfig> ConfigFromCommandLine(int argc, char** argv) {
   c.grpc_threads = absl::GetFlag(FLAGS_grpc_threads);
   c.peer_token_file = absl::GetFlag(FLAGS_peer_token_file);
   c.peer_ca = absl::GetFlag(FLAGS_peer_ca);
+  c.nats_tls_ca = absl::GetFlag(FLAGS_nats_tls_ca);
+  c.nats_tls_cert = absl::GetFlag(FLAGS_nats_tls_cert);
+  c.nats_tls_key = absl::GetFlag(FLAGS_nats_tls_key);
+  c.nats_creds = absl::GetFlag(FLAGS_nats_creds);
+  c.nats_user = absl::GetFlag(FLAGS_nats_user);
+  c.nats_password_file = absl::GetFlag(FLAGS_nats_password_file);
+  c.nats_token_file = absl::GetFlag(FLAGS_nats_token_file);
   c.redis_listen = absl::GetFlag(FLAGS_redis_listen);
   c.redis_threads = absl::GetFlag(FLAGS_redis_threads);
   c.redis_max_clients = absl::GetFlag(FLAGS_redis_max_clients);

@@ -143,6 +143,20 @@ struct ServerConfig {
   // the system's roots).
   std::string peer_token_file;
   std::string peer_ca;
+  // Cluster: TLS and credentials for the connections to NATS
+  // (ClusterOptions::nats_security, server/cluster/cluster_options.h): the
+  // CA the NATS servers' certificates are checked against (set: TLS), a
+  // client certificate and key for mutual TLS, and at most one kind of
+  // credentials: a .creds file, a user with a password file, or a token
+  // file. Read at start-up (the .creds file again by nats.c at every
+  // connect).
+  std::string nats_tls_ca;
+  std::string nats_tls_cert;
+  std::string nats_tls_key;
+  std::string nats_creds;
+  std::string nats_user;
+  std::string nats_password_file;
+  std::string nats_token_file;
   // The Redis-protocol port (server/resp/resp_server.h, server/resp/commands/resp_commands.h):
   // host:port serving RESP2/RESP3 and RedisBloom's CF.* commands over the
   // same filters; empty: off. Port 0 picks a free port (tests).

@@ -48,7 +48,14 @@ ClusterOptions ClusterOptionsOf(const ServerConfig& config) {
           .write_timeout = config.cluster_write_timeout,
           .ready_max_lag = config.ready_max_lag,
           .advertise = AdvertiseAddress(config),
-          .replica_expiry = config.replica_expiry};
+          .replica_expiry = config.replica_expiry,
+          .nats_security = {.tls_ca = config.nats_tls_ca,
+                            .tls_cert = config.nats_tls_cert,
+                            .tls_key = config.nats_tls_key,
+                            .creds_file = config.nats_creds,
+                            .user = config.nats_user,
+                            .password_file = config.nats_password_file,
+                            .token_file = config.nats_token_file}};
 }
 
 RedisOptions RedisOptionsOf(const ServerConfig& config) {

@@ -471,6 +471,132 @@ TEST(ConfigTest, NatsUrlsMakeClusterModeAndBadOnesNameTheValue) {
               HasSubstr("--replica-expiry=1s must be between 2s and 720h"));
 }
 
+TEST(ConfigTest, NatsSecurityFlagsComeFromFlagsOrEnvironment) {
+  // absl's flags keep their last values: every parse sets all it relies on,
+  // and the last one puts the NATS security flags back to empty.
+  auto with = [](std::vector<std::string> args) {
+    std::vector<std::string> all = {
+        "--nats=",          "--nats-replicas=0",     "--dedup-window=2m",
+        "--advertise=",     "--replica-expiry=24h",  "--nats-tls-ca=",
+        "--nats-tls-cert=", "--nats-tls-key=",       "--nats-creds=",
+        "--nats-user=",     "--nats-password-file=", "--nats-token-file="};
+    all.insert(all.end(), args.begin(), args.end());
+    return Parse(all);
+  };
+  setenv("CUCKOOD_NATS_PASSWORD_FILE", "/etc/cuckood/nats/password", 1);
+  auto c = with({"--nats=tls://nats-0:4222", "--nats-tls-ca=/nats/ca.crt",
+                 "--nats-tls-cert=/nats/tls.crt", "--nats_tls_key=/nats/tls.key",
+                 "--nats-user=cuckood"});
+  // The command line's empty --nats-password-file wins over the variable:
+  // parse again without it.
+  unsetenv("CUCKOOD_NATS_PASSWORD_FILE");
+  EXPECT_FALSE(c.ok());
+  setenv("CUCKOOD_NATS_PASSWORD_FILE", "/etc/cuckood/nats/password", 1);
+  c = Parse({"--nats=tls://nats-0:4222", "--nats-tls-ca=/nats/ca.crt",
+             "--nats-tls-cert=/nats/tls.crt", "--nats_tls_key=/nats/tls.key", "--nats-user=cuckood",
+             "--nats-creds=", "--nats-token-file="});
+  unsetenv("CUCKOOD_NATS_PASSWORD_FILE");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->nats_tls_ca, "/nats/ca.crt");
+  EXPECT_EQ(c->nats_tls_cert, "/nats/tls.crt");
+  EXPECT_EQ(c->nats_tls_key, "/nats/tls.key");
+  EXPECT_EQ(c->nats_user, "cuckood");
+  EXPECT_EQ(c->nats_password_file, "/etc/cuckood/nats/password");
+  const ClusterOptions options = ClusterOptionsOf(*c);
+  EXPECT_EQ(options.nats_security.tls_ca, "/nats/ca.crt");
+  EXPECT_EQ(options.nats_security.password_file, "/etc/cuckood/nats/password");
+  EXPECT_TRUE(NatsTlsOn(options));
+  auto token = with({"--nats=nats://nats-0:4222", "--nats-token-file=/nats/token"});
+  ASSERT_TRUE(token.ok()) << token.status();
+  EXPECT_EQ(ClusterOptionsOf(*token).nats_security.token_file, "/nats/token");
+  EXPECT_FALSE(NatsTlsOn(ClusterOptionsOf(*token)));
+  ASSERT_TRUE(with({}).ok());
+}
+
+TEST(ConfigTest, NatsUrlsAreShownWithoutTheirUserInfo) {
+  EXPECT_EQ(NatsUrlWithoutUserInfo("nats://nats-0:4222"), "nats://nats-0:4222");
+  EXPECT_EQ(NatsUrlWithoutUserInfo("nats://user:secret@nats-0:4222"), "nats://nats-0:4222");
+  EXPECT_EQ(NatsUrlWithoutUserInfo("tls://token@nats-0:4222"), "tls://nats-0:4222");
+  // A password may hold '@', '/' and '?'.
+  EXPECT_EQ(NatsUrlWithoutUserInfo("nats://u:p@s/s?w@rd@10.0.0.1:4222"), "nats://10.0.0.1:4222");
+}
+
+TEST(ConfigTest, NatsSecurityFlagsThatExcludeOrNeedEachOtherAreRefusedNamingThem) {
+  struct Case {
+    void (*set)(ServerConfig&);
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](ServerConfig& c) { c.nats_token_file = "t"; },
+       "--nats-token-file: set for the connections to NATS, but there are none without --nats"},
+      {[](ServerConfig& c) {
+         c.nats_urls = {"nats://a:1"};
+         c.nats_tls_cert = "c";
+       },
+       "--nats-tls-cert is set without --nats-tls-key"},
+      {[](ServerConfig& c) {
+         c.nats_urls = {"nats://a:1"};
+         c.nats_tls_key = "k";
+       },
+       "--nats-tls-key is set without --nats-tls-cert"},
+      {[](ServerConfig& c) {
+         c.nats_urls = {"nats://a:1"};
+         c.nats_tls_cert = "c";
+         c.nats_tls_key = "k";
+       },
+       "--nats-tls-cert (mutual TLS) needs TLS to NATS"},
+      {[](ServerConfig& c) {
+         c.nats_urls = {"tls://a:1", "nats://b:1"};
+       },
+       "--nats mixes tls:// URLs with others"},
+      {[](ServerConfig& c) {
+         c.nats_urls = {"nats://a:1"};
+         c.nats_user = "u";
+       },
+       "--nats-user is set without --nats-password-file"},
+      {[](ServerConfig& c) {
+         c.nats_urls = {"nats://a:1"};
+         c.nats_password_file = "p";
+       },
+       "--nats-password-file is set without --nats-user"},
+      {[](ServerConfig& c) {
+         c.nats_urls = {"nats://a:1"};
+         c.nats_creds = "c.creds";
+         c.nats_user = "u";
+         c.nats_password_file = "p";
+       },
+       "--nats-creds and --nats-user/--nats-password-file are mutually exclusive"},
+      {[](ServerConfig& c) {
+         c.nats_urls = {"nats://a:1"};
+         c.nats_creds = "c.creds";
+         c.nats_token_file = "t";
+       },
+       "--nats-creds and --nats-token-file are mutually exclusive"},
+      {[](ServerConfig& c) {
+         c.nats_urls = {"nats://a:1", "nats://user:hunter2@b:1"};
+         c.nats_token_file = "t";
+       },
+       "--nats: URL 2 of 2 holds credentials (user@host), and --nats-token-file gives them too"},
+  };
+  for (const Case& k : cases) {
+    ServerConfig c;
+    k.set(c);
+    absl::Status s = ValidateConfig(c);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << k.message;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(k.message));
+    EXPECT_THAT(std::string(s.message()), ::testing::Not(HasSubstr("hunter2")));
+  }
+  // TLS from tls:// URLs alone, a client certificate, and one kind of
+  // credentials are fine (the files are read when the replica starts).
+  ServerConfig c;
+  c.nats_urls = {"tls://a:1", "TLS://b:1"};
+  c.nats_tls_cert = "c";
+  c.nats_tls_key = "k";
+  c.nats_creds = "c.creds";
+  EXPECT_TRUE(ValidateConfig(c).ok()) << ValidateConfig(c);
+  EXPECT_TRUE(NatsTlsOn(ClusterOptionsOf(c)));
+}
+
 }  // namespace
 }  // namespace cuckoo::server
 
