@@ -285,7 +285,9 @@ class Cluster final : public ExternalLog {
   // digest report, reads the others', judges, and on a divergence stops
   // serving and heals from the majority.
   void MaintainDigests(const std::string& identity);
-  bool OpenDigestBucket(const std::string& identity);
+  bool OpenDigestBucket();
+  // The stream's replication factor as last read (0 while unknown).
+  uint32_t StreamReplicas() const;
   void ReadDigestReports();
   void Judge(const std::string& identity);
   // A new consumer: which NATS server holds it; dropped (and made again)

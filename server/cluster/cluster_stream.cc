@@ -35,6 +35,24 @@ constexpr int kMaxPendingDeliveryBytes = 64 << 20;
 // kDigestWatchSilence) does not make a replica believe itself alone, which
 // would let it serve a copy nobody agreed with.
 constexpr absl::Duration kDigestReportLive = absl::Minutes(1);
+// Opens a KV bucket of the cluster, creating it (history 1, as many
+// replicas as the stream) when there is none.
+natsStatus OpenOrCreateBucket(jsCtx* js, kvStore** kv, const std::string& bucket,
+                              const char* description, absl::Duration ttl, jsStorageType storage,
+                              uint32_t replicas) {
+  natsStatus s = js_KeyValue(kv, js, bucket.c_str());
+  if (s != NATS_NOT_FOUND) return s;
+  kvConfig cfg;
+  kvConfig_Init(&cfg);
+  cfg.Bucket = bucket.c_str();
+  cfg.Description = description;
+  cfg.History = 1;
+  cfg.TTL = absl::ToInt64Nanoseconds(ttl);
+  cfg.StorageType = storage;
+  cfg.Replicas = static_cast<int>(std::max<uint32_t>(replicas, 1));
+  return js_CreateKeyValue(kv, js, &cfg);
+}
+
 // No report from any other replica for this long, while there are others:
 // the watch is stuck (its NATS server lost); it is made again.
 constexpr absl::Duration kDigestWatchSilence = absl::Seconds(3);
@@ -315,20 +333,9 @@ void Cluster::MaintainReplicas(const std::string& identity, uint64_t first, uint
     if (now < next_register_) return;
     next_register_ = now + absl::Seconds(5);  // Until the bucket is there.
     const std::string bucket = absl::StrCat(options_.stream, "_replicas");
-    natsStatus s = js_KeyValue(&impl_->kv, impl_->js, bucket.c_str());
-    if (s == NATS_NOT_FOUND) {
-      kvConfig cfg;
-      kvConfig_Init(&cfg);
-      cfg.Bucket = bucket.c_str();
-      cfg.Description = "cuckood: the first stream position each replica needs";
-      cfg.History = 1;
-      cfg.TTL = absl::ToInt64Nanoseconds(options_.replica_expiry);
-      cfg.StorageType = js_FileStorage;
-      MutexLock lock(&mu_);
-      cfg.Replicas = static_cast<int>(std::max<uint32_t>(stream_replicas_, 1));
-      lock.Unlock();
-      s = js_CreateKeyValue(&impl_->kv, impl_->js, &cfg);
-    }
+    natsStatus s = OpenOrCreateBucket(impl_->js, &impl_->kv, bucket,
+                                      "cuckood: the first stream position each replica needs",
+                                      options_.replica_expiry, js_FileStorage, StreamReplicas());
     if (s != NATS_OK) {
       impl_->kv = nullptr;
       const std::string why = NatsError(s);
@@ -557,7 +564,12 @@ void Cluster::StopConsuming() {
   consuming_ = false;
 }
 
-bool Cluster::OpenDigestBucket(const std::string& identity) {
+uint32_t Cluster::StreamReplicas() const {
+  MutexLock lock(&mu_);
+  return stream_replicas_;
+}
+
+bool Cluster::OpenDigestBucket() {
   if (impl_->digest_kv != nullptr && impl_->digest_watch != nullptr) return true;
   const absl::Time now = absl::Now();
   if (now < next_digest_open_) return false;
@@ -565,22 +577,11 @@ bool Cluster::OpenDigestBucket(const std::string& identity) {
   const std::string bucket = absl::StrCat(options_.stream, "_digests");
   natsStatus s = NATS_OK;
   if (impl_->digest_kv == nullptr) {
-    s = js_KeyValue(&impl_->digest_kv, impl_->js, bucket.c_str());
-    if (s == NATS_NOT_FOUND) {
-      kvConfig cfg;
-      kvConfig_Init(&cfg);
-      cfg.Bucket = bucket.c_str();
-      cfg.Description = "cuckood: each replica's digest of the log it applied (docs/CLUSTER.md)";
-      cfg.History = 1;
-      // A replica that stopped reporting leaves; its report is stale long
-      // before (kDigestReportLive).
-      cfg.TTL = absl::ToInt64Nanoseconds(absl::Minutes(1));
-      cfg.StorageType = js_MemoryStorage;
-      MutexLock lock(&mu_);
-      cfg.Replicas = static_cast<int>(std::max<uint32_t>(stream_replicas_, 1));
-      lock.Unlock();
-      s = js_CreateKeyValue(&impl_->digest_kv, impl_->js, &cfg);
-    }
+    // A replica that stopped reporting leaves the bucket after a minute,
+    // as it leaves the check (kDigestReportLive).
+    s = OpenOrCreateBucket(impl_->js, &impl_->digest_kv, bucket,
+                           "cuckood: each replica's digest of the log it applied (docs/CLUSTER.md)",
+                           kDigestReportLive, js_MemoryStorage, StreamReplicas());
   }
   if (s == NATS_OK && impl_->digest_watch == nullptr) {
     s = kvStore_WatchAll(&impl_->digest_watch, impl_->digest_kv, nullptr);
@@ -604,7 +605,6 @@ bool Cluster::OpenDigestBucket(const std::string& identity) {
     return false;
   }
   digest_kv_problem_.clear();
-  (void)identity;
   return true;
 }
 
@@ -641,7 +641,7 @@ void Cluster::ReadDigestReports() {
 }
 
 void Cluster::MaintainDigests(const std::string& identity) {
-  if (!OpenDigestBucket(identity)) return;
+  if (!OpenDigestBucket()) return;
   ReadDigestReports();
   if (impl_->digest_watch == nullptr) return;
   const absl::Time now = absl::Now();
