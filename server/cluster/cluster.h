@@ -290,6 +290,8 @@ class Cluster final : public ExternalLog {
   uint32_t StreamReplicas() const;
   void ReadDigestReports();
   void Judge(const std::string& identity);
+  // This replica's digest report (what it publishes and is judged by).
+  DigestReport MyReportLocked(const std::string& identity) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A new consumer: which NATS server holds it; dropped (and made again)
   // when that server's copy of the stream differed lately.
   void CheckConsumerPlacement();

@@ -670,13 +670,7 @@ void Cluster::MaintainDigests(const std::string& identity) {
   DigestReport mine;
   {
     MutexLock lock(&mu_);
-    mine.key = replica_key_;
-    mine.identity = identity;
-    mine.applied = applied_.load(std::memory_order_acquire);
-    // A digest is published only when it is the one at `applied`.
-    mine.digest = digest_;
-    mine.marks = history_.Marks();
-    mine.consumer_from = consumer_from_;
+    mine = MyReportLocked(identity);
   }
   const std::string value = FormatDigestReport(mine);
   if (now < next_digest_publish_ && value == published_report_) return;
@@ -691,6 +685,18 @@ void Cluster::MaintainDigests(const std::string& identity) {
   next_digest_publish_ = now + absl::Seconds(1);
 }
 
+DigestReport Cluster::MyReportLocked(const std::string& identity) const {
+  DigestReport mine;
+  mine.key = replica_key_;
+  mine.identity = identity;
+  mine.applied = applied_.load(std::memory_order_acquire);
+  // The digest at `applied` (both change together, under mu_).
+  mine.digest = digest_;
+  mine.marks = history_.Marks();
+  mine.consumer_from = consumer_from_;
+  return mine;
+}
+
 void Cluster::Judge(const std::string& identity) {
   std::vector<DigestReport> peers;
   for (const auto& [key, p] : peer_reports_) {
@@ -700,13 +706,7 @@ void Cluster::Judge(const std::string& identity) {
   // Not before every report was read once (alone by ignorance would
   // verify everything), and not while healing.
   if (healing_ || !digest_reports_read_) return;
-  DigestReport mine;
-  mine.key = replica_key_;
-  mine.identity = identity;
-  mine.applied = applied_.load(std::memory_order_acquire);
-  mine.digest = digest_;
-  mine.marks = history_.Marks();
-  const DigestJudgement j = JudgeDigests(history_, mine, peers);
+  const DigestJudgement j = JudgeDigests(history_, MyReportLocked(identity), peers);
   voters_ = j.voters;
   judged_ = true;
   const DigestJudgement::State was = digest_state_;
