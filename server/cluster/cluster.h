@@ -405,7 +405,6 @@ class Cluster final : public ExternalLog {
   std::string digest_detail_ ABSL_GUARDED_BY(mu_);
   uint64_t digest_at_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::string> digest_majority_ ABSL_GUARDED_BY(mu_);
-
   size_t voters_ ABSL_GUARDED_BY(mu_) = 1;
   bool healing_ ABSL_GUARDED_BY(mu_) = false;
   // The others' reports were read once (their initial state), and this

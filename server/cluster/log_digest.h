@@ -132,7 +132,6 @@ struct DigestJudgement {
     // of which one has not reported the position yet).
     kNoMajority,
   };
-
   State state = State::kAgreed;
   uint64_t verified = 0;
   uint64_t at = 0;  // kDiverged, kNoMajority: the position compared.
