@@ -5,7 +5,7 @@
 # acknowledged keys on every replica) RUNS times, each with its own seed,
 # and sums up what happened: runs passed, runs in which the NATS servers'
 # copies of the stream diverged, divergences the replicas caught, write
-# stalls. A run fails when a serving replica answered "absent" for an
+# stalls, consumers the continuity check refused. A run fails when a serving replica answered "absent" for an
 # acknowledged key, or a replica was not ready with every acknowledged key
 # after a round.
 #
@@ -27,7 +27,7 @@ esac
 test_bin=build/release/tests/e2e/cluster_chaos_test
 [ -x "$test_bin" ] || { echo "$0: no $test_bin: bash scripts/build.sh release cluster_chaos_test" >&2; exit 2; }
 mkdir -p build/soak
-passed=0 failed=0 diverged_runs=0 caught=0 stalls=0
+passed=0 failed=0 diverged_runs=0 caught=0 stalls=0 refused=0
 for i in $(seq 1 "$runs"); do
   log=build/soak/run-$i.log
   status=passed
@@ -42,6 +42,8 @@ for i in $(seq 1 "$runs"); do
   summary=$(grep -o 'chaos (NATS leader): [0-9]* rounds.*' "$log" | tail -n 1 || true)
   run_caught=$(sed -n 's/.*divergences caught by the replicas: \([0-9]*\).*/\1/p' <<<"$summary")
   run_stalls=$(sed -n 's/.*write stalls: \([0-9]*\).*/\1/p' <<<"$summary")
+  run_refused=$(sed -n 's/.*refused for another numbering: \([0-9]*\).*/\1/p' <<<"$summary")
+  refused=$((refused + ${run_refused:-0}))
   caught=$((caught + ${run_caught:-0}))
   stalls=$((stalls + ${run_stalls:-0}))
   if grep -q 'the NATS copies differ' "$log"; then diverged_runs=$((diverged_runs + 1)); fi
@@ -50,5 +52,5 @@ for i in $(seq 1 "$runs"); do
 done
 echo "soak: $runs runs of $rounds NATS leader kills: $passed passed, $failed failed;" \
   "the NATS copies diverged in $diverged_runs runs; the replicas caught $caught divergences;" \
-  "$stalls write stalls"
+  "$stalls write stalls; $refused consumers refused for numbering the stream differently"
 [ "$failed" = 0 ]

@@ -181,6 +181,13 @@ class Cluster final : public ExternalLog {
   // which the caller destroys), and a publish acknowledgement (`sequence`
   // and `duplicate` if OK).
   void HandleMessage(void* msg);
+  // Makes the consumer again when ContinuesThisReplicasCopy asked; true
+  // when it starts healing instead (the maintenance thread).
+  bool RecheckConsumer() ABSL_LOCKS_EXCLUDED(mu_);
+  // False: the delivered entry is not to be applied (the continuity check
+  // or a consumer to make again, above).
+  bool ContinuesThisReplicasCopy(const std::string& consumer, uint64_t position, void* msg)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void HandleAck(const char* msg_id, uint64_t sequence, bool duplicate, const absl::Status& error);
 
   // ExternalLog.
@@ -381,6 +388,17 @@ class Cluster final : public ExternalLog {
   std::optional<DigestPoint> anchor_ ABSL_GUARDED_BY(mu_);
   DigestHistory history_ ABSL_GUARDED_BY(mu_);
   std::string consumer_name_ ABSL_GUARDED_BY(mu_);
+  // The continuity check (ContinuesThisReplicasCopy): a consumer this
+  // replica makes starts one position early, at the last one it applied,
+  // and must deliver there the entry it applied (`digest` holds its hash);
+  // one that does not reads a copy numbered differently, and is made again
+  // (kMaxContinuityFailures times, then the replica heals from a peer).
+  std::optional<DigestPoint> continuity_ ABSL_GUARDED_BY(mu_);
+  std::string delivering_consumer_ ABSL_GUARDED_BY(mu_);
+  bool expect_new_consumer_ ABSL_GUARDED_BY(mu_) = false;
+  bool recheck_consumer_ ABSL_GUARDED_BY(mu_) = false;
+  int continuity_failures_ ABSL_GUARDED_BY(mu_) = 0;
+  static constexpr int kMaxContinuityFailures = 6;
   uint64_t consumer_from_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t verified_ ABSL_GUARDED_BY(mu_) = 0;
   DigestJudgement::State digest_state_ ABSL_GUARDED_BY(mu_) = DigestJudgement::State::kAgreed;

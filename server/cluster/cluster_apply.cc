@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
 #include "server/cluster/cluster_internal.h"
 #include "server/cluster/log_digest.h"
 #include "spdlog/spdlog.h"
@@ -15,6 +16,51 @@ namespace cuckoo::server {
 void OnMessageTrampoline(natsConnection*, natsSubscription*, natsMsg* msg, void* closure) {
   static_cast<Cluster*>(closure)->HandleMessage(msg);
   natsMsg_Destroy(msg);
+}
+
+bool Cluster::ContinuesThisReplicasCopy(const std::string& consumer, uint64_t position, void* m) {
+  natsMsg* msg = static_cast<natsMsg*>(m);
+  MutexLock lock(&mu_);
+  if (recheck_consumer_) return false;  // Made again by the maintenance thread.
+  if (consumer != delivering_consumer_) {
+    if (!expect_new_consumer_) {
+      // The ordered consumer made itself again (a gap, or its NATS server
+      // lost), from the next position, on whichever server: nothing tells
+      // whether that server's copy numbers the stream as the last one did.
+      // Made again, with the check, by the maintenance thread.
+      spdlog::info(
+          "cluster: the stream's consumer was made again by the NATS client at position {}; "
+          "making one that checks the copy it reads first",
+          position);
+      recheck_consumer_ = true;
+      return false;
+    }
+    expect_new_consumer_ = false;
+    delivering_consumer_ = consumer;
+  }
+  if (!continuity_.has_value()) return true;
+  if (position > continuity_->position) {
+    continuity_.reset();  // The copy no longer holds that position: nothing to check.
+    return true;
+  }
+  if (position < continuity_->position) return true;  // Applied already.
+  const uint64_t hash = LogEntryHash(
+      absl::string_view(natsMsg_GetData(msg), static_cast<size_t>(natsMsg_GetDataLength(msg))));
+  const uint64_t want = continuity_->digest;
+  continuity_.reset();
+  if (hash == want) {
+    continuity_failures_ = 0;
+    return true;
+  }
+  ++continuity_failures_;
+  spdlog::warn(
+      "cluster: the NATS server this replica's new consumer reads holds another entry at "
+      "position {} than the one this replica applied there: its copy of the stream numbers the "
+      "entries differently (docs/CLUSTER.md, \"nats-server 2.9.10\"); consuming from another "
+      "server (try {} of {})",
+      position, continuity_failures_, kMaxContinuityFailures);
+  recheck_consumer_ = true;
+  return false;
 }
 
 void Cluster::HandleMessage(void* m) {
@@ -31,6 +77,7 @@ void Cluster::HandleMessage(void* m) {
   MutexLock apply(&apply_mu_);
   if (stopping_.load(std::memory_order_acquire)) return;
   const uint64_t applied = applied_.load(std::memory_order_acquire);
+  if (!ContinuesThisReplicasCopy(consumer, position, msg)) return;
   if (position <= applied) return;  // Delivered again (the consumer was recreated).
   if (position != applied + 1) {
     SetProblem(absl::StrFormat(
@@ -81,10 +128,10 @@ void Cluster::HandleMessage(void* m) {
   }
   if (digest_.has_value()) {
     digest_ = NextLogDigest(*digest_, position, entry_hash);
-    history_.Add(position, *digest_);
+    history_.Add(position, *digest_, entry_hash);
   } else if (anchor_.has_value() && anchor_->position == position) {
     digest_ = anchor_->digest;
-    history_.Add(position, *digest_);
+    history_.Add(position, *digest_, entry_hash);
     anchor_.reset();
   }
   lag_hint_ = pending_after;

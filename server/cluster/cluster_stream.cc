@@ -56,6 +56,10 @@ natsStatus OpenOrCreateBucket(jsCtx* js, kvStore** kv, const std::string& bucket
 // No report from any other replica for this long, while there are others:
 // the watch is stuck (its NATS server lost); it is made again.
 constexpr absl::Duration kDigestWatchSilence = absl::Seconds(3);
+// What this replica holds of the digest reports, at most (a hostile writer
+// to the bucket could write any number of keys, of any size).
+constexpr size_t kMaxDigestReportBytes = 4096;
+constexpr size_t kMaxDigestPeers = 64;
 
 }  // namespace
 
@@ -167,6 +171,7 @@ void Cluster::MaintainStream() {
     StartBootstrap(state, applied + 1, false, true, &majority);
     return;
   }
+  if (RecheckConsumer()) return;
   std::vector<std::string> with_digest;
   if (unanchored && DigestlessBootstrapDue(&with_digest)) {
     // Healed as a diverged replica is: out of service, retried until a
@@ -297,6 +302,50 @@ void Cluster::StartBootstrap(const StreamState& state, uint64_t needed, bool gon
       });
 }
 
+bool Cluster::RecheckConsumer() {
+  {
+    MutexLock lock(&mu_);
+    if (!recheck_consumer_) return false;
+  }
+  StopConsuming();
+  MutexLock lock(&mu_);
+  recheck_consumer_ = false;
+  if (continuity_failures_ < kMaxContinuityFailures) return false;  // Consumed again at once.
+  continuity_failures_ = 0;
+  // No NATS server it was given continues its copy: the copy it applied
+  // is numbered differently from the others. It heals from a replica whose
+  // digest differs from its own (one that applied the others' numbering),
+  // if one reports; a replica that applied the same copy would give it
+  // the same numbering, so without one it keeps trying: its server may
+  // come back (docs/CLUSTER.md, "nats-server 2.9.10").
+  std::vector<std::string> peers;
+  const DigestReport mine = MyReportLocked(identity_);
+  for (const auto& [key, p] : peer_reports_) {
+    if (p.report.digest.has_value() && !p.report.diverged &&
+        CompareWithHistory(history_, mine, p.report).relation == DigestRelation::kDisagree) {
+      peers.push_back(key);
+    }
+  }
+  if (peers.empty()) {
+    spdlog::error(
+        "cluster: no NATS server's copy of the stream continues this replica's at position {} "
+        "after {} consumers, and no replica numbers the stream otherwise: it keeps trying "
+        "(docs/CLUSTER.md, \"nats-server 2.9.10\")",
+        applied_.load(std::memory_order_acquire), kMaxContinuityFailures);
+    return false;
+  }
+  digest_state_ = DigestJudgement::State::kDiverged;
+  digest_at_ = applied_.load(std::memory_order_acquire);
+  digest_detail_ = absl::StrFormat(
+      "no NATS server's copy of the stream holds at position %u the entry it applied there, "
+      "after %u consumers",
+      digest_at_, kMaxContinuityFailures);
+  digest_majority_ = std::move(peers);
+  ++divergences_;
+  spdlog::error("cluster: {}", NotServingLocked());
+  return true;
+}
+
 void Cluster::Consume(const StreamState& state, uint64_t needed) {
   jsSubOptions so;
   jsSubOptions_Init(&so);
@@ -304,6 +353,20 @@ void Cluster::Consume(const StreamState& state, uint64_t needed) {
   so.Ordered = true;
   so.Config.DeliverPolicy = js_DeliverByStartSequence;
   so.Config.OptStartSeq = needed;
+  {
+    MutexLock lock(&mu_);
+    // The continuity check: from the last position applied, when this
+    // replica knows its entry and the stream still holds it.
+    continuity_.reset();
+    if (needed > 1 && needed - 1 >= state.first) {
+      if (std::optional<uint64_t> h = history_.EntryAt(needed - 1); h.has_value()) {
+        continuity_ = DigestPoint{needed - 1, *h};
+        so.Config.OptStartSeq = needed - 1;
+      }
+    }
+    expect_new_consumer_ = true;
+    recheck_consumer_ = false;
+  }
   // A consumer lost with its NATS server is noticed after a few missed
   // heartbeats and made again from the next position.
   so.Config.Heartbeat = absl::ToInt64Nanoseconds(absl::Seconds(1));
@@ -629,7 +692,18 @@ void Cluster::ReadDigestReports() {
     if (kvEntry_Operation(e) != kvOp_Put) {
       peer_reports_.erase(key);
     } else if (key != replica_key_) {
-      absl::StatusOr<DigestReport> r = ParseDigestReport(key, kvEntry_ValueString(e));
+      // Anyone with access to the bucket can write to it: what this
+      // replica holds of it is bounded (kClusterDigestBytes).
+      absl::StatusOr<DigestReport> r =
+          static_cast<size_t>(kvEntry_ValueLen(e)) > kMaxDigestReportBytes
+              ? absl::InvalidArgumentError(
+                    absl::StrFormat("digest record \"%s\" is not one (%d bytes, more than %u)", key,
+                                    kvEntry_ValueLen(e), kMaxDigestReportBytes))
+          : !peer_reports_.contains(key) && peer_reports_.size() >= kMaxDigestPeers
+              ? absl::ResourceExhaustedError(absl::StrFormat(
+                    "digest record \"%s\" ignored: %u other replicas report already", key,
+                    kMaxDigestPeers))
+              : ParseDigestReport(key, kvEntry_ValueString(e));
       if (r.ok()) {
         peer_reports_[key] = PeerReport{*std::move(r), now};
       } else {
@@ -694,6 +768,7 @@ DigestReport Cluster::MyReportLocked(const std::string& identity) const {
   mine.digest = digest_;
   mine.marks = history_.Marks();
   mine.consumer_from = consumer_from_;
+  mine.diverged = digest_state_ == DigestJudgement::State::kDiverged;
   return mine;
 }
 

@@ -53,6 +53,7 @@ std::string FormatDigestReport(const DigestReport& r) {
   absl::StrAppend(&out, absl::StrJoin(r.marks, ",", [](std::string* s, const DigestPoint& p) {
     absl::StrAppendFormat(s, "%u:%016x", p.position, p.digest);
   }));
+  if (r.diverged) absl::StrAppend(&out, " diverged=1");
   return out;
 }
 
@@ -93,6 +94,8 @@ absl::StatusOr<DigestReport> ParseDigestReport(absl::string_view key, absl::stri
         r.marks.push_back(p);
       }
       if (r.marks.size() > kDigestMarks) return bad("too many marks");
+    } else if (absl::ConsumePrefix(&field, "diverged=")) {
+      r.diverged = field == "1";
     }
     // Other fields: a later version's, ignored.
   }
@@ -100,23 +103,32 @@ absl::StatusOr<DigestReport> ParseDigestReport(absl::string_view key, absl::stri
   return r;
 }
 
-DigestHistory::DigestHistory(size_t capacity) : ring_(std::max<size_t>(capacity, 1)) {}
+DigestHistory::DigestHistory(size_t capacity)
+    : ring_(std::max<size_t>(capacity, 1)), entries_(ring_.size()) {}
 
 void DigestHistory::Clear() {
   size_ = 0;
   last_ = 0;
 }
 
-void DigestHistory::Add(uint64_t position, uint64_t digest) {
+void DigestHistory::Add(uint64_t position, uint64_t digest, uint64_t entry_hash) {
   if (size_ == 0 || position != last_ + 1) size_ = 0;
   last_ = position;
   ring_[position % ring_.size()] = digest;
+  entries_[position % entries_.size()] = entry_hash;
   size_ = std::min(size_ + 1, ring_.size());
 }
 
 std::optional<uint64_t> DigestHistory::At(uint64_t position) const {
   if (size_ == 0 || position > last_ || position < first()) return std::nullopt;
   return ring_[position % ring_.size()];
+}
+
+std::optional<uint64_t> DigestHistory::EntryAt(uint64_t position) const {
+  if (size_ == 0 || position > last_ || position < first()) return std::nullopt;
+  const uint64_t h = entries_[position % entries_.size()];
+  if (h == 0) return std::nullopt;
+  return h;
 }
 
 std::vector<DigestPoint> DigestHistory::Marks() const {
@@ -168,7 +180,8 @@ DigestJudgement JudgeDigests(const DigestHistory& mine, const DigestReport& mine
   DigestJudgement j;
   std::vector<const DigestReport*> voters;
   for (const DigestReport& p : peers) {
-    if (p.digest.has_value() && p.identity == mine_report.identity && p.key != mine_report.key) {
+    if (p.digest.has_value() && !p.diverged && p.identity == mine_report.identity &&
+        p.key != mine_report.key) {
       voters.push_back(&p);
     }
   }

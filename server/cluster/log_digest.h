@@ -66,18 +66,21 @@ struct DigestReport {
   std::vector<DigestPoint> marks;  // Ascending.
   // The position from which its current consumer applies the stream.
   uint64_t consumer_from = 0;
+  // It found itself diverged (and has not healed yet): it does not vote.
+  bool diverged = false;
 
   // The positions whose digests this report gives: the marks and applied.
   std::vector<DigestPoint> Points() const;
 };
 
 // The KV value of a report ("cuckood-digest v1 identity=... applied=...
-// digest=<16 hex>|none from=... marks=<p>:<hex>,..."), and back.
+// digest=<16 hex>|none from=... marks=<p>:<hex>,... diverged=1"), and
+// back.
 // INVALID_ARGUMENT naming what is wrong for a value that is not one.
 std::string FormatDigestReport(const DigestReport& report);
 absl::StatusOr<DigestReport> ParseDigestReport(absl::string_view key, absl::string_view value);
 
-// The last `capacity` positions' digests, contiguous.
+// The last `capacity` positions' digests and entry hashes, contiguous.
 class DigestHistory {
  public:
   explicit DigestHistory(size_t capacity = kDigestHistoryPositions);
@@ -85,9 +88,12 @@ class DigestHistory {
   // Forgets everything (a copy from a peer replaced the state).
   void Clear();
   // `position` follows the last one added, or the history starts again
-  // from it.
-  void Add(uint64_t position, uint64_t digest);
+  // from it. `entry_hash` 0: the entry is not known (a digest taken from a
+  // peer or started without one).
+  void Add(uint64_t position, uint64_t digest, uint64_t entry_hash = 0);
   std::optional<uint64_t> At(uint64_t position) const;
+  // The hash of the entry applied at `position`, when held and known.
+  std::optional<uint64_t> EntryAt(uint64_t position) const;
   // Up to kDigestMarks of the last marks held, ascending.
   std::vector<DigestPoint> Marks() const;
   uint64_t first() const { return size_ == 0 ? 0 : last_ - size_ + 1; }
@@ -95,6 +101,7 @@ class DigestHistory {
 
  private:
   std::vector<uint64_t> ring_;
+  std::vector<uint64_t> entries_;
   uint64_t last_ = 0;
   size_t size_ = 0;
 };
@@ -137,8 +144,9 @@ struct DigestJudgement {
 };
 
 // Judges this replica (its history and report) against its live peers'
-// reports of the same log. Peers without a digest do not vote. Alone (no
-// peer with a digest), it agrees with itself up to its applied position.
+// reports of the same log. Peers without a digest, or that found themselves
+// diverged, do not vote. Alone (no peer voting), it agrees with itself up to
+// its applied position.
 DigestJudgement JudgeDigests(const DigestHistory& mine, const DigestReport& mine_report,
                              const std::vector<DigestReport>& peers);
 

@@ -255,9 +255,9 @@ inline constexpr uint64_t kRequestWindowBytes = uint64_t{16} << 20;
 // the end-to-end check's digests (kClusterDigestBytes).
 uint64_t ClusterMemoryOverhead(const ServerConfig& config);
 // The end-to-end check of the log (server/cluster/log_digest.h): this
-// replica's last 65,536 digests (512 KiB) and the other replicas' reports
-// (under 1 KiB each; a bucket a few replicas write).
-inline constexpr uint64_t kClusterDigestBytes = uint64_t{1} << 20;
+// replica's last 65,536 digests and entry hashes (1 MiB) and the other
+// replicas' reports (at most 64 kept, of at most 4 KiB each: 256 KiB).
+inline constexpr uint64_t kClusterDigestBytes = (uint64_t{3} << 20) / 2;  // 1.5 MiB
 // The larger of the log's buffers while running (WalMemoryBound: 2 x 16 MiB
 // plus two batches' records) and a start-up replay's
 // (WalApplier::ReplayMemoryBound: one --wal-segment-size segment, a 16 MiB

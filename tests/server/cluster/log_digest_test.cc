@@ -27,7 +27,7 @@ struct Replica {
   void Apply(const std::string& entry) {
     ++applied;
     digest = NextLogDigest(digest, applied, LogEntryHash(entry));
-    history.Add(applied, digest);
+    history.Add(applied, digest, LogEntryHash(entry));
   }
   void ApplyAll(const std::vector<std::string>& entries) {
     for (const std::string& e : entries) Apply(e);
@@ -122,6 +122,9 @@ TEST(LogDigestTest, ReportRoundTripsThroughItsKvValue) {
   EXPECT_EQ(back->consumer_from, 17u);
   EXPECT_EQ(back->identity, kIdentity);
   EXPECT_EQ(back->marks, r.marks);
+  EXPECT_FALSE(back->diverged);
+  r.diverged = true;
+  EXPECT_TRUE(ParseDigestReport("replica-1", FormatDigestReport(r))->diverged);
 
   r.digest.reset();
   back = ParseDigestReport("replica-1", FormatDigestReport(r));
@@ -243,6 +246,37 @@ TEST(LogDigestTest, AReplicaWithoutItsDigestVerifiesNothing) {
   EXPECT_EQ(j.state, DigestJudgement::State::kAgreed);
   EXPECT_EQ(j.verified, 0u);
   EXPECT_EQ(j.voters, 2u);
+}
+
+TEST(LogDigestTest, HistoryKeepsEachPositionsEntryHashWhenKnown) {
+  Replica a("a");
+  a.ApplyAll(Log(10));
+  EXPECT_EQ(a.history.EntryAt(7), LogEntryHash("entry 6"));
+  EXPECT_FALSE(a.history.EntryAt(11).has_value());
+  // A digest taken without its entry (from a peer's copy): not known.
+  a.history.Add(11, 99);
+  EXPECT_FALSE(a.history.EntryAt(11).has_value());
+  EXPECT_EQ(a.history.At(11), 99u);
+}
+
+TEST(LogDigestTest, PeersThatFoundThemselvesDivergedDoNotVote) {
+  const std::vector<std::string> log = Log(400);
+  Replica good("good"), bad1("bad1"), bad2("bad2");
+  good.ApplyAll(log);
+  for (size_t i = 0; i < log.size(); ++i) {
+    if (i == 250) continue;
+    bad1.Apply(log[i]);
+    bad2.Apply(log[i]);
+  }
+  // Outvoted while the other two vote.
+  DigestJudgement j = JudgeDigests(good.history, good.Report(), {bad1.Report(), bad2.Report()});
+  EXPECT_EQ(j.state, DigestJudgement::State::kDiverged);
+  // Once they say they are diverged, they do not: good agrees with itself.
+  DigestReport r1 = bad1.Report(), r2 = bad2.Report();
+  r1.diverged = r2.diverged = true;
+  j = JudgeDigests(good.history, good.Report(), {r1, r2});
+  EXPECT_EQ(j.state, DigestJudgement::State::kAgreed);
+  EXPECT_EQ(j.voters, 1u);
 }
 
 }  // namespace
