@@ -99,6 +99,8 @@ std::string Cluster::Identity() const {
   return identity_;
 }
 
+std::string Cluster::Name() const { return absl::StrCat("stream ", options_.stream); }
+
 bool Cluster::AppliedDigest(uint64_t* position, uint64_t* digest) const {
   MutexLock lock(&mu_);
   if (digest_.has_value()) {

@@ -186,6 +186,7 @@ class Cluster final : public ExternalLog {
   // ExternalLog.
   uint64_t AppliedPosition() const override { return applied_.load(std::memory_order_acquire); }
   std::string Identity() const override;
+  std::string Name() const override;
   bool AppliedDigest(uint64_t* position, uint64_t* digest) const override;
   void Checkpointed(uint64_t needed) override;
 
