@@ -297,6 +297,7 @@ ClusterStatus Cluster::Status() const {
 
 std::string Cluster::NotServingLocked(bool* transient) const {
   if (transient != nullptr) *transient = false;
+  if (!foreign_log_.empty()) return foreign_log_;
   const std::string repair = "docs/CLUSTER.md, \"Checking the log end to end\"";
   if (digest_state_ == DigestJudgement::State::kDiverged) {
     return absl::StrFormat(
