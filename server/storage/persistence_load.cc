@@ -376,9 +376,9 @@ absl::StatusOr<LoadSummary> Persistence::LoadAll() {
                    log_identity_, kIdentityFile);
     } else {
       spdlog::info(
-          "data directory {} records no log identity (an older cuckood's): its snapshots and "
-          "write-ahead log are adopted as the log {} (recorded in {})",
-          data_dir_, log_identity_, kIdentityFile);
+          "data directory {} records no log identity (an older cuckood's directory, or its {} "
+          "lost): its snapshots and write-ahead log are adopted as the log {} (recorded in {})",
+          data_dir_, kIdentityFile, log_identity_, kIdentityFile);
     }
   }
   summary.log_identity = log_identity_;

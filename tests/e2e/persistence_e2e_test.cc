@@ -318,8 +318,9 @@ TEST_F(PersistenceE2eTest, ADataDirectoryOfAnOlderCuckoodStartsAndKeepsItsKeys) 
   Start();
   EXPECT_THAT(server_->process().out(),
               HasSubstr("data directory " + data_.path() +
-                        " records no log identity (an older cuckood's): its snapshots and "
-                        "write-ahead log are adopted as the log node-"));
+                        " records no log identity (an older cuckood's directory, or its "
+                        "IDENTITY lost): its snapshots and write-ahead log are adopted as the "
+                        "log node-"));
   ExpectAllPresent("users", KeyLines("user:", 1000));
   const std::string adopted = NodeIdentity(data_.path());
   ASSERT_EQ(adopted.rfind("node-", 0), 0u) << adopted;
