@@ -22,7 +22,10 @@
 // the filter's id() and, per shard, the log position of the last write the
 // shard's copy holds (CuckooFilter::ShardState::position). Start-up replays
 // the log after each shard's position. Files of format version 1, which
-// hold neither, still load, with id 0 and every position 0.
+// hold neither, still load, with id 0 and every position 0. From format
+// version 4 on a file also records which log it belongs to (an opaque
+// string the caller gives, SnapshotWriteOptions::log_identity), so that a
+// file copied from another server's data directory can be told apart.
 //
 // A growing filter's shard (FilterShape::growing()) has one table per
 // generation it has reached; its section holds them all, copied under the
@@ -60,14 +63,17 @@
 namespace cuckoo {
 
 // The format version WriteSnapshotFile writes. Readers read this one and
-// every earlier one (1 and 2).
-inline constexpr uint32_t kSnapshotFormatVersion = 3;
+// every earlier one (1 to 3).
+inline constexpr uint32_t kSnapshotFormatVersion = 4;
 // Every format version after 1 starts with the same 16 bytes (magic,
 // version, header size) and then, at bytes 16..47, the name and version of
 // the build that wrote it (ASCII, NUL-padded), so that a build that cannot
 // read a file can still say which build wrote it (docs/SNAPSHOT_FORMAT.md).
 inline constexpr size_t kSnapshotWriterOffset = 16;
 inline constexpr size_t kSnapshotWriterBytes = 32;
+// The most bytes of the log identity a file records (format version 4 on):
+// printable ASCII.
+inline constexpr size_t kSnapshotLogIdentityBytes = 48;
 inline constexpr absl::string_view kSnapshotSuffix = ".cuckoo";
 // Temporary files are "." + name + kSnapshotSuffix + kSnapshotTempSuffix;
 // filter names never start with '.', so they cannot collide with a snapshot.
@@ -112,6 +118,10 @@ struct SnapshotWriteOptions {
   // not hold back the log's truncation. (cuckood: the write-ahead log's
   // last lsn given out, or a cluster replica's applied position.)
   std::function<uint64_t()> position_floor;
+  // Which log the positions and the id belong to, recorded in the file
+  // (SnapshotHeader::log_identity): at most kSnapshotLogIdentityBytes of
+  // printable ASCII, else INVALID_ARGUMENT. Empty: none recorded.
+  std::string log_identity;
   // The file operations (tests inject faults); PosixEnv() when null.
   Env* env = nullptr;
 };
@@ -144,11 +154,15 @@ struct SnapshotHeader {
   // MemoryBytes(shape) plus every grown table the file holds. For budgets:
   // a growing filter may need far more than MemoryBytes(shape).
   uint64_t memory_bytes = 0;
+  // The log the file belongs to (SnapshotWriteOptions::log_identity): empty
+  // if the writer gave none, and in files of format versions 1 to 3, which
+  // have no room for it.
+  std::string log_identity;
 };
 
 struct LoadedSnapshot {
   SnapshotHeader header;
-  uint32_t format_version = 0;  // The file's: 1, 2 or 3.
+  uint32_t format_version = 0;  // The file's: 1 to 4.
   uint64_t items = 0;
   // The filter's id (0 in a version-1 file); filter->id() returns it.
   uint64_t filter_id = 0;

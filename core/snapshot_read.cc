@@ -321,6 +321,20 @@ class HeaderDecoder {
       if (h_[i] != 0) return Impossible(absl::StrFormat("reserved header byte %u is not zero", i));
     }
     if (layout->filter_id != 0) out_.filter_id = Get64(h_ + layout->filter_id);
+    if (layout->log != 0) {
+      // Printable ASCII, then zeros (none: no identity recorded).
+      const auto* log = reinterpret_cast<const char*>(h_ + layout->log);
+      size_t n = 0;
+      while (n < kSnapshotLogIdentityBytes && log[n] != '\0') ++n;
+      for (size_t i = 0; i < kSnapshotLogIdentityBytes; ++i) {
+        if (i < n ? (log[i] < 0x20 || log[i] >= 0x7F) : log[i] != '\0') {
+          return Impossible(absl::StrFormat(
+              "the log identity (bytes %u..%u) is not printable ASCII padded with zero bytes",
+              layout->log, layout->log + kSnapshotLogIdentityBytes - 1));
+        }
+      }
+      out_.header.log_identity.assign(log, n);
+    }
     out_.header.name.assign(reinterpret_cast<const char*>(h_ + layout->name), name_length);
     if (absl::Status st = FilterRegistry::ValidateName(out_.header.name); !st.ok()) {
       return Impossible(st.message());

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -63,7 +64,7 @@ class FileWriter {
 // returns its growth block, where WriteSnapshotFile adds those counts.
 uint8_t* FillHeader(uint8_t* h, const FilterShape& shape,
                     const std::vector<GenerationShape>& schedule, absl::string_view name,
-                    uint64_t filter_id, absl::Time taken) {
+                    uint64_t filter_id, absl::string_view log_identity, absl::Time taken) {
   constexpr const HeaderLayout& layout = kWriteLayout;
   std::memcpy(h, kMagic, sizeof(kMagic));
   Put32(h + 8, layout.version);
@@ -78,6 +79,7 @@ uint8_t* FillHeader(uint8_t* h, const FilterShape& shape,
   Put64(f + kTakenUnixMicros, static_cast<uint64_t>(absl::ToUnixMicros(taken)));
   std::memcpy(h + layout.name, name.data(), name.size());
   Put64(h + layout.filter_id, filter_id);
+  std::memcpy(h + layout.log, log_identity.data(), log_identity.size());
   Put32(growth + kScheduleGenerations, static_cast<uint32_t>(schedule.size()));
   Put64(growth + kScheduleChecksum, ScheduleChecksum(schedule));
   return growth;
@@ -236,6 +238,14 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
                                                       absl::string_view name, absl::string_view dir,
                                                       const SnapshotWriteOptions& options) {
   if (absl::Status st = FilterRegistry::ValidateName(name); !st.ok()) return st;
+  const std::string& log_identity = options.log_identity;
+  if (log_identity.size() > kSnapshotLogIdentityBytes ||
+      !std::all_of(log_identity.begin(), log_identity.end(),
+                   [](char c) { return c >= 0x20 && c < 0x7F; })) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a snapshot records a log identity of at most %u printable ASCII characters, not \"%s\"",
+        kSnapshotLogIdentityBytes, absl::CHexEscape(log_identity)));
+  }
   const absl::Time start = absl::Now();
   const FilterShape& shape = filter.shape();
   const std::vector<GenerationShape> schedule = GenerationSchedule(shape);
@@ -251,7 +261,8 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
   constexpr const HeaderLayout& layout = kWriteLayout;
   static_assert(layout.has_generations());
   uint8_t h[layout.header_bytes] = {};
-  uint8_t* const growth = FillHeader(h, shape, schedule, name, result.filter_id, start);
+  uint8_t* const growth =
+      FillHeader(h, shape, schedule, name, result.filter_id, log_identity, start);
 
   // One buffer, reused for every shard. A section that fits is copied whole
   // (its tables in place between the block headers) under the shard's

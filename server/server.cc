@@ -215,6 +215,14 @@ absl::Status CuckooServer::OpenStorage(const PersistenceOptions& hooks) {
       }
       return access;
     };
+    // Nothing is written after it: no snapshot, no checkpoint (they would
+    // mix the directory's log with the stream's).
+    options.on_foreign_log = [](const absl::Status& s) {
+      spdlog::critical("cannot start: {}; exiting with code {}", std::string(s.message()),
+                       kExitForeignLog);
+      spdlog::shutdown();
+      std::_Exit(kExitForeignLog);
+    };
     absl::StatusOr<std::unique_ptr<Cluster>> cluster =
         Cluster::Create(std::move(options), registry_.get(), persistence_.get());
     if (!cluster.ok()) return cluster.status();

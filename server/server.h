@@ -53,6 +53,10 @@ namespace cuckoo::server {
 
 // The exit code after the write-ahead log failed (see Wal).
 inline constexpr int kExitWalFailed = 3;
+// The exit code of a cluster replica whose stream, first read after the
+// start, is another log than the one its data directory follows
+// (ClusterOptions::on_foreign_log).
+inline constexpr int kExitForeignLog = 4;
 
 class CuckooServer {
  public:

@@ -44,6 +44,7 @@ struct HeaderLayout {
   size_t name;       // kMaxFilterNameBytes bytes.
   size_t filter_id;  // 0: the version has none.
   size_t growth;     // The growth settings and generation counts; 0: none.
+  size_t log;        // kSnapshotLogIdentityBytes bytes: the log identity; 0: none.
   size_t reserved;   // Zeros from here to the checksum.
   size_t checksum;   // The header's last 8 bytes.
   size_t section_header_bytes;
@@ -58,6 +59,7 @@ inline constexpr HeaderLayout kVersion1 = {.version = 1,
                                            .name = 88,
                                            .filter_id = 0,
                                            .growth = 0,
+                                           .log = 0,
                                            .reserved = 216,
                                            .checksum = 248,
                                            .section_header_bytes = 32};
@@ -67,6 +69,7 @@ inline constexpr HeaderLayout kVersion2 = {.version = 2,
                                            .name = 120,
                                            .filter_id = 248,
                                            .growth = 0,
+                                           .log = 0,
                                            .reserved = 256,
                                            .checksum = 312,
                                            .section_header_bytes = 40};
@@ -76,14 +79,26 @@ inline constexpr HeaderLayout kVersion3 = {.version = 3,
                                            .name = 120,
                                            .filter_id = 248,
                                            .growth = 256,
+                                           .log = 0,
                                            .reserved = 416,
                                            .checksum = 472,
                                            .section_header_bytes = 24};
-inline constexpr HeaderLayout kLayouts[] = {kVersion1, kVersion2, kVersion3};
+// Version 3 with the log identity in the first 48 of its reserved bytes.
+inline constexpr HeaderLayout kVersion4 = {.version = 4,
+                                           .header_bytes = 480,
+                                           .fields = 48,
+                                           .name = 120,
+                                           .filter_id = 248,
+                                           .growth = 256,
+                                           .log = 416,
+                                           .reserved = 464,
+                                           .checksum = 472,
+                                           .section_header_bytes = 24};
+inline constexpr HeaderLayout kLayouts[] = {kVersion1, kVersion2, kVersion3, kVersion4};
 // What WriteSnapshotFile writes.
-inline constexpr const HeaderLayout& kWriteLayout = kVersion3;
+inline constexpr const HeaderLayout& kWriteLayout = kVersion4;
 inline constexpr size_t kMinHeaderBytes = kVersion1.header_bytes;
-inline constexpr size_t kMaxHeaderBytes = kVersion3.header_bytes;
+inline constexpr size_t kMaxHeaderBytes = kVersion4.header_bytes;
 inline constexpr size_t kMaxSectionHeaderBytes = kVersion2.section_header_bytes;
 static_assert(kWriteLayout.version == kSnapshotFormatVersion);
 static_assert(kVersion1.name + kMaxFilterNameBytes == kVersion1.reserved);
@@ -115,6 +130,9 @@ inline constexpr size_t kScheduleChecksum = kShapeGrowthBytes;
 inline constexpr size_t kShardsWithGeneration = 32;  // kMaxGenerations u32s.
 inline constexpr size_t kGrowthBytes = kShardsWithGeneration + 4 * kMaxGenerations;
 static_assert(kVersion3.growth + kGrowthBytes == kVersion3.reserved);
+static_assert(kVersion4.growth + kGrowthBytes == kVersion4.log);
+static_assert(kVersion4.log + kSnapshotLogIdentityBytes == kVersion4.reserved);
+static_assert(kVersion4.checksum == kVersion4.header_bytes - 8);
 
 // Version 3's section header: shard_index u32, generations u32, items u64
 // (all generations'), log_position u64; then per generation a block header

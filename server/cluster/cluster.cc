@@ -99,6 +99,8 @@ std::string Cluster::Identity() const {
   return identity_;
 }
 
+std::string Cluster::Name() const { return absl::StrCat("stream ", options_.stream); }
+
 bool Cluster::AppliedDigest(uint64_t* position, uint64_t* digest) const {
   MutexLock lock(&mu_);
   if (digest_.has_value()) {
@@ -295,6 +297,7 @@ ClusterStatus Cluster::Status() const {
 
 std::string Cluster::NotServingLocked(bool* transient) const {
   if (transient != nullptr) *transient = false;
+  if (!foreign_log_.empty()) return foreign_log_;
   const std::string repair = "docs/CLUSTER.md, \"Checking the log end to end\"";
   if (digest_state_ == DigestJudgement::State::kDiverged) {
     return absl::StrFormat(

@@ -193,6 +193,7 @@ class Cluster final : public ExternalLog {
   // ExternalLog.
   uint64_t AppliedPosition() const override { return applied_.load(std::memory_order_acquire); }
   std::string Identity() const override;
+  std::string Name() const override;
   bool AppliedDigest(uint64_t* position, uint64_t* digest) const override;
   void Checkpointed(uint64_t needed) override;
 
@@ -348,6 +349,9 @@ class Cluster final : public ExternalLog {
       ABSL_GUARDED_BY(mu_);
   std::string identity_ ABSL_GUARDED_BY(mu_);
   std::string expected_identity_ ABSL_GUARDED_BY(mu_);
+  // Why this replica serves nothing: the stream is another log than the one
+  // its data directory follows (TakeStreamState). Never cleared.
+  std::string foreign_log_ ABSL_GUARDED_BY(mu_);
   std::string problem_ ABSL_GUARDED_BY(mu_);
   std::string nats_error_ ABSL_GUARDED_BY(mu_);
   uint64_t stream_first_ ABSL_GUARDED_BY(mu_) = 0;

@@ -75,6 +75,13 @@ struct ClusterOptions {
   // anew for each bootstrap so that rotated files are used; null: insecure,
   // no token.
   std::function<absl::StatusOr<PeerAccess>()> peer_access;
+  // Called (on the maintenance thread) when the stream, first read after
+  // the start, is another log than the one the data directory follows (its
+  // checkpoint's): the status names both and the fix. cuckood then exits
+  // (kExitForeignLog, server/server.h). Null, or once the replica has read
+  // the stream before (the stream replaced while it runs): it serves
+  // nothing, reads included (Cluster::CheckServing).
+  std::function<void(const absl::Status&)> on_foreign_log;
   // TLS and credentials for the NATS connections.
   NatsSecurity nats_security;
 };

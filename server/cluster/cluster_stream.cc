@@ -251,6 +251,7 @@ uint32_t Cluster::StreamReplicasToCreate() {
 
 bool Cluster::TakeStreamState(const StreamState& state) {
   std::string mismatch;
+  bool at_start = false;
   {
     MutexLock lock(&mu_);
     // What kept the log out of reach has passed.
@@ -258,17 +259,32 @@ bool Cluster::TakeStreamState(const StreamState& state) {
     stream_first_ = state.first;
     stream_last_ = state.last;
     stream_replicas_ = state.replicas;
-    identity_ = state.identity;
-    if (!expected_identity_.empty() && expected_identity_ != state.identity) {
+    // From now on this replica follows this log (a new data directory's
+    // first), and only this one.
+    if (expected_identity_.empty()) expected_identity_ = state.identity;
+    if (expected_identity_ != state.identity) {
+      // identity_ stays what it was (empty at the start): no checkpoint
+      // names the other log, and no replica record or digest report is
+      // written for it.
+      at_start = identity_.empty();
       mismatch = absl::StrFormat(
-          "this data directory's snapshots belong to the log %s, but the stream is now %s (it "
-          "was deleted and created again): its positions mean nothing here; start this replica "
-          "with an empty --data-dir to rebuild it from the stream",
-          expected_identity_, state.identity);
+          "the data directory %s follows the log %s, but stream %s is now the log %s (another "
+          "stream of that name, or the stream deleted and created again): the directory's "
+          "filters and positions are not this stream's, so this replica serves nothing; start "
+          "it with an empty --data-dir: it bootstraps from a peer replica (move the old "
+          "directory aside; nothing in it was changed)",
+          persistence_->data_dir(), expected_identity_, options_.stream, state.identity);
+      foreign_log_ = mismatch;
+      SettleServingWaitersLocked(absl::Now());
+    } else {
+      identity_ = state.identity;
     }
   }
   if (mismatch.empty()) return true;
   SetProblem(mismatch);
+  if (at_start && options_.on_foreign_log) {
+    options_.on_foreign_log(absl::FailedPreconditionError(mismatch));
+  }
   return false;
 }
 

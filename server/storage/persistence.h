@@ -14,8 +14,17 @@
 // one is being written (removed at start-up if a crash left one);
 // quarantine/ for files that failed their checks; wal/, the write-ahead log;
 // REQUESTS, the request ids' window saved before each truncation of the log;
-// .export/ and .import/, private files of running exports and imports
-// (removed at start-up).
+// IDENTITY (a single node) or CHECKPOINT (a cluster replica), the identity
+// of the log the directory follows; .export/ and .import/, private files of
+// running exports and imports (removed at start-up).
+//
+// A data directory follows one log: a single node's write-ahead log, whose
+// identity ("node-" and 32 random hex digits) its first start writes to
+// IDENTITY, or a cluster's stream ("<stream>@<creation time>", in
+// CHECKPOINT). Start-up refuses a directory, or a snapshot in it, that
+// belongs to another log (see LoadAll): its filters and positions mean
+// nothing against this one, and serving them would answer for keys the log
+// never wrote.
 //
 // Every file operation (a snapshot written, a filter's file removed) runs on
 // one background thread (Boost.Asio), which also owns the interval timer, or,
@@ -34,6 +43,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -65,6 +75,10 @@ inline constexpr char kLockFile[] = "LOCK";
 // Cluster mode: which log the snapshots belong to and where its replay
 // starts (see ExternalLog).
 inline constexpr char kCheckpointFile[] = "CHECKPOINT";
+// Single node: the identity of the write-ahead log the snapshots belong to,
+// written at the directory's first start (or at the first start of this
+// build on a directory of an older one).
+inline constexpr char kIdentityFile[] = "IDENTITY";
 // Single node: the request ids still inside --dedup-window, saved before
 // the write-ahead log is truncated (server/storage/request_window.h).
 inline constexpr char kRequestWindowFile[] = "REQUESTS";
@@ -89,6 +103,9 @@ class ExternalLog {
   // Names the log (positions of another log mean nothing here); empty while
   // unknown, and then no checkpoint is written.
   virtual std::string Identity() const = 0;
+  // The log for messages written before its Identity() is known (cluster
+  // mode: "stream <name>").
+  virtual std::string Name() const = 0;
   // The digest of the log (server/cluster/log_digest.h) after `position`,
   // a position already applied, or one the replay under way reaches (at or
   // past the first position the replay applied); false while it is not
@@ -126,8 +143,9 @@ struct LoadSummary {
   uint64_t log_bytes = 0;
   absl::Duration log_duration;
   absl::Duration duration;
-  // With an ExternalLog: the checkpoint found (identity empty and
-  // resume_from 1 when there was none).
+  // The identity of the log the data directory follows: a single node's
+  // (IDENTITY, written at its first start), or with an ExternalLog the
+  // checkpoint's (empty, and resume_from 1, when there was none).
   std::string log_identity;
   uint64_t resume_from = 1;
   // The digest of the log after log_digest_position, if the checkpoint
@@ -224,7 +242,14 @@ class Persistence {
   // writer); a damaged file cannot be moved to quarantine/; a snapshot does
   // not fit the memory budget or filter limit; or another process holds the
   // lock (FAILED_PRECONDITION): two servers writing one directory would
-  // destroy each other's snapshots.
+  // destroy each other's snapshots. Also FAILED_PRECONDITION, naming both
+  // logs and the fix, before anything in the directory changes, when the
+  // directory follows another log than this server's: a single node's
+  // directory holds a CHECKPOINT (a cluster replica's); a cluster replica's
+  // holds IDENTITY or a write-ahead log (a single node's), or snapshots but
+  // no CHECKPOINT (files copied in: an empty directory bootstraps from a
+  // peer replica instead). Nothing is deleted. A single node's directory
+  // without IDENTITY (a new one, or one of an older cuckood) gets one.
   absl::StatusOr<LoadSummary> LoadAll();
 
   // What is on disk for `filter` under `name`: its latest snapshot, or none
@@ -352,6 +377,24 @@ class Persistence {
   // Removes a dropped filter's snapshot file and syncs the directory.
   absl::Status RemoveSnapshotFile(absl::string_view name);
   void ArmLogCheck();
+  // Which log the directory follows (before any snapshot is loaded): a
+  // single node's IDENTITY, read or made up (*write_identity: to be written
+  // once the directory has loaded), or a cluster replica's CHECKPOINT;
+  // FAILED_PRECONDITION for a directory of another log (LoadAll). Each
+  // snapshot is then checked as it is read (CheckSnapshotLog).
+  absl::Status CheckLogIdentity(LoadSummary* summary, bool* write_identity);
+  // The log identity snapshot file `path` records (`recorded`; empty: none)
+  // against the directory's: FAILED_PRECONDITION for another log's. A
+  // directory that records none yet takes the file's (a single node's
+  // directory of an older cuckood; a replica's before its first
+  // checkpoint, which must record this stream: `snapshots`, every file, for
+  // the message).
+  absl::Status CheckSnapshotLog(const std::string& path, const std::string& recorded,
+                                const std::vector<std::filesystem::path>& snapshots);
+  // What snapshots record as their log: the directory's log identity (or,
+  // for a new replica's directory, the stream's once known), shortened to
+  // kSnapshotLogIdentityBytes (its start and a hash of the whole).
+  std::string RecordedLogIdentity() const;
   // Cluster mode: the checkpoint's reading and writing.
   absl::Status ReadCheckpoint(LoadSummary* summary);
   // Writes <data-dir>/<file> atomically (a temporary file, fdatasync'ed,
@@ -392,6 +435,10 @@ class Persistence {
   std::vector<std::string> pending_removals_ ABSL_GUARDED_BY(file_mu_);
   ExternalLog* external_log_ = nullptr;
   RequestWindow* request_window_ = nullptr;
+  // The identity of the log the directory follows (LoadAll; empty for a
+  // cluster replica's new directory: RecordedLogIdentity then asks the
+  // stream).
+  std::string log_identity_;
   // The checkpoint last written (cluster mode).
   uint64_t checkpoint_ ABSL_GUARDED_BY(file_mu_) = 0;
   // Whether the checkpoint on disk records the log's digest.

@@ -3,6 +3,7 @@
 // checkpoint.
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,11 +15,13 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "base/units.h"
+#include "core/hash.h"
 #include "server/storage/persistence.h"
 #include "server/storage/persistence_internal.h"
 #include "server/wal/wal_apply.h"
@@ -107,7 +110,8 @@ absl::StatusOr<std::vector<fs::path>> SnapshotFiles(const std::string& data_dir)
       snapshots.push_back(p);
     } else if (file != kQuarantineDir && file != kLockFile && file != kWalDir &&
                file != kCheckpointFile && file != kRequestWindowFile &&
-               file != std::string(kRequestWindowFile) + ".tmp") {
+               file != std::string(kRequestWindowFile) + ".tmp" && file != kIdentityFile &&
+               file != std::string(kIdentityFile) + ".tmp") {
       spdlog::warn("ignoring {}: not a snapshot (*{})", p.string(), std::string(kSnapshotSuffix));
     }
   }
@@ -119,7 +123,154 @@ absl::StatusOr<std::vector<fs::path>> SnapshotFiles(const std::string& data_dir)
   return snapshots;
 }
 
+// A single node's new log identity: "node-" and 128 random bits in hex.
+absl::StatusOr<std::string> NewNodeIdentity() {
+  char bytes[16];
+  if (::getrandom(bytes, sizeof(bytes), 0) != static_cast<ssize_t>(sizeof(bytes))) {
+    return absl::InternalError(
+        absl::StrFormat("cannot make up the data directory's log identity: getrandom: %s",
+                        std::error_code(errno, std::generic_category()).message()));
+  }
+  return absl::StrCat("node-", absl::BytesToHexString(absl::string_view(bytes, sizeof(bytes))));
+}
+
+std::string IdentityFileText(absl::string_view identity) {
+  return absl::StrCat("cuckood log identity v1\nidentity ", identity, "\n");
+}
+
+// The identity IDENTITY at `path` records; empty if there is no such file.
+absl::StatusOr<std::string> ReadIdentityFile(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "re");
+  if (f == nullptr) {
+    if (errno == ENOENT) return std::string();
+    return absl::InternalError(absl::StrFormat(
+        "cannot read %s: %s", path, std::error_code(errno, std::generic_category()).message()));
+  }
+  char identity[512] = {0};
+  unsigned version = 0;
+  const int got = std::fscanf(f, "cuckood log identity v%u identity %511s", &version, identity);
+  std::fclose(f);
+  if (got != 2 || version != 1) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s is not a cuckood identity file (\"cuckood log identity v1\", \"identity <log>\"): "
+        "restore it from a backup of the data directory",
+        path));
+  }
+  return std::string(identity);
+}
+
+// The identity a CHECKPOINT names, for messages.
+std::string CheckpointIdentity(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "re");
+  if (f == nullptr) return "(unreadable)";
+  char identity[512] = {0};
+  unsigned version = 0;
+  unsigned long long resume = 0;
+  const int got = std::fscanf(f, "cuckood cluster checkpoint v%u identity %511s resume_from %llu",
+                              &version, identity, &resume);
+  std::fclose(f);
+  return got >= 2 ? std::string(identity) : std::string("(unreadable)");
+}
+
+// "a.cuckoo" or "a.cuckoo and 2 more", for messages.
+std::string FilesNamed(const std::vector<fs::path>& files) {
+  if (files.empty()) return "";
+  std::string out = files.front().filename().string();
+  if (files.size() > 1) absl::StrAppend(&out, " and ", files.size() - 1, " more");
+  return out;
+}
+
 }  // namespace
+
+absl::Status Persistence::CheckLogIdentity(LoadSummary* summary, bool* write_identity) {
+  *write_identity = false;
+  const std::string identity_path = (fs::path(data_dir_) / kIdentityFile).string();
+  absl::StatusOr<std::string> node = ReadIdentityFile(identity_path);
+  if (!node.ok()) return node.status();
+  if (external_log_ != nullptr) {
+    if (!node->empty()) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "data directory %s belongs to a single node (%s names its write-ahead log %s), not to "
+          "%s: a cluster replica serves only what its stream wrote; start it with an empty "
+          "--data-dir: it bootstraps from a peer replica (or start this directory's single node "
+          "without --nats)",
+          data_dir_, identity_path, *node, external_log_->Name()));
+    }
+    if (absl::Status s = ReadCheckpoint(summary); !s.ok()) return s;
+    // Without a checkpoint, snapshots are adopted only if they record this
+    // stream (a crash before the first checkpoint): CheckSnapshotLog.
+    log_identity_ = summary->log_identity;
+    return absl::OkStatus();
+  }
+  const std::string checkpoint_path = (fs::path(data_dir_) / kCheckpointFile).string();
+  std::error_code ec;
+  if (fs::exists(checkpoint_path, ec)) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "data directory %s follows the log %s of a cluster (%s), but this cuckood runs as a "
+        "single node (no --nats), whose snapshots belong to its own write-ahead log: start it "
+        "with --nats and that stream, or give this single node its own --data-dir (an empty one "
+        "starts empty)",
+        data_dir_, CheckpointIdentity(checkpoint_path), checkpoint_path));
+  }
+  // None: a new directory, or one of a cuckood before identities, which
+  // takes the identity its snapshots record, if any (CheckSnapshotLog), or
+  // a new one (LoadAll).
+  log_identity_ = *std::move(node);
+  *write_identity = log_identity_.empty();
+  return absl::OkStatus();
+}
+
+std::string Persistence::RecordedLogIdentity() const {
+  std::string identity = log_identity_;
+  if (identity.empty() && external_log_ != nullptr) identity = external_log_->Identity();
+  if (identity.size() <= kSnapshotLogIdentityBytes) return identity;
+  // A stream with a long name: its start and a hash of the whole.
+  return absl::StrFormat("%s~%016x", identity.substr(0, kSnapshotLogIdentityBytes - 17),
+                         XXH3_64bits(identity.data(), identity.size()));
+}
+
+absl::Status Persistence::CheckSnapshotLog(const std::string& path, const std::string& recorded,
+                                           const std::vector<fs::path>& snapshots) {
+  const bool node = recorded.starts_with("node-");
+  if (log_identity_.empty()) {
+    if (external_log_ != nullptr) {
+      if (recorded.empty() || node) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "data directory %s holds snapshots (%s) but no %s, and %s belongs to %s, so they do "
+            "not follow %s (a single node's files copied in?): a cluster replica serves only "
+            "what its stream wrote; start it with an empty --data-dir: it bootstraps from a peer "
+            "replica (move the files aside; nothing was changed)",
+            data_dir_, FilesNamed(snapshots), kCheckpointFile, path,
+            recorded.empty() ? std::string("a log it does not record (a cuckood before "
+                                           "identities wrote it)")
+                             : absl::StrCat("the log ", recorded),
+            external_log_->Name()));
+      }
+    } else if (!recorded.empty() && !node) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "snapshot %s belongs to the log %s of a cluster, but this cuckood runs as a single "
+          "node (no --nats) and data directory %s records no log: start it with --nats and that "
+          "stream, or give this single node its own --data-dir (an empty one starts empty)",
+          path, recorded, data_dir_));
+    }
+    // The directory's log from now on (written to IDENTITY once the
+    // directory has loaded), if the snapshot records one.
+    log_identity_ = recorded;
+    return absl::OkStatus();
+  }
+  // A file of an older cuckood records no log: it is the directory's.
+  if (recorded.empty() || recorded == RecordedLogIdentity()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "snapshot %s belongs to the log %s, but data directory %s follows the log %s (%s): a "
+      "snapshot copied from another server's data directory is not served, since its filter "
+      "and positions are not this log's; move it out of the data directory (%s)",
+      path, recorded, data_dir_, log_identity_,
+      external_log_ != nullptr ? kCheckpointFile : kIdentityFile,
+      external_log_ != nullptr
+          ? "or start this replica with an empty --data-dir: it bootstraps from a peer replica"
+          : "to add another server's filter, use cuckooctl export there and cuckooctl import "
+            "here"));
+}
 
 absl::StatusOr<LoadSummary> Persistence::LoadAll() {
   const absl::Time start = absl::Now();
@@ -144,6 +295,8 @@ absl::StatusOr<LoadSummary> Persistence::LoadAll() {
   std::error_code ec;
   absl::StatusOr<std::vector<fs::path>> snapshots = SnapshotFiles(data_dir_);
   if (!snapshots.ok()) return snapshots.status();
+  bool write_identity = false;
+  if (absl::Status s = CheckLogIdentity(&summary, &write_identity); !s.ok()) return s;
   for (const fs::path& p : *snapshots) {
     const std::string path = p.string();
     const std::string file = p.filename().string();
@@ -161,6 +314,10 @@ absl::StatusOr<LoadSummary> Persistence::LoadAll() {
     const absl::Time t0 = absl::Now();
     absl::StatusOr<LoadedSnapshot> loaded =
         ReadSnapshotFile(path, name, [&](const SnapshotHeader& h) {
+          // Another log's file is refused before its tables are read.
+          if (absl::Status s = CheckSnapshotLog(path, h.log_identity, *snapshots); !s.ok()) {
+            return s;
+          }
           // What the filter's creation was admitted for: the tables it grew
           // since are charged whatever the budget (FilterRegistry::Add).
           absl::Status room = registry_->CheckRoom(name, CuckooFilter::MemoryBytes(h.shape));
@@ -203,15 +360,29 @@ absl::StatusOr<LoadSummary> Persistence::LoadAll() {
     summary.items += loaded->items;
     summary.bytes += loaded->header.file_bytes;
   }
-  if (external_log_ != nullptr) {
-    if (absl::Status s = ReadCheckpoint(&summary); !s.ok()) return s;
-  } else {
-    if (fs::exists(fs::path(data_dir_) / kCheckpointFile, ec)) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "data directory %s belongs to a cluster replica (it holds %s): start cuckood with "
-          "--nats, or give this single node its own --data-dir",
-          data_dir_, kCheckpointFile));
+  if (write_identity) {
+    if (log_identity_.empty()) {
+      absl::StatusOr<std::string> made = NewNodeIdentity();
+      if (!made.ok()) return made.status();
+      log_identity_ = *std::move(made);
     }
+    // Every snapshot loaded: the directory is this log's from now on.
+    if (absl::Status s = WriteFileAtomically(kIdentityFile, IdentityFileText(log_identity_));
+        !s.ok()) {
+      return s;
+    }
+    if (snapshots->empty() && !fs::exists(fs::path(data_dir_) / kWalDir, ec)) {
+      spdlog::info("new data directory {}: its write-ahead log is {} (recorded in {})", data_dir_,
+                   log_identity_, kIdentityFile);
+    } else {
+      spdlog::info(
+          "data directory {} records no log identity (an older cuckood's directory, or its {} "
+          "lost): its snapshots and write-ahead log are adopted as the log {} (recorded in {})",
+          data_dir_, kIdentityFile, log_identity_, kIdentityFile);
+    }
+  }
+  summary.log_identity = log_identity_;
+  if (external_log_ == nullptr) {
     if (absl::Status s = ReplayAndOpenLog(&summary); !s.ok()) return s;
   }
   for (const auto& [name, filter] : registry_->List()) {

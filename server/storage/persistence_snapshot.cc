@@ -47,7 +47,9 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> Persistence::ImportNow(
   filter->SetShardPositionsForLoad(floor);
   absl::StatusOr<SnapshotWriteResult> w =
       WriteSnapshotFile(*filter, name, data_dir_,
-                        {.buffer_bytes = options_.snapshot_buffer_bytes, .env = options_.wal.env});
+                        {.buffer_bytes = options_.snapshot_buffer_bytes,
+                         .log_identity = RecordedLogIdentity(),
+                         .env = options_.wal.env});
   if (!w.ok()) {
     if (options_.on_snapshot_written) options_.on_snapshot_written(false, 0, absl::ZeroDuration());
     return w.status();  // The previous state: no file (WriteSnapshotFile removed its own).
@@ -174,6 +176,7 @@ absl::StatusOr<SnapshotRun> Persistence::SnapshotNow(absl::string_view name, boo
               return wal_ != nullptr ? wal_->SyncTo(std::max(r.max_position, r.filter_id))
                                      : absl::OkStatus();
             },
+        .log_identity = RecordedLogIdentity(),
         .env = options_.wal.env};
     // Per shard, the floor read before its copy.
     std::vector<uint64_t> floors;

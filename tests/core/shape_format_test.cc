@@ -428,8 +428,9 @@ TEST(ShapeFormatTest, NewWalCreateRecordsRefuseWhatNoWriterWrites) {
 }
 
 // The snapshot writer reads and writes its shape through the field table
-// now: its header holds the same bytes as before, but for the writer's name
-// and the time (and the checksums over them).
+// now: its header holds the same bytes as before, but for the writer's name,
+// the time and the format version (4: bytes 416..463, reserved in version 3,
+// hold the log identity, none here), and the checksums over them.
 TEST(ShapeFormatTest, SnapshotHeadersAreWrittenAsBefore) {
   const std::vector<uint8_t> golden = Bytes(kSnapshotV3Grows);
   absl::StatusOr<LoadedSnapshot> loaded = ParseSnapshot(golden, "golden");
@@ -443,7 +444,9 @@ TEST(ShapeFormatTest, SnapshotHeadersAreWrittenAsBefore) {
   auto range = [](const std::vector<uint8_t>& b, size_t from, size_t to) {
     return std::vector<uint8_t>(b.begin() + from, b.begin() + to);
   };
-  EXPECT_EQ(range(now, 0, 16), range(golden, 0, 16));        // Magic, version, size.
+  EXPECT_EQ(range(now, 0, 8), range(golden, 0, 8));          // Magic.
+  EXPECT_EQ(now[8], 4);                                      // Version.
+  EXPECT_EQ(range(now, 9, 16), range(golden, 9, 16));        // Size.
   EXPECT_EQ(range(now, 48, 112), range(golden, 48, 112));    // The settings before the time.
   EXPECT_EQ(range(now, 120, 472), range(golden, 120, 472));  // Name, id, growth, reserved.
 }

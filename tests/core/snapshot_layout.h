@@ -4,7 +4,7 @@
 // sections are; ResealSnapshot, which recomputes every checksum as a writer
 // of such a file would; and SnapshotToVersion1, which turns a file this
 // build wrote into the version-1 file an older build would have written
-// (SnapshotToVersion2 the same for version 2).
+// (SnapshotToVersion2 and SnapshotToVersion3 the same for versions 2 and 3).
 #ifndef CUCKOO_TESTS_CORE_SNAPSHOT_LAYOUT_H_
 #define CUCKOO_TESTS_CORE_SNAPSHOT_LAYOUT_H_
 
@@ -50,6 +50,8 @@ struct SnapshotLayout {
   // table). 0: none.
   size_t growth = 0;
   size_t generation_header = 0;
+  // Version 4: the offset of the log identity (48 bytes); 0: none.
+  size_t log = 0;
 
   // The offset of the setting at `field` (kSnapshotHashId, ...).
   constexpr size_t at(size_t field) const { return fields + field; }
@@ -90,8 +92,21 @@ inline constexpr SnapshotLayout kSnapshotV3 = {.version = 3,
                                                .section_position = 16,
                                                .growth = 256,
                                                .generation_header = 40};
+inline constexpr SnapshotLayout kSnapshotV4 = {.version = 4,
+                                               .header = 480,
+                                               .fields = 48,
+                                               .name = 120,
+                                               .filter_id = 248,
+                                               .reserved = 464,
+                                               .header_checksum = 472,
+                                               .section_header = 24,
+                                               .section_position = 16,
+                                               .growth = 256,
+                                               .generation_header = 40,
+                                               .log = 416};
+inline constexpr size_t kSnapshotLogBytes = 48;
 // The version this build writes.
-inline constexpr const SnapshotLayout& kSnapshotWritten = kSnapshotV3;
+inline constexpr const SnapshotLayout& kSnapshotWritten = kSnapshotV4;
 
 // The settings, as offsets from SnapshotLayout::fields (SnapshotLayout::at).
 inline constexpr size_t kSnapshotHashId = 0;
@@ -146,6 +161,8 @@ inline const SnapshotLayout* SnapshotLayoutOf(const std::vector<uint8_t>& b) {
       return &kSnapshotV2;
     case 3:
       return &kSnapshotV3;
+    case 4:
+      return &kSnapshotV4;
     default:
       return nullptr;
   }
@@ -207,11 +224,24 @@ inline void ResealSnapshot(std::vector<uint8_t>& b) {
   ResealSnapshot(b, layout != nullptr ? *layout : kSnapshotWritten);
 }
 
+// The version-3 file holding what the version-4 file `v4` holds but its log
+// identity: what the previous build wrote for the same filter. Empty if
+// `v4` is not a version-4 file.
+inline std::vector<uint8_t> SnapshotToVersion3(const std::vector<uint8_t>& v4) {
+  if (SnapshotLayoutOf(v4) != &kSnapshotV4 || v4.size() < kSnapshotV4.header) return {};
+  std::vector<uint8_t> v3 = v4;
+  SnapshotPut32(v3.data() + 8, kSnapshotV3.version);
+  std::memset(v3.data() + kSnapshotV4.log, 0, kSnapshotLogBytes);
+  ResealSnapshot(v3, kSnapshotV3);
+  return v3;
+}
+
 // The version-2 file holding what the version-3 file `v3` of a fixed
-// filter (one generation per shard) holds: what the previous build wrote
-// for the same filter. Empty if `v3` is not a whole version-3 file of a
-// fixed filter.
+// filter (one generation per shard) holds (or the version-4 file's): what
+// an older build wrote for the same filter. Empty if `v3` is not a whole
+// version-3 or -4 file of a fixed filter.
 inline std::vector<uint8_t> SnapshotToVersion2(const std::vector<uint8_t>& v3) {
+  if (SnapshotLayoutOf(v3) == &kSnapshotV4) return SnapshotToVersion2(SnapshotToVersion3(v3));
   const SnapshotLayout& from = kSnapshotV3;
   const SnapshotLayout& to = kSnapshotV2;
   if (SnapshotLayoutOf(v3) != &kSnapshotV3 || v3.size() < from.header) return {};
@@ -250,7 +280,9 @@ inline std::vector<uint8_t> SnapshotToVersion2(const std::vector<uint8_t>& v3) {
 // positions, which version 1 cannot hold: what an older build wrote for
 // the same filter. Empty if `v2` is not a whole file of either kind.
 inline std::vector<uint8_t> SnapshotToVersion1(const std::vector<uint8_t>& file) {
-  if (SnapshotLayoutOf(file) == &kSnapshotV3) return SnapshotToVersion1(SnapshotToVersion2(file));
+  if (SnapshotLayoutOf(file) == &kSnapshotV3 || SnapshotLayoutOf(file) == &kSnapshotV4) {
+    return SnapshotToVersion1(SnapshotToVersion2(file));
+  }
   const std::vector<uint8_t>& v2 = file;
   const SnapshotLayout& from = kSnapshotV2;
   const SnapshotLayout& to = kSnapshotV1;

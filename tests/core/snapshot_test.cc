@@ -39,10 +39,12 @@ using testing::TempDir;
 using testing::kSnapshotV1;
 using testing::kSnapshotV2;
 using testing::kSnapshotV3;
+using testing::kSnapshotV4;
 using testing::ResealSnapshot;
 using testing::SnapshotLayout;
 using testing::SnapshotToVersion1;
 using testing::SnapshotToVersion2;
+using testing::SnapshotToVersion3;
 // Files this build writes: version 3. A fixed filter's section: its
 // header, generation 0's block header, then the table.
 constexpr size_t kHeader = kSnapshotV3.header;
@@ -175,7 +177,7 @@ TEST_P(SnapshotRoundTripTest, LoadedFilterIsBitIdenticalAndAnswersTheSame) {
   absl::StatusOr<LoadedSnapshot> r = ReadSnapshotFile(w->path, "rt");
   ASSERT_TRUE(r.ok()) << r.status();
   CuckooFilter& loaded = *r->filter;
-  EXPECT_EQ(r->format_version, 3u);
+  EXPECT_EQ(r->format_version, 4u);
   EXPECT_EQ(r->header.name, "rt");
   EXPECT_EQ(loaded.shape(), original->shape());
   EXPECT_EQ(loaded.shape().table_kind, original->shape().table_kind);
@@ -203,10 +205,10 @@ TEST_P(SnapshotRoundTripTest, LoadedFilterIsBitIdenticalAndAnswersTheSame) {
   }
 }
 
-// Files of builds before format version 3 still load, bit for bit, as
-// fixed filters: version 2 with its filter id and log positions, version 1
-// with none (it holds none).
-TEST_P(SnapshotRoundTripTest, VersionOneAndTwoFilesLoadBitIdentical) {
+// Files of builds before format version 4 still load, bit for bit (versions
+// 1 and 2 as fixed filters): versions 2 and 3 with their filter id and log
+// positions, version 1 with none (it holds none).
+TEST_P(SnapshotRoundTripTest, VersionOneToThreeFilesLoadBitIdentical) {
   const RoundTripCase c = GetParam();
   TempDir dir;
   auto original = MakeFilter({.capacity = 20'000,
@@ -223,10 +225,14 @@ TEST_P(SnapshotRoundTripTest, VersionOneAndTwoFilesLoadBitIdentical) {
   const std::vector<uint8_t> v3 = ReadBytes(w->path);
   const std::vector<uint64_t> positions = original->ShardPositions();
   std::vector<std::unique_ptr<CuckooFilter>> loaded_filters;
-  for (uint32_t version : {1u, 2u}) {
+  for (uint32_t version : {1u, 2u, 3u}) {
     SCOPED_TRACE(absl::StrCat("version ", version));
-    const std::vector<uint8_t> old = version == 1 ? SnapshotToVersion1(v3) : SnapshotToVersion2(v3);
-    const SnapshotLayout& layout = version == 1 ? kSnapshotV1 : kSnapshotV2;
+    const std::vector<uint8_t> old = version == 1   ? SnapshotToVersion1(v3)
+                                     : version == 2 ? SnapshotToVersion2(v3)
+                                                    : SnapshotToVersion3(v3);
+    const SnapshotLayout& layout = version == 1   ? kSnapshotV1
+                                   : version == 2 ? kSnapshotV2
+                                                  : kSnapshotV3;
     ASSERT_EQ(old.size(), layout.FileBytes(c.shards, original->shape().table_bytes_per_shard()));
     ASSERT_EQ(testing::SnapshotGet32(old.data() + 8), version);
 
@@ -255,7 +261,7 @@ TEST_P(SnapshotRoundTripTest, VersionOneAndTwoFilesLoadBitIdentical) {
     }
     loaded_filters.push_back(std::move(r->filter));
   }
-  ASSERT_EQ(loaded_filters.size(), 2u);
+  ASSERT_EQ(loaded_filters.size(), 3u);
   // The kick-victim generators too: later inserts land identically.
   std::vector<std::string> more = Keys(2, 1'500);
   InsertAll(*original, more);
@@ -316,7 +322,7 @@ TEST(SnapshotTest, FilterIdAndEveryShardPositionSurviveARoundTrip) {
     EXPECT_EQ(w->max_position, uint64_t{1} << 63) << buffer;
     absl::StatusOr<LoadedSnapshot> r = ReadSnapshotFile(w->path, "pos");
     ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_EQ(r->format_version, 3u);
+    EXPECT_EQ(r->format_version, 4u);
     EXPECT_EQ(r->filter_id, 0xC0FFEE'0000'0001u);
     EXPECT_EQ(r->filter->id(), 0xC0FFEE'0000'0001u);
     EXPECT_EQ(r->filter->ShardPositions(), positions) << buffer;
@@ -388,9 +394,9 @@ TEST(SnapshotTest, APositionFloorRaisesIdleShardsOnly) {
   EXPECT_EQ(f.ShardPositions(), positions) << "the filter itself keeps its positions";
 }
 
-// The bytes of docs/SNAPSHOT_FORMAT.md's version 3 for a fixed filter,
+// The bytes of docs/SNAPSHOT_FORMAT.md's version 4 for a fixed filter,
 // which other code reads.
-TEST(SnapshotTest, WrittenFileHasTheVersionThreeLayout) {
+TEST(SnapshotTest, WrittenFileHasTheVersionFourLayout) {
   TempDir dir;
   auto made =
       CuckooFilter::FromShape(MakeFilter({.capacity = 3'000, .shards = 4, .seed = 8})->shape());
@@ -411,7 +417,7 @@ TEST(SnapshotTest, WrittenFileHasTheVersionThreeLayout) {
   EXPECT_EQ(std::string(b.begin(), b.begin() + 8),
             "\x89"
             "CUCKOO\n");
-  EXPECT_EQ(u32(8), 3u);
+  EXPECT_EQ(u32(8), 4u);
   EXPECT_EQ(u32(12), 480u);
   std::string writer(b.begin() + 16, b.begin() + 48);
   EXPECT_EQ(writer, ThisBuild() + std::string(32 - ThisBuild().size(), '\0'));
@@ -442,6 +448,7 @@ TEST(SnapshotTest, WrittenFileHasTheVersionThreeLayout) {
   EXPECT_EQ(u64(280), XXH3_64bits(schedule, sizeof(schedule)));
   EXPECT_EQ(u32(288), 4u);
   for (size_t g = 1; g < 32; ++g) EXPECT_EQ(u32(288 + 4 * g), 0u) << g;
+  // No log identity given: 48 zeros, then 8 reserved.
   EXPECT_EQ(std::vector<uint8_t>(b.begin() + 416, b.begin() + 472), std::vector<uint8_t>(56, 0));
   EXPECT_EQ(u64(472), XXH3_64bits(b.data(), 472));
   uint64_t items = 0;
@@ -679,11 +686,57 @@ TEST(SnapshotTest, AdmitSeesTheHeaderAndCanRefuseBeforeAllocation) {
   EXPECT_EQ(seen.memory_bytes, f->memory_bytes());
 }
 
+// Version 4: the log identity the writer gives, at bytes 416..463, read
+// back; files of earlier versions record none.
+TEST(SnapshotTest, TheLogIdentityIsRecordedAndReadBack) {
+  TempDir dir;
+  auto f = MakeFilter({.capacity = 1'000, .shards = 2, .seed = 3});
+  InsertAll(*f, Keys(0, 100));
+  absl::StatusOr<SnapshotWriteResult> w =
+      WriteSnapshotFile(*f, "log", dir.path(), {.log_identity = "node-0123456789abcdef"});
+  ASSERT_TRUE(w.ok()) << w.status();
+  const std::vector<uint8_t> b = ReadBytes(w->path);
+  EXPECT_EQ(std::string(b.begin() + 416, b.begin() + 464),
+            "node-0123456789abcdef" + std::string(48 - 21, '\0'));
+  absl::StatusOr<LoadedSnapshot> r = ReadSnapshotFile(w->path, "log");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->header.log_identity, "node-0123456789abcdef");
+  // Version 3 has no room for it.
+  r = ParseSnapshot(testing::SnapshotToVersion3(b), "v3.cuckoo", "log");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->format_version, 3u);
+  EXPECT_EQ(r->header.log_identity, "");
+  // 48 characters fit; more, or a control character, do not.
+  const std::string longest(48, 'x');
+  w = WriteSnapshotFile(*f, "log", dir.path(), {.log_identity = longest});
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(ReadSnapshotFile(w->path, "log")->header.log_identity, longest);
+  const std::string path = w->path;
+  for (const std::string& bad : {longest + "x", std::string("a\nb")}) {
+    w = WriteSnapshotFile(*f, "log", dir.path(), {.log_identity = bad});
+    EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument) << w.status();
+  }
+  // A damaged identity (not printable, or not zero-padded) is damage.
+  for (const auto& [at, byte] :
+       std::vector<std::pair<size_t, uint8_t>>{{416 + 3, 0x01}, {416 + 30, 'x'}}) {
+    std::vector<uint8_t> bad = ReadBytes(path);
+    std::memcpy(bad.data() + 416, "node-1", 6);
+    std::memset(bad.data() + 416 + 6, 0, 42);
+    bad[at] = byte;
+    testing::ResealSnapshot(bad);
+    r = ParseSnapshot(bad, "bad.cuckoo", "log");
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << at;
+    EXPECT_THAT(r.status().message(),
+                HasSubstr("the log identity (bytes 416..463) is not printable ASCII padded with "
+                          "zero bytes"));
+  }
+}
+
 // --- Corruption: every kind is DATA_LOSS with a message naming the file and why.
 
 struct CorruptionCase {
   TableKind kind;
-  uint32_t version;  // Of the file: 3 as this build writes it, 1 and 2 as older builds did.
+  uint32_t version;  // Of the file: 4 as this build writes it, 1 to 3 as older builds did.
 };
 
 void PrintTo(const CorruptionCase& c, std::ostream* os) {
@@ -692,14 +745,18 @@ void PrintTo(const CorruptionCase& c, std::ostream* os) {
 
 // Every corruption test runs on a packed file (table_kind 0: the format as it
 // was before semi-sorted tables) and on a semi-sorted one (table_kind 1), each
-// in format version 3 (this build's) and versions 1 and 2 (earlier builds').
+// in format version 4 (this build's) and versions 1 to 3 (earlier builds').
 class SnapshotCorruptionTest : public ::testing::TestWithParam<CorruptionCase> {
  protected:
   static bool Semi() { return GetParam().kind == TableKind::kSemiSorted; }
   static bool V1() { return GetParam().version == 1; }
-  static bool V3() { return GetParam().version == 3; }
+  // Versions 3 and 4: sections of generations.
+  static bool V3() { return GetParam().version >= 3; }
+  static bool V4() { return GetParam().version == 4; }
   // The layout of the file under test.
-  static const SnapshotLayout& L() { return V1() ? kSnapshotV1 : V3() ? kSnapshotV3 : kSnapshotV2; }
+  static const SnapshotLayout& L() {
+    return V1() ? kSnapshotV1 : V4() ? kSnapshotV4 : V3() ? kSnapshotV3 : kSnapshotV2;
+  }
   // The offset of a header setting (testing::kSnapshotHashId, ...).
   static size_t At(size_t field) { return L().at(field); }
   // `o` with the table kind under test.
@@ -709,7 +766,10 @@ class SnapshotCorruptionTest : public ::testing::TestWithParam<CorruptionCase> {
   }
   // A file this build wrote, in the version under test.
   static std::vector<uint8_t> InVersion(std::vector<uint8_t> written) {
-    return V1() ? SnapshotToVersion1(written) : V3() ? written : SnapshotToVersion2(written);
+    return V1()   ? SnapshotToVersion1(written)
+           : V4() ? written
+           : V3() ? SnapshotToVersion3(written)
+                  : SnapshotToVersion2(written);
   }
   // What a header this build cannot read says about the build that wrote it.
   static std::string WrittenBy() {
@@ -818,13 +878,13 @@ TEST_P(SnapshotCorruptionTest, TrailingBytesAreRejected) {
 }
 
 TEST_P(SnapshotCorruptionTest, OtherVersionsThatNameNoWriterAreDataLoss) {
-  for (uint32_t v : {0u, 4u, 0xFFFFFFFFu}) {
+  for (uint32_t v : {0u, 5u, 0xFFFFFFFFu}) {
     std::vector<uint8_t> bad = good_;
     Put32(bad, 8, v);
     if (!V1()) PutWriter(bad, "");
     ResealSnapshot(bad, L());
     ExpectRejected(bad, absl::StrFormat("format version %u is not supported (this build reads "
-                                        "versions 1 to 3)",
+                                        "versions 1 to 4)",
                                         v));
     ExpectRejected(bad, "names no writer");
   }
@@ -833,8 +893,8 @@ TEST_P(SnapshotCorruptionTest, OtherVersionsThatNameNoWriterAreDataLoss) {
 // The header checksum of a file whose version field alone is damaged
 // matches with the field put back, whichever version the file is.
 TEST_P(SnapshotCorruptionTest, ADamagedVersionFieldIsDataLossNamingTheVersionOfTheRest) {
-  std::vector<uint32_t> versions = {0u, 4u, 0x100u | GetParam().version, 0xFFFFFFFFu};
-  for (uint32_t other_known : {1u, 2u, 3u}) {
+  std::vector<uint32_t> versions = {0u, 5u, 0x100u | GetParam().version, 0xFFFFFFFFu};
+  for (uint32_t other_known : {1u, 2u, 3u, 4u}) {
     if (other_known != GetParam().version) versions.push_back(other_known);
   }
   for (uint32_t v : versions) {
@@ -849,7 +909,7 @@ TEST_P(SnapshotCorruptionTest, ADamagedVersionFieldIsDataLossNamingTheVersionOfT
 // A file a newer build wrote is intact: refusing it (FAILED_PRECONDITION)
 // keeps it in place, where a rollback's quarantine would lose the filter.
 TEST_P(SnapshotCorruptionTest, ANewerFormatIsRefusedNamingTheBuildThatWroteIt) {
-  for (uint32_t version : {4u, 0xFFFFFFFFu}) {
+  for (uint32_t version : {5u, 0xFFFFFFFFu}) {
     std::vector<uint8_t> newer = good_;
     Put32(newer, 8, version);
     PutWriter(newer, "cuckood 0.9.3");
@@ -857,7 +917,7 @@ TEST_P(SnapshotCorruptionTest, ANewerFormatIsRefusedNamingTheBuildThatWroteIt) {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
     EXPECT_THAT(r.status().message(),
                 HasSubstr(absl::StrFormat(
-                    "snap.cuckoo: format version %u (this build reads versions 1 to 3); it was "
+                    "snap.cuckoo: format version %u (this build reads versions 1 to 4); it was "
                     "written by cuckood 0.9.3, and this build (%s) cannot read it",
                     version, ThisBuild())));
     EXPECT_THAT(r.status().message(), HasSubstr("move the file out of the data directory"));
@@ -1088,7 +1148,9 @@ TEST_P(SnapshotCorruptionTest, FileOfTheOtherTableKindIsRejected) {
 }
 
 INSTANTIATE_TEST_SUITE_P(KindsAndVersions, SnapshotCorruptionTest,
-                         ::testing::Values(CorruptionCase{TableKind::kPacked, 3},
+                         ::testing::Values(CorruptionCase{TableKind::kPacked, 4},
+                                           CorruptionCase{TableKind::kSemiSorted, 4},
+                                           CorruptionCase{TableKind::kPacked, 3},
                                            CorruptionCase{TableKind::kSemiSorted, 3},
                                            CorruptionCase{TableKind::kPacked, 2},
                                            CorruptionCase{TableKind::kSemiSorted, 2},
@@ -1306,7 +1368,7 @@ TEST_P(GrowingSnapshotTest, EveryGenerationOfEveryShardRoundTripsBitForBit) {
   absl::StatusOr<LoadedSnapshot> r = ReadSnapshotFile(written_.path, "g");
   ASSERT_TRUE(r.ok()) << r.status();
   CuckooFilter& loaded = *r->filter;
-  EXPECT_EQ(r->format_version, 3u);
+  EXPECT_EQ(r->format_version, 4u);
   EXPECT_EQ(loaded.shape(), filter_->shape());
   EXPECT_EQ(loaded.id(), 5u);
   EXPECT_EQ(r->items, filter_->items());

@@ -172,6 +172,9 @@ class NatsCluster {
     }
     ADD_FAILURE() << "n" << i << "'s ports stayed taken for 10 s:\n" << Logs();
   }
+  // Deletes server i's JetStream store (killed first): it starts again
+  // holding no stream.
+  void RemoveStore(int i) { fs::remove_all(absl::StrFormat("%s/js%d", dir_, i)); }
   void Kill(int i) {
     if (servers_[i] == nullptr) return;  // Never started: the start failed.
     std::fprintf(stderr, "[harness] %s kill -9 nats n%d\n", Now().c_str(), i);

@@ -607,5 +607,142 @@ TEST(ClusterTest, AReplicaExportsItsCopyWithStreamPositionsAndRefusesImports) {
       << refused.error_message();
 }
 
+// --- Identity: a data directory follows one log; a replica refuses, at
+// start-up, a directory of another log, and serves nothing once its stream
+// turns out to be another log.
+
+// The identity line of a data directory's CHECKPOINT or IDENTITY.
+std::string IdentityIn(const std::string& file) {
+  const std::string text = ReadFile(file);
+  const size_t at = text.find("\nidentity ");
+  return at == std::string::npos ? "" : text.substr(at + 10, text.find('\n', at + 1) - at - 10);
+}
+
+// The flags of a replica of `c`'s stream, as TestCluster gives its own.
+std::vector<std::string> ReplicaFlags(TestCluster& c, const std::string& id) {
+  return {"--nats=" + c.nats().Urls(), "--replica-id=" + id, "--nats-stream=TEST"};
+}
+
+TEST(ClusterTest, ReplicaStartedOnASingleNodesSnapshotsRefusesToStart) {
+  TestCluster c(1);
+  // A single node's snapshot...
+  TempDir single;
+  {
+    Cuckood node(single.path());
+    ASSERT_TRUE(node.ready()) << node.process().out() << node.process().err();
+    auto stub = v1::FilterService::NewStub(
+        grpc::CreateChannel(node.address(), grpc::InsecureChannelCredentials()));
+    v1::CreateFilterRequest req;
+    req.set_name("users");
+    req.set_capacity(10'000);
+    v1::CreateFilterResponse resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->CreateFilter(WithDeadline(&ctx), req, &resp).ok());
+    node.process().Signal(SIGTERM);
+    ASSERT_EQ(node.process().Wait(), 0);
+  }
+  const std::string node_log = IdentityIn(single.path() + "/IDENTITY");
+  ASSERT_EQ(node_log.rfind("node-", 0), 0u) << node_log;
+  // ...copied into an empty directory, started as a replica.
+  TempDir dir;
+  const std::string data = dir.path() + "/replica";
+  fs::create_directory(data);
+  fs::copy_file(single.path() + "/users.cuckoo", data + "/users.cuckoo");
+  Cuckood replica(data, ReplicaFlags(c, "r9"));
+  EXPECT_FALSE(replica.ready());
+  EXPECT_NE(replica.process().Wait(), 0);
+  const std::string log = replica.process().out() + replica.process().err();
+  EXPECT_NE(log.find("data directory " + data +
+                     " holds snapshots (users.cuckoo) but no CHECKPOINT, "
+                     "and " +
+                     data + "/users.cuckoo belongs to the log " + node_log +
+                     ", so they do not follow stream TEST"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("start it with an empty --data-dir: it bootstraps from a peer replica"),
+            std::string::npos)
+      << log;
+  EXPECT_TRUE(fs::exists(data + "/users.cuckoo")) << "nothing deleted";
+  EXPECT_FALSE(fs::exists(data + "/CHECKPOINT"));
+  // As the message says: an empty directory bootstraps.
+  fs::remove(data + "/users.cuckoo");
+  Cuckood fresh(data, ReplicaFlags(c, "r9"));
+  ASSERT_TRUE(fresh.ready()) << fresh.process().out();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (HttpGet(fresh.admin_port(), "/readyz").status != 200) {
+    ASSERT_LT(std::chrono::steady_clock::now(), until) << fresh.process().out();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+TEST(ClusterTest, AReplicaOfAnotherIncarnationOfItsStreamRefusesToStartNamingBoth) {
+  TempDir saved;
+  const std::string data = saved.path() + "/r0";
+  std::string old_log;
+  {
+    TestCluster old(1);
+    const uint64_t p = Create(old.replica(0), "users", 10'000).log_position();
+    Insert(old.replica(0), "users", NumberedKeys("u", 100), "", p);
+    ASSERT_EQ(old.replica(0).Stop(), 0);  // The final snapshot writes the checkpoint.
+    old_log = IdentityIn(old.replica(0).data_dir() + "/CHECKPOINT");
+    ASSERT_EQ(old_log.rfind("TEST@", 0), 0u) << old_log;
+    fs::copy(old.replica(0).data_dir(), data, fs::copy_options::recursive);
+  }
+  // A stream of the same name, created again (another NATS cluster's).
+  TestCluster c(1);
+  const std::string checkpoint = ReadFile(data + "/CHECKPOINT");
+  Cuckood replica(data, ReplicaFlags(c, "r0"));
+  // It starts serving what its directory holds, then reads the stream.
+  EXPECT_EQ(replica.process().Wait(std::chrono::seconds(60)), 4) << replica.process().out();
+  const std::string log = replica.process().out() + replica.process().err();
+  const size_t refused = log.find("cannot start: the data directory " + data + " follows the log " +
+                                  old_log + ", but stream TEST is now the log TEST@");
+  ASSERT_NE(refused, std::string::npos) << log;
+  const size_t now = log.find("is now the log ", refused) + 15;
+  EXPECT_NE(log.substr(now, log.find(' ', now) - now), old_log) << log;
+  EXPECT_NE(
+      log.find("start it with an empty --data-dir: it bootstraps from a peer replica", refused),
+      std::string::npos)
+      << log;
+  EXPECT_EQ(ReadFile(data + "/CHECKPOINT"), checkpoint) << "nothing written";
+  EXPECT_TRUE(fs::exists(data + "/users.cuckoo"));
+}
+
+// A stream deleted and created again under a running replica: the replica's
+// filters are another log's, so it refuses reads as well as writes.
+TEST(ClusterTest, AReplicaWhoseStreamIsReplacedWhileItRunsServesNothing) {
+  TestCluster c(1);
+  const uint64_t p = Create(c.replica(0), "f", 10'000).log_position();
+  const std::vector<std::string> keys = NumberedKeys("k", 100);
+  const uint64_t q = Insert(c.replica(0), "f", keys, "", p).log_position();
+  ASSERT_TRUE(c.replica(0).WaitCaughtUp(q));
+  std::string error;
+  ASSERT_TRUE(Missing(c.replica(0), "f", keys, 0, &error).empty());
+  ASSERT_EQ(error, "");
+  // The stream goes with every server's store; the replica creates it again.
+  for (int i = 0; i < 3; ++i) c.nats().Kill(i);
+  for (int i = 0; i < 3; ++i) c.nats().RemoveStore(i);
+  for (int i = 0; i < 3; ++i) c.nats().Start(i);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (error.find("stream TEST is now the log") == std::string::npos) {
+    ASSERT_LT(std::chrono::steady_clock::now(), until) << "last read: " << error << "\n"
+                                                       << c.replica(0).process().process().out();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    error.clear();
+    Missing(c.replica(0), "f", keys, 0, &error);
+  }
+  EXPECT_EQ(error.rfind(absl::StrCat(grpc::StatusCode::UNAVAILABLE, " "), 0), 0u) << error;
+  EXPECT_NE(error.find("follows the log TEST@"), std::string::npos) << error;
+  EXPECT_NE(error.find("so this replica serves nothing"), std::string::npos) << error;
+  EXPECT_EQ(c.replica(0).ReadyzStatus(), 503);
+  v1::InsertRequest ins;
+  ins.set_filter("f");
+  ins.add_keys("new");
+  v1::InsertResponse ins_resp;
+  grpc::ClientContext ctx;
+  const grpc::Status s = c.replica(0).stub().Insert(WithDeadline(&ctx), ins, &ins_resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+}
+
 }  // namespace
 }  // namespace cuckoo::testing

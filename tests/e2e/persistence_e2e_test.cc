@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/core/snapshot_layout.h"
 #include "tests/e2e/process.h"
 
 namespace cuckoo::testing {
@@ -247,6 +248,95 @@ TEST_F(PersistenceE2eTest, SnapshotCommandErrorsAndJson) {
   EXPECT_THAT(json.out, HasSubstr("\"unchanged\":[]"));
   Result again = Ctl({"snapshot", "--changed-only"});
   EXPECT_THAT(again.out, HasSubstr("j: unchanged since its last snapshot"));
+}
+
+// --- Identity: a single node's data directory follows its own write-ahead
+// log; another node's snapshot is refused, an older cuckood's directory
+// adopted.
+
+// The identity a data directory's IDENTITY records.
+std::string NodeIdentity(const std::string& dir) {
+  const std::string text = ReadFile(dir + "/IDENTITY");
+  const size_t at = text.find("\nidentity ");
+  return at == std::string::npos ? "" : text.substr(at + 10, text.find('\n', at + 1) - at - 10);
+}
+
+TEST_F(PersistenceE2eTest, ASnapshotCopiedFromAnotherSingleNodeRefusesStartUpNamingBothLogs) {
+  Start();
+  ASSERT_EQ(Ctl({"create", "users", "--capacity=10000"}).code, 0);
+  ASSERT_EQ(Ctl({"insert", "users", "--quiet"}, KeyLines("user:", 100)).code, 0);
+  server_->process().Signal(SIGTERM);
+  ASSERT_EQ(server_->process().Wait(), 0);
+  const std::string a = NodeIdentity(data_.path());
+  // Another node, with a filter of its own.
+  TempDir other;
+  {
+    Cuckood b(other.path());
+    ASSERT_TRUE(b.ready()) << b.process().out();
+    b.process().Signal(SIGTERM);
+    ASSERT_EQ(b.process().Wait(), 0);
+  }
+  const std::string b_log = NodeIdentity(other.path());
+  ASSERT_EQ(a.rfind("node-", 0), 0u) << a;
+  ASSERT_EQ(b_log.rfind("node-", 0), 0u) << b_log;
+  ASSERT_NE(a, b_log);
+  const std::string copied = other.path() + "/users.cuckoo";
+  std::filesystem::copy_file(data_.path() + "/users.cuckoo", copied);
+  Cuckood refused(other.path());
+  EXPECT_FALSE(refused.ready());
+  EXPECT_NE(refused.process().Wait(), 0);
+  const std::string log = refused.process().out() + refused.process().err();
+  EXPECT_THAT(
+      log, HasSubstr("snapshot " + copied + " belongs to the log " + a + ", but data directory " +
+                     other.path() + " follows the log " + b_log + " (IDENTITY)"));
+  EXPECT_THAT(log, HasSubstr("use cuckooctl export there and cuckooctl import here"));
+  EXPECT_TRUE(std::filesystem::exists(copied)) << "left in place";
+  EXPECT_EQ(NodeIdentity(other.path()), b_log);
+  // Moved out, as the message says: the node starts, without the filter.
+  std::filesystem::remove(copied);
+  Cuckood b(other.path());
+  ASSERT_TRUE(b.ready()) << b.process().out();
+  EXPECT_THAT(b.process().out(), HasSubstr("serving 0 filters"));
+}
+
+// A directory of a cuckood before identities (no IDENTITY, snapshots of
+// format version 3) starts, keeps its keys, and from then on records its log.
+TEST_F(PersistenceE2eTest, ADataDirectoryOfAnOlderCuckoodStartsAndKeepsItsKeys) {
+  Start();
+  ASSERT_EQ(Ctl({"create", "users", "--capacity=10000"}).code, 0);
+  ASSERT_EQ(Ctl({"insert", "users", "--quiet"}, KeyLines("user:", 1000)).code, 0);
+  server_->process().Signal(SIGTERM);
+  ASSERT_EQ(server_->process().Wait(), 0);
+  const std::string file = data_.path() + "/users.cuckoo";
+  const std::string written = ReadFile(file);
+  const std::vector<uint8_t> v4(written.begin(), written.end());
+  const std::vector<uint8_t> v3 = SnapshotToVersion3(v4);
+  ASSERT_FALSE(v3.empty());
+  WriteFile(file, std::string(v3.begin(), v3.end()));
+  std::filesystem::remove(data_.path() + "/IDENTITY");
+
+  Start();
+  EXPECT_THAT(server_->process().out(),
+              HasSubstr("data directory " + data_.path() +
+                        " records no log identity (an older cuckood's directory, or its "
+                        "IDENTITY lost): its snapshots and write-ahead log are adopted as the "
+                        "log node-"));
+  ExpectAllPresent("users", KeyLines("user:", 1000));
+  const std::string adopted = NodeIdentity(data_.path());
+  ASSERT_EQ(adopted.rfind("node-", 0), 0u) << adopted;
+  ASSERT_EQ(Ctl({"insert", "users", "--quiet"}, KeyLines("more:", 10)).code, 0);
+  ASSERT_EQ(Ctl({"snapshot"}).code, 0);
+  // The next snapshot is this build's, recording the log.
+  const std::string now = ReadFile(file);
+  ASSERT_GE(now.size(), 480u);
+  EXPECT_EQ(now[8], 4);
+  EXPECT_EQ(now.substr(416, adopted.size()), adopted);
+  server_->process().Signal(SIGKILL);
+  server_->process().Wait();
+  Start();
+  EXPECT_EQ(NodeIdentity(data_.path()), adopted);
+  ExpectAllPresent("users", KeyLines("user:", 1000));
+  ExpectAllPresent("users", KeyLines("more:", 10));
 }
 
 }  // namespace

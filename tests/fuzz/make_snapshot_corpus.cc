@@ -37,6 +37,7 @@ namespace {
 using cuckoo::CuckooFilter;
 using cuckoo::FilterOptions;
 using cuckoo::testing::kSnapshotV3;
+using cuckoo::testing::kSnapshotV4;
 
 struct Seed {
   const char* name;
@@ -235,9 +236,9 @@ int main(int argc, char** argv) {
   b[b.size() - 32] ^= 0xff;  // Footer magic.
   ok = WriteInvalid(dir, "footer-magic", b) && ok;
   b = base;
-  b[8] = 4;  // Format version, the checksum still version 3's.
-  ok = WriteInvalid(dir, "version-field-4", b,
-                    "format version field is corrupt (4; the rest is a valid version-3 header)") &&
+  b[8] = 3;  // Format version, the checksum still version 4's.
+  ok = WriteInvalid(dir, "version-field-3", b,
+                    "format version field is corrupt (3; the rest is a valid version-4 header)") &&
        ok;
   b = cuckoo::testing::SnapshotToVersion2(base);
   b[8] = 3;
@@ -250,14 +251,19 @@ int main(int argc, char** argv) {
                     "format version field is corrupt (2; the rest is a valid version-1 header)") &&
        ok;
   b = base;
-  b[8] = 4;  // A newer version, naming the build that wrote it.
-  cuckoo::testing::ResealSnapshot(b, kSnapshotV3);
-  ok = WriteInvalid(dir, "version-4", b, "format version 4 (this build reads versions 1 to 3)") &&
+  b[8] = 5;  // A newer version, naming the build that wrote it.
+  cuckoo::testing::ResealSnapshot(b, kSnapshotV4);
+  ok = WriteInvalid(dir, "version-5", b, "format version 5 (this build reads versions 1 to 4)") &&
        ok;
   b = base;
-  b[kSnapshotV3.reserved + 10] = 1;
+  b[kSnapshotV4.reserved + 2] = 1;
   cuckoo::testing::ResealSnapshot(b);
-  ok = WriteInvalid(dir, "reserved-byte", b, "reserved header byte 426 is not zero") && ok;
+  ok = WriteInvalid(dir, "reserved-byte", b, "reserved header byte 466 is not zero") && ok;
+  b = base;
+  b[kSnapshotV4.log] = '\n';
+  cuckoo::testing::ResealSnapshot(b);
+  ok = WriteInvalid(dir, "log-identity", b, "the log identity (bytes 416..463) is not printable") &&
+       ok;
   b = base;
   b[cuckoo::kSnapshotWriterOffset + 3] = '\t';
   cuckoo::testing::ResealSnapshot(b);

@@ -149,7 +149,7 @@ TEST_F(PersistenceTest, SnapshotOfUnknownOrBadlyNamedFilterFails) {
   EXPECT_THAT(missing.status().message(), HasSubstr("\"nope\" not found"));
   auto bad = client_->Snapshot("../etc", false, absl::Seconds(30));
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(FilesIn(dir_.path()) == (std::vector<std::string>{"LOCK", "wal"}));
+  EXPECT_TRUE(FilesIn(dir_.path()) == (std::vector<std::string>{"IDENTITY", "LOCK", "wal"}));
 }
 
 TEST_F(PersistenceTest, SnapshotThatCannotBeWrittenNamesTheFileAndKeepsTheOldOne) {
@@ -363,7 +363,8 @@ TEST_F(PersistenceTest, FilesThatAreNotSnapshotsAreHandledAtStartUp) {
   StartServer(testing::TestConfig(dir_.path()));
   EXPECT_EQ(server_->loaded().loaded, 0u);
   EXPECT_EQ(server_->loaded().quarantined, 2u);
-  EXPECT_THAT(FilesIn(dir_.path()), ElementsAre("LOCK", "notes.txt", "quarantine", "wal"));
+  EXPECT_THAT(FilesIn(dir_.path()),
+              ElementsAre("IDENTITY", "LOCK", "notes.txt", "quarantine", "wal"));
 }
 
 TEST_F(PersistenceTest, SnapshotOverTheMemoryBudgetStopsStartUpAndStaysInPlace) {
@@ -881,6 +882,224 @@ TEST_F(PersistenceTest, DropCreateAndSnapshotOfOneNameInAnyOrderKeepDiskAndRegis
       EXPECT_EQ(Lookup("x", Keys(9, 200)), present) << "round " << round;
     }
   }
+}
+
+// --- Identity: a data directory follows one log, and start-up refuses
+// what belongs to another (a copied directory or file would otherwise be
+// served as this log's filters).
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// The identity IDENTITY records ("" if none).
+std::string NodeIdentity(const std::string& dir) {
+  const std::string text = ReadText(dir + "/IDENTITY");
+  const size_t at = text.find("identity node-");
+  return at == std::string::npos ? "" : text.substr(at + 9, text.find('\n', at) - at - 9);
+}
+
+// A cluster replica's stream, known by name only (as at start-up, before
+// NATS is reached).
+class FakeStream : public server::ExternalLog {
+ public:
+  uint64_t AppliedPosition() const override { return 0; }
+  std::string Identity() const override { return ""; }
+  std::string Name() const override { return "stream TEST"; }
+  bool AppliedDigest(uint64_t*, uint64_t*) const override { return false; }
+  void Checkpointed(uint64_t) override {}
+};
+
+// LoadAll of `dir` as a cluster replica's.
+absl::StatusOr<server::LoadSummary> LoadAsReplica(const std::string& dir) {
+  FilterRegistry registry;
+  FakeStream stream;
+  server::Persistence p(&registry, dir);
+  p.SetExternalLog(&stream);
+  return p.LoadAll();
+}
+
+TEST_F(PersistenceTest, ANewDataDirectoryRecordsItsLogIdentityAndKeepsIt) {
+  const std::string identity = NodeIdentity(dir_.path());
+  ASSERT_EQ(identity.size(), 5u + 32u) << ReadText(dir_.path() + "/IDENTITY");
+  EXPECT_EQ(identity.substr(0, 5), "node-");
+  EXPECT_EQ(identity.find_first_not_of("0123456789abcdef", 5), std::string::npos) << identity;
+  EXPECT_EQ(server_->loaded().log_identity, identity);
+  CreateFilter("f", 1000);
+  Insert("f", {"a"});
+  Restart();
+  EXPECT_EQ(NodeIdentity(dir_.path()), identity);
+  EXPECT_THAT(Lookup("f", {"a"}), ElementsAre(true));
+  // Another directory, another log.
+  testing::TempDir other;
+  FilterRegistry registry;
+  server::Persistence p(&registry, other.path());
+  ASSERT_TRUE(p.LoadAll().ok());
+  EXPECT_NE(NodeIdentity(other.path()), identity);
+  EXPECT_NE(NodeIdentity(other.path()), "");
+}
+
+// A directory of a cuckood before identities: its snapshots and log are
+// the log's it now records.
+TEST_F(PersistenceTest, ADataDirectoryWithoutIdentityIsAdoptedWithItsSnapshotsAndLog) {
+  CreateFilter("snap", 1000);
+  Insert("snap", {"in-snapshot"});
+  ASSERT_TRUE(server_->persistence().SnapshotNow("", false).ok());
+  Insert("snap", {"in-log"});
+  const std::string before = NodeIdentity(dir_.path());
+  server_->Shutdown(absl::Seconds(5));
+  server_.reset();
+  fs::remove(dir_.path() + "/IDENTITY");
+  // As an older cuckood wrote it: format version 3, which records no log.
+  const std::vector<uint8_t> v3 = testing::SnapshotToVersion3(ReadBytes(SnapshotFile("snap")));
+  ASSERT_FALSE(v3.empty());
+  WriteBytes(SnapshotFile("snap"), v3);
+  StartServer(testing::TestConfig(dir_.path()));
+  Connect();
+  EXPECT_THAT(Lookup("snap", {"in-snapshot", "in-log"}), ElementsAre(true, true));
+  const std::string adopted = NodeIdentity(dir_.path());
+  EXPECT_NE(adopted, "");
+  EXPECT_NE(adopted, before) << "made up anew";
+  Restart();
+  EXPECT_EQ(NodeIdentity(dir_.path()), adopted);
+  EXPECT_THAT(Lookup("snap", {"in-snapshot", "in-log"}), ElementsAre(true, true));
+}
+
+TEST_F(PersistenceTest, ASingleNodeStartedOnAClusterReplicasDirectoryRefusesNamingItsStream) {
+  server_->Shutdown(absl::Seconds(5));
+  server_.reset();
+  testing::TempDir replica;
+  const std::string checkpoint =
+      "cuckood cluster checkpoint v2\nidentity TEST@1795621557367345634\nresume_from 7\n";
+  std::ofstream(replica.path() + "/CHECKPOINT") << checkpoint;
+  auto s = server::CuckooServer::Start(testing::TestConfig(replica.path()));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition) << s.status();
+  EXPECT_THAT(s.status().message(), HasSubstr("follows the log TEST@1795621557367345634"));
+  EXPECT_THAT(s.status().message(), HasSubstr(replica.path() + "/CHECKPOINT"));
+  EXPECT_THAT(s.status().message(), HasSubstr("runs as a single node (no --nats)"));
+  EXPECT_THAT(s.status().message(), HasSubstr("start it with --nats and that stream"));
+  EXPECT_EQ(ReadText(replica.path() + "/CHECKPOINT"), checkpoint);
+  EXPECT_THAT(FilesIn(replica.path()), ElementsAre("CHECKPOINT", "LOCK")) << "nothing written";
+}
+
+TEST_F(PersistenceTest, AReplicaStartedOnASingleNodesSnapshotsRefusesToStart) {
+  CreateFilter("users", 1000);
+  Insert("users", {"u"});
+  const std::string node = NodeIdentity(dir_.path());
+  server_->Shutdown(absl::Seconds(5));
+  server_.reset();
+  // The single node's *.cuckoo copied into an empty directory.
+  testing::TempDir replica;
+  fs::copy_file(SnapshotFile("users"), replica.path() + "/users.cuckoo");
+  absl::StatusOr<server::LoadSummary> loaded = LoadAsReplica(replica.path());
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition) << loaded.status();
+  EXPECT_THAT(loaded.status().message(),
+              HasSubstr("data directory " + replica.path() + " holds snapshots (users.cuckoo)"));
+  EXPECT_THAT(loaded.status().message(), HasSubstr("but no CHECKPOINT, and " + replica.path() +
+                                                   "/users.cuckoo belongs to the log " + node));
+  EXPECT_THAT(loaded.status().message(), HasSubstr("do not follow stream TEST"));
+  EXPECT_THAT(loaded.status().message(),
+              HasSubstr("start it with an empty --data-dir: it bootstraps from a peer replica"));
+  EXPECT_THAT(FilesIn(replica.path()), ElementsAre("LOCK", "users.cuckoo")) << "nothing written";
+  // With its IDENTITY too: named.
+  fs::copy_file(dir_.path() + "/IDENTITY", replica.path() + "/IDENTITY");
+  loaded = LoadAsReplica(replica.path());
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition) << loaded.status();
+  EXPECT_THAT(loaded.status().message(),
+              HasSubstr("belongs to a single node (" + replica.path() +
+                        "/IDENTITY names its write-ahead log " + node + "), not to stream TEST"));
+  EXPECT_THAT(loaded.status().message(),
+              HasSubstr("start it with an empty --data-dir: it bootstraps from a peer replica"));
+  // An empty directory is a new replica's: it bootstraps.
+  testing::TempDir empty;
+  loaded = LoadAsReplica(empty.path());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->log_identity, "");
+}
+
+TEST_F(PersistenceTest, ASnapshotOfAnotherLogStopsStartUpAndOneRecordingNoneLoads) {
+  CreateFilter("users", 1000);
+  Insert("users", {"u"});
+  const std::string node = NodeIdentity(dir_.path());
+  const std::shared_ptr<CuckooFilter> f = *server_->registry().Get("users");
+  server_->Shutdown(absl::Seconds(5));
+  server_.reset();
+  const std::string other = "node-" + std::string(32, 'f');
+  for (const std::string& log : {other, std::string("TEST@1795621557367345634")}) {
+    SCOPED_TRACE(log);
+    ASSERT_TRUE(WriteSnapshotFile(*f, "users", dir_.path(), {.log_identity = log}).ok());
+    const std::vector<uint8_t> copied = ReadBytes(SnapshotFile("users"));
+    auto s = server::CuckooServer::Start(testing::TestConfig(dir_.path()));
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition) << s.status();
+    EXPECT_THAT(s.status().message(),
+                HasSubstr("snapshot " + SnapshotFile("users") + " belongs to the log " + log +
+                          ", but data directory " + dir_.path() + " follows the log " + node +
+                          " (IDENTITY)"));
+    EXPECT_THAT(s.status().message(), HasSubstr("move it out of the data directory"));
+    EXPECT_EQ(ReadBytes(SnapshotFile("users")), copied) << "left in place";
+  }
+  // A directory that records no log yet does not take a cluster's file.
+  fs::rename(dir_.path() + "/IDENTITY", dir_.path() + "/../IDENTITY.saved");
+  auto s = server::CuckooServer::Start(testing::TestConfig(dir_.path()));
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.status().message(),
+              HasSubstr("snapshot " + SnapshotFile("users") +
+                        " belongs to the log TEST@1795621557367345634 of a cluster, but this "
+                        "cuckood runs as a single node"));
+  EXPECT_FALSE(fs::exists(dir_.path() + "/IDENTITY"));
+  fs::rename(dir_.path() + "/../IDENTITY.saved", dir_.path() + "/IDENTITY");
+  // A file that records none (an older cuckood's) is the directory's.
+  ASSERT_TRUE(WriteSnapshotFile(*f, "users", dir_.path()).ok());
+  StartServer(testing::TestConfig(dir_.path()));
+  Connect();
+  EXPECT_THAT(Lookup("users", {"u"}), ElementsAre(true));
+  EXPECT_EQ(NodeIdentity(dir_.path()), node);
+}
+
+TEST_F(PersistenceTest, AReplicaLoadsItsStreamsSnapshotsAndRefusesAnotherLogs) {
+  CreateFilter("users", 1000);
+  Insert("users", {"u"});
+  const std::string node = NodeIdentity(dir_.path());
+  const std::shared_ptr<CuckooFilter> f = *server_->registry().Get("users");
+  testing::TempDir replica;
+  const std::string file = replica.path() + "/users.cuckoo";
+  std::ofstream(replica.path() + "/CHECKPOINT")
+      << "cuckood cluster checkpoint v2\nidentity TEST@1\nresume_from 3\ndigest 2 "
+         "0123456789abcdef\n";
+  // The stream's own.
+  ASSERT_TRUE(WriteSnapshotFile(*f, "users", replica.path(), {.log_identity = "TEST@1"}).ok());
+  absl::StatusOr<server::LoadSummary> loaded = LoadAsReplica(replica.path());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->loaded, 1u);
+  EXPECT_EQ(loaded->log_identity, "TEST@1");
+  // Another incarnation of the stream's, a single node's.
+  for (const std::string& log : {std::string("TEST@2"), node}) {
+    SCOPED_TRACE(log);
+    ASSERT_TRUE(WriteSnapshotFile(*f, "users", replica.path(), {.log_identity = log}).ok());
+    loaded = LoadAsReplica(replica.path());
+    ASSERT_FALSE(loaded.ok());
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition) << loaded.status();
+    EXPECT_THAT(
+        loaded.status().message(),
+        HasSubstr("snapshot " + file + " belongs to the log " + log + ", but data directory " +
+                  replica.path() + " follows the log TEST@1 (CHECKPOINT)"));
+    EXPECT_THAT(loaded.status().message(),
+                HasSubstr("start this replica with an empty --data-dir: it bootstraps from a "
+                          "peer replica"));
+  }
+  // No checkpoint yet (a crash before the first): the stream's snapshots
+  // are adopted, and the stream then checked against them.
+  fs::remove(replica.path() + "/CHECKPOINT");
+  ASSERT_TRUE(WriteSnapshotFile(*f, "users", replica.path(), {.log_identity = "TEST@1"}).ok());
+  loaded = LoadAsReplica(replica.path());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->log_identity, "TEST@1");
+  EXPECT_EQ(loaded->resume_from, 1u);
 }
 
 // --- The write-ahead log's truncation: a filter, or a shard of one, that no
