@@ -417,11 +417,14 @@ absl::Status Persistence::ReadCheckpoint(LoadSummary* summary) {
   unsigned long long resume = 0, digest_position = 0, digest = 0;
   const int got = std::fscanf(f, "cuckood cluster checkpoint v%u identity %511s resume_from %llu",
                               &version, identity, &resume);
+  // A version-2 checkpoint has no digest line when the replica knew no
+  // digest (upgraded from version 1, before the digests started): EOF.
   const int got_digest =
       got == 3 && version == 2 ? std::fscanf(f, " digest %llu %llx", &digest_position, &digest) : 0;
   std::fclose(f);
   if (got != 3 || resume == 0 || (version != 1 && version != 2) ||
-      (got_digest != 0 && got_digest != 2) || (got_digest == 2 && digest_position + 1 < resume)) {
+      (got_digest != 0 && got_digest != EOF && got_digest != 2) ||
+      (got_digest == 2 && digest_position + 1 < resume)) {
     return absl::DataLossError(absl::StrFormat(
         "%s is not a cuckood checkpoint (\"cuckood cluster checkpoint v2\", \"identity <log>\", "
         "\"resume_from <position>\", \"digest <position> <16 hex digits>\" with a position at "

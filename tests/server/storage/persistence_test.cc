@@ -1061,6 +1061,24 @@ TEST_F(PersistenceTest, ASnapshotOfAnotherLogStopsStartUpAndOneRecordingNoneLoad
   EXPECT_EQ(NodeIdentity(dir_.path()), node);
 }
 
+// What WriteCheckpointLocked writes while the replica knows no digest of
+// the log (upgraded from checkpoints of version 1): read back, not refused.
+TEST_F(PersistenceTest, AReplicasCheckpointWithoutADigestLoads) {
+  testing::TempDir replica;
+  std::ofstream(replica.path() + "/CHECKPOINT")
+      << "cuckood cluster checkpoint v2\nidentity TEST@1\nresume_from 3\n";
+  absl::StatusOr<server::LoadSummary> loaded = LoadAsReplica(replica.path());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->log_identity, "TEST@1");
+  EXPECT_FALSE(loaded->has_log_digest);
+  // A digest line cut short is damage, still refused.
+  std::ofstream(replica.path() + "/CHECKPOINT")
+      << "cuckood cluster checkpoint v2\nidentity TEST@1\nresume_from 3\ndigest 2\n";
+  loaded = LoadAsReplica(replica.path());
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_THAT(loaded.status().message(), HasSubstr("is not a cuckood checkpoint"));
+}
+
 TEST_F(PersistenceTest, AReplicaLoadsItsStreamsSnapshotsAndRefusesAnotherLogs) {
   CreateFilter("users", 1000);
   Insert("users", {"u"});
