@@ -373,6 +373,10 @@ class Cluster final : public ExternalLog {
   // Consecutive stream checks that found the stream ending before what this
   // replica has applied (maintenance thread only).
   int stream_behind_checks_ = 0;
+  // How far this replica's copy of the stream numbers entries past its
+  // leader's (MaintainStream, kStreamShiftTolerance): a read waiting for a
+  // position the leader acknowledged waits this much further.
+  std::atomic<uint64_t> position_shift_{0};
   // Maintenance thread only: the replica records.
   std::string replica_key_;
   std::string kv_problem_;

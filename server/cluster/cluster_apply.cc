@@ -237,6 +237,9 @@ void Cluster::ApplyEntry(const LogEntry& e, uint64_t position, WriteResult* out)
 
 void Cluster::WhenApplied(uint64_t position, absl::Time deadline,
                           std::function<void(absl::Status)> fn) {
+  // Positions come from the stream's leader's acknowledgements; this
+  // replica's copy may number them further on (MaintainStream).
+  position += position_shift_.load(std::memory_order_acquire);
   if (applied_.load(std::memory_order_acquire) >= position) {
     fn(absl::OkStatus());
     return;

@@ -60,6 +60,10 @@ constexpr absl::Duration kDigestWatchSilence = absl::Seconds(3);
 // to the bucket could write any number of keys, of any size).
 constexpr size_t kMaxDigestReportBytes = 4096;
 constexpr size_t kMaxDigestPeers = 64;
+// How far past the end of the stream's leader's copy a replica's may be
+// for good before the stream counts as having lost entries: the NATS
+// servers' copies numbered differently (MaintainStream).
+constexpr uint64_t kStreamShiftTolerance = 16;
 
 }  // namespace
 
@@ -146,7 +150,28 @@ void Cluster::MaintainStream() {
   // here under load: 4 entries behind for a moment), so only a stream that
   // stays behind this replica, check after check, lost entries.
   stream_behind_checks_ = applied > state.last ? stream_behind_checks_ + 1 : 0;
-  if (stream_behind_checks_ >= 6) {
+  // A few positions past the end the stream's leader reports, for good:
+  // that leader's copy numbers the entries differently from the copy this
+  // replica's consumer reads (nats-server 2.9.10, docs/CLUSTER.md), whose
+  // new entries keep coming. Writes acknowledged with the leader's
+  // positions may be refused meanwhile (never answered wrongly); reads
+  // are served from this replica's copy, which the others' digests check,
+  // and wait for the leader's positions shifted (position_shift_).
+  position_shift_.store(
+      stream_behind_checks_ >= 6 && applied - state.last <= kStreamShiftTolerance
+          ? applied - state.last
+          : 0,
+      std::memory_order_release);
+  if (stream_behind_checks_ >= 6 && applied - state.last <= kStreamShiftTolerance) {
+    if (stream_behind_checks_ == 6) {
+      spdlog::warn(
+          "cluster: this replica has applied up to position {}, {} past where the stream {} ends "
+          "on its leader ({}): the NATS servers' copies of the stream number the entries "
+          "differently (docs/CLUSTER.md, \"nats-server 2.9.10\"); writes may be refused until "
+          "another server leads",
+          applied, applied - state.last, options_.stream, state.last);
+    }
+  } else if (stream_behind_checks_ >= 6) {
     SetProblem(absl::StrFormat(
         "this replica has applied up to position %u, but the stream %s ends at %u: the stream "
         "lost entries (restored from an older backup?); start this replica with an empty "
