@@ -157,11 +157,10 @@ void Cluster::MaintainStream() {
   // positions may be refused meanwhile (never answered wrongly); reads
   // are served from this replica's copy, which the others' digests check,
   // and wait for the leader's positions shifted (position_shift_).
-  position_shift_.store(
-      stream_behind_checks_ >= 6 && applied - state.last <= kStreamShiftTolerance
-          ? applied - state.last
-          : 0,
-      std::memory_order_release);
+  position_shift_.store(stream_behind_checks_ >= 6 && applied - state.last <= kStreamShiftTolerance
+                            ? applied - state.last
+                            : 0,
+                        std::memory_order_release);
   if (stream_behind_checks_ >= 6 && applied - state.last <= kStreamShiftTolerance) {
     if (stream_behind_checks_ == 6) {
       spdlog::warn(
