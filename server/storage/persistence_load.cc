@@ -159,17 +159,53 @@ absl::StatusOr<std::string> ReadIdentityFile(const std::string& path) {
   return std::string(identity);
 }
 
-// The identity a CHECKPOINT names, for messages.
-std::string CheckpointIdentity(const std::string& path) {
+// Reads the CHECKPOINT at `path` into `summary` (log_identity,
+// resume_from, the digest if it names one). OK with nothing filled in when
+// there is no such file; DATA_LOSS naming the format for one that is not a
+// checkpoint.
+absl::Status ParseCheckpoint(const std::string& path, LoadSummary* summary) {
   std::FILE* f = std::fopen(path.c_str(), "re");
-  if (f == nullptr) return "(unreadable)";
+  if (f == nullptr) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return absl::InternalError(absl::StrFormat(
+        "cannot read %s: %s", path, std::error_code(errno, std::generic_category()).message()));
+  }
   char identity[512] = {0};
   unsigned version = 0;
-  unsigned long long resume = 0;
+  unsigned long long resume = 0, digest_position = 0, digest = 0;
   const int got = std::fscanf(f, "cuckood cluster checkpoint v%u identity %511s resume_from %llu",
                               &version, identity, &resume);
+  // A version-2 checkpoint has no digest line when the replica knew no
+  // digest (upgraded from version 1, before the digests started): EOF.
+  const int got_digest =
+      got == 3 && version == 2 ? std::fscanf(f, " digest %llu %llx", &digest_position, &digest) : 0;
   std::fclose(f);
-  return got >= 2 ? std::string(identity) : std::string("(unreadable)");
+  if (got != 3 || resume == 0 || (version != 1 && version != 2) ||
+      (got_digest != 0 && got_digest != EOF && got_digest != 2) ||
+      (got_digest == 2 && digest_position + 1 < resume)) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s is not a cuckood checkpoint (\"cuckood cluster checkpoint v2\", \"identity <log>\", "
+        "\"resume_from <position>\", \"digest <position> <16 hex digits>\" with a position at "
+        "or past resume_from - 1): remove it to replay the whole stream",
+        path));
+  }
+  if (got_digest == 2) {
+    summary->has_log_digest = true;
+    summary->log_digest_position = digest_position;
+    summary->log_digest = digest;
+  }
+  summary->log_identity = identity;
+  summary->resume_from = resume;
+  return absl::OkStatus();
+}
+
+// The identity a CHECKPOINT names, for messages.
+std::string CheckpointIdentity(const std::string& path) {
+  LoadSummary checkpoint;
+  if (!ParseCheckpoint(path, &checkpoint).ok() || checkpoint.log_identity.empty()) {
+    return "(unreadable)";
+  }
+  return checkpoint.log_identity;
 }
 
 // "a.cuckoo" or "a.cuckoo and 2 more", for messages.
@@ -406,40 +442,10 @@ absl::Status Persistence::ReadCheckpoint(LoadSummary* summary) {
     }
   }
   const std::string path = (fs::path(data_dir_) / kCheckpointFile).string();
-  std::FILE* f = std::fopen(path.c_str(), "re");
-  if (f == nullptr) {
-    if (errno == ENOENT) return absl::OkStatus();
-    return absl::InternalError(absl::StrFormat(
-        "cannot read %s: %s", path, std::error_code(errno, std::generic_category()).message()));
-  }
-  char identity[512] = {0};
-  unsigned version = 0;
-  unsigned long long resume = 0, digest_position = 0, digest = 0;
-  const int got = std::fscanf(f, "cuckood cluster checkpoint v%u identity %511s resume_from %llu",
-                              &version, identity, &resume);
-  // A version-2 checkpoint has no digest line when the replica knew no
-  // digest (upgraded from version 1, before the digests started): EOF.
-  const int got_digest =
-      got == 3 && version == 2 ? std::fscanf(f, " digest %llu %llx", &digest_position, &digest) : 0;
-  std::fclose(f);
-  if (got != 3 || resume == 0 || (version != 1 && version != 2) ||
-      (got_digest != 0 && got_digest != EOF && got_digest != 2) ||
-      (got_digest == 2 && digest_position + 1 < resume)) {
-    return absl::DataLossError(absl::StrFormat(
-        "%s is not a cuckood checkpoint (\"cuckood cluster checkpoint v2\", \"identity <log>\", "
-        "\"resume_from <position>\", \"digest <position> <16 hex digits>\" with a position at "
-        "or past resume_from - 1): remove it to replay the whole stream",
-        path));
-  }
-  if (got_digest == 2) {
-    summary->has_log_digest = true;
-    summary->log_digest_position = digest_position;
-    summary->log_digest = digest;
-  }
-  summary->log_identity = identity;
-  summary->resume_from = resume;
+  if (absl::Status s = ParseCheckpoint(path, summary); !s.ok()) return s;
+  if (summary->resume_from == 0) return absl::OkStatus();  // None.
   MutexLock lock(&file_mu_);
-  checkpoint_ = resume;
+  checkpoint_ = summary->resume_from;
   checkpoint_has_digest_ = summary->has_log_digest;
   return absl::OkStatus();
 }
