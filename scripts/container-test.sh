@@ -33,12 +33,12 @@
 #            -v VOLUME:/var/lib/cuckood
 #            -v TLS_DIR:/etc/cuckood/tls:ro -v AUTH_DIR:/etc/cuckood/auth:ro
 #            -e CUCKOOD_TLS_CERT=... -e CUCKOOD_TLS_KEY=... -e CUCKOOD_AUTH_TOKENS=...
-#            -e CUCKOOD_REDIS_PLAINTEXT=true IMAGE
+#            IMAGE
 #      (periodic snapshots off, so only the SIGTERM snapshot persists data; a
 #      throwaway CA, a server certificate for localhost and 127.0.0.1 and two
 #      tokens, made here with the openssl CLI; the image turns the Redis port
-#      on, which has no TLS, so with TLS on it needs CUCKOOD_REDIS_PLAINTEXT,
-#      and is published on 127.0.0.1 only), then, from the host with
+#      on, which then serves TLS with the same certificate, published on
+#      127.0.0.1 only), then, from the host with
 #      build/release/client/cuckooctl --ca=... --token=... and Debian's
 #      redis-cli (redis-tools, installed if missing) (the "verify" step
 #      below, run by container-smoke.sh while the container runs):
@@ -47,12 +47,12 @@
 #        look up but not insert (PERMISSION_DENIED); gRPC health needs no
 #        token; a plaintext client gets nothing;
 #      - the Redis port (EXPOSE 6379, CUCKOOD_REDIS_LISTEN in the image),
-#        with redis-cli --pass TOKEN: CF.EXISTS of keys inserted over gRPC
+#        with redis-cli --tls --pass TOKEN: CF.EXISTS of keys inserted over gRPC
 #        is 1, CF.MEXISTS of keys never inserted not all 1; AUTH TOKEN, then
 #        CF.ADD of a new item is 1 and CF.EXISTS of it 1, and cuckooctl
 #        finds it over gRPC; no token or an unknown one: NOAUTH; the
-#        read-only token: CF.EXISTS yes, CF.ADD NOPERM; the image with TLS
-#        but without CUCKOOD_REDIS_PLAINTEXT refuses to start, saying why;
+#        read-only token: CF.EXISTS yes, CF.ADD NOPERM; a plaintext
+#        redis-cli gets nothing from it;
 #      - the image: cuckood is PID 1 as 10001:10001, no build packages,
 #        cuckooctl inside;
 #      - SIGTERM (`stop -t 60`): exit code 0 and "final snapshot: 1 filters
@@ -81,8 +81,7 @@ if [ "${1:-}" = --verify ]; then
   # sees $SMOKE_ENGINE and $SMOKE_CONTAINER, and from the main part below
   # $CT_STATE, $CT_IMAGE, $CT_GRPC_PORT, $CT_GRPC_PORT2, $CT_ADMIN_PORT,
   # $CT_REDIS_PORT, $CT_VOLUME, $CT_CTL, $CT_SECURE_ARGS (the run arguments
-  # for TLS and tokens), $CT_REDIS_ARGS (those that keep the Redis port on
-  # with TLS), $CT_TOKEN (admin:*) and $CT_READER_TOKEN (read:*).
+  # for TLS and tokens), $CT_TOKEN (admin:*) and $CT_READER_TOKEN (read:*).
   # Until the server answers, failing just means "not yet". Past that point a
   # failure is final: it is recorded in $CT_STATE/failed (later retries only
   # repeat it) and the smoke container is stopped, so container-smoke.sh stops
@@ -215,9 +214,10 @@ if [ "${1:-}" = --verify ]; then
   # an error reply as "CODE message" on stdout and still exits 0, so the
   # replies are compared, not exit codes.
   # rcli REDIS_CLI_ARGS...: the replies, one a line.
+  # TLS, as the gRPC port (the same certificate).
   rcli() {
-    timeout 10 redis-cli -h 127.0.0.1 -p "$CT_REDIS_PORT" --no-auth-warning "$@" \
-      2>>"$CT_STATE/redis-cli.stderr"
+    timeout 10 redis-cli -h 127.0.0.1 -p "$CT_REDIS_PORT" --tls --cacert "$ca" \
+      --no-auth-warning "$@" 2>>"$CT_STATE/redis-cli.stderr"
   }
   # expect_redis WANT WHAT REDIS_CLI_ARGS...: the replies match WANT (an
   # extended regular expression of the whole output, newlines as spaces).
@@ -260,21 +260,14 @@ if [ "${1:-}" = --verify ]; then
     CF.EXISTS "$filter" key-000001
   expect_redis "NOPERM .*" "CF.ADD with a read:* token" --pass "$CT_READER_TOKEN" \
     CF.ADD "$filter" reader-item
-  # The image turns the Redis port on; with TLS on and no
-  # CUCKOOD_REDIS_PLAINTEXT, cuckood must refuse to start and say why (what
-  # users of the image with TLS meet first).
-  read -r -a secure <<<"$CT_SECURE_ARGS"
-  rc=0
-  timeout 120 "$engine" run --rm "${no_hc[@]}" "${secure[@]}" "$CT_IMAGE" \
-    >"$CT_STATE/refused.log" 2>&1 || rc=$?
-  if [ "$rc" = 0 ] || ! grep -q redis-plaintext "$CT_STATE/refused.log"; then
-    fail "TLS and the image's Redis port without CUCKOOD_REDIS_PLAINTEXT: exit $rc, not a" \
-      "refusal naming --redis-plaintext: $(tail -n 3 "$CT_STATE/refused.log")"
-  fi
-  say "Redis port 127.0.0.1:$CT_REDIS_PORT -> container port 6379 (redis-cli):" \
+  # With TLS on, the image's Redis port is TLS only: a plaintext client
+  # gets no reply.
+  got=$(timeout 10 redis-cli -h 127.0.0.1 -p "$CT_REDIS_PORT" --pass "$CT_TOKEN" \
+    --no-auth-warning PING 2>/dev/null) || true
+  [ "$got" != PONG ] || fail "a plaintext redis-cli got PONG from the Redis port with TLS on"
+  say "Redis port 127.0.0.1:$CT_REDIS_PORT -> container port 6379 (redis-cli --tls):" \
     "CF.EXISTS/CF.MEXISTS of gRPC's keys 1; AUTH + CF.ADD seen by gRPC; no token or an" \
-    "unknown one: NOAUTH; read:* token: CF.EXISTS yes, CF.ADD NOPERM; TLS without" \
-    "CUCKOOD_REDIS_PLAINTEXT: refused at start"
+    "unknown one: NOAUTH; read:* token: CF.EXISTS yes, CF.ADD NOPERM; plaintext: nothing"
 
   # 2. The admin HTTP port (EXPOSE 9090, default --admin-listen).
   http_get "$CT_ADMIN_PORT" /readyz >/dev/null || fail "GET /readyz on 127.0.0.1:$CT_ADMIN_PORT"
@@ -316,11 +309,10 @@ if [ "${1:-}" = --verify ]; then
   # 5. A new container on the same volume, hardened as in deploy/k8s.
   "$engine" rm -f "$second" >/dev/null 2>&1 || true
   read -r -a secure <<<"$CT_SECURE_ARGS"
-  read -r -a redis_args <<<"$CT_REDIS_ARGS"
   "$engine" run -d --name "$second" "${no_hc[@]}" --read-only --cap-drop=ALL \
     --security-opt=no-new-privileges -p "127.0.0.1:$CT_GRPC_PORT2:50051" \
     -v "$CT_VOLUME:/var/lib/cuckood" -e CUCKOOD_SNAPSHOT_INTERVAL=0 "${secure[@]}" \
-    "${redis_args[@]}" "$CT_IMAGE" >/dev/null || fail "$engine run $second"
+    "$CT_IMAGE" >/dev/null || fail "$engine run $second"
   wait_serving "$CT_GRPC_PORT2" "$second"
   ctl --target="127.0.0.1:$CT_GRPC_PORT2" lookup "$filter" --file="$keys" --quiet >/dev/null ||
     fail "after the restart, not every key present"
@@ -594,11 +586,7 @@ ctl_hash=$(printf %s "$CT_TOKEN" | "$CT_CTL" hash-token container-test --stdin -
 CT_SECURE_ARGS="-v $CT_STATE/tls:/etc/cuckood/tls:ro -v $CT_STATE/auth:/etc/cuckood/auth:ro \
 -e CUCKOOD_TLS_CERT=/etc/cuckood/tls/tls.crt -e CUCKOOD_TLS_KEY=/etc/cuckood/tls/tls.key \
 -e CUCKOOD_AUTH_TOKENS=/etc/cuckood/auth/tokens"
-# The image serves the Redis port, which has no TLS: with TLS on, cuckood
-# starts only if told the plaintext is meant, as for a port published on
-# 127.0.0.1 alone (below).
-CT_REDIS_ARGS="-e CUCKOOD_REDIS_PLAINTEXT=true"
-export CT_TOKEN CT_READER_TOKEN CT_SECURE_ARGS CT_REDIS_ARGS
+export CT_TOKEN CT_READER_TOKEN CT_SECURE_ARGS
 # redis-cli for the checks of the Redis port, from the host.
 apt_install redis-tools redis-cli
 
@@ -616,7 +604,7 @@ src_url=$(git remote get-url origin 2>/dev/null | tr -d ' ' || true)
 src_url=${src_url:-unknown}
 RUN_ARGS="-p 127.0.0.1:$CT_GRPC_PORT:50051 -p 127.0.0.1:$CT_ADMIN_PORT:9090 \
 -p 127.0.0.1:$CT_REDIS_PORT:6379 -v $CT_VOLUME:/var/lib/cuckood -e CUCKOOD_SNAPSHOT_INTERVAL=0 \
-$CT_SECURE_ARGS $CT_REDIS_ARGS" \
+$CT_SECURE_ARGS" \
   VERIFY_TIMEOUT=${VERIFY_TIMEOUT:-120} SMOKE_REQUIRE_SIGTERM=1 \
   BUILD_ARGS="--build-arg BINARIES=$binaries --build-arg VERSION=$version --build-arg REVISION=$revision --build-arg SOURCE=$src_url \
 --label org.opencontainers.image.version=$version --label org.opencontainers.image.revision=$revision \

@@ -12,8 +12,8 @@
 #      code at -O0): every other test (each test is compiled once, in the
 #      build that checks the most);
 #   4. ThreadSanitizer build: the engine's concurrency tests, the
-#      write-ahead log's and the RESP port's connections' (CTest label
-#      "concurrency");
+#      write-ahead log's and the RESP port's connections' (plaintext and TLS;
+#      CTest label "concurrency");
 #   5. the libFuzzer targets of the ASan build: the snapshot reader for 30 s,
 #      the data path's wire parser (differential against the generated
 #      parser) for 20 s, the write-ahead log reader for 20 s, the cluster
@@ -125,7 +125,7 @@ phase "TSan build + concurrency tests"
 # concurrency tests (no gRPC in them): TSan cannot see the synchronisation
 # inside Debian's (uninstrumented) gRPC and abseil, so server tests report
 # races there that are not real; they run under ASan instead.
-bash scripts/build.sh tsan concurrency_test wal_test wal_apply_test resp_server_test
+bash scripts/build.sh tsan concurrency_test wal_test wal_apply_test resp_server_test resp_tls_test
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   ctest --test-dir build/tsan --output-on-failure -j "$jobs" -L concurrency
 phase "fuzzing: snapshot reader, wire parser, write-ahead log reader, cluster log entries, access file, RESP parser"

@@ -26,6 +26,7 @@
 #include "base/file.h"
 #include "server/metrics_collectors.h"
 #include "server/resp/commands/command_names.h"
+#include "server/resp/resp_tls.h"
 #include "spdlog/spdlog.h"
 
 namespace cuckoo::server {
@@ -496,6 +497,45 @@ absl::Status CuckooServer::StartRedis() {
   Metrics* metrics = metrics_.get();
   options.on_connect = [metrics] { metrics->RecordRedisConnection(); };
   options.on_close = [metrics](std::string_view reason) { metrics->RecordRedisClose(reason); };
+  const bool tls = certificate_watcher_ != nullptr && !config.redis_plaintext;
+  if (tls) {
+    // The gRPC port's certificate (its watcher's checked copies), reloaded
+    // with it: new connections get a context made from the new files, open
+    // ones keep theirs. A context that does not build from files the
+    // watcher took (which checked them) keeps the last good one, as gRPC.
+    const CertificateWatcher* watcher = certificate_watcher_.get();
+    const std::string client_ca = config.tls_client_ca.empty() ? "" : watcher->client_ca_path();
+    struct Served {
+      Mutex mu;
+      uint64_t generation ABSL_GUARDED_BY(mu) = 0;
+      std::shared_ptr<boost::asio::ssl::context> context ABSL_GUARDED_BY(mu);
+    };
+    auto served = std::make_shared<Served>();
+    const uint64_t generation = watcher->generation();
+    absl::StatusOr<std::shared_ptr<boost::asio::ssl::context>> first =
+        resp::MakeTlsContext(watcher->pair_path(), client_ca);
+    if (!first.ok()) return first.status();
+    {
+      MutexLock lock(&served->mu);
+      served->generation = generation;
+      served->context = *std::move(first);
+    }
+    options.tls_context = [watcher, client_ca, served] {
+      MutexLock lock(&served->mu);
+      if (const uint64_t g = watcher->generation(); g != served->generation) {
+        served->generation = g;
+        absl::StatusOr<std::shared_ptr<boost::asio::ssl::context>> next =
+            resp::MakeTlsContext(watcher->pair_path(), client_ca);
+        if (next.ok()) {
+          served->context = *std::move(next);
+        } else {
+          spdlog::warn("the Redis port keeps its last TLS certificate: {}",
+                       std::string(next.status().message()));
+        }
+      }
+      return served->context;
+    };
+  }
   absl::StatusOr<std::unique_ptr<resp::RespServer>> redis =
       resp::RespServer::Start(options, redis_commands_.get());
   if (!redis.ok()) return redis.status();
@@ -519,12 +559,16 @@ absl::Status CuckooServer::StartRedis() {
                  static_cast<int64_t>(server->unauthenticated_connections())},
             out);
       });
-  spdlog::info("Redis protocol (RESP2/RESP3, CF.* commands) on {}", redis_server_->address());
-  if (auth_ != nullptr && !config.tls_cert.empty() && !Loopback(config.redis_listen)) {
+  spdlog::info("Redis protocol (RESP2/RESP3, CF.* commands) on {}{}", redis_server_->address(),
+               !tls                           ? ""
+               : config.tls_client_ca.empty() ? " with TLS"
+                                              : " with mutual TLS");
+  if (auth_ != nullptr && !config.tls_cert.empty() && !tls && !Loopback(config.redis_listen)) {
     spdlog::warn(
-        "the Redis port {} has no TLS: the tokens clients send with AUTH cross the network in "
-        "plaintext, while the gRPC port uses TLS; keep the Redis port on a trusted network or "
-        "loopback (--redis-listen), or give it tokens that grant only what it needs",
+        "the Redis port {} is plaintext (--redis-plaintext): the tokens clients send with AUTH "
+        "cross the network in plaintext, while the gRPC port uses TLS; keep the Redis port on a "
+        "trusted network or loopback (--redis-listen), or give it tokens that grant only what it "
+        "needs",
         redis_server_->address());
   }
   if (auth_ == nullptr && !Loopback(config.redis_listen)) {

@@ -232,7 +232,8 @@ ABSL_FLAG(double, redis_error_rate, kDefaults.redis_error_rate,
 ABSL_FLAG(uint32_t, redis_default_expansion, kDefaults.redis_default_expansion,
           "growth factor of Redis-made filters without EXPANSION: 0 fixed, 2 to 8");
 ABSL_FLAG(bool, redis_plaintext, kDefaults.redis_plaintext,
-          "allow the Redis port (which has no TLS) when --tls-cert is set");
+          "serve the Redis port in plaintext even with --tls-cert (else it uses TLS with the "
+          "gRPC port's certificate)");
 ABSL_FLAG(std::string, log_level, kDefaults.log_level,
           "trace, debug, info, warn, error, critical or off");
 ABSL_FLAG(std::string, log_format, kDefaults.log_format, "text or json (one object per line)");

@@ -74,12 +74,6 @@ absl::Status ValidateRedisPort(const ServerConfig& c, const std::vector<ListenAd
           "--redis-listen=%s is also --listen or --admin-listen: give each port its own address",
           c.redis_listen));
     }
-    if (!c.tls_cert.empty() && !c.redis_plaintext) {
-      return absl::InvalidArgumentError(
-          "--redis-listen serves plaintext (the Redis port has no TLS), and --tls-cert says "
-          "clients must use TLS: set --redis-plaintext=true if plaintext is meant there (a "
-          "sidecar on localhost, a private network), or leave --redis-listen empty");
-    }
   }
   if (c.redis_threads > 1024) {
     return absl::InvalidArgumentError(

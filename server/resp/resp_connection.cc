@@ -7,6 +7,7 @@
 #include "boost/asio/post.hpp"
 #include "boost/asio/write.hpp"
 #include "server/resp/resp_server_internal.h"
+#include "server/resp/resp_tls.h"
 
 namespace cuckoo::server::resp {
 
@@ -69,7 +70,45 @@ void Connection::Start() {
   last_input_ = unauthenticated_since_ = Clock::now();
   in_cap_ = std::min(kInitialReadBytes, std::max<size_t>(core_->options.read_chunk, 512));
   in_.reset(new char[in_cap_]);
+  if (tls_context_ != nullptr) {
+    StartHandshake();
+    return;
+  }
   Process();
+}
+
+void Connection::StartHandshake() {
+  tls_ = std::make_unique<asio::ssl::stream<tcp::socket&>>(socket_, *tls_context_);
+  handshaking_ = true;
+  Account();
+  tls_->async_handshake(asio::ssl::stream_base::server, [self = shared_from_this()](error_code ec) {
+    self->handshaking_ = false;
+    if (self->closed_) return;
+    if (ec) {
+      self->Close("tls_handshake");
+      return;
+    }
+    self->last_input_ = Clock::now();
+    self->Process();
+  });
+}
+
+template <typename Buffer, typename Handler>
+void Connection::ReadSome(const Buffer& buffer, Handler&& handler) {
+  if (tls_ != nullptr) {
+    tls_->async_read_some(buffer, std::forward<Handler>(handler));
+  } else {
+    socket_.async_read_some(buffer, std::forward<Handler>(handler));
+  }
+}
+
+template <typename Buffer, typename Handler>
+void Connection::WriteSomeBytes(const Buffer& buffer, Handler&& handler) {
+  if (tls_ != nullptr) {
+    tls_->async_write_some(buffer, std::forward<Handler>(handler));
+  } else {
+    socket_.async_write_some(buffer, std::forward<Handler>(handler));
+  }
 }
 
 void Connection::OnReply(std::shared_ptr<Connection> self, uint64_t seq, std::string bytes,
@@ -102,6 +141,10 @@ void Connection::Sweep(Clock::time_point now) {
   const ServerOptions& options = core_->options;
   if (close_after_flush_) {
     if (now >= close_deadline_) Close(reason_);
+  } else if (handshaking_) {
+    if (now - last_input_ >= absl::ToChronoNanoseconds(options.tls_handshake_timeout)) {
+      Close("tls_handshake");
+    }
   } else if (writing_active_ && now - write_progress_ >= core_->stall_timeout &&
              core_->stall_timeout.count() > 0) {
     Close("slow_client");
@@ -306,9 +349,8 @@ void Connection::StartRead() {
     in_end_ = have;
   }
   reading_ = true;
-  socket_.async_read_some(
-      asio::buffer(in_.get() + in_end_, in_cap_ - in_end_),
-      [self = shared_from_this()](error_code ec, size_t n) { self->OnRead(ec, n); });
+  ReadSome(asio::buffer(in_.get() + in_end_, in_cap_ - in_end_),
+           [self = shared_from_this()](error_code ec, size_t n) { self->OnRead(ec, n); });
 }
 
 void Connection::OnRead(error_code ec, size_t n) {
@@ -378,9 +420,8 @@ void Connection::Flush() {
 }
 
 void Connection::WriteSome() {
-  socket_.async_write_some(
-      asio::buffer(writing_.data() + written_, writing_.size() - written_),
-      [self = shared_from_this()](error_code ec, size_t n) { self->OnWrite(ec, n); });
+  WriteSomeBytes(asio::buffer(writing_.data() + written_, writing_.size() - written_),
+                 [self = shared_from_this()](error_code ec, size_t n) { self->OnWrite(ec, n); });
 }
 
 void Connection::OnWrite(error_code ec, size_t n) {
@@ -434,6 +475,10 @@ void Connection::CloseAfterFlush(std::string_view reason) {
 
 void Connection::FinishGraceful() {
   if (lingering_ || closed_) return;
+  if (handshaking_) {  // nothing was said: no reply to keep
+    Close(reason_);
+    return;
+  }
   lingering_ = true;
   error_code ignored;
   socket_.shutdown(tcp::socket::shutdown_send, ignored);
@@ -442,16 +487,15 @@ void Connection::FinishGraceful() {
 
 void Connection::StartDiscardRead() {
   reading_ = true;
-  socket_.async_read_some(asio::buffer(worker_->discard),
-                          [self = shared_from_this()](error_code ec, size_t) {
-                            self->reading_ = false;
-                            if (self->closed_) return;
-                            if (ec) {
-                              self->Close(self->reason_);
-                            } else {
-                              self->StartDiscardRead();
-                            }
-                          });
+  ReadSome(asio::buffer(worker_->discard), [self = shared_from_this()](error_code ec, size_t) {
+    self->reading_ = false;
+    if (self->closed_) return;
+    if (ec) {
+      self->Close(self->reason_);
+    } else {
+      self->StartDiscardRead();
+    }
+  });
 }
 
 void Connection::Close(std::string_view reason) {
@@ -510,9 +554,9 @@ void Connection::MaybeFinalize() {
 
 size_t Connection::MemoryBytes() const {
   if (finalized_) return 0;
-  return kConnectionBytes + in_cap_ + args_bytes_ + parser_.MemoryBytes() + out_.capacity() +
-         writing_.capacity() + error_.capacity() + session_.name.capacity() +
-         session_.lib_name.capacity() + session_.lib_version.capacity() +
+  return kConnectionBytes + (tls_ != nullptr ? kTlsConnectionBytes : 0) + in_cap_ + args_bytes_ +
+         parser_.MemoryBytes() + out_.capacity() + writing_.capacity() + error_.capacity() +
+         session_.name.capacity() + session_.lib_name.capacity() + session_.lib_version.capacity() +
          session_.token.capacity() + session_.last_command.capacity() +
          slots_.size() * sizeof(Slot) + queued_bytes_ + unready_arg_bytes_;
 }

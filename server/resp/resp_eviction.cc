@@ -29,7 +29,8 @@ void Connection::Evict() {
       core_->Undisplace(this);
       return;
     }
-    if (!writing_active_) {
+    // (Over TLS the error would have to be encrypted: closed without it.)
+    if (!writing_active_ && tls_ == nullptr) {
       const std::string_view error = evict_reason == EvictReason::kMaxUnauthenticated
                                          ? kMaxUnauthenticated
                                          : kUnauthenticatedMemory;
@@ -47,7 +48,7 @@ void Connection::Evict() {
                                             session_.peer, session_.name, charged_),
                             static_cast<size_t>(std::max<int64_t>(0, core_->client_bytes.load())));
   }
-  if (!writing_active_) {
+  if (!writing_active_ && tls_ == nullptr) {
     const std::string error = absl::StrFormat(
         "-ERR client memory limit: this connection held %u bytes and the Redis port's clients "
         "together more than their limit of %u bytes (--redis-client-memory), so the clients "

@@ -102,10 +102,13 @@ void RespServer::Core::Accept() {
     }
     if (options.on_connect) options.on_connect();
     auto refuse = [&](std::string_view error, std::string_view reason) {
-      // As Redis: the error, then close. It fits the socket buffer.
+      // As Redis: the error, then close. It fits the socket buffer. (Not
+      // over TLS: no handshake is made for a connection refused.)
       error_code ignored;
-      socket.non_blocking(true, ignored);
-      socket.write_some(asio::buffer(error), ignored);
+      if (!options.tls_context) {
+        socket.non_blocking(true, ignored);
+        socket.write_some(asio::buffer(error), ignored);
+      }
       socket.shutdown(tcp::socket::shutdown_send, ignored);
       socket.close(ignored);
       if (options.on_close) options.on_close(reason);
@@ -123,7 +126,8 @@ void RespServer::Core::Accept() {
       connection_count.fetch_add(1);
       if (options.auth_required) unauthenticated_count.fetch_add(1);
       auto connection = std::make_shared<internal::Connection>(
-          shared_from_this(), worker, std::move(socket), options.auth_required);
+          shared_from_this(), worker, std::move(socket), options.auth_required,
+          options.tls_context ? options.tls_context() : nullptr);
       asio::post(worker->io, [connection] { connection->Start(); });
     }
     Accept();

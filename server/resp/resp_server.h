@@ -68,6 +68,10 @@
 #include "absl/types/span.h"
 #include "server/resp/resp_protocol.h"
 
+namespace boost::asio::ssl {
+class context;
+}  // namespace boost::asio::ssl
+
 namespace cuckoo::server::resp {
 
 // Per-connection state the command handler reads and changes. Touched only on
@@ -198,11 +202,19 @@ struct ServerOptions {
   size_t max_pipelined_bytes = 8 << 20;
   size_t read_chunk = 64 << 10;
   int listen_backlog = 1024;
+  // TLS (resp_tls.h): when set, every connection handshakes with the
+  // context it returns before anything else (called once per accepted
+  // connection, on an I/O thread; after a reload it returns the new one).
+  // Unset: plaintext. A TLS connection is counted kTlsConnectionBytes more.
+  std::function<std::shared_ptr<boost::asio::ssl::context>()> tls_context;
+  // A connection whose TLS handshake has not finished this long after it
+  // connected is closed ("tls_handshake"; a failed handshake too).
+  absl::Duration tls_handshake_timeout = absl::Seconds(10);
   // Metrics hooks (optional), called on I/O threads: a connection accepted
   // (also one then refused), and closed, with the reason: "quit", "eof",
   // "error", "protocol_error", "idle", "slow_client", "shutdown",
   // "max_clients", "client_memory", "unauthenticated_memory",
-  // "auth_timeout", "max_unauthenticated".
+  // "auth_timeout", "max_unauthenticated", "tls_handshake".
   std::function<void()> on_connect;
   std::function<void(std::string_view reason)> on_close;
   // A connection closed for client_memory, described as Redis's log line

@@ -32,6 +32,8 @@
 #include "boost/asio/executor_work_guard.hpp"
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/ip/tcp.hpp"
+#include "boost/asio/ssl/context.hpp"
+#include "boost/asio/ssl/stream.hpp"
 #include "boost/asio/steady_timer.hpp"
 #include "server/resp/resp_protocol.h"
 #include "server/resp/resp_server.h"
@@ -183,10 +185,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   using Core = RespServer::Core;
 
   Connection(std::shared_ptr<Core> core, Core::Worker* worker, tcp::socket socket,
-             bool unauthenticated_counted)
+             bool unauthenticated_counted,
+             std::shared_ptr<boost::asio::ssl::context> tls_context = nullptr)
       : core_(std::move(core)),
         worker_(worker),
         socket_(std::move(socket)),
+        tls_context_(std::move(tls_context)),
         parser_(core_->options.limits),
         unauthenticated_counted_(unauthenticated_counted) {}
 
@@ -321,9 +325,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void Charge(size_t bytes);
 
+  // The socket's reads and writes, through TLS when tls_ is set.
+  template <typename Buffer, typename Handler>
+  void ReadSome(const Buffer& buffer, Handler&& handler);
+  template <typename Buffer, typename Handler>
+  void WriteSomeBytes(const Buffer& buffer, Handler&& handler);
+
+  // With TLS: the handshake, then Process (or closed, "tls_handshake").
+  void StartHandshake();
+
   const std::shared_ptr<Core> core_;
   Core::Worker* const worker_;
   tcp::socket socket_;
+  // TLS: the context it was accepted with (kept alive for the stream) and
+  // the stream over socket_; handshaking until the handshake completes.
+  std::shared_ptr<boost::asio::ssl::context> tls_context_;
+  std::unique_ptr<boost::asio::ssl::stream<tcp::socket&>> tls_;
+  bool handshaking_ = false;
   std::list<std::shared_ptr<Connection>>::iterator registered_;
   bool registered_in_core_ = false;
   Session session_;

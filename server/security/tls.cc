@@ -267,6 +267,7 @@ void CertificateWatcher::Watch() {
           (client_ca_fd_ < 0 || Replace(client_ca_fd_, files->client_ca))) {
         pair_ = files->pair;
         client_ca_ = files->client_ca;
+        generation_.fetch_add(1, std::memory_order_release);
       } else {
         files = absl::InternalError(absl::StrFormat(
             "cannot update the in-memory copy of the TLS files: %s", std::strerror(errno)));

@@ -23,6 +23,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <thread>
@@ -91,6 +92,9 @@ class CertificateWatcher {
   // an in-memory file replaced in one step).
   std::string pair_path() const;
   std::string client_ca_path() const;
+  // How many times the copies were replaced since Start: a reader of them
+  // (the Redis port's TLS context) makes a new context when it changes.
+  uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
 
  private:
   CertificateWatcher(const TlsOptions& tls, const CertificateSummary& initial);
@@ -101,6 +105,7 @@ class CertificateWatcher {
   const TlsOptions options_;
   const CertificateSummary initial_;
   std::atomic<double> not_after_{0};
+  std::atomic<uint64_t> generation_{0};
   std::string subject_;
   int pair_fd_ = -1;
   int client_ca_fd_ = -1;

@@ -481,8 +481,8 @@ TEST_F(SecurityE2eTest, MutualTlsNeedsAClientCertificateSignedByTheClientCa) {
 // port, are warned about at start-up, unless the port is on loopback.
 TEST_F(SecurityE2eTest, TokensOverAPlaintextRedisPortBesideTlsAreWarnedAbout) {
   constexpr std::string_view kWarning =
-      "has no TLS: the tokens clients send with AUTH cross the network in plaintext, while the "
-      "gRPC port uses TLS";
+      "is plaintext (--redis-plaintext): the tokens clients send with AUTH cross the network in "
+      "plaintext, while the gRPC port uses TLS";
   StartServer({"--redis-listen=0.0.0.0:0", "--redis-plaintext"});
   std::string warning;
   for (const auto& line : LogLines()) {
