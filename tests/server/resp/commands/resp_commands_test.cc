@@ -769,7 +769,12 @@ TEST_F(RedisPortTest, RepeatedAddsOfOneItemGrowTheFilterAndAreAllCounted) {
   for (int i = 0; i < 40; ++i) ASSERT_EQ(c.Call({"CF.ADD", "seen", "x"}), ":1") << i;
   EXPECT_EQ(c.Call({"CF.COUNT", "seen", "x"}), ":40");
   const std::string info = c.Call({"CF.INFO", "seen"});
-  EXPECT_NE(info.find("Number of filters,:5,"), std::string::npos) << info;
+  // 8 copies per generation: 5 generations (6 if a generation's two
+  // buckets for the item are one, which then holds 4).
+  const size_t at = info.find("Number of filters,:");
+  ASSERT_NE(at, std::string::npos) << info;
+  const int filters = std::stoi(info.substr(at + 19));
+  EXPECT_TRUE(filters == 5 || filters == 6) << info;
   EXPECT_NE(info.find("Number of items inserted,:40,"), std::string::npos) << info;
   // Made over the Redis port: the option, and a ceiling 1024 times the
   // capacity (--redis-default-capacity 1024 in RedisPortTest's config).
@@ -806,6 +811,7 @@ TEST_F(RedisPortTest, AGrpcMadeFilterWithoutTheOptionKeepsFullForRepeats) {
   req.set_name("grpc-made");
   req.set_capacity(1000);
   req.set_growth_factor(2);
+  req.set_seed(42);  // The item's two buckets are two (with one, 4 copies fit).
   v1::CreateFilterResponse resp;
   ASSERT_TRUE(stub_->CreateFilter(&ctx, req, &resp).ok());
   EXPECT_FALSE(resp.filter().grow_on_repeats());
