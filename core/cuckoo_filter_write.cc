@@ -111,9 +111,20 @@ void CuckooFilter::InsertInGenerations(Shard& shard, size_t s, CuckooTable& t,
     insert_newest(absl::Span<const uint32_t>(index.data(), m));
   }
   // A failed kick chain: the newest table is full. The keys it could not
-  // take go to a new generation (kFull without a failed chain means the
-  // key's slots all hold its own copies: no growth for that).
-  while (*full && Grow(shard, s)) {
+  // take go to a new generation. kFull without a failed chain means the
+  // key's slots all hold its own copies: that grows the shard only with
+  // grow_on_repeats (RedisBloom's behaviour; bounded by the schedule, so by
+  // max_capacity, and by the memory budget's check before the write).
+  // Deterministic either way: the results depend only on the shard's state
+  // and the batch.
+  auto repeats_full = [&] {
+    if (!shape_.grow_on_repeats) return false;
+    for (size_t k = 0; k < m; ++k) {
+      if (r[index[k]] == InsertResult::kFull) return true;
+    }
+    return false;
+  };
+  while ((*full || repeats_full()) && Grow(shard, s)) {
     ++gens;
     *full = false;
     m = Select<InsertResult>(r, InsertResult::kFull, index.data());

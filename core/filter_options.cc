@@ -95,9 +95,10 @@ std::string FilterShape::DebugString() const {
   return absl::StrFormat(
       "hash_id=%u seed=%#x capacity=%u fingerprint_bits=%u bucket_size=%u shards=%u "
       "buckets_per_shard=%u max_kicks=%u table_kind=%s growth_factor=%u max_capacity=%u "
-      "false_positive_rate=%g",
+      "false_positive_rate=%g grow_on_repeats=%d",
       hash_id, seed, capacity, fingerprint_bits, bucket_size, shards, buckets_per_shard, max_kicks,
-      TableKindName(table_kind), growth_factor, max_capacity, false_positive_rate);
+      TableKindName(table_kind), growth_factor, max_capacity, false_positive_rate,
+      grow_on_repeats ? 1 : 0);
 }
 
 namespace {
@@ -137,11 +138,11 @@ uint32_t FingerprintBitsForBound(double rate, uint32_t b, uint32_t at_least) {
 
 absl::Status ValidateGrowth(const FilterShape& s) {
   if (!s.growing()) {
-    if (s.max_capacity != 0 || s.false_positive_rate != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("max_capacity=%u and false_positive_rate=%g are for growing filters only "
-                          "(growth_factor=0)",
-                          s.max_capacity, s.false_positive_rate));
+    if (s.max_capacity != 0 || s.false_positive_rate != 0 || s.grow_on_repeats) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "max_capacity=%u, false_positive_rate=%g and grow_on_repeats=%s are for growing filters "
+          "only (growth_factor=0)",
+          s.max_capacity, s.false_positive_rate, s.grow_on_repeats ? "true" : "false"));
     }
     return absl::OkStatus();
   }
@@ -268,6 +269,7 @@ FilterShape GenerationTableShape(const FilterShape& shape, const GenerationShape
   t.growth_factor = 0;
   t.max_capacity = 0;
   t.false_positive_rate = 0;
+  t.grow_on_repeats = false;
   return t;
 }
 
@@ -298,6 +300,7 @@ absl::StatusOr<FilterShape> ComputeShape(const FilterOptions& o) {
     }
     s.growth_factor = o.growth_factor;
     s.max_capacity = o.max_capacity;
+    s.grow_on_repeats = o.grow_on_repeats;
     s.false_positive_rate =
         o.false_positive_rate != 0 ? o.false_positive_rate : kDefaultFalsePositiveRate;
     s.fingerprint_bits = FingerprintBitsForBound(kGenerationRateShare * s.false_positive_rate,
@@ -312,6 +315,10 @@ absl::StatusOr<FilterShape> ComputeShape(const FilterOptions& o) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "max_capacity=%u needs growth_factor (2 to %u): a fixed filter's capacity is its maximum",
         o.max_capacity, kMaxGrowthFactor));
+  } else if (o.grow_on_repeats) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("grow_on_repeats needs growth_factor (2 to %u): a fixed filter never grows",
+                        kMaxGrowthFactor));
   } else if (o.fingerprint_bits != 0) {
     s.fingerprint_bits = o.fingerprint_bits;
   } else {

@@ -90,6 +90,12 @@ struct FilterOptions {
   // the hash layout and kMaxCapacity allow. The last table is cut to size so
   // that the filter reaches this and not much more. Must exceed capacity.
   uint64_t max_capacity = 0;
+  // Growing filters only: a key whose own copies fill its 2b slots in the
+  // newest generation grows the shard too, as RedisBloom's filters do (one
+  // key added many times keeps being counted), within the same schedule,
+  // max_capacity and memory budget. false: such an insert is kFull without
+  // growing (docs/GROWTH.md, "Repeated keys").
+  bool grow_on_repeats = false;
 };
 
 inline constexpr uint32_t kMaxGrowthFactor = 8;
@@ -121,6 +127,8 @@ struct FilterShape {
   // Growing filters: the rate all generations share (given or the default);
   // 0 for a fixed filter.
   double false_positive_rate = 0;
+  // Growing filters: FilterOptions::grow_on_repeats.
+  bool grow_on_repeats = false;
 
   bool growing() const { return growth_factor != 0; }
   bool semi_sorted() const { return table_kind == TableKind::kSemiSorted; }

@@ -15,7 +15,7 @@ constexpr size_t kBucketsPerShard = 48;
 static_assert(kBucketsPerShard + 8 == kShapeBytes);
 // In the growth block.
 constexpr size_t kGrowthFactor = 0;
-constexpr size_t kGrowthSpare = 4;
+constexpr size_t kGrowthFlags = 4;
 constexpr size_t kMaxCapacityField = 8;
 constexpr size_t kFalsePositiveRate = 16;
 static_assert(kFalsePositiveRate + 8 == kShapeGrowthBytes);
@@ -32,6 +32,10 @@ absl::Status KnownTableKind(const FilterShape& s) {
 }
 
 }  // namespace
+
+uint32_t GrowthFlags(const FilterShape& s) {
+  return s.grow_on_repeats ? kGrowthFlagGrowOnRepeats : 0;
+}
 
 FilterShape ReadShapeFields(const ShapeLayout& layout, const uint8_t* block,
                             const uint8_t* growth) {
@@ -76,6 +80,7 @@ void WriteShapeFields(const ShapeLayout& layout, const FilterShape& s, uint8_t* 
 void EncodeShape(const FilterShape& s, uint8_t* out) {
   std::memset(out, 0, EncodedShapeBytes(s));
   WriteShapeFields(kShapeLayout, s, out, s.growing() ? out + kShapeBytes : nullptr);
+  if (s.growing()) Put32(out + kShapeBytes + kGrowthFlags, GrowthFlags(s));
 }
 
 absl::Status CheckShape(const FilterShape& s) {
@@ -95,18 +100,23 @@ absl::StatusOr<FilterShape> DecodeShape(absl::Span<const uint8_t> bytes, bool gr
     return absl::DataLossError(absl::StrFormat("reserved shape bytes %u..%u are not zero",
                                                kShapeLayout.spare, kShapeLayout.spare + 3));
   }
-  const FilterShape s = ReadShapeFields(kShapeLayout, block, g);
-  if (absl::Status st = KnownTableKind(s); !st.ok()) return st;
+  FilterShape decoded = ReadShapeFields(kShapeLayout, block, g);
+  if (absl::Status st = KnownTableKind(decoded); !st.ok()) return st;
   if (g != nullptr) {
-    if (s.growth_factor == 0) return absl::DataLossError("a growth block without a growth_factor");
-    if (Get32(g + kGrowthSpare) != 0) {
-      return absl::DataLossError(absl::StrFormat("reserved growth bytes %u..%u are not zero",
-                                                 kShapeBytes + kGrowthSpare,
-                                                 kShapeBytes + kGrowthSpare + 3));
+    if (decoded.growth_factor == 0)
+      return absl::DataLossError("a growth block without a growth_factor");
+    const uint32_t flags = Get32(g + kGrowthFlags);
+    if (const uint32_t unknown = flags & ~kKnownGrowthFlags; unknown != 0) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "growth flags %#x (shape bytes %u..%u) have bits this build does not know (%#x; it "
+          "knows %#x grow_on_repeats): a newer build wrote them; read it with that build",
+          flags, kShapeBytes + kGrowthFlags, kShapeBytes + kGrowthFlags + 3, unknown,
+          kGrowthFlagGrowOnRepeats));
     }
+    decoded.grow_on_repeats = (flags & kGrowthFlagGrowOnRepeats) != 0;
   }
-  if (absl::Status st = ValidateShape(s); !st.ok()) return st;
-  return s;
+  if (absl::Status st = ValidateShape(decoded); !st.ok()) return st;
+  return decoded;
 }
 
 }  // namespace cuckoo

@@ -18,8 +18,13 @@
 //
 // and for a growing filter (the container's flag says so) a growth block:
 //
-//   56 growth_factor u32 (not 0)   60 reserved u32 (0)
+//   56 growth_factor u32 (not 0)   60 growth flags u32
 //   64 max_capacity u64            72 false_positive_rate u64 (IEEE-754 bits)
+//
+// Growth flags: bit 0 grow_on_repeats (kGrowthFlagGrowOnRepeats); the other
+// bits are 0. Builds from before the flags read the u32 as reserved and
+// refuse a shape with a flag set ("reserved growth bytes 60..63 are not
+// zero"); this build refuses bits it does not know, naming them.
 //
 // Thread safety: functions only.
 #ifndef CUCKOO_CORE_SHAPE_FORMAT_H_
@@ -38,6 +43,12 @@ namespace cuckoo {
 inline constexpr size_t kShapeBytes = 56;
 inline constexpr size_t kShapeGrowthBytes = 24;
 inline constexpr size_t kMaxEncodedShapeBytes = kShapeBytes + kShapeGrowthBytes;
+
+// The growth block's flags (byte 60 of the encoding).
+inline constexpr uint32_t kGrowthFlagGrowOnRepeats = 1;
+inline constexpr uint32_t kKnownGrowthFlags = kGrowthFlagGrowOnRepeats;
+// The growth flags of `s` (0 for a fixed filter's shape).
+uint32_t GrowthFlags(const FilterShape& s);
 
 // Where a layout puts the u32 fields of the 56-byte block (byte offsets);
 // seed, capacity and buckets_per_shard are at 32, 40 and 48 in every
@@ -87,7 +98,8 @@ void EncodeShape(const FilterShape& s, uint8_t* out);
 // flag) kShapeBytes + kShapeGrowthBytes, and checks it; the message names
 // the field. DATA_LOSS for bytes no writer writes (a wrong length, reserved
 // bytes not zero, a growth block without a factor); FAILED_PRECONDITION for
-// a table kind this build does not know (a newer build wrote it); and
+// a table kind or growth flags this build does not know (a newer build wrote
+// them); and
 // INVALID_ARGUMENT for settings this build cannot use (CheckShape).
 absl::StatusOr<FilterShape> DecodeShape(absl::Span<const uint8_t> bytes, bool growth);
 
@@ -98,7 +110,8 @@ absl::Status CheckShape(const FilterShape& s);
 
 // The fields as `layout` puts them in `block` (kShapeBytes) and, unless
 // `growth` is null, in the growth block (kShapeGrowthBytes), unchecked; the
-// spare u32s are the caller's to check or read. For older layouts.
+// spare u32s (and the growth flags) are the caller's to check or read. For
+// older layouts.
 FilterShape ReadShapeFields(const ShapeLayout& layout, const uint8_t* block, const uint8_t* growth);
 // The same the other way: writes every field (not the spares) of `s`,
 // the growth fields only if `growth` is not null.

@@ -59,6 +59,7 @@ void FillFilterInfo(const std::string& name, const CuckooFilter& filter, const S
   info->set_has_unsnapshotted_changes(!snap.exists || info->unsnapshotted_changes() > 0);
   info->set_growth_factor(shape.growth_factor);
   info->set_max_capacity(shape.max_capacity);
+  info->set_grow_on_repeats(shape.grow_on_repeats);
   info->set_false_positive_rate(shape.false_positive_rate);
   info->set_false_positive_bound(st.false_positive_bound);
   info->set_reachable_capacity(st.reachable_capacity);
@@ -91,7 +92,8 @@ absl::Status FilterServiceImpl::DoCreateFilter(const v1::CreateFilterRequest& re
                         .shards = req.shards(),
                         .max_kicks = req.max_kicks(),
                         .growth_factor = req.growth_factor(),
-                        .max_capacity = req.max_capacity()};
+                        .max_capacity = req.max_capacity(),
+                        .grow_on_repeats = req.grow_on_repeats()};
   if (req.has_seed()) options.seed = req.seed();
   if (req.has_semi_sort()) options.semi_sort = req.semi_sort();
   if (cluster_ != nullptr) {

@@ -517,6 +517,138 @@ TEST(GrowthTest, ReplayOfAWriteLoggedBeforeTheCeilingKeepsEveryKey) {
   EXPECT_EQ(replica->items(), 5000u);
 }
 
+std::unique_ptr<CuckooFilter> MakeGrowingOnRepeats(uint64_t capacity, uint64_t max_capacity,
+                                                   uint32_t shards = 1) {
+  absl::StatusOr<std::unique_ptr<CuckooFilter>> f =
+      CuckooFilter::Create({.capacity = capacity,
+                            .false_positive_rate = 0.002,
+                            .shards = shards,
+                            .seed = 7,
+                            .growth_factor = 2,
+                            .max_capacity = max_capacity,
+                            .grow_on_repeats = true});
+  EXPECT_TRUE(f.ok()) << f.status();
+  return f.ok() ? *std::move(f) : nullptr;
+}
+
+// RedisBloom's behaviour, for filters made over the Redis port: the 9th
+// copy of a key (b = 4) grows the filter, and the count counts every copy.
+TEST(GrowthTest, RepeatedCopiesGrowWithGrowOnRepeatsAndCountEveryCopy) {
+  std::unique_ptr<CuckooFilter> f = MakeGrowingOnRepeats(1024, 1024 * 1024);
+  ASSERT_NE(f, nullptr);
+  ASSERT_TRUE(f->shape().grow_on_repeats);
+  for (int i = 0; i < 40; ++i) ASSERT_EQ(f->Insert("seen"), InsertResult::kInserted) << i;
+  EXPECT_EQ(f->ApproximateCount("seen"), 40u);
+  EXPECT_EQ(f->items(), 40u);
+  EXPECT_EQ(f->ShardGenerations(0), 5u);  // 8 copies in each.
+  EXPECT_TRUE(f->MayContain("seen"));
+}
+
+// The same through one batch (a pipelined run of CF.ADDs is one): each
+// generation that fills with the key's copies grows the next.
+TEST(GrowthTest, ABatchOfOneKeysCopiesGrowsAsManyGenerationsAsItNeeds) {
+  std::unique_ptr<CuckooFilter> f = MakeGrowingOnRepeats(1024, 1024 * 1024);
+  ASSERT_NE(f, nullptr);
+  std::vector<uint64_t> h(40, f->Hash("seen"));
+  std::vector<InsertResult> r(h.size(), InsertResult::kFull);
+  f->InsertHashed(h, /*if_absent=*/false, absl::MakeSpan(r));
+  for (size_t k = 0; k < r.size(); ++k) ASSERT_EQ(r[k], InsertResult::kInserted) << k;
+  EXPECT_EQ(f->ApproximateCount("seen"), 40u);
+  EXPECT_EQ(f->ShardGenerations(0), 5u);
+}
+
+// Growth for repeats is bounded by the schedule, which max_capacity cuts:
+// past the last generation the key is kFull, the memory stops where the
+// schedule does, and every other key is still found.
+TEST(GrowthTest, RepeatsStopAtTheLastGenerationOfTheSchedule) {
+  std::unique_ptr<CuckooFilter> f = MakeGrowingOnRepeats(1000, 16'000);
+  ASSERT_NE(f, nullptr);
+  InsertRange(*f, 0, 500);
+  ASSERT_EQ(f->ShardGenerations(0), 1u);
+  const uint64_t first_bytes = f->memory_bytes();
+  const uint32_t generations = f->Stats().max_generations;
+  ASSERT_GE(generations, 4u);
+  ASSERT_LT(generations, 10u);
+  int inserted = 0;
+  int full = 0;
+  for (int i = 0; i < 10'000; ++i) {
+    const InsertResult r = f->Insert("hostile");
+    inserted += r == InsertResult::kInserted;
+    full += r == InsertResult::kFull;
+  }
+  EXPECT_EQ(f->ShardGenerations(0), generations);
+  EXPECT_EQ(static_cast<uint32_t>(inserted), 8 * generations);
+  EXPECT_EQ(inserted + full, 10'000);
+  EXPECT_EQ(f->ApproximateCount("hostile"), static_cast<uint32_t>(inserted));
+  EXPECT_EQ(CountFound(*f, 0, 0, 500), 500u);
+  // The memory is the first table's and the schedule's grown tables', no more.
+  const std::vector<GenerationShape> schedule = GenerationSchedule(f->shape());
+  uint64_t grown = 0;
+  for (size_t g = 1; g < schedule.size(); ++g) {
+    grown += CuckooFilter::GrownTableMemoryBytes(f->shape(), schedule[g]);
+  }
+  EXPECT_EQ(f->memory_bytes(), first_bytes + grown);
+  const uint64_t bytes = f->memory_bytes();
+  EXPECT_EQ(f->Insert("hostile"), InsertResult::kFull);
+  EXPECT_EQ(f->memory_bytes(), bytes);
+}
+
+// Growth for repeats happens inside logged writes like any growth: the log
+// replayed reproduces the generations and the counts.
+TEST(GrowthTest, ReplayOfRepeatedInsertsReproducesTheGenerations) {
+  std::unique_ptr<CuckooFilter> live = MakeGrowingOnRepeats(500, 500 * 1024, 2);
+  ASSERT_NE(live, nullptr);
+  std::vector<std::pair<ShardWrite, std::vector<uint64_t>>> log;
+  uint64_t position = 0;
+  auto record = [&](const ShardWrite& w) {
+    log.emplace_back(w, std::vector<uint64_t>(w.hashes.begin(), w.hashes.end()));
+    return ++position;
+  };
+  // 60 copies: 8 generations of the key's shard (of the 11 that
+  // max_capacity leaves), other keys between them.
+  for (uint64_t round = 0; round < 12; ++round) {
+    std::vector<uint64_t> h;
+    for (uint64_t i = 0; i < 20; ++i) h.push_back(HashedKey(0, round * 20 + i));
+    for (int i = 0; i < 5; ++i) h.push_back(live->Hash("repeated"));
+    std::vector<InsertResult> r(h.size());
+    live->InsertHashed(
+        h, /*if_absent=*/false, absl::MakeSpan(r), [] { return false; }, record);
+    for (size_t k = 0; k < r.size(); ++k) ASSERT_EQ(r[k], InsertResult::kInserted) << k;
+  }
+  ASSERT_EQ(live->ApproximateCount("repeated"), 60u);
+  // (The other keys alone, 240, never fill a shard's first table.)
+  ASSERT_EQ(std::max(live->ShardGenerations(0), live->ShardGenerations(1)), 8u);
+  std::unique_ptr<CuckooFilter> replica = Replay(live->shape(), log);
+  ASSERT_NE(replica, nullptr);
+  EXPECT_EQ(replica->ApproximateCount("repeated"), 60u);
+  EXPECT_EQ(replica->items(), live->items());
+  for (uint32_t s = 0; s < live->shape().shards; ++s) {
+    ASSERT_EQ(replica->ShardGenerations(s), live->ShardGenerations(s)) << s;
+    std::vector<std::vector<uint8_t>> a, b;
+    live->ReadShardGenerations(
+        s, [&](absl::Span<const CuckooFilter::GenerationView> g, const CuckooFilter::ShardState&) {
+          for (const auto& v : g) a.emplace_back(v.bytes.begin(), v.bytes.end());
+        });
+    replica->ReadShardGenerations(
+        s, [&](absl::Span<const CuckooFilter::GenerationView> g, const CuckooFilter::ShardState&) {
+          for (const auto& v : g) b.emplace_back(v.bytes.begin(), v.bytes.end());
+        });
+    EXPECT_EQ(a, b) << "shard " << s;
+  }
+}
+
+TEST(GrowthTest, GrowOnRepeatsIsForGrowingFiltersOnly) {
+  absl::StatusOr<FilterShape> s = ComputeShape({.capacity = 1000, .grow_on_repeats = true});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("grow_on_repeats needs growth_factor"), std::string::npos)
+      << s.status();
+  FilterShape fixed = *ComputeShape({.capacity = 1000});
+  fixed.grow_on_repeats = true;
+  EXPECT_NE(ValidateShape(fixed).message().find("grow_on_repeats=true are for growing filters"),
+            std::string::npos)
+      << ValidateShape(fixed);
+}
+
 TEST(GrowthTest, GrowthListenerHearsEveryTableAndMemoryBytesCountsThem) {
   std::unique_ptr<CuckooFilter> f = MakeGrowing(1000, 0.01, 4, 0, 2);
   ASSERT_NE(f, nullptr);

@@ -68,6 +68,13 @@ constexpr FilterShape kGrows = {.hash_id = 1,
                                 .max_capacity = 10000,
                                 .false_positive_rate = 0.01};
 
+// kGrows made over the Redis port: grow_on_repeats (growth flags bit 0).
+constexpr FilterShape kGrowsOnRepeats = [] {
+  FilterShape s = kGrows;
+  s.grow_on_repeats = true;
+  return s;
+}();
+
 // Written by the build before the shared encoding (the encoders as they
 // were): write-ahead log create records of filter "users" at lsn 7 (synced
 // 6); cluster log create entries of "users"; snapshot files: "semi" (keys
@@ -264,7 +271,7 @@ std::vector<uint8_t> Encoded(const FilterShape& s) {
 }
 
 TEST(ShapeFormatTest, EveryShapeRoundTrips) {
-  for (const FilterShape& s : {kPacked, kSemi, kGrows}) {
+  for (const FilterShape& s : {kPacked, kSemi, kGrows, kGrowsOnRepeats}) {
     ASSERT_TRUE(ValidateShape(s).ok()) << s.DebugString();
     const std::vector<uint8_t> b = Encoded(s);
     EXPECT_EQ(b.size(), s.growing() ? kShapeBytes + kShapeGrowthBytes : kShapeBytes);
@@ -293,6 +300,30 @@ TEST(ShapeFormatTest, TheEncodingIsTheClusterLogsFieldOrder) {
   EXPECT_EQ(Get64(b.data() + 72), std::bit_cast<uint64_t>(kGrows.false_positive_rate));
 }
 
+// grow_on_repeats is bit 0 of the growth block's u32 at byte 60, reserved
+// (zero) before: shapes without it keep their bytes, so older builds read
+// them; a shape with it is refused by an older build as "reserved growth
+// bytes 60..63 are not zero" (the test below of what this build refuses
+// shows that message for bits it does not know).
+TEST(ShapeFormatTest, GrowOnRepeatsIsBitZeroOfTheGrowthFlagsAtByte60) {
+  const std::vector<uint8_t> plain = Encoded(kGrows);
+  const std::vector<uint8_t> repeats = Encoded(kGrowsOnRepeats);
+  ASSERT_EQ(plain.size(), repeats.size());
+  EXPECT_EQ(Get32(plain.data() + 60), 0u);
+  EXPECT_EQ(Get32(repeats.data() + 60), kGrowthFlagGrowOnRepeats);
+  EXPECT_EQ(kGrowthFlagGrowOnRepeats, 1u);
+  for (size_t i = 0; i < plain.size(); ++i) {
+    if (i < 60 || i >= 64) {
+      EXPECT_EQ(plain[i], repeats[i]) << "byte " << i;
+    }
+  }
+  absl::StatusOr<FilterShape> d = DecodeShape(repeats, true);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->grow_on_repeats);
+  EXPECT_EQ(GrowthFlags(kGrows), 0u);
+  EXPECT_EQ(GrowthFlags(kGrowsOnRepeats), 1u);
+}
+
 TEST(ShapeFormatTest, DecodingNamesWhatIsWrong) {
   const std::vector<uint8_t> good = Encoded(kGrows);
   auto decode = [](std::vector<uint8_t> b, bool growth = true) { return DecodeShape(b, growth); };
@@ -308,11 +339,15 @@ TEST(ShapeFormatTest, DecodingNamesWhatIsWrong) {
   EXPECT_TRUE(absl::IsDataLoss(d.status())) << d.status();
   EXPECT_TRUE(absl::StrContains(d.status().message(), "reserved shape bytes 28..31")) << d.status();
 
+  // Growth flags a newer build may know: named, with what this build knows.
   b = good;
-  Put32(b.data() + 60, 1);
+  Put32(b.data() + 60, 3);
   d = decode(b);
-  EXPECT_TRUE(absl::IsDataLoss(d.status())) << d.status();
-  EXPECT_TRUE(absl::StrContains(d.status().message(), "reserved growth bytes 60..63"))
+  EXPECT_TRUE(absl::IsFailedPrecondition(d.status())) << d.status();
+  EXPECT_TRUE(absl::StrContains(d.status().message(),
+                                "growth flags 0x3 (shape bytes 60..63) have bits this build does "
+                                "not know (0x2; it knows 0x1 grow_on_repeats): a newer build "
+                                "wrote them"))
       << d.status();
 
   b = good;
@@ -373,6 +408,23 @@ TEST(ShapeFormatTest, ClusterCreateEntriesAreUnchanged) {
   }
 }
 
+// A cluster log's create entry carries grow_on_repeats: every replica makes
+// the same filter, which grows the same way.
+TEST(ShapeFormatTest, ClusterCreateEntriesCarryGrowOnRepeats) {
+  const std::string entry = server::EncodeCreateEntry("users", kGrowsOnRepeats);
+  absl::StatusOr<server::LogEntry> e = server::DecodeLogEntry(entry);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->shape, kGrowsOnRepeats);
+  EXPECT_TRUE(e->shape.grow_on_repeats);
+  // Only the flag differs from the entry without it (and the checksum, the
+  // last 8 bytes).
+  const std::string plain = server::EncodeCreateEntry("users", kGrows);
+  ASSERT_EQ(plain.size(), entry.size());
+  size_t differ = 0;
+  for (size_t i = 0; i + 8 < plain.size(); ++i) differ += plain[i] != entry[i];
+  EXPECT_EQ(differ, 1u);
+}
+
 server::WalParse ParseWal(const std::vector<uint8_t>& b, server::WalRecord* r, std::string* why) {
   size_t length = 0;
   return server::ParseWalRecord(b, r, &length, why);
@@ -425,6 +477,23 @@ TEST(ShapeFormatTest, NewWalCreateRecordsRefuseWhatNoWriterWrites) {
   auto [bits, why3] = parse([](uint8_t* s) { Put32(s + 4, 40); });
   EXPECT_EQ(bits, server::WalParse::kBad) << why3;
   EXPECT_TRUE(absl::StrContains(why3, "fingerprint_bits=40")) << why3;
+  // Growth flags a newer build wrote: unknown to this one, named.
+  auto [flags, why4] = parse([](uint8_t* s) { Put32(s + 60, 4); });
+  EXPECT_EQ(flags, server::WalParse::kUnknown) << why4;
+  EXPECT_TRUE(absl::StrContains(why4, "growth flags 0x4")) << why4;
+}
+
+// The write-ahead log's create record carries grow_on_repeats, so a replay
+// makes the filter that was created, which grows for repeats as it did.
+TEST(ShapeFormatTest, WalCreateRecordsCarryGrowOnRepeats) {
+  std::vector<uint8_t> b(server::WalCreateFilterBytes("users", kGrowsOnRepeats));
+  server::EncodeCreateFilter(7, 6, "users", kGrowsOnRepeats, b.data());
+  server::WalRecord r;
+  std::string why;
+  ASSERT_EQ(ParseWal(b, &r, &why), server::WalParse::kRecord) << why;
+  EXPECT_EQ(r.type, server::WalRecordType::kCreateFilter);
+  EXPECT_EQ(r.shape, kGrowsOnRepeats);
+  EXPECT_EQ(Get32(b.data() + 40 + 60), kGrowthFlagGrowOnRepeats);
 }
 
 // The snapshot writer reads and writes its shape through the field table

@@ -298,6 +298,32 @@ TEST(SnapshotTest, EmptyFilterRoundTrips) {
   EXPECT_EQ(r->filter->shape(), original->shape());
 }
 
+// A filter made over the Redis port grows for repeated keys
+// (grow_on_repeats): its snapshot keeps the flag, so after a restart it
+// goes on growing for them, and keeps every copy it counted. (Snapshot
+// format version 5 stores the shape with EncodeShape, which carries the
+// flag; version 4's header has no place for it.)
+TEST(SnapshotTest, GrowOnRepeatsAndTheCopiesSurviveARoundTrip) {
+  TempDir dir;
+  auto original = MakeFilter({.capacity = 1000,
+                              .false_positive_rate = 0.002,
+                              .seed = 5,
+                              .growth_factor = 2,
+                              .max_capacity = 1000 * 1024,
+                              .grow_on_repeats = true});
+  for (int i = 0; i < 40; ++i) ASSERT_EQ(original->Insert("seen"), InsertResult::kInserted);
+  ASSERT_GT(original->ShardGenerations(0), 1u);
+  auto w = WriteSnapshotFile(*original, "repeats", dir.path());
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto r = ReadSnapshotFile(w->path, "repeats");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->filter->shape(), original->shape());
+  EXPECT_TRUE(r->filter->shape().grow_on_repeats);
+  EXPECT_EQ(r->filter->ApproximateCount("seen"), 40u);
+  EXPECT_EQ(r->filter->Insert("seen"), InsertResult::kInserted);
+  EXPECT_EQ(r->filter->ApproximateCount("seen"), 41u);
+}
+
 // The filter id and every shard's log position, which a write-ahead log
 // resumes from, survive a round trip, through a buffer that holds a whole
 // section and through one that does not.

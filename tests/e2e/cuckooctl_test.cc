@@ -385,6 +385,34 @@ TEST_F(CuckooctlTest, GrowthFlagsAreSentAndInfoShowsGenerationsBoundAndReach) {
   EXPECT_THAT(with_bits.err, HasSubstr("fingerprint_bits=12 cannot be given with growth_factor=2"));
 }
 
+// --grow-on-repeats: sent, shown by info (text and JSON), and a key
+// inserted 20 times grows the filter instead of answering FULL.
+TEST_F(CuckooctlTest, GrowOnRepeatsIsSentShownAndGrowsForOneKeyRepeated) {
+  Result plain = Ctl({"create", "plain", "--capacity=1000", "--growth-factor=2"});
+  ASSERT_EQ(plain.code, 0) << Describe(plain);
+  EXPECT_THAT(Fields(plain.out)["grow_on_repeats"], StartsWith("false ("));
+  Result made =
+      Ctl({"create", "repeats", "--capacity=1000", "--growth-factor=2", "--grow-on-repeats"});
+  ASSERT_EQ(made.code, 0) << Describe(made);
+  EXPECT_THAT(Fields(made.out)["grow_on_repeats"], StartsWith("true ("));
+  std::string same;
+  for (int i = 0; i < 20; ++i) same += "seen\n";
+  Result inserted = Ctl({"insert", "repeats", "--quiet"}, same);
+  ASSERT_EQ(inserted.code, 0) << Describe(inserted);
+  std::map<std::string, std::string> f = Fields(Ctl({"info", "repeats"}).out);
+  EXPECT_EQ(f["items"], "20");
+  EXPECT_EQ(Words(f["generations"]).at(0), "3");
+  EXPECT_THAT(Ctl({"info", "repeats", "--format=json"}).out,
+              HasSubstr("\"grow_on_repeats\":true,"));
+  Result full = Ctl({"insert", "plain", "--quiet"}, same);
+  EXPECT_NE(full.code, 0) << Describe(full);  // 12 of the 20 are FULL.
+  EXPECT_EQ(Fields(Ctl({"info", "plain"}).out)["items"], "8");
+
+  Result fixed = Ctl({"create", "g4", "--capacity=1000", "--grow-on-repeats"});
+  EXPECT_EQ(fixed.code, 2);
+  EXPECT_THAT(fixed.err, HasSubstr("--grow-on-repeats needs --growth-factor"));
+}
+
 TEST_F(CuckooctlTest, BadSemiSortValueExitsTwoAndImpossibleSemiSortExitsThree) {
   Result bogus = Ctl({"create", "f", "--capacity=1000", "--semi-sort=bogus"});
   EXPECT_EQ(bogus.code, 2) << Describe(bogus);

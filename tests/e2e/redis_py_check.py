@@ -7,6 +7,8 @@ Run by tests/e2e/redis_py_test.cc, which starts the server:
         # a server started with --redis-listen=127.0.0.1:6379 --redis-error-rate=1e-7
     /usr/bin/python3 tests/e2e/redis_py_check.py --port 6379 --admin-token T --reader-token T
         # a server started with --auth-tokens (tokens with admin:* and read:*)
+    /usr/bin/python3 tests/e2e/redis_py_check.py --port 6379 --bloom-fidelity
+        # RedisBloom's behaviour: repeated items, error texts, EXPANSION 0
 
 Uses redis-py's own RedisBloom command builders (r.cf(): CF.RESERVE, CF.ADD, ...), so the
 arguments are exactly what applications written against RedisBloom send. redis-py 4.3 speaks
@@ -302,6 +304,109 @@ def error_checks(args):
         assert isinstance(out[1], redis.ResponseError) and "Not found" in str(out[1])
 
 
+# ---- RedisBloom fidelity: repeated items, error texts, EXPANSION 0 ---------------------------
+
+
+def bloom_fidelity_checks(args):
+    r = client(args)
+    cf = r.cf()
+
+    def raw_error(fn, *a, **kw):
+        """The error's text exactly as the server sent it (redis-py keeps it as is)."""
+        try:
+            fn(*a, **kw)
+        except redis.ResponseError as e:
+            return str(e)
+        raise AssertionError("expected an error, got none")
+
+    @check
+    def bloom_repeated_item_grows_and_counts():
+        # Code that calls CF.ADD seen <id> on every event: RedisBloom grows.
+        assert [cf.add("py.bloom.seen", "x") for _ in range(40)] == [1] * 40
+        assert cf.count("py.bloom.seen", "x") == 40
+        info = cf.info("py.bloom.seen")
+        assert info.filterNum > 1 and info.insertedNum == 40, vars(info)
+        # Pipelined (one batch on the server), on a CF.RESERVE'd filter.
+        assert cf.create("py.bloom.reserved", 1000) is True
+        pipe = r.pipeline(transaction=False)
+        pcf = PipelineCF(pipe)
+        for _ in range(40):
+            pcf.add("py.bloom.reserved", "y")
+        assert pipe.execute() == [1] * 40
+        assert cf.count("py.bloom.reserved", "y") == 40
+        assert cf.exists("py.bloom.reserved", "y") == 1
+
+    @check
+    def bloom_repeats_stop_at_maximum_expansions():
+        assert cf.create("py.bloom.max", 100) is True
+        added = 0
+        while True:
+            try:
+                assert cf.add("py.bloom.max", "z") == 1
+            except redis.ResponseError as e:
+                assert str(e) == "Maximum expansions reached", str(e)
+                break
+            added += 1
+            assert added < 10000, "no limit"
+        assert added >= 40, added
+        assert cf.count("py.bloom.max", "z") == added
+        assert cf.insert("py.bloom.max", ["z"]) == [-1]
+        assert cf.exists("py.bloom.max", "z") == 1
+
+    @check
+    def bloom_error_texts():
+        assert raw_error(cf.create, "py.bloom.e", 1) == "Capacity must be at least (BucketSize * 2)"
+        assert raw_error(cf.create, "py.bloom.e", 7, bucket_size=4) == (
+            "Capacity must be at least (BucketSize * 2)")
+        assert raw_error(cf.create, "py.bloom.e", "lots") == "Bad capacity"
+        assert raw_error(cf.create, "py.bloom.e", 100, expansion=40000) == (
+            "EXPANSION: value must be an integer between 0 and 32768, inclusive.")
+        assert raw_error(cf.create, "py.bloom.e", 100, bucket_size=0) == (
+            "BUCKETSIZE: value must be an integer between 1 and 255, inclusive.")
+        assert raw_error(cf.create, "py.bloom.e", 100, max_iterations=0) == (
+            "MAXITERATIONS: value must be an integer between 1 and 65535, inclusive.")
+        big = raw_error(cf.create, "py.bloom.e", 1 << 40)
+        assert big.startswith("capacity 1099511627776 is more than"), big
+        assert "shards" not in big, big
+        largest = int(big.split("the largest accepted is ")[1].split(":")[0])
+        assert 4 <= largest < 1 << 40, largest
+        over = raw_error(cf.create, "py.bloom.e", largest + 1)
+        assert over.startswith(f"capacity {largest + 1} is more than"), over
+        assert r.exists("py.bloom.e") == 0
+        assert cf.create("py.bloom.e", 4) is True
+        assert raw_error(cf.create, "py.bloom.e", 4) == "item exists"
+        assert raw_error(cf.delete, "py.bloom.none", "x") == "Not found"
+        assert raw_error(cf.insert, "py.bloom.none", ["x"], capacity=3) == (
+            "Capacity must be at least (BucketSize * 2)")
+        assert raw_error(cf.insert, "py.bloom.none", ["x"], nocreate=True) == "not found"
+        assert raw_error(cf.info, "py.bloom.none") == "not found"
+
+    @check
+    def bloom_expansion_zero_is_full():
+        assert cf.create("py.bloom.fixed", 4, expansion=0) is True
+        # All of CF.INFO's fields (redis-py's CFInfo keeps RedisBloom's eight):
+        # a client without r.cf()'s reply callbacks.
+        info = client(args).execute_command("CF.INFO", "py.bloom.fixed")
+        fields = dict(zip(info[::2], info[1::2]))
+        slots = fields[b"Number of buckets"] * fields[b"Bucket size"]
+        assert fields[b"Max capacity"] == slots, fields
+        assert fields[b"Expansion rate"] == 0, fields
+        added = 0
+        while True:
+            try:
+                assert cf.add("py.bloom.fixed", f"k{added}") == 1
+            except redis.ResponseError as e:
+                assert str(e) == "Filter is full", str(e)
+                break
+            added += 1
+            assert added <= slots, (added, slots)
+        assert 4 <= added <= slots, (added, slots)
+        # Near full a later key may still find room; never more than the slots.
+        assert -1 in cf.insert("py.bloom.fixed", [f"more{i}" for i in range(50)])
+        info = cf.info("py.bloom.fixed")
+        assert info.filterNum == 1 and info.insertedNum <= slots, vars(info)
+
+
 # ---- with --auth-tokens -----------------------------------------------------------------------
 
 
@@ -361,11 +466,14 @@ def main():
     p.add_argument("--admin-token")
     p.add_argument("--reader-token")
     p.add_argument("--error-checks", action="store_true")
+    p.add_argument("--bloom-fidelity", action="store_true")
     args = p.parse_args()
     if args.error_checks:
         error_checks(args)
     elif args.admin_token:
         auth_checks(args)
+    elif args.bloom_fidelity:
+        bloom_fidelity_checks(args)
     else:
         basic_checks(args)
     failed = 0

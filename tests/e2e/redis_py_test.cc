@@ -44,6 +44,24 @@ TEST(RedisPyTest, CuckooFilterCommandsPipelinedAndNotAndTheBackupLoop) {
       << "a check raised outside of its assertions: " << r.out;
 }
 
+// RedisBloom's behaviour with real redis-py code: one item added 40 times
+// answers 1 each time and CF.COUNT says 40; repeats stop at "Maximum
+// expansions reached"; RedisBloom's error texts, bare; EXPANSION 0 answers
+// "Filter is full" once its slots are full.
+TEST(RedisPyTest, RepeatedItemsErrorTextsAndExpansionZeroAsRedisBloom) {
+  TempDir dir;
+  RedisCuckood server(dir.path(), {});
+  ASSERT_TRUE(server.ready()) << server.Log();
+  Result r = RunCheck({"--port", std::to_string(server.redis_port()), "--bloom-fidelity"});
+  for (const char* check :
+       {"ok bloom_repeated_item_grows_and_counts", "ok bloom_repeats_stop_at_maximum_expansions",
+        "ok bloom_error_texts", "ok bloom_expansion_zero_is_full"}) {
+    EXPECT_THAT(r.out, HasSubstr(std::string(check) + "\n")) << r.out << r.err;
+  }
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("4 checks passed"));
+}
+
 // Argument errors of write commands raise redis-py's exceptions (regression:
 // once never answered), and pipelined lookups of present and absent items
 // mixed on a multi-shard filter are right (regression: once wrong).

@@ -36,6 +36,7 @@ constexpr FlagSpec kFlags[] = {
     {"seed", true, kCreate},
     {"growth-factor", true, kCreate},
     {"max-capacity", true, kCreate},
+    {"grow-on-repeats", false, kCreate},
     {"if-not-exists", false, kCreate},
     {"changed-only", false, kSnapshot},
     {"if-absent", false, kInsert},

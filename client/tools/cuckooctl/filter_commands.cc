@@ -71,6 +71,13 @@ int RunCreate(const GlobalOptions& g, const CommandLine& cl) {
     if (auto f = ParseUintFlag(cl, "max-capacity", UINT64_MAX, v)) return Fail(*f);
     req.set_max_capacity(v);
   }
+  if (cl.Has("grow-on-repeats")) {
+    if (!cl.Has("growth-factor")) {
+      return Fail(
+          UsageError("--grow-on-repeats needs --growth-factor: a fixed filter never grows"));
+    }
+    req.set_grow_on_repeats(cl.Bool("grow-on-repeats"));
+  }
   if (cl.Has("semi-sort")) req.set_semi_sort(cl.Bool("semi-sort"));
   req.set_if_not_exists(cl.Bool("if-not-exists"));
 

@@ -15,7 +15,8 @@ Usage: cuckooctl [GLOBAL FLAGS] COMMAND [ARGUMENTS] [FLAGS]
 Filters:
   create NAME --capacity=N [--fpr=RATE | --fingerprint-bits=F] [--bucket-size=B]
               [--semi-sort[=true|false]] [--shards=S] [--max-kicks=K] [--seed=N]
-              [--growth-factor=G [--max-capacity=N]] [--if-not-exists]
+              [--growth-factor=G [--max-capacity=N] [--grow-on-repeats]]
+              [--if-not-exists]
                         create a filter; prints its info and whether it was created
   info NAME             a filter's settings and state
   list                  every filter, sorted by name
@@ -208,6 +209,12 @@ and whether it was created.
                         Growth is charged to the server's --memory-budget; when
                         the budget is used up, inserts into growing filters
                         fail with RESOURCE_EXHAUSTED and nothing is evicted
+  --grow-on-repeats     with --growth-factor: a key inserted so many times that
+                        its copies fill its slots grows the filter too (as
+                        RedisBloom's filters, and those made over the Redis
+                        port, do), so its count keeps counting; bounded by the
+                        growth schedule, --max-capacity and the memory budget
+                        (default: off, such a key answers FULL)
   --if-not-exists       if NAME exists with the same settings, print it
                         (created: false) instead of failing with ALREADY_EXISTS
 )"},

@@ -197,6 +197,7 @@ std::string FilterInfoJson(const v1::FilterInfo& f) {
       .Uint("max_capacity", f.max_capacity())
       .Double("false_positive_rate", f.false_positive_rate())
       .Double("false_positive_bound", f.false_positive_bound())
+      .Bool("grow_on_repeats", f.grow_on_repeats())
       .Uint("reachable_capacity", f.reachable_capacity())
       .Uint("max_generations", f.max_generations())
       .Raw("generations", generations + "]")
@@ -266,6 +267,11 @@ void AddFilterInfoText(TextFields& t, const v1::FilterInfo& f) {
       .Add("false_positive_bound", absl::StrFormat("%.6g (no lookup's rate is higher, at any load)",
                                                    f.false_positive_bound()))
       .Add("reachable_capacity", absl::StrFormat("%u", f.reachable_capacity()))
+      .Add("grow_on_repeats", f.grow_on_repeats()
+                                  ? std::string("true (a key repeated until its slots are full "
+                                                "grows the filter)")
+                                  : std::string("false (a key repeated until its slots are full "
+                                                "answers FULL)"))
       .Add("generations",
            absl::StrFormat("%u of at most %u", f.generations_size(), f.max_generations()));
   for (int i = 0; i < f.generations_size(); ++i) {

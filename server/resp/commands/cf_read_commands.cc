@@ -122,7 +122,10 @@ void RedisCommands::Info(Session* s, const Command& c, Writer& w) {
   integer("Max iterations", shape.max_kicks);
   // cuckood's own.
   integer("Capacity", shape.capacity);
-  integer("Max capacity", st.reachable_capacity);
+  // A fixed filter takes keys until its slots are full (its capacity
+  // rounded up to whole buckets in every shard, as RedisBloom rounds up to a
+  // power of two): that is its real capacity.
+  integer("Max capacity", shape.growing() ? st.reachable_capacity : st.slots);
   integer("Max filters", st.max_generations);
   integer("Fingerprint bits", shape.fingerprint_bits);
   integer("Shards", shape.shards);

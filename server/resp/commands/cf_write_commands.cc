@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/scratch.h"
+#include "core/filter_options.h"
 #include "server/resp/commands/commands_internal.h"
 #include "server/resp/commands/resp_commands.h"
 #include "server/service/status.h"
@@ -35,20 +36,31 @@ using resp::Command;
 using resp::Session;
 using resp::Writer;
 
+// RedisBloom's error texts (RedisBloom 2.4), bare as it sends them: its
+// clients show them as they are.
+constexpr char kFilterIsFull[] = "Filter is full";
+constexpr char kMaxExpansions[] = "Maximum expansions reached";
+constexpr char kDelNotFound[] = "Not found";
+constexpr char kBadCapacity[] = "Bad capacity";
+constexpr char kCapacityMinimum[] = "Capacity must be at least (BucketSize * 2)";
+constexpr char kUnknownArgument[] = "Unknown argument received";
+// RedisBloom's default bucket size, for its capacity minimum when BUCKETSIZE
+// is not given (CF.INSERT has none): what RedisBloom accepts, cuckood does.
+constexpr int64_t kRedisBloomBucketSize = 2;
+
 // CF.INSERT's and CF.INSERTNX's options, up to ITEMS: the error reply's
-// text, or "" with *items_at the index of the first item.
+// text, or "" with *items_at the index of the first item. RedisBloom's
+// texts; a missing value or item list is a wrong number of arguments.
 std::string InsertOptions(const Command& c, size_t command, uint64_t* capacity, bool* create,
                           size_t* items_at) {
   size_t i = 2;
   while (i < c.args.size()) {
     if (Is(c.args[i], "CAPACITY")) {
+      if (i + 1 >= c.args.size()) break;
       int64_t v;
-      if (i + 1 >= c.args.size() || !ParseInt(c.args[i + 1], &v) || v < 1 ||
-          v > (int64_t{1} << 40)) {
-        return absl::StrFormat(
-            "ERR Bad capacity: CAPACITY must be followed by an integer from 1 to %d",
-            int64_t{1} << 40);
-      }
+      if (!ParseInt(c.args[i + 1], &v)) return kBadCapacity;
+      if (v < 2 * kRedisBloomBucketSize) return kCapacityMinimum;
+      // Too large: the creation's check (CreationError) names the largest.
       *capacity = static_cast<uint64_t>(v);
       i += 2;
     } else if (Is(c.args[i], "NOCREATE")) {
@@ -59,22 +71,82 @@ std::string InsertOptions(const Command& c, size_t command, uint64_t* capacity, 
       *items_at = i + 1;
       return std::string();
     } else {
-      return absl::StrFormat(
-          "ERR unknown argument '%s' (expected CAPACITY c, NOCREATE or ITEMS item...)",
-          Shown(c.args[i]));
+      return kUnknownArgument;
     }
   }
-  return absl::StrFormat("ERR %s needs ITEMS followed by at least one item",
-                         absl::AsciiStrToUpper(A(kRedisCommandNames[command])));
+  return RedisCommands::WrongArity(kRedisCommandNames[command]);
+}
+
+// The service's refusal of an insert into a filter that holds its
+// max_capacity (FilterServiceImpl::CheckGrowthBudget): RedisBloom's limit.
+bool AtCeiling(const grpc::Status& st) {
+  return st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+         absl::StrContains(st.error_message(), "max_capacity, a hard ceiling");
 }
 
 // The reply to a write the service refused (or whose log failed).
 std::string WriteError(size_t command, const grpc::Status& st) {
-  return st.error_code() == grpc::StatusCode::NOT_FOUND && command == kCfDel
-             ? std::string("ERR Not found")
-             : StatusError(st);
+  if (st.error_code() == grpc::StatusCode::NOT_FOUND && command == kCfDel) return kDelNotFound;
+  if (command != kCfDel && AtCeiling(st)) return kMaxExpansions;
+  return StatusError(st);
+}
+
+// The FilterOptions of a CreateFilterRequest made here (no fingerprint
+// bits, shards or seed: the port never sets them).
+FilterOptions OptionsOf(const v1::CreateFilterRequest& r) {
+  return {.capacity = r.capacity(),
+          .false_positive_rate = r.false_positive_rate(),
+          .bucket_size = r.bucket_size(),
+          .max_kicks = r.max_kicks(),
+          .seed = uint64_t{0},
+          .growth_factor = r.growth_factor(),
+          .max_capacity = r.max_capacity(),
+          .grow_on_repeats = r.grow_on_repeats()};
 }
 }  // namespace
+
+void RedisCommands::SetGrowth(v1::CreateFilterRequest* req, uint32_t growth_factor) {
+  req->set_growth_factor(growth_factor);
+  req->set_grow_on_repeats(growth_factor != 0);
+  req->clear_max_capacity();
+  const uint64_t c = req->capacity();
+  if (growth_factor == 0 || c >= kMaxCapacity) return;
+  req->set_max_capacity(c <= kMaxCapacity / kRedisMaxGrowth ? c * kRedisMaxGrowth : kMaxCapacity);
+}
+
+std::string RedisCommands::CreationError(const v1::CreateFilterRequest& req) {
+  const absl::StatusOr<FilterShape> shape = ComputeShape(OptionsOf(req));
+  if (shape.ok()) return std::string();
+  // The capacity is what a client can change: the largest that would be
+  // accepted with the same settings (acceptance falls with the capacity:
+  // more shards and longer fingerprints leave fewer hash bits).
+  auto accepted = [&](uint64_t capacity) {
+    v1::CreateFilterRequest r = req;
+    r.set_capacity(capacity);
+    SetGrowth(&r, req.growth_factor());
+    return ComputeShape(OptionsOf(r)).ok();
+  };
+  if (!accepted(2 * kRedisBloomBucketSize)) return StatusError(ToGrpcStatus(shape.status()));
+  uint64_t lo = 2 * kRedisBloomBucketSize;  // Accepted.
+  uint64_t hi = req.capacity();             // Refused.
+  while (hi - lo > 1) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    (accepted(mid) ? lo : hi) = mid;
+  }
+  return absl::StrFormat(
+      "ERR capacity %u is more than a filter made over the Redis port can have with these "
+      "settings (%s); the largest accepted is %u: ask for a capacity of at most %u",
+      req.capacity(),
+      req.growth_factor() == 0 ? std::string("EXPANSION 0")
+                               : absl::StrFormat("growing %ux, up to %ux its capacity",
+                                                 req.growth_factor(), kRedisMaxGrowth),
+      lo, lo);
+}
+
+bool RedisCommands::GrowsForRepeats(std::string_view key) const {
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> f = registry_->Get(A(key));
+  return f.ok() && (*f)->shape().grow_on_repeats;
+}
 
 // The replies of a write's run of commands, in order, and what the metrics
 // count of each: where its reply ends in `bytes`, and its keys.
@@ -96,8 +168,13 @@ struct RedisCommands::RunReplies {
   // The replies from the per-key results: `code(i)` is key i's
   // InsertResult or DeleteResult (as an int); `sizes` the keys of each
   // command, in order (a CF.ADD's 1).
-  template <typename Code>
-  void Results(int protocol, size_t command, absl::Span<const size_t> sizes, Code code) {
+  // A CF.ADD that answers FULL gets RedisBloom's "Maximum expansions
+  // reached" from a filter that grows as RedisBloom's do (it can grow no
+  // further: its schedule, max_capacity or memory), else "Filter is full";
+  // `growing()` says which, asked only then.
+  template <typename Growing, typename Code>
+  void Results(int protocol, size_t command, absl::Span<const size_t> sizes, Growing growing,
+               Code code) {
     Writer w(&bytes, protocol);
     size_t key = 0;
     for (const size_t n : sizes) {
@@ -111,7 +188,7 @@ struct RedisCommands::RunReplies {
             } else if (c == static_cast<int>(InsertResult::kAlreadyPresent)) {
               w.Integer(0);
             } else {
-              w.Error("ERR Filter is full");
+              w.Error(growing() ? kMaxExpansions : kFilterIsFull);
             }
           }
           break;
@@ -251,7 +328,7 @@ void RedisCommands::Write(Session* s, absl::Span<const Command> run, size_t comm
     }
   }
   const bool exists = registry_->Get(A(key)).ok();
-  if (!exists && command == kCfDel) return fail("ERR Not found");
+  if (!exists && command == kCfDel) return fail(kDelNotFound);
   if (!exists && !create) return fail("ERR not found");
   if (exists && service_ != nullptr && service_->local_writes()) {
     return WriteHere(s, caller, command, key, items, std::move(sizes), std::move(done), start);
@@ -267,6 +344,7 @@ void RedisCommands::WriteThroughService(Session* s, size_t command, std::string_
   auto call = std::make_shared<Call>();
   call->protocol = s->protocol;
   call->command = command;
+  call->key = std::string(key);
   call->sizes = std::move(sizes);
   call->start = start;
   call->token = s->token;
@@ -290,8 +368,9 @@ void RedisCommands::WriteThroughService(Session* s, size_t command, std::string_
                absl::StrFormat("ERR internal error: %u results for %u keys", results.size(), keys));
     } else {
       // The proto's enums are the core's results + 1 (UNSPECIFIED is 0).
-      r.Results(call->protocol, call->command, call->sizes,
-                [&](size_t i) { return results[static_cast<int>(i)] - 1; });
+      r.Results(
+          call->protocol, call->command, call->sizes, [&] { return GrowsForRepeats(call->key); },
+          [&](size_t i) { return results[static_cast<int>(i)] - 1; });
     }
     Answer(call->command, call->start, &r, call->done);
   };
@@ -335,8 +414,14 @@ void RedisCommands::WriteThroughService(Session* s, size_t command, std::string_
   call->create.set_name(std::string(key));
   call->create.set_capacity(capacity);
   call->create.set_false_positive_rate(options_.error_rate);
-  call->create.set_growth_factor(options_.default_expansion);
+  SetGrowth(&call->create, options_.default_expansion);
   call->create.set_if_not_exists(true);
+  if (std::string e = CreationError(call->create); !e.empty()) {
+    RunReplies r;
+    r.Errors(call->protocol, call->sizes.size(), e);
+    Answer(call->command, call->start, &r, call->done);
+    return;
+  }
   AddCredentials(*s, &call->ctx);
   calls_.fetch_add(1, std::memory_order_relaxed);
   in_process_.Start(
@@ -375,16 +460,18 @@ void RedisCommands::WriteHere(Session* s, const Caller& caller, size_t command,
       absl::StatusOr<FilterServiceImpl::AppliedWrite> a =
           service_->DeleteNow(write, results.span());
       if (a.ok()) {
-        replies.Results(s->protocol, command, sizes,
-                        [&](size_t i) { return static_cast<int>(results[i]); });
+        replies.Results(
+            s->protocol, command, sizes, [] { return false; },
+            [&](size_t i) { return static_cast<int>(results[i]); });
       }
       return a;
     }
     ScratchArray<InsertResult> results(items.size());
     absl::StatusOr<FilterServiceImpl::AppliedWrite> a = service_->InsertNow(write, results.span());
     if (a.ok()) {
-      replies.Results(s->protocol, command, sizes,
-                      [&](size_t i) { return static_cast<int>(results[i]); });
+      replies.Results(
+          s->protocol, command, sizes, [&] { return GrowsForRepeats(filter); },
+          [&](size_t i) { return static_cast<int>(results[i]); });
     }
     return a;
   }();
@@ -419,52 +506,63 @@ void RedisCommands::Reserve(Session* s, absl::Span<const Command> run, size_t,
   if (absl::Status v = FilterRegistry::ValidateName(A(key)); !v.ok()) {
     return fail(NameError(key, v));
   }
+  // RedisBloom's checks and texts: an option without a value is a wrong
+  // number of arguments; then the capacity, each option's value, and the
+  // capacity against the bucket size.
+  if (c.args.size() % 2 == 0) return fail(WrongArity(c.args[0]));
   auto call = std::make_shared<Call>();
   v1::CreateFilterRequest& req = call->create;
   req.set_name(std::string(key));
   int64_t capacity;
-  if (!ParseInt(c.args[2], &capacity) || capacity < 1 || capacity > (int64_t{1} << 40)) {
-    return fail(absl::StrFormat("ERR Bad capacity '%s': an integer from 1 to %d", Shown(c.args[2]),
-                                int64_t{1} << 40));
-  }
-  req.set_capacity(static_cast<uint64_t>(capacity));
+  if (!ParseInt(c.args[2], &capacity)) return fail(kBadCapacity);
   req.set_false_positive_rate(options_.error_rate);
-  req.set_growth_factor(options_.default_expansion);
-  for (size_t i = 3; i < c.args.size(); i += 2) {
+  uint32_t growth_factor = options_.default_expansion;
+  int64_t bucket_size = kRedisBloomBucketSize;
+  for (size_t i = 3; i + 1 < c.args.size(); i += 2) {
     const std::string_view option = c.args[i];
     int64_t v;
-    if (i + 1 >= c.args.size() || !ParseInt(c.args[i + 1], &v)) {
-      return fail(
-          absl::StrFormat("ERR %s needs an integer value", absl::AsciiStrToUpper(A(option))));
-    }
+    const bool parsed = ParseInt(c.args[i + 1], &v);
     if (Is(option, "BUCKETSIZE")) {
+      if (!parsed) return fail("Couldn't parse BUCKETSIZE");
+      if (v < 1 || v > 255) {
+        return fail("BUCKETSIZE: value must be an integer between 1 and 255, inclusive.");
+      }
       // cuckood's bucket sizes are 2, 4 and 8: a size between them takes the
       // next larger (RedisBloom takes 1 to 255).
-      if (v < 1 || v > 8) {
+      if (v > 8) {
         return fail(absl::StrFormat(
             "ERR Bad bucket size %d: cuckood supports 1 to 8 (1 and 2 give 2, 3 and 4 give 4, 5 "
             "to 8 give 8)",
             v));
       }
+      bucket_size = v;
       req.set_bucket_size(v <= 2 ? 2 : v <= 4 ? 4 : 8);
     } else if (Is(option, "MAXITERATIONS")) {
+      if (!parsed) return fail("Couldn't parse MAXITERATIONS");
       if (v < 1 || v > 65535) {
-        return fail(absl::StrFormat("ERR Bad max iterations %d: an integer from 1 to 65535", v));
+        return fail("MAXITERATIONS: value must be an integer between 1 and 65535, inclusive.");
       }
       req.set_max_kicks(static_cast<uint32_t>(std::min<int64_t>(v, 10'000)));
     } else if (Is(option, "EXPANSION")) {
+      if (!parsed) return fail("Couldn't parse EXPANSION");
       if (v < 0 || v > 32768) {
-        return fail(absl::StrFormat("ERR Bad expansion %d: an integer from 0 to 32768", v));
+        return fail("EXPANSION: value must be an integer between 0 and 32768, inclusive.");
       }
       // 0: a fixed filter; 1 and 2: doubling (cuckood's smallest growth
       // factor); up to 8; more: 8.
-      req.set_growth_factor(v == 0 ? 0 : static_cast<uint32_t>(std::clamp<int64_t>(v, 2, 8)));
+      growth_factor = v == 0 ? 0 : static_cast<uint32_t>(std::clamp<int64_t>(v, 2, 8));
     } else {
+      // RedisBloom ignores what it does not know; a typo here would make
+      // another filter than asked for.
       return fail(absl::StrFormat(
           "ERR unknown argument '%s' (expected BUCKETSIZE, MAXITERATIONS or EXPANSION)",
           Shown(option)));
     }
   }
+  if (capacity < 2 * bucket_size) return fail(kCapacityMinimum);
+  req.set_capacity(static_cast<uint64_t>(capacity));
+  SetGrowth(&req, growth_factor);
+  if (std::string e = CreationError(req); !e.empty()) return fail(e);
   call->protocol = s->protocol;
   call->start = start;
   call->done = std::move(done);

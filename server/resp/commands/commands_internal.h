@@ -160,6 +160,8 @@ struct RedisCommands::Call {
   v1::DropFilterResponse dropped;
   int protocol = 2;
   size_t command = 0;
+  // The filter written to.
+  std::string key;
   // The keys of each command merged into this write (one reply each).
   std::vector<size_t> sizes;
   std::chrono::steady_clock::time_point start;

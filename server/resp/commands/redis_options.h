@@ -38,6 +38,13 @@ inline constexpr size_t kMaxRedisLoads = 2;
 inline constexpr size_t kMaxRedisExpiredTransfers = 64;
 inline constexpr absl::Duration kRedisExpiredTransferMemory = absl::Hours(1);
 
+// A growing filter made over the Redis port may grow to this many times its
+// capacity (its max_capacity; RedisBloom's with its default EXPANSION 1
+// reach 32 times, with EXPANSION 2 2^32 times). This bounds the memory one
+// key repeated without end can make it take (docs/GROWTH.md, "Repeated
+// keys").
+inline constexpr uint64_t kRedisMaxGrowth = 1024;
+
 struct RedisOptions {
   // A filter that CF.ADD, CF.ADDNX, CF.INSERT or CF.INSERTNX creates (the
   // key does not exist) holds this many keys before it grows

@@ -113,6 +113,15 @@ class RedisCommands final : public resp::CommandHandler {
   // The reply to a command after authentication failed or is missing, etc.:
   // public for tests of the error wording.
   static std::string WrongArity(std::string_view command);
+  // The growth of a filter made over this port (CF.RESERVE, and CF.ADD or
+  // CF.INSERT on a missing key): `growth_factor` (0: fixed), growing for
+  // repeated keys as RedisBloom's filters do (grow_on_repeats), up to
+  // kRedisMaxGrowth times its capacity (max_capacity, which bounds the
+  // memory a client repeating one key can make it take).
+  static void SetGrowth(v1::CreateFilterRequest* req, uint32_t growth_factor);
+  // "" if `req` (made here, with SetGrowth) makes a filter; else the error
+  // reply: for a capacity too large, the largest the same settings accept.
+  static std::string CreationError(const v1::CreateFilterRequest& req);
 
  private:
   // An entry of the command table (server/resp/commands/commands_internal.h).
@@ -134,6 +143,11 @@ class RedisCommands final : public resp::CommandHandler {
   bool Authorize(resp::Session* session, resp::Writer& w, size_t command, Access need,
                  std::string_view filter, Caller* caller);
   bool CurrentCaller(resp::Session* session, resp::Writer& w, Caller* caller);
+  // Whether the filter named `key` exists and grows as RedisBloom's do, for
+  // repeated keys too (grow_on_repeats): a CF.ADD it answers FULL gets
+  // RedisBloom's "Maximum expansions reached", other filters' "Filter is
+  // full".
+  bool GrowsForRepeats(std::string_view key) const;
   // The reads' prologue: the read grant on `key`, the name's check, then
   // the filter (null if there is none of that name); false with the error
   // reply written.

@@ -330,6 +330,40 @@ TEST_F(PersistenceTest, CorruptSnapshotIsQuarantinedAndItsFilterRecoveredFromThe
   EXPECT_THAT(q[0], ::testing::StartsWith("bad.cuckoo."));
 }
 
+// The write-ahead log's create record carries grow_on_repeats: a filter
+// replayed from the log alone (its snapshot gone) is made with the option
+// and its repeated inserts grow it again, as they did live.
+TEST_F(PersistenceTest, AFilterGrowingForRepeatsIsReplayedFromTheLogWithTheOption) {
+  v1::CreateFilterRequest req;
+  req.set_name("repeats");
+  req.set_capacity(1000);
+  req.set_growth_factor(2);
+  req.set_max_capacity(1000 * 1024);
+  req.set_grow_on_repeats(true);
+  req.set_seed(99);
+  ASSERT_TRUE(client_->CreateFilter(req).ok());
+  const std::vector<std::string> same(40, "seen");
+  auto inserted = client_->Insert("repeats", Views(same));
+  ASSERT_TRUE(inserted.ok()) << inserted.status();
+  for (v1::InsertResult r : *inserted) ASSERT_EQ(r, v1::INSERT_RESULT_INSERTED);
+  const v1::FilterInfo live = *client_->GetFilter("repeats");
+  ASSERT_EQ(live.generations_size(), 5);
+  server_->Shutdown(absl::Seconds(5));
+  ASSERT_TRUE(fs::remove(SnapshotFile("repeats")));
+  StartServer(testing::TestConfig(dir_.path()));
+  Connect();
+  absl::StatusOr<v1::FilterInfo> replayed = client_->GetFilter("repeats");
+  ASSERT_TRUE(replayed.ok()) << replayed.status();
+  EXPECT_TRUE(replayed->grow_on_repeats());
+  EXPECT_EQ(replayed->items(), 40u);
+  EXPECT_EQ(replayed->generations_size(), 5);
+  EXPECT_EQ(replayed->memory_bytes(), live.memory_bytes());
+  const std::vector<std::string_view> one = {"seen"};
+  EXPECT_THAT(*client_->Count("repeats", one), ElementsAre(40u));
+  EXPECT_THAT(*client_->Insert("repeats", one), ElementsAre(v1::INSERT_RESULT_INSERTED));
+  EXPECT_THAT(*client_->Count("repeats", one), ElementsAre(41u));
+}
+
 // Without a log that covers it (here: the log moved aside, as an operator
 // starting from snapshots alone would), a quarantined filter is gone and its
 // name free.
