@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tests/e2e/redis_test_util.h"
+#include "tests/util/test_pki.h"
 
 namespace cuckoo::testing {
 namespace {
@@ -54,6 +55,33 @@ TEST(NodeRedisTest, RedisBloomCommandsOfNodeRedis6And4InRESP2AndRESP3) {
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_THAT(r.out,
               HasSubstr(std::to_string(checks.size() * std::size(kClients)) + " checks passed"));
+}
+
+// The same clients over TLS (their `socket: {tls: true, ca}` options), the
+// server's certificate checked against the CA as an application would.
+TEST(NodeRedisTest, NodeRedisOverTls) {
+  ASSERT_TRUE(Installed())
+      << "node-redis is not installed: run bash tests/e2e/node_redis/install.sh";
+  TempDir dir;
+  const Pem ca = MakeCa("node-redis TLS CA");
+  const Pem cert = IssueCert(
+      ca, {.common_name = "localhost", .dns_sans = {"localhost"}, .ip_sans = {"127.0.0.1"}});
+  WritePem(dir.path() + "/ca.pem", ca.cert);
+  WritePem(dir.path() + "/tls.crt", cert.cert);
+  WritePem(dir.path() + "/tls.key", cert.key);
+  TempDir data;
+  RedisCuckood server(data.path(), {"--tls-cert=" + dir.path() + "/tls.crt",
+                                    "--tls-key=" + dir.path() + "/tls.key"});
+  ASSERT_TRUE(server.ready()) << server.Log();
+  const std::vector<std::string> checks = {"connection", "reserve_add_exists", "binary_items",
+                                           "pipelined_thousands", "scandump_loadchunk_backup"};
+  Result r = RunCheck(server.redis_port(), checks, dir.path() + "/ca.pem");
+  for (const char* client : kClients) {
+    for (const std::string& check : checks) {
+      EXPECT_THAT(r.out, HasSubstr("ok " + check + " (" + client + ")\n")) << r.out << r.err;
+    }
+  }
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
 }
 
 }  // namespace

@@ -5,8 +5,8 @@
 //
 // Run by tests/e2e/node_redis_test.cc, which starts the server:
 //
-//     node tests/e2e/node_redis/check.mjs --port 6379 [--only name,name]
-//         # a server started with --redis-listen=127.0.0.1:6379
+//     node tests/e2e/node_redis/check.mjs --port 6379 [--only name,name] [--tls-ca ca.pem]
+//         # a server started with --redis-listen=127.0.0.1:6379 (and --tls-cert: TLS)
 //
 // The packages are the ones package-lock.json pins, installed by `npm ci` into node_modules/
 // beside this file (scripts/test.sh does it; tests/e2e/node_redis/install.sh by hand).
@@ -14,40 +14,46 @@
 // then "<n> checks passed" (exit 0) or "<k> of <n> checks FAILED" (exit 1).
 
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 
 import { createClient, RESP_TYPES } from 'redis';
 import { createClient as createClient4, commandOptions } from 'redis4';
 
 const { values: args } = parseArgs({
-  options: { port: { type: 'string' }, only: { type: 'string' } },
+  options: { port: { type: 'string' }, only: { type: 'string' }, 'tls-ca': { type: 'string' } },
 });
 if (!args.port) {
-  console.error('usage: check.mjs --port N [--only check,check]');
+  console.error('usage: check.mjs --port N [--only check,check] [--tls-ca CA.pem]');
   process.exit(2);
 }
 const only = args.only ? new Set(args.only.split(',')) : null;
-const url = `redis://127.0.0.1:${args.port}`;
+// --tls-ca: the port serves TLS; the server's certificate is checked against this CA (for
+// localhost), as an application would.
+const tls = args['tls-ca']
+  ? { tls: true, ca: readFileSync(args['tls-ca']), servername: 'localhost' }
+  : {};
+const url = `${args['tls-ca'] ? 'rediss' : 'redis'}://127.0.0.1:${args.port}`;
 
 // The clients: each check runs once per client, on keys of its own (prefix).
 const clients = [
   {
     label: 'redis 6, RESP2',
     prefix: 'n6r2',
-    open: () => createClient({ url, RESP: 2 }),
+    open: () => createClient({ url, RESP: 2, socket: tls }),
     buffers: (c) => c.withTypeMapping({ [RESP_TYPES.BLOB_STRING]: Buffer }),
   },
   {
     label: 'redis 6, RESP3',
     prefix: 'n6r3',
-    open: () => createClient({ url, RESP: 3 }),
+    open: () => createClient({ url, RESP: 3, socket: tls }),
     buffers: (c) => c.withTypeMapping({ [RESP_TYPES.BLOB_STRING]: Buffer }),
   },
   {
     label: 'redis 4, RESP2',
     prefix: 'n4',
     v4: true,
-    open: () => createClient4({ url }),
+    open: () => createClient4({ url, socket: tls }),
     buffers: null,  // commandOptions({ returnBuffers: true }) per call
   },
 ];
