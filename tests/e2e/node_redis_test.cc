@@ -31,11 +31,16 @@ bool Installed() {
   return ::stat((kCheckDir + "/node_modules/.package-lock.json.installed").c_str(), &st) == 0;
 }
 
-Result RunCheck(int port, const std::vector<std::string>& checks) {
+// node check.mjs against 127.0.0.1:port, only `checks`; over TLS checking
+// the server against `tls_ca` when it is given.
+Result RunCheck(int port, const std::vector<std::string>& checks, const std::string& tls_ca = "") {
   std::string only;
   for (const std::string& c : checks) only += (only.empty() ? "" : ",") + c;
-  return RunProcess({"/usr/bin/env", "node", kCheckDir + "/check.mjs", "--port",
-                     std::to_string(port), "--only", only});
+  std::vector<std::string> argv = {
+      "/usr/bin/env", "node", kCheckDir + "/check.mjs", "--port", std::to_string(port),
+      "--only",       only};
+  if (!tls_ca.empty()) argv.insert(argv.end(), {"--tls-ca", tls_ca});
+  return RunProcess(argv);
 }
 
 TEST(NodeRedisTest, RedisBloomCommandsOfNodeRedis6And4InRESP2AndRESP3) {
