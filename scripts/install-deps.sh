@@ -6,7 +6,7 @@
 #   scripts/install-deps.sh --test    also the tests' tools: redis-server,
 #       redis-tools and python3-redis (real peers of the tests), the sanitizer
 #       runtimes and clang for the fuzzers, clang-format, node and
-#       npm (the manifest validator), podman, runc and mmdebstrap (the image
+#       npm (the manifest validator, node-redis), podman, runc and mmdebstrap (the image
 #       test), docker-compose (the compose files' check), prometheus (promtool,
 #       for the alerting rules)
 # Debian's redis-server, nats-server and prometheus packages start a server
@@ -48,7 +48,8 @@ for p in "${PACKAGES[@]}"; do
     missing+=("$p")
   fi
 done
-# node and npm for the manifest validator (scripts/k8s-validate): Debian's,
+# node and npm for the manifest validator (scripts/k8s-validate) and the
+# node-redis tests (tests/e2e/node_redis): Debian's,
 # unless a node >= 18 with npm is there already (from another source).
 if [ "${1:-}" = --test ] && ! { command -v npm >/dev/null &&
   [ "$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)" -ge 18 ]; }; then

@@ -79,6 +79,8 @@ joined() {
   return "$status"
 }
 bash scripts/install-deps.sh --test
+# node-redis, for tests/e2e/node_redis_test (from npm, as package-lock.json pins).
+bash tests/e2e/node_redis/install.sh
 jobs=$(nproc)
 # The release build without debug info (scripts/build.sh): nothing here
 # reads it, and it costs about 30% of that build's compile time. Exported,
