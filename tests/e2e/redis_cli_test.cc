@@ -698,42 +698,65 @@ TEST_P(RedisCliTest, ScanDumpAndLoadChunkCopyAFilter) {
   const std::string first = Run({"CF.SCANDUMP", "d", "0"});
   EXPECT_THAT(first, StartsWith("1) (integer) 4294967297\n2) \"CKDUMP01"));
   EXPECT_THAT(first, HasSubstr("\\xf4\\x01\\x00\\x00\\x00\\x00\\x00\\x00\"\n"));  // 500 items
-  // The loop, chunks read raw and written back with redis-cli -x (the last
-  // argument from stdin, binary-safe).
-  std::vector<std::pair<std::string, std::string>> chunks;
-  std::string iter = "0";
-  while (true) {
-    Result r = Cli({"CF.SCANDUMP", "d", iter}, "", {}, /*raw=*/true);
-    ASSERT_EQ(r.code, 0) << r.err;
-    const size_t nl = r.out.find('\n');
-    ASSERT_NE(nl, std::string::npos) << r.out;
-    iter = r.out.substr(0, nl);
-    ASSERT_TRUE(r.out.ends_with("\n"));
-    const std::string data = r.out.substr(nl + 1, r.out.size() - nl - 2);
-    if (iter == "0") {
-      EXPECT_EQ(data, "") << "the last reply's data";
-      break;
-    }
-    chunks.emplace_back(iter, data);
-    ASSERT_LT(chunks.size(), 10u);
-  }
-  ASSERT_GE(chunks.size(), 2u);
-  // A second dump, printed: its last reply is iterator 0 and empty data
-  // (RedisBloom sends a null there; docs/REDIS_COMPATIBILITY.md).
+  // A dump belongs to its connection, and each redis-cli run is a
+  // connection of its own: the dump above ended with it, and its iterators
+  // are refused on another.
+  const std::string first_it = first.substr(13, first.find('\n') - 13);
+  EXPECT_THAT(Run({"CF.SCANDUMP", "d", first_it}),
+              StartsWith("(error) ERR no CF.SCANDUMP of 'd' is in progress on this connection"));
+  // So the loop runs on one connection (one redis-cli reading commands).
+  // Its iterators are the dump's id (high 32 bits) and the chunk numbers:
+  // this server makes no other dumps, so the ids follow the first one's
+  // (the raw run below takes the next, the loop the one after), and the
+  // header gives the number of chunks. (The first reply's iterator is
+  // checked below: a wrong guess fails there.)
+  const uint64_t id = (std::stoull(first_it) >> 32) + 1;
+  ASSERT_THAT(first, HasSubstr("\"CKDUMP01"));
+  std::string script = "CF.SCANDUMP d 0\n";
+  uint64_t snapshot_bytes = 0;
   {
-    std::string it = "0", last;
-    for (int n = 0; n < 10 && (n == 0 || it != "0"); ++n) {
-      last = Run({"CF.SCANDUMP", "d", it});
-      ASSERT_THAT(last, StartsWith("1) (integer) "));
-      it = last.substr(13, last.find('\n') - 13);
+    // The header's snapshot size, printed escaped: read it back from a raw
+    // run (binary: 8 bytes after the magic).
+    Result raw = Cli({"CF.SCANDUMP", "d", "0"}, "", {}, /*raw=*/true);
+    ASSERT_EQ(raw.code, 0) << raw.err;
+    const size_t magic = raw.out.find("CKDUMP01");
+    ASSERT_NE(magic, std::string::npos);
+    for (int i = 7; i >= 0; --i) {
+      snapshot_bytes = snapshot_bytes << 8 | static_cast<uint8_t>(raw.out[magic + 8 + i]);
     }
-    EXPECT_EQ(last, "1) (integer) 0\n2) \"\"\n");
   }
-  for (const auto& [it, data] : chunks) {
-    Result r = Cli({"-x", "CF.LOADCHUNK", "copy", it}, data);
-    ASSERT_EQ(r.code, 0) << r.err;
-    EXPECT_EQ(r.out, "OK\n") << "chunk " << it;
+  const uint64_t data_chunks = (snapshot_bytes + (1 << 20) - 1) >> 20;
+  ASSERT_GE(data_chunks, 1u);
+  for (uint64_t chunk = 1; chunk <= data_chunks + 1; ++chunk) {
+    script += "CF.SCANDUMP d " + std::to_string(((id + 1) << 32) | chunk) + "\n";
   }
+  // Each reply: "1) (integer) <iterator>", then "2) <the chunk as
+  // redis-cli prints it>", which it also reads back as the same bytes.
+  const std::string dumped = Script(script);
+  const std::vector<std::string> printed = Lines(dumped);
+  ASSERT_EQ(printed.size(), 2 * (data_chunks + 2)) << dumped;
+  std::vector<std::pair<std::string, std::string>> chunks;
+  for (size_t i = 0; i + 1 < printed.size(); i += 2) {
+    ASSERT_THAT(printed[i], StartsWith("1) (integer) "));
+    ASSERT_THAT(printed[i + 1], StartsWith("2) "));
+    chunks.emplace_back(printed[i].substr(13), printed[i + 1].substr(3));
+  }
+  // The last reply is iterator 0 and nil, as RedisBloom's.
+  EXPECT_EQ(chunks.back(), (std::pair<std::string, std::string>{"0", "(nil)"}));
+  chunks.pop_back();
+  EXPECT_EQ(chunks[0].first, std::to_string(((id + 1) << 32) | 1));
+  ASSERT_GE(chunks.size(), 2u);
+  // Loaded on one connection too (a load belongs to its connection).
+  std::string load;
+  for (const auto& [it, data] : chunks) load += "CF.LOADCHUNK copy " + it + " " + data + "\n";
+  EXPECT_EQ(Script(load), [&] {
+    std::string ok;
+    for (size_t i = 0; i < chunks.size(); ++i) ok += "OK\n";
+    return ok;
+  }());
+  // An empty filter's dump is [0, nil] at once, as RedisBloom's.
+  ASSERT_EQ(Run({"CF.RESERVE", "empty", "100"}), "OK\n");
+  EXPECT_EQ(Run({"CF.SCANDUMP", "empty", "0"}), "1) (integer) 0\n2) (nil)\n");
   std::vector<int> ones(500, 1);
   EXPECT_EQ(Run([&] {
               std::vector<std::string> args = {"CF.MEXISTS", "copy"};
@@ -761,20 +784,23 @@ TEST_P(RedisCliTest, ScanDumpAndLoadChunkCopyAFilter) {
                    "CF.LOADCHUNK other 2 x\n"
                    "CF.LOADCHUNK copy 1\n"),
             "(error) ERR not found\n"
-            "(error) ERR Bad iterator: a non-negative integer, 0 to start\n"
-            "(error) ERR Bad iterator: a non-negative integer, 0 to start\n" +
+            "(error) Invalid position: the iterator is a non-negative integer, 0 to start\n"
+            "(error) Invalid position: the iterator is a non-negative integer, 0 to start\n" +
                 Arity("cf.scandump") +
-                "(error) ERR Bad iterator: use the iterator CF.SCANDUMP returned with this chunk\n"
-                "(error) ERR this is not the first chunk of a cuckood CF.SCANDUMP (chunks of "
-                "RedisBloom's own dumps cannot be loaded: see docs/REDIS_COMPATIBILITY.md)\n"
-                "(error) ERR no CF.LOADCHUNK of 'other' is in progress: load the dump's first "
+                "(error) Invalid position: use the iterator CF.SCANDUMP returned with this chunk\n"
+                "(error) Invalid header: this is not the first chunk of a cuckood CF.SCANDUMP "
+                "(chunks of RedisBloom's own dumps cannot be loaded: see "
+                "docs/REDIS_COMPATIBILITY.md)\n"
+                "(error) ERR no CF.LOADCHUNK of 'other' is in progress on this connection (a load "
+                "ends with the connection that sent its first chunk): load the dump's first "
                 "chunk first\n" +
                 Arity("cf.loadchunk"));
   EXPECT_THAT(Run({"CF.SCANDUMP", "d", "999"}),
-              StartsWith("(error) ERR no CF.SCANDUMP of 'd' is in progress with iterator 999 "));
+              StartsWith("(error) ERR no CF.SCANDUMP of 'd' is in progress on this connection "
+                         "with iterator 999 "));
   // Loading the header again onto an existing filter is refused.
-  EXPECT_THAT(Cli({"-x", "CF.LOADCHUNK", "copy", chunks[0].first}, chunks[0].second).out,
-              StartsWith("(error) ERR filter 'copy' exists: DEL it first"));
+  EXPECT_THAT(Script("CF.LOADCHUNK copy " + chunks[0].first + " " + chunks[0].second + "\n"),
+              StartsWith("(error) ERR item exists: filter 'copy' exists; DEL it first"));
 }
 
 TEST_P(RedisCliTest, FiltersAreSharedWithTheGrpcApi) {

@@ -11,11 +11,13 @@
 // alternating between filters) share group commits.
 //
 // CTest label "chaos": runs in the release build only (tests/e2e/CMakeLists.txt).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -166,6 +168,82 @@ TEST(RedisCrashTest, KillDashNineLosesNoAcknowledgedRespWrite) {
   // Each round waited (up to a minute) for more than 2 000 and 200 of them.
   EXPECT_GT(acked_add.size(), 10'000u) << "the load was too light";
   EXPECT_GT(acked_insert.size(), 1'000u) << "the load was too light";
+}
+
+// The names in `dir` (none if it does not exist).
+std::vector<std::string> NamesIn(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    names.push_back(e.path().filename().string());
+  }
+  return names;
+}
+
+// Descriptors process `pid` holds on files under `dir` (removed files
+// included: their links read "<path> (deleted)").
+int OpenFilesUnder(pid_t pid, const std::string& dir) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& e :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+    std::error_code link_ec;
+    n += std::filesystem::read_symlink(e.path(), link_ec).string().starts_with(dir + "/");
+  }
+  return n;
+}
+
+// CF.SCANDUMP's copy and CF.LOADCHUNK's upload are files without a name
+// (removed from .redis-dump as soon as they are open): a SIGKILL mid-dump
+// and mid-load leaves nothing in the data directory, before the restart as
+// after it, and the restart has nothing to clean up.
+TEST(RedisCrashTest, KillDashNineMidDumpAndLoadLeavesNoFileBehind) {
+  TempDir data;
+  const std::string dumps_dir = data.path() + "/.redis-dump";
+  std::string header, chunk;
+  int64_t header_it = 0, chunk_it = 0;
+  {
+    RedisCuckood server(data.path());
+    ASSERT_TRUE(server.ready()) << server.Log();
+    RespConn c(server.redis_port(), std::chrono::seconds(30));
+    ASSERT_EQ(c.Call({"CF.RESERVE", "src", "1000000"})->str, "OK");
+    for (int batch = 0; batch < 20; ++batch) {
+      std::vector<std::string> insert = {"CF.INSERT", "src", "ITEMS"};
+      for (int i = 0; i < 10'000; ++i) {
+        insert.push_back("k" + std::to_string(batch) + "-" + std::to_string(i));
+      }
+      ASSERT_EQ(c.Call(insert)->type, '*');
+    }
+    // The dump read to its first data chunk, the load sent that far.
+    std::optional<RespReply> r = c.Call({"CF.SCANDUMP", "src", "0"});
+    ASSERT_TRUE(r.has_value() && r->type == '*') << (r ? r->str : "no reply");
+    header_it = r->elems[0].integer;
+    header = r->elems[1].str;
+    r = c.Call({"CF.SCANDUMP", "src", std::to_string(header_it)});
+    ASSERT_TRUE(r.has_value() && r->type == '*') << (r ? r->str : "no reply");
+    chunk_it = r->elems[0].integer;
+    chunk = r->elems[1].str;
+    ASSERT_EQ(chunk.size(), size_t{1} << 20);
+    ASSERT_EQ(c.Call({"CF.LOADCHUNK", "copy", std::to_string(header_it), header})->str, "OK");
+    ASSERT_EQ(c.Call({"CF.LOADCHUNK", "copy", std::to_string(chunk_it), chunk})->str, "OK");
+    // Both files are open, and neither has a name.
+    EXPECT_EQ(OpenFilesUnder(server.process().pid(), dumps_dir), 2);
+    EXPECT_TRUE(NamesIn(dumps_dir).empty());
+    server.process().Signal(SIGKILL);
+    ASSERT_EQ(server.process().Wait(), 128 + SIGKILL);
+  }
+  EXPECT_TRUE(NamesIn(dumps_dir).empty()) << "after the kill";
+  RedisCuckood server(data.path());
+  ASSERT_TRUE(server.ready()) << server.Log();
+  EXPECT_TRUE(NamesIn(dumps_dir).empty()) << "after the restart";
+  EXPECT_EQ(server.Log().find("cut short by a stop"), std::string::npos)
+      << "the restart found files to remove: " << server.Log();
+  RespConn c(server.redis_port(), std::chrono::seconds(30));
+  EXPECT_EQ(c.Call({"EXISTS", "copy"})->integer, 0);
+  EXPECT_EQ(c.Call({"CF.EXISTS", "src", "k0-0"})->integer, 1);
+  // The old iterators are of no dump or load now.
+  EXPECT_THAT(c.Call({"CF.SCANDUMP", "src", std::to_string(chunk_it)})->str,
+              ::testing::StartsWith("ERR no CF.SCANDUMP of 'src' is in progress"));
 }
 
 }  // namespace

@@ -160,6 +160,28 @@ std::map<std::string, uint64_t> FilesIn(const std::string& dir, const std::strin
   return files;
 }
 
+// The files process `pid` holds open in `dir` whose names start with
+// `prefix` (removed ones included: CF.SCANDUMP's and CF.LOADCHUNK's files
+// are removed from the directory once open, and hold their space until
+// closed), and their sizes.
+std::map<std::string, uint64_t> OpenFilesIn(pid_t pid, const std::string& dir,
+                                            const std::string& prefix = "") {
+  std::map<std::string, uint64_t> files;
+  std::error_code ec;
+  const std::string fds = "/proc/" + std::to_string(pid) + "/fd";
+  for (const auto& e : std::filesystem::directory_iterator(fds, ec)) {
+    std::error_code link_ec;
+    std::string target = std::filesystem::read_symlink(e.path(), link_ec).string();
+    if (link_ec || !target.starts_with(dir + "/" + prefix)) continue;
+    if (target.ends_with(" (deleted)")) target.resize(target.size() - 10);
+    struct stat st {};
+    if (::stat(e.path().c_str(), &st) == 0) {
+      files[target.substr(dir.size() + 1)] = static_cast<uint64_t>(st.st_size);
+    }
+  }
+  return files;
+}
+
 // CF.LOADCHUNK's first chunk: a cuckood dump's header declaring a snapshot
 // of `bytes` (docs/REDIS_COMPATIBILITY.md).
 std::string DumpHeader(uint64_t bytes) {
@@ -603,8 +625,12 @@ TEST_F(RedisMemoryTest, AnAbandonedUploadLeavesTheLogItsRoomAndExpiresOnItsOwn) 
   // Both load slots taken (the second declaring 1 byte, what is left),
   // then both import slots (streams whose first chunk names the filter and
   // declares no size, so that they claim nothing yet).
-  EXPECT_EQ(load(*a, "a.small", 8, 1, DumpHeader(1)), "+OK");
+  // (One load per connection: the attacker opens a second one.)
+  auto a2 = connect("tenant-a");
+  EXPECT_EQ(load(*a2, "a.small", 8, 1, DumpHeader(1)), "+OK");
   EXPECT_THAT(load(*a, "a.third", 9, 1, DumpHeader(1)),
+              HasSubstr("this connection has 1 CF.LOADCHUNK load in progress already"));
+  EXPECT_THAT(load(*connect("tenant-a"), "a.third", 9, 1, DumpHeader(1)),
               HasSubstr("2 CF.LOADCHUNK loads are in progress already"));
   auto stub = v1::FilterService::NewStub(
       grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()));
@@ -662,7 +688,8 @@ TEST_F(RedisMemoryTest, AnAbandonedUploadLeavesTheLogItsRoomAndExpiresOnItsOwn) 
   ASSERT_NO_FATAL_FAILURE(ExpectServedAs(tokens["ops"]));
   // The abandoned load still held its file through all of it.
   std::string big_file;
-  for (const auto& [name, bytes] : FilesIn(loads_dir, "load-")) {
+  const pid_t pid = server_->process().pid();
+  for (const auto& [name, bytes] : OpenFilesIn(pid, loads_dir, "load-")) {
     if (name.ends_with("-a.big")) {
       big_file = name;
       EXPECT_EQ(bytes, sent);
@@ -671,17 +698,17 @@ TEST_F(RedisMemoryTest, AnAbandonedUploadLeavesTheLogItsRoomAndExpiresOnItsOwn) 
   ASSERT_FALSE(big_file.empty())
       << "the load expired before the checks ended: they took longer than the idle timeout";
 
-  // Nothing more is sent on the attacker's connection or streams: the timer
-  // alone ends them. (A file's name goes before its space: the unlink frees
-  // its pages after removing the name.)
+  // Nothing more is sent on the attacker's connections or streams: the
+  // timer alone ends them. (The load's file has no name: its descriptor
+  // goes first, then the close frees its pages.)
   std::optional<Clock::duration> big_gone;
   for (const auto until = filled + std::chrono::seconds(kIdleSeconds + 10); Clock::now() < until;
        std::this_thread::sleep_for(std::chrono::milliseconds(20))) {
-    if (!big_gone.has_value() && !FilesIn(loads_dir).contains(big_file) &&
+    if (!big_gone.has_value() && !OpenFilesIn(pid, loads_dir).contains(big_file) &&
         FreeBytes(data_.path()) > sent) {
       big_gone = Clock::now() - filled;
     }
-    if (big_gone.has_value() && FilesIn(loads_dir, "load-").empty() &&
+    if (big_gone.has_value() && OpenFilesIn(pid, loads_dir, "load-").empty() &&
         FilesIn(imports_dir).empty() &&
         server_->Log().find("import of filter a.grpc2 failed") != std::string::npos) {
       break;
@@ -693,7 +720,8 @@ TEST_F(RedisMemoryTest, AnAbandonedUploadLeavesTheLogItsRoomAndExpiresOnItsOwn) 
             << " ms after its last chunk\n";
   EXPECT_GE(gone_ms, kIdleSeconds * 1000 - 100) << "expired before its idle timeout";
   EXPECT_LE(gone_ms, kIdleSeconds * 1000 + 2000) << "the timer did not end it";
-  EXPECT_THAT(FilesIn(loads_dir, "load-"), ::testing::IsEmpty());
+  EXPECT_THAT(OpenFilesIn(pid, loads_dir, "load-"), ::testing::IsEmpty());
+  EXPECT_THAT(FilesIn(loads_dir), ::testing::IsEmpty()) << "no name is left in the directory";
   EXPECT_THAT(FilesIn(imports_dir), ::testing::IsEmpty());
   const std::string log = server_->Log();
   EXPECT_THAT(log, HasSubstr("CF.LOADCHUNK of filter a.big (dump 7) abandoned: no chunk arrived "

@@ -19,6 +19,7 @@ RESP2 only. Prints "ok <check>" or "FAIL <check>" and a traceback per check, the
 import argparse
 import sys
 import threading
+import time
 import traceback
 
 import redis
@@ -229,15 +230,140 @@ def basic_checks(args):
 
     @check
     def scandump_end():
-        # cuckood ends a dump with (0, b"") (docs/REDIS_COMPATIBILITY.md);
-        # RedisBloom with (0, None). Loops that test the iterator, as
-        # RedisBloom's documented one does, work with both.
+        # A dump ends with (0, None), as RedisBloom's.
         assert cf.create("py.small", 100) is True
         assert cf.add("py.small", "x") == 1
         iter, data = cf.scandump("py.small", 0)
         while iter != 0:
             iter, data = cf.scandump("py.small", iter)
-        assert data == b"", f"the last reply's data is {data!r}"
+        assert data is None, f"the last reply's data is {data!r}"
+
+
+# ---- CF.SCANDUMP / CF.LOADCHUNK: RedisBloom's replies, dumps held by their connection ---------
+
+
+def dumps_backup(cf, name, copy):
+    """RedisBloom's documented backup loop, then the restore: the chunks loaded under `copy`."""
+    chunks = []
+    iter = 0
+    while True:
+        iter, data = cf.scandump(name, iter)
+        if iter == 0:
+            break
+        chunks.append((iter, data))
+        assert len(chunks) < 1000
+    for iter, data in chunks:
+        assert cf.loadchunk(copy, iter, data) in (True, b"OK"), iter
+    return chunks
+
+
+def dumps_checks(args):
+    r = client(args)
+    cf = r.cf()
+
+    @check
+    def dumps_empty_filter_round_trip():
+        # An empty filter's dump is (0, None) at once, as RedisBloom's: the
+        # loop stores no chunk, and the restore creates nothing.
+        assert cf.create("dumps.empty", 1000) is True
+        assert cf.scandump("dumps.empty", 0) == [0, None]
+        assert dumps_backup(cf, "dumps.empty", "dumps.empty-copy") == []
+        assert r.exists("dumps.empty-copy") == 0
+        expect_error(redis.ResponseError, "not found", cf.scandump, "dumps.missing", 0)
+
+    @check
+    def dumps_pool_loop_keeps_one_connection():
+        # redis-py's client takes a connection from its pool for each command
+        # and gives it back: a loop on one thread gets the same one each time,
+        # so the documented loop works on a pooled client.
+        n = 50_000
+        assert cf.create("dumps.pool", n) is True
+        keys = [f"p-{i}" for i in range(n)]
+        for i in range(0, n, 10_000):
+            assert cf.insert("dumps.pool", keys[i : i + 10_000]) == [1] * 10_000
+        pooled = client(args, connection_pool=redis.ConnectionPool(host="127.0.0.1", port=args.port))
+        ids = set()
+        iter, chunks = 0, []
+        while True:
+            iter, data = pooled.cf().scandump("dumps.pool", iter)
+            ids.add(pooled.client_id())
+            if iter == 0:
+                break
+            chunks.append((iter, data))
+        assert len(ids) == 1, ids
+        assert len(chunks) >= 2
+        for iter, data in chunks:
+            assert pooled.cf().loadchunk("dumps.pool-copy", iter, data) in (True, b"OK")
+        assert cf.mexists("dumps.pool-copy", *keys[:1000]) == [1] * 1000
+        # Another connection's iterator is refused, saying why; the dump goes
+        # on on its own connection.
+        iter, _ = cf.scandump("dumps.pool", 0)
+        expect_error(
+            redis.ResponseError,
+            "started on another connection: a dump belongs to the connection that started it",
+            client(args).cf().scandump,
+            "dumps.pool",
+            iter,
+        )
+        while iter != 0:
+            iter, _ = cf.scandump("dumps.pool", iter)
+        # Clients that go away mid-dump give their slots back (not after
+        # --transfer-idle-timeout): new clients start the most again.
+        quitters = [client(args) for _ in range(2)]
+        for q in quitters:
+            for k in ("dumps.pool", "dumps.pool-copy"):
+                assert q.cf().scandump(k, 0)[0] != 0
+        expect_error(redis.ResponseError, "4 CF.SCANDUMPs are in progress already on all connections",
+                     cf.scandump, "dumps.pool", 0)
+        for q in quitters:
+            q.connection_pool.disconnect()
+        fresh = [client(args) for _ in range(2)]
+        deadline = time.monotonic() + 10
+        while True:  # (The server sees the disconnections a moment later.)
+            try:
+                fresh[0].cf().scandump("dumps.pool", 0)
+                break
+            except redis.ResponseError as e:
+                assert "in progress already on all connections" in str(e), e
+                assert time.monotonic() < deadline, "the slots were not given back"
+                time.sleep(0.02)
+        assert fresh[0].cf().scandump("dumps.pool-copy", 0)[0] != 0
+        for k in ("dumps.pool", "dumps.pool-copy"):
+            assert fresh[1].cf().scandump(k, 0)[0] != 0
+        for f in fresh:
+            f.connection_pool.disconnect()
+
+    @check
+    def dumps_million_items_round_trip():
+        # The documented loop on a filter of 1,000,000 items, timed.
+        n = 1_000_000
+        assert cf.create("dumps.million", n) is True
+        pipe = r.pipeline(transaction=False)
+        for i in range(0, n, 10_000):
+            pipe.execute_command("CF.INSERT", "dumps.million", "ITEMS", *[f"m-{j}" for j in range(i, i + 10_000)])
+        assert all(x == [1] * 10_000 for x in pipe.execute())
+        start = time.monotonic()
+        chunks = []
+        iter = 0
+        while True:
+            iter, data = cf.scandump("dumps.million", iter)
+            if iter == 0:
+                break
+            chunks.append((iter, data))
+        dumped = time.monotonic()
+        for iter, data in chunks:
+            assert cf.loadchunk("dumps.million-copy", iter, data) in (True, b"OK")
+        loaded = time.monotonic()
+        size = sum(len(d) for _, d in chunks)
+        assert cf.info("dumps.million-copy").insertedNum == n
+        assert cf.mexists("dumps.million-copy", *[f"m-{j}" for j in range(0, n, 997)]) == [1] * len(
+            range(0, n, 997)
+        )
+        print(
+            f"dumps: 1,000,000 items, {len(chunks)} chunks, {size} bytes: dump "
+            f"{(dumped - start) * 1000:.0f} ms, load {(loaded - dumped) * 1000:.0f} ms",
+            flush=True,
+        )
 
 
 def error_checks(args):
@@ -467,9 +593,12 @@ def main():
     p.add_argument("--reader-token")
     p.add_argument("--error-checks", action="store_true")
     p.add_argument("--bloom-fidelity", action="store_true")
+    p.add_argument("--dumps-checks", action="store_true")
     args = p.parse_args()
     if args.error_checks:
         error_checks(args)
+    elif args.dumps_checks:
+        dumps_checks(args)
     elif args.admin_token:
         auth_checks(args)
     elif args.bloom_fidelity:

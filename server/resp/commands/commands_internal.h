@@ -18,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -169,49 +170,67 @@ struct RedisCommands::Call {
   std::string token;
 };
 
-// A CF.SCANDUMP in progress: its snapshot, whole, in a private file. The
-// fields under transfer_mu_ but for fd and claim, which the export step
-// sets before `ready` and the chunk reads then only read (pread).
+// A CF.SCANDUMP in progress: its snapshot, whole, in a private file
+// removed from the directory once open (its space goes with the last
+// descriptor). It belongs to the connection that started it (`owner`, its
+// Session::id) and ends with it. The fields under transfer_mu_ but for fd
+// and claim, which the export step sets before `ready` and the chunk reads
+// then only read (pread).
 struct RedisCommands::Dump {
   ~Dump() {
     if (fd >= 0) ::close(fd);
   }
   uint64_t id = 0;
+  uint64_t owner = 0;
   std::string name;
-  std::string path;
+  // The filter dumped, to see that it was dropped (or dropped and made
+  // again) since: a weak reference, which keeps none of its memory.
+  std::weak_ptr<const CuckooFilter> filter;
+  std::string path;  // For messages: the file is removed once open.
   int fd = -1;
   uint64_t bytes = 0;
   uint64_t items = 0;
   bool ready = false;
+  // Its connection closed (or RESET) while the copy was being written:
+  // the export's end removes it.
+  bool owner_gone = false;
   // Chunk reads posted and not done: not dropped for its idle time then.
   int reading = 0;
   std::chrono::steady_clock::time_point touched;
   TransferDisk::Claim claim;  // The copy's disk space not written yet.
 };
 
-// A CF.LOADCHUNK in progress: the chunks so far, in a private file. The
-// fields under transfer_mu_ but for fd and claim, which only the step
-// running on a transfer thread uses (`busy` says one runs).
+// A CF.LOADCHUNK in progress: the chunks so far, in a private file removed
+// from the directory once open. It belongs to the connection that sent its
+// header (`owner`) and ends with it. The fields under transfer_mu_ but for
+// fd and claim, which only the step running on a transfer thread uses
+// (`busy` says one runs).
 struct RedisCommands::Load {
   ~Load() {
     if (fd >= 0) ::close(fd);
   }
   uint64_t id = 0;
+  uint64_t owner = 0;
   std::string name;
-  std::string path;
+  std::string path;  // For messages: the file is removed once open.
   int fd = -1;
   uint64_t bytes = 0;
   uint64_t received = 0;
   uint64_t next_chunk = 2;
   // A step of it (creating its file, writing a chunk, the import) runs.
   bool busy = false;
+  // Its connection closed (or RESET) while a step ran: the step's end
+  // removes it.
+  bool owner_gone = false;
   std::chrono::steady_clock::time_point touched;
   TransferDisk::Claim claim;  // The upload's disk space not written yet.
 };
 
-// A dump or load dropped for its idle time.
+// A dump or load dropped for its idle time, or a dump whose filter was
+// dropped: remembered for the error its client gets next.
 struct RedisCommands::Expired {
   bool load = false;
+  bool filter_dropped = false;  // Else idle.
   std::string name;
   uint64_t id = 0;
   uint64_t done = 0;  // Bytes received (a load) or of the copy (a dump).

@@ -65,6 +65,7 @@ void RedisCommands::Quit(Session* s, const Command&, Writer& w) {
 }
 
 void RedisCommands::Reset(Session* s, const Command&, Writer& w) {
+  EndTransfersOf(s->id);  // As a new connection: no dump or load of its own.
   s->protocol = 2;
   s->name.clear();
   if (auth_ != nullptr) {

@@ -4,8 +4,9 @@
 // Every file operation of a dump or load runs on transfer_threads_, and the
 // command is answered from there; transfer_mu_ guards only the maps and the
 // bookkeeping, never file work. A load runs one step at a time (`busy`); a
-// dump's chunks may be read by several connections at once (pread on the
-// dump's descriptor).
+// dump's chunks are read with pread on the dump's descriptor. Both belong
+// to the connection that started them (Session::id): another connection's
+// iterator is refused, and they end with their connection (Closed, RESET).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -54,13 +55,30 @@ constexpr uint64_t Iterator(uint64_t id, uint64_t chunk) { return id << 32 | chu
 
 std::string Errno(int err) { return std::error_code(err, std::generic_category()).message(); }
 
+// Creates `path` for reading and writing and removes it from its directory
+// at once: the descriptor is the file's only reference, so the file and its
+// space go when the descriptor closes, whatever ends the process (a crash,
+// kill -9). A crash between the two calls leaves the name, which the next
+// start-up removes with the rest of the directory (persistence_load.cc).
+// -1 with errno on failure.
+int OpenUnlinked(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return -1;
+  if (::unlink(path.c_str()) != 0) {
+    const int err = errno;
+    ::close(fd);
+    errno = err;
+    return -1;
+  }
+  return fd;
+}
+
 }  // namespace
 
 void RedisCommands::Discard(std::shared_ptr<Dump> dump) {
   boost::asio::post(transfer_threads_, [dump = std::move(dump)]() mutable {
-    ::unlink(dump->path.c_str());
-    // The descriptor closes with the last reference: a chunk read may hold
-    // one still.
+    // The descriptor (the removed file's last reference) closes with the
+    // last reference to the dump: a chunk read may hold one still.
     dump.reset();
   });
 }
@@ -69,7 +87,6 @@ void RedisCommands::Discard(std::shared_ptr<Load> load) {
   // Not busy (no step of it runs): its descriptor and claim are free.
   boost::asio::post(transfer_threads_, [load = std::move(load)] {
     if (load->fd >= 0) ::close(std::exchange(load->fd, -1));
-    ::unlink(load->path.c_str());
     load->claim.Reset();
   });
 }
@@ -81,16 +98,87 @@ void RedisCommands::EndLoad(const std::shared_ptr<Load>& load) {
     if (found != loads_.end() && found->second == load) loads_.erase(found);
   }
   if (load->fd >= 0) ::close(std::exchange(load->fd, -1));
-  ::unlink(load->path.c_str());
   load->claim.Reset();
 }
 
-void RedisCommands::ExpireTransfers(Clock::time_point now) {
-  const auto timeout = absl::ToChronoNanoseconds(options_.transfer_idle_timeout);
+bool RedisCommands::StepDone(Load& load) {
+  MutexLock lock(&transfer_mu_);
+  load.busy = false;
+  load.touched = Clock::now();
+  return !load.owner_gone;
+}
+
+void RedisCommands::Closed(Session* session) { EndTransfersOf(session->id); }
+
+void RedisCommands::EndTransfersOf(uint64_t owner) {
   std::vector<std::shared_ptr<Dump>> dumps;
   std::vector<std::shared_ptr<Load>> loads;
   {
     MutexLock lock(&transfer_mu_);
+    for (auto it = dumps_.begin(); it != dumps_.end();) {
+      Dump& d = *it->second;
+      if (d.owner != owner) {
+        ++it;
+      } else if (!d.ready) {
+        d.owner_gone = true;  // The export's end removes it.
+        ++it;
+      } else {
+        dumps.push_back(std::move(it->second));
+        it = dumps_.erase(it);
+      }
+    }
+    for (auto it = loads_.begin(); it != loads_.end();) {
+      Load& l = *it->second;
+      if (l.owner != owner) {
+        ++it;
+      } else if (l.busy) {
+        l.owner_gone = true;  // The step's end removes it.
+        ++it;
+      } else {
+        loads.push_back(std::move(it->second));
+        it = loads_.erase(it);
+      }
+    }
+  }
+  for (std::shared_ptr<Dump>& d : dumps) Discard(std::move(d));
+  for (std::shared_ptr<Load>& l : loads) Discard(std::move(l));
+}
+
+bool RedisCommands::FilterDropped(const Dump& dump) const {
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> now = registry_->Get(A(dump.name));
+  // The same filter has the same control block; a weak reference that
+  // expired matches none the registry holds.
+  return !now.ok() || dump.filter.owner_before(*now) || now->owner_before(dump.filter);
+}
+
+std::vector<std::shared_ptr<RedisCommands::Dump>> RedisCommands::TakeDroppedDumps(
+    Clock::time_point now) {
+  std::vector<std::shared_ptr<Dump>> dropped;
+  for (auto it = dumps_.begin(); it != dumps_.end();) {
+    const Dump& d = *it->second;
+    if (d.ready && FilterDropped(d)) {
+      expired_.push_back({.load = false,
+                          .filter_dropped = true,
+                          .name = d.name,
+                          .id = d.id,
+                          .done = d.bytes,
+                          .when = now});
+      dropped.push_back(std::move(it->second));
+      it = dumps_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return dropped;
+}
+
+void RedisCommands::ExpireTransfers(Clock::time_point now) {
+  const auto timeout = absl::ToChronoNanoseconds(options_.transfer_idle_timeout);
+  std::vector<std::shared_ptr<Dump>> dumps, dropped;
+  std::vector<std::shared_ptr<Load>> loads;
+  {
+    MutexLock lock(&transfer_mu_);
+    dropped = TakeDroppedDumps(now);
     for (auto it = dumps_.begin(); it != dumps_.end();) {
       const Dump& d = *it->second;
       // A dump whose copy is still being written, or whose chunk is being
@@ -121,6 +209,11 @@ void RedisCommands::ExpireTransfers(Clock::time_point now) {
       expired_.pop_front();
     }
   }
+  for (std::shared_ptr<Dump>& d : dropped) {
+    spdlog::info("CF.SCANDUMP of filter {} (dump {}) ended: the filter was dropped", d->name,
+                 d->id);
+    Discard(std::move(d));
+  }
   const std::string idle = absl::FormatDuration(options_.transfer_idle_timeout);
   for (std::shared_ptr<Dump>& d : dumps) {
     spdlog::warn(
@@ -141,6 +234,12 @@ void RedisCommands::ExpireTransfers(Clock::time_point now) {
 std::string RedisCommands::NoDump(std::string_view key, int64_t iterator, uint64_t id) {
   const std::string idle = absl::FormatDuration(options_.transfer_idle_timeout);
   for (auto it = expired_.rbegin(); it != expired_.rend(); ++it) {
+    if (!it->load && it->id == id && it->name == key && it->filter_dropped) {
+      return absl::StrFormat(
+          "ERR not found: filter '%s' was dropped during its CF.SCANDUMP (iterator %d), so the "
+          "dump's copy was removed",
+          Shown(key), iterator);
+    }
     if (!it->load && it->id == id && it->name == key) {
       return absl::StrFormat(
           "ERR the CF.SCANDUMP of '%s' with iterator %d was abandoned: no chunk was asked for in "
@@ -149,8 +248,10 @@ std::string RedisCommands::NoDump(std::string_view key, int64_t iterator, uint64
     }
   }
   return absl::StrFormat(
-      "ERR no CF.SCANDUMP of '%s' is in progress with iterator %d (finished, idle for more than "
-      "%s, or not from this server): start again with iterator 0",
+      "ERR no CF.SCANDUMP of '%s' is in progress on this connection with iterator %d (finished, "
+      "idle for more than %s, ended with the connection that started it, or not from this "
+      "server; a dump's iterators are valid only on its own connection): start again with "
+      "iterator 0",
       Shown(key), iterator, idle);
 }
 
@@ -166,7 +267,9 @@ std::string RedisCommands::NoLoad(std::string_view key, uint64_t id) {
     }
   }
   return absl::StrFormat(
-      "ERR no CF.LOADCHUNK of '%s' is in progress: load the dump's first chunk first", Shown(key));
+      "ERR no CF.LOADCHUNK of '%s' is in progress on this connection (a load ends with the "
+      "connection that sent its first chunk): load the dump's first chunk first",
+      Shown(key));
 }
 
 void RedisCommands::ScanDump(Session* s, absl::Span<const Command> run, size_t,
@@ -181,9 +284,15 @@ void RedisCommands::ScanDump(Session* s, absl::Span<const Command> run, size_t,
     if (!error.empty()) {
       w.Error(error);
     } else {
+      // RedisBloom's shapes: [iterator, chunk], and [0, nil] for the end
+      // (or an empty filter).
       w.Array(2);
       w.Integer(static_cast<int64_t>(iterator));
-      w.Bulk(data);
+      if (iterator == 0) {
+        w.Null();
+      } else {
+        w.Bulk(data);
+      }
     }
     Record(kCfScanDump, out, start, 0);
     d.Reply(std::move(out));
@@ -193,7 +302,8 @@ void RedisCommands::ScanDump(Session* s, absl::Span<const Command> run, size_t,
   }
   int64_t it;
   if (!ParseInt(c.args[2], &it) || it < 0) {
-    return reply(done, "ERR Bad iterator: a non-negative integer, 0 to start", 0, "");
+    return reply(done, "Invalid position: the iterator is a non-negative integer, 0 to start", 0,
+                 "");
   }
   {
     std::string e;
@@ -204,12 +314,17 @@ void RedisCommands::ScanDump(Session* s, absl::Span<const Command> run, size_t,
       return done.Reply(std::move(e));
     }
   }
-  if (it != 0) return ReadDumpChunk(key, it, std::move(done), std::move(reply));
-  StartDump(key, s->token, std::move(done), std::move(reply));
+  if (it != 0) return ReadDumpChunk(s->id, key, it, std::move(done), std::move(reply));
+  // As RedisBloom: a missing filter is "ERR not found", and an empty one's
+  // dump is [0, nil] at once (nothing to load).
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = registry_->Get(A(key));
+  if (!filter.ok()) return reply(done, "ERR not found", 0, "");
+  if ((*filter)->items() == 0) return reply(done, "", 0, "");
+  StartDump(s->id, key, *std::move(filter), s->token, std::move(done), std::move(reply));
 }
 
-void RedisCommands::ReadDumpChunk(std::string_view key, int64_t it, resp::Completion done,
-                                  DumpReply reply) {
+void RedisCommands::ReadDumpChunk(uint64_t owner, std::string_view key, int64_t it,
+                                  resp::Completion done, DumpReply reply) {
   const uint64_t id = static_cast<uint64_t>(it) >> 32;
   const uint64_t chunk = static_cast<uint64_t>(it) & 0xffffffffu;
   std::shared_ptr<Dump> dump;
@@ -222,6 +337,22 @@ void RedisCommands::ReadDumpChunk(std::string_view key, int64_t it, resp::Comple
     if (found == dumps_.end() || !found->second->ready || found->second->name != key ||
         chunk == 0) {
       error = NoDump(key, it, id);
+    } else if (found->second->owner != owner) {
+      error = absl::StrFormat(
+          "ERR iterator %d is of a CF.SCANDUMP of '%s' started on another connection: a dump "
+          "belongs to the connection that started it, so run the whole CF.SCANDUMP loop on one "
+          "connection (with a connection pool, hold one connection for it)",
+          it, Shown(key));
+    } else if (FilterDropped(*found->second)) {
+      expired_.push_back({.load = false,
+                          .filter_dropped = true,
+                          .name = found->second->name,
+                          .id = id,
+                          .done = found->second->bytes,
+                          .when = Clock::now()});
+      error = NoDump(key, it, id);
+      dump = std::move(found->second);
+      dumps_.erase(found);
     } else {
       dump = found->second;
       dump->touched = Clock::now();
@@ -234,7 +365,10 @@ void RedisCommands::ReadDumpChunk(std::string_view key, int64_t it, resp::Comple
       }
     }
   }
-  if (!error.empty()) return reply(done, error, 0, "");
+  if (!error.empty()) {
+    if (dump != nullptr) Discard(std::move(dump));
+    return reply(done, error, 0, "");
+  }
   if (finished) {
     Discard(std::move(dump));
     return reply(done, "", 0, "");
@@ -273,27 +407,51 @@ void RedisCommands::ReadDumpChunk(std::string_view key, int64_t it, resp::Comple
   });
 }
 
-void RedisCommands::StartDump(std::string_view key, const std::string& token, resp::Completion done,
-                              DumpReply reply) {
+void RedisCommands::StartDump(uint64_t owner, std::string_view key,
+                              std::shared_ptr<const CuckooFilter> filter, const std::string& token,
+                              resp::Completion done, DumpReply reply) {
   // Iterator 0: export the filter, whole, to a private file.
   auto dump = std::make_shared<Dump>();
   dump->id = next_dump_.fetch_add(1, std::memory_order_relaxed) & 0x7fffffffu;
+  dump->owner = owner;
   dump->name = std::string(key);
+  dump->filter = filter;
+  filter.reset();
   const fs::path dir = fs::path(options_.data_dir) / kRedisDumpDir;
   dump->path = (dir / absl::StrCat("dump-", dump->id)).string();
   dump->touched = Clock::now();
+  std::vector<std::shared_ptr<Dump>> ended;
+  std::string error;
   {
     MutexLock lock(&transfer_mu_);
-    if (dumps_.size() >= kMaxRedisDumps) {
-      return reply(
-          done,
-          absl::StrFormat("ERR %u CF.SCANDUMPs are in progress already (the most at "
-                          "once); finish one, or wait %s for an abandoned one to expire",
-                          dumps_.size(), absl::FormatDuration(options_.transfer_idle_timeout)),
-          0, "");
+    ended = TakeDroppedDumps(dump->touched);
+    // Iterator 0 again on this connection restarts its dump of `key`.
+    size_t mine = 0;
+    for (auto it = dumps_.begin(); it != dumps_.end();) {
+      if (it->second->owner == owner && it->second->ready && it->second->name == key) {
+        ended.push_back(std::move(it->second));
+        it = dumps_.erase(it);
+      } else {
+        mine += it->second->owner == owner;
+        ++it;
+      }
     }
-    dumps_[dump->id] = dump;
+    if (mine >= kMaxRedisDumpsPerConnection) {
+      error = absl::StrFormat(
+          "ERR this connection has %u CF.SCANDUMPs in progress already (the most per "
+          "connection): read one to its end (iterator 0 back), or close the connection",
+          mine);
+    } else if (dumps_.size() >= kMaxRedisDumps) {
+      error = absl::StrFormat(
+          "ERR %u CF.SCANDUMPs are in progress already on all connections (the most at once); "
+          "retry once one ends (read to its end, its connection closed, or %s idle)",
+          dumps_.size(), absl::FormatDuration(options_.transfer_idle_timeout));
+    } else {
+      dumps_[dump->id] = dump;
+    }
   }
+  for (std::shared_ptr<Dump>& d : ended) Discard(std::move(d));
+  if (!error.empty()) return reply(done, error, 0, "");
   boost::asio::post(transfer_threads_, [this, dump, dir = dir.string(), token, reply,
                                         done = std::move(done)]() mutable {
     if (const std::string error = ExportDump(dump, dir, token); !error.empty()) {
@@ -302,7 +460,6 @@ void RedisCommands::StartDump(std::string_view key, const std::string& token, re
         dumps_.erase(dump->id);
       }
       if (dump->fd >= 0) ::close(std::exchange(dump->fd, -1));
-      ::unlink(dump->path.c_str());
       dump->claim.Reset();
       return reply(done, error, 0, "");
     }
@@ -310,12 +467,22 @@ void RedisCommands::StartDump(std::string_view key, const std::string& token, re
     std::memcpy(header, kRedisDumpMagic, 8);
     Put64(header + 8, dump->bytes);
     Put64(header + 16, dump->items);
+    bool gone;
     {
       MutexLock lock(&transfer_mu_);
       dump->ready = true;
       dump->touched = Clock::now();
+      gone = dump->owner_gone;
+      if (gone) dumps_.erase(dump->id);
     }
     const uint64_t id = dump->id;
+    if (gone) {
+      // Its connection ended meanwhile: nobody will read it (the reply is
+      // dropped).
+      if (dump->fd >= 0) ::close(std::exchange(dump->fd, -1));
+      dump->claim.Reset();
+      return reply(done, "ERR the connection that started this CF.SCANDUMP ended", 0, "");
+    }
     dump.reset();  // (Here, if the dump was dropped meanwhile.)
     reply(done, "", Iterator(id, 1), std::string_view(header, sizeof(header)));
   });
@@ -329,7 +496,7 @@ std::string RedisCommands::ExportDump(const std::shared_ptr<Dump>& dump, const s
     return absl::StrFormat("ERR cannot create %s: %s", dir, ec.message());
   }
   // Read and written here; then read by the chunks' reads.
-  dump->fd = ::open(dump->path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  dump->fd = OpenUnlinked(dump->path);
   if (dump->fd < 0) {
     return absl::StrFormat("ERR cannot create %s: %s", dump->path, Errno(errno));
   }
@@ -410,7 +577,7 @@ void RedisCommands::LoadChunk(Session* s, absl::Span<const Command> run, size_t,
   }
   int64_t it;
   if (!ParseInt(c.args[2], &it) || it <= 0 || (it & 0xffffffff) == 0) {
-    return reply(done, "ERR Bad iterator: use the iterator CF.SCANDUMP returned with this chunk");
+    return reply(done, "Invalid position: use the iterator CF.SCANDUMP returned with this chunk");
   }
   {
     std::string e;
@@ -423,22 +590,22 @@ void RedisCommands::LoadChunk(Session* s, absl::Span<const Command> run, size_t,
   }
   const uint64_t id = static_cast<uint64_t>(it) >> 32;
   const uint64_t chunk = static_cast<uint64_t>(it) & 0xffffffffu;
-  if (chunk == 1) return LoadHeader(key, id, data, std::move(done), std::move(reply));
-  LoadNextChunk(key, id, chunk, data, s->token, std::move(done), std::move(reply));
+  if (chunk == 1) return LoadHeader(s->id, key, id, data, std::move(done), std::move(reply));
+  LoadNextChunk(s->id, key, id, chunk, data, s->token, std::move(done), std::move(reply));
 }
 
-void RedisCommands::LoadHeader(std::string_view key, uint64_t id, std::string_view data,
-                               resp::Completion done, LoadReply reply) {
+void RedisCommands::LoadHeader(uint64_t owner, std::string_view key, uint64_t id,
+                               std::string_view data, resp::Completion done, LoadReply reply) {
   const std::string name(key);
   // The header: starts (or restarts) the load of `key`.
   if (data.size() != kRedisDumpHeaderBytes || std::memcmp(data.data(), kRedisDumpMagic, 8) != 0) {
     return reply(done,
-                 "ERR this is not the first chunk of a cuckood CF.SCANDUMP (chunks of "
-                 "RedisBloom's own dumps cannot be loaded: see docs/REDIS_COMPATIBILITY.md)");
+                 "Invalid header: this is not the first chunk of a cuckood CF.SCANDUMP (chunks "
+                 "of RedisBloom's own dumps cannot be loaded: see docs/REDIS_COMPATIBILITY.md)");
   }
   if (registry_->Get(A(key)).ok()) {
-    return reply(done, absl::StrFormat("ERR filter '%s' exists: DEL it first, or load the dump "
-                                       "under another name",
+    return reply(done, absl::StrFormat("ERR item exists: filter '%s' exists; DEL it first, or "
+                                       "load the dump under another name",
                                        Shown(key)));
   }
   const uint64_t bytes = Get64(data.data() + 8);
@@ -457,6 +624,7 @@ void RedisCommands::LoadHeader(std::string_view key, uint64_t id, std::string_vi
   }
   auto load = std::make_shared<Load>();
   load->id = id;
+  load->owner = owner;
   load->name = name;
   load->bytes = bytes;
   load->busy = true;  // Until its file is created.
@@ -472,7 +640,13 @@ void RedisCommands::LoadHeader(std::string_view key, uint64_t id, std::string_vi
   {
     MutexLock lock(&transfer_mu_);
     auto found = loads_.find(name);
-    if (found != loads_.end() && found->second->busy) {
+    if (found != loads_.end() && found->second->owner != owner) {
+      error = absl::StrFormat(
+          "ERR a CF.LOADCHUNK of '%s' is in progress on another connection: a load belongs to "
+          "the connection that sent its first chunk; wait for it to end, or load under another "
+          "name",
+          Shown(key));
+    } else if (found != loads_.end() && found->second->busy) {
       error = absl::StrFormat(
           "ERR the load of '%s' is busy with a chunk or its import: restart it once that is "
           "answered",
@@ -482,10 +656,17 @@ void RedisCommands::LoadHeader(std::string_view key, uint64_t id, std::string_vi
         old = std::move(found->second);
         loads_.erase(found);
       }
-      if (loads_.size() >= kMaxRedisLoads) {
+      size_t mine = 0;
+      for (const auto& [n, l] : loads_) mine += l->owner == owner;
+      if (mine >= kMaxRedisLoadsPerConnection) {
         error = absl::StrFormat(
-            "ERR %u CF.LOADCHUNK loads are in progress already (the most at once); finish one, "
-            "or wait %s for an abandoned one to expire",
+            "ERR this connection has %u CF.LOADCHUNK load in progress already (the most per "
+            "connection): send it to its last chunk, or close the connection",
+            mine);
+      } else if (loads_.size() >= kMaxRedisLoads) {
+        error = absl::StrFormat(
+            "ERR %u CF.LOADCHUNK loads are in progress already on all connections (the most at "
+            "once); retry once one ends (loaded, its connection closed, or %s idle)",
             loads_.size(), absl::FormatDuration(options_.transfer_idle_timeout));
       } else {
         loads_[name] = load;
@@ -499,7 +680,7 @@ void RedisCommands::LoadHeader(std::string_view key, uint64_t id, std::string_vi
   });
 }
 
-void RedisCommands::LoadNextChunk(std::string_view key, uint64_t id, uint64_t chunk,
+void RedisCommands::LoadNextChunk(uint64_t owner, std::string_view key, uint64_t id, uint64_t chunk,
                                   std::string_view data, const std::string& token,
                                   resp::Completion done, LoadReply reply) {
   const std::string name(key);
@@ -510,6 +691,11 @@ void RedisCommands::LoadNextChunk(std::string_view key, uint64_t id, uint64_t ch
     auto found = loads_.find(name);
     if (found == loads_.end()) {
       error = NoLoad(key, id);
+    } else if (found->second->owner != owner) {
+      error = absl::StrFormat(
+          "ERR the CF.LOADCHUNK of '%s' was started on another connection: a load belongs to "
+          "the connection that sent its first chunk, so send all its chunks on that one",
+          Shown(key));
     } else if (found->second->busy) {
       error = absl::StrFormat(
           "ERR chunk %u of dump %u arrived while the load of '%s' is still busy with its "
@@ -559,15 +745,16 @@ std::string RedisCommands::StartLoad(const std::shared_ptr<Load>& load) {
     EndLoad(load);
     return absl::StrFormat("ERR cannot create %s: %s", dir.string(), ec.message());
   }
-  load->fd = ::open(load->path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  load->fd = OpenUnlinked(load->path);
   if (load->fd < 0) {
     const std::string error = absl::StrFormat("ERR cannot create %s: %s", load->path, Errno(errno));
     EndLoad(load);
     return error;
   }
-  MutexLock lock(&transfer_mu_);
-  load->busy = false;
-  load->touched = Clock::now();
+  if (!StepDone(*load)) {
+    EndLoad(load);
+    return "ERR the connection that started this CF.LOADCHUNK ended";
+  }
   return "";
 }
 
@@ -585,27 +772,31 @@ std::string RedisCommands::WriteChunk(const std::shared_ptr<Load>& load, std::st
     off += static_cast<size_t>(n);
   }
   load->claim.Wrote(data.size());
+  std::string error;
   {
     MutexLock lock(&transfer_mu_);
     load->received += data.size();
     ++load->next_chunk;
     load->touched = Clock::now();
-    if (load->received < load->bytes) {
+    if (load->received < load->bytes && !load->owner_gone) {
       load->busy = false;
       return "";
     }
+    if (load->owner_gone) error = "ERR the connection that started this CF.LOADCHUNK ended";
+  }
+  if (!error.empty()) {
+    EndLoad(load);
+    return error;
   }
   // The last chunk: import the file, then answer.
   return ImportLoad(load, token);
 }
 
 std::string RedisCommands::ImportLoad(const std::shared_ptr<Load>& load, const std::string& token) {
-  ::close(std::exchange(load->fd, -1));
   std::string error;
-  const int fd = ::open(load->path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    error = absl::StrFormat("ERR cannot read %s: %s", load->path, Errno(errno));
-  } else {
+  // The file has no name any more: read back through its descriptor.
+  const int fd = load->fd;
+  {
     grpc::ClientContext ctx;
     if (auth_ != nullptr) ctx.AddMetadata("authorization", "Bearer " + token);
     v1::ImportFilterResponse resp;
@@ -617,7 +808,7 @@ std::string RedisCommands::ImportLoad(const std::shared_ptr<Load>& load, const s
     std::string buffer(kRedisDumpChunkBytes, '\0');
     uint64_t sent = 0;
     while (sent < load->bytes) {
-      const ssize_t n = ::read(fd, buffer.data(), buffer.size());
+      const ssize_t n = ::pread(fd, buffer.data(), buffer.size(), static_cast<off_t>(sent));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         error = absl::StrFormat("ERR cannot read %s: %s", load->path,
@@ -633,12 +824,11 @@ std::string RedisCommands::ImportLoad(const std::shared_ptr<Load>& load, const s
     }
     writer->WritesDone();
     const grpc::Status st = writer->Finish();
-    ::close(fd);
     if (error.empty() && !st.ok()) {
       error = st.error_code() == grpc::StatusCode::ALREADY_EXISTS
                   ? absl::StrFormat(
-                        "ERR filter '%s' exists: DEL it first, or load the dump under another "
-                        "name",
+                        "ERR item exists: filter '%s' exists; DEL it first, or load the dump "
+                        "under another name",
                         Shown(load->name))
                   : StatusError(st);
     }

@@ -30,9 +30,13 @@ inline constexpr char kRedisDumpMagic[] = "CKDUMP01";
 inline constexpr size_t kRedisDumpHeaderBytes = 24;
 // Data bytes per dump chunk.
 inline constexpr size_t kRedisDumpChunkBytes = size_t{1} << 20;
-// Dumps and loads that may be unfinished at once (more get an error).
+// Dumps and loads that may be unfinished at once (more get an error), on
+// all connections together and on one connection (so that one client
+// cannot take every slot; each ends with its connection).
 inline constexpr size_t kMaxRedisDumps = 4;
 inline constexpr size_t kMaxRedisLoads = 2;
+inline constexpr size_t kMaxRedisDumpsPerConnection = 2;
+inline constexpr size_t kMaxRedisLoadsPerConnection = 1;
 // Dumps and loads dropped for their idle time that are remembered, for the
 // error their client gets next: at most this many, for at most this long.
 inline constexpr size_t kMaxRedisExpiredTransfers = 64;

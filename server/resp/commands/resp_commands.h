@@ -35,7 +35,12 @@
 // snapshot file in 1 MiB chunks. A dump is taken whole when it starts (a
 // private copy under data_dir/.redis-dump), so its chunks are one consistent
 // snapshot; a load keeps its chunks in a private file there until the last
-// one, then imports it. Their file work (the copy, each chunk read or
+// one, then imports it. Both files are removed from the directory as soon
+// as they are open, so a crash leaves none behind (a start-up removes the
+// directory too). A dump or load belongs to the connection that started it
+// and ends with it (closed for whatever reason, or RESET), as does a dump
+// whose filter is dropped; an empty filter's dump is [0, nil] at once, and
+// the end [0, nil], as in RedisBloom. Their file work (the copy, each chunk read or
 // written, creating and removing files, the disk space check) runs on
 // transfer threads of their own, never on a connection's thread nor under a
 // lock other connections take, and the command is answered from there (a
@@ -65,6 +70,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
@@ -97,6 +103,8 @@ class RedisCommands final : public resp::CommandHandler {
 
   size_t Execute(resp::Session* session, absl::Span<const resp::Command> commands,
                  resp::Completion done) override;
+  // A connection closed: its dumps and loads end (EndTransfersOf).
+  void Closed(resp::Session* session) override;
 
   // For INFO's clients section.
   void set_connection_count(std::function<size_t()> count) { connections_ = std::move(count); }
@@ -202,23 +210,39 @@ class RedisCommands final : public resp::CommandHandler {
   // iterator 0, which takes the dump. `reply` answers.
   using DumpReply = std::function<void(resp::Completion&, std::string_view error, uint64_t iterator,
                                        std::string_view data)>;
-  void ReadDumpChunk(std::string_view key, int64_t it, resp::Completion done, DumpReply reply);
-  void StartDump(std::string_view key, const std::string& token, resp::Completion done,
-                 DumpReply reply);
+  void ReadDumpChunk(uint64_t owner, std::string_view key, int64_t it, resp::Completion done,
+                     DumpReply reply);
+  void StartDump(uint64_t owner, std::string_view key, std::shared_ptr<const CuckooFilter> filter,
+                 const std::string& token, resp::Completion done, DumpReply reply);
   // CF.LOADCHUNK's two cases: the header (chunk 1), which starts a load,
   // and the chunks after it. `reply` answers ("" for OK).
   using LoadReply = std::function<void(resp::Completion&, std::string_view error)>;
-  void LoadHeader(std::string_view key, uint64_t id, std::string_view data, resp::Completion done,
-                  LoadReply reply);
-  void LoadNextChunk(std::string_view key, uint64_t id, uint64_t chunk, std::string_view data,
-                     const std::string& token, resp::Completion done, LoadReply reply);
+  void LoadHeader(uint64_t owner, std::string_view key, uint64_t id, std::string_view data,
+                  resp::Completion done, LoadReply reply);
+  void LoadNextChunk(uint64_t owner, std::string_view key, uint64_t id, uint64_t chunk,
+                     std::string_view data, const std::string& token, resp::Completion done,
+                     LoadReply reply);
+  // Ends the dumps and loads of connection `owner` (Session::id): when it
+  // closes, and on RESET. Their files go on a transfer thread; a step
+  // running for one (the export, a chunk's write) ends it when it is done.
+  void EndTransfersOf(uint64_t owner);
+  // Whether the filter `dump` was taken from was dropped since (or dropped
+  // and made again).
+  bool FilterDropped(const Dump& dump) const;
+  // Takes out of dumps_ those whose filter was dropped, remembered in
+  // expired_ for the error their client gets next; for Discard.
+  std::vector<std::shared_ptr<Dump>> TakeDroppedDumps(std::chrono::steady_clock::time_point now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(transfer_mu_);
+  // A step of `load` done (busy no more): false if its connection ended
+  // meanwhile (then the caller ends it: EndLoad).
+  bool StepDone(Load& load);
   // CF.SCANDUMP's and CF.LOADCHUNK's helpers. A dump or load taken out of
   // dumps_ / loads_ is handed to Discard, which removes its file on a
   // transfer thread.
   void Discard(std::shared_ptr<Dump> dump);
   void Discard(std::shared_ptr<Load> load);
-  // Drops the dumps and loads idle for transfer_idle_timeout (the sweeper's
-  // check).
+  // Drops the dumps and loads idle for transfer_idle_timeout, and the
+  // dumps whose filter was dropped (the sweeper's check).
   void ExpireTransfers(std::chrono::steady_clock::time_point now);
   // The error for a dump (or load) not in progress, saying it was dropped
   // for its idle time if it was.

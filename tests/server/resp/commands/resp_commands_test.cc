@@ -22,6 +22,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -130,13 +131,20 @@ class RespClient {
         return "<bad reply " + line + ">";
     }
   }
-  // The raw bulk bytes of the next reply, which must be [integer, bulk].
-  bool ReadDumpChunk(int64_t* iterator, std::string* data) {
+  // The raw bulk bytes of the next reply, which must be [integer, bulk]
+  // or [integer, nil] (then *null is set, if given, and data is empty).
+  bool ReadDumpChunk(int64_t* iterator, std::string* data, bool* null = nullptr) {
     std::string line;
     if (!Line(&line) || line != "*2") return false;
     if (!Line(&line) || line[0] != ':') return false;
     *iterator = std::stoll(line.substr(1));
-    if (!Line(&line) || line[0] != '$') return false;
+    if (!Line(&line)) return false;
+    if (null != nullptr) *null = line == "$-1" || line == "_";
+    if (line == "$-1" || line == "_") {
+      data->clear();
+      return true;
+    }
+    if (line[0] != '$') return false;
     const long n = std::stol(line.substr(1));
     if (!Bytes(static_cast<size_t>(n) + 2, data)) return false;
     data->resize(static_cast<size_t>(n));
@@ -869,9 +877,10 @@ TEST_F(RedisPortTest, ScanDumpThenLoadChunkRestoresTheFilter) {
   for (int guard = 0; guard < 100; ++guard) {
     c.Send({"CF.SCANDUMP", "src", absl::StrCat(it)});
     std::string data;
-    ASSERT_TRUE(c.ReadDumpChunk(&it, &data));
+    bool null = false;
+    ASSERT_TRUE(c.ReadDumpChunk(&it, &data, &null));
     if (it == 0) {
-      EXPECT_TRUE(data.empty());
+      EXPECT_TRUE(null) << "RedisBloom ends a dump with [0, nil]";
       break;
     }
     chunks.emplace_back(it, data);
@@ -894,13 +903,13 @@ TEST_F(RedisPortTest, ScanDumpThenLoadChunkRestoresTheFilter) {
   const std::string r = c.Call(check);
   EXPECT_EQ(r.find(":0"), std::string::npos);
   // Not a cuckood dump; an iterator of no dump.
-  EXPECT_EQ(c.Call({"CF.LOADCHUNK", "other", "1", "RedisBloom-bytes"}).substr(0, 41),
-            "-ERR this is not the first chunk of a cuc");
+  EXPECT_THAT(c.Call({"CF.LOADCHUNK", "other", "1", "RedisBloom-bytes"}),
+              ::testing::StartsWith("-Invalid header: this is not the first chunk of a cuckood "
+                                    "CF.SCANDUMP"));
   EXPECT_EQ(c.Call({"CF.SCANDUMP", "src", "99999999999"}).substr(0, 25),
             "-ERR no CF.SCANDUMP of 's");
-  EXPECT_EQ(c.Call({"CF.LOADCHUNK", "copy", absl::StrCat(chunks[0].first), chunks[0].second})
-                .substr(0, 25),
-            "-ERR filter 'copy' exists");
+  EXPECT_THAT(c.Call({"CF.LOADCHUNK", "copy", absl::StrCat(chunks[0].first), chunks[0].second}),
+              ::testing::StartsWith("-ERR item exists: filter 'copy' exists; DEL it first"));
 }
 
 std::string Hex(const std::array<uint8_t, 32>& h) {
@@ -1152,6 +1161,7 @@ TEST_F(RedisTransferTest, AnAbandonedDumpAndLoadAreDroppedByATimerWithTheirFiles
   StartServer(TransferConfig());
   RespClient c(port());
   ASSERT_EQ(c.Call({"CF.RESERVE", "src", "1000000"}), "OK");  // A snapshot of about 1.4 MB.
+  ASSERT_EQ(c.Call({"CF.ADD", "src", "x"}), ":1");
   // A dump read to its first data chunk, and a load sent that far.
   c.Send({"CF.SCANDUMP", "src", "0"});
   int64_t header_it = 0, data_it = 0, next_it = 0;
@@ -1162,7 +1172,9 @@ TEST_F(RedisTransferTest, AnAbandonedDumpAndLoadAreDroppedByATimerWithTheirFiles
   ASSERT_EQ(data.size(), server::kRedisDumpChunkBytes);
   ASSERT_EQ(c.Call({"CF.LOADCHUNK", "copy", absl::StrCat(header_it), header}), "OK");
   ASSERT_EQ(c.Call({"CF.LOADCHUNK", "copy", absl::StrCat(data_it), data}), "OK");
-  EXPECT_EQ(TransferFiles().size(), 2u);
+  // Their files, removed from the directory once open, held open.
+  EXPECT_TRUE(TransferFiles().empty()) << absl::StrJoin(TransferFiles(), ", ");
+  EXPECT_EQ(OpenTransferFiles(), 2);
   // Then nothing: the timer drops both.
   for (int i = 0; i < 600 && (!TransferFiles().empty() || OpenTransferFiles() > 0); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -1225,16 +1237,18 @@ TEST_F(RedisTransferTest, ALoadOrDumpLargerThanTheImportLimitOrTheFreeDiskIsRefu
   EXPECT_THAT(disk, ::testing::HasSubstr("has 130MiB free, of which 128MiB is kept for the "
                                          "write-ahead log (2 x --wal-segment-size): only 2MiB "
                                          "is left for it"));
-  // Refused loads hold no slot: two that fit start.
+  // Refused loads hold no slot: two that fit start (one per connection).
   EXPECT_EQ(c.Call({"CF.LOADCHUNK", "a", "4294967297", Header(1 << 20)}), "OK");
-  EXPECT_EQ(c.Call({"CF.LOADCHUNK", "b", "4294967297", Header(512 << 10)}), "OK");
+  RespClient c2(port());
+  EXPECT_EQ(c2.Call({"CF.LOADCHUNK", "b", "4294967297", Header(512 << 10)}), "OK");
   // A dump whose copy does not fit: the export it reads from claims the
   // filter's memory first, and is refused naming it.
   ASSERT_EQ(c.Call({"CF.RESERVE", "big", "2000000"}), "OK");  // About 3.6 MB.
+  ASSERT_EQ(c.Call({"CF.ADD", "big", "x"}), ":1");  // (An empty filter's dump is [0, nil].)
   const std::string dump = c.Call({"CF.SCANDUMP", "big", "0"});
   EXPECT_THAT(dump, ::testing::HasSubstr("-ERR the export of filter \"big\" needs 3.6MiB"));
   EXPECT_THAT(dump, ::testing::HasSubstr("and 1.5MiB is promised to other transfers under way"));
-  EXPECT_EQ(TransferFiles().size(), 2u);  // The two loads'.
+  EXPECT_EQ(OpenTransferFiles(), 2);  // The two loads'.
 }
 
 // A chunk's write that stalls (a FIFO nobody reads, in place of the load's
@@ -1292,6 +1306,231 @@ TEST_F(RedisTransferTest, AStalledLoadChunkWriteDoesNotStopOtherConnections) {
   EXPECT_EQ(loader.Read(), "OK");
   drain.join();
   ::close(reader);
+}
+
+// ---- CF.SCANDUMP and CF.LOADCHUNK belong to their connection ----
+
+class RedisDumpOwnershipTest : public RedisTransferTest {
+ protected:
+  // No idle timer within a test: what ends a dump or load here is its
+  // connection, its filter or its end.
+  void SetUp() override {
+    server::ServerConfig c = TransferConfig();
+    c.transfer_idle_timeout = absl::Minutes(10);
+    StartServer(c);
+  }
+  // Waits (up to 10 s) until the server holds `n` transfer files open.
+  static bool WaitForOpenTransferFiles(int n) {
+    for (int i = 0; i < 1000 && OpenTransferFiles() != n; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return OpenTransferFiles() == n;
+  }
+  // CF.SCANDUMP key 0 on `c`: the header chunk's iterator (0 if refused,
+  // the error in *error).
+  static int64_t StartDump(RespClient& c, const std::string& key, std::string* error = nullptr) {
+    // "[:<iterator>,$<header>]", or the error.
+    const std::string reply = c.Call({"CF.SCANDUMP", key, "0"});
+    if (!reply.starts_with("[:")) {
+      if (error != nullptr) *error = reply;
+      return 0;
+    }
+    return std::stoll(reply.substr(2, reply.find(',') - 2));
+  }
+  // A filter of `n` keys ("k0" ...).
+  static void Fill(RespClient& c, const std::string& key, int n) {
+    std::vector<std::string> insert = {"CF.INSERT", key, "CAPACITY", absl::StrCat(n), "ITEMS"};
+    for (int i = 0; i < n; ++i) insert.push_back(absl::StrCat("k", i));
+    ASSERT_EQ(c.Call(insert).find(":-1"), std::string::npos);
+  }
+};
+
+// A client that disconnects mid-dump or mid-load gives its slots back at
+// once (not after --transfer-idle-timeout, 10 minutes here): the most
+// dumps and loads can be started again by new connections, and no file is
+// left open.
+TEST_F(RedisDumpOwnershipTest, DumpsAndLoadsEndWithTheirConnectionSoNewOnesCanStartTheMost) {
+  RespClient setup(port());
+  for (int i = 0; i < 4; ++i) ASSERT_NO_FATAL_FAILURE(Fill(setup, absl::StrCat("d", i), 100));
+  auto first = std::make_unique<RespClient>(port());
+  auto second = std::make_unique<RespClient>(port());
+  std::string error;
+  ASSERT_NE(StartDump(*first, "d0"), 0);
+  ASSERT_NE(StartDump(*first, "d1"), 0);
+  EXPECT_EQ(StartDump(*first, "d2", &error), 0);
+  EXPECT_EQ(error,
+            "-ERR this connection has 2 CF.SCANDUMPs in progress already (the most per "
+            "connection): read one to its end (iterator 0 back), or close the connection");
+  ASSERT_NE(StartDump(*second, "d2"), 0);
+  ASSERT_NE(StartDump(*second, "d3"), 0);
+  EXPECT_EQ(first->Call({"CF.LOADCHUNK", "copy1", "4294967297", Header(1 << 20)}), "OK");
+  EXPECT_THAT(first->Call({"CF.LOADCHUNK", "copy9", "4294967297", Header(1 << 20)}),
+              ::testing::StartsWith("-ERR this connection has 1 CF.LOADCHUNK load in progress "
+                                    "already (the most per connection)"));
+  EXPECT_EQ(second->Call({"CF.LOADCHUNK", "copy2", "4294967297", Header(1 << 20)}), "OK");
+  // Every slot is taken.
+  RespClient third(port());
+  EXPECT_EQ(StartDump(third, "d0", &error), 0);
+  EXPECT_THAT(error, ::testing::StartsWith("-ERR 4 CF.SCANDUMPs are in progress already on all "
+                                           "connections (the most at once)"));
+  EXPECT_THAT(third.Call({"CF.LOADCHUNK", "copy3", "4294967297", Header(1 << 20)}),
+              ::testing::StartsWith("-ERR 2 CF.LOADCHUNK loads are in progress already on all "
+                                    "connections"));
+  EXPECT_EQ(OpenTransferFiles(), 6);
+  // Both clients go away mid-dump and mid-load.
+  first.reset();
+  second.reset();
+  EXPECT_TRUE(WaitForOpenTransferFiles(0)) << OpenTransferFiles() << " files still open";
+  EXPECT_TRUE(TransferFiles().empty()) << absl::StrJoin(TransferFiles(), ", ");
+  // New connections start the most again, the names of the loads included.
+  RespClient fourth(port());
+  for (int i = 0; i < 2; ++i) EXPECT_NE(StartDump(third, absl::StrCat("d", i)), 0) << i;
+  for (int i = 2; i < 4; ++i) EXPECT_NE(StartDump(fourth, absl::StrCat("d", i)), 0) << i;
+  EXPECT_EQ(third.Call({"CF.LOADCHUNK", "copy1", "4294967297", Header(1 << 20)}), "OK");
+  EXPECT_EQ(fourth.Call({"CF.LOADCHUNK", "copy2", "4294967297", Header(1 << 20)}), "OK");
+  EXPECT_EQ(OpenTransferFiles(), 6);
+}
+
+// A dump's iterators and a load's chunks are refused on any other
+// connection, with an error saying why; the owner's go on undisturbed.
+TEST_F(RedisDumpOwnershipTest, AnotherConnectionsIteratorOrChunkIsRefused) {
+  RespClient owner(port());
+  ASSERT_NO_FATAL_FAILURE(Fill(owner, "src", 4000));
+  const int64_t it = StartDump(owner, "src");
+  ASSERT_NE(it, 0);
+  RespClient other(port());
+  EXPECT_EQ(other.Call({"CF.SCANDUMP", "src", absl::StrCat(it)}),
+            absl::StrCat("-ERR iterator ", it,
+                         " is of a CF.SCANDUMP of 'src' started on another connection: a dump "
+                         "belongs to the connection that started it, so run the whole "
+                         "CF.SCANDUMP loop on one connection (with a connection pool, hold one "
+                         "connection for it)"));
+  ASSERT_EQ(owner.Call({"CF.LOADCHUNK", "copy", "4294967297", Header(3 << 20)}), "OK");
+  EXPECT_EQ(other.Call({"CF.LOADCHUNK", "copy", "4294967298", "data"}),
+            "-ERR the CF.LOADCHUNK of 'copy' was started on another connection: a load belongs "
+            "to the connection that sent its first chunk, so send all its chunks on that one");
+  EXPECT_THAT(other.Call({"CF.LOADCHUNK", "copy", "4294967297", Header(1 << 20)}),
+              ::testing::StartsWith("-ERR a CF.LOADCHUNK of 'copy' is in progress on another "
+                                    "connection"));
+  // The owner's dump goes on to its end.
+  int64_t next = it;
+  int chunks = 0;
+  for (bool null = false; next != 0 && chunks < 100; ++chunks) {
+    owner.Send({"CF.SCANDUMP", "src", absl::StrCat(next)});
+    std::string data;
+    ASSERT_TRUE(owner.ReadDumpChunk(&next, &data, &null));
+    EXPECT_EQ(null, next == 0);
+  }
+  EXPECT_GE(chunks, 1);
+  EXPECT_EQ(next, 0);
+}
+
+// RedisBloom's replies: a missing filter is "ERR not found", an empty
+// one's dump [0, nil] at once (no dump is held), the end [0, nil]; in
+// RESP3 the same shapes, nil as RESP3's null. A dump read to its end holds
+// nothing more: its iterators are refused and its file is gone.
+TEST_F(RedisDumpOwnershipTest, RepliesAreRedisBloomsAndTheEndFreesTheDump) {
+  for (const int protocol : {2, 3}) {
+    SCOPED_TRACE(protocol);
+    RespClient c(port());
+    if (protocol == 3) {
+      ASSERT_THAT(c.Call({"HELLO", "3"}), ::testing::StartsWith("["));
+    }
+    const std::string empty = absl::StrCat("empty", protocol);
+    const std::string full = absl::StrCat("full", protocol);
+    EXPECT_EQ(c.Call({"CF.SCANDUMP", "missing", "0"}), "-ERR not found");
+    EXPECT_EQ(c.Call({"CF.SCANDUMP", "src", "-1"}),
+              "-Invalid position: the iterator is a non-negative integer, 0 to start");
+    EXPECT_EQ(c.Call({"CF.LOADCHUNK", "copy", "0", "x"}),
+              "-Invalid position: use the iterator CF.SCANDUMP returned with this chunk");
+    ASSERT_EQ(c.Call({"CF.RESERVE", empty, "1000"}), "OK");
+    c.Send({"CF.SCANDUMP", empty, "0"});
+    int64_t it = -1;
+    std::string data;
+    bool null = false;
+    ASSERT_TRUE(c.ReadDumpChunk(&it, &data, &null));
+    EXPECT_EQ(it, 0);
+    EXPECT_TRUE(null);
+    EXPECT_EQ(OpenTransferFiles(), 0);
+    ASSERT_NO_FATAL_FAILURE(Fill(c, full, 10));
+    const int64_t header = StartDump(c, full);
+    ASSERT_NE(header, 0);
+    std::vector<int64_t> iterators = {header};
+    for (int64_t next = header; next != 0 && iterators.size() < 10;) {
+      c.Send({"CF.SCANDUMP", full, absl::StrCat(next)});
+      ASSERT_TRUE(c.ReadDumpChunk(&next, &data, &null));
+      if (next != 0) {
+        EXPECT_FALSE(null);
+        iterators.push_back(next);
+      }
+    }
+    EXPECT_TRUE(null) << "the last reply is [0, nil]";
+    EXPECT_EQ(data, "");
+    EXPECT_TRUE(WaitForOpenTransferFiles(0));
+    EXPECT_THAT(c.Call({"CF.SCANDUMP", full, absl::StrCat(iterators.back())}),
+                ::testing::StartsWith(absl::StrCat("-ERR no CF.SCANDUMP of '", full,
+                                                   "' is in progress on this connection")));
+  }
+}
+
+// Dropping the filter (Redis's DEL, or DropFilter over gRPC) ends its
+// dumps: the copy goes at once (DEL) or within the sweeper's second
+// (gRPC, no command needed), and the client's next chunk is refused with
+// RedisBloom's "not found" and the reason. A filter dropped and made again
+// under the same name is another filter.
+TEST_F(RedisDumpOwnershipTest, DroppingTheFilterEndsItsDumps) {
+  RespClient c(port());
+  ASSERT_NO_FATAL_FAILURE(Fill(c, "a", 100));
+  ASSERT_NO_FATAL_FAILURE(Fill(c, "b", 100));
+  const int64_t a = StartDump(c, "a");
+  const int64_t b = StartDump(c, "b");
+  ASSERT_NE(a, 0);
+  ASSERT_NE(b, 0);
+  EXPECT_EQ(OpenTransferFiles(), 2);
+  // DEL, then the name made again.
+  ASSERT_EQ(c.Call({"DEL", "a"}), ":1");
+  ASSERT_EQ(c.Call({"CF.ADD", "a", "new"}), ":1");
+  EXPECT_EQ(c.Call({"CF.SCANDUMP", "a", absl::StrCat(a)}),
+            absl::StrCat("-ERR not found: filter 'a' was dropped during its CF.SCANDUMP "
+                         "(iterator ",
+                         a, "), so the dump's copy was removed"));
+  EXPECT_TRUE(WaitForOpenTransferFiles(1));
+  // Over gRPC: the sweeper notices without any command.
+  grpc::ClientContext ctx;
+  v1::DropFilterRequest req;
+  req.set_name("b");
+  v1::DropFilterResponse resp;
+  ASSERT_TRUE(stub_->DropFilter(&ctx, req, &resp).ok());
+  EXPECT_TRUE(WaitForOpenTransferFiles(0)) << OpenTransferFiles() << " files still open";
+  EXPECT_THAT(c.Call({"CF.SCANDUMP", "b", absl::StrCat(b)}),
+              ::testing::StartsWith("-ERR not found: filter 'b' was dropped during its "
+                                    "CF.SCANDUMP"));
+  // Their slots are free: this connection starts its most again.
+  EXPECT_NE(StartDump(c, "a"), 0);
+  ASSERT_NO_FATAL_FAILURE(Fill(c, "b", 100));
+  EXPECT_NE(StartDump(c, "b"), 0);
+}
+
+// RESET makes the connection as new: its dumps and loads end.
+TEST_F(RedisDumpOwnershipTest, ResetEndsTheConnectionsDumpsAndLoads) {
+  RespClient c(port());
+  ASSERT_NO_FATAL_FAILURE(Fill(c, "src", 100));
+  const int64_t it = StartDump(c, "src");
+  ASSERT_NE(it, 0);
+  ASSERT_EQ(c.Call({"CF.LOADCHUNK", "copy", "4294967297", Header(1 << 20)}), "OK");
+  EXPECT_EQ(OpenTransferFiles(), 2);
+  ASSERT_EQ(c.Call({"RESET"}), "RESET");
+  EXPECT_TRUE(WaitForOpenTransferFiles(0));
+  EXPECT_THAT(c.Call({"CF.SCANDUMP", "src", absl::StrCat(it)}),
+              ::testing::StartsWith("-ERR no CF.SCANDUMP of 'src' is in progress on this "
+                                    "connection"));
+  EXPECT_THAT(c.Call({"CF.LOADCHUNK", "copy", "4294967298", "data"}),
+              ::testing::StartsWith("-ERR no CF.LOADCHUNK of 'copy' is in progress on this "
+                                    "connection"));
+  // Iterator 0 again on the same connection restarts its dump of a key
+  // rather than taking a second slot.
+  for (int i = 0; i < 3; ++i) EXPECT_NE(StartDump(c, "src"), 0) << i;
+  EXPECT_TRUE(WaitForOpenTransferFiles(1));
 }
 
 }  // namespace
