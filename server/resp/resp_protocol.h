@@ -181,6 +181,33 @@ class Writer {
     }
     out_->resize(static_cast<size_t>(p - out_->data()));
   }
+  // As SmallIntegers for RESP2; RESP3 writes 1 and 0 as the booleans "#t"
+  // and "#f" (RedisBloom's RESP3 replies of CF.EXISTS, CF.ADD, ...) and
+  // -1 as the integer it is (CF.INSERT's "full").
+  template <typename F>
+  void SmallBooleans(size_t n, F value) {
+    if (protocol_ != 3) {
+      SmallIntegers(n, value);
+      return;
+    }
+    const size_t at = out_->size();
+    out_->resize(at + 5 * n);
+    char* p = out_->data() + at;
+    for (size_t i = 0; i < n; ++i) {
+      const int v = value(i);
+      if (v < 0) {
+        *p++ = ':';
+        *p++ = '-';
+        *p++ = static_cast<char>('0' - v);
+      } else {
+        *p++ = '#';
+        *p++ = v != 0 ? 't' : 'f';
+      }
+      *p++ = '\r';
+      *p++ = '\n';
+    }
+    out_->resize(static_cast<size_t>(p - out_->data()));
+  }
   // "$len" and the bytes, binary-safe.
   void Bulk(std::string_view s);
   // RESP3 "_"; RESP2 "$-1".

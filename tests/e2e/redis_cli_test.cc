@@ -68,6 +68,22 @@ class RedisCliTest : public ::testing::TestWithParam<int> {
   std::string P(const std::string& resp2, const std::string& resp3) const {
     return protocol() == 3 ? resp3 : resp2;
   }
+  // A 1 or 0 that RedisBloom answers as a boolean in RESP3 (CF.ADD,
+  // CF.ADDNX, CF.EXISTS, CF.DEL), as redis-cli prints it, without the
+  // newline.
+  std::string Bool(int v) const {
+    return P(v ? "(integer) 1" : "(integer) 0", v ? "(true)" : "(false)");
+  }
+  std::string B(int v) const { return Bool(v) + "\n"; }
+  // An array of them (CF.MEXISTS; CF.INSERT, whose -1 stays an integer).
+  std::string Bools(const std::vector<int>& values) const {
+    std::string out;
+    for (size_t i = 0; i < values.size(); ++i) {
+      out +=
+          std::to_string(i + 1) + ") " + (values[i] < 0 ? "(integer) -1" : Bool(values[i])) + "\n";
+    }
+    return out;
+  }
 
   // redis-cli [-3] --no-raw <extra> <args>, with `stdin_data` on its stdin.
   Result Cli(const std::vector<std::string>& args, const std::string& stdin_data = "",
@@ -204,7 +220,7 @@ TEST_P(RedisCliTest, ReserveTakesRedisBloomOptionsAndNamesBadValues) {
 
 TEST_P(RedisCliTest, InfoListsRedisBloomsFieldsFirstThenCuckoodsInTheProtocolsTypes) {
   ASSERT_EQ(Run({"CF.RESERVE", "f", "5000", "BUCKETSIZE", "2"}), "OK\n");
-  ASSERT_EQ(Run({"CF.INSERT", "f", "ITEMS", "a", "b", "c"}), Ints({1, 1, 1}));
+  ASSERT_EQ(Run({"CF.INSERT", "f", "ITEMS", "a", "b", "c"}), Bools({1, 1, 1}));
   std::vector<std::pair<std::string, std::string>> info = Info("f");
   std::vector<std::string> names;
   for (auto& [k, v] : info) names.push_back(k);
@@ -249,12 +265,8 @@ TEST_P(RedisCliTest, AddAddNxInsertInsertNxAnswerAsRedisBloom) {
                    "CF.ADD f a b\n"
                    "CF.ADDNX f\n"
                    "EXISTS nope\n"),
-            "(integer) 1\n"
-            "(integer) 1\n"
-            "(integer) 0\n"
-            "(integer) 1\n" +
-                Ints({1, 1}) + Ints({0, 1}) + Ints({1}) + Ints({1}) + Ints({0, 1}) +
-                Arity("cf.insert") +
+            B(1) + B(1) + B(0) + B(1) + Bools({1, 1}) + Ints({0, 1}) + Bools({1}) + Bools({1}) +
+                Ints({0, 1}) + Arity("cf.insert") +
                 "(error) ERR invalid filter name 'bad name': filter name \"bad name\" has "
                 "character ' '; allowed are A-Z a-z 0-9 . _ -\n" +
                 Arity("cf.add") + Arity("cf.add") + Arity("cf.addnx") + "(integer) 0\n");
@@ -270,7 +282,7 @@ TEST_P(RedisCliTest, AddAddNxInsertInsertNxAnswerAsRedisBloom) {
 // Every error a write command finds in its arguments is answered (a
 // regression: these were once never answered and the connection hung).
 TEST_P(RedisCliTest, WriteArgumentErrorsAreAnswered) {
-  ASSERT_EQ(Run({"CF.ADD", "f", "a"}), "(integer) 1\n");
+  ASSERT_EQ(Run({"CF.ADD", "f", "a"}), B(1));
   EXPECT_EQ(Script("CF.INSERT nope NOCREATE ITEMS x\n"
                    "CF.INSERTNX nope NOCREATE ITEMS x\n"
                    "CF.INSERT f NOCREATE a\n"
@@ -314,8 +326,7 @@ TEST_P(RedisCliTest, MExistsOfPresentAndAbsentItemsOnALargeFilter) {
   }
   for (int i = 1; i <= 100; ++i) {
     const std::string idx = std::to_string(i);
-    expected +=
-        std::string(3 - idx.size(), ' ') + idx + ") (integer) " + (i % 2 ? "1" : "0") + "\n";
+    expected += std::string(3 - idx.size(), ' ') + idx + ") " + Bool(i % 2) + "\n";
   }
   ASSERT_EQ(Lines(Run(insert)).size(), 50u);
   EXPECT_EQ(Run(mexists), expected);
@@ -332,7 +343,7 @@ TEST_P(RedisCliTest, FullFixedFilterSaysFilterIsFullAndInsertAnswersMinusOne) {
   for (size_t i = 1; i <= 1500; ++i) {
     // (Near full an insert may fail and a later one find room: both kinds
     // mix at the end.)
-    if (lines[i] == "(integer) 1") {
+    if (lines[i] == Bool(1)) {
       ++added;
     } else {
       EXPECT_EQ(lines[i], "(error) Filter is full") << i;
@@ -345,7 +356,7 @@ TEST_P(RedisCliTest, FullFixedFilterSaysFilterIsFullAndInsertAnswersMinusOne) {
   EXPECT_EQ(lines[1502], "2) (integer) -1");
   EXPECT_EQ(lines[1503], "3) (integer) -1");
   EXPECT_EQ(lines[1504], "(error) Filter is full");
-  EXPECT_EQ(lines[1505], "1) (integer) 0");
+  EXPECT_EQ(lines[1505], "1) (integer) 0");  // CF.INSERTNX: integers in RESP3 too
   EXPECT_EQ(lines[1506], "2) (integer) -1");
 }
 
@@ -372,21 +383,13 @@ TEST_P(RedisCliTest, ExistsMExistsCountDel) {
                    "CF.COUNT f\n"
                    "CF.DEL f\n"
                    "CF.EXISTS f a b\n"),
-            Ints({1, 1, 1}) +
-                "(integer) 1\n"
-                "(integer) 1\n"
+            Bools({1, 1, 1}) + B(1) + B(1) + B(0) + B(0) + Bools({1, 0, 1}) + Bools({0, 0}) +
+                "(integer) 2\n"  // CF.COUNT
                 "(integer) 0\n"
                 "(integer) 0\n" +
-                Ints({1, 0, 1}) + Ints({0, 0}) +
-                "(integer) 2\n"
-                "(integer) 0\n"
-                "(integer) 0\n"
-                "(integer) 1\n"
-                "(integer) 1\n"
-                "(integer) 1\n"
-                "(integer) 1\n"
-                "(integer) 0\n"
-                "(integer) 0\n"
+                B(1) +             // CF.DEL f a
+                "(integer) 1\n" +  // CF.COUNT f a
+                B(1) + B(1) + B(0) + B(0) +
                 "(error) ERR item is empty; cuckood items are 1 to 4096 bytes\n" +
                 Arity("cf.exists") + Arity("cf.mexists") + Arity("cf.count") + Arity("cf.del") +
                 Arity("cf.exists"));
@@ -396,7 +399,7 @@ TEST_P(RedisCliTest, ExistsMExistsCountDel) {
   // Binary-safe items: a \0 and CRLF inside one.
   EXPECT_EQ(Script("CF.ADD f \"x\\x00y\\r\\nz\"\nCF.EXISTS f \"x\\x00y\\r\\nz\"\nCF.EXISTS f "
                    "\"x\\x00y\"\n"),
-            "(integer) 1\n(integer) 1\n(integer) 0\n");
+            B(1) + B(1) + B(0));
 }
 
 TEST_P(RedisCliTest, InvalidFilterNamesAreRefusedNamingTheRule) {
@@ -597,8 +600,8 @@ TEST_P(RedisCliTest, CommandAndInfoAreEnoughForRedisCli) {
   }
   EXPECT_EQ(Lines(list).size(), 29u) << list;
 
-  ASSERT_EQ(Run({"CF.ADD", "a", "x"}), "(integer) 1\n");
-  ASSERT_EQ(Run({"CF.ADD", "b", "x"}), "(integer) 1\n");
+  ASSERT_EQ(Run({"CF.ADD", "a", "x"}), B(1));
+  ASSERT_EQ(Run({"CF.ADD", "b", "x"}), B(1));
   // INFO is printed raw by redis-cli (RESP3: a verbatim string, its text).
   const std::string info = Run({"INFO"});
   for (const char* line :
@@ -645,32 +648,30 @@ TEST_P(RedisCliTest, KeyspaceCommandsSeeFilters) {
                    "DBSIZE\n"
                    "TYPE alpha\n"
                    "CF.EXISTS alpha x\n"),
-            "(integer) 1\n"
-            "(integer) 1\n"
-            "(integer) 1\n"
-            "OK\n"
-            "(integer) 4\n"
-            "(integer) 2\n"
-            "(integer) 2\n"
-            "MBbloomCF\n"
-            "none\n"
-            "1) \"alpha\"\n2) \"beta\"\n3) \"delta\"\n4) \"gamma.1\"\n"
-            "1) \"gamma.1\"\n"
-            "(empty array)\n"
-            "1) \"alpha\"\n2) \"beta\"\n"
-            "(error) ERR syntax error\n"
-            "(error) ERR invalid cursor\n"
-            "(error) ERR value is not an integer or out of range\n"
-            "(error) ERR syntax error\n"
-            "(error) ERR syntax error\n"
-            "1) \"0\"\n2) (empty array)\n"
-            "1) \"0\"\n2) 1) \"gamma.1\"\n"
-            "1) \"0\"\n2) 1) \"gamma.1\"\n" +
+            B(1) + B(1) + B(1) +
+                "OK\n"
+                "(integer) 4\n"
+                "(integer) 2\n"
+                "(integer) 2\n"
+                "MBbloomCF\n"
+                "none\n"
+                "1) \"alpha\"\n2) \"beta\"\n3) \"delta\"\n4) \"gamma.1\"\n"
+                "1) \"gamma.1\"\n"
+                "(empty array)\n"
+                "1) \"alpha\"\n2) \"beta\"\n"
+                "(error) ERR syntax error\n"
+                "(error) ERR invalid cursor\n"
+                "(error) ERR value is not an integer or out of range\n"
+                "(error) ERR syntax error\n"
+                "(error) ERR syntax error\n"
+                "1) \"0\"\n2) (empty array)\n"
+                "1) \"0\"\n2) 1) \"gamma.1\"\n"
+                "1) \"0\"\n2) 1) \"gamma.1\"\n" +
                 Arity("keys") + Arity("dbsize") + Arity("type") + Arity("exists") + Arity("scan") +
                 "(integer) 1\n" + Arity("del") +
                 "(integer) 3\n"
-                "none\n"
-                "(integer) 0\n");
+                "none\n" +
+                B(0));
 
   // A whole SCAN, one name at a time (raw output: the cursor, then names):
   // every filter exactly once, and it ends at cursor 0.
@@ -768,12 +769,12 @@ TEST_P(RedisCliTest, ScanDumpAndLoadChunkCopyAFilter) {
               std::string out;
               for (int i = 1; i <= 500; ++i) {
                 std::string idx = std::to_string(i);
-                out += std::string(3 - idx.size(), ' ') + idx + ") (integer) 1\n";
+                out += std::string(3 - idx.size(), ' ') + idx + ") " + Bool(1) + "\n";
               }
               return out;
             }());
   EXPECT_EQ(InfoMap("copy")["Number of items inserted"], "(integer) 500");
-  EXPECT_EQ(Run({"CF.EXISTS", "copy", "nope"}), "(integer) 0\n");
+  EXPECT_EQ(Run({"CF.EXISTS", "copy", "nope"}), B(0));
 
   EXPECT_EQ(Script("CF.SCANDUMP missing 0\n"
                    "CF.SCANDUMP d x\n"
@@ -808,13 +809,12 @@ TEST_P(RedisCliTest, FiltersAreSharedWithTheGrpcApi) {
   Result created = Ctl({"create", "grpcf", "--capacity=1000", "--fingerprint-bits=32", "--seed=7"});
   ASSERT_EQ(created.code, 0) << created.out << created.err;
   ASSERT_EQ(Ctl({"insert", "grpcf", "k1", "k2"}).code, 0);
-  EXPECT_EQ(
-      Script("TYPE grpcf\n"
-             "CF.EXISTS grpcf k1\n"
-             "CF.MEXISTS grpcf k1 k2 k3\n"
-             "CF.ADD grpcf k3\n"
-             "CF.RESERVE grpcf 10\n"),
-      "MBbloomCF\n(integer) 1\n" + Ints({1, 1, 0}) + "(integer) 1\n(error) ERR item exists\n");
+  EXPECT_EQ(Script("TYPE grpcf\n"
+                   "CF.EXISTS grpcf k1\n"
+                   "CF.MEXISTS grpcf k1 k2 k3\n"
+                   "CF.ADD grpcf k3\n"
+                   "CF.RESERVE grpcf 10\n"),
+            "MBbloomCF\n" + B(1) + Bools({1, 1, 0}) + B(1) + "(error) ERR item exists\n");
   std::map<std::string, std::string> info = InfoMap("grpcf");
   EXPECT_EQ(info["Capacity"], "(integer) 1000");
   EXPECT_EQ(info["Fingerprint bits"], "(integer) 32");
@@ -826,7 +826,7 @@ TEST_P(RedisCliTest, FiltersAreSharedWithTheGrpcApi) {
 
   // Made over RESP, seen over gRPC.
   ASSERT_EQ(Run({"CF.RESERVE", "respf", "5000", "BUCKETSIZE", "2"}), "OK\n");
-  ASSERT_EQ(Run({"CF.INSERT", "respf", "ITEMS", "x", "y"}), Ints({1, 1}));
+  ASSERT_EQ(Run({"CF.INSERT", "respf", "ITEMS", "x", "y"}), Bools({1, 1}));
   Result ctl_info = Ctl({"info", "respf"});
   ASSERT_EQ(ctl_info.code, 0) << ctl_info.out << ctl_info.err;
   EXPECT_THAT(ctl_info.out, HasSubstr("name:"));
@@ -899,9 +899,9 @@ TEST_P(RedisCliAuthTest, TokensAuthenticateAndGrantsApply) {
     return Script(script, {"--no-auth-warning", "-a", t.token});
   };
   EXPECT_EQ(as(admin_, "CF.RESERVE app.f 1000\nCF.ADD app.f a\nCF.RESERVE other 100\n"),
-            "OK\n(integer) 1\nOK\n");
+            "OK\n" + B(1) + "OK\n");
   EXPECT_EQ(as(reader_, "CF.EXISTS app.f a\nCF.MEXISTS app.f a b\nDBSIZE\nCF.COUNT app.f a\n"),
-            "(integer) 1\n" + Ints({1, 0}) + "(integer) 2\n(integer) 1\n");
+            B(1) + Bools({1, 0}) + "(integer) 2\n(integer) 1\n");
   std::vector<std::string> denied = Lines(as(reader_,
                                              "CF.ADD app.f b\nCF.RESERVE x 10\nDEL "
                                              "app.f\nCF.SCANDUMP app.f 0\n"));
@@ -909,7 +909,7 @@ TEST_P(RedisCliAuthTest, TokensAuthenticateAndGrantsApply) {
   for (const std::string& line : denied) EXPECT_THAT(line, StartsWith("(error) NOPERM ")) << line;
   EXPECT_THAT(denied[2], HasSubstr("\"reader\" may not run DEL on filter 'app.f'"));
   EXPECT_EQ(as(writer_, "CF.ADD app.f b\nCF.INSERT app.f ITEMS c\nCF.DEL app.f c\n"),
-            "(integer) 1\n" + Ints({1}) + "(integer) 1\n");
+            B(1) + Bools({1}) + B(1));
   std::vector<std::string> writer_denied =
       Lines(as(writer_, "CF.ADD other b\nCF.EXISTS other b\nCF.RESERVE app.g 10\n"));
   ASSERT_EQ(writer_denied.size(), 3u);
@@ -920,7 +920,7 @@ TEST_P(RedisCliAuthTest, TokensAuthenticateAndGrantsApply) {
   // --user/--pass sends AUTH user pass: the user name is ignored.
   EXPECT_EQ(Script("CF.EXISTS app.f a\n",
                    {"--no-auth-warning", "--user", "someone", "--pass", reader_.token}),
-            "(integer) 1\n");
+            B(1));
 }
 
 TEST_P(RedisCliAuthTest, WithoutAuthOnlyAuthHelloAndQuitRun) {

@@ -41,15 +41,15 @@ void RedisCommands::Exists(Session* s, absl::Span<const Command> run, size_t com
     for (size_t i = 0; i < run.size(); ++i) w.Raw(error);
   } else if (f == nullptr) {
     // RedisBloom: a missing filter holds nothing.
-    w.SmallIntegers(run.size(), [](size_t) { return 0; });
+    w.SmallBooleans(run.size(), [](size_t) { return 0; });
   } else if (run.size() == 1) {
-    w.Integer(f->MayContain(run[0].args[2]) ? 1 : 0);
+    w.Boolean(f->MayContain(run[0].args[2]));
   } else {
     ScratchArray<std::string_view> keys(run.size());
     ScratchArray<bool> present(run.size());
     for (size_t i = 0; i < run.size(); ++i) keys[i] = run[i].args[2];
     f->LookupBatch(keys.span(), present.span());
-    w.SmallIntegers(run.size(), [&](size_t i) { return present[i] ? 1 : 0; });
+    w.SmallBooleans(run.size(), [&](size_t i) { return present[i] ? 1 : 0; });
   }
   // Counted per command: the replies of a run are all alike in kind.
   for (size_t i = 0; i < run.size(); ++i) Record(command, out, start, 1);
@@ -74,12 +74,12 @@ void RedisCommands::MExists(Session* s, const Command& c, Writer& w) {
   }
   w.Array(n);
   if (f == nullptr) {
-    w.SmallIntegers(n, [](size_t) { return 0; });
+    w.SmallBooleans(n, [](size_t) { return 0; });
     return;
   }
   ScratchArray<bool> present(n);
   f->LookupBatch(absl::MakeConstSpan(c.args.data() + 2, n), present.span());
-  w.SmallIntegers(n, [&](size_t i) { return present[i] ? 1 : 0; });
+  w.SmallBooleans(n, [&](size_t i) { return present[i] ? 1 : 0; });
 }
 
 void RedisCommands::Count(Session* s, const Command& c, Writer& w) {

@@ -111,7 +111,18 @@ void RedisCommands::SetGrowth(v1::CreateFilterRequest* req, uint32_t growth_fact
   req->clear_max_capacity();
   const uint64_t c = req->capacity();
   if (growth_factor == 0 || c >= kMaxCapacity) return;
-  req->set_max_capacity(c <= kMaxCapacity / kRedisMaxGrowth ? c * kRedisMaxGrowth : kMaxCapacity);
+  uint64_t ceiling = c <= kMaxCapacity / kRedisMaxGrowth ? c * kRedisMaxGrowth : kMaxCapacity;
+  // No further than the schedule goes without a ceiling (the hash's bits
+  // run out first for a large filter at a low rate: CF.RESERVE of 10^6 at
+  // 1e-7 reaches about 250x): a max_capacity out of reach would refuse the
+  // filter, which RedisBloom makes.
+  if (const absl::StatusOr<FilterShape> unbounded = ComputeShape(OptionsOf(*req)); unbounded.ok()) {
+    uint64_t reachable = 0;
+    for (const GenerationShape& g : GenerationSchedule(*unbounded)) reachable += g.planned_items;
+    if (reachable <= c) return;  // It cannot grow: as without a ceiling.
+    ceiling = std::min(ceiling, reachable);
+  }
+  req->set_max_capacity(ceiling);
 }
 
 std::string RedisCommands::CreationError(const v1::CreateFilterRequest& req) {
@@ -183,10 +194,11 @@ struct RedisCommands::RunReplies {
         case kCfAddNx:
           for (size_t i = 0; i < n; ++i, ++key) {
             const int c = code(key);
+            // RESP3: booleans, as RedisBloom's.
             if (c == static_cast<int>(InsertResult::kInserted)) {
-              w.Integer(1);
+              w.Boolean(true);
             } else if (c == static_cast<int>(InsertResult::kAlreadyPresent)) {
-              w.Integer(0);
+              w.Boolean(false);
             } else {
               w.Error(growing() ? kMaxExpansions : kFilterIsFull);
             }
@@ -195,17 +207,26 @@ struct RedisCommands::RunReplies {
         case kCfInsert:
         case kCfInsertNx:
           w.Array(n);
-          w.SmallIntegers(n, [&](size_t i) {
-            const int c = code(key + i);
-            return c == static_cast<int>(InsertResult::kInserted)         ? 1
-                   : c == static_cast<int>(InsertResult::kAlreadyPresent) ? 0
-                                                                          : -1;
-          });
+          {
+            auto value = [&](size_t i) {
+              const int c = code(key + i);
+              return c == static_cast<int>(InsertResult::kInserted)         ? 1
+                     : c == static_cast<int>(InsertResult::kAlreadyPresent) ? 0
+                                                                            : -1;
+            };
+            // RESP3: CF.INSERT answers true or -1 per item, CF.INSERTNX
+            // integers (RedisBloom's).
+            if (command == kCfInsert) {
+              w.SmallBooleans(n, value);
+            } else {
+              w.SmallIntegers(n, value);
+            }
+          }
           key += n;
           break;
         case kCfDel:
           for (size_t i = 0; i < n; ++i, ++key) {
-            w.Integer(code(key) == static_cast<int>(DeleteResult::kDeleted) ? 1 : 0);
+            w.Boolean(code(key) == static_cast<int>(DeleteResult::kDeleted));
           }
           break;
         default:

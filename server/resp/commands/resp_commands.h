@@ -124,8 +124,9 @@ class RedisCommands final : public resp::CommandHandler {
   // The growth of a filter made over this port (CF.RESERVE, and CF.ADD or
   // CF.INSERT on a missing key): `growth_factor` (0: fixed), growing for
   // repeated keys as RedisBloom's filters do (grow_on_repeats), up to
-  // kRedisMaxGrowth times its capacity (max_capacity, which bounds the
-  // memory a client repeating one key can make it take).
+  // kRedisMaxGrowth times its capacity or as far as its generation schedule
+  // goes, whichever is less (max_capacity, which bounds the memory a client
+  // repeating one key can make it take).
   static void SetGrowth(v1::CreateFilterRequest* req, uint32_t growth_factor);
   // "" if `req` (made here, with SetGrowth) makes a filter; else the error
   // reply: for a capacity too large, the largest the same settings accept.
