@@ -268,6 +268,8 @@ void Connection::DropMultiQueue() {
 }
 
 void Connection::StartExec(uint64_t seq) {
+  // (No command of an earlier EXEC still reads its arguments: Blocked()
+  // let this one run.)
   exec_args_ = std::move(multi_queue_);
   multi_queue_.clear();
   exec_bytes_ = multi_bytes_;
@@ -278,32 +280,32 @@ void Connection::StartExec(uint64_t seq) {
   }
   exec_next_ = 0;
   exec_running_ = true;
-  exec_active_ = true;
-  exec_seq_ = seq;
+  execs_.push_back({.first = seq});
   // (EXEC's own reply is drained after this: the end is known at the
   // earliest after it.)
   MaybeEndExec();
 }
 
 void Connection::MaybeEndExec() {
-  if (!exec_active_) return;
-  if (exec_running_) {
-    if (exec_next_ < exec_cmds_.size()) return;
+  if (exec_running_ && exec_next_ == exec_cmds_.size()) {
     exec_running_ = false;
-    exec_end_seq_ = first_seq_ + slots_.size();
+    execs_.back().end = first_seq_ + slots_.size();
   }
-  if (first_seq_ < exec_end_seq_) return;  // replies to come
-  exec_active_ = false;
-  if (!lingering_ && !closed_) out_.append(exec_out_);
-  std::string().swap(exec_out_);
-  std::vector<Command>().swap(exec_cmds_);
-  std::vector<std::vector<std::string>>().swap(exec_args_);
-  exec_bytes_ = 0;
+  while (!execs_.empty() && execs_.front().end <= first_seq_) {
+    if (!lingering_ && !closed_) out_.append(execs_.front().out);
+    execs_.pop_front();
+  }
+  if (execs_.empty() && !exec_running_ && exec_bytes_ > 0) {
+    std::vector<Command>().swap(exec_cmds_);
+    std::vector<std::vector<std::string>>().swap(exec_args_);
+    exec_bytes_ = 0;
+  }
 }
 
 void Connection::Emit(std::string_view bytes) {
   if (slots_.empty()) {
-    (exec_running_ ? exec_out_ : out_).append(bytes);
+    // (With nothing pending, a running EXEC is the only one gathering.)
+    (exec_running_ ? execs_.back().out : out_).append(bytes);
     return;
   }
   Slot& slot = slots_.emplace_back();
@@ -324,8 +326,8 @@ void Connection::DrainReplies() {
     const uint64_t seq = first_seq_++;
     queued_bytes_ -= slot.bytes.size();
     if (slot.then) --queued_then_;
-    const bool in_exec = exec_active_ && seq >= exec_seq_ && (exec_running_ || seq < exec_end_seq_);
-    Apply(slot.bytes, slot.then, in_exec ? &exec_out_ : &out_);
+    const bool in_exec = !execs_.empty() && seq >= execs_.front().first && seq < execs_.front().end;
+    Apply(slot.bytes, slot.then, in_exec ? &execs_.front().out : &out_);
     if (in_exec) MaybeEndExec();
   }
   if (session_.close_after_reply && slots_.empty() && !closed_) CloseAfterFlush("quit");
@@ -589,8 +591,8 @@ void Connection::MaybeFinalize() {
   queued_bytes_ = queued_then_ = 0;
   std::vector<std::vector<std::string>>().swap(multi_queue_);
   multi_bytes_ = 0;
-  std::string().swap(exec_out_);
-  exec_running_ = exec_active_ = false;
+  std::deque<ExecReply>().swap(execs_);
+  exec_running_ = false;
   if (!views_in_use) {
     std::vector<Command>().swap(exec_cmds_);
     std::vector<std::vector<std::string>>().swap(exec_args_);
@@ -627,7 +629,13 @@ size_t Connection::MemoryBytes() const {
          session_.lib_name.capacity() + session_.lib_version.capacity() +
          session_.token.capacity() + session_.last_command.capacity() + session_.user.capacity() +
          slots_.size() * sizeof(Slot) + queued_bytes_ + unready_arg_bytes_ + multi_bytes_ +
-         exec_bytes_ + exec_out_.capacity();
+         exec_bytes_ + ExecReplyBytes();
+}
+
+size_t Connection::ExecReplyBytes() const {
+  size_t bytes = execs_.size() * sizeof(ExecReply);
+  for (const ExecReply& e : execs_) bytes += e.out.capacity();
+  return bytes;
 }
 
 void Connection::Account() { Charge(MemoryBytes()); }

@@ -269,7 +269,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Queue(const Slot& slot);
 
   // Moves the replies whose turn has come to the output (an EXEC's to
-  // exec_out_ until its last one).
+  // its ExecReply until its last one).
   void DrainReplies();
 
   // After MULTI: a copy of `c` kept until EXEC (or refused past
@@ -300,7 +300,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // The handler's answer, posted from another thread.
   void AsyncDone(uint64_t seq, std::string bytes, std::function<void(Session*)> then);
 
-  // Runs `then` and appends the reply to `to` (out_, or exec_out_).
+  // Runs `then` and appends the reply to `to` (out_, or an ExecReply's).
   void Apply(const std::string& bytes, const std::function<void(Session*)>& then, std::string* to);
 
   // Writes the output gathered so far, unless a write is in progress (its
@@ -332,6 +332,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // What this connection holds now (see the top of resp_server.h).
   size_t MemoryBytes() const;
+  // Of it, the EXECs' replies gathering.
+  size_t ExecReplyBytes() const;
 
   // Counts MemoryBytes (and the authentication state) in the server's
   // totals; evicts past client_memory and closes an unauthenticated
@@ -372,10 +374,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // MULTI's queue: each command's arguments, owned, and their bytes as
   // counted (QueueForExec). At EXEC they move to exec_args_, and
   // exec_cmds_ (views into them) run before the rest of the pipeline:
-  // exec_cmds_[exec_next_] is next while exec_running_. The replies of
-  // EXEC (slot exec_seq_) and of its commands (up to exec_end_seq_, known
-  // once they all ran) gather in exec_out_ while exec_active_, so the
-  // client gets the array whole, once every write in it is durable.
+  // exec_cmds_[exec_next_] is next while exec_running_. (They stay until
+  // the next EXEC or the last reply: a command in flight that did not say
+  // Applied may still read them, and nothing else runs meanwhile.)
   std::vector<std::vector<std::string>> multi_queue_;
   size_t multi_bytes_ = 0;
   std::vector<std::vector<std::string>> exec_args_;
@@ -383,10 +384,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
   size_t exec_bytes_ = 0;
   size_t exec_next_ = 0;
   bool exec_running_ = false;
-  bool exec_active_ = false;
-  uint64_t exec_seq_ = 0;
-  uint64_t exec_end_seq_ = 0;
-  std::string exec_out_;
+  // The EXECs whose replies are not all in, oldest first (pipelined
+  // transactions: the next may run while the writes of one wait to be
+  // durable): the replies of slots [first, end) gather in `out` (EXEC's
+  // own first, the array's header), moved to out_ whole once the last came;
+  // `end` is known once its commands all ran.
+  struct ExecReply {
+    uint64_t first = 0;
+    uint64_t end = UINT64_MAX;
+    std::string out;
+  };
+  std::deque<ExecReply> execs_;
 
   // Commands handed to the handler whose replies have not gone to out_ yet,
   // in order; slots_[0] is command first_seq_. The one being executed.

@@ -925,6 +925,35 @@ TEST_F(RespServerTest, QueuedCommandsRunOnlyAtExecAndItsReplyGoesOutWhole) {
   EXPECT_EQ(other.Reply(), ":1\r\n");
 }
 
+// Found by the kill -9 test: a second pipelined EXEC ran while the first's
+// writes waited to be durable, and the replies of the two were mixed.
+TEST_F(RespServerTest, PipelinedTransactionsEachGetTheirWholeArrayInOrder) {
+  StartServer();
+  Client c(server_->port());
+  std::string pipeline;
+  std::vector<std::string> expected;
+  for (int t = 0; t < 20; ++t) {
+    pipeline += Cmd({"MULTI"});
+    expected.push_back("+OK\r\n");
+    const int n = t % 4;  // 0 to 3 commands, writes still waiting, delays
+    for (int i = 0; i < n; ++i) {
+      const std::string tag = absl::StrCat("t", t, "-", i);
+      pipeline += i == 1 ? Cmd({"DELAY", "5", tag}) : Cmd({"SET", "20", tag});
+      expected.push_back("+QUEUED\r\n");
+    }
+    pipeline += Cmd({"EXEC"});
+    expected.push_back(absl::StrCat("*", n, "\r\n"));
+    for (int i = 0; i < n; ++i) {
+      expected.push_back(i == 1 ? Bulk(absl::StrCat("t", t, "-", i)) : ":1\r\n");
+    }
+    pipeline += Cmd({"ECHO", absl::StrCat("between-", t)});
+    expected.push_back(Bulk(absl::StrCat("between-", t)));
+  }
+  ASSERT_TRUE(c.Send(pipeline));
+  for (size_t i = 0; i < expected.size(); ++i) ASSERT_EQ(c.Reply(), expected[i]) << i;
+  EXPECT_GT(handler_.max_sets_pending.load(), 1) << "writes of several EXECs waited at once";
+}
+
 TEST_F(RespServerTest, ConsecutiveQueuedCommandsMayBeTakenTogetherButNotWithThoseAroundExec) {
   StartServer();
   Client c(server_->port());
