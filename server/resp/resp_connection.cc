@@ -129,8 +129,9 @@ void Connection::CloseForShutdown(bool force) {
 
 void Connection::Process() {
   // After QUIT (close_after_reply) nothing more runs.
-  while (!closed_ && !close_after_flush_ && !session_.close_after_reply && !reading_ &&
-         !Blocked()) {
+  // (An EXEC's commands all run even so: its array is answered whole.)
+  while (!closed_ && !close_after_flush_ && (!session_.close_after_reply || exec_running_) &&
+         !reading_ && !Blocked()) {
     if (PendingOutput() >= OutputLimit()) {
       if (!paused_) paused_since_ = Clock::now();
       paused_ = true;  // OnWrite resumes
@@ -330,7 +331,9 @@ void Connection::DrainReplies() {
     Apply(slot.bytes, slot.then, in_exec ? &execs_.front().out : &out_);
     if (in_exec) MaybeEndExec();
   }
-  if (session_.close_after_reply && slots_.empty() && !closed_) CloseAfterFlush("quit");
+  if (session_.close_after_reply && slots_.empty() && execs_.empty() && !closed_) {
+    CloseAfterFlush("quit");
+  }
 }
 
 bool Connection::ParseBatch() {

@@ -1536,6 +1536,21 @@ TEST_F(RedisPortTest, ClientKillClosesTheConnectionsItNames) {
       << metrics;
 }
 
+TEST_F(RedisPortTest, AClientKillingItselfInAnExecGetsTheWholeArrayThenCloses) {
+  RespClient c(port());
+  const std::string id = c.Call({"CLIENT", "ID"}).substr(1);
+  ASSERT_EQ(c.Call({"MULTI"}), "OK");
+  ASSERT_EQ(c.Call({"CLIENT", "KILL", "ID", id, "SKIPME", "no"}), "QUEUED");
+  ASSERT_EQ(c.Call({"CF.ADD", "f", "after-kill"}), "QUEUED");
+  ASSERT_EQ(c.Call({"PING"}), "QUEUED");
+  c.Send({"EXEC"});
+  c.Send({"PING"});  // never runs
+  EXPECT_EQ(c.Read(), "[:1,:1,PONG]");
+  EXPECT_EQ(c.Read(), "<closed>");
+  RespClient d(port());
+  EXPECT_EQ(d.Call({"CF.EXISTS", "f", "after-kill"}), ":1");
+}
+
 TEST_F(RedisPortTest, ClientListAndKillNeedTheAdminGrantOnEveryFilter) {
   const std::string path = dir_.path() + "/access";
   {
