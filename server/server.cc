@@ -547,6 +547,14 @@ absl::Status CuckooServer::StartRedis() {
                                        .evicted = server->evicted_clients()};
   });
   redis_commands_->set_port(redis_server_->port());
+  redis_commands_->set_clients(
+      [server](std::function<void(std::vector<resp::ClientInfo>)> done) {
+        server->ListClients(std::move(done));
+      },
+      [server](resp::ClientFilter filter, std::function<void(size_t)> done) {
+        server->KillClients(std::move(filter), std::move(done));
+      });
+  static_assert(kRedisCommands <= kMaxRedisCommands, "a metrics series for every Redis command");
   metrics->SetRedisCommands(kRedisCommandNames, kRedisCfCommands);
   metrics->AddCollector(
       MetricsSection::kRedis, [server, limit = redis_client_memory_limit_](MetricFamilies* out) {

@@ -235,14 +235,15 @@ void Metrics::RecordRedisAuthFailure(size_t command, size_t reason) {
 
 namespace {
 // Why the Redis port closed a connection (resp::ServerOptions::on_close).
-constexpr std::array<std::string_view, 14> kRedisCloseReasons = {
+constexpr std::array<std::string_view, 15> kRedisCloseReasons = {
     "quit",          "eof",
     "error",         "protocol_error",
     "idle",          "slow_client",
     "shutdown",      "max_clients",
     "client_memory", "unauthenticated_memory",
     "auth_timeout",  "max_unauthenticated",
-    "tls_handshake", "other"};
+    "tls_handshake", "killed",
+    "other"};
 }  // namespace
 
 void Metrics::SetRedisCommands(absl::Span<const std::string_view> names, size_t always_shown) {

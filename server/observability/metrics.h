@@ -92,7 +92,7 @@ inline constexpr std::array<double, 11> kBatchKeysBuckets = {1,    5,    10,    
 // Most Redis-port commands (the `command` label of cuckood_redis_*) and
 // refusal reasons (the `reason` label of cuckood_auth_failures_total) the
 // counters have room for; their names are their owners'.
-inline constexpr size_t kMaxRedisCommands = 32;
+inline constexpr size_t kMaxRedisCommands = 64;
 inline constexpr size_t kMaxAuthFailureReasons = 8;
 // How a Redis command ended, the `outcome` label: answered, refused for its
 // input or state (an -ERR reply), or refused for its credentials (-NOAUTH,
@@ -233,7 +233,7 @@ class Metrics {
   std::atomic<uint64_t> auth_reloads_ok_{0};
   std::atomic<uint64_t> redis_connections_{0};
   // By reason, in the order of kRedisCloseReasons (metrics.cc).
-  std::array<std::atomic<uint64_t>, 13> redis_closes_{};
+  std::array<std::atomic<uint64_t>, 14> redis_closes_{};
   std::atomic<uint64_t> auth_reloads_failed_{0};
   // When this process started (/proc/self/stat), seconds since the epoch.
   double start_time_seconds_ = 0;

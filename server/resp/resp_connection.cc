@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "boost/asio/post.hpp"
 #include "boost/asio/write.hpp"
@@ -171,14 +172,15 @@ void Connection::CloseForShutdown(bool force) {
 
 void Connection::Process() {
   // After QUIT (close_after_reply) nothing more runs.
-  while (!closed_ && !close_after_flush_ && !session_.close_after_reply && !reading_ &&
-         !Blocked()) {
+  // (An EXEC's commands all run even so: its array is answered whole.)
+  while (!closed_ && !close_after_flush_ && (!session_.close_after_reply || exec_running_) &&
+         !reading_ && !Blocked()) {
     if (PendingOutput() >= OutputLimit()) {
       if (!paused_) paused_since_ = Clock::now();
       paused_ = true;  // OnWrite resumes
       break;
     }
-    if (next_cmd_ < n_cmds_) {
+    if (exec_running_ || next_cmd_ < n_cmds_) {
       RunNext();
       continue;
     }
@@ -213,12 +215,37 @@ size_t Connection::PendingOutput() const {
 }
 
 void Connection::RunNext() {
+  // An EXEC's commands first, then the pipeline's.
+  const bool from_exec = exec_running_;
+  size_t& next = from_exec ? exec_next_ : next_cmd_;
+  const absl::Span<const Command> commands =
+      from_exec ? absl::Span<const Command>(exec_cmds_).subspan(exec_next_)
+                : absl::Span<const Command>(commands_.data() + next_cmd_, n_cmds_ - next_cmd_);
   if (core_->shutting_down.load(std::memory_order_relaxed)) {
     Emit(kShuttingDown);
-    ++next_cmd_;
+    ++next;
+    if (from_exec) MaybeEndExec();
     return;
   }
-  const absl::Span<const Command> commands(commands_.data() + next_cmd_, n_cmds_ - next_cmd_);
+  // CLIENT LIST's cmd= (at most 32 bytes: a client chooses what it sends).
+  const std::string_view name = commands[0].args[0].substr(0, 32);
+  session_.last_command.assign(name);
+  absl::AsciiStrToLower(&session_.last_command);
+  if (!from_exec && session_.multi) {
+    std::string error;
+    switch (core_->handler->Queue(&session_, commands[0], &error)) {
+      case CommandHandler::Queueing::kQueue:
+        QueueForExec(commands[0]);
+        ++next;
+        return;
+      case CommandHandler::Queueing::kRefuse:
+        Emit(error);
+        ++next;
+        return;
+      case CommandHandler::Queueing::kRun:
+        break;
+    }
+  }
   const uint64_t seq = first_seq_ + slots_.size();
   slots_.emplace_back();
   executing_seq_ = seq;
@@ -226,11 +253,9 @@ void Connection::RunNext() {
   size_t took = core_->handler->Execute(&session_, commands, Completion(shared_from_this(), seq));
   tl_executing = nullptr;
   took = std::clamp<size_t>(took, 1, commands.size());
+  next += took;
   Slot& slot = slots_.back();
-  if (slot.ready) {
-    Queue(slot);
-    DrainReplies();
-  } else {
+  if (!slot.ready) {
     for (size_t i = 0; i < took; ++i) {
       for (std::string_view a : commands[i].args) slot.arg_bytes += a.size() + kInFlightBytesPerArg;
     }
@@ -239,12 +264,92 @@ void Connection::RunNext() {
     if (!slot.applied) ++unapplied_;
     core_->in_flight.fetch_add(1);
   }
-  next_cmd_ += took;
+  // (Before its reply drains: EXEC's reply heads the array gathered.)
+  if (session_.exec) {
+    session_.exec = false;
+    StartExec(seq);
+  } else if (!session_.multi && (!multi_queue_.empty() || session_.multi_queued > 0)) {
+    DropMultiQueue();  // DISCARD, RESET, an aborted EXEC
+  }
+  if (slot.ready) {
+    Queue(slot);
+    DrainReplies();
+  }
+  if (from_exec) MaybeEndExec();
+}
+
+void Connection::QueueForExec(const Command& c) {
+  const ServerOptions& options = core_->options;
+  // Each argument's string and bytes, the vectors holding them, and the
+  // views EXEC will run them from.
+  size_t bytes = sizeof(std::vector<std::string>) + sizeof(Command);
+  for (std::string_view a : c.args)
+    bytes += sizeof(std::string) + sizeof(std::string_view) + a.size();
+  if (multi_queue_.size() >= options.max_multi_commands ||
+      multi_bytes_ + bytes > options.max_multi_bytes) {
+    session_.multi_failed = true;
+    Emit(absl::StrCat("-ERR MULTI queue limit: a transaction may queue at most ",
+                      options.max_multi_commands, " commands of ", options.max_multi_bytes,
+                      " bytes together (it holds ", multi_queue_.size(), " of ", multi_bytes_,
+                      " bytes; this one needs ", bytes,
+                      "); EXEC will abort: send smaller transactions\r\n"));
+    return;
+  }
+  if (!Admit(bytes)) return;  // closed past the connections' memory
+  std::vector<std::string>& args = multi_queue_.emplace_back();
+  args.reserve(c.args.size());
+  for (std::string_view a : c.args) args.emplace_back(a);
+  multi_bytes_ += bytes;
+  session_.multi_queued = multi_queue_.size();
+  Emit("+QUEUED\r\n");
+}
+
+void Connection::DropMultiQueue() {
+  std::vector<std::vector<std::string>>().swap(multi_queue_);
+  multi_bytes_ = 0;
+  session_.multi_queued = 0;
+  session_.multi_failed = false;
+}
+
+void Connection::StartExec(uint64_t seq) {
+  // (No command of an earlier EXEC still reads its arguments: Blocked()
+  // let this one run.)
+  exec_args_ = std::move(multi_queue_);
+  multi_queue_.clear();
+  exec_bytes_ = multi_bytes_;
+  DropMultiQueue();
+  exec_cmds_.resize(exec_args_.size());
+  for (size_t i = 0; i < exec_args_.size(); ++i) {
+    exec_cmds_[i].args.assign(exec_args_[i].begin(), exec_args_[i].end());
+  }
+  exec_next_ = 0;
+  exec_running_ = true;
+  execs_.push_back({.first = seq});
+  // (EXEC's own reply is drained after this: the end is known at the
+  // earliest after it.)
+  MaybeEndExec();
+}
+
+void Connection::MaybeEndExec() {
+  if (exec_running_ && exec_next_ == exec_cmds_.size()) {
+    exec_running_ = false;
+    execs_.back().end = first_seq_ + slots_.size();
+  }
+  while (!execs_.empty() && execs_.front().end <= first_seq_) {
+    if (!lingering_ && !closed_) out_.append(execs_.front().out);
+    execs_.pop_front();
+  }
+  if (execs_.empty() && !exec_running_ && exec_bytes_ > 0) {
+    std::vector<Command>().swap(exec_cmds_);
+    std::vector<std::vector<std::string>>().swap(exec_args_);
+    exec_bytes_ = 0;
+  }
 }
 
 void Connection::Emit(std::string_view bytes) {
   if (slots_.empty()) {
-    out_.append(bytes);
+    // (With nothing pending, a running EXEC is the only one gathering.)
+    (exec_running_ ? execs_.back().out : out_).append(bytes);
     return;
   }
   Slot& slot = slots_.emplace_back();
@@ -262,12 +367,16 @@ void Connection::DrainReplies() {
   while (!slots_.empty() && slots_.front().ready) {
     Slot slot = std::move(slots_.front());
     slots_.pop_front();
-    ++first_seq_;
+    const uint64_t seq = first_seq_++;
     queued_bytes_ -= slot.bytes.size();
     if (slot.then) --queued_then_;
-    Apply(slot.bytes, slot.then);
+    const bool in_exec = !execs_.empty() && seq >= execs_.front().first && seq < execs_.front().end;
+    Apply(slot.bytes, slot.then, in_exec ? &execs_.front().out : &out_);
+    if (in_exec) MaybeEndExec();
   }
-  if (session_.close_after_reply && slots_.empty() && !closed_) CloseAfterFlush("quit");
+  if (session_.close_after_reply && slots_.empty() && execs_.empty() && !closed_) {
+    CloseAfterFlush("quit");
+  }
 }
 
 bool Connection::ParseBatch() {
@@ -404,9 +513,10 @@ void Connection::AsyncDone(uint64_t seq, std::string bytes, std::function<void(S
   Process();
 }
 
-void Connection::Apply(const std::string& bytes, const std::function<void(Session*)>& then) {
+void Connection::Apply(const std::string& bytes, const std::function<void(Session*)>& then,
+                       std::string* to) {
   if (then) then(&session_);
-  if (!lingering_ && !closed_) out_.append(bytes);
+  if (!lingering_ && !closed_) to->append(bytes);
 }
 
 void Connection::Flush() {
@@ -526,7 +636,14 @@ void Connection::MaybeFinalize() {
   // Completion may keep this object long after).
   std::deque<Slot>().swap(slots_);
   queued_bytes_ = queued_then_ = 0;
+  std::vector<std::vector<std::string>>().swap(multi_queue_);
+  multi_bytes_ = 0;
+  std::deque<ExecReply>().swap(execs_);
+  exec_running_ = false;
   if (!views_in_use) {
+    std::vector<Command>().swap(exec_cmds_);
+    std::vector<std::vector<std::string>>().swap(exec_args_);
+    exec_bytes_ = 0;
     std::vector<Command>().swap(commands_);
     in_.reset();
     in_cap_ = in_begin_ = in_end_ = 0;
@@ -557,8 +674,15 @@ size_t Connection::MemoryBytes() const {
   return kConnectionBytes + (tls_ != nullptr ? kTlsConnectionBytes : 0) + in_cap_ + args_bytes_ +
          parser_.MemoryBytes() + out_.capacity() + writing_.capacity() + error_.capacity() +
          session_.name.capacity() + session_.lib_name.capacity() + session_.lib_version.capacity() +
-         session_.token.capacity() + session_.last_command.capacity() +
-         slots_.size() * sizeof(Slot) + queued_bytes_ + unready_arg_bytes_;
+         session_.token.capacity() + session_.last_command.capacity() + session_.user.capacity() +
+         slots_.size() * sizeof(Slot) + queued_bytes_ + unready_arg_bytes_ + multi_bytes_ +
+         exec_bytes_ + ExecReplyBytes();
+}
+
+size_t Connection::ExecReplyBytes() const {
+  size_t bytes = execs_.size() * sizeof(ExecReply);
+  for (const ExecReply& e : execs_) bytes += e.out.capacity();
+  return bytes;
 }
 
 void Connection::Account() { Charge(MemoryBytes()); }
@@ -607,6 +731,47 @@ void Connection::Charge(size_t bytes) {
       total > static_cast<int64_t>(core.options.client_memory)) {
     core.Evict();
   }
+}
+
+bool Connection::Describe(Clock::time_point now, ClientInfo* info) {
+  if (closed_ || finalized_) return false;
+  error_code ec;
+  const tcp::endpoint local = socket_.local_endpoint(ec);
+  info->id = session_.id;
+  info->addr = session_.peer;
+  info->laddr = ec ? "?:0" : FormatEndpoint(local);
+  info->fd = static_cast<int>(socket_.native_handle());
+  info->name = session_.name;
+  info->age_seconds = absl::ToInt64Seconds(absl::Now() - session_.connected_at);
+  info->idle_seconds = std::chrono::duration_cast<std::chrono::seconds>(now - last_input_).count();
+  info->multi = session_.multi;
+  info->multi_queued = multi_queue_.size();
+  info->memory = MemoryBytes();
+  info->cmd = session_.last_command;
+  info->user = session_.user;
+  info->lib_name = session_.lib_name;
+  info->lib_version = session_.lib_version;
+  info->protocol = session_.protocol;
+  return true;
+}
+
+bool Connection::Kill(const ClientFilter& filter, Clock::time_point now) {
+  if (closed_ || finalized_ || close_after_flush_) return false;
+  if (filter.skip_id != 0 && session_.id == filter.skip_id) return false;
+  ClientInfo info;
+  if (!Describe(now, &info)) return false;
+  if ((filter.id && *filter.id != info.id) || (filter.addr && *filter.addr != info.addr) ||
+      (filter.laddr && *filter.laddr != info.laddr) || (filter.user && *filter.user != info.user) ||
+      (filter.min_age_seconds && info.age_seconds <= *filter.min_age_seconds)) {
+    return false;
+  }
+  if (session_.id == filter.caller_id) {
+    // After its reply (CLIENT KILL is running on it): as QUIT.
+    session_.close_after_reply = true;
+    return true;
+  }
+  Close("killed");
+  return true;
 }
 
 }  // namespace internal

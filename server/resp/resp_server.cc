@@ -240,4 +240,60 @@ size_t RespServer::unauthenticated_connections() const {
 }
 void RespServer::Shutdown(absl::Duration drain) { core_->Shutdown(drain); }
 
+void RespServer::Core::ForEachWorker(std::function<void(Worker*)> each,
+                                     std::function<void()> done) {
+  struct State {
+    std::function<void(Worker*)> each;
+    std::function<void()> done;
+    std::atomic<size_t> left;
+  };
+  auto state = std::make_shared<State>();
+  state->each = std::move(each);
+  state->done = std::move(done);
+  state->left.store(workers.size());
+  for (auto& w : workers) {
+    asio::post(w->io, [state, w = w.get()] {
+      state->each(w);
+      if (state->left.fetch_sub(1) == 1) state->done();
+    });
+  }
+}
+
+void RespServer::ListClients(std::function<void(std::vector<ClientInfo>)> done) {
+  struct State {
+    std::mutex mu;
+    std::vector<ClientInfo> clients;
+  };
+  auto state = std::make_shared<State>();
+  core_->ForEachWorker(
+      [state](Core::Worker* w) {
+        const Clock::time_point now = Clock::now();
+        std::vector<ClientInfo> mine;
+        for (const std::shared_ptr<internal::Connection>& c : w->connections) {
+          ClientInfo info;
+          if (c->Describe(now, &info)) mine.push_back(std::move(info));
+        }
+        std::lock_guard<std::mutex> lock(state->mu);
+        for (ClientInfo& info : mine) state->clients.push_back(std::move(info));
+      },
+      [state, done = std::move(done)] {
+        std::sort(state->clients.begin(), state->clients.end(),
+                  [](const ClientInfo& a, const ClientInfo& b) { return a.id < b.id; });
+        done(std::move(state->clients));
+      });
+}
+
+void RespServer::KillClients(ClientFilter filter, std::function<void(size_t)> done) {
+  auto killed = std::make_shared<std::atomic<size_t>>(0);
+  core_->ForEachWorker(
+      [killed, filter = std::move(filter)](Core::Worker* w) {
+        const Clock::time_point now = Clock::now();
+        for (auto it = w->connections.begin(); it != w->connections.end();) {
+          const std::shared_ptr<internal::Connection> c = *it++;  // (Kill may erase it)
+          if (c->Kill(filter, now)) killed->fetch_add(1);
+        }
+      },
+      [killed, done = std::move(done)] { done(killed->load()); });
+}
+
 }  // namespace cuckoo::server::resp

@@ -22,10 +22,19 @@
 // then the next commands run meanwhile, up to max_pipelined of them waiting,
 // and the replies still go out in order.
 //
+// Transactions: after the handler's MULTI (Session::multi) each command is
+// offered to CommandHandler::Queue; those it queues are copied and kept
+// (at most max_multi_commands and max_multi_bytes) and answered +QUEUED,
+// nothing run. EXEC's handler (Session::exec) makes the connection run
+// them, in order, before anything after EXEC, and their replies are
+// gathered behind EXEC's own (the array's header) and sent together once
+// the last one came: an EXEC of writes is answered once all are durable.
+//
 // Memory: every connection counts what it holds (input buffer, parsed
 // arguments, parser state, pending and queued replies, session strings, an
-// estimate of what its commands in flight hold in the handler, and a fixed
-// part for the connection itself) in one total. Past client_memory the
+// estimate of what its commands in flight hold in the handler, a
+// transaction's queued commands and gathered replies, and a fixed part for
+// the connection itself) in one total. Past client_memory the
 // connections using the most are closed ("client_memory") until the total
 // fits, as Redis 7 does with maxmemory-clients; a connection about to grow
 // its input buffer past it is considered before it allocates. With
@@ -59,6 +68,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -88,7 +98,20 @@ struct Session {
   uint32_t auth_failures = 0;         // failed AUTHs since the last good one, handler-owned
   bool close_after_reply = false;     // QUIT, or a fatal error: close once this reply is written
   absl::Time connected_at;
-  std::string last_command;  // for CLIENT INFO/LIST, optional (handler-owned)
+  std::string last_command;      // for CLIENT LIST: set by the connection as each command runs
+  std::string user = "default";  // for CLIENT LIST: the caller's name (handler-owned)
+  // MULTI ... EXEC: the handler's MULTI sets `multi`; from then on the
+  // connection asks CommandHandler::Queue about each command and keeps
+  // those queued (copies, counted in its memory) instead of running them.
+  // EXEC's handler clears `multi` and sets `exec`: the connection then runs
+  // the queued commands, in order, right after EXEC, and sends EXEC's reply
+  // (the array's header) and theirs together once every one has answered.
+  // With `multi` cleared and not `exec` (DISCARD, RESET) the queue is
+  // dropped.
+  bool multi = false;         // handler-owned
+  bool multi_failed = false;  // a command was refused at queue time: EXEC aborts
+  bool exec = false;          // handler-owned, cleared by the connection
+  size_t multi_queued = 0;    // commands queued (the connection's count)
 };
 
 // One parsed command: its arguments, views into the connection's input
@@ -101,6 +124,34 @@ struct Command {
 namespace internal {
 class Connection;
 }  // namespace internal
+
+// A connection as CLIENT LIST shows it (RespServer::ListClients).
+struct ClientInfo {
+  uint64_t id = 0;
+  std::string addr, laddr;  // the peer's and the server's ends
+  int fd = -1;
+  std::string name;
+  int64_t age_seconds = 0;   // since it connected
+  int64_t idle_seconds = 0;  // since it last sent something
+  bool multi = false;        // between MULTI and EXEC
+  size_t multi_queued = 0;
+  size_t memory = 0;  // as counted for client_memory
+  std::string cmd;    // the last command's name, lower case
+  std::string user;   // Session::user
+  std::string lib_name, lib_version;
+  int protocol = 2;
+};
+
+// Which connections CLIENT KILL closes: those matching every field set.
+struct ClientFilter {
+  std::optional<uint64_t> id;
+  std::optional<std::string> addr, laddr, user;
+  std::optional<int64_t> min_age_seconds;  // MAXAGE: connected longer than this
+  uint64_t skip_id = 0;                    // SKIPME yes: the caller (0: none skipped)
+  // The caller's connection (CLIENT KILL addr:port, or SKIPME no) is not
+  // closed at once but after its reply.
+  uint64_t caller_id = 0;
+};
 
 // The handle a handler answers through: copyable and movable; Reply must be
 // called exactly once (over all copies), on any thread.
@@ -147,6 +198,15 @@ class CommandHandler {
   // valid until done.Reply is called. After Execute returned, the session may
   // be touched only through Reply's `then`.
   virtual size_t Execute(Session* session, absl::Span<const Command> commands, Completion done) = 0;
+  // After MULTI (Session::multi), before each command, on the connection's
+  // thread: kRun runs it now (EXEC, DISCARD, ...: Execute); kQueue keeps a
+  // copy until EXEC and answers +QUEUED; kRefuse answers `*error` (its RESP
+  // bytes), and the handler has set Session::multi_failed so that EXEC
+  // aborts. The checks Redis makes at queue time are the handler's.
+  enum class Queueing { kRun, kQueue, kRefuse };
+  virtual Queueing Queue(Session* /*session*/, const Command& /*command*/, std::string* /*error*/) {
+    return Queueing::kRun;
+  }
   // Called once when a connection closes, on its thread (e.g. to forget
   // per-connection state). Not called for a command still in flight
   // afterwards: a Reply after Closed is dropped.
@@ -200,6 +260,13 @@ struct ServerOptions {
   // those commands' arguments; past either, the next command waits.
   size_t max_pipelined = 32;
   size_t max_pipelined_bytes = 8 << 20;
+  // Commands one transaction (MULTI ... EXEC) may queue, and their bytes
+  // (arguments and their copies' overhead, as counted in the connection's
+  // memory). One more is refused with an error naming the limit, and the
+  // transaction then aborts at EXEC (Redis has no limit; queued commands
+  // must fit in the connection's memory).
+  size_t max_multi_commands = 10'000;
+  size_t max_multi_bytes = 16 << 20;
   size_t read_chunk = 64 << 10;
   int listen_backlog = 1024;
   // TLS (resp_tls.h): when set, every connection handshakes with the
@@ -214,7 +281,8 @@ struct ServerOptions {
   // (also one then refused), and closed, with the reason: "quit", "eof",
   // "error", "protocol_error", "idle", "slow_client", "shutdown",
   // "max_clients", "client_memory", "unauthenticated_memory",
-  // "auth_timeout", "max_unauthenticated", "tls_handshake".
+  // "auth_timeout", "max_unauthenticated", "tls_handshake", "killed"
+  // (CLIENT KILL).
   std::function<void()> on_connect;
   std::function<void(std::string_view reason)> on_close;
   // A connection closed for client_memory, described as Redis's log line
@@ -248,6 +316,14 @@ class RespServer {
   uint64_t evicted_clients() const;
   // Connections that have not authenticated (with auth_required).
   size_t unauthenticated_connections() const;
+
+  // CLIENT LIST and CLIENT KILL: every open connection, each described (or
+  // matched and closed) on its own thread; `done` is called once, on one of
+  // the server's threads, when all have been (never after Shutdown began
+  // closing the connections). KILL closes a matching connection at once
+  // (reason "killed"), but the caller's after its reply.
+  void ListClients(std::function<void(std::vector<ClientInfo>)> done);
+  void KillClients(ClientFilter filter, std::function<void(size_t killed)> done);
 
   // Drains and stops: stops accepting; commands already running complete
   // and are answered; any command that would start from now on gets

@@ -132,6 +132,10 @@ class RespServer::Core : public std::enable_shared_from_this<RespServer::Core> {
       internal::EvictReason reason);
   // Has each one's thread close it (Connection::Evict).
   void PostEvict(std::vector<std::shared_ptr<internal::Connection>> victims);
+  // Runs `each` on every worker's thread over its connections, then `done`
+  // (on the thread of the last worker to finish). RespServer::ListClients
+  // and KillClients.
+  void ForEachWorker(std::function<void(Worker*)> each, std::function<void()> done);
 
   const ServerOptions options;
   CommandHandler* const handler;
@@ -230,6 +234,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // client gets an error saying why if nothing is half-written.
   void Evict();
 
+  // On the worker's thread: CLIENT LIST's view of it (false once closed),
+  // and CLIENT KILL's (true if it matched and is closing).
+  bool Describe(Clock::time_point now, ClientInfo* info);
+  bool Kill(const ClientFilter& filter, Clock::time_point now);
+
  private:
   // A command handed to the handler, until its reply's turn to go out.
   struct Slot {
@@ -263,8 +272,21 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // until it has run.
   void Queue(const Slot& slot);
 
-  // Moves the replies whose turn has come to the output.
+  // Moves the replies whose turn has come to the output (an EXEC's to
+  // its ExecReply until its last one).
   void DrainReplies();
+
+  // After MULTI: a copy of `c` kept until EXEC (or refused past
+  // max_multi_commands / max_multi_bytes), answered +QUEUED.
+  void QueueForExec(const Command& c);
+  // EXEC's handler answered (its reply, seq `seq`, heads the array): the
+  // queued commands run next.
+  void StartExec(uint64_t seq);
+  // DISCARD, RESET, a failed EXEC: the queue goes.
+  void DropMultiQueue();
+  // Once every command of the EXEC ran and answered: its reply goes out
+  // whole.
+  void MaybeEndExec();
 
   // Parses the complete commands at the front of the unparsed input; true
   // if there is something to run (or a protocol error to answer).
@@ -282,7 +304,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // The handler's answer, posted from another thread.
   void AsyncDone(uint64_t seq, std::string bytes, std::function<void(Session*)> then);
 
-  void Apply(const std::string& bytes, const std::function<void(Session*)>& then);
+  // Runs `then` and appends the reply to `to` (out_, or an ExecReply's).
+  void Apply(const std::string& bytes, const std::function<void(Session*)>& then, std::string* to);
 
   // Writes the output gathered so far, unless a write is in progress (its
   // completion writes what came meanwhile).
@@ -313,6 +336,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // What this connection holds now (see the top of resp_server.h).
   size_t MemoryBytes() const;
+  // Of it, the EXECs' replies gathering.
+  size_t ExecReplyBytes() const;
 
   // Counts MemoryBytes (and the authentication state) in the server's
   // totals; evicts past client_memory and closes an unauthenticated
@@ -363,6 +388,31 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool big_args_ = false;
   bool parse_error_ = false;  // after the parsed commands
   std::string error_;
+
+  // MULTI's queue: each command's arguments, owned, and their bytes as
+  // counted (QueueForExec). At EXEC they move to exec_args_, and
+  // exec_cmds_ (views into them) run before the rest of the pipeline:
+  // exec_cmds_[exec_next_] is next while exec_running_. (They stay until
+  // the next EXEC or the last reply: a command in flight that did not say
+  // Applied may still read them, and nothing else runs meanwhile.)
+  std::vector<std::vector<std::string>> multi_queue_;
+  size_t multi_bytes_ = 0;
+  std::vector<std::vector<std::string>> exec_args_;
+  std::vector<Command> exec_cmds_;
+  size_t exec_bytes_ = 0;
+  size_t exec_next_ = 0;
+  bool exec_running_ = false;
+  // The EXECs whose replies are not all in, oldest first (pipelined
+  // transactions: the next may run while the writes of one wait to be
+  // durable): the replies of slots [first, end) gather in `out` (EXEC's
+  // own first, the array's header), moved to out_ whole once the last came;
+  // `end` is known once its commands all ran.
+  struct ExecReply {
+    uint64_t first = 0;
+    uint64_t end = UINT64_MAX;
+    std::string out;
+  };
+  std::deque<ExecReply> execs_;
 
   // Commands handed to the handler whose replies have not gone to out_ yet,
   // in order; slots_[0] is command first_seq_. The one being executed.

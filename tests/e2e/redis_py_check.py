@@ -533,6 +533,124 @@ def bloom_fidelity_checks(args):
         assert info.filterNum == 1 and info.insertedNum <= slots, vars(info)
 
 
+# ---- transactions and the keyspace commands of issue 33 (--multi-checks) ---------------------
+
+
+def multi_checks(args):
+    # Its own server: FLUSHALL drops every filter.
+    r = client(args)
+    cf = r.cf()
+
+    @check
+    def multi_transactional_pipeline():
+        assert cf.create("multi.f", 1000) is True
+        pipe = r.pipeline()  # transaction=True: MULTI ... EXEC
+        pcf = PipelineCF(pipe)
+        pcf.add("multi.f", "a")
+        pcf.exists("multi.f", "a")
+        pcf.insert("multi.g", ["x", "y"])
+        pcf.mexists("multi.g", "x", "z")
+        pipe.ping()
+        assert pipe.execute() == [1, 1, [1, 1], [1, 0], True]
+        # Runtime errors are elements; the commands around them ran.
+        pcf.add("multi.f", "b")
+        pcf.delete("multi.missing", "b")
+        pcf.add("multi.f", "c")
+        out = pipe.execute(raise_on_error=False)
+        assert out[0] == 1 and out[2] == 1, out
+        assert isinstance(out[1], redis.ResponseError) and "Not found" in str(out[1]), out
+        assert cf.mexists("multi.f", "b", "c") == [1, 1]
+        # The non-transactional pipeline still works beside it.
+        plain = r.pipeline(transaction=False)
+        ppcf = PipelineCF(plain)
+        for i in range(100):
+            ppcf.add("multi.f", f"plain{i}")
+        assert plain.execute() == [1] * 100
+
+    @check
+    def multi_nothing_runs_before_exec():
+        # One connection of its own (a pool would hand out others).
+        tx = client(args, single_connection_client=True)
+        other = client(args)
+        assert tx.execute_command("MULTI") in (True, b"OK")
+        assert tx.execute_command("CF.ADD", "multi.f", "late") == b"QUEUED"
+        assert tx.execute_command("CF.ADD", "multi.new", "k") == b"QUEUED"
+        assert other.cf().exists("multi.f", "late") == 0
+        assert other.exists("multi.new") == 0
+        assert tx.execute_command("EXEC") == [1, 1]
+        assert other.cf().exists("multi.f", "late") == 1
+        assert other.exists("multi.new") == 1
+        # DISCARD drops the queue.
+        assert tx.execute_command("MULTI") in (True, b"OK")
+        assert tx.execute_command("CF.ADD", "multi.f", "discarded") == b"QUEUED"
+        assert tx.execute_command("DISCARD") in (True, b"OK")
+        assert other.cf().exists("multi.f", "discarded") == 0
+        expect_error(redis.ResponseError, "EXEC without MULTI", tx.execute_command, "EXEC")
+        expect_error(redis.ResponseError, "DISCARD without MULTI", tx.execute_command, "DISCARD")
+
+    @check
+    def multi_aborted_transaction():
+        pipe = r.pipeline()
+        pcf = PipelineCF(pipe)
+        pcf.add("multi.f", "aborted")
+        pipe.execute_command("CF.ADD", "multi.f")  # wrong arity: refused at queue time
+        pcf.add("multi.f", "aborted-2")
+        # redis-py raises the queue-time error (EXEC answered EXECABORT).
+        expect_error(redis.ResponseError, "wrong number of arguments for 'cf.add'", pipe.execute)
+        assert cf.mexists("multi.f", "aborted", "aborted-2") == [0, 0]
+        pipe.execute_command("NOSUCHCOMMAND")
+        expect_error(redis.ResponseError, "unknown command", pipe.execute)
+        pipe.reset()
+
+    @check
+    def multi_watch_is_refused():
+        pipe = r.pipeline()
+        expect_error(redis.ResponseError, "WATCH is not supported by cuckood", pipe.watch, "multi.f")
+        pipe.reset()  # (nothing watched: no UNWATCH needed)
+        assert r.execute_command("UNWATCH") in (True, b"OK")
+        # The pipeline is usable after.
+        PipelineCF(pipe).add("multi.f", "after-watch")
+        assert pipe.execute() == [1]
+
+    @check
+    def multi_keyspace_commands():
+        for n in ("multi.u1", "multi.u2", "multi.u3"):
+            assert cf.add(n, "k") == 1
+        assert r.unlink("multi.u1", "multi.u2", "multi.nope") == 2
+        assert r.exists("multi.u1", "multi.u2", "multi.u3") == 1
+        size = cf.info("multi.u3").size
+        assert r.memory_usage("multi.u3") == size > 0, (r.memory_usage("multi.u3"), size)
+        assert r.memory_usage("multi.u3", samples=5) == size
+        assert r.memory_usage("multi.nope") is None
+        modules = r.module_list()
+        assert any(m[b"name"] == b"bf" and m[b"ver"] >= 20000 for m in modules), modules
+        assert r.execute_command("SELECT", 0) in (True, b"OK")
+        assert r.dbsize() > 0
+        assert r.flushdb() is True
+        assert r.dbsize() == 0
+        assert cf.add("multi.after", "k") == 1
+        assert r.flushall(asynchronous=True) is True
+        assert r.keys("*") == []
+
+    @check
+    def multi_client_list_and_kill():
+        victim = client(args, single_connection_client=True)
+        victim.client_setname("victim")
+        victim_id = victim.client_id()
+        other = client(args, single_connection_client=True)
+        other_id = other.client_id()
+        clients = {int(c["id"]): c for c in r.client_list()}
+        assert clients[victim_id]["name"] == "victim", clients[victim_id]
+        assert clients[victim_id]["db"] == "0" and clients[victim_id]["flags"] == "N"
+        assert clients[victim_id]["laddr"].endswith(f":{args.port}"), clients[victim_id]
+        assert [c["id"] for c in r.client_list(client_id=[str(victim_id)])] == [str(victim_id)]
+        assert r.client_kill_filter(_id=victim_id) == 1
+        expect_error(redis.ConnectionError, "", victim.ping)
+        assert r.client_kill(clients[other_id]["addr"]) is True
+        expect_error(redis.ConnectionError, "", other.ping)
+        expect_error(redis.ResponseError, "No such client", r.client_kill, clients[other_id]["addr"])
+
+
 # ---- with --auth-tokens -----------------------------------------------------------------------
 
 
@@ -594,8 +712,11 @@ def main():
     p.add_argument("--error-checks", action="store_true")
     p.add_argument("--bloom-fidelity", action="store_true")
     p.add_argument("--dumps-checks", action="store_true")
+    p.add_argument("--multi-checks", action="store_true")
     args = p.parse_args()
-    if args.error_checks:
+    if args.multi_checks:
+        multi_checks(args)
+    elif args.error_checks:
         error_checks(args)
     elif args.dumps_checks:
         dumps_checks(args)

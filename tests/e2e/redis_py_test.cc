@@ -95,6 +95,24 @@ TEST(RedisPyTest, DumpsRoundTripOnOneConnectionAndEndWithIt) {
   EXPECT_THAT(r.out, HasSubstr("3 checks passed"));
 }
 
+// Issue 33: redis-py's transactional pipeline (MULTI ... EXEC), an aborted
+// one, DISCARD, WATCH's refusal, and UNLINK, MEMORY USAGE, MODULE LIST,
+// FLUSHDB, FLUSHALL, CLIENT LIST and CLIENT KILL, on a server of their own
+// (FLUSHALL drops every filter).
+TEST(RedisPyTest, TransactionsAndTheKeyspaceCommandsClientsUse) {
+  TempDir dir;
+  RedisCuckood server(dir.path(), {"--redis-error-rate=1e-7"});
+  ASSERT_TRUE(server.ready()) << server.Log();
+  Result r = RunCheck({"--port", std::to_string(server.redis_port()), "--multi-checks"});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  for (const char* check : {"ok multi_transactional_pipeline", "ok multi_nothing_runs_before_exec",
+                            "ok multi_aborted_transaction", "ok multi_watch_is_refused",
+                            "ok multi_keyspace_commands", "ok multi_client_list_and_kill"}) {
+    EXPECT_THAT(r.out, HasSubstr(std::string(check) + "\n")) << r.out << r.err;
+  }
+  EXPECT_THAT(r.out, HasSubstr("6 checks passed"));
+}
+
 TEST(RedisPyTest, TokensAuthenticateAndPermissionErrorsAreNoPerm) {
   TempDir dir;
   auto token = [](const std::string& name, const std::string& grant) {

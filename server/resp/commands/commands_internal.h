@@ -7,9 +7,10 @@
 // every command passes; cf_read_commands.cc CF.EXISTS, CF.MEXISTS,
 // CF.COUNT and CF.INFO; cf_write_commands.cc CF.ADD, CF.ADDNX, CF.INSERT,
 // CF.INSERTNX, CF.DEL and CF.RESERVE; dump_commands.cc CF.SCANDUMP and
-// CF.LOADCHUNK; keyspace_commands.cc DEL, EXISTS, TYPE, SCAN, KEYS and
-// DBSIZE; connection_commands.cc the rest (PING, AUTH, HELLO, CLIENT,
-// COMMAND, INFO, CONFIG, ...).
+// CF.LOADCHUNK; keyspace_commands.cc DEL, UNLINK, FLUSHALL, FLUSHDB, EXISTS,
+// TYPE, SCAN, KEYS, DBSIZE and MEMORY; connection_commands.cc the rest
+// (PING, AUTH, HELLO, CLIENT, MULTI, EXEC, DISCARD, WATCH, MODULE, COMMAND,
+// INFO, CONFIG, ...).
 #ifndef CUCKOO_SERVER_RESP_COMMANDS_COMMANDS_INTERNAL_H_
 #define CUCKOO_SERVER_RESP_COMMANDS_COMMANDS_INTERNAL_H_
 
@@ -62,10 +63,21 @@ enum : size_t {
   kDbSize,
   kConfig,
   kReset,
+  kMulti,
+  kExec,
+  kDiscard,
+  kWatch,
+  kUnwatch,
+  kUnlink,
+  kFlushAll,
+  kFlushDb,
+  kMemory,
+  kModule,
   kUnknown,
 };
 static_assert(kRedisCommandNames[kCfLoadChunk] == "cf.loadchunk");
 static_assert(kRedisCommandNames[kReset] == "reset");
+static_assert(kRedisCommandNames[kModule] == "module");
 static_assert(kUnknown == kRedisCommands - 1);
 
 // RedisBloom's type name for a cuckoo filter (TYPE).

@@ -66,16 +66,99 @@ void RedisCommands::Quit(Session* s, const Command&, Writer& w) {
 
 void RedisCommands::Reset(Session* s, const Command&, Writer& w) {
   EndTransfersOf(s->id);  // As a new connection: no dump or load of its own.
+  // A transaction ends (the connection drops its queue).
+  s->multi = s->multi_failed = false;
   s->protocol = 2;
   s->name.clear();
   if (auth_ != nullptr) {
     s->authenticated = false;
     s->token.clear();
+    s->user = "default";
   }
   // In RESP2, the protocol the connection is back to.
   std::string reset;
   Writer(&reset, 2).SimpleString("RESET");
   w.Raw(reset);
+}
+
+void RedisCommands::Multi(Session* s, const Command&, Writer& w) {
+  if (s->multi) {
+    // As Redis: an error, and the transaction goes on.
+    w.Error("ERR MULTI calls can not be nested");
+    return;
+  }
+  s->multi = true;
+  s->multi_failed = false;
+  w.SimpleString("OK");
+}
+
+void RedisCommands::Exec(Session* s, const Command&, Writer& w) {
+  if (!s->multi) {
+    w.Error("ERR EXEC without MULTI");
+    return;
+  }
+  s->multi = false;
+  if (s->multi_failed) {
+    s->multi_failed = false;  // (the connection drops the queue)
+    w.Error("EXECABORT Transaction discarded because of previous errors.");
+    return;
+  }
+  // The array's header: the connection runs the queued commands next and
+  // sends their replies after it.
+  w.Array(s->multi_queued);
+  s->exec = true;
+}
+
+void RedisCommands::Discard(Session* s, const Command&, Writer& w) {
+  if (!s->multi) {
+    w.Error("ERR DISCARD without MULTI");
+    return;
+  }
+  s->multi = s->multi_failed = false;
+  w.SimpleString("OK");
+}
+
+void RedisCommands::Watch(Session* s, const Command&, Writer& w) {
+  if (s->multi) {
+    w.Error("ERR WATCH inside MULTI is not allowed");
+    return;
+  }
+  w.Error(
+      "ERR WATCH is not supported by cuckood (no optimistic locking of keys): send MULTI ... "
+      "EXEC without WATCH (redis-py: pipeline() without watch()); a transaction's commands run "
+      "in order when EXEC comes, none before");
+}
+
+void RedisCommands::Unwatch(Session*, const Command&, Writer& w) {
+  // Nothing is ever watched.
+  w.SimpleString("OK");
+}
+
+void RedisCommands::Module(Session*, const Command& c, Writer& w) {
+  const std::string_view sub = c.args[1];
+  if (Is(sub, "LIST") && c.args.size() == 2) {
+    // As RedisBloom 2.4 reports itself: clients look for "bf".
+    w.Array(1);
+    w.Map(4);
+    w.Bulk("name");
+    w.Bulk("bf");
+    w.Bulk("ver");
+    w.Integer(kBloomModuleVersion);
+    w.Bulk("path");
+    w.Bulk("");
+    w.Bulk("args");
+    w.Array(0);
+  } else if (Is(sub, "LOAD") || Is(sub, "LOADEX") || Is(sub, "UNLOAD")) {
+    w.Error(absl::StrFormat(
+        "ERR cuckood does not load or unload modules (MODULE %s): RedisBloom's CF.* commands are "
+        "built in",
+        absl::AsciiStrToUpper(A(Shown(sub)))));
+  } else {
+    w.Error(absl::StrFormat(
+        "ERR unknown subcommand or wrong number of arguments for '%s'. cuckood serves MODULE "
+        "LIST",
+        Shown(sub)));
+  }
 }
 
 void RedisCommands::HelloCommand(Session* s, absl::Span<const Command> run, size_t command,
@@ -221,6 +304,7 @@ std::optional<absl::Duration> RedisCommands::SignIn(Session* s, std::string_view
   }
   s->authenticated = true;
   s->token = std::string(token);
+  s->user = std::string(caller->name());
   s->auth_failures = 0;
   return std::nullopt;
 }
@@ -308,6 +392,180 @@ absl::Duration RedisCommands::Hello(Session* s, const Command& c, Writer& w) {
   return absl::ZeroDuration();
 }
 
+void RedisCommands::ClientCommand(Session* s, absl::Span<const Command> run, size_t command,
+                                  resp::Completion done, Clock::time_point start) {
+  const Command& c = run[0];
+  std::string out;
+  Writer w(&out, s->protocol);
+  auto answer = [&] {
+    Record(command, out, start, 0);
+    done.Reply(std::move(out));
+  };
+  const bool list = Is(c.args[1], "LIST");
+  if (!list && !Is(c.args[1], "KILL")) {
+    Client(s, c, w);
+    return answer();
+  }
+  const std::string sub = list ? "CLIENT LIST" : "CLIENT KILL";
+  if (auth_ != nullptr) {
+    // Other callers' connections: for those who administer every filter.
+    Caller caller;
+    if (!CurrentCaller(s, w, &caller)) return answer();
+    if (!caller.AdminOfAll()) {
+      if (metrics_ != nullptr) {
+        metrics_->RecordRedisAuthFailure(command,
+                                         static_cast<size_t>(AuthFailure::kPermissionDenied));
+      }
+      Audit({.caller = caller.name(),
+             .method = sub,
+             .filter = "*",
+             .peer = s->peer,
+             .outcome = "PERMISSION_DENIED",
+             .detail = AccessName(Access::kAdmin)});
+      w.Error(absl::StrFormat(
+          "NOPERM \"%s\" may not run %s: it shows or closes every client's connection, which "
+          "needs the admin grant on every filter (admin:*; its grants: %s)",
+          caller.name(), sub, caller.GrantsText()));
+      return answer();
+    }
+  }
+  if (!list_clients_ || !kill_clients_) {
+    w.Error(absl::StrFormat("ERR %s is not available: this port has no server's connections", sub));
+    return answer();
+  }
+  if (list) return ClientList(s, c, command, std::move(done), start);
+  resp::ClientFilter filter;
+  filter.caller_id = s->id;
+  bool none = false;  // TYPE master, replica or pubsub: cuckood has none
+  const bool old_form = c.args.size() == 3;
+  if (old_form) {
+    filter.addr = std::string(c.args[2]);
+  } else if (c.args.size() < 3 || c.args.size() % 2 != 0) {
+    w.Error("ERR syntax error");
+    return answer();
+  } else {
+    filter.skip_id = s->id;
+    for (size_t i = 2; i + 1 < c.args.size(); i += 2) {
+      const std::string_view key = c.args[i], value = c.args[i + 1];
+      int64_t n;
+      if (Is(key, "ID")) {
+        if (!ParseInt(value, &n) || n <= 0) {
+          w.Error("ERR client-id should be greater than 0");
+          return answer();
+        }
+        filter.id = static_cast<uint64_t>(n);
+      } else if (Is(key, "TYPE")) {
+        if (Is(value, "master") || Is(value, "replica") || Is(value, "slave") ||
+            Is(value, "pubsub")) {
+          none = true;
+        } else if (!Is(value, "normal")) {
+          w.Error(absl::StrFormat("ERR Unknown client type '%s'", Shown(value)));
+          return answer();
+        }
+      } else if (Is(key, "USER")) {
+        filter.user = std::string(value);
+      } else if (Is(key, "ADDR")) {
+        filter.addr = std::string(value);
+      } else if (Is(key, "LADDR")) {
+        filter.laddr = std::string(value);
+      } else if (Is(key, "SKIPME")) {
+        if (Is(value, "yes")) {
+          filter.skip_id = s->id;
+        } else if (Is(value, "no")) {
+          filter.skip_id = 0;
+        } else {
+          w.Error("ERR syntax error");
+          return answer();
+        }
+      } else if (Is(key, "MAXAGE")) {
+        if (!ParseInt(value, &n) || n < 0) {
+          w.Error("ERR value is not an integer or out of range");
+          return answer();
+        }
+        filter.min_age_seconds = n;
+      } else {
+        w.Error("ERR syntax error");
+        return answer();
+      }
+    }
+  }
+  if (none) {
+    w.Integer(0);
+    return answer();
+  }
+  kill_clients_(std::move(filter), [this, command, start, old_form, protocol = s->protocol,
+                                    done = std::move(done)](size_t killed) mutable {
+    std::string out;
+    Writer w(&out, protocol);
+    if (!old_form) {
+      w.Integer(static_cast<int64_t>(killed));
+    } else if (killed > 0) {
+      w.SimpleString("OK");
+    } else {
+      w.Error("ERR No such client");
+    }
+    Record(command, out, start, 0);
+    done.Reply(std::move(out));
+  });
+}
+
+void RedisCommands::ClientList(Session* s, const Command& c, size_t command, resp::Completion done,
+                               Clock::time_point start) {
+  std::string out;
+  Writer w(&out, s->protocol);
+  std::vector<uint64_t> ids;
+  bool none = false;
+  for (size_t i = 2; i < c.args.size();) {
+    if (Is(c.args[i], "TYPE") && i + 1 < c.args.size()) {
+      const std::string_view t = c.args[i + 1];
+      if (Is(t, "master") || Is(t, "replica") || Is(t, "slave") || Is(t, "pubsub")) {
+        none = true;
+      } else if (!Is(t, "normal")) {
+        w.Error(absl::StrFormat("ERR Unknown client type '%s'", Shown(t)));
+        break;
+      }
+      i += 2;
+    } else if (Is(c.args[i], "ID") && i + 1 < c.args.size()) {
+      for (++i; i < c.args.size(); ++i) {
+        int64_t id;
+        if (!ParseInt(c.args[i], &id) || id <= 0) {
+          w.Error("ERR Invalid client ID");
+          break;
+        }
+        ids.push_back(static_cast<uint64_t>(id));
+      }
+      if (!out.empty()) break;
+    } else {
+      w.Error("ERR syntax error");
+      break;
+    }
+  }
+  if (!out.empty() || none) {
+    if (out.empty()) w.Verbatim("txt", "");
+    Record(command, out, start, 0);
+    return done.Reply(std::move(out));
+  }
+  list_clients_([this, command, start, ids = std::move(ids), protocol = s->protocol,
+                 done = std::move(done)](std::vector<resp::ClientInfo> clients) mutable {
+    std::string text;
+    for (const resp::ClientInfo& i : clients) {
+      if (!ids.empty() && std::find(ids.begin(), ids.end(), i.id) == ids.end()) continue;
+      // Redis 7's fields, those cuckood has (no pub/sub, WATCH, replicas).
+      absl::StrAppendFormat(
+          &text,
+          "id=%u addr=%s laddr=%s fd=%d name=%s age=%d idle=%d flags=%s db=0 sub=0 psub=0 ssub=0 "
+          "multi=%d watch=0 tot-mem=%u cmd=%s user=%s redir=-1 resp=%d lib-name=%s lib-ver=%s\n",
+          i.id, i.addr, i.laddr, i.fd, i.name, i.age_seconds, i.idle_seconds, i.multi ? "x" : "N",
+          i.multi ? static_cast<int64_t>(i.multi_queued) : -1, i.memory, i.cmd, i.user, i.protocol,
+          i.lib_name, i.lib_version);
+    }
+    std::string out;
+    Writer(&out, protocol).Verbatim("txt", text);
+    Record(command, out, start, 0);
+    done.Reply(std::move(out));
+  });
+}
+
 void RedisCommands::Client(Session* s, const Command& c, Writer& w) {
   const std::string_view sub = c.args[1];
   if (Is(sub, "SETNAME") && c.args.size() == 3) {
@@ -349,7 +607,7 @@ void RedisCommands::Client(Session* s, const Command& c, Writer& w) {
   } else {
     w.Error(absl::StrFormat(
         "ERR unknown subcommand or wrong number of arguments for '%s'. cuckood serves CLIENT "
-        "SETNAME, GETNAME, SETINFO, ID and INFO",
+        "SETNAME, GETNAME, SETINFO, ID, INFO, LIST and KILL",
         Shown(sub)));
   }
 }

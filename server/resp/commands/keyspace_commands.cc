@@ -7,7 +7,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "server/observability/logging.h"
 #include "server/resp/commands/commands_internal.h"
 #include "server/resp/commands/resp_commands.h"
 #include "xxhash.h"
@@ -18,10 +21,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using redis::A;
 using redis::Is;
-using redis::kDel;
 using redis::kTypeName;
 using redis::Matches;
 using redis::ParseInt;
+using redis::Shown;
 using redis::StatusError;
 using resp::Command;
 using resp::Session;
@@ -35,32 +38,86 @@ uint64_t ScanHash(std::string_view name) {
 }
 }  // namespace
 
-void RedisCommands::DropKeys(Session* s, absl::Span<const Command> run, size_t,
+void RedisCommands::DropKeys(Session* s, absl::Span<const Command> run, size_t command,
                              resp::Completion done, Clock::time_point start) {
   const Command& c = run[0];
   std::string out;
   Writer w(&out, s->protocol);
   Caller caller;
   if (!CurrentCaller(s, w, &caller)) {
-    Record(kDel, out, start, 0);
+    Record(command, out, start, 0);
     return done.Reply(std::move(out));
   }
   // As Redis's ACLs: every key is checked before any is deleted.
   std::vector<std::string> names;
   for (size_t i = 1; i < c.args.size(); ++i) {
     if (!FilterRegistry::ValidateName(A(c.args[i])).ok()) continue;  // Cannot exist.
-    if (!Authorize(s, w, kDel, Access::kAdmin, c.args[i], &caller)) {
-      Record(kDel, out, start, 0);
+    if (!Authorize(s, w, command, Access::kAdmin, c.args[i], &caller)) {
+      Record(command, out, start, 0);
       return done.Reply(std::move(out));
     }
     names.emplace_back(c.args[i]);
   }
+  DropNames(s, command, std::move(names), false, std::move(done), start);
+}
+
+void RedisCommands::Flush(Session* s, absl::Span<const Command> run, size_t command,
+                          resp::Completion done, Clock::time_point start) {
+  const Command& c = run[0];
+  std::string out;
+  Writer w(&out, s->protocol);
+  auto fail = [&] {
+    Record(command, out, start, 0);
+    done.Reply(std::move(out));
+  };
+  // ASYNC and SYNC alike: each drop is answered once durable.
+  if (c.args.size() > 2 ||
+      (c.args.size() == 2 && !Is(c.args[1], "ASYNC") && !Is(c.args[1], "SYNC"))) {
+    w.Error("ERR syntax error");
+    return fail();
+  }
+  Caller caller;
+  if (!CurrentCaller(s, w, &caller)) return fail();
+  std::vector<std::string> names;
+  size_t refused = 0;
+  for (auto& [name, f] : registry_->List()) {
+    if (!caller.Allows(Access::kAdmin, name)) ++refused;
+    names.push_back(name);
+  }
+  if (refused > 0) {
+    // Named by count only: the caller may not even see those filters.
+    const std::string upper = absl::AsciiStrToUpper(A(kRedisCommandNames[command]));
+    if (metrics_ != nullptr) {
+      metrics_->RecordRedisAuthFailure(command,
+                                       static_cast<size_t>(AuthFailure::kPermissionDenied));
+    }
+    Audit({.caller = caller.name(),
+           .method = upper,
+           .filter = "*",
+           .peer = s->peer,
+           .outcome = "PERMISSION_DENIED",
+           .detail = AccessName(Access::kAdmin)});
+    w.Error(absl::StrFormat(
+        "NOPERM \"%s\" may not run %s: it drops every filter, which needs the admin grant on "
+        "each, and %d of the %d filters are not among its admin grants (its grants: %s); nothing "
+        "was dropped",
+        caller.name(), upper, refused, names.size(), caller.GrantsText()));
+    return fail();
+  }
+  std::sort(names.begin(), names.end());
+  DropNames(s, command, std::move(names), true, std::move(done), start);
+}
+
+void RedisCommands::DropNames(Session* s, size_t command, std::vector<std::string> names, bool ok,
+                              resp::Completion done, Clock::time_point start) {
   struct State {
     std::vector<std::string> names;
     size_t next = 0;
     int64_t dropped = 0;
     std::string token;
     int protocol = 2;
+    size_t command = 0;
+    bool ok = false;
     resp::Completion done;
     Clock::time_point start;
     std::function<void()> step;
@@ -69,14 +126,20 @@ void RedisCommands::DropKeys(Session* s, absl::Span<const Command> run, size_t,
   state->names = std::move(names);
   state->token = s->token;
   state->protocol = s->protocol;
+  state->command = command;
+  state->ok = ok;
   state->done = std::move(done);
   state->start = start;
   // One DropFilter after another; the reply counts the filters dropped.
   state->step = [this, state] {
     if (state->next == state->names.size()) {
       std::string out;
-      Writer(&out, state->protocol).Integer(state->dropped);
-      Record(kDel, out, state->start, 0);
+      if (state->ok) {
+        Writer(&out, state->protocol).SimpleString("OK");
+      } else {
+        Writer(&out, state->protocol).Integer(state->dropped);
+      }
+      Record(state->command, out, state->start, 0);
       state->done.Reply(std::move(out));
       state->step = nullptr;  // Breaks the cycle.
       return;
@@ -97,7 +160,7 @@ void RedisCommands::DropKeys(Session* s, absl::Span<const Command> run, size_t,
           } else if (st.error_code() != grpc::StatusCode::NOT_FOUND) {
             std::string out;
             Writer(&out, state->protocol).Error(StatusError(st));
-            Record(kDel, out, state->start, 0);
+            Record(state->command, out, state->start, 0);
             state->done.Reply(std::move(out));
             state->step = nullptr;
             return;
@@ -214,6 +277,45 @@ void RedisCommands::DbSize(Session* s, const Command&, Writer& w) {
   int64_t n = 0;
   for (const auto& [name, f] : registry_->List()) n += caller.Allows(Access::kRead, name);
   w.Integer(n);
+}
+
+void RedisCommands::MemoryCommand(Session* s, const Command& c, Writer& w) {
+  if (!Is(c.args[1], "USAGE")) {
+    w.Error(absl::StrFormat(
+        "ERR unknown subcommand '%s': cuckood serves MEMORY USAGE key [SAMPLES n] only (the "
+        "server's memory: INFO memory, or the metric cuckood_memory_used_bytes)",
+        Shown(c.args[1])));
+    return;
+  }
+  if (c.args.size() != 3 && c.args.size() != 5) {
+    w.Error(c.args.size() < 3 ? WrongArity("memory|usage") : "ERR syntax error");
+    return;
+  }
+  if (c.args.size() == 5) {
+    int64_t samples;
+    if (!Is(c.args[3], "SAMPLES")) {
+      w.Error("ERR syntax error");
+      return;
+    }
+    // Ignored (the size is exact), but checked as Redis does.
+    if (!ParseInt(c.args[4], &samples) || samples < 0) {
+      w.Error("ERR value is not an integer or out of range");
+      return;
+    }
+  }
+  Caller caller;
+  if (!Authorize(s, w, redis::kMemory, Access::kRead, c.args[2], &caller)) return;
+  std::shared_ptr<CuckooFilter> f;
+  if (FilterRegistry::ValidateName(A(c.args[2])).ok()) {
+    absl::StatusOr<std::shared_ptr<CuckooFilter>> got = registry_->Get(A(c.args[2]));
+    if (got.ok()) f = *std::move(got);
+  }
+  if (f == nullptr) {
+    w.Null();
+    return;
+  }
+  // CF.INFO's Size: the tables and shards allocated.
+  w.Integer(static_cast<int64_t>(std::min<uint64_t>(f->memory_bytes(), INT64_MAX)));
 }
 
 }  // namespace cuckoo::server

@@ -143,6 +143,77 @@ size_t RedisCommands::Execute(Session* session, absl::Span<const Command> comman
   return Dispatch(session, commands, std::move(done));
 }
 
+bool RedisCommands::Admissible(Session* s, const Command& c, size_t command, Writer& w) {
+  const size_t argc = c.args.size();
+  if (command == redis::kUnknown) {
+    std::string args;
+    for (size_t i = 1; i < argc && args.size() < 128; ++i) {
+      absl::StrAppend(&args, "'", Shown(c.args[i]), "' ");
+    }
+    w.Error(absl::StrFormat("ERR unknown command '%s', with args beginning with: %s",
+                            argc == 0 ? std::string() : Shown(c.args[0]), args));
+    return false;
+  }
+  const CommandSpec& spec = Commands()[command];
+  if ((spec.arity > 0 && argc != static_cast<size_t>(spec.arity)) ||
+      (spec.arity < 0 && argc < static_cast<size_t>(-spec.arity))) {
+    w.Error(WrongArity(c.args[0]));
+    return false;
+  }
+  if (auth_ != nullptr && spec.access != RedisAccess::kNone) {
+    if (!s->authenticated) {
+      w.Error("NOAUTH Authentication required.");
+      return false;
+    }
+    // The token again, against the access file in force: a revoked one
+    // stops working on open connections at once.
+    Caller caller;
+    if (!CurrentCaller(s, w, &caller)) return false;
+  }
+  return true;
+}
+
+resp::CommandHandler::Queueing RedisCommands::Queue(Session* s, const Command& c,
+                                                    std::string* error) {
+  const size_t command = c.args.empty() ? redis::kUnknown : RedisCommandIndex(c.args[0]);
+  switch (command) {
+    case redis::kMulti:
+    case redis::kExec:
+    case redis::kDiscard:
+    case redis::kWatch:
+    case redis::kQuit:
+    case redis::kReset:
+      return Queueing::kRun;
+    default:
+      break;
+  }
+  const Clock::time_point start = Clock::now();
+  error->clear();
+  Writer w(error, s->protocol);
+  bool ok = Admissible(s, c, command, w);
+  // As Redis 7's ACLs at queue time: the grant the command needs on each of
+  // its keys (a missing filter that CF.ADD would create needs admin then,
+  // checked when it runs).
+  const CommandSpec* spec = command == redis::kUnknown ? nullptr : &Commands()[command];
+  if (ok && auth_ != nullptr && spec->first_key > 0 && spec->access != RedisAccess::kConnection &&
+      spec->access != RedisAccess::kNone) {
+    const Access need = spec->access == RedisAccess::kRead    ? Access::kRead
+                        : spec->access == RedisAccess::kWrite ? Access::kWrite
+                                                              : Access::kAdmin;
+    const size_t last = spec->last_key < 0 ? c.args.size() - 1 : spec->last_key;
+    Caller caller;
+    for (size_t i = spec->first_key; ok && i <= last && i < c.args.size(); i += spec->step) {
+      // (A name that cannot be a filter's is the command's own error.)
+      if (!FilterRegistry::ValidateName(A(c.args[i])).ok()) continue;
+      ok = Authorize(s, w, command, need, c.args[i], &caller);
+    }
+  }
+  if (ok) return Queueing::kQueue;
+  s->multi_failed = true;
+  Record(command, *error, start, 0);
+  return Queueing::kRefuse;
+}
+
 size_t RedisCommands::Dispatch(Session* s, absl::Span<const Command> commands,
                                resp::Completion done) {
   const Clock::time_point start = Clock::now();
@@ -156,31 +227,8 @@ size_t RedisCommands::Dispatch(Session* s, absl::Span<const Command> commands,
     done.Reply(std::move(out));
     return size_t{1};
   };
-  if (command == redis::kUnknown) {
-    std::string args;
-    for (size_t i = 1; i < argc && args.size() < 128; ++i) {
-      absl::StrAppend(&args, "'", Shown(c.args[i]), "' ");
-    }
-    w.Error(absl::StrFormat("ERR unknown command '%s', with args beginning with: %s",
-                            argc == 0 ? std::string() : Shown(c.args[0]), args));
-    return finish(0);
-  }
+  if (!Admissible(s, c, command, w)) return finish(0);
   const CommandSpec& spec = Commands()[command];
-  if ((spec.arity > 0 && argc != static_cast<size_t>(spec.arity)) ||
-      (spec.arity < 0 && argc < static_cast<size_t>(-spec.arity))) {
-    w.Error(WrongArity(c.args[0]));
-    return finish(0);
-  }
-  if (auth_ != nullptr && spec.access != RedisAccess::kNone) {
-    if (!s->authenticated) {
-      w.Error("NOAUTH Authentication required.");
-      return finish(0);
-    }
-    // The token again, against the access file in force: a revoked one
-    // stops working on open connections at once.
-    Caller caller;
-    if (!CurrentCaller(s, w, &caller)) return finish(0);
-  }
   if (spec.run != nullptr) {
     const size_t n = spec.batch == nullptr ? 1 : (this->*spec.batch)(commands, command);
     (this->*spec.run)(s, commands.subspan(0, n), command, std::move(done), start);
@@ -252,7 +300,7 @@ absl::Span<const RedisCommands::CommandSpec> RedisCommands::Commands() {
       {"select", 2, "loading stale fast", 0, 0, 0, kConnection, false,  //
        &R::Select, kNoKeys, nullptr, nullptr},
       {"client", -2, "noscript loading stale", 0, 0, 0, kConnection, false,  //
-       &R::Client, kNoKeys, nullptr, nullptr},
+       nullptr, kNoKeys, &R::ClientCommand, nullptr},
       {"quit", -1, "noscript loading stale fast no_auth", 0, 0, 0, kNone, false,  //
        &R::Quit, kNoKeys, nullptr, nullptr},
       {"command", -1, "loading stale", 0, 0, 0, kConnection, false,  //
@@ -275,6 +323,26 @@ absl::Span<const RedisCommands::CommandSpec> RedisCommands::Commands() {
        &R::Config, kNoKeys, nullptr, nullptr},
       {"reset", 1, "noscript loading stale fast no_auth", 0, 0, 0, kNone, false,  //
        &R::Reset, kNoKeys, nullptr, nullptr},
+      {"multi", 1, "noscript loading stale fast allow_busy", 0, 0, 0, kConnection, false,  //
+       &R::Multi, kNoKeys, nullptr, nullptr},
+      {"exec", 1, "noscript loading stale skip_slowlog", 0, 0, 0, kConnection, false,  //
+       &R::Exec, kNoKeys, nullptr, nullptr},
+      {"discard", 1, "noscript loading stale fast allow_busy", 0, 0, 0, kConnection, false,  //
+       &R::Discard, kNoKeys, nullptr, nullptr},
+      {"watch", -2, "noscript loading stale fast allow_busy", 1, -1, 1, kConnection, false,  //
+       &R::Watch, kNoKeys, nullptr, nullptr},
+      {"unwatch", 1, "noscript loading stale fast allow_busy", 0, 0, 0, kConnection, false,  //
+       &R::Unwatch, kNoKeys, nullptr, nullptr},
+      {"unlink", -2, "write fast", 1, -1, 1, kAdmin, true,  //
+       nullptr, kNoKeys, &R::DropKeys, nullptr},
+      {"flushall", -1, "write", 0, 0, 0, kAdmin, true,  //
+       nullptr, kNoKeys, &R::Flush, nullptr},
+      {"flushdb", -1, "write", 0, 0, 0, kAdmin, true,  //
+       nullptr, kNoKeys, &R::Flush, nullptr},
+      {"memory", -2, "readonly", 2, 2, 1, kRead, false,  //
+       &R::MemoryCommand, kNoKeys, nullptr, nullptr},
+      {"module", -2, "admin noscript", 0, 0, 0, kConnection, false,  //
+       &R::Module, kNoKeys, nullptr, nullptr},
   };
   static_assert(std::size(kTable) == redis::kUnknown, "one entry per command but \"unknown\"");
   static_assert(

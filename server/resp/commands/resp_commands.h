@@ -23,6 +23,13 @@
 // filter, and CF.INSERT (or CF.INSERTNX) on one filter with the same
 // options, go as one batch, and consecutive CF.EXISTS as one batched lookup.
 //
+// Transactions (MULTI, EXEC, DISCARD): the state is the Session's, the
+// queue the connection's (resp_server.h); Queue makes Redis's queue-time
+// checks. WATCH is refused, UNWATCH is a no-op. UNLINK is DEL; FLUSHALL and
+// FLUSHDB drop every filter (admin on each); MEMORY USAGE is CF.INFO's Size;
+// MODULE LIST shows RedisBloom's "bf"; CLIENT LIST and KILL go through the
+// server's connections (set_clients), each on its own thread.
+//
 // Authentication: with an access file (--auth-tokens) a connection must send
 // AUTH <token> (or HELLO ... AUTH <user> <token>) first; the token is checked
 // again, against the file in force, for every command, so a revoked token
@@ -105,6 +112,11 @@ class RedisCommands final : public resp::CommandHandler {
                  resp::Completion done) override;
   // A connection closed: its dumps and loads end (EndTransfersOf).
   void Closed(resp::Session* session) override;
+  // After MULTI: EXEC, DISCARD, MULTI, WATCH, QUIT and RESET run; another
+  // command is queued if it passes the checks Redis makes at queue time
+  // (known, arity, authentication, and the grant on each of its keys), else
+  // refused (and EXEC will answer EXECABORT).
+  Queueing Queue(resp::Session* session, const resp::Command& command, std::string* error) override;
 
   // For INFO's clients section.
   void set_connection_count(std::function<size_t()> count) { connections_ = std::move(count); }
@@ -117,6 +129,14 @@ class RedisCommands final : public resp::CommandHandler {
   void set_client_memory(std::function<ClientMemory()> f) { client_memory_ = std::move(f); }
   // For INFO's server section: the bound port.
   void set_port(int port) { port_ = port; }
+  // For CLIENT LIST and CLIENT KILL: the server's connections
+  // (resp::RespServer::ListClients, KillClients).
+  using ListClients = std::function<void(std::function<void(std::vector<resp::ClientInfo>)>)>;
+  using KillClients = std::function<void(resp::ClientFilter, std::function<void(size_t)>)>;
+  void set_clients(ListClients list, KillClients kill) {
+    list_clients_ = std::move(list);
+    kill_clients_ = std::move(kill);
+  }
 
   // The reply to a command after authentication failed or is missing, etc.:
   // public for tests of the error wording.
@@ -148,6 +168,10 @@ class RedisCommands final : public resp::CommandHandler {
   // its handler called.
   size_t Dispatch(resp::Session* session, absl::Span<const resp::Command> commands,
                   resp::Completion done);
+  // The checks a command passes before it runs or is queued: known
+  // (`command` its index), its arity, the connection authenticated with a
+  // token still valid; false with the error reply written.
+  bool Admissible(resp::Session* session, const resp::Command& c, size_t command, resp::Writer& w);
   // The authenticated caller for this command, or an error reply written.
   bool Authorize(resp::Session* session, resp::Writer& w, size_t command, Access need,
                  std::string_view filter, Caller* caller);
@@ -291,15 +315,40 @@ class RedisCommands final : public resp::CommandHandler {
   // session authenticated and returns nullopt; otherwise answers WRONGPASS
   // and returns AuthFailed's delay.
   std::optional<absl::Duration> SignIn(resp::Session* s, std::string_view token, resp::Writer& w);
+  // CLIENT: LIST and KILL ask the server about every connection (answered
+  // later, from its threads); the rest are Client's, at once.
+  void ClientCommand(resp::Session* s, absl::Span<const resp::Command> run, size_t command,
+                     resp::Completion done, std::chrono::steady_clock::time_point start);
+  void ClientList(resp::Session* s, const resp::Command& c, size_t command, resp::Completion done,
+                  std::chrono::steady_clock::time_point start);
   void Client(resp::Session* s, const resp::Command& c, resp::Writer& w);
   void CommandInfo(resp::Session* s, const resp::Command& c, resp::Writer& w);
   static void WriteCommandEntry(const CommandSpec& d, resp::Writer& w);
   void ServerInfo(resp::Session* s, const resp::Command& c, resp::Writer& w);
   void Config(resp::Session* s, const resp::Command& c, resp::Writer& w);
 
-  // Keyspace commands over filter names (keyspace_commands.cc).
+  // Transactions (connection_commands.cc): the state is the Session's,
+  // the queue the connection's (resp::Session::multi).
+  void Multi(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void Exec(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void Discard(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void Watch(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  void Unwatch(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  // MODULE LIST (connection_commands.cc).
+  void Module(resp::Session* s, const resp::Command& c, resp::Writer& w);
+
+  // Keyspace commands over filter names (keyspace_commands.cc). DEL and
+  // UNLINK drop the filters named, FLUSHALL and FLUSHDB every filter (each
+  // needs the admin grant on every filter it drops, checked before any is
+  // dropped), one DropFilter call after another.
   void DropKeys(resp::Session* s, absl::Span<const resp::Command> run, size_t command,
                 resp::Completion done, std::chrono::steady_clock::time_point start);
+  void Flush(resp::Session* s, absl::Span<const resp::Command> run, size_t command,
+             resp::Completion done, std::chrono::steady_clock::time_point start);
+  // Drops `names`; answers the number dropped, or +OK with `ok`.
+  void DropNames(resp::Session* s, size_t command, std::vector<std::string> names, bool ok,
+                 resp::Completion done, std::chrono::steady_clock::time_point start);
+  void MemoryCommand(resp::Session* s, const resp::Command& c, resp::Writer& w);
   void KeyExists(resp::Session* s, const resp::Command& c, resp::Writer& w);
   void Type(resp::Session* s, const resp::Command& c, resp::Writer& w);
   void Scan(resp::Session* s, const resp::Command& c, resp::Writer& w);
@@ -323,6 +372,8 @@ class RedisCommands final : public resp::CommandHandler {
   const RedisOptions options_;
   std::function<size_t()> connections_;
   std::function<ClientMemory()> client_memory_;
+  ListClients list_clients_;
+  KillClients kill_clients_;
   int port_ = 0;
   const absl::Time started_ = absl::Now();
 

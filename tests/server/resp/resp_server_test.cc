@@ -18,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <map>
 #include <mutex>
 #include <random>
@@ -117,6 +118,8 @@ class Delayer {
 //   AQUIT -> +OK from another thread, then close
 //   SET ms x -> adds x to a set at once (Completion::Applied), :1 after ms
 //   from another thread; HAS x -> :1 if x is in the set, else :0
+//   MULTI, EXEC, DISCARD -> as RedisCommands' (Session::multi; EXEC
+//   answers the array's header, or -EXECABORT after a BAD was refused)
 //   AUTH -> +OK, the session authenticated; RESET -> +RESET, not
 class FakeHandler : public CommandHandler {
  public:
@@ -185,6 +188,22 @@ class FakeHandler : public CommandHandler {
     } else if (name == "SQUIT") {  // as RedisCommands' QUIT: the session, at once
       session->close_after_reply = true;
       done.Reply("+OK\r\n");
+    } else if (name == "MULTI") {
+      session->multi = true;
+      session->multi_failed = false;
+      done.Reply("+OK\r\n");
+    } else if (name == "EXEC") {
+      session->multi = false;
+      if (session->multi_failed) {
+        session->multi_failed = false;
+        done.Reply("-EXECABORT\r\n");
+      } else {
+        session->exec = true;
+        done.Reply(absl::StrCat("*", session->multi_queued, "\r\n"));
+      }
+    } else if (name == "DISCARD") {
+      session->multi = false;
+      done.Reply("+OK\r\n");
     } else if (name == "AQUIT") {
       delayer.After(
           std::chrono::milliseconds(20), std::move(done), [] { return std::string("+OK\r\n"); },
@@ -195,6 +214,18 @@ class FakeHandler : public CommandHandler {
     return 1;
   }
   void Closed(Session*) override { closed.fetch_add(1); }
+  // After MULTI: MULTI, EXEC and DISCARD run, BAD is refused, the rest are
+  // queued.
+  Queueing Queue(Session* session, const Command& command, std::string* error) override {
+    const std::string_view name = command.args[0];
+    if (name == "MULTI" || name == "EXEC" || name == "DISCARD") return Queueing::kRun;
+    if (name == "BAD") {
+      session->multi_failed = true;
+      *error = "-ERR bad\r\n";
+      return Queueing::kRefuse;
+    }
+    return Queueing::kQueue;
+  }
 
   std::atomic<int> executed{0};
   std::atomic<int> closed{0};
@@ -864,6 +895,155 @@ TEST(RespServerStartTest, BadAddressesAreRefused) {
       {.listen = absl::StrCat("127.0.0.1:", (*first)->port()), .threads = 1}, &handler);
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(second.status().message()), HasSubstr("bind"));
+}
+
+// ---- MULTI ... EXEC: the connection's part (the queue, the held reply) ----
+
+TEST_F(RespServerTest, QueuedCommandsRunOnlyAtExecAndItsReplyGoesOutWhole) {
+  StartServer();
+  Client c(server_->port());
+  Client other(server_->port());
+  ASSERT_TRUE(c.Send(Cmd({"MULTI"}) + Cmd({"SET", "0", "tx"}) + Cmd({"DELAY", "300", "slow"}) +
+                     Cmd({"HAS", "tx"}) + Cmd({"PING"})));
+  EXPECT_EQ(c.Reply(), "+OK\r\n");
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(c.Reply(), "+QUEUED\r\n") << i;
+  // Queued, not run: SET's item is not in the set yet.
+  ASSERT_TRUE(other.Send(Cmd({"HAS", "tx"})));
+  EXPECT_EQ(other.Reply(), ":0\r\n");
+  const auto start = Clock::now();
+  ASSERT_TRUE(c.Send(Cmd({"EXEC"}) + Cmd({"ECHO", "after"})));
+  // Nothing of the array before its slowest command answered.
+  EXPECT_FALSE(c.WaitReadable(std::chrono::milliseconds(200)));
+  EXPECT_EQ(c.Reply(), "*4\r\n");
+  EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(280));
+  EXPECT_EQ(c.Reply(), ":1\r\n");
+  EXPECT_EQ(c.Reply(), "$4\r\nslow\r\n");
+  EXPECT_EQ(c.Reply(), ":1\r\n");  // HAS ran after SET, within the EXEC
+  EXPECT_EQ(c.Reply(), "+PONG\r\n");
+  EXPECT_EQ(c.Reply(), "$5\r\nafter\r\n");
+  ASSERT_TRUE(other.Send(Cmd({"HAS", "tx"})));
+  EXPECT_EQ(other.Reply(), ":1\r\n");
+}
+
+// Found by the kill -9 test: a second pipelined EXEC ran while the first's
+// writes waited to be durable, and the replies of the two were mixed.
+TEST_F(RespServerTest, PipelinedTransactionsEachGetTheirWholeArrayInOrder) {
+  StartServer();
+  Client c(server_->port());
+  std::string pipeline;
+  std::vector<std::string> expected;
+  for (int t = 0; t < 20; ++t) {
+    pipeline += Cmd({"MULTI"});
+    expected.push_back("+OK\r\n");
+    const int n = t % 4;  // 0 to 3 commands, writes still waiting, delays
+    for (int i = 0; i < n; ++i) {
+      const std::string tag = absl::StrCat("t", t, "-", i);
+      pipeline += i == 1 ? Cmd({"DELAY", "5", tag}) : Cmd({"SET", "20", tag});
+      expected.push_back("+QUEUED\r\n");
+    }
+    pipeline += Cmd({"EXEC"});
+    expected.push_back(absl::StrCat("*", n, "\r\n"));
+    for (int i = 0; i < n; ++i) {
+      expected.push_back(i == 1 ? Bulk(absl::StrCat("t", t, "-", i)) : ":1\r\n");
+    }
+    pipeline += Cmd({"ECHO", absl::StrCat("between-", t)});
+    expected.push_back(Bulk(absl::StrCat("between-", t)));
+  }
+  ASSERT_TRUE(c.Send(pipeline));
+  for (size_t i = 0; i < expected.size(); ++i) ASSERT_EQ(c.Reply(), expected[i]) << i;
+  EXPECT_GT(handler_.max_sets_pending.load(), 1) << "writes of several EXECs waited at once";
+}
+
+TEST_F(RespServerTest, ConsecutiveQueuedCommandsMayBeTakenTogetherButNotWithThoseAroundExec) {
+  StartServer();
+  Client c(server_->port());
+  ASSERT_TRUE(c.Send(Cmd({"ADD"}) + Cmd({"MULTI"}) + Cmd({"ADD"}) + Cmd({"ADD"}) + Cmd({"ADD"}) +
+                     Cmd({"EXEC"}) + Cmd({"ADD"})));
+  EXPECT_EQ(c.Reply(), ":1\r\n");
+  EXPECT_EQ(c.Reply(), "+OK\r\n");
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(c.Reply(), "+QUEUED\r\n");
+  EXPECT_EQ(c.Reply(), "*3\r\n");
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(c.Reply(), ":1\r\n");
+  EXPECT_EQ(c.Reply(), ":1\r\n");
+  EXPECT_EQ(handler_.max_taken.load(), 3) << "the EXEC's three ADDs as one, and no more";
+}
+
+TEST_F(RespServerTest, RefusedOrOverTheCapsTheTransactionAbortsAndDiscardDropsIt) {
+  ServerOptions options;
+  options.max_multi_commands = 3;
+  options.max_multi_bytes = 4096;
+  StartServer(options);
+  Client c(server_->port());
+  ASSERT_TRUE(c.Send(Cmd({"MULTI"}) + Cmd({"SET", "0", "a"}) + Cmd({"BAD"}) + Cmd({"EXEC"})));
+  EXPECT_EQ(c.Reply(), "+OK\r\n");
+  EXPECT_EQ(c.Reply(), "+QUEUED\r\n");
+  EXPECT_EQ(c.Reply(), "-ERR bad\r\n");
+  EXPECT_EQ(c.Reply(), "-EXECABORT\r\n");
+  // The count cap.
+  ASSERT_TRUE(c.Send(Cmd({"MULTI"}) + Cmd({"PING"}) + Cmd({"PING"}) + Cmd({"PING"}) +
+                     Cmd({"PING"}) + Cmd({"EXEC"})));
+  EXPECT_EQ(c.Reply(), "+OK\r\n");
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(c.Reply(), "+QUEUED\r\n");
+  const std::string refused = c.Reply();
+  EXPECT_THAT(refused, StartsWith("-ERR MULTI queue limit: a transaction may queue at most 3 "
+                                  "commands of 4096 bytes together (it holds 3 of "));
+  EXPECT_EQ(c.Reply(), "-EXECABORT\r\n");
+  // The byte cap.
+  ASSERT_TRUE(c.Send(Cmd({"MULTI"}) + Cmd({"ECHO", std::string(5000, 'x')}) + Cmd({"EXEC"})));
+  EXPECT_EQ(c.Reply(), "+OK\r\n");
+  EXPECT_THAT(c.Reply(), HasSubstr("this one needs 51"));
+  EXPECT_EQ(c.Reply(), "-EXECABORT\r\n");
+  // DISCARD: the queue goes, and so does its memory.
+  const size_t before = server_->client_memory();
+  ASSERT_TRUE(c.Send(Cmd({"MULTI"}) + Cmd({"ECHO", std::string(3000, 'y')})));
+  EXPECT_EQ(c.Reply(), "+OK\r\n");
+  EXPECT_EQ(c.Reply(), "+QUEUED\r\n");
+  EXPECT_GE(server_->client_memory(), before + 3000);
+  ASSERT_TRUE(c.Send(Cmd({"DISCARD"}) + Cmd({"HAS", "a"})));
+  EXPECT_EQ(c.Reply(), "+OK\r\n");
+  EXPECT_EQ(c.Reply(), ":0\r\n") << "the aborted SET never ran";
+  EXPECT_LT(server_->client_memory(), before + 3000);
+}
+
+TEST_F(RespServerTest, ClientsAreListedAndKilledOnTheirOwnThreads) {
+  StartServer();
+  Client a(server_->port()), b(server_->port()), c(server_->port());
+  std::vector<uint64_t> ids;
+  for (Client* x : {&a, &b, &c}) {
+    ASSERT_TRUE(x->Send(Cmd({"ID"})));
+    const std::string id = x->Reply();
+    ids.push_back(std::stoull(id.substr(1)));
+  }
+  ASSERT_TRUE(b.Send(Cmd({"MULTI"}) + Cmd({"PING"})));
+  EXPECT_EQ(b.Reply(), "+OK\r\n");
+  EXPECT_EQ(b.Reply(), "+QUEUED\r\n");
+  std::promise<std::vector<ClientInfo>> listed;
+  server_->ListClients([&](std::vector<ClientInfo> all) { listed.set_value(std::move(all)); });
+  const std::vector<ClientInfo> all = listed.get_future().get();
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_TRUE(std::is_sorted(all.begin(), all.end(),
+                             [](const ClientInfo& x, const ClientInfo& y) { return x.id < y.id; }));
+  for (const ClientInfo& i : all) {
+    SCOPED_TRACE(i.id);
+    const bool is_b = i.id == ids[1];
+    EXPECT_EQ(i.multi, is_b);
+    EXPECT_EQ(i.multi_queued, is_b ? 1u : 0u);
+    EXPECT_EQ(i.cmd, is_b ? "ping" : "id");
+    EXPECT_THAT(i.laddr, HasSubstr(absl::StrCat(":", server_->port())));
+    EXPECT_GT(i.memory, 0u);
+    EXPECT_EQ(i.protocol, 2);
+  }
+  ClientFilter filter;
+  filter.id = ids[2];
+  std::promise<size_t> killed;
+  server_->KillClients(filter, [&](size_t n) { killed.set_value(n); });
+  EXPECT_EQ(killed.get_future().get(), 1u);
+  EXPECT_TRUE(WaitFor([&] { return server_->connections() == 2; }));
+  EXPECT_TRUE(c.AtEof());
+  EXPECT_TRUE(WaitFor([&] { return log_.Count("killed") == 1; }));
+  // The others go on.
+  ASSERT_TRUE(a.Send(Cmd({"PING"})));
+  EXPECT_EQ(a.Reply(), "+PONG\r\n");
 }
 
 }  // namespace

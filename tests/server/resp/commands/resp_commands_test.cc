@@ -22,6 +22,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -130,6 +131,11 @@ class RespClient {
       default:
         return "<bad reply " + line + ">";
     }
+  }
+  // The next line of the reply stream, as sent (without its CRLF).
+  std::string RawLine() {
+    std::string line;
+    return Line(&line) ? line : "<closed>";
   }
   // The raw bulk bytes of the next reply, which must be [integer, bulk]
   // or [integer, nil] (then *null is set, if given, and data is empty).
@@ -301,7 +307,7 @@ TEST_F(RedisPortTest, ConnectionAndKeyspaceCommands) {
   EXPECT_EQ(c.Call({"AUTH", "x"}).substr(0, 30), "-ERR AUTH <password> called wi");
   EXPECT_EQ(c.Call({"CLIENT", "SETINFO", "LIB-NAME", "redis-py"}), "OK");
   EXPECT_EQ(c.Call({"CLIENT", "ID"}).substr(0, 1), ":");
-  EXPECT_EQ(c.Call({"COMMAND", "COUNT"}), ":29");
+  EXPECT_EQ(c.Call({"COMMAND", "COUNT"}), ":39");
   EXPECT_EQ(c.Call({"COMMAND", "INFO", "cf.add", "nope"}).substr(0, 17), "[[$cf.add,:3,[wri");
   EXPECT_EQ(c.Call({"DBSIZE"}), ":0");
   for (const char* f : {"users", "urls", "tokens"}) {
@@ -1531,6 +1537,465 @@ TEST_F(RedisDumpOwnershipTest, ResetEndsTheConnectionsDumpsAndLoads) {
   // rather than taking a second slot.
   for (int i = 0; i < 3; ++i) EXPECT_NE(StartDump(c, "src"), 0) << i;
   EXPECT_TRUE(WaitForOpenTransferFiles(1));
+}
+
+// ---- MULTI / EXEC / DISCARD (issue 33) ----
+
+using RedisTransactions = RedisPortTest;
+
+// The value of `field` in INFO's text ("" if absent).
+std::string InfoField(RespClient& c, const std::string& field) {
+  const std::string info = c.Call({"INFO"});
+  const size_t at = info.find(field + ":");
+  if (at == std::string::npos) return "";
+  const size_t from = at + field.size() + 1;
+  return info.substr(from, info.find('\r', from) - from);
+}
+
+TEST_F(RedisTransactions, CommandsAfterMultiAnswerQueuedAndRunAtExec) {
+  RespClient c(port());
+  RespClient other(port());
+  ASSERT_EQ(c.Call({"CF.RESERVE", "f", "1000"}), "OK");
+  EXPECT_EQ(c.Call({"MULTI"}), "OK");
+  EXPECT_EQ(c.Call({"CF.ADD", "f", "a"}), "QUEUED");
+  EXPECT_EQ(c.Call({"CF.EXISTS", "f", "a"}), "QUEUED");
+  EXPECT_EQ(c.Call({"CF.ADD", "g", "b"}), "QUEUED");
+  EXPECT_EQ(c.Call({"PING"}), "QUEUED");
+  // Nothing ran: another connection sees neither the item nor the filter
+  // CF.ADD would create.
+  EXPECT_EQ(other.Call({"CF.EXISTS", "f", "a"}), ":0");
+  EXPECT_EQ(other.Call({"EXISTS", "g"}), ":0");
+  EXPECT_EQ(c.Call({"EXEC"}), "[:1,:1,:1,PONG]");
+  EXPECT_EQ(other.Call({"CF.EXISTS", "f", "a"}), ":1");
+  EXPECT_EQ(other.Call({"CF.EXISTS", "g", "b"}), ":1");
+  // An empty transaction answers an empty array.
+  EXPECT_EQ(c.Call({"MULTI"}), "OK");
+  EXPECT_EQ(c.Call({"EXEC"}), "[]");
+}
+
+TEST_F(RedisTransactions, PipelinedTransactionRunsNothingBeforeExecAndBatchesNothingAcrossIt) {
+  RespClient c(port());
+  ASSERT_EQ(c.Call({"CF.RESERVE", "f", "1000"}), "OK");
+  // The whole transaction in one write, with runs of CF.ADD on one filter
+  // before, inside and after it (each a batch of its own).
+  Pipeline p;
+  p.Add({"CF.ADD", "f", "before"}, ":1");
+  p.Add({"CF.EXISTS", "f", "in-1"}, ":0");
+  p.Add({"MULTI"}, "OK");
+  p.Add({"CF.ADD", "f", "in-1"}, "QUEUED");
+  p.Add({"CF.ADD", "f", "in-2"}, "QUEUED");
+  p.Add({"CF.EXISTS", "f", "in-2"}, "QUEUED");
+  p.Add({"CF.EXISTS", "f", "after"}, "QUEUED");
+  p.Add({"EXEC"}, "[:1,:1,:1,:0]");
+  p.Add({"CF.ADD", "f", "after"}, ":1");
+  p.Add({"CF.MEXISTS", "f", "before", "in-1", "in-2", "after"}, "[:1,:1,:1,:1]");
+  ASSERT_NO_FATAL_FAILURE(p.SendAndCheck(c));
+}
+
+TEST_F(RedisTransactions, AQueueTimeErrorAbortsExecAndNothingRuns) {
+  RespClient c(port());
+  ASSERT_EQ(c.Call({"CF.RESERVE", "f", "1000"}), "OK");
+  EXPECT_EQ(c.Call({"MULTI"}), "OK");
+  EXPECT_EQ(c.Call({"CF.ADD", "f", "a"}), "QUEUED");
+  EXPECT_EQ(c.Call({"CF.ADD", "f"}), "-ERR wrong number of arguments for 'cf.add' command");
+  EXPECT_EQ(c.Call({"CF.FROB", "f"}),
+            "-ERR unknown command 'CF.FROB', with args beginning with: 'f' ");
+  EXPECT_EQ(c.Call({"CF.ADD", "f", "b"}), "QUEUED");
+  EXPECT_EQ(c.Call({"EXEC"}), "-EXECABORT Transaction discarded because of previous errors.");
+  EXPECT_EQ(c.Call({"CF.MEXISTS", "f", "a", "b"}), "[:0,:0]");
+  // The connection is out of the transaction, and the next one starts clean.
+  EXPECT_EQ(c.Call({"EXEC"}), "-ERR EXEC without MULTI");
+  EXPECT_EQ(c.Call({"MULTI"}), "OK");
+  EXPECT_EQ(c.Call({"CF.ADD", "f", "c"}), "QUEUED");
+  EXPECT_EQ(c.Call({"EXEC"}), "[:1]");
+}
+
+TEST_F(RedisTransactions, RuntimeErrorsAreElementsAndDoNotRollBack) {
+  RespClient c(port());
+  ASSERT_EQ(c.Call({"CF.RESERVE", "f", "1000"}), "OK");
+  EXPECT_EQ(c.Call({"MULTI"}), "OK");
+  EXPECT_EQ(c.Call({"CF.ADD", "f", "a"}), "QUEUED");
+  EXPECT_EQ(c.Call({"CF.DEL", "nofilter", "x"}), "QUEUED");
+  EXPECT_EQ(c.Call({"CF.ADD", "bad/name", "x"}), "QUEUED");
+  EXPECT_EQ(c.Call({"CF.ADD", "f", "b"}), "QUEUED");
+  const std::string reply = c.Call({"EXEC"});
+  EXPECT_EQ(reply, "[:1,-ERR Not found,-ERR invalid filter name 'bad/name': " +
+                       std::string(FilterRegistry::ValidateName("bad/name").message()) + ",:1]");
+  EXPECT_EQ(c.Call({"CF.MEXISTS", "f", "a", "b"}), "[:1,:1]");
+}
+
+TEST_F(RedisTransactions, ControlCommandsAnswerWithRedisTexts) {
+  RespClient c(port());
+  ASSERT_EQ(c.Call({"CF.RESERVE", "f", "1000"}), "OK");
+  EXPECT_EQ(c.Call({"EXEC"}), "-ERR EXEC without MULTI");
+  EXPECT_EQ(c.Call({"DISCARD"}), "-ERR DISCARD without MULTI");
+  EXPECT_EQ(c.Call({"MULTI", "x"}), "-ERR wrong number of arguments for 'multi' command");
+  EXPECT_EQ(c.Call({"UNWATCH"}), "OK");
+  const std::string watch = c.Call({"WATCH", "f"});
+  EXPECT_EQ(watch.substr(0, 37), "-ERR WATCH is not supported by cuckoo") << watch;
+  EXPECT_NE(watch.find("without WATCH"), std::string::npos) << watch;
+  // Nested MULTI and WATCH inside MULTI: errors that do not abort (Redis).
+  EXPECT_EQ(c.Call({"MULTI"}), "OK");
+  EXPECT_EQ(c.Call({"MULTI"}), "-ERR MULTI calls can not be nested");
+  EXPECT_EQ(c.Call({"WATCH", "f"}), "-ERR WATCH inside MULTI is not allowed");
+  EXPECT_EQ(c.Call({"UNWATCH"}), "QUEUED");
+  EXPECT_EQ(c.Call({"CF.ADD", "f", "a"}), "QUEUED");
+  EXPECT_EQ(c.Call({"EXEC"}), "[OK,:1]");
+  // DISCARD drops the queue.
+  EXPECT_EQ(c.Call({"MULTI"}), "OK");
+  EXPECT_EQ(c.Call({"CF.ADD", "f", "discarded"}), "QUEUED");
+  EXPECT_EQ(c.Call({"DISCARD"}), "OK");
+  EXPECT_EQ(c.Call({"EXEC"}), "-ERR EXEC without MULTI");
+  EXPECT_EQ(c.Call({"CF.EXISTS", "f", "discarded"}), ":0");
+  // So does RESET.
+  EXPECT_EQ(c.Call({"MULTI"}), "OK");
+  EXPECT_EQ(c.Call({"CF.ADD", "f", "reset"}), "QUEUED");
+  EXPECT_EQ(c.Call({"RESET"}), "RESET");
+  EXPECT_EQ(c.Call({"EXEC"}), "-ERR EXEC without MULTI");
+  EXPECT_EQ(c.Call({"CF.EXISTS", "f", "reset"}), ":0");
+  // And QUIT, which closes the connection.
+  EXPECT_EQ(c.Call({"MULTI"}), "OK");
+  EXPECT_EQ(c.Call({"CF.ADD", "f", "quit"}), "QUEUED");
+  EXPECT_EQ(c.Call({"QUIT"}), "OK");
+  EXPECT_EQ(c.Read(), "<closed>");
+  RespClient d(port());
+  EXPECT_EQ(d.Call({"CF.EXISTS", "f", "quit"}), ":0");
+}
+
+TEST_F(RedisTransactions, ExecAnswersInResp3WithEachReplyInItsOwnType) {
+  RespClient c(port());
+  ASSERT_EQ(c.Call({"HELLO", "3"}).substr(0, 8), "[$server");
+  EXPECT_EQ(c.Call({"MULTI"}), "OK");
+  EXPECT_EQ(c.Call({"CF.ADD", "f", "a"}), "QUEUED");
+  EXPECT_EQ(c.Call({"CF.DEL", "nofilter", "a"}), "QUEUED");
+  EXPECT_EQ(c.Call({"CF.INFO", "f"}), "QUEUED");
+  EXPECT_EQ(c.Call({"MEMORY", "USAGE", "nofilter"}), "QUEUED");
+  // An array of an integer, an error, a map (with doubles) and a null.
+  c.Send({"EXEC"});
+  EXPECT_EQ(c.RawLine(), "*4");
+  EXPECT_EQ(c.RawLine(), ":1");
+  EXPECT_EQ(c.RawLine(), "-ERR Not found");
+  EXPECT_EQ(c.RawLine(), "%17");
+  std::string info;
+  for (int i = 0; i < 34; ++i) absl::StrAppend(&info, c.Read(), ",");
+  EXPECT_NE(info.find("Error rate,,0.002"), std::string::npos) << info;
+  EXPECT_EQ(c.RawLine(), "_");
+  EXPECT_EQ(c.Call({"PING"}), "PONG");
+}
+
+// Issue 33: the writes of an EXEC are applied one after another (sharing
+// the log's fdatasyncs) and EXEC answers once every one is durable.
+TEST_F(RedisPipelineTest, ExecOfWritesSharesTheLogsFdatasyncsAndAnswersOnceAllAreDurable) {
+  RespClient c(port());
+  ASSERT_EQ(c.Call({"CF.RESERVE", "a", "100000"}), "OK");
+  ASSERT_EQ(c.Call({"CF.RESERVE", "b", "100000"}), "OK");
+  ASSERT_EQ(c.Call({"MULTI"}), "OK");
+  std::string expected = "[";
+  for (int i = 0; i < 20; ++i) {
+    // Alternating filters: 20 writes of their own, none merged.
+    ASSERT_EQ(c.Call({"CF.ADD", i % 2 == 0 ? "a" : "b", absl::StrCat("k-", i)}), "QUEUED");
+    absl::StrAppend(&expected, i == 0 ? "" : ",", ":1");
+  }
+  expected += "]";
+  const uint64_t before = Syncs();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(c.Call({"EXEC"}), expected);
+  const auto took = std::chrono::steady_clock::now() - start;
+  // Each fdatasync takes 50 ms: at least one ran before EXEC answered, and
+  // 20 writes one after another would have taken 20 (1 s).
+  EXPECT_GE(took, std::chrono::milliseconds(50));
+  EXPECT_GE(Syncs() - before, 1u);
+  EXPECT_LE(Syncs() - before, 6u);
+}
+
+TEST_F(RedisTransactions, QueuedCommandsAreCountedInTheConnectionsMemoryAndCapped) {
+  RespClient c(port());
+  RespClient watcher(port());
+  const int64_t before = std::stoll(InfoField(watcher, "mem_clients_normal"));
+  ASSERT_EQ(c.Call({"MULTI"}), "OK");
+  const std::string big(1 << 20, 'x');
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(c.Call({"ECHO", big}), "QUEUED");
+  const int64_t holding = std::stoll(InfoField(watcher, "mem_clients_normal"));
+  EXPECT_GE(holding - before, int64_t{8} << 20);
+  ASSERT_EQ(c.Call({"DISCARD"}), "OK");
+  const int64_t after = std::stoll(InfoField(watcher, "mem_clients_normal"));
+  EXPECT_LT(after - before, int64_t{4} << 20);
+  // The byte cap (16 MiB): the 16th MiB does not fit beside the copies'
+  // overhead; the command is refused and EXEC aborts.
+  ASSERT_EQ(c.Call({"MULTI"}), "OK");
+  for (int i = 0; i < 15; ++i) ASSERT_EQ(c.Call({"ECHO", big}), "QUEUED");
+  const std::string refused = c.Call({"ECHO", big});
+  EXPECT_THAT(refused, ::testing::StartsWith("-ERR MULTI queue limit: a transaction may queue at "
+                                             "most 10000 commands of 16777216 bytes together"));
+  EXPECT_NE(refused.find("EXEC will abort"), std::string::npos) << refused;
+  EXPECT_EQ(c.Call({"PING"}), "QUEUED");
+  EXPECT_EQ(c.Call({"EXEC"}), "-EXECABORT Transaction discarded because of previous errors.");
+  // The count cap: 10,000 commands, the 10,001st refused.
+  std::string pipeline = RespClient::Encode({"MULTI"});
+  for (int i = 0; i < 10'001; ++i) pipeline += RespClient::Encode({"PING"});
+  pipeline += RespClient::Encode({"EXEC"});
+  c.SendRaw(pipeline);
+  ASSERT_EQ(c.Read(), "OK");
+  for (int i = 0; i < 10'000; ++i) ASSERT_EQ(c.Read(), "QUEUED") << i;
+  EXPECT_EQ(c.Read().substr(0, 62),
+            "-ERR MULTI queue limit: a transaction may queue at most 10000 ");
+  EXPECT_EQ(c.Read(), "-EXECABORT Transaction discarded because of previous errors.");
+  EXPECT_EQ(c.Call({"PING"}), "PONG");
+}
+
+TEST_F(RedisTransactions, AuthenticationAndGrantsAreCheckedAtQueueTime) {
+  const std::string path = dir_.path() + "/access";
+  {
+    std::ofstream out(path);
+    out << "token root sha256:" << Hex(server::Sha256("tok-root")) << " admin:*\n";
+    out << "token writer sha256:" << Hex(server::Sha256("tok-writer"))
+        << " write:billing.* read:*\n";
+  }
+  server::ServerConfig config = Config();
+  config.auth_tokens = path;
+  StartServer(config);
+  RespClient c(port());
+  EXPECT_EQ(c.Call({"MULTI"}), "-NOAUTH Authentication required.");
+  ASSERT_EQ(c.Call({"AUTH", "tok-root"}), "OK");
+  ASSERT_EQ(c.Call({"CF.RESERVE", "billing.x", "1000"}), "OK");
+  ASSERT_EQ(c.Call({"CF.RESERVE", "cart.y", "1000"}), "OK");
+  RespClient w(port());
+  ASSERT_EQ(w.Call({"AUTH", "tok-writer"}), "OK");
+  EXPECT_EQ(w.Call({"MULTI"}), "OK");
+  EXPECT_EQ(w.Call({"CF.ADD", "billing.x", "k"}), "QUEUED");
+  EXPECT_EQ(w.Call({"CF.EXISTS", "cart.y", "k"}), "QUEUED");
+  const std::string refused = w.Call({"CF.ADD", "cart.y", "k"});
+  EXPECT_EQ(refused.substr(0, 48), "-NOPERM \"writer\" may not run CF.ADD on filter 'c") << refused;
+  EXPECT_EQ(w.Call({"DEL", "billing.x"}).substr(0, 8), "-NOPERM ");
+  EXPECT_EQ(w.Call({"EXEC"}), "-EXECABORT Transaction discarded because of previous errors.");
+  EXPECT_EQ(c.Call({"CF.EXISTS", "billing.x", "k"}), ":0");
+  EXPECT_EQ(w.Call({"MULTI"}), "OK");
+  EXPECT_EQ(w.Call({"CF.ADD", "billing.x", "k"}), "QUEUED");
+  EXPECT_EQ(w.Call({"EXEC"}), "[:1]");
+}
+
+// ---- UNLINK, FLUSHALL, FLUSHDB, MEMORY, MODULE ----
+
+TEST_F(RedisPortTest, UnlinkAndFlushDropFiltersDurably) {
+  RespClient c(port());
+  for (const char* f : {"a", "b", "c", "d"}) ASSERT_EQ(c.Call({"CF.ADD", f, "k"}), ":1");
+  EXPECT_EQ(c.Call({"UNLINK", "a", "nope", "bad/name", "b"}), ":2");
+  EXPECT_EQ(c.Call({"KEYS", "*"}), "[$c,$d]");
+  EXPECT_EQ(c.Call({"UNLINK"}), "-ERR wrong number of arguments for 'unlink' command");
+  EXPECT_EQ(c.Call({"FLUSHALL", "NOW"}), "-ERR syntax error");
+  EXPECT_EQ(c.Call({"FLUSHDB", "ASYNC", "SYNC"}), "-ERR syntax error");
+  EXPECT_EQ(c.Call({"DBSIZE"}), ":2");
+  EXPECT_EQ(c.Call({"FLUSHALL"}), "OK");
+  EXPECT_EQ(c.Call({"DBSIZE"}), ":0");
+  EXPECT_EQ(c.Call({"FLUSHDB"}), "OK");
+  for (const char* f : {"e", "f"}) ASSERT_EQ(c.Call({"CF.ADD", f, "k"}), ":1");
+  EXPECT_EQ(c.Call({"FLUSHDB", "sync"}), "OK");
+  ASSERT_EQ(c.Call({"CF.ADD", "g", "k"}), ":1");
+  EXPECT_EQ(c.Call({"FLUSHALL", "ASYNC"}), "OK");
+  EXPECT_EQ(c.Call({"DBSIZE"}), ":0");
+  // Durable: after a restart nothing comes back.
+  ASSERT_EQ(c.Call({"CF.ADD", "kept", "k"}), ":1");
+  StartServer(Config());
+  RespClient d(port());
+  EXPECT_EQ(d.Call({"KEYS", "*"}), "[$kept]");
+}
+
+TEST_F(RedisPortTest, FlushNeedsTheAdminGrantOnEveryFilter) {
+  const std::string path = dir_.path() + "/access";
+  {
+    std::ofstream out(path);
+    out << "token root sha256:" << Hex(server::Sha256("tok-root")) << " admin:*\n";
+    out << "token ops sha256:" << Hex(server::Sha256("tok-ops")) << " admin:billing.*\n";
+  }
+  server::ServerConfig config = Config();
+  config.auth_tokens = path;
+  StartServer(config);
+  RespClient root(port());
+  ASSERT_EQ(root.Call({"AUTH", "tok-root"}), "OK");
+  for (const char* f : {"billing.a", "billing.b", "cart.c"}) {
+    ASSERT_EQ(root.Call({"CF.ADD", f, "k"}), ":1");
+  }
+  RespClient ops(port());
+  ASSERT_EQ(ops.Call({"AUTH", "tok-ops"}), "OK");
+  const std::string refused = ops.Call({"FLUSHALL"});
+  EXPECT_THAT(refused, ::testing::StartsWith(
+                           "-NOPERM \"ops\" may not run FLUSHALL: it drops every filter, which "
+                           "needs the admin grant on each, and 1 of the 3 filters are not among "
+                           "its admin grants (its grants: admin:billing.*); nothing was dropped"));
+  EXPECT_EQ(refused.find("cart"), std::string::npos) << "names no filter: " << refused;
+  EXPECT_EQ(ops.Call({"UNLINK", "cart.c"}).substr(0, 8), "-NOPERM ");
+  EXPECT_EQ(root.Call({"DBSIZE"}), ":3") << "nothing dropped";
+  EXPECT_EQ(ops.Call({"UNLINK", "billing.a"}), ":1");
+  EXPECT_EQ(root.Call({"FLUSHDB"}), "OK");
+  EXPECT_EQ(root.Call({"DBSIZE"}), ":0");
+  const std::string metrics = server_->metrics().Render();
+  EXPECT_NE(metrics.find(R"(method="FLUSHALL",reason="permission_denied"} 1)"), std::string::npos)
+      << metrics;
+}
+
+TEST_F(RedisPortTest, MemoryUsageIsTheFiltersSizeAndModuleListShowsBloom) {
+  RespClient c(port());
+  ASSERT_EQ(c.Call({"CF.RESERVE", "f", "100000"}), "OK");
+  const std::string info = c.Call({"CF.INFO", "f"});
+  const std::string size = info.substr(7, info.find(',', 7) - 7);
+  EXPECT_EQ(c.Call({"MEMORY", "USAGE", "f"}), ":" + size);
+  EXPECT_GT(std::stoll(size), 100000 / 8);
+  EXPECT_EQ(c.Call({"memory", "usage", "f", "SAMPLES", "5"}), ":" + size);
+  EXPECT_EQ(c.Call({"MEMORY", "USAGE", "nope"}), "nil");
+  EXPECT_EQ(c.Call({"MEMORY", "USAGE", "bad/name"}), "nil");
+  EXPECT_EQ(c.Call({"MEMORY", "USAGE", "f", "SAMPLES", "x"}),
+            "-ERR value is not an integer or out of range");
+  EXPECT_EQ(c.Call({"MEMORY", "USAGE", "f", "SAMPLES"}), "-ERR syntax error");
+  EXPECT_EQ(c.Call({"MEMORY", "USAGE"}),
+            "-ERR wrong number of arguments for 'memory|usage' command");
+  EXPECT_EQ(c.Call({"MEMORY", "STATS"}).substr(0, 68),
+            "-ERR unknown subcommand 'STATS': cuckood serves MEMORY USAGE key [SA");
+  EXPECT_EQ(c.Call({"MODULE", "LIST"}), "[[$name,$bf,$ver,:20612,$path,$,$args,[]]]");
+  EXPECT_EQ(c.Call({"MODULE", "LOAD", "/x.so"}).substr(0, 46),
+            "-ERR cuckood does not load or unload modules (");
+  EXPECT_EQ(c.Call({"MODULE", "FROB"}).substr(0, 60),
+            "-ERR unknown subcommand or wrong number of arguments for 'FR");
+  // RESP2: each module a flat array of 8; RESP3: a map of 4.
+  c.Send({"MODULE", "LIST"});
+  EXPECT_EQ(c.RawLine(), "*1");
+  EXPECT_EQ(c.RawLine(), "*8");
+  EXPECT_EQ(c.Read(), "$name");
+  for (int i = 0; i < 7; ++i) c.Read();
+  ASSERT_EQ(c.Call({"HELLO", "3"}).substr(0, 8), "[$server");
+  c.Send({"MODULE", "LIST"});
+  EXPECT_EQ(c.RawLine(), "*1");
+  EXPECT_EQ(c.RawLine(), "%4");
+  EXPECT_EQ(c.Read(), "$name");
+  for (int i = 0; i < 7; ++i) c.Read();
+  EXPECT_EQ(c.Call({"PING"}), "PONG");
+}
+
+// ---- CLIENT LIST and CLIENT KILL ----
+
+// The fields of CLIENT LIST's line for the client whose id is `id`.
+std::map<std::string, std::string> ClientLine(const std::string& list, const std::string& id) {
+  std::map<std::string, std::string> fields;
+  for (absl::string_view line : absl::StrSplit(list.substr(1), '\n')) {
+    if (!absl::StartsWith(line, "id=" + id + " ")) continue;
+    for (absl::string_view kv : absl::StrSplit(line, ' ')) {
+      const size_t eq = kv.find('=');
+      fields[std::string(kv.substr(0, eq))] = std::string(kv.substr(eq + 1));
+    }
+  }
+  return fields;
+}
+
+TEST_F(RedisPortTest, ClientListShowsEveryConnectionInRedisFormat) {
+  RespClient a(port()), b(port());
+  const std::string a_id = a.Call({"CLIENT", "ID"}).substr(1);
+  const std::string b_id = b.Call({"CLIENT", "ID"}).substr(1);
+  ASSERT_EQ(b.Call({"CLIENT", "SETNAME", "worker-2"}), "OK");
+  ASSERT_EQ(b.Call({"CLIENT", "SETINFO", "LIB-NAME", "redis-py"}), "OK");
+  ASSERT_EQ(b.Call({"MULTI"}), "OK");
+  ASSERT_EQ(b.Call({"PING"}), "QUEUED");
+  ASSERT_EQ(b.Call({"CF.EXISTS", "f", "x"}), "QUEUED");
+  const std::string list = a.Call({"CLIENT", "LIST"});
+  ASSERT_EQ(list.substr(0, 4), "$id=") << list;
+  std::map<std::string, std::string> fb = ClientLine(list, b_id);
+  EXPECT_EQ(fb["name"], "worker-2");
+  EXPECT_EQ(fb["flags"], "x");
+  EXPECT_EQ(fb["multi"], "2");
+  EXPECT_EQ(fb["cmd"], "cf.exists");
+  EXPECT_EQ(fb["db"], "0");
+  EXPECT_EQ(fb["user"], "default");
+  EXPECT_EQ(fb["resp"], "2");
+  EXPECT_EQ(fb["lib-name"], "redis-py");
+  EXPECT_EQ(fb["laddr"], absl::StrCat("127.0.0.1:", port()));
+  EXPECT_EQ(fb["addr"].substr(0, 10), "127.0.0.1:");
+  EXPECT_GT(std::stoll(fb["tot-mem"]), 0);
+  std::map<std::string, std::string> fa = ClientLine(list, a_id);
+  EXPECT_EQ(fa["flags"], "N");
+  EXPECT_EQ(fa["multi"], "-1");
+  EXPECT_EQ(fa["cmd"], "client");
+  // Filters.
+  const std::string only_b = a.Call({"CLIENT", "LIST", "ID", b_id});
+  EXPECT_EQ(std::count(only_b.begin(), only_b.end(), '\n'), 1) << only_b;
+  EXPECT_EQ(only_b.substr(0, 4 + b_id.size()), "$id=" + b_id);
+  EXPECT_EQ(a.Call({"CLIENT", "LIST", "TYPE", "pubsub"}), "$");
+  EXPECT_EQ(a.Call({"CLIENT", "LIST", "TYPE", "nope"}), "-ERR Unknown client type 'nope'");
+  EXPECT_EQ(a.Call({"CLIENT", "LIST", "ID", "x"}), "-ERR Invalid client ID");
+  EXPECT_EQ(a.Call({"CLIENT", "LIST", "FROB"}), "-ERR syntax error");
+  EXPECT_EQ(b.Call({"EXEC"}), "[PONG,:0]");
+}
+
+TEST_F(RedisPortTest, ClientKillClosesTheConnectionsItNames) {
+  RespClient a(port()), b(port()), c(port()), d(port());
+  const std::string b_id = b.Call({"CLIENT", "ID"}).substr(1);
+  ASSERT_EQ(c.Call({"PING"}), "PONG");
+  ASSERT_EQ(d.Call({"PING"}), "PONG");
+  const std::string list = a.Call({"CLIENT", "LIST"});
+  const std::string c_addr = ClientLine(list, c.Call({"CLIENT", "ID"}).substr(1))["addr"];
+  // The new form answers how many; the old one OK or an error.
+  EXPECT_EQ(a.Call({"CLIENT", "KILL", "ID", b_id}), ":1");
+  EXPECT_EQ(b.Read(), "<closed>");
+  EXPECT_EQ(a.Call({"CLIENT", "KILL", "ID", b_id}), ":0");
+  EXPECT_EQ(a.Call({"CLIENT", "KILL", c_addr}), "OK");
+  EXPECT_EQ(c.Read(), "<closed>");
+  EXPECT_EQ(a.Call({"CLIENT", "KILL", c_addr}), "-ERR No such client");
+  EXPECT_EQ(a.Call({"CLIENT", "KILL", "ID", "0"}), "-ERR client-id should be greater than 0");
+  EXPECT_EQ(a.Call({"CLIENT", "KILL", "TYPE", "nope"}), "-ERR Unknown client type 'nope'");
+  EXPECT_EQ(a.Call({"CLIENT", "KILL", "TYPE", "master"}), ":0");
+  EXPECT_EQ(a.Call({"CLIENT", "KILL", "SKIPME", "maybe"}), "-ERR syntax error");
+  EXPECT_EQ(a.Call({"CLIENT", "KILL", "ID", "1", "BOGUS", "x"}), "-ERR syntax error");
+  EXPECT_EQ(a.Call({"CLIENT", "KILL"}), "-ERR syntax error");
+  // Every normal connection but the caller's (SKIPME yes by default).
+  EXPECT_EQ(
+      a.Call({"CLIENT", "KILL", "TYPE", "normal", "LADDR", absl::StrCat("127.0.0.1:", port())}),
+      ":1");
+  EXPECT_EQ(d.Read(), "<closed>");
+  EXPECT_EQ(a.Call({"PING"}), "PONG");
+  // SKIPME no: the caller too, after its reply.
+  EXPECT_EQ(a.Call({"CLIENT", "KILL", "USER", "default", "SKIPME", "no"}), ":1");
+  EXPECT_EQ(a.Read(), "<closed>");
+  const std::string metrics = server_->metrics().Render();
+  EXPECT_NE(metrics.find(R"(cuckood_redis_connections_closed_total{reason="killed"} 3)"),
+            std::string::npos)
+      << metrics;
+}
+
+TEST_F(RedisPortTest, AClientKillingItselfInAnExecGetsTheWholeArrayThenCloses) {
+  RespClient c(port());
+  const std::string id = c.Call({"CLIENT", "ID"}).substr(1);
+  ASSERT_EQ(c.Call({"MULTI"}), "OK");
+  ASSERT_EQ(c.Call({"CLIENT", "KILL", "ID", id, "SKIPME", "no"}), "QUEUED");
+  ASSERT_EQ(c.Call({"CF.ADD", "f", "after-kill"}), "QUEUED");
+  ASSERT_EQ(c.Call({"PING"}), "QUEUED");
+  c.Send({"EXEC"});
+  c.Send({"PING"});  // never runs
+  EXPECT_EQ(c.Read(), "[:1,:1,PONG]");
+  EXPECT_EQ(c.Read(), "<closed>");
+  RespClient d(port());
+  EXPECT_EQ(d.Call({"CF.EXISTS", "f", "after-kill"}), ":1");
+}
+
+TEST_F(RedisPortTest, ClientListAndKillNeedTheAdminGrantOnEveryFilter) {
+  const std::string path = dir_.path() + "/access";
+  {
+    std::ofstream out(path);
+    out << "token root sha256:" << Hex(server::Sha256("tok-root")) << " admin:*\n";
+    out << "token ops sha256:" << Hex(server::Sha256("tok-ops")) << " admin:billing.*\n";
+  }
+  server::ServerConfig config = Config();
+  config.auth_tokens = path;
+  StartServer(config);
+  RespClient root(port()), ops(port());
+  ASSERT_EQ(root.Call({"AUTH", "tok-root"}), "OK");
+  ASSERT_EQ(ops.Call({"AUTH", "tok-ops"}), "OK");
+  const std::string ops_id = ops.Call({"CLIENT", "ID"}).substr(1);
+  EXPECT_EQ(ops.Call({"CLIENT", "LIST"}).substr(0, 50),
+            "-NOPERM \"ops\" may not run CLIENT LIST: it shows or");
+  EXPECT_EQ(ops.Call({"CLIENT", "KILL", "ID", ops_id}).substr(0, 33),
+            "-NOPERM \"ops\" may not run CLIENT ");
+  EXPECT_EQ(ops.Call({"CLIENT", "ID"}), ":" + ops_id) << "the rest of CLIENT needs no grant";
+  const std::string list = root.Call({"CLIENT", "LIST"});
+  EXPECT_EQ(ClientLine(list, ops_id)["user"], "ops");
+  EXPECT_EQ(root.Call({"CLIENT", "KILL", "USER", "ops"}), ":1");
+  EXPECT_EQ(ops.Read(), "<closed>");
 }
 
 }  // namespace
