@@ -22,8 +22,13 @@ const std::string kCheckDir = std::string(SOURCE_DIR) + "/tests/e2e/node_redis";
 
 // What check.mjs runs, each once per client.
 constexpr const char* kChecks[] = {
-    "connection", "reserve_add_exists",  "insert_options", "binary_items",
-    "info",       "pipelined_thousands", "keyspace",       "scandump_loadchunk_backup"};
+    // What RedisBloom client code does every day.
+    "connection", "reserve_add_exists", "insert_options", "binary_items", "info",
+    "pipelined_thousands", "keyspace", "scandump_loadchunk_backup",
+    // Issue 33: transactions, repeated items, RedisBloom's errors and
+    // replies, the commands clients detect RedisBloom with.
+    "multi_exec", "multi_aborts_whole", "repeated_item_grows", "redisbloom_errors",
+    "scandump_redisbloom_replies", "module_list", "unlink_memory_usage"};
 constexpr const char* kClients[] = {"redis 6, RESP2", "redis 6, RESP3", "redis 4, RESP2"};
 
 bool Installed() {
