@@ -480,7 +480,7 @@ TEST_P(RedisCliTest, ConnectionCommandsAnswerAsRedis) {
                 "OK\n"
                 "(error) ERR Unrecognized option 'FOO'\n"
                 "(error) ERR unknown subcommand or wrong number of arguments for 'NOPE'. cuckood "
-                "serves CLIENT SETNAME, GETNAME, SETINFO, ID and INFO\n" +
+                "serves CLIENT SETNAME, GETNAME, SETINFO, ID, INFO, LIST and KILL\n" +
                 Arity("client") +
                 "(error) ERR AUTH <password> called without any password configured for the "
                 "default user. Are you sure your configuration is correct?\n"
@@ -568,7 +568,7 @@ TEST_P(RedisCliTest, HelloSwitchesTheProtocolAndDescribesTheServer) {
 }
 
 TEST_P(RedisCliTest, CommandAndInfoAreEnoughForRedisCli) {
-  EXPECT_EQ(Run({"COMMAND", "COUNT"}), "(integer) 29\n");
+  EXPECT_EQ(Run({"COMMAND", "COUNT"}), "(integer) 39\n");
   EXPECT_EQ(Run({"COMMAND", "DOCS"}), P("(empty array)\n", "(empty hash)\n"));
   EXPECT_EQ(Run({"COMMAND", "DOCS", "cf.add"}), P("(empty array)\n", "(empty hash)\n"));
   EXPECT_EQ(Run({"COMMAND", "INFO", "nosuch"}), "1) (nil)\n");
@@ -594,11 +594,13 @@ TEST_P(RedisCliTest, CommandAndInfoAreEnoughForRedisCli) {
         "cf.mexists", "cf.del",  "cf.count", "cf.info",   "cf.scandump", "cf.loadchunk",
         "ping",       "echo",    "hello",    "auth",      "select",      "client",
         "quit",       "command", "info",     "del",       "exists",      "type",
-        "scan",       "keys",    "dbsize"}) {
+        "scan",       "keys",    "dbsize",   "config",    "reset",       "multi",
+        "exec",       "discard", "watch",    "unwatch",   "unlink",      "flushall",
+        "flushdb",    "memory",  "module"}) {
     EXPECT_THAT(all, HasSubstr(std::string("\"") + name + "\"\n")) << name;
     EXPECT_THAT(list, HasSubstr(std::string("\"") + name + "\"\n")) << name;
   }
-  EXPECT_EQ(Lines(list).size(), 29u) << list;
+  EXPECT_EQ(Lines(list).size(), 39u) << list;
 
   ASSERT_EQ(Run({"CF.ADD", "a", "x"}), B(1));
   ASSERT_EQ(Run({"CF.ADD", "b", "x"}), B(1));
