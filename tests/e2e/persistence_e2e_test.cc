@@ -191,7 +191,7 @@ TEST_F(PersistenceE2eTest, SnapshotCopiedBackAfterADropWasDeletedByTheReplayWith
 
   Start();
   const std::string log = server_->process().out();
-  EXPECT_THAT(log, HasSubstr("snapshot " + file + " of filter users (log position "));
+  EXPECT_THAT(log, HasSubstr("snapshot " + file + " of filter \"users\" (log position "));
   EXPECT_THAT(log, HasSubstr("is dropped by the write-ahead log at log position "));
   EXPECT_THAT(log, HasSubstr("moved to " + data_.path() + "/quarantine/" +
                              SnapshotFileName("users") + "."));

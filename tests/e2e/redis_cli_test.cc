@@ -439,7 +439,7 @@ TEST_P(RedisCliTest, KeysThatCannotBeFilterNamesAreRefusedNamingTheRule) {
                 "(integer) 0\n"
                 "(error) ERR invalid filter name '': filter name is empty\n" +
                 Ints({0}) +
-                "(error) ERR invalid filter name 'a\\x00b': filter name \"a\\x00b\" has a NUL "
+                "(error) ERR invalid filter name 'a\\x00b': filter name \"a\\x00\\x62\" has a NUL "
                 "byte at offset 1; names may hold any byte but NUL\n"
                 "(integer) 0\n"
                 "(error) ERR invalid filter name '\\xff': filter name \"\\xff\" is not valid "
