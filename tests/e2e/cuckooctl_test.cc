@@ -1257,7 +1257,10 @@ TEST(CuckooctlHashTokenTest, BadNamesGrantsAndTokensAreUsageErrors) {
       {{"hash-token", std::string(65, 'x')}, "", "cuckooctl: NAME \"xxx"},
       {{"hash-token", "n", "--grant=own:*"}, "", "cuckooctl: grant \"own:*\" must be KIND:PATTERN"},
       {{"hash-token", "n", "--grant=read:"}, "", "cuckooctl: grant \"read:\""},
-      {{"hash-token", "n", "--grant=read:a b"}, "", "cuckooctl: grant \"read:a b\""},
+      // A space is a name's like any byte ("read:a b" is a grant); '[' is not a pattern's.
+      {{"hash-token", "n", "--grant=read:a[b]"},
+       "",
+       "cuckooctl: grant \"read:a[b]\": the pattern has '['"},
       {{"hash-token", "n", "--stdin"}, "\n", "cuckooctl: --stdin: stdin holds no token"},
       // Issue 30: a 1-character token was accepted.
       {{"hash-token", "n", "--stdin"},
