@@ -41,19 +41,38 @@ absl::Status ValidateName(std::string_view name) {
 }
 
 // What the server's access file takes (server/security/access.cc): a kind
-// and a pattern of filter-name characters and the wildcards.
+// and a glob over filter names (base/access_file.h).
 absl::Status ValidateGrant(std::string_view grant_view) {
   const absl::string_view grant(grant_view.data(), grant_view.size());
   const size_t colon = grant.find(':');
-  if (colon != absl::string_view::npos && IsAccessGrantKind(grant.substr(0, colon)) &&
-      IsAccessPattern(grant.substr(colon + 1))) {
-    return absl::OkStatus();
+  if (colon == absl::string_view::npos || !IsAccessGrantKind(grant.substr(0, colon))) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "grant \"%s\" must be KIND:PATTERN with KIND read, write or admin and PATTERN a glob "
+        "over filter names, e.g. read:billing.* or write:users:*",
+        absl::CEscape(grant)));
   }
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "grant \"%s\" must be KIND:PATTERN with KIND read, write or admin and PATTERN a filter "
-      "name glob (* any run of characters, ? one) of 1 to %u of the characters A-Z a-z 0-9 . _ "
-      "- * ?, e.g. read:billing.*",
-      absl::CEscape(grant), kMaxAccessPatternBytes));
+  if (const std::string why = AccessPatternError(grant.substr(colon + 1)); !why.empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "grant \"%s\": %s (a pattern is a glob over filter names: * any run of bytes, ? one, "
+        "\\ before a character makes it literal)",
+        absl::CEscape(grant), why));
+  }
+  return absl::OkStatus();
+}
+
+// A valid grant as the access file's line holds it: a pattern with a space,
+// a tab or a double quote is quoted (the parser's rule: \" and \\ inside).
+std::string GrantField(absl::string_view grant) {
+  const size_t colon = grant.find(':');
+  const absl::string_view pattern = grant.substr(colon + 1);
+  if (pattern.find_first_of(" \t\"") == absl::string_view::npos) return std::string(grant);
+  std::string out = absl::StrCat(grant.substr(0, colon + 1), "\"");
+  for (char c : pattern) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  out.push_back('"');
+  return out;
 }
 
 }  // namespace
@@ -66,8 +85,11 @@ absl::StatusOr<std::string> TokenEntry(std::string_view name, std::string_view t
     if (absl::Status s = ValidateGrant(grant); !s.ok()) return s;
   }
   if (absl::Status s = ValidateToken(token); !s.ok()) return s;
+  std::vector<std::string> fields;
+  fields.reserve(grants.size());
+  for (const std::string& grant : grants) fields.push_back(GrantField(grant));
   return absl::StrCat("token ", absl::string_view(name.data(), name.size()),
-                      " sha256:", TokenSha256Hex(token), " ", absl::StrJoin(grants, " "));
+                      " sha256:", TokenSha256Hex(token), " ", absl::StrJoin(fields, " "));
 }
 
 }  // namespace cuckoo::client

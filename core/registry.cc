@@ -6,10 +6,11 @@
 #include <utility>
 
 #include "absl/status/status.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/utf8.h"
 
 namespace cuckoo {
 namespace {
@@ -42,23 +43,30 @@ std::vector<std::string> Differences(const FilterShape& have, const FilterShape&
 
 }  // namespace
 
+size_t FilterRegistry::FirstInvalidUtf8Byte(absl::string_view s) {
+  return cuckoo::FirstInvalidUtf8Byte(s);
+}
+
+std::string FilterRegistry::QuoteName(absl::string_view name) {
+  return absl::StrCat("\"", absl::CHexEscape(name), "\"");
+}
+
 absl::Status FilterRegistry::ValidateName(absl::string_view name) {
   if (name.empty()) return absl::InvalidArgumentError("filter name is empty");
   if (name.size() > kMaxFilterNameBytes) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "filter name is %u bytes; at most %u are allowed", name.size(), kMaxFilterNameBytes));
   }
-  auto ok = [](char c) { return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-'; };
-  if (!absl::ascii_isalnum(name[0])) {
+  if (const size_t nul = name.find('\0'); nul != absl::string_view::npos) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "filter name \"%s\" must start with a letter or digit", absl::CHexEscape(name)));
+        "filter name %s has a NUL byte at offset %u; names may hold any byte but NUL",
+        QuoteName(name), nul));
   }
-  for (char c : name) {
-    if (!ok(c)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("filter name \"%s\" has character '%s'; allowed are A-Z a-z 0-9 . _ -",
-                          absl::CHexEscape(name), absl::CHexEscape(absl::string_view(&c, 1))));
-    }
+  if (const size_t bad = FirstInvalidUtf8Byte(name); bad != absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "filter name %s is not valid UTF-8 (byte 0x%02x at offset %u); names must be UTF-8 so "
+        "that every filter is reachable over gRPC, whose strings are UTF-8",
+        QuoteName(name), static_cast<unsigned char>(name[bad]), bad));
   }
   return absl::OkStatus();
 }
@@ -129,11 +137,11 @@ FilterRegistry::~FilterRegistry() = default;
 
 absl::Status FilterRegistry::CheckNameAndCountLocked(absl::string_view name) const {
   if (filters_.contains(name)) {
-    return absl::AlreadyExistsError(absl::StrFormat("filter \"%s\" already exists", name));
+    return absl::AlreadyExistsError(absl::StrFormat("filter %s already exists", QuoteName(name)));
   }
   if (claimed_.contains(name)) {
-    return absl::AlreadyExistsError(
-        absl::StrFormat("filter \"%s\" is being added (an import of it is under way)", name));
+    return absl::AlreadyExistsError(absl::StrFormat(
+        "filter %s is being added (an import of it is under way)", QuoteName(name)));
   }
   if (filters_.size() + claimed_.size() >= limits_.max_filters) {
     return absl::ResourceExhaustedError(absl::StrFormat(
@@ -148,9 +156,9 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::ExistingLocked(
   std::vector<std::string> diff = Differences(existing->shape(), shape, seed_given);
   if (if_not_exists && diff.empty()) return existing;
   return absl::AlreadyExistsError(
-      diff.empty() ? absl::StrFormat("filter \"%s\" already exists", name)
-                   : absl::StrFormat("filter \"%s\" already exists with other settings: %s", name,
-                                     absl::StrJoin(diff, ", ")));
+      diff.empty() ? absl::StrFormat("filter %s already exists", QuoteName(name))
+                   : absl::StrFormat("filter %s already exists with other settings: %s",
+                                     QuoteName(name), absl::StrJoin(diff, ", ")));
 }
 
 absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::CheckExisting(
@@ -158,7 +166,7 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::CheckExisting(
   ReaderLock lock(&mu_);
   auto it = filters_.find(name);
   if (it == filters_.end()) {
-    return absl::NotFoundError(absl::StrFormat("filter \"%s\" not found", name));
+    return absl::NotFoundError(absl::StrFormat("filter %s not found", QuoteName(name)));
   }
   return ExistingLocked(it->second, name, shape, seed_given, if_not_exists);
 }
@@ -339,7 +347,7 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::Get(absl::string_v
   ReaderLock lock(&mu_);
   auto it = filters_.find(name);
   if (it == filters_.end()) {
-    return absl::NotFoundError(absl::StrFormat("filter \"%s\" not found", absl::CHexEscape(name)));
+    return absl::NotFoundError(absl::StrFormat("filter %s not found", QuoteName(name)));
   }
   return it->second;
 }
@@ -356,7 +364,7 @@ absl::Status FilterRegistry::Drop(absl::string_view name, const CuckooFilter* on
   WriterLock lock(&mu_);
   auto it = filters_.find(name);
   if (it == filters_.end() || (only_if != nullptr && it->second.get() != only_if)) {
-    return absl::NotFoundError(absl::StrFormat("filter \"%s\" not found", absl::CHexEscape(name)));
+    return absl::NotFoundError(absl::StrFormat("filter %s not found", QuoteName(name)));
   }
   // The budget keeps the filter's charge until the filter is freed.
   filters_.erase(it);

@@ -1,7 +1,11 @@
 // FilterRegistry: the server's named filters, name -> CuckooFilter.
 //
-// Names match [A-Za-z0-9][A-Za-z0-9._-]{0,127}: a name also becomes a file name
-// in the data directory, so it can never be a path ("..", "a/b") or hidden.
+// Names are Redis-style keys: 1 to kMaxFilterNameBytes bytes of valid UTF-8
+// with no NUL ("users:seen", "a/b", "my filter" are names). A name never
+// becomes a path: snapshot files are named by the filter's id and hold the
+// name (docs/SERVER_DESIGN.md). UTF-8 because the gRPC API's name fields are
+// proto3 strings, which protobuf requires to be UTF-8: every filter must be
+// reachable over gRPC.
 // Creating a filter is checked against a memory budget for all filters and a
 // maximum number of filters.
 //
@@ -43,7 +47,7 @@
 
 namespace cuckoo {
 
-inline constexpr size_t kMaxFilterNameBytes = 128;
+inline constexpr size_t kMaxFilterNameBytes = 512;
 
 struct RegistryLimits {
   uint64_t memory_budget_bytes = uint64_t{8} << 30;  // Sum of all filters' tables.
@@ -55,8 +59,18 @@ class FilterRegistry {
   explicit FilterRegistry(RegistryLimits limits = {});
   ~FilterRegistry();
 
-  // INVALID_ARGUMENT with the reason when `name` is not a valid filter name.
+  // INVALID_ARGUMENT with the reason when `name` is not a valid filter name:
+  // empty, longer than kMaxFilterNameBytes, with a NUL, or not valid UTF-8
+  // (the message names the first bad byte's offset).
   static absl::Status ValidateName(absl::string_view name);
+  // The offset of the first byte of `s` that does not start or continue a
+  // valid UTF-8 sequence (overlong forms, surrogates and code points above
+  // U+10FFFF are invalid, as protobuf says); npos if `s` is valid UTF-8.
+  static size_t FirstInvalidUtf8Byte(absl::string_view s);
+  // `name` in double quotes with every byte that is not printable ASCII
+  // escaped (absl::CHexEscape): for messages and log lines, so that control
+  // bytes never reach a terminal raw.
+  static std::string QuoteName(absl::string_view name);
 
   // Creates filter `name`. If it exists: with `if_not_exists` and the same
   // settings (capacity, rate-derived shape, and seed if one was given) returns

@@ -2,11 +2,14 @@
 //
 // The format (versioned, little-endian, an XXH3-64 checksum per section and
 // one over the whole) is specified in docs/SNAPSHOT_FORMAT.md. The file of
-// filter "name" is <dir>/name.cuckoo.
+// filter "name" is <dir>/f-<SHA-256 of the name in hex>.cuckoo
+// (SnapshotPath): a name is a Redis key ("a/b", "../x", "my filter") and
+// never becomes a path; the file holds the name. Builds before format
+// version 5 named it <dir>/name.cuckoo (LegacySnapshotPath).
 //
-//   absl::StatusOr<SnapshotWriteResult> w = WriteSnapshotFile(*filter, "users",
+//   absl::StatusOr<SnapshotWriteResult> w = WriteSnapshotFile(*filter, "users:seen",
 //   "/var/lib/cuckood"); absl::StatusOr<LoadedSnapshot> r =
-//   ReadSnapshotFile("/var/lib/cuckood/users.cuckoo", "users");
+//   ReadSnapshotFile(w->path, "users:seen");
 //
 // Writing copies one shard at a time under that shard's shared lock and
 // writes the copy with no lock held, so inserts into other shards go on and
@@ -63,8 +66,8 @@
 namespace cuckoo {
 
 // The format version WriteSnapshotFile writes. Readers read this one and
-// every earlier one (1 to 3).
-inline constexpr uint32_t kSnapshotFormatVersion = 4;
+// every earlier one (1 to 4).
+inline constexpr uint32_t kSnapshotFormatVersion = 5;
 // Every format version after 1 starts with the same 16 bytes (magic,
 // version, header size) and then, at bytes 16..47, the name and version of
 // the build that wrote it (ASCII, NUL-padded), so that a build that cannot
@@ -75,14 +78,28 @@ inline constexpr size_t kSnapshotWriterBytes = 32;
 // printable ASCII.
 inline constexpr size_t kSnapshotLogIdentityBytes = 48;
 inline constexpr absl::string_view kSnapshotSuffix = ".cuckoo";
-// Temporary files are "." + name + kSnapshotSuffix + kSnapshotTempSuffix;
-// filter names never start with '.', so they cannot collide with a snapshot.
+// Temporary files are "." + file name + kSnapshotTempSuffix: snapshot file
+// names never start with '.', so they cannot collide with a snapshot.
 inline constexpr absl::string_view kSnapshotTempSuffix = ".tmp";
 
-// <dir>/<name>.cuckoo
+// "f-" + the SHA-256 of `name` in lowercase hex + kSnapshotSuffix: the file
+// name of filter `name`'s snapshot, whatever bytes the name holds (a
+// collision-resistant hash: no client can choose a name whose file is
+// another filter's).
+std::string SnapshotFileName(absl::string_view name);
+// Whether `file` has the shape SnapshotFileName gives (f-<64 hex>.cuckoo).
+bool IsSnapshotFileName(absl::string_view file);
+// <dir>/SnapshotFileName(name)
 std::string SnapshotPath(absl::string_view dir, absl::string_view name);
-// <dir>/.<name>.cuckoo.tmp: where a snapshot is written before its rename.
+// <dir>/.SnapshotFileName(name).tmp: where a snapshot is written before its
+// rename.
 std::string SnapshotTempPath(absl::string_view dir, absl::string_view name);
+// Whether `name` is one builds before format version 5 accepted
+// ([A-Za-z0-9][A-Za-z0-9._-]{0,127}), the only names whose files they named
+// <name>.cuckoo.
+bool IsLegacySnapshotName(absl::string_view name);
+// <dir>/<name>.cuckoo, what those builds wrote; only for such names.
+std::string LegacySnapshotPath(absl::string_view dir, absl::string_view name);
 
 struct SnapshotWriteResult {
   std::string path;

@@ -31,11 +31,13 @@ namespace {
 
 using internal::FilterLoading;
 
-// Bytes a version-3 file must have whose shards have these generations.
-uint64_t FileBytesV3(const FilterShape& s, const std::vector<GenerationShape>& schedule,
+// Bytes a file of format version 3 or later (`layout`) must have whose
+// shards have these generations.
+uint64_t FileBytesV3(const FilterShape& s, const HeaderLayout& layout,
+                     const std::vector<GenerationShape>& schedule,
                      const std::vector<uint32_t>& shards_with_generation) {
-  uint64_t n = kVersion3.header_bytes +
-               uint64_t{s.shards} * (kVersion3.section_header_bytes + kSectionTrailerBytes) +
+  uint64_t n = layout.header_bytes +
+               uint64_t{s.shards} * (layout.section_header_bytes + kSectionTrailerBytes) +
                kFooterBytes;
   for (size_t g = 0; g < shards_with_generation.size(); ++g) {
     n += uint64_t{shards_with_generation[g]} *
@@ -241,8 +243,34 @@ class HeaderDecoder {
   // The filter's shape, and the generation schedule it gives.
   absl::Status DecodeShape() {
     FilterShape& s = out_.header.shape;
-    s = ReadShapeFields(kLegacyShapeLayout, settings(), growth_settings());
-    const uint64_t table_bytes = Get64(settings() + kTableBytes);
+    const HeaderLayout* const layout = out_.layout;
+    if (layout->shape != 0) {
+      // The growth block is zeros for a fixed filter; anything else in it
+      // is a growing filter's (DecodeShape checks its factor).
+      const uint8_t* const block = h_ + layout->shape;
+      // The hash first, as in the older versions: a newer build's.
+      if (const uint32_t hash = Get32(block); hash != kHashIdXxh3V1) {
+        return Newer(absl::StrFormat("hash id %u is unknown (this build knows %u, XXH3-64)", hash,
+                                     kHashIdXxh3V1),
+                     newer_build_);
+      }
+      const bool growth = std::any_of(block + kShapeBytes, block + kMaxEncodedShapeBytes,
+                                      [](uint8_t b) { return b != 0; });
+      absl::StatusOr<FilterShape> decoded = cuckoo::DecodeShape(
+          absl::MakeConstSpan(block, growth ? kMaxEncodedShapeBytes : kShapeBytes), growth);
+      if (!decoded.ok()) {
+        if (absl::IsDataLoss(decoded.status())) return Impossible(decoded.status().message());
+        return Newer(
+            absl::IsFailedPrecondition(decoded.status())
+                ? std::string(decoded.status().message())
+                : absl::StrCat("settings this build cannot use: ", decoded.status().message()),
+            newer_build_);
+      }
+      s = *decoded;
+    } else {
+      s = ReadShapeFields(kLegacyShapeLayout, settings(), growth_settings());
+    }
+    const uint64_t table_bytes = Get64(h_ + layout->table_bytes_at());
     if (s.hash_id != kHashIdXxh3V1) {
       return Newer(absl::StrFormat("hash id %u is unknown (this build knows %u, XXH3-64)",
                                    s.hash_id, kHashIdXxh3V1),
@@ -269,14 +297,15 @@ class HeaderDecoder {
   // have each generation.
   absl::Status DecodeGrowth() {
     const FilterShape& s = out_.header.shape;
-    const uint8_t* const growth = growth_settings();
+    const HeaderLayout* const layout = out_.layout;
+    const bool has_growth = layout->has_generations();
     std::vector<uint32_t>& with = out_.header.shards_with_generation;
     with.assign(1, s.shards);
-    if (growth != nullptr) {
+    if (has_growth) {
       // The writer grew shards by its schedule; this build must grow them
       // the same way (a build whose growth rule differs wrote it).
-      const uint32_t generations = Get32(growth + kScheduleGenerations);
-      const uint64_t checksum = Get64(growth + kScheduleChecksum);
+      const uint32_t generations = Get32(h_ + layout->schedule_generations_at());
+      const uint64_t checksum = Get64(h_ + layout->schedule_checksum_at());
       if (generations != out_.schedule.size() || checksum != ScheduleChecksum(out_.schedule)) {
         return Newer(absl::StrFormat("its growth schedule (%u generations, checksum %016x) is not "
                                      "this build's for the same settings (%u generations, "
@@ -286,10 +315,10 @@ class HeaderDecoder {
                      newer_build_);
       }
     }
-    if (growth != nullptr) {
+    if (has_growth) {
       uint32_t before = s.shards;  // Shards with the generation before.
       for (uint32_t g = 0; g < kMaxGenerations; ++g) {
-        const uint32_t n = Get32(growth + kShardsWithGeneration + 4 * g);
+        const uint32_t n = Get32(h_ + layout->shards_with_generation_at() + 4 * g);
         if (g == 0 && n != s.shards) {
           return Impossible(absl::StrFormat(
               "%u shards with generation 0 (every shard has it: expected %u)", n, s.shards));
@@ -310,14 +339,16 @@ class HeaderDecoder {
   // The filter's name, the zeros around it, and the filter id.
   absl::Status DecodeName(absl::string_view expected_name) {
     const HeaderLayout* const layout = out_.layout;
-    const uint32_t name_length = Get32(settings() + kNameLength);
-    if (name_length == 0 || name_length > kMaxFilterNameBytes) {
-      return Impossible(absl::StrFormat("filter name length %u", name_length));
+    const uint32_t name_length = Get32(h_ + layout->name_length_at());
+    if (name_length == 0 || name_length > layout->name_bytes) {
+      return Impossible(
+          absl::StrFormat("filter name length %u (at most %u)", name_length, layout->name_bytes));
     }
-    // The name's padding, and the reserved bytes (after the filter id and the
-    // growth settings, if any).
+    // The name's padding, and the reserved bytes (before version 5: after
+    // the filter id and the growth settings, if any, which follow the name).
     for (size_t i = layout->name + name_length; i < layout->checksum; ++i) {
-      if (layout->filter_id != 0 && i >= layout->filter_id && i < layout->reserved) continue;
+      const bool settings_after_name = layout->filter_id > layout->name;
+      if (settings_after_name && i >= layout->filter_id && i < layout->reserved) continue;
       if (h_[i] != 0) return Impossible(absl::StrFormat("reserved header byte %u is not zero", i));
     }
     if (layout->filter_id != 0) out_.filter_id = Get64(h_ + layout->filter_id);
@@ -341,7 +372,8 @@ class HeaderDecoder {
     }
     if (!expected_name.empty() && out_.header.name != expected_name) {
       return Bad(absl::StrFormat("holds filter \"%s\", but its file name says \"%s\"",
-                                 out_.header.name, absl::CHexEscape(expected_name)));
+                                 absl::CHexEscape(out_.header.name),
+                                 absl::CHexEscape(expected_name)));
     }
     return absl::OkStatus();
   }
@@ -351,10 +383,11 @@ class HeaderDecoder {
   absl::Status DecodeSizes(uint64_t file_bytes) {
     const FilterShape& s = out_.header.shape;
     const std::vector<uint32_t>& with = out_.header.shards_with_generation;
-    const int64_t taken_us = static_cast<int64_t>(Get64(settings() + kTakenUnixMicros));
+    const int64_t taken_us = static_cast<int64_t>(Get64(h_ + out_.layout->taken_at()));
     out_.header.taken = absl::FromUnixMicros(taken_us);
-    out_.header.file_bytes = out_.layout->has_generations() ? FileBytesV3(s, out_.schedule, with)
-                                                            : FileBytes(s, *out_.layout);
+    out_.header.file_bytes = out_.layout->has_generations()
+                                 ? FileBytesV3(s, *out_.layout, out_.schedule, with)
+                                 : FileBytes(s, *out_.layout);
     out_.header.memory_bytes = CuckooFilter::MemoryBytes(s);
     for (size_t g = 1; g < with.size(); ++g) {
       out_.header.memory_bytes +=
@@ -371,7 +404,8 @@ class HeaderDecoder {
     return absl::OkStatus();
   }
 
-  // The settings, and version 3's growth settings (null before it).
+  // Versions 1 to 4: the settings, and version 3's and 4's growth settings
+  // (null before 3).
   const uint8_t* settings() const { return h_ + out_.layout->fields; }
   const uint8_t* growth_settings() const {
     return out_.layout->growth != 0 ? h_ + out_.layout->growth : nullptr;

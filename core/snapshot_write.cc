@@ -1,4 +1,6 @@
 // Writing snapshots: WriteSnapshotFile and the file paths it writes.
+#include <openssl/evp.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -8,9 +10,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "base/env.h"
 #include "base/little_endian.h"
@@ -61,7 +65,8 @@ class FileWriter {
 };
 // Fills in header `h` of the file WriteSnapshotFile writes (the format
 // version kWriteLayout, its shard counts per generation left at zero);
-// returns its growth block, where WriteSnapshotFile adds those counts.
+// returns where those counts go (kMaxGenerations u32s), which
+// WriteSnapshotFile fills in once every shard is written.
 uint8_t* FillHeader(uint8_t* h, const FilterShape& shape,
                     const std::vector<GenerationShape>& schedule, absl::string_view name,
                     uint64_t filter_id, absl::string_view log_identity, absl::Time taken) {
@@ -71,18 +76,17 @@ uint8_t* FillHeader(uint8_t* h, const FilterShape& shape,
   Put32(h + 12, layout.header_bytes);
   const std::string writer = ThisBuild();
   std::memcpy(h + kSnapshotWriterOffset, writer.data(), writer.size());
-  uint8_t* const f = h + layout.fields;
-  uint8_t* const growth = h + layout.growth;
-  WriteShapeFields(kLegacyShapeLayout, shape, f, growth);
-  Put32(f + kNameLength, static_cast<uint32_t>(name.size()));
-  Put64(f + kTableBytes, shape.table_bytes_per_shard());
-  Put64(f + kTakenUnixMicros, static_cast<uint64_t>(absl::ToUnixMicros(taken)));
-  std::memcpy(h + layout.name, name.data(), name.size());
+  static_assert(layout.shape != 0);
+  EncodeShape(shape, h + layout.shape);
+  Put32(h + layout.name_length_at(), static_cast<uint32_t>(name.size()));
+  Put32(h + layout.schedule_generations_at(), static_cast<uint32_t>(schedule.size()));
+  Put64(h + layout.table_bytes_at(), shape.table_bytes_per_shard());
+  Put64(h + layout.taken_at(), static_cast<uint64_t>(absl::ToUnixMicros(taken)));
   Put64(h + layout.filter_id, filter_id);
+  Put64(h + layout.schedule_checksum_at(), ScheduleChecksum(schedule));
   std::memcpy(h + layout.log, log_identity.data(), log_identity.size());
-  Put32(growth + kScheduleGenerations, static_cast<uint32_t>(schedule.size()));
-  Put64(growth + kScheduleChecksum, ScheduleChecksum(schedule));
-  return growth;
+  std::memcpy(h + layout.name, name.data(), name.size());
+  return h + layout.shards_with_generation_at();
 }
 
 // The largest section of `filter`'s shards now, in the format
@@ -196,16 +200,16 @@ absl::Status WriteSection(const CuckooFilter& filter, uint32_t i, uint64_t floor
 
 // Once every section is written: the footer, with the whole file's
 // checksum over the header's checksum and the sections' `trailers`, then
-// header `h` at its place, with the shard counts per generation in its
-// growth block and its checksum.
-absl::Status WriteFooterAndHeader(FileWriter& out, uint8_t* h, uint8_t* growth,
+// header `h` at its place, with the shard counts per generation (at
+// `shards_with`) and its checksum.
+absl::Status WriteFooterAndHeader(FileWriter& out, uint8_t* h, uint8_t* shards_with,
                                   const std::vector<uint32_t>& shards_with_generation,
                                   const std::vector<uint8_t>& trailers,
                                   SnapshotWriteResult& result) {
   constexpr const HeaderLayout& layout = kWriteLayout;
   result.bytes += kFooterBytes;
   for (uint32_t g = 0; g < kMaxGenerations; ++g) {
-    Put32(growth + kShardsWithGeneration + 4 * g, shards_with_generation[g]);
+    Put32(shards_with + 4 * g, shards_with_generation[g]);
   }
   Put64(h + layout.checksum, XXH3_64bits(h, layout.checksum));
   uint8_t footer[kFooterBytes] = {};
@@ -226,12 +230,44 @@ absl::Status WriteFooterAndHeader(FileWriter& out, uint8_t* h, uint8_t* growth,
 
 }  // namespace
 
+std::string SnapshotFileName(absl::string_view name) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  // SHA-256 cannot fail on a valid digest and a buffer this long.
+  EVP_Digest(name.data(), name.size(), digest, &len, EVP_sha256(), nullptr);
+  return absl::StrCat(
+      "f-", absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(digest), len)),
+      kSnapshotSuffix);
+}
+
+bool IsSnapshotFileName(absl::string_view file) {
+  if (!absl::ConsumePrefix(&file, "f-") || !absl::ConsumeSuffix(&file, kSnapshotSuffix)) {
+    return false;
+  }
+  return file.size() == 64 && std::all_of(file.begin(), file.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
 std::string SnapshotPath(absl::string_view dir, absl::string_view name) {
-  return absl::StrCat(dir, "/", name, kSnapshotSuffix);
+  return absl::StrCat(dir, "/", SnapshotFileName(name));
 }
 
 std::string SnapshotTempPath(absl::string_view dir, absl::string_view name) {
-  return absl::StrCat(dir, "/.", name, kSnapshotSuffix, kSnapshotTempSuffix);
+  return absl::StrCat(dir, "/.", SnapshotFileName(name), kSnapshotTempSuffix);
+}
+
+bool IsLegacySnapshotName(absl::string_view name) {
+  if (name.empty() || name.size() > kLegacyNameBytes || !absl::ascii_isalnum(name[0])) {
+    return false;
+  }
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-';
+  });
+}
+
+std::string LegacySnapshotPath(absl::string_view dir, absl::string_view name) {
+  return absl::StrCat(dir, "/", name, kSnapshotSuffix);
 }
 
 absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter,
@@ -261,7 +297,7 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
   constexpr const HeaderLayout& layout = kWriteLayout;
   static_assert(layout.has_generations());
   uint8_t h[layout.header_bytes] = {};
-  uint8_t* const growth =
+  uint8_t* const shards_with =
       FillHeader(h, shape, schedule, name, result.filter_id, log_identity, start);
 
   // One buffer, reused for every shard. A section that fits is copied whole
@@ -302,7 +338,7 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
       }
     }
     if (absl::Status s =
-            WriteFooterAndHeader(out, h, growth, shards_with_generation, trailers, result);
+            WriteFooterAndHeader(out, h, shards_with, shards_with_generation, trailers, result);
         !s.ok()) {
       return s;
     }

@@ -40,8 +40,14 @@ inline constexpr char kFooterMagic[8] = {'\x89', 'C', 'K', 'F', 'E', 'N', 'D', '
 struct HeaderLayout {
   uint32_t version;
   size_t header_bytes;
-  size_t fields;     // The settings, kFieldsBytes bytes (below), the same in every version.
-  size_t name;       // kMaxFilterNameBytes bytes.
+  size_t fields;      // Versions 1-4: the settings, kFieldsBytes bytes (below); 0 from 5 on.
+  size_t name;        // name_bytes bytes: the name, then zeros.
+  size_t name_bytes;  // kLegacyNameBytes before version 5, kSnapshotNameBytes from it on.
+  // Version 5 on: the shape as EncodeShape writes it (kMaxEncodedShapeBytes,
+  // the growth block zeros for a fixed filter), then the other settings at
+  // the kV5* offsets below. 0 before version 5 (the shape is in `fields` and
+  // `growth`, in kLegacyShapeLayout).
+  size_t shape;
   size_t filter_id;  // 0: the version has none.
   size_t growth;     // The growth settings and generation counts; 0: none.
   size_t log;        // kSnapshotLogIdentityBytes bytes: the log identity; 0: none.
@@ -52,11 +58,27 @@ struct HeaderLayout {
   constexpr bool has_positions() const { return version >= 2; }
   // Sections hold a generation count and one block per generation.
   constexpr bool has_generations() const { return version >= 3; }
+  // Absolute offsets of the settings every version 3 on has, wherever the
+  // version puts them.
+  constexpr size_t name_length_at() const;
+  constexpr size_t table_bytes_at() const;
+  constexpr size_t taken_at() const;
+  constexpr size_t schedule_generations_at() const;
+  constexpr size_t schedule_checksum_at() const;
+  constexpr size_t shards_with_generation_at() const;
 };
+// The longest name versions 1 to 4 hold.
+inline constexpr size_t kLegacyNameBytes = 128;
+// The longest name version 5 holds: kMaxFilterNameBytes (core/registry.h)
+// may grow up to it without a format change.
+inline constexpr size_t kSnapshotNameBytes = 512;
+static_assert(kMaxFilterNameBytes <= kSnapshotNameBytes);
 inline constexpr HeaderLayout kVersion1 = {.version = 1,
                                            .header_bytes = 256,
                                            .fields = 16,
                                            .name = 88,
+                                           .name_bytes = kLegacyNameBytes,
+                                           .shape = 0,
                                            .filter_id = 0,
                                            .growth = 0,
                                            .log = 0,
@@ -67,6 +89,8 @@ inline constexpr HeaderLayout kVersion2 = {.version = 2,
                                            .header_bytes = 320,
                                            .fields = 48,
                                            .name = 120,
+                                           .name_bytes = kLegacyNameBytes,
+                                           .shape = 0,
                                            .filter_id = 248,
                                            .growth = 0,
                                            .log = 0,
@@ -77,6 +101,8 @@ inline constexpr HeaderLayout kVersion3 = {.version = 3,
                                            .header_bytes = 480,
                                            .fields = 48,
                                            .name = 120,
+                                           .name_bytes = kLegacyNameBytes,
+                                           .shape = 0,
                                            .filter_id = 248,
                                            .growth = 256,
                                            .log = 0,
@@ -88,23 +114,61 @@ inline constexpr HeaderLayout kVersion4 = {.version = 4,
                                            .header_bytes = 480,
                                            .fields = 48,
                                            .name = 120,
+                                           .name_bytes = kLegacyNameBytes,
+                                           .shape = 0,
                                            .filter_id = 248,
                                            .growth = 256,
                                            .log = 416,
                                            .reserved = 464,
                                            .checksum = 472,
                                            .section_header_bytes = 24};
-inline constexpr HeaderLayout kLayouts[] = {kVersion1, kVersion2, kVersion3, kVersion4};
+// Version 5: names up to kSnapshotNameBytes, and the shape in the encoding
+// of core/shape_format.h (EncodeShape), so that a field added to that
+// encoding is carried without another format change:
+//
+//   48  shape (80 bytes: EncodeShape; its growth block zeros when fixed)
+//   128 name_length u32      132 schedule_generations u32
+//   136 table_bytes u64      144 taken_unix_micros u64
+//   152 filter_id u64        160 schedule_checksum u64
+//   168 shards_with_generation (kMaxGenerations u32s)
+//   296 log identity (48)    344 name (512, zero-padded)
+//   856 reserved zeros       1016 checksum
+inline constexpr HeaderLayout kVersion5 = {.version = 5,
+                                           .header_bytes = 1024,
+                                           .fields = 0,
+                                           .name = 344,
+                                           .name_bytes = kSnapshotNameBytes,
+                                           .shape = 48,
+                                           .filter_id = 152,
+                                           .growth = 0,
+                                           .log = 296,
+                                           .reserved = 856,
+                                           .checksum = 1016,
+                                           .section_header_bytes = 24};
+inline constexpr size_t kV5NameLength = 128;
+inline constexpr size_t kV5ScheduleGenerations = 132;
+inline constexpr size_t kV5TableBytes = 136;
+inline constexpr size_t kV5Taken = 144;
+inline constexpr size_t kV5ScheduleChecksum = 160;
+inline constexpr size_t kV5ShardsWithGeneration = 168;
+static_assert(kVersion5.shape + kMaxEncodedShapeBytes == kV5NameLength);
+static_assert(kV5Taken + 8 == kVersion5.filter_id);
+static_assert(kVersion5.filter_id + 8 == kV5ScheduleChecksum);
+static_assert(kV5ShardsWithGeneration + 4 * kMaxGenerations == kVersion5.log);
+static_assert(kVersion5.log + kSnapshotLogIdentityBytes == kVersion5.name);
+static_assert(kVersion5.name + kSnapshotNameBytes == kVersion5.reserved);
+static_assert(kVersion5.checksum == kVersion5.header_bytes - 8);
+inline constexpr HeaderLayout kLayouts[] = {kVersion1, kVersion2, kVersion3, kVersion4, kVersion5};
 // What WriteSnapshotFile writes.
-inline constexpr const HeaderLayout& kWriteLayout = kVersion4;
+inline constexpr const HeaderLayout& kWriteLayout = kVersion5;
 inline constexpr size_t kMinHeaderBytes = kVersion1.header_bytes;
-inline constexpr size_t kMaxHeaderBytes = kVersion4.header_bytes;
+inline constexpr size_t kMaxHeaderBytes = kVersion5.header_bytes;
 inline constexpr size_t kMaxSectionHeaderBytes = kVersion2.section_header_bytes;
 static_assert(kWriteLayout.version == kSnapshotFormatVersion);
-static_assert(kVersion1.name + kMaxFilterNameBytes == kVersion1.reserved);
+static_assert(kVersion1.name + kLegacyNameBytes == kVersion1.reserved);
 static_assert(kVersion1.checksum == kVersion1.header_bytes - 8);
 static_assert(kVersion2.fields == kSnapshotWriterOffset + kSnapshotWriterBytes);
-static_assert(kVersion2.name + kMaxFilterNameBytes == kVersion2.filter_id);
+static_assert(kVersion2.name + kLegacyNameBytes == kVersion2.filter_id);
 static_assert(kVersion2.filter_id + 8 == kVersion2.reserved);
 static_assert(kVersion2.checksum == kVersion2.header_bytes - 8);
 static_assert(kVersion3.filter_id + 8 == kVersion3.growth);
@@ -133,6 +197,25 @@ static_assert(kVersion3.growth + kGrowthBytes == kVersion3.reserved);
 static_assert(kVersion4.growth + kGrowthBytes == kVersion4.log);
 static_assert(kVersion4.log + kSnapshotLogIdentityBytes == kVersion4.reserved);
 static_assert(kVersion4.checksum == kVersion4.header_bytes - 8);
+
+constexpr size_t HeaderLayout::name_length_at() const {
+  return shape != 0 ? kV5NameLength : fields + kNameLength;
+}
+constexpr size_t HeaderLayout::table_bytes_at() const {
+  return shape != 0 ? kV5TableBytes : fields + kTableBytes;
+}
+constexpr size_t HeaderLayout::taken_at() const {
+  return shape != 0 ? kV5Taken : fields + kTakenUnixMicros;
+}
+constexpr size_t HeaderLayout::schedule_generations_at() const {
+  return shape != 0 ? kV5ScheduleGenerations : growth + kScheduleGenerations;
+}
+constexpr size_t HeaderLayout::schedule_checksum_at() const {
+  return shape != 0 ? kV5ScheduleChecksum : growth + kScheduleChecksum;
+}
+constexpr size_t HeaderLayout::shards_with_generation_at() const {
+  return shape != 0 ? kV5ShardsWithGeneration : growth + kShardsWithGeneration;
+}
 
 // Version 3's section header: shard_index u32, generations u32, items u64
 // (all generations'), log_position u64; then per generation a block header

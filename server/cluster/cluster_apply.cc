@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
@@ -111,7 +112,8 @@ void Cluster::HandleMessage(void* m) {
   // Every entry passes here: its arguments are built only when asked for.
   if (entry.ok() && spdlog::should_log(spdlog::level::debug)) {
     spdlog::debug("applied position {}: {} {} ({} keys), message id {}", position,
-                  std::string(LogEntryTypeName(entry->type)), entry->name, entry->hashes.size(),
+                  std::string(LogEntryTypeName(entry->type)),
+                  FilterRegistry::QuoteName(entry->name), entry->hashes.size(),
                   id != nullptr ? id : "-");
   }
   MutexLock lock(&mu_);
@@ -163,8 +165,8 @@ void Cluster::ApplyEntry(const LogEntry& e, uint64_t position, WriteResult* out)
       if (filter.ok()) {
         if ((*filter)->id() != position) {
           out->status = absl::AlreadyExistsError(
-              absl::StrFormat("filter \"%s\" already exists (created at log position %u)", e.name,
-                              (*filter)->id()));
+              absl::StrFormat("filter \"%s\" already exists (created at log position %u)",
+                              absl::CHexEscape(e.name), (*filter)->id()));
         }
         return;  // Else: loaded from a snapshot taken after this entry.
       }
@@ -175,7 +177,7 @@ void Cluster::ApplyEntry(const LogEntry& e, uint64_t position, WriteResult* out)
           spdlog::error(
               "cluster: filter {} (log position {}) does not fit this replica ({}): writes to it "
               "are refused here; give every replica the same --memory-budget and --max-filters",
-              e.name, position, std::string(room.message()));
+              FilterRegistry::QuoteName(e.name), position, std::string(room.message()));
         }
         return;
       }
@@ -195,26 +197,28 @@ void Cluster::ApplyEntry(const LogEntry& e, uint64_t position, WriteResult* out)
       spdlog::info(
           "created filter {} at log position {}: capacity {}, fingerprint_bits {}, {} "
           "table, shards {}, {} bytes",
-          e.name, position, e.shape.capacity, e.shape.fingerprint_bits,
+          FilterRegistry::QuoteName(e.name), position, e.shape.capacity, e.shape.fingerprint_bits,
           TableKindName(e.shape.table_kind), e.shape.shards, (*added)->memory_bytes());
       return;
     }
     case LogEntryType::kDropFilter:
       if (!filter.ok() || (*filter)->id() != e.filter_id) {
         out->status = absl::NotFoundError(
-            absl::StrFormat("filter \"%s\" not found: dropped already", e.name));
+            absl::StrFormat("filter \"%s\" not found: dropped already", absl::CHexEscape(e.name)));
         return;
       }
       out->freed_bytes = (*filter)->memory_bytes();
-      spdlog::info("dropped filter {} at log position {}: {} items, {} bytes freed", e.name,
-                   position, (*filter)->items(), out->freed_bytes);
+      spdlog::info("dropped filter {} at log position {}: {} items, {} bytes freed",
+                   FilterRegistry::QuoteName(e.name), position, (*filter)->items(),
+                   out->freed_bytes);
       persistence_->ApplyDrop(e.name, *filter);
       return;
     case LogEntryType::kInsert:
     case LogEntryType::kDelete: {
       if (!filter.ok() || (*filter)->id() != e.filter_id) {
-        out->status = absl::NotFoundError(absl::StrFormat(
-            "filter \"%s\" not found: it was dropped before this write was applied", e.name));
+        out->status = absl::NotFoundError(
+            absl::StrFormat("filter \"%s\" not found: it was dropped before this write was applied",
+                            absl::CHexEscape(e.name)));
         return;
       }
       // Any 64-bit value is a valid hash for any filter (the shard and

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/little_endian.h"
+#include "core/registry.h"
 #include "core/shape_format.h"
 #include "xxhash.h"
 
@@ -117,7 +118,7 @@ absl::StatusOr<LogEntry> DecodeLogEntry(absl::string_view bytes) {
   const uint32_t hashes = Get32(p + 16);
   const uint32_t name_bytes = Get32(p + 20);
   const size_t body = n - kLogEntryHeaderBytes - kLogEntryTrailerBytes;
-  if (name_bytes == 0 || name_bytes > 128 || Pad8(name_bytes) > body) {
+  if (name_bytes == 0 || name_bytes > kMaxFilterNameBytes || Pad8(name_bytes) > body) {
     return Bad(absl::StrFormat("a %u-byte name in a %u-byte body", name_bytes, body));
   }
   const char* b = p + kLogEntryHeaderBytes;

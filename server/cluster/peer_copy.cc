@@ -121,7 +121,10 @@ absl::StatusOr<PeerCopy> CopyFromPeer(const std::string& address, const std::str
     if (stopping.load(std::memory_order_acquire)) {
       return absl::CancelledError("cuckood is stopping");
     }
-    const std::string path = (fs::path(scratch_dir) / absl::StrCat("peer.", info.name())).string();
+    // Named by the name's hash: a name is any key ("a/b", "../x") and never
+    // a path.
+    const std::string path =
+        (fs::path(scratch_dir) / absl::StrCat("peer.", SnapshotFileName(info.name()))).string();
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) {
       return absl::InternalError(
@@ -177,11 +180,12 @@ absl::StatusOr<PeerCopy> CopyFromPeer(const std::string& address, const std::str
     if (finished.error_code() == grpc::StatusCode::NOT_FOUND) {
       // Dropped after the listing: the stream holds its drop, after listed_at.
       spdlog::info("cluster: bootstrap: filter {} was dropped on peer {} during the copy",
-                   info.name(), address);
+                   FilterRegistry::QuoteName(info.name()), address);
       continue;
     }
     if (!finished.ok())
-      return PeerError(address, absl::StrCat("ExportFilter ", info.name()), finished);
+      return PeerError(
+          address, absl::StrCat("ExportFilter ", FilterRegistry::QuoteName(info.name())), finished);
     if (::close(std::exchange(cleanup.fd, -1)) != 0) {
       return absl::InternalError(
           absl::StrFormat("cannot write %s: %s", path, std::strerror(errno)));
@@ -199,12 +203,14 @@ absl::StatusOr<PeerCopy> CopyFromPeer(const std::string& address, const std::str
         });
     if (!loaded.ok()) {
       return absl::Status(loaded.status().code(),
-                          absl::StrFormat("the copy of filter \"%s\" from peer %s: %s", info.name(),
-                                          address, loaded.status().message()));
+                          absl::StrFormat("the copy of filter %s from peer %s: %s",
+                                          FilterRegistry::QuoteName(info.name()), address,
+                                          loaded.status().message()));
     }
     if (loaded->filter_id == 0) {
-      return absl::DataLossError(absl::StrFormat(
-          "the copy of filter \"%s\" from peer %s records no filter id", info.name(), address));
+      return absl::DataLossError(
+          absl::StrFormat("the copy of filter %s from peer %s records no filter id",
+                          FilterRegistry::QuoteName(info.name()), address));
     }
     copy.resume_from =
         std::min(copy.resume_from, std::max(loaded->filter_id, loaded->min_position) + 1);

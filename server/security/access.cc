@@ -11,6 +11,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "base/access_file.h"
+#include "base/utf8.h"
 
 namespace cuckoo::server {
 namespace {
@@ -62,7 +63,11 @@ absl::StatusOr<std::vector<std::string>> Fields(absl::string_view line) {
 }
 
 bool Printable(absl::string_view s) {
-  return std::all_of(s.begin(), s.end(), [](char c) { return c >= ' ' && c <= '~'; });
+  return FirstInvalidUtf8Byte(s) == absl::string_view::npos &&
+         std::all_of(s.begin(), s.end(), [](char c) {
+           const auto u = static_cast<unsigned char>(c);
+           return u >= ' ' && u != 0x7F;
+         });
 }
 
 }  // namespace
@@ -86,10 +91,10 @@ std::array<uint8_t, 32> Sha256(std::string_view data) {
   return out;
 }
 
-// Glob matching with `*` and `?` by the usual greedy scan that backtracks
-// only to the last `*`: linear in practice, at worst |pattern| * |name|
-// (both short). fnmatch(3) would need NUL-terminated copies of both and also
-// treats `[` and `\` specially, which filter names never hold.
+// Glob matching with `*`, `?` and `\` escapes (base/access_file.h) by the
+// usual greedy scan that backtracks only to the last `*`: linear in
+// practice, at worst |pattern| * |name|. Bytes, as fnmatch(3) in the C
+// locale: `?` is one byte. fnmatch would need NUL-terminated copies of both.
 bool MatchesPattern(std::string_view pattern, std::string_view name) {
   size_t p = 0, n = 0;
   size_t star = std::string_view::npos, star_n = 0;
@@ -97,8 +102,13 @@ bool MatchesPattern(std::string_view pattern, std::string_view name) {
     if (p < pattern.size() && pattern[p] == '*') {
       star = p++;
       star_n = n;
-    } else if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[n])) {
-      ++p;
+      continue;
+    }
+    // The pattern's next byte, `\x` as a literal x.
+    const bool escaped = p + 1 < pattern.size() && pattern[p] == '\\';
+    if (p < pattern.size() &&
+        ((!escaped && pattern[p] == '?') || pattern[escaped ? p + 1 : p] == name[n])) {
+      p += escaped ? 2 : 1;
       ++n;
     } else if (star != std::string_view::npos) {
       p = star + 1;
@@ -134,8 +144,10 @@ absl::StatusOr<AccessTable> AccessTable::Parse(absl::string_view text, absl::str
     auto bad = [&](absl::string_view why) {
       return absl::InvalidArgumentError(absl::StrFormat("%s:%d: %s", source, line_no, why));
     };
+    // UTF-8 (filter names, and so grant patterns, are), no control
+    // characters but tabs.
     if (!Printable(absl::StrReplaceAll(line, {{"\t", " "}}))) {
-      return bad("the line holds a control or non-ASCII character");
+      return bad("the line holds a control character or bytes that are not UTF-8");
     }
     const absl::string_view trimmed = absl::StripAsciiWhitespace(line);
     if (trimmed.empty() || trimmed.front() == '#') continue;
@@ -231,11 +243,12 @@ absl::StatusOr<AccessTable> AccessTable::Parse(absl::string_view text, absl::str
                             absl::CHexEscape(grant.substr(0, 80))));
       }
       g.pattern = std::string(grant.substr(colon + 1));
-      if (!IsAccessPattern(g.pattern)) {
+      if (const std::string why = AccessPatternError(g.pattern); !why.empty()) {
         return bad(absl::StrFormat(
-            "grant \"%s\": the pattern must be 1 to %d characters of letters, digits, '.', '_', "
-            "'-' and the wildcards '*' and '?'",
-            absl::CHexEscape(grant.substr(0, 80)), kMaxAccessPatternBytes));
+            "grant \"%s\": %s (a pattern is a glob over filter names: '*' any run of bytes, '?' "
+            "one, '\\' before a character makes it literal; quote a pattern with spaces: "
+            "read:\"my filter*\")",
+            absl::CHexEscape(grant.substr(0, 80)), why));
       }
       e.grants.push_back(std::move(g));
     }

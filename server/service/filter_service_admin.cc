@@ -172,8 +172,8 @@ absl::Status FilterServiceImpl::DoCreateFilter(const v1::CreateFilterRequest& re
     spdlog::info(
         "created filter {}: capacity {}, fingerprint_bits {}, bucket_size {}, {} table, shards {}, "
         "{} bytes{}",
-        req.name(), s.capacity, s.fingerprint_bits, s.bucket_size, TableKindName(s.table_kind),
-        s.shards, (*filter)->memory_bytes(),
+        FilterRegistry::QuoteName(req.name()), s.capacity, s.fingerprint_bits, s.bucket_size,
+        TableKindName(s.table_kind), s.shards, (*filter)->memory_bytes(),
         s.growing()
             ? absl::StrFormat(
                   "; growing by %u up to %s keys at false_positive_rate %g", s.growth_factor,
@@ -222,8 +222,9 @@ absl::Status FilterServiceImpl::DoDropFilter(const v1::DropFilterRequest& req,
           if (!filter.ok()) return filter.status();
           resp->set_freed_bytes((*filter)->memory_bytes());
           resp->set_log_position(AppliedPosition());
-          spdlog::info("dropped filter {}: {} items, {} bytes freed", req.name(),
-                       (*filter)->items(), (*filter)->memory_bytes());
+          spdlog::info("dropped filter {}: {} items, {} bytes freed",
+                       FilterRegistry::QuoteName(req.name()), (*filter)->items(),
+                       (*filter)->memory_bytes());
           return absl::OkStatus();
         });
         // The last reference goes before the answer (unless a running call

@@ -274,7 +274,7 @@ class FilterServiceImpl::ExportReactor final : public CallQueues::Call {
     return absl::AbortedError(absl::StrFormat(
         "the client took no chunk of the export of filter \"%s\" for %s "
         "(--transfer-idle-timeout): the export was abandoned and its slot freed; start it again",
-        name_, absl::FormatDuration(service_->limits_.transfer_idle_timeout)));
+        absl::CHexEscape(name_), absl::FormatDuration(service_->limits_.transfer_idle_timeout)));
   }
   void Finish(const grpc::Status& status) { writer_.Finish(status, finish_tag()); }
 
@@ -312,9 +312,9 @@ class FilterServiceImpl::ExportReactor final : public CallQueues::Call {
     // 0.68-0.997 of it; 64 KiB more covers a growth while it is written.
     TransferDisk::Claim claim;
     if (service_->disk_ != nullptr) {
-      absl::StatusOr<TransferDisk::Claim> c =
-          service_->disk_->Take(filter_->memory_bytes() + kExportClaimSlackBytes,
-                                absl::StrFormat("the export of filter \"%s\"", name_));
+      absl::StatusOr<TransferDisk::Claim> c = service_->disk_->Take(
+          filter_->memory_bytes() + kExportClaimSlackBytes,
+          absl::StrFormat("the export of filter \"%s\"", absl::CHexEscape(name_)));
       if (!c.ok()) return End(c.status());
       claim = *std::move(c);
     }
@@ -331,8 +331,9 @@ class FilterServiceImpl::ExportReactor final : public CallQueues::Call {
          .position_floor = cluster == nullptr ? std::function<uint64_t()>()
                                               : [cluster] { return cluster->AppliedPosition(); }});
     if (!w.ok()) {
-      return End(absl::Status(w.status().code(), absl::StrCat("exporting filter \"", name_,
-                                                              "\": ", w.status().message())));
+      return End(absl::Status(w.status().code(),
+                              absl::StrCat("exporting filter \"", absl::CHexEscape(name_),
+                                           "\": ", w.status().message())));
     }
     fd_ = ::open(w->path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd_ < 0) return End(SystemError("open", w->path, errno));
@@ -346,8 +347,9 @@ class FilterServiceImpl::ExportReactor final : public CallQueues::Call {
     chunk_.set_filter_id(w->filter_id);
     FillFilterInfo(name_, *filter_, service_->persistence_->Record(name_, *filter_),
                    chunk_.mutable_filter());
-    spdlog::info("exporting filter {}: {} items, {} snapshot written in {}; streaming it", name_,
-                 w->items, FormatByteSize(w->bytes), absl::FormatDuration(absl::Now() - t0));
+    spdlog::info("exporting filter {}: {} items, {} snapshot written in {}; streaming it",
+                 FilterRegistry::QuoteName(name_), w->items, FormatByteSize(w->bytes),
+                 absl::FormatDuration(absl::Now() - t0));
     // The snapshot holds what is to be sent: a drop of the filter meanwhile
     // frees its memory at once.
     filter_.reset();
@@ -367,8 +369,8 @@ class FilterServiceImpl::ExportReactor final : public CallQueues::Call {
       if (r <= 0) {
         return End(r < 0 ? SystemError("read the export's copy of filter", name_, errno)
                          : absl::InternalError(absl::StrFormat(
-                               "the export's copy of filter \"%s\" ended at %u of %u bytes", name_,
-                               offset_ + done, total_)));
+                               "the export's copy of filter \"%s\" ended at %u of %u bytes",
+                               absl::CHexEscape(name_), offset_ + done, total_)));
       }
       done += static_cast<size_t>(r);
     }
@@ -388,10 +390,11 @@ class FilterServiceImpl::ExportReactor final : public CallQueues::Call {
     }
     filter_.reset();
     if (status.ok()) {
-      spdlog::info("exported filter {}: {} sent", name_, FormatByteSize(total_));
+      spdlog::info("exported filter {}: {} sent", FilterRegistry::QuoteName(name_),
+                   FormatByteSize(total_));
     } else if (holds_slot_) {
-      spdlog::warn("export of filter {} ended after {} of {}: {}", name_, FormatByteSize(offset_),
-                   FormatByteSize(total_), std::string(status.message()));
+      spdlog::warn("export of filter {} ended after {} of {}: {}", FilterRegistry::QuoteName(name_),
+                   FormatByteSize(offset_), FormatByteSize(total_), std::string(status.message()));
     }
     // The slot is free once its files and chunk are: before the client
     // hears the status, so that its next export is not refused.
@@ -599,14 +602,14 @@ class FilterServiceImpl::ImportReactor final : public CallQueues::Call {
       // checked again, and claimed, once the snapshot has arrived.)
       if (service_->registry_->Get(chunk_.name()).ok()) {
         return absl::AlreadyExistsError(
-            absl::StrFormat("filter \"%s\" already exists", chunk_.name()));
+            absl::StrFormat("filter \"%s\" already exists", absl::CHexEscape(chunk_.name())));
       }
       name_ = chunk_.name();
       expected_ = chunk_.total_bytes();
       if (expected_ > limit_) return TooLarge(expected_);
       if (expected_ != 0 && service_->disk_ != nullptr) {
-        absl::StatusOr<TransferDisk::Claim> claim =
-            service_->disk_->Take(expected_, absl::StrFormat("the import of filter \"%s\"", name_));
+        absl::StatusOr<TransferDisk::Claim> claim = service_->disk_->Take(
+            expected_, absl::StrFormat("the import of filter \"%s\"", absl::CHexEscape(name_)));
         if (!claim.ok()) return claim.status();
         claim_ = *std::move(claim);
       }
@@ -614,9 +617,10 @@ class FilterServiceImpl::ImportReactor final : public CallQueues::Call {
       std::error_code ec;
       fs::create_directories(dir, ec);
       if (ec) return SystemError("create directory", dir.string(), ec.value());
+      // Numbered, not named: a name is any key ("../x") and never part of
+      // a path.
       path_ =
-          (dir / absl::StrCat(service_->transfer_sequence_.fetch_add(1, std::memory_order_relaxed),
-                              ".", name_))
+          (dir / absl::StrCat(service_->transfer_sequence_.fetch_add(1, std::memory_order_relaxed)))
               .string();
       fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
       if (fd_ < 0) {
@@ -627,7 +631,7 @@ class FilterServiceImpl::ImportReactor final : public CallQueues::Call {
     } else if (!chunk_.name().empty() && chunk_.name() != name_) {
       return absl::InvalidArgumentError(
           absl::StrFormat("chunk %u names filter \"%s\", but the import's first chunk named \"%s\"",
-                          chunks_, absl::CHexEscape(chunk_.name()), name_));
+                          chunks_, absl::CHexEscape(chunk_.name()), absl::CHexEscape(name_)));
     }
     ++chunks_;
     const std::string& data = chunk_.data();
@@ -640,7 +644,8 @@ class FilterServiceImpl::ImportReactor final : public CallQueues::Call {
       // No size announced: each chunk is claimed as it comes.
       if (absl::Status s = service_->disk_->Extend(
               &claim_, data.size(),
-              absl::StrFormat("the import of filter \"%s\" (%u bytes so far)", name_, received_));
+              absl::StrFormat("the import of filter \"%s\" (%u bytes so far)",
+                              absl::CHexEscape(name_), received_));
           !s.ok()) {
         return s;
       }
@@ -699,7 +704,7 @@ class FilterServiceImpl::ImportReactor final : public CallQueues::Call {
       }
       return absl::Status(loaded.status().code(),
                           absl::StrFormat("the snapshot sent for filter \"%s\" (%u bytes): %s",
-                                          name_, received_, why));
+                                          absl::CHexEscape(name_), received_, why));
     }
     if (absl::Status s = Stopped(); !s.ok()) return s;
     SnapshotWriteResult written;
@@ -709,8 +714,9 @@ class FilterServiceImpl::ImportReactor final : public CallQueues::Call {
     absl::StatusOr<std::shared_ptr<CuckooFilter>> added = service_->persistence_->ImportNow(
         std::move(claim), std::move(loaded->filter), &written, &lsn);
     if (!added.ok()) {
-      return absl::Status(added.status().code(), absl::StrCat("importing filter \"", name_,
-                                                              "\": ", added.status().message()));
+      return absl::Status(added.status().code(),
+                          absl::StrCat("importing filter \"", absl::CHexEscape(name_),
+                                       "\": ", added.status().message()));
     }
     FillFilterInfo(name_, **added, service_->persistence_->Record(name_, **added),
                    resp_->mutable_filter());
@@ -720,7 +726,8 @@ class FilterServiceImpl::ImportReactor final : public CallQueues::Call {
     spdlog::info(
         "imported filter {} from a snapshot of filter {}: {} items, {} received; created at log "
         "position {}, {} written",
-        name_, source, items, FormatByteSize(received_), lsn, written.path);
+        FilterRegistry::QuoteName(name_), FilterRegistry::QuoteName(source), items,
+        FormatByteSize(received_), lsn, written.path);
     return absl::OkStatus();
   }
 
@@ -732,9 +739,10 @@ class FilterServiceImpl::ImportReactor final : public CallQueues::Call {
     if (!path_.empty()) ::unlink(path_.c_str());
     claim_.Reset();
     if (!status.ok() && (!name_.empty() || timed_out_.load(std::memory_order_acquire))) {
-      spdlog::warn("import of filter {} failed after {} received: {}",
-                   name_.empty() ? std::string("(not named yet)") : name_,
-                   FormatByteSize(received_), std::string(status.message()));
+      spdlog::warn(
+          "import of filter {} failed after {} received: {}",
+          name_.empty() ? std::string("(not named yet)") : FilterRegistry::QuoteName(name_),
+          FormatByteSize(received_), std::string(status.message()));
     }
     if (std::exchange(holds_slot_, false)) {
       service_->imports_.fetch_sub(1, std::memory_order_acq_rel);

@@ -465,6 +465,17 @@ class Persistence {
   };
   mutable Mutex records_mu_;
   absl::flat_hash_map<std::string, Entry> records_ ABSL_GUARDED_BY(records_mu_);
+  // Filters loaded from an older build's file, <name>.cuckoo
+  // (LegacySnapshotPath): name -> that path. The filter's first snapshot
+  // under its own file name (SnapshotPath), or its drop, removes the file.
+  Mutex legacy_mu_;
+  absl::flat_hash_map<std::string, std::string> legacy_files_ ABSL_GUARDED_BY(legacy_mu_);
+  // Removes filter `name`'s older-build file, if it was loaded from one
+  // (legacy_files_), and syncs the directory.
+  absl::Status RemoveLegacyFile(absl::string_view name);
+  // The file filter `name` was loaded from: its older-build file if it has
+  // one, else SnapshotPath.
+  std::string LoadedPath(absl::string_view name);
 };
 
 }  // namespace cuckoo::server

@@ -333,27 +333,55 @@ absl::StatusOr<LoadSummary> Persistence::LoadAll() {
   if (!snapshots.ok()) return snapshots.status();
   bool write_identity = false;
   if (absl::Status s = CheckLogIdentity(&summary, &write_identity); !s.ok()) return s;
+  // The file each filter was loaded from, and the log position it reaches:
+  // after a crash between a migrated filter's first snapshot under its own
+  // file name and the removal of its older build's <name>.cuckoo, both
+  // exist; the later one is kept.
+  struct Loaded {
+    std::string path;
+    uint64_t max_position = 0;
+    uint64_t bytes = 0;
+  };
+  absl::flat_hash_map<std::string, Loaded> loaded_from;
   for (const fs::path& p : *snapshots) {
     const std::string path = p.string();
     const std::string file = p.filename().string();
-    const std::string name = file.substr(0, file.size() - kSnapshotSuffix.size());
-    if (absl::Status s = FilterRegistry::ValidateName(name); !s.ok()) {
+    const std::string stem = file.substr(0, file.size() - kSnapshotSuffix.size());
+    // f-<SHA-256 of the name>.cuckoo, or an older build's <name>.cuckoo.
+    if (!IsSnapshotFileName(file) && !IsLegacySnapshotName(stem)) {
       if (absl::Status q = Quarantine(
               path, absl::DataLossError(absl::StrCat(
-                        path, ": the file name is not <filter name>.cuckoo: ", s.message())));
+                        path,
+                        ": the file name is neither f-<SHA-256 of the filter name>.cuckoo nor an "
+                        "older build's <filter name>.cuckoo")));
           !q.ok()) {
         return q;
       }
       ++summary.quarantined;
       continue;
     }
+    std::string name;
+    bool legacy = false;
     const absl::Time t0 = absl::Now();
     absl::StatusOr<LoadedSnapshot> loaded =
-        ReadSnapshotFile(path, name, [&](const SnapshotHeader& h) {
+        ReadSnapshotFile(path, "", [&](const SnapshotHeader& h) -> absl::Status {
+          name = h.name;
+          if (SnapshotFileName(name) != file) {
+            // An older build's file holds the filter its name says.
+            legacy = IsLegacySnapshotName(stem) && name == stem;
+            if (!legacy) {
+              return absl::DataLossError(absl::StrFormat("%s: holds filter %s, whose file is %s",
+                                                         path, FilterRegistry::QuoteName(name),
+                                                         SnapshotFileName(name)));
+            }
+          }
           // Another log's file is refused before its tables are read.
           if (absl::Status s = CheckSnapshotLog(path, h.log_identity, *snapshots); !s.ok()) {
             return s;
           }
+          // The second file of a filter: it replaces the first, so the
+          // budget has room.
+          if (loaded_from.contains(name)) return absl::OkStatus();
           // What the filter's creation was admitted for: the tables it grew
           // since are charged whatever the budget (FilterRegistry::Add).
           absl::Status room = registry_->CheckRoom(name, CuckooFilter::MemoryBytes(h.shape));
@@ -371,12 +399,49 @@ absl::StatusOr<LoadSummary> Persistence::LoadAll() {
       }
       return loaded.status();
     }
+    if (auto first = loaded_from.find(name); first != loaded_from.end()) {
+      // Keep the file that reaches the later log position; on a tie the one
+      // named by this build's rule (written last: the older one's removal
+      // comes after it).
+      const bool keep_new = loaded->max_position > first->second.max_position ||
+                            (loaded->max_position == first->second.max_position && !legacy);
+      const std::string& removed = keep_new ? first->second.path : path;
+      spdlog::info(
+          "filter {} has two snapshot files, {} and {} (a crash while its file was renamed "
+          "to this build's name): kept {} (log position {}), removed {} (log position {})",
+          FilterRegistry::QuoteName(name), first->second.path, path, keep_new ? path : removed,
+          keep_new ? loaded->max_position : first->second.max_position, removed,
+          keep_new ? first->second.max_position : loaded->max_position);
+      if (::unlink(removed.c_str()) != 0 && errno != ENOENT) {
+        return absl::InternalError(absl::StrFormat(
+            "remove %s: %s", removed, std::error_code(errno, std::generic_category()).message()));
+      }
+      if (absl::Status s = SyncSnapshotDirectory(data_dir_, options_.wal.env); !s.ok()) return s;
+      if (!keep_new) continue;
+      absl::StatusOr<std::shared_ptr<CuckooFilter>> old = registry_->Get(name);
+      if (old.ok()) {
+        summary.items -= (*old)->items();
+        (void)registry_->Drop(name, old->get());
+      }
+      --summary.loaded;
+      summary.bytes -= first->second.bytes;
+      {
+        MutexLock lock(&legacy_mu_);
+        legacy_files_.erase(name);
+      }
+    }
     const uint64_t memory = loaded->filter->memory_bytes();
     absl::StatusOr<std::shared_ptr<CuckooFilter>> added =
         registry_->Add(name, std::move(loaded->filter));
     if (!added.ok()) {
       return absl::Status(added.status().code(),
                           absl::StrCat(path, ": ", added.status().message()));
+    }
+    loaded_from[name] = Loaded{
+        .path = path, .max_position = loaded->max_position, .bytes = loaded->header.file_bytes};
+    if (legacy) {
+      MutexLock lock(&legacy_mu_);
+      legacy_files_[name] = path;
     }
     SetRecord(name, *added,
               {.exists = true,
@@ -389,9 +454,10 @@ absl::StatusOr<LoadSummary> Persistence::LoadAll() {
               (*added)->ShardPositions());
     const absl::Duration took = absl::Now() - t0;
     spdlog::info(
-        "loaded filter {} from {}: {} items, {} on disk, {} in memory, in {} ({:.2f} GB/s)", name,
-        path, loaded->items, FormatByteSize(loaded->header.file_bytes), FormatByteSize(memory),
-        Ms(took), loaded->header.file_bytes / 1e9 / std::max(1e-9, absl::ToDoubleSeconds(took)));
+        "loaded filter {} from {}: {} items, {} on disk, {} in memory, in {} ({:.2f} GB/s)",
+        FilterRegistry::QuoteName(name), path, loaded->items,
+        FormatByteSize(loaded->header.file_bytes), FormatByteSize(memory), Ms(took),
+        loaded->header.file_bytes / 1e9 / std::max(1e-9, absl::ToDoubleSeconds(took)));
     ++summary.loaded;
     summary.items += loaded->items;
     summary.bytes += loaded->header.file_bytes;
@@ -520,10 +586,10 @@ class Persistence::LogReplay {
     if (existing.ok()) return CreateOverLoaded(r, *existing);
     if (absl::Status room = p_.registry_->CheckRoom(r.name, CuckooFilter::MemoryBytes(r.shape));
         !room.ok()) {
-      return absl::Status(
-          room.code(),
-          absl::StrCat("replaying the write-ahead log (filter \"", r.name, "\" created at lsn ",
-                       r.lsn, "): ", room.message(), "; raise --memory-budget / --max-filters"));
+      return absl::Status(room.code(), absl::StrCat("replaying the write-ahead log (filter \"",
+                                                    absl::CHexEscape(r.name), "\" created at lsn ",
+                                                    r.lsn, "): ", room.message(),
+                                                    "; raise --memory-budget / --max-filters"));
     }
     absl::StatusOr<std::unique_ptr<CuckooFilter>> f = CuckooFilter::FromShape(r.shape);
     if (!f.ok()) return f.status();
@@ -560,10 +626,10 @@ class Persistence::LogReplay {
     // whose snapshot was loaded was created.
     if (id > r.lsn) return absl::OkStatus();
     return absl::DataLossError(absl::StrFormat(
-        "the write-ahead log creates filter \"%s\" at lsn %u, but the filter of that "
+        "the write-ahead log creates filter %s at lsn %u, but the filter of that "
         "name created at lsn %u (loaded from %s) was never dropped: the log in %s and "
         "the snapshots do not belong together",
-        r.name, r.lsn, id, SnapshotPath(p_.data_dir_, r.name), wal_dir_));
+        FilterRegistry::QuoteName(r.name), r.lsn, id, p_.LoadedPath(r.name), wal_dir_));
   }
 
   absl::Status Drop(const WalRecord& r) {
@@ -584,6 +650,10 @@ class Persistence::LogReplay {
     } else {
       ::unlink(SnapshotPath(p_.data_dir_, dropped.name).c_str());  // None expected.
     }
+    {
+      MutexLock lock(&p_.legacy_mu_);
+      p_.legacy_files_.erase(dropped.name);
+    }
     removed_files_ = true;
     from_file_.erase(dropped.filter.get());  // Its address may be reused.
     live_.erase(it);
@@ -599,17 +669,17 @@ class Persistence::LogReplay {
     const std::vector<uint64_t> positions = dropped.filter->ShardPositions();
     const uint64_t at =
         positions.empty() ? 0 : *std::max_element(positions.begin(), positions.end());
-    const std::string path = SnapshotPath(p_.data_dir_, dropped.name);
-    absl::StatusOr<std::string> moved = p_.MoveToQuarantine(
-        path,
-        absl::FailedPreconditionError(absl::StrFormat(
-            "the write-ahead log drops filter \"%s\" at log position %u", dropped.name, lsn)));
+    const std::string path = p_.LoadedPath(dropped.name);
+    absl::StatusOr<std::string> moved =
+        p_.MoveToQuarantine(path, absl::FailedPreconditionError(absl::StrFormat(
+                                      "the write-ahead log drops filter %s at log position %u",
+                                      FilterRegistry::QuoteName(dropped.name), lsn)));
     if (!moved.ok()) return moved.status();
     spdlog::warn(
         "snapshot {} of filter {} (log position {}) is dropped by the write-ahead log "
         "at log position {}: not served, moved to {} (to restore a filter, use "
         "cuckooctl import)",
-        path, dropped.name, at, lsn, *moved);
+        path, FilterRegistry::QuoteName(dropped.name), at, lsn, *moved);
     ++summary_.dropped_by_log;
     return absl::OkStatus();
   }
@@ -710,7 +780,8 @@ absl::Status Persistence::LogVersionOneFilters() {
     if (absl::Status s = wal_->SyncTo(lsn); !s.ok()) return s;
     SetRecord(name, filter, {});
     spdlog::info(
-        "filter {} was loaded from a version-1 snapshot; from now on its writes are logged", name);
+        "filter {} was loaded from a version-1 snapshot; from now on its writes are logged",
+        FilterRegistry::QuoteName(name));
   }
   return absl::OkStatus();
 }

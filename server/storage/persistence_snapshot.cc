@@ -91,14 +91,56 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> Persistence::ImportNow(
 }
 
 absl::Status Persistence::RemoveSnapshotFile(absl::string_view name) {
-  const std::string path = SnapshotPath(data_dir_, name);
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-    return absl::InternalError(absl::StrFormat(
-        "remove %s: %s", path, std::error_code(errno, std::generic_category()).message()));
+  std::string legacy;
+  {
+    MutexLock lock(&legacy_mu_);
+    if (auto it = legacy_files_.find(name); it != legacy_files_.end()) {
+      legacy = it->second;
+      legacy_files_.erase(it);
+    }
+  }
+  for (const std::string& path : {SnapshotPath(data_dir_, name), legacy}) {
+    if (path.empty()) continue;
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return absl::InternalError(absl::StrFormat(
+          "remove %s: %s", path, std::error_code(errno, std::generic_category()).message()));
+    }
   }
   ::unlink(SnapshotTempPath(data_dir_, name).c_str());
   return options_.sync_directory ? options_.sync_directory(data_dir_)
                                  : SyncSnapshotDirectory(data_dir_, options_.wal.env);
+}
+
+absl::Status Persistence::RemoveLegacyFile(absl::string_view name) {
+  std::string path;
+  {
+    MutexLock lock(&legacy_mu_);
+    auto it = legacy_files_.find(name);
+    if (it == legacy_files_.end()) return absl::OkStatus();
+    path = it->second;
+  }
+  // The new file is durable (WriteSnapshotFile synced the directory): a
+  // crash from here leaves both, and start-up keeps the new one.
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return absl::InternalError(absl::StrFormat(
+        "remove %s: %s", path, std::error_code(errno, std::generic_category()).message()));
+  }
+  if (absl::Status s = options_.sync_directory ? options_.sync_directory(data_dir_)
+                                               : SyncSnapshotDirectory(data_dir_, options_.wal.env);
+      !s.ok()) {
+    return s;
+  }
+  MutexLock lock(&legacy_mu_);
+  legacy_files_.erase(name);
+  spdlog::info("filter {} is in {} now: removed {}, the file an older build named after it",
+               FilterRegistry::QuoteName(name), SnapshotPath(data_dir_, name), path);
+  return absl::OkStatus();
+}
+
+std::string Persistence::LoadedPath(absl::string_view name) {
+  MutexLock lock(&legacy_mu_);
+  auto it = legacy_files_.find(name);
+  return it != legacy_files_.end() ? it->second : SnapshotPath(data_dir_, name);
 }
 
 void Persistence::SetRecord(absl::string_view name, const std::shared_ptr<CuckooFilter>& filter,
@@ -160,8 +202,8 @@ absl::StatusOr<SnapshotRun> Persistence::SnapshotNow(absl::string_view name, boo
     absl::StatusOr<std::shared_ptr<CuckooFilter>> current = registry_->Get(filter_name);
     if (!current.ok() || current->get() != filter.get()) {
       if (name.empty()) continue;  // Dropped since the list was taken.
-      return absl::NotFoundError(
-          absl::StrFormat("filter \"%s\" was dropped before its snapshot was written", name));
+      return absl::NotFoundError(absl::StrFormat(
+          "filter \"%s\" was dropped before its snapshot was written", absl::CHexEscape(name)));
     }
     if (options_.before_file_operation) options_.before_file_operation("write", filter_name);
     // A snapshot replaces the old one only once every log record it holds
@@ -211,7 +253,7 @@ absl::StatusOr<SnapshotRun> Persistence::SnapshotNow(absl::string_view name, boo
     if (!w.ok()) {
       if (options_.on_snapshot_written)
         options_.on_snapshot_written(false, 0, absl::ZeroDuration());
-      spdlog::error("snapshot of filter {} failed: {}", filter_name,
+      spdlog::error("snapshot of filter {} failed: {}", FilterRegistry::QuoteName(filter_name),
                     std::string(w.status().message()));
       if (first_error.ok()) first_error = w.status();
       continue;
@@ -224,8 +266,15 @@ absl::StatusOr<SnapshotRun> Persistence::SnapshotNow(absl::string_view name, boo
                .filter_id = w->filter_id,
                .min_position = w->min_position},
               std::move(floors));
-    spdlog::info("snapshot of filter {}: {} items, {} to {} in {} ({:.2f} GB/s)", filter_name,
-                 w->items, FormatByteSize(w->bytes), w->path, Ms(w->duration),
+    if (absl::Status s = RemoveLegacyFile(filter_name); !s.ok()) {
+      // Served from the new file; the old one stays until the next
+      // snapshot, and a restart keeps the later of the two.
+      spdlog::error("snapshot of filter {}: {}", FilterRegistry::QuoteName(filter_name),
+                    std::string(s.message()));
+    }
+    spdlog::info("snapshot of filter {}: {} items, {} to {} in {} ({:.2f} GB/s)",
+                 FilterRegistry::QuoteName(filter_name), w->items, FormatByteSize(w->bytes),
+                 w->path, Ms(w->duration),
                  w->bytes / 1e9 / std::max(1e-9, absl::ToDoubleSeconds(w->duration)));
     if (options_.on_snapshot_written) options_.on_snapshot_written(true, w->bytes, w->duration);
     run.bytes += w->bytes;
@@ -253,12 +302,13 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> Persistence::DropNow(
         absl::CHexEscape(name)));
   }
   auto not_dropped = [&](const absl::Status& why) {
-    return absl::Status(why.code() == absl::StatusCode::kInternal ||
-                                why.code() == absl::StatusCode::kResourceExhausted ||
-                                why.code() == absl::StatusCode::kUnavailable
-                            ? why.code()
-                            : absl::StatusCode::kInternal,
-                        absl::StrCat("filter \"", name, "\" not dropped: ", why.message()));
+    return absl::Status(
+        why.code() == absl::StatusCode::kInternal ||
+                why.code() == absl::StatusCode::kResourceExhausted ||
+                why.code() == absl::StatusCode::kUnavailable
+            ? why.code()
+            : absl::StatusCode::kInternal,
+        absl::StrCat("filter \"", absl::CHexEscape(name), "\" not dropped: ", why.message()));
   };
   if (wal_ == nullptr) {
     // No log: the file goes first, and the filter stays if it cannot.
@@ -286,7 +336,7 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> Persistence::DropNow(
     spdlog::error(
         "dropped filter {}, but its snapshot file is not gone yet: {}; retried before "
         "the log is next truncated",
-        std::string(name), std::string(s.message()));
+        FilterRegistry::QuoteName(name), std::string(s.message()));
     pending_removals_.emplace_back(name);
   }
   return filter;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
 
 namespace cuckoo::server {
@@ -130,9 +131,9 @@ bool WalApplier::ApplyRun(const Batch& b, size_t begin, size_t end) {
   for (size_t i = 0; i < n && error.ok(); ++i) {
     absl::StatusOr<bool> one = filter.ApplyShardWrite(writes[i], positions[i]);
     if (!one.ok()) {
-      error = absl::DataLossError(
-          absl::StrFormat("write-ahead log record lsn %u cannot be applied to filter \"%s\": %s",
-                          positions[i], b.items[begin].target->name, one.status().message()));
+      error = absl::DataLossError(absl::StrFormat(
+          "write-ahead log record lsn %u cannot be applied to filter \"%s\": %s", positions[i],
+          absl::CHexEscape(b.items[begin].target->name), one.status().message()));
     } else if (*one) {
       ++before;
     }

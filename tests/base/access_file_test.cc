@@ -20,15 +20,28 @@ TEST(AccessFileTest, NamesAreOneTo64OfLettersDigitsDotUnderscoreDash) {
   EXPECT_FALSE(IsAccessName("caf\xc3\xa9"));
 }
 
-TEST(AccessFileTest, PatternsAreFilterNameCharactersAndWildcards) {
+TEST(AccessFileTest, PatternsAreUtf8GlobsOverRedisStyleKeys) {
   EXPECT_TRUE(IsAccessPattern("*"));
   EXPECT_TRUE(IsAccessPattern("billing.*"));
   EXPECT_TRUE(IsAccessPattern("log-202?_x"));
+  EXPECT_TRUE(IsAccessPattern("a:b"));
+  EXPECT_TRUE(IsAccessPattern("users:*"));
+  EXPECT_TRUE(IsAccessPattern("a/b"));
+  EXPECT_TRUE(IsAccessPattern("my filter"));
+  EXPECT_TRUE(IsAccessPattern("caf\xc3\xa9"));
+  EXPECT_TRUE(IsAccessPattern("star\\*"));
+  EXPECT_TRUE(IsAccessPattern("\\[ab]"));
   EXPECT_TRUE(IsAccessPattern(std::string(kMaxAccessPatternBytes, 'p')));
-  EXPECT_FALSE(IsAccessPattern(std::string(kMaxAccessPatternBytes + 1, 'p')));
-  EXPECT_FALSE(IsAccessPattern(""));
-  EXPECT_FALSE(IsAccessPattern("a:b"));
-  EXPECT_FALSE(IsAccessPattern("[ab]"));
+  EXPECT_EQ(AccessPatternError(std::string(kMaxAccessPatternBytes + 1, 'p')),
+            "the pattern is 1025 bytes; at most 1024 are allowed");
+  EXPECT_EQ(AccessPatternError(""), "the pattern is empty");
+  EXPECT_EQ(AccessPatternError("[ab]").substr(0, 37), "the pattern has '[' at offset 0: char");
+  EXPECT_EQ(AccessPatternError("ab\\"),
+            "the pattern ends in a lone backslash (write \\\\ for a backslash)");
+  EXPECT_EQ(AccessPatternError("a\xff"
+                               "b"),
+            "the pattern is not valid UTF-8 (byte 0xff at offset 1)");
+  EXPECT_EQ(AccessPatternError("a\tb"), "the pattern has control character 0x09 at offset 1");
 }
 
 TEST(AccessFileTest, GrantKindsAreReadWriteAdmin) {

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "client/tools/cuckooctl/command_line.h"
+#include "client/tools/cuckooctl/output.h"
 
 namespace cuckoo::ctl {
 namespace {
@@ -130,6 +131,17 @@ TEST(CuckooctlCommandLineTest, AnUnreachableServersErrorNamesTheTargetOnce) {
             "UNAVAILABLE: h:1: refused");
   EXPECT_EQ(ServerError(absl::NotFoundError("filter \"x\" not found"), "h:1").message,
             "NOT_FOUND: filter \"x\" not found");
+}
+
+// Filter names are any UTF-8 without NUL: list and info show them with
+// control characters escaped, so a name never drives the terminal.
+TEST(CuckooctlCommandLineTest, NamesAreShownWithControlCharactersEscaped) {
+  EXPECT_EQ(TerminalName("users:seen"), "users:seen");
+  EXPECT_EQ(TerminalName("my filter/a"), "my filter/a");
+  EXPECT_EQ(TerminalName("caf\xC3\xA9"), "caf\xC3\xA9");
+  EXPECT_EQ(TerminalName("red\x1b[31m\n"), "red\\x1b[31m\\x0a");
+  EXPECT_EQ(TerminalName("del\x7f c1\xC2\x9B"), "del\\x7f c1\\u009b");
+  EXPECT_EQ(TerminalName("back\\slash"), "back\\\\slash");
 }
 
 }  // namespace

@@ -3,8 +3,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <string>
 #include <thread>
 #include <utility>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_format.h"
 
 namespace cuckoo {
 namespace {
@@ -13,22 +18,98 @@ using ::testing::HasSubstr;
 
 std::string Message(const absl::Status& s) { return std::string(s.message()); }
 
-TEST(RegistryTest, ValidNamesAreAccepted) {
-  for (const char* name : {"a", "users", "User_1.v2-b", "0", "x.y.z"}) {
-    EXPECT_TRUE(FilterRegistry::ValidateName(name).ok()) << name;
+// Names are Redis keys: any bytes but NUL, valid UTF-8, 1 to 512 of them.
+// None becomes a path, so path-like names are names like any other.
+TEST(RegistryTest, RedisStyleKeysAreValidNames) {
+  for (const std::string name : {"a",
+                                 "users",
+                                 "User_1.v2-b",
+                                 "0",
+                                 "x.y.z",
+                                 "users:seen",
+                                 "my filter",
+                                 "a/b",
+                                 "../x",
+                                 ".",
+                                 "..",
+                                 ".hidden",
+                                 "-x",
+                                 "a\\b",
+                                 "a\nb",
+                                 "\x01",
+                                 "\xC3\xBC",
+                                 "\xE2\x82\xAC",
+                                 "\xF0\x9F\x98\x80",
+                                 "*",
+                                 "{tag}:x"}) {
+    EXPECT_TRUE(FilterRegistry::ValidateName(name).ok()) << absl::CHexEscape(name);
   }
-  EXPECT_TRUE(FilterRegistry::ValidateName(std::string(128, 'a')).ok());
+  EXPECT_TRUE(FilterRegistry::ValidateName(std::string(512, 'a')).ok());
+  EXPECT_TRUE(FilterRegistry::ValidateName(std::string(511, 'a') + ":").ok());
+  // 170 three-byte characters: 510 bytes.
+  std::string euros;
+  for (int i = 0; i < 170; ++i) euros += "\xE2\x82\xAC";
+  EXPECT_TRUE(FilterRegistry::ValidateName(euros).ok());
 }
 
-TEST(RegistryTest, NamesThatCouldBePathsOrAreMalformedAreRejected) {
-  for (const char* name :
-       {"", "../x", "..", ".hidden", "a/b", "a\\b", "-x", "_x", "a b", "a\nb", "ü", "a:b"}) {
-    absl::Status s = FilterRegistry::ValidateName(name);
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << name;
-    EXPECT_THAT(Message(s), HasSubstr("filter name")) << name;
+TEST(RegistryTest, EmptyTooLongAndNulNamesAreRefusedSayingWhy) {
+  absl::Status s = FilterRegistry::ValidateName("");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Message(s), "filter name is empty");
+  s = FilterRegistry::ValidateName(std::string(513, 'a'));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Message(s), "filter name is 513 bytes; at most 512 are allowed");
+  s = FilterRegistry::ValidateName(std::string("ab\0c", 4));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  // Escaped unambiguously: a hex digit after \x00 is escaped too.
+  EXPECT_THAT(Message(s), HasSubstr("\"ab\\x00\\x63\" has a NUL byte at offset 2"));
+  s = FilterRegistry::ValidateName(std::string("\0", 1));
+  EXPECT_THAT(Message(s), HasSubstr("NUL byte at offset 0"));
+}
+
+TEST(RegistryTest, NamesThatAreNotUtf8AreRefusedNamingTheFirstBadByte) {
+  struct Case {
+    std::string name;
+    size_t offset;
+    unsigned byte;
+  };
+  const std::vector<Case> cases = {
+      {"\xFF", 0, 0xFF},
+      {"users:\x80", 6, 0x80},        // A lone continuation byte.
+      {"ab\xC3", 2, 0xC3},            // Cut short.
+      {"\xC3\xBC\xC3(", 2, 0xC3},     // A bad continuation after a good character.
+      {"x\xC0\xAF", 1, 0xC0},         // Overlong "/".
+      {"\xE0\x80\xAF", 0, 0xE0},      // Overlong, three bytes.
+      {"a\xED\xA0\x80", 1, 0xED},     // A UTF-16 surrogate.
+      {"\xF4\x90\x80\x80", 0, 0xF4},  // Above U+10FFFF.
+      {"\xF5\x80\x80\x80", 0, 0xF5},
+      {"\xE2\x82", 0, 0xE2},
+  };
+  for (const Case& c : cases) {
+    absl::Status s = FilterRegistry::ValidateName(c.name);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << absl::CHexEscape(c.name);
+    EXPECT_THAT(Message(s), HasSubstr(absl::StrFormat(
+                                "is not valid UTF-8 (byte 0x%02x at offset %u)", c.byte, c.offset)))
+        << absl::CHexEscape(c.name);
+    EXPECT_EQ(FilterRegistry::FirstInvalidUtf8Byte(c.name), c.offset) << absl::CHexEscape(c.name);
   }
-  absl::Status s = FilterRegistry::ValidateName(std::string(129, 'a'));
-  EXPECT_THAT(Message(s), HasSubstr("129 bytes"));
+}
+
+// Control bytes never reach a message raw: a terminal or a log line shows
+// them escaped.
+TEST(RegistryTest, MessagesQuoteNamesEscaped) {
+  FilterRegistry reg;
+  const std::string name = "evil\n\x1b[31mred";
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> missing = reg.Get(name);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(Message(missing.status()), "filter \"evil\\n\\x1b[31mred\" not found");
+  ASSERT_TRUE(reg.Create(name, {.capacity = 1000}).ok());
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> again = reg.Create(name, {.capacity = 1000});
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(Message(again.status()), HasSubstr("filter \"evil\\n\\x1b[31mred\" already exists"));
+  EXPECT_EQ(Message(again.status()).find('\n'), std::string::npos);
+  EXPECT_EQ(Message(again.status()).find('\x1b'), std::string::npos);
 }
 
 // ImportFilter's claim: the name, a filter of the count and the memory are
@@ -315,7 +396,7 @@ TEST(RegistryTest, MaxFiltersIsEnforced) {
 
 TEST(RegistryTest, BadOptionsAndNamesFailBeforeAnythingIsCreated) {
   FilterRegistry reg;
-  EXPECT_EQ(reg.Create("../etc", {.capacity = 10}).status().code(),
+  EXPECT_EQ(reg.Create(std::string(513, 'e'), {.capacity = 10}).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(reg.Create("ok", {.capacity = 0}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(reg.size(), 0u);

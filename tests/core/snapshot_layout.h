@@ -4,12 +4,14 @@
 // sections are; ResealSnapshot, which recomputes every checksum as a writer
 // of such a file would; and SnapshotToVersion1, which turns a file this
 // build wrote into the version-1 file an older build would have written
-// (SnapshotToVersion2 and SnapshotToVersion3 the same for versions 2 and 3).
+// (SnapshotToVersion2, SnapshotToVersion3 and SnapshotToVersion4 the same
+// for versions 2, 3 and 4).
 #ifndef CUCKOO_TESTS_CORE_SNAPSHOT_LAYOUT_H_
 #define CUCKOO_TESTS_CORE_SNAPSHOT_LAYOUT_H_
 
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <vector>
 
 #include "core/hash.h"  // xxhash.h
@@ -52,9 +54,17 @@ struct SnapshotLayout {
   size_t generation_header = 0;
   // Version 4: the offset of the log identity (48 bytes); 0: none.
   size_t log = 0;
+  // Version 5: the offset of the shape in core/shape_format.h's encoding
+  // (80 bytes), and the length of the name field; 0: none, 128.
+  size_t shape = 0;
+  size_t name_bytes = 128;
 
-  // The offset of the setting at `field` (kSnapshotHashId, ...).
-  constexpr size_t at(size_t field) const { return fields + field; }
+  // The offset of the setting at `field` (kSnapshotHashId, ...: the offsets
+  // of versions 1 to 4's settings block), wherever this version puts it.
+  constexpr size_t at(size_t field) const;
+  // The offset of the growth setting at `field` (kSnapshotGrowthFactor, ...:
+  // the offsets of versions 3 and 4's growth block).
+  constexpr size_t growth_at(size_t field) const;
   // The offset of the first table in a section: a fixed filter's only one.
   constexpr size_t table() const { return section_header + generation_header; }
   // The length of a file of this version of a fixed filter.
@@ -104,9 +114,23 @@ inline constexpr SnapshotLayout kSnapshotV4 = {.version = 4,
                                                .growth = 256,
                                                .generation_header = 40,
                                                .log = 416};
+inline constexpr SnapshotLayout kSnapshotV5 = {.version = 5,
+                                               .header = 1024,
+                                               .fields = 0,
+                                               .name = 344,
+                                               .filter_id = 152,
+                                               .reserved = 856,
+                                               .header_checksum = 1016,
+                                               .section_header = 24,
+                                               .section_position = 16,
+                                               .growth = 0,
+                                               .generation_header = 40,
+                                               .log = 296,
+                                               .shape = 48,
+                                               .name_bytes = 512};
 inline constexpr size_t kSnapshotLogBytes = 48;
 // The version this build writes.
-inline constexpr const SnapshotLayout& kSnapshotWritten = kSnapshotV4;
+inline constexpr const SnapshotLayout& kSnapshotWritten = kSnapshotV5;
 
 // The settings, as offsets from SnapshotLayout::fields (SnapshotLayout::at).
 inline constexpr size_t kSnapshotHashId = 0;
@@ -150,6 +174,79 @@ inline constexpr size_t kSnapshotGenItems = 16;
 inline constexpr size_t kSnapshotGenRng = 24;
 inline constexpr size_t kSnapshotGenTableBytes = 32;
 
+// Version 5's shape block (the encoding of core/shape_format.h).
+inline constexpr size_t kShapeHashId = 0;
+inline constexpr size_t kShapeFingerprintBits = 4;
+inline constexpr size_t kShapeBucketSize = 8;
+inline constexpr size_t kShapeShards = 12;
+inline constexpr size_t kShapeShardBits = 16;
+inline constexpr size_t kShapeMaxKicks = 20;
+inline constexpr size_t kShapeTableKind = 24;
+inline constexpr size_t kShapeSeed = 32;
+inline constexpr size_t kShapeCapacity = 40;
+inline constexpr size_t kShapeBucketsPerShard = 48;
+inline constexpr size_t kShapeGrowthFactor = 56;
+inline constexpr size_t kShapeMaxCapacity = 64;
+inline constexpr size_t kShapeFalsePositiveRate = 72;
+inline constexpr size_t kShapeBytes = 80;
+// Version 5's other settings (absolute offsets).
+inline constexpr size_t kSnapshotV5NameLength = 128;
+inline constexpr size_t kSnapshotV5ScheduleGenerations = 132;
+inline constexpr size_t kSnapshotV5TableBytes = 136;
+inline constexpr size_t kSnapshotV5Taken = 144;
+inline constexpr size_t kSnapshotV5ScheduleChecksum = 160;
+inline constexpr size_t kSnapshotV5ShardsWithGeneration = 168;
+
+constexpr size_t SnapshotLayout::at(size_t field) const {
+  if (shape == 0) return fields + field;
+  switch (field) {
+    case kSnapshotHashId:
+      return shape + kShapeHashId;
+    case kSnapshotTableKind:
+      return shape + kShapeTableKind;
+    case kSnapshotFingerprintBits:
+      return shape + kShapeFingerprintBits;
+    case kSnapshotBucketSize:
+      return shape + kShapeBucketSize;
+    case kSnapshotShards:
+      return shape + kShapeShards;
+    case kSnapshotShardBits:
+      return shape + kShapeShardBits;
+    case kSnapshotMaxKicks:
+      return shape + kShapeMaxKicks;
+    case kSnapshotNameLength:
+      return kSnapshotV5NameLength;
+    case kSnapshotSeed:
+      return shape + kShapeSeed;
+    case kSnapshotCapacity:
+      return shape + kShapeCapacity;
+    case kSnapshotBucketsPerShard:
+      return shape + kShapeBucketsPerShard;
+    case kSnapshotTableBytes:
+      return kSnapshotV5TableBytes;
+    default:
+      return kSnapshotV5Taken;  // kSnapshotTaken
+  }
+}
+
+constexpr size_t SnapshotLayout::growth_at(size_t field) const {
+  if (shape == 0) return growth + field;
+  switch (field) {
+    case kSnapshotGrowthFactor:
+      return shape + kShapeGrowthFactor;
+    case kSnapshotScheduleGenerations:
+      return kSnapshotV5ScheduleGenerations;
+    case kSnapshotMaxCapacity:
+      return shape + kShapeMaxCapacity;
+    case kSnapshotFalsePositiveRate:
+      return shape + kShapeFalsePositiveRate;
+    case kSnapshotScheduleChecksum:
+      return kSnapshotV5ScheduleChecksum;
+    default:
+      return kSnapshotV5ShardsWithGeneration;  // kSnapshotShardsWithGeneration
+  }
+}
+
 // The layout of `b`'s format version (bytes 8..11), or null for a version
 // this build does not know or a file too short to say.
 inline const SnapshotLayout* SnapshotLayoutOf(const std::vector<uint8_t>& b) {
@@ -163,6 +260,8 @@ inline const SnapshotLayout* SnapshotLayoutOf(const std::vector<uint8_t>& b) {
       return &kSnapshotV3;
     case 4:
       return &kSnapshotV4;
+    case 5:
+      return &kSnapshotV5;
     default:
       return nullptr;
   }
@@ -224,10 +323,65 @@ inline void ResealSnapshot(std::vector<uint8_t>& b) {
   ResealSnapshot(b, layout != nullptr ? *layout : kSnapshotWritten);
 }
 
+// The version-4 file holding what the version-5 file `v5` holds: what the
+// previous build wrote for the same filter (its name at most 128 bytes).
+// Empty if `v5` is not a whole version-5 file or its name is longer.
+inline std::vector<uint8_t> SnapshotToVersion4(const std::vector<uint8_t>& v5) {
+  const SnapshotLayout& from = kSnapshotV5;
+  const SnapshotLayout& to = kSnapshotV4;
+  if (SnapshotLayoutOf(v5) != &kSnapshotV5 || v5.size() < from.header + kSnapshotFooter) return {};
+  const uint8_t* f = v5.data();
+  const uint32_t name_length = SnapshotGet32(f + kSnapshotV5NameLength);
+  if (name_length > to.name_bytes) return {};
+  std::vector<uint8_t> v4(v5.size() - from.header + to.header);
+  uint8_t* t = v4.data();
+  std::memcpy(t, f, 48);  // Magic, version, header size, writer.
+  SnapshotPut32(t + 8, to.version);
+  SnapshotPut32(t + 12, static_cast<uint32_t>(to.header));
+  auto u32 = [&](size_t field, size_t shape_field) {
+    SnapshotPut32(t + to.at(field), SnapshotGet32(f + from.shape + shape_field));
+  };
+  auto u64 = [&](size_t field, size_t shape_field) {
+    SnapshotPut64(t + to.at(field), SnapshotGet64(f + from.shape + shape_field));
+  };
+  u32(kSnapshotHashId, kShapeHashId);
+  u32(kSnapshotTableKind, kShapeTableKind);
+  u32(kSnapshotFingerprintBits, kShapeFingerprintBits);
+  u32(kSnapshotBucketSize, kShapeBucketSize);
+  u32(kSnapshotShards, kShapeShards);
+  u32(kSnapshotShardBits, kShapeShardBits);
+  u32(kSnapshotMaxKicks, kShapeMaxKicks);
+  u64(kSnapshotSeed, kShapeSeed);
+  u64(kSnapshotCapacity, kShapeCapacity);
+  u64(kSnapshotBucketsPerShard, kShapeBucketsPerShard);
+  SnapshotPut32(t + to.at(kSnapshotNameLength), name_length);
+  SnapshotPut64(t + to.at(kSnapshotTableBytes), SnapshotGet64(f + kSnapshotV5TableBytes));
+  SnapshotPut64(t + to.at(kSnapshotTaken), SnapshotGet64(f + kSnapshotV5Taken));
+  std::memcpy(t + to.name, f + from.name, name_length);
+  SnapshotPut64(t + to.filter_id, SnapshotGet64(f + from.filter_id));
+  SnapshotPut32(t + to.growth_at(kSnapshotGrowthFactor),
+                SnapshotGet32(f + from.growth_at(kSnapshotGrowthFactor)));
+  SnapshotPut32(t + to.growth_at(kSnapshotScheduleGenerations),
+                SnapshotGet32(f + from.growth_at(kSnapshotScheduleGenerations)));
+  for (size_t field :
+       {kSnapshotMaxCapacity, kSnapshotFalsePositiveRate, kSnapshotScheduleChecksum}) {
+    SnapshotPut64(t + to.growth_at(field), SnapshotGet64(f + from.growth_at(field)));
+  }
+  std::memcpy(t + to.growth_at(kSnapshotShardsWithGeneration),
+              f + from.growth_at(kSnapshotShardsWithGeneration), 128);
+  std::memcpy(t + to.log, f + from.log, kSnapshotLogBytes);
+  // Sections and footer are laid out alike.
+  std::memcpy(t + to.header, f + from.header, v5.size() - from.header);
+  SnapshotPut64(t + v4.size() - kSnapshotFooter + 8, v4.size());
+  ResealSnapshot(v4, to);
+  return v4;
+}
+
 // The version-3 file holding what the version-4 file `v4` holds but its log
-// identity: what the previous build wrote for the same filter. Empty if
-// `v4` is not a version-4 file.
+// identity (or the version-5 file's): what an older build wrote for the
+// same filter. Empty if `v4` is not a version-4 or -5 file.
 inline std::vector<uint8_t> SnapshotToVersion3(const std::vector<uint8_t>& v4) {
+  if (SnapshotLayoutOf(v4) == &kSnapshotV5) return SnapshotToVersion3(SnapshotToVersion4(v4));
   if (SnapshotLayoutOf(v4) != &kSnapshotV4 || v4.size() < kSnapshotV4.header) return {};
   std::vector<uint8_t> v3 = v4;
   SnapshotPut32(v3.data() + 8, kSnapshotV3.version);
@@ -241,7 +395,9 @@ inline std::vector<uint8_t> SnapshotToVersion3(const std::vector<uint8_t>& v4) {
 // an older build wrote for the same filter. Empty if `v3` is not a whole
 // version-3 or -4 file of a fixed filter.
 inline std::vector<uint8_t> SnapshotToVersion2(const std::vector<uint8_t>& v3) {
-  if (SnapshotLayoutOf(v3) == &kSnapshotV4) return SnapshotToVersion2(SnapshotToVersion3(v3));
+  if (SnapshotLayoutOf(v3) == &kSnapshotV4 || SnapshotLayoutOf(v3) == &kSnapshotV5) {
+    return SnapshotToVersion2(SnapshotToVersion3(v3));
+  }
   const SnapshotLayout& from = kSnapshotV3;
   const SnapshotLayout& to = kSnapshotV2;
   if (SnapshotLayoutOf(v3) != &kSnapshotV3 || v3.size() < from.header) return {};
@@ -280,7 +436,8 @@ inline std::vector<uint8_t> SnapshotToVersion2(const std::vector<uint8_t>& v3) {
 // positions, which version 1 cannot hold: what an older build wrote for
 // the same filter. Empty if `v2` is not a whole file of either kind.
 inline std::vector<uint8_t> SnapshotToVersion1(const std::vector<uint8_t>& file) {
-  if (SnapshotLayoutOf(file) == &kSnapshotV3 || SnapshotLayoutOf(file) == &kSnapshotV4) {
+  if (SnapshotLayoutOf(file) == &kSnapshotV3 || SnapshotLayoutOf(file) == &kSnapshotV4 ||
+      SnapshotLayoutOf(file) == &kSnapshotV5) {
     return SnapshotToVersion1(SnapshotToVersion2(file));
   }
   const std::vector<uint8_t>& v2 = file;

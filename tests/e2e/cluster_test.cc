@@ -647,7 +647,7 @@ TEST(ClusterTest, ReplicaStartedOnASingleNodesSnapshotsRefusesToStart) {
   TempDir dir;
   const std::string data = dir.path() + "/replica";
   fs::create_directory(data);
-  fs::copy_file(single.path() + "/users.cuckoo", data + "/users.cuckoo");
+  fs::copy_file(SnapshotPath(single.path(), "users"), data + "/users.cuckoo");
   Cuckood replica(data, ReplicaFlags(c, "r9"));
   EXPECT_FALSE(replica.ready());
   EXPECT_NE(replica.process().Wait(), 0);
@@ -705,7 +705,7 @@ TEST(ClusterTest, AReplicaOfAnotherIncarnationOfItsStreamRefusesToStartNamingBot
       std::string::npos)
       << log;
   EXPECT_EQ(ReadFile(data + "/CHECKPOINT"), checkpoint) << "nothing written";
-  EXPECT_TRUE(fs::exists(data + "/users.cuckoo"));
+  EXPECT_TRUE(fs::exists(SnapshotPath(data, "users")));
 }
 
 // A stream deleted and created again under a running replica: the replica's

@@ -101,6 +101,33 @@ TEST(MetricsE2eTest, ScrapedValuesMoveWithCuckooctlTraffic) {
   EXPECT_EQ(server.process().Wait(), 0);
 }
 
+// Filter names are Redis keys, any UTF-8: as label values they reach the
+// text format escaped (\\, \", \n), so a scrape still parses.
+TEST(MetricsE2eTest, FilterLabelsOfKeyShapedNamesAreEscapedInTheTextFormat) {
+  TempDir dir;
+  Cuckood server(dir.path());
+  ASSERT_TRUE(server.ready()) << server.process().out() << server.process().err();
+  for (const std::string name :
+       {"users:seen", "a/b c", "we\"ird\\name", "line\nbreak", "caf\xC3\xA9"}) {
+    Result created = Ctl(server, {"create", name, "--capacity=1000"});
+    ASSERT_EQ(created.code, 0) << created.out << created.err;
+  }
+  HttpResponse scraped = HttpGet(server.admin_port(), "/metrics");
+  ASSERT_EQ(scraped.status, 200);
+  const std::string& body = scraped.body;
+  EXPECT_THAT(body, HasSubstr("cuckood_filter_capacity{filter=\"users:seen\"} "));
+  EXPECT_THAT(body, HasSubstr("cuckood_filter_capacity{filter=\"a/b c\"} "));
+  EXPECT_THAT(body, HasSubstr("cuckood_filter_capacity{filter=\"we\\\"ird\\\\name\"} "));
+  EXPECT_THAT(body, HasSubstr("cuckood_filter_capacity{filter=\"line\\nbreak\"} "));
+  EXPECT_THAT(body, HasSubstr("cuckood_filter_capacity{filter=\"caf\xC3\xA9\"} "));
+  EXPECT_EQ(body.find("line\nbreak"), std::string::npos) << "a raw newline in a label";
+  // Every line is a comment or a sample that parses.
+  const std::vector<Sample> samples = ParseMetrics(body);
+  EXPECT_THAT(MetricValue(samples, "cuckood_filters"), Optional(5.0));
+  server.process().Signal(SIGTERM);
+  EXPECT_EQ(server.process().Wait(), 0);
+}
+
 TEST(MetricsE2eTest, ATakenAdminPortStopsStartUpWithExitOne) {
   TempDir dir, other;
   Cuckood first(dir.path());

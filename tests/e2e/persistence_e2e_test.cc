@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/snapshot.h"
 #include "tests/core/snapshot_layout.h"
 #include "tests/e2e/process.h"
 
@@ -88,14 +89,14 @@ TEST_F(PersistenceE2eTest, KeysInsertedWithCuckooctlSurviveSigtermAndRestart) {
   server_->process().Signal(SIGTERM);
   ASSERT_EQ(server_->process().Wait(), 0) << server_->process().out();
   EXPECT_THAT(server_->process().out(), HasSubstr("final snapshot: 2 filters written"));
-  EXPECT_TRUE(std::filesystem::exists(data_.path() + "/users.cuckoo"));
+  EXPECT_TRUE(std::filesystem::exists(SnapshotPath(data_.path(), "users")));
 
   Start();
   const std::string log = server_->process().out();
-  EXPECT_THAT(log,
-              HasSubstr("loaded filter urls from " + data_.path() + "/urls.cuckoo: 500 items"));
-  EXPECT_THAT(log,
-              HasSubstr("loaded filter users from " + data_.path() + "/users.cuckoo: 50000 items"));
+  EXPECT_THAT(log, HasSubstr("loaded filter \"urls\" from " + SnapshotPath(data_.path(), "urls") +
+                             ": 500 items"));
+  EXPECT_THAT(log, HasSubstr("loaded filter \"users\" from " + SnapshotPath(data_.path(), "users") +
+                             ": 50000 items"));
   EXPECT_THAT(log, HasSubstr("serving 2 filters (50500 items)"));
   // Issue 29: after a clean shutdown the replay reads what the log holds
   // (here a few hundred KiB), not its two 64 MiB segments whole.
@@ -116,7 +117,7 @@ TEST_F(PersistenceE2eTest, KeysBeforeAndAfterASnapshotCallSurviveKillDashNine) {
   Result snap = Ctl({"snapshot", "ids"});
   ASSERT_EQ(snap.code, 0) << Describe(snap);
   EXPECT_THAT(snap.out, HasSubstr("ids: 30000 items"));
-  EXPECT_THAT(snap.out, HasSubstr(data_.path() + "/ids.cuckoo"));
+  EXPECT_THAT(snap.out, HasSubstr(SnapshotPath(data_.path(), "ids")));
   // Changes after the snapshot are in the write-ahead log only.
   const std::string late = KeyLines("late:", 100);
   ASSERT_EQ(Ctl({"insert", "ids", "--quiet"}, late).code, 0);
@@ -179,7 +180,7 @@ TEST_F(PersistenceE2eTest, SnapshotCopiedBackAfterADropWasDeletedByTheReplayWith
   ASSERT_EQ(Ctl({"create", "users", "--capacity=10000"}).code, 0);
   ASSERT_EQ(Ctl({"insert", "users", "--quiet"}, KeyLines("user:", 1000)).code, 0);
   ASSERT_EQ(Ctl({"snapshot"}).code, 0);
-  const std::string file = data_.path() + "/users.cuckoo";
+  const std::string file = SnapshotPath(data_.path(), "users");
   const std::string backup = data_.path() + "/../users.cuckoo.backup-" + std::to_string(getpid());
   std::filesystem::copy_file(file, backup, std::filesystem::copy_options::overwrite_existing);
   ASSERT_EQ(Ctl({"drop", "users"}).code, 0);
@@ -190,15 +191,16 @@ TEST_F(PersistenceE2eTest, SnapshotCopiedBackAfterADropWasDeletedByTheReplayWith
 
   Start();
   const std::string log = server_->process().out();
-  EXPECT_THAT(log, HasSubstr("snapshot " + file + " of filter users (log position "));
+  EXPECT_THAT(log, HasSubstr("snapshot " + file + " of filter \"users\" (log position "));
   EXPECT_THAT(log, HasSubstr("is dropped by the write-ahead log at log position "));
-  EXPECT_THAT(log, HasSubstr("moved to " + data_.path() + "/quarantine/users.cuckoo."));
+  EXPECT_THAT(log, HasSubstr("moved to " + data_.path() + "/quarantine/" +
+                             SnapshotFileName("users") + "."));
   EXPECT_THAT(log, HasSubstr("serving 0 filters (0 items)"));
   EXPECT_THAT(log, HasSubstr("1 files of filters the log drops moved to"));
   EXPECT_FALSE(std::filesystem::exists(file));
   int quarantined = 0;
   for (const auto& e : std::filesystem::directory_iterator(data_.path() + "/quarantine")) {
-    if (e.path().filename().string().rfind("users.cuckoo.", 0) == 0) ++quarantined;
+    if (e.path().filename().string().rfind(SnapshotFileName("users") + ".", 0) == 0) ++quarantined;
   }
   EXPECT_EQ(quarantined, 1);
   EXPECT_EQ(Ctl({"info", "users"}).code, 3);
@@ -281,7 +283,7 @@ TEST_F(PersistenceE2eTest, ASnapshotCopiedFromAnotherSingleNodeRefusesStartUpNam
   ASSERT_EQ(b_log.rfind("node-", 0), 0u) << b_log;
   ASSERT_NE(a, b_log);
   const std::string copied = other.path() + "/users.cuckoo";
-  std::filesystem::copy_file(data_.path() + "/users.cuckoo", copied);
+  std::filesystem::copy_file(SnapshotPath(data_.path(), "users"), copied);
   Cuckood refused(other.path());
   EXPECT_FALSE(refused.ready());
   EXPECT_NE(refused.process().Wait(), 0);
@@ -300,19 +302,22 @@ TEST_F(PersistenceE2eTest, ASnapshotCopiedFromAnotherSingleNodeRefusesStartUpNam
 }
 
 // A directory of a cuckood before identities (no IDENTITY, snapshots of
-// format version 3) starts, keeps its keys, and from then on records its log.
+// format version 3 named <name>.cuckoo) starts, keeps its keys, and from
+// then on records its log; the next snapshot moves the file to its name.
 TEST_F(PersistenceE2eTest, ADataDirectoryOfAnOlderCuckoodStartsAndKeepsItsKeys) {
   Start();
   ASSERT_EQ(Ctl({"create", "users", "--capacity=10000"}).code, 0);
   ASSERT_EQ(Ctl({"insert", "users", "--quiet"}, KeyLines("user:", 1000)).code, 0);
   server_->process().Signal(SIGTERM);
   ASSERT_EQ(server_->process().Wait(), 0);
-  const std::string file = data_.path() + "/users.cuckoo";
+  const std::string file = SnapshotPath(data_.path(), "users");
   const std::string written = ReadFile(file);
   const std::vector<uint8_t> v4(written.begin(), written.end());
   const std::vector<uint8_t> v3 = SnapshotToVersion3(v4);
   ASSERT_FALSE(v3.empty());
-  WriteFile(file, std::string(v3.begin(), v3.end()));
+  const std::string old_file = data_.path() + "/users.cuckoo";
+  WriteFile(old_file, std::string(v3.begin(), v3.end()));
+  std::filesystem::remove(file);
   std::filesystem::remove(data_.path() + "/IDENTITY");
 
   Start();
@@ -326,17 +331,61 @@ TEST_F(PersistenceE2eTest, ADataDirectoryOfAnOlderCuckoodStartsAndKeepsItsKeys) 
   ASSERT_EQ(adopted.rfind("node-", 0), 0u) << adopted;
   ASSERT_EQ(Ctl({"insert", "users", "--quiet"}, KeyLines("more:", 10)).code, 0);
   ASSERT_EQ(Ctl({"snapshot"}).code, 0);
-  // The next snapshot is this build's, recording the log.
+  // The next snapshot is this build's, under its new name, recording the log;
+  // the older file is gone.
   const std::string now = ReadFile(file);
-  ASSERT_GE(now.size(), 480u);
-  EXPECT_EQ(now[8], 4);
-  EXPECT_EQ(now.substr(416, adopted.size()), adopted);
+  ASSERT_GE(now.size(), 1024u);
+  EXPECT_EQ(now[8], 5);
+  EXPECT_EQ(now.substr(296, adopted.size()), adopted);
+  EXPECT_FALSE(std::filesystem::exists(old_file));
   server_->process().Signal(SIGKILL);
   server_->process().Wait();
   Start();
   EXPECT_EQ(NodeIdentity(data_.path()), adopted);
   ExpectAllPresent("users", KeyLines("user:", 1000));
   ExpectAllPresent("users", KeyLines("more:", 10));
+}
+
+// Names are Redis keys, created over gRPC (cuckooctl) and killed with -9:
+// each survives, in a file named by its hash inside the data directory.
+TEST_F(PersistenceE2eTest, KeyShapedNamesSurviveKillDashNineInsideTheDataDirectory) {
+  const std::vector<std::string> names = {"users:seen", "a/b", "../../etc/passwd", "my filter",
+                                          std::string(512, 'n')};
+  // The data directory is two levels down, so "../../etc/passwd" would land
+  // in `outer` if a name were ever a path.
+  TempDir outer;
+  const std::string data = outer.path() + "/x/data";
+  std::filesystem::create_directories(data);
+  server_ = std::make_unique<Cuckood>(data, std::vector<std::string>{});
+  ASSERT_TRUE(server_->ready()) << server_->process().out();
+  for (const std::string& n : names) {
+    Result r = Ctl({"create", n, "--capacity=1000"});
+    ASSERT_EQ(r.code, 0) << Describe(r);
+    ASSERT_EQ(Ctl({"insert", n, "--quiet"}, KeyLines(n.substr(0, 20) + ":", 100)).code, 0);
+  }
+  ASSERT_EQ(Ctl({"snapshot", names[0]}).code, 0);  // One from its file, the rest from the log.
+  server_->process().Signal(SIGKILL);
+  server_->process().Wait();
+  server_ = std::make_unique<Cuckood>(data, std::vector<std::string>{});
+  ASSERT_TRUE(server_->ready()) << server_->process().out();
+  for (const std::string& n : names) {
+    ExpectAllPresent(n, KeyLines(n.substr(0, 20) + ":", 100));
+  }
+  Result list = Ctl({"list"});
+  EXPECT_THAT(list.out, HasSubstr("users:seen"));
+  EXPECT_THAT(list.out, HasSubstr("../../etc/passwd"));
+  server_->process().Signal(SIGTERM);
+  ASSERT_EQ(server_->process().Wait(), 0);
+  // Only the data directory changed: one file per filter, named by its hash.
+  std::vector<std::string> outside;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(outer.path())) {
+    const std::string p = e.path().string();
+    if (p.rfind(data, 0) != 0) outside.push_back(p);
+  }
+  EXPECT_THAT(outside, ::testing::ElementsAre(outer.path() + "/x"));
+  for (const std::string& n : names) {
+    EXPECT_TRUE(std::filesystem::is_regular_file(SnapshotPath(data, n))) << n;
+  }
 }
 
 }  // namespace

@@ -17,6 +17,7 @@ probability of about 2e-9 per key) and the expected answers are exact.
 import argparse
 import concurrent.futures
 import datetime
+import hashlib
 import importlib.util
 import io
 import os
@@ -427,10 +428,18 @@ class Checks:
             assert e.message == unknown and e.applied == 0, repr(e)
             assert str(e) == "NOT_FOUND: " + unknown, str(e)
         expect_error(grpc.StatusCode.NOT_FOUND, c.get_filter, "no-such-filter")
-        for call in (lambda: c.create_filter("../x", 100), lambda: c.get_filter("../x"),
-                     lambda: c.lookup("../x", ["k"])):
+        # Names are Redis keys ("../x" is one); 513 bytes is too long.
+        long_name = "x" * 513
+        for call in (lambda: c.create_filter(long_name, 100), lambda: c.get_filter(long_name),
+                     lambda: c.lookup(long_name, ["k"])):
             e = expect_error(grpc.StatusCode.INVALID_ARGUMENT, call)
-            assert '"../x"' in e.message, e.message
+            assert "filter name is 513 bytes; at most 512 are allowed" in e.message, e.message
+        # Key-shaped names work over gRPC as over RESP.
+        for name in ("py:users:seen", "py/a/b", "../py", "py filter"):
+            c.create_filter(name, 100)
+            assert c.insert(name, ["k"]) is not None
+            assert c.lookup(name, ["k", "nope"]) == [True, False], name
+            c.drop_filter(name)
         expect_error(grpc.StatusCode.INVALID_ARGUMENT, c.create_filter, "py-bad", 0)
         self.fresh("py-errors")
         e = expect_error(grpc.StatusCode.INVALID_ARGUMENT, c.insert, "py-errors", ["a", ""])
@@ -479,7 +488,10 @@ class Checks:
         assert c.get_filter("py-snap").last_snapshot_time is None
         response = c.snapshot("py-snap")
         assert [f.filter for f in response.files] == ["py-snap"], response
-        assert response.files[0].items == 2 and response.files[0].path.endswith("/py-snap.cuckoo")
+        # Named by the SHA-256 of the name, never by the name (docs/SNAPSHOT_FORMAT.md).
+        digest = hashlib.sha256(b"py-snap").hexdigest()
+        assert response.files[0].items == 2 and response.files[0].path.endswith(
+            f"/f-{digest}.cuckoo"), response.files[0].path
         info = c.get_filter("py-snap")
         assert not info.has_unsnapshotted_changes and info.unsnapshotted_changes == 0, info
         assert info.last_snapshot_bytes == response.files[0].bytes, info

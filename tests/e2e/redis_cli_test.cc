@@ -260,15 +260,16 @@ TEST_P(RedisCliTest, AddAddNxInsertInsertNxAnswerAsRedisBloom) {
                    "CF.INSERT f NOCREATE ITEMS z\n"
                    "CF.INSERTNX f CAPACITY 7 NOCREATE ITEMS z y\n"
                    "CF.INSERT f ITEMS\n"
-                   "CF.INSERT \"bad name\" ITEMS a\n"
+                   "CF.INSERT \"bad\\xff\" ITEMS a\n"
                    "CF.ADD\n"
                    "CF.ADD f a b\n"
                    "CF.ADDNX f\n"
                    "EXISTS nope\n"),
             B(1) + B(1) + B(0) + B(1) + Bools({1, 1}) + Ints({0, 1}) + Bools({1}) + Bools({1}) +
                 Ints({0, 1}) + Arity("cf.insert") +
-                "(error) ERR invalid filter name 'bad name': filter name \"bad name\" has "
-                "character ' '; allowed are A-Z a-z 0-9 . _ -\n" +
+                "(error) ERR invalid filter name 'bad\\xff': filter name \"bad\\xff\" is not "
+                "valid UTF-8 (byte 0xff at offset 3); names must be UTF-8 so that every filter "
+                "is reachable over gRPC, whose strings are UTF-8\n" +
                 Arity("cf.add") + Arity("cf.add") + Arity("cf.addnx") + "(integer) 0\n");
   // CF.ADD made f with --redis-default-capacity (1024) and growth 2; CAPACITY
   // sized g.
@@ -402,45 +403,59 @@ TEST_P(RedisCliTest, ExistsMExistsCountDel) {
             B(1) + B(1) + B(0));
 }
 
-TEST_P(RedisCliTest, InvalidFilterNamesAreRefusedNamingTheRule) {
-  const std::string long_name(129, 'n');
-  EXPECT_EQ(Script("CF.ADD \"bad name\" x\n"
-                   "CF.EXISTS -x a\n"
+// Keys are filter names, and filter names are Redis keys: "a/b", "a:b",
+// "bad name" are names. A key that is not (empty, over 512 bytes, a NUL,
+// not UTF-8) is refused naming the rule; the existence reads answer it as a
+// missing key.
+TEST_P(RedisCliTest, KeysThatCannotBeFilterNamesAreRefusedNamingTheRule) {
+  const std::string long_name(513, 'n');
+  const std::string utf8 =
+      "; names must be UTF-8 so that every filter is reachable over gRPC, whose strings are "
+      "UTF-8\n";
+  EXPECT_EQ(Script("CF.ADD \"bad\\xff\" x\n"
+                   "CF.EXISTS \"bad\\xff\" a\n"
                    "CF.RESERVE \"\" 10\n"
-                   "CF.MEXISTS a/b x\n"
-                   "CF.INSERT a:b ITEMS x\n"
-                   "CF.COUNT a*b x\n"
-                   "CF.DEL a$b x\n"
+                   "CF.MEXISTS \"a\\xc3\" x\n"
+                   "CF.INSERT \"a\\x00b\" ITEMS x\n"
+                   "CF.COUNT \"\\xff\" x\n"
+                   "CF.DEL \"\\xff\" x\n"
                    "CF.INFO " +
                    long_name +
                    "\n"
-                   "CF.SCANDUMP _x 0\n"
-                   "TYPE \"bad name\"\n"
-                   "EXISTS \"bad name\"\n"
-                   "DEL \"bad name\"\n"
+                   "CF.SCANDUMP \"\\xff\" 0\n"
+                   "TYPE \"\\xff\"\n"
+                   "EXISTS \"\\xff\"\n"
+                   "DEL \"\\xff\"\n"
                    "DBSIZE\n"),
-            "(error) ERR invalid filter name 'bad name': filter name \"bad name\" has character ' "
-            "'; allowed are A-Z a-z 0-9 . _ -\n"
-            "(error) ERR invalid filter name '-x': filter name \"-x\" must start with a letter or "
-            "digit\n"
-            "(error) ERR invalid filter name '': filter name is empty\n"
-            "(error) ERR invalid filter name 'a/b': filter name \"a/b\" has character '/'; allowed "
-            "are A-Z a-z 0-9 . _ -\n"
-            "(error) ERR invalid filter name 'a:b': filter name \"a:b\" has character ':'; allowed "
-            "are A-Z a-z 0-9 . _ -\n"
-            "(error) ERR invalid filter name 'a*b': filter name \"a*b\" has character '*'; allowed "
-            "are A-Z a-z 0-9 . _ -\n"
-            "(error) ERR invalid filter name 'a$b': filter name \"a$b\" has character '$'; allowed "
-            "are A-Z a-z 0-9 . _ -\n"
-            "(error) ERR invalid filter name '" +
-                std::string(64, 'n') +
-                "...': filter name is 129 bytes; at most 128 are allowed\n"
-                "(error) ERR invalid filter name '_x': filter name \"_x\" must start with a letter "
-                "or digit\n"
+            "(error) ERR invalid filter name 'bad\\xff': filter name \"bad\\xff\" is not valid "
+            "UTF-8 (byte 0xff at offset 3)" +
+                utf8 +
+                "(integer) 0\n"
+                "(error) ERR invalid filter name '': filter name is empty\n" +
+                Ints({0}) +
+                "(error) ERR invalid filter name 'a\\x00b': filter name \"a\\x00\\x62\" has a NUL "
+                "byte at offset 1; names may hold any byte but NUL\n"
+                "(integer) 0\n"
+                "(error) ERR invalid filter name '\\xff': filter name \"\\xff\" is not valid "
+                "UTF-8 (byte 0xff at offset 0)" +
+                utf8 + "(error) ERR invalid filter name '" + std::string(64, 'n') +
+                "...': filter name is 513 bytes; at most 512 are allowed\n"
+                "(error) ERR invalid filter name '\\xff': filter name \"\\xff\" is not valid "
+                "UTF-8 (byte 0xff at offset 0)" +
+                utf8 +
                 "none\n"
                 "(integer) 0\n"
                 "(integer) 0\n"
                 "(integer) 0\n");
+  // Key-shaped names are names.
+  EXPECT_EQ(Script("CF.ADD \"bad name\" x\n"
+                   "CF.ADD a/b x\n"
+                   "CF.ADD users:seen x\n"
+                   "CF.EXISTS users:seen x\n"
+                   "KEYS users:*\n"
+                   "EXISTS \"bad name\" a/b users:seen\n"),
+            "(integer) 1\n(integer) 1\n(integer) 1\n(integer) 1\n1) \"users:seen\"\n"
+            "(integer) 3\n");
 }
 
 TEST_P(RedisCliTest, ConnectionCommandsAnswerAsRedis) {

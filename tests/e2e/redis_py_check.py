@@ -99,7 +99,7 @@ def basic_checks(args):
         info = cf.info("py.f")
         assert info.insertedNum == 2 and info.deletedNum == 1, vars(info)
         expect_error(redis.ResponseError, "not found", cf.info, "py.missing")
-        expect_error(redis.ResponseError, "invalid filter name", cf.add, "bad name", "x")
+        expect_error(redis.ResponseError, "invalid filter name", cf.add, b"bad\xff", "x")
 
     @check
     def insert_options():
@@ -163,7 +163,7 @@ def basic_checks(args):
         assert pipe.execute() == expected
         # Errors stay in place (raise_on_error=False).
         pcf.add("py.pipe", "e1")
-        pcf.add("bad name", "e2")
+        pcf.add(b"bad\xff", "e2")  # Not UTF-8: no filter's name.
         pcf.info("py.missing")
         pcf.exists("py.pipe", "e1")
         out = pipe.execute(raise_on_error=False)
@@ -651,6 +651,50 @@ def multi_checks(args):
         expect_error(redis.ResponseError, "No such client", r.client_kill, clients[other_id]["addr"])
 
 
+# ---- filter names are Redis keys (issue 33) ----------------------------------------------------
+
+
+def redis_names_checks(args):
+    r = client(args)
+    cf = r.cf()
+    names = ["users:seen", "a/b", "../../etc/passwd", "my filter", "n" * 512, "caf\u00e9:\u20ac"]
+
+    @check
+    def redis_names_key_shaped_names_are_filters():
+        for n in names:
+            assert cf.create(n, 1000) is True, n
+            assert cf.add(n, "k") == 1, n
+            assert cf.exists(n, "k") == 1, n
+            assert cf.mexists(n, "k", "nope") == [1, 0], n
+            assert r.type(n) == b"MBbloomCF", n
+        assert r.exists(*names) == len(names)
+        assert r.keys("users:*") == [b"users:seen"]
+        assert sorted(r.keys("a/*")) == [b"a/b"]
+        assert r.keys("my?filter") == [b"my filter"]
+        assert set(r.scan_iter(match="../*")) == {b"../../etc/passwd"}
+        assert r.keys("caf\u00e9:*") == ["caf\u00e9:\u20ac".encode()]
+
+    @check
+    def redis_names_bad_keys_are_refused_saying_why():
+        expect_error(redis.ResponseError, "filter name is 513 bytes; at most 512 are allowed",
+                     cf.add, "n" * 513, "k")
+        expect_error(redis.ResponseError, "is not valid UTF-8 (byte 0xff at offset 3)",
+                     cf.add, b"bad\xff", "k")
+        expect_error(redis.ResponseError, "has a NUL byte at offset 1", cf.add, b"a\x00b", "k")
+        # The existence reads answer such keys as RedisBloom answers a missing key.
+        assert cf.exists(b"bad\xff", "k") == 0
+        assert cf.mexists(b"bad\xff", "k", "l") == [0, 0]
+        assert cf.count(b"bad\xff", "k") == 0
+        assert r.exists(b"bad\xff") == 0
+        assert r.type(b"bad\xff") == b"none"
+
+    @check
+    def redis_names_drop_path_like_names():
+        assert r.delete("a/b", "../../etc/passwd") == 2
+        assert r.exists("a/b", "../../etc/passwd") == 0
+        assert r.exists("users:seen") == 1
+
+
 # ---- with --auth-tokens -----------------------------------------------------------------------
 
 
@@ -726,6 +770,7 @@ def main():
         bloom_fidelity_checks(args)
     else:
         basic_checks(args)
+        redis_names_checks(args)
     failed = 0
     for fn in CHECKS:
         try:

@@ -39,7 +39,7 @@ TEST(RedisPyTest, CuckooFilterCommandsPipelinedAndNotAndTheBackupLoop) {
     EXPECT_THAT(r.out, HasSubstr(std::string(check) + "\n")) << r.out << r.err;
   }
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_THAT(r.out, HasSubstr("8 checks passed"));
+  EXPECT_THAT(r.out, HasSubstr("11 checks passed"));
   EXPECT_THAT(r.out, Not(HasSubstr("Traceback (most recent call last)\n  File \"" + kCheckScript +
                                    "\", line")))
       << "a check raised outside of its assertions: " << r.out;

@@ -27,17 +27,34 @@ namespace {
 }
 
 // The reference: the textbook dynamic programme over (pattern prefix,
-// name prefix), O(|p| * |n|), another algorithm than the greedy scan.
-bool Reference(std::string_view p, std::string_view n) {
+// name prefix), O(|p| * |n|), another algorithm than the greedy scan. The
+// pattern is first read into units: `*`, `?`, or one literal byte (`\x` is
+// a literal x; a lone `\` at the end, which the access file refuses, a
+// literal backslash).
+bool Reference(std::string_view pattern, std::string_view n) {
+  struct Unit {
+    char kind;  // '*', '?' or 'l' (literal).
+    char c;
+  };
+  std::vector<Unit> p;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '\\' && i + 1 < pattern.size()) {
+      p.push_back({'l', pattern[++i]});
+    } else if (pattern[i] == '*' || pattern[i] == '?') {
+      p.push_back({pattern[i], 0});
+    } else {
+      p.push_back({'l', pattern[i]});
+    }
+  }
   std::vector<std::vector<bool>> m(p.size() + 1, std::vector<bool>(n.size() + 1, false));
   m[0][0] = true;
   for (size_t i = 1; i <= p.size(); ++i) {
-    m[i][0] = m[i - 1][0] && p[i - 1] == '*';
+    m[i][0] = m[i - 1][0] && p[i - 1].kind == '*';
     for (size_t j = 1; j <= n.size(); ++j) {
-      if (p[i - 1] == '*') {
+      if (p[i - 1].kind == '*') {
         m[i][j] = m[i - 1][j] || m[i][j - 1];
       } else {
-        m[i][j] = m[i - 1][j - 1] && (p[i - 1] == '?' || p[i - 1] == n[j - 1]);
+        m[i][j] = m[i - 1][j - 1] && (p[i - 1].kind == '?' || p[i - 1].c == n[j - 1]);
       }
     }
   }

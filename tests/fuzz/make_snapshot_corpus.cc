@@ -37,7 +37,7 @@ namespace {
 using cuckoo::CuckooFilter;
 using cuckoo::FilterOptions;
 using cuckoo::testing::kSnapshotV3;
-using cuckoo::testing::kSnapshotV4;
+using cuckoo::testing::kSnapshotV5;
 
 struct Seed {
   const char* name;
@@ -98,12 +98,13 @@ std::vector<uint8_t> WriteSeed(const Seed& s, const std::string& dir) {
   return ReadBytes(w->path);
 }
 
-// Writes `v3` (a fixed filter's) as the version-1 or version-2 file an
-// older build would have written.
+// Writes `v3` (a fixed filter's, in the version this build writes) as the
+// version-1, -2 or -4 file an older build would have written.
 bool WriteOldVersion(const std::string& dir, const std::string& name,
                      const std::vector<uint8_t>& v3, uint32_t version) {
-  const std::vector<uint8_t> old = version == 1 ? cuckoo::testing::SnapshotToVersion1(v3)
-                                                : cuckoo::testing::SnapshotToVersion2(v3);
+  const std::vector<uint8_t> old = version == 1   ? cuckoo::testing::SnapshotToVersion1(v3)
+                                   : version == 2 ? cuckoo::testing::SnapshotToVersion2(v3)
+                                                  : cuckoo::testing::SnapshotToVersion4(v3);
   const std::string path = absl::StrCat(dir, "/v", version, "-", name, ".bin");
   absl::StatusOr<cuckoo::LoadedSnapshot> r = cuckoo::ParseSnapshot(old, path, name);
   absl::StatusOr<cuckoo::LoadedSnapshot> r3 = cuckoo::ParseSnapshot(v3, path, name);
@@ -198,7 +199,7 @@ int main(int argc, char** argv) {
     if (valid.back().empty()) return 1;
     // The header's table_kind is the one asked for.
     const uint32_t kind = cuckoo::testing::SnapshotGet32(
-        valid.back().data() + kSnapshotV3.at(cuckoo::testing::kSnapshotTableKind));
+        valid.back().data() + kSnapshotV5.at(cuckoo::testing::kSnapshotTableKind));
     const bool semi = std::string_view(s.name).starts_with("semi-") ||
                       std::string_view(s.name).starts_with("grow-semi-");
     if (kind != (semi ? 1u : 0u)) {
@@ -213,6 +214,7 @@ int main(int argc, char** argv) {
   for (const size_t i : {size_t{1}, size_t{2}, size_t{6}, size_t{8}}) {
     ok = WriteOldVersion(dir, seeds[i].name, valid[i], 1) && ok;
     ok = WriteOldVersion(dir, seeds[i].name, valid[i], 2) && ok;
+    ok = WriteOldVersion(dir, seeds[i].name, valid[i], 4) && ok;
   }
 
   // Invalid files, each failing a different check.
@@ -227,7 +229,7 @@ int main(int argc, char** argv) {
   b[base.size() / 2] ^= 0x10;  // Inside a table: that shard's checksum.
   ok = WriteInvalid(dir, "table-bit-flip", b) && ok;
   b = base;
-  b[kSnapshotV3.name + 1] ^= 0x01;  // Inside the name: the header checksum.
+  b[kSnapshotV5.name + 1] ^= 0x01;  // Inside the name: the header checksum.
   ok = WriteInvalid(dir, "header-bit-flip", b, "header checksum mismatch") && ok;
   b = base;
   b.insert(b.end(), {0, 1, 2, 3});
@@ -236,9 +238,9 @@ int main(int argc, char** argv) {
   b[b.size() - 32] ^= 0xff;  // Footer magic.
   ok = WriteInvalid(dir, "footer-magic", b) && ok;
   b = base;
-  b[8] = 3;  // Format version, the checksum still version 4's.
+  b[8] = 3;  // Format version, the checksum still version 5's.
   ok = WriteInvalid(dir, "version-field-3", b,
-                    "format version field is corrupt (3; the rest is a valid version-4 header)") &&
+                    "format version field is corrupt (3; the rest is a valid version-5 header)") &&
        ok;
   b = cuckoo::testing::SnapshotToVersion2(base);
   b[8] = 3;
@@ -251,18 +253,18 @@ int main(int argc, char** argv) {
                     "format version field is corrupt (2; the rest is a valid version-1 header)") &&
        ok;
   b = base;
-  b[8] = 5;  // A newer version, naming the build that wrote it.
-  cuckoo::testing::ResealSnapshot(b, kSnapshotV4);
-  ok = WriteInvalid(dir, "version-5", b, "format version 5 (this build reads versions 1 to 4)") &&
+  b[8] = 6;  // A newer version, naming the build that wrote it.
+  cuckoo::testing::ResealSnapshot(b, kSnapshotV5);
+  ok = WriteInvalid(dir, "version-6", b, "format version 6 (this build reads versions 1 to 5)") &&
        ok;
   b = base;
-  b[kSnapshotV4.reserved + 2] = 1;
+  b[kSnapshotV5.reserved + 2] = 1;
   cuckoo::testing::ResealSnapshot(b);
-  ok = WriteInvalid(dir, "reserved-byte", b, "reserved header byte 466 is not zero") && ok;
+  ok = WriteInvalid(dir, "reserved-byte", b, "reserved header byte 858 is not zero") && ok;
   b = base;
-  b[kSnapshotV4.log] = '\n';
+  b[kSnapshotV5.log] = '\n';
   cuckoo::testing::ResealSnapshot(b);
-  ok = WriteInvalid(dir, "log-identity", b, "the log identity (bytes 416..463) is not printable") &&
+  ok = WriteInvalid(dir, "log-identity", b, "the log identity (bytes 296..343) is not printable") &&
        ok;
   b = base;
   b[cuckoo::kSnapshotWriterOffset + 3] = '\t';
@@ -272,26 +274,26 @@ int main(int argc, char** argv) {
   // recomputed so the reader gets as far as the bucket check.
   const std::vector<uint8_t>& semi = valid[8];  // semi-f12-b4-s2
   b = semi;
-  b[kSnapshotV3.header + kSnapshotV3.table()] = 0xFF;
-  b[kSnapshotV3.header + kSnapshotV3.table() + 1] |= 0x0F;
+  b[kSnapshotV5.header + kSnapshotV5.table()] = 0xFF;
+  b[kSnapshotV5.header + kSnapshotV5.table() + 1] |= 0x0F;
   cuckoo::testing::ResealSnapshot(b);
   ok = WriteInvalid(dir, "semi-bad-code", b, "bucket 0 is not a valid semi_sorted") && ok;
   b = semi;
-  b[kSnapshotV3.at(cuckoo::testing::kSnapshotTableKind)] = 2;  // Unknown table kind.
+  b[kSnapshotV5.at(cuckoo::testing::kSnapshotTableKind)] = 2;  // Unknown table kind.
   cuckoo::testing::ResealSnapshot(b);
   ok = WriteInvalid(dir, "table-kind-2", b, "table kind 2 is unknown") && ok;
   // Growing: a section with 0 generations; generation 1 with a code of
   // 4095; another build's growth schedule.
   const std::vector<uint8_t>& grown = valid[std::size(seeds) - 1];  // grow-semi-s1
   b = grown;
-  b[kSnapshotV3.header + cuckoo::testing::kSnapshotV3Generations] = 0;
+  b[kSnapshotV5.header + cuckoo::testing::kSnapshotV3Generations] = 0;
   cuckoo::testing::ResealSnapshot(b);
   ok = WriteInvalid(dir, "grow-0-generations", b, "gives 0 generations") && ok;
   b = grown;
   {
     const size_t block1 =
-        kSnapshotV3.table() + kSnapshotV3.header +
-        cuckoo::testing::SnapshotGet64(b.data() + kSnapshotV3.header + kSnapshotV3.section_header +
+        kSnapshotV5.table() + kSnapshotV5.header +
+        cuckoo::testing::SnapshotGet64(b.data() + kSnapshotV5.header + kSnapshotV5.section_header +
                                        cuckoo::testing::kSnapshotGenTableBytes);
     b[block1 + kSnapshotV3.generation_header] = 0xFF;
     b[block1 + kSnapshotV3.generation_header + 1] |= 0x0F;
@@ -299,7 +301,7 @@ int main(int argc, char** argv) {
   cuckoo::testing::ResealSnapshot(b);
   ok = WriteInvalid(dir, "grow-semi-bad-code", b, "generation 1: bucket 0 is not a valid") && ok;
   b = grown;
-  b[kSnapshotV3.growth + cuckoo::testing::kSnapshotScheduleChecksum] ^= 1;
+  b[kSnapshotV5.growth_at(cuckoo::testing::kSnapshotScheduleChecksum)] ^= 1;
   cuckoo::testing::ResealSnapshot(b);
   ok = WriteInvalid(dir, "grow-other-schedule", b, "its growth schedule") && ok;
   if (!ok) return 1;

@@ -55,11 +55,12 @@ void Exercise(const cuckoo::LoadedSnapshot& loaded, absl::Span<const uint8_t> da
   Check(loaded.header.file_bytes == data.size());
   Check(filter.items() == loaded.items);
   Check(filter.Stats().items == loaded.items);
-  Check(loaded.format_version >= 1 && loaded.format_version <= 4);
+  Check(loaded.format_version >= 1 && loaded.format_version <= 5);
   const SnapshotLayout& layout = loaded.format_version == 1   ? cuckoo::testing::kSnapshotV1
                                  : loaded.format_version == 2 ? cuckoo::testing::kSnapshotV2
                                  : loaded.format_version == 3 ? cuckoo::testing::kSnapshotV3
-                                                              : cuckoo::testing::kSnapshotV4;
+                                 : loaded.format_version == 4 ? cuckoo::testing::kSnapshotV4
+                                                              : cuckoo::testing::kSnapshotV5;
   // The admit saw what the filter takes.
   Check(filter.memory_bytes() == loaded.header.memory_bytes);
   Check(SnapshotGet32(data.data() + 8) == layout.version);

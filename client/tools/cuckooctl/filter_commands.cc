@@ -124,13 +124,13 @@ int RunList(const GlobalOptions& g, const CommandLine& cl) {
   for (const v1::FilterInfo& f : *filters) {
     // REACHABLE: the keys the filter can hold once grown as far as it may
     // (max_capacity when set); a fixed filter's capacity.
-    rows.push_back({f.name(), absl::StrFormat("%u", f.items()), absl::StrFormat("%u", f.capacity()),
-                    absl::StrFormat("%u", f.reachable_capacity()),
-                    absl::StrFormat("%.2f%%", 100 * f.load_factor()),
-                    FormatByteSize(f.memory_bytes()), absl::StrFormat("%u", f.fingerprint_bits()),
-                    absl::StrFormat("%u", f.bucket_size()),
-                    f.semi_sort() ? "semi_sorted" : "packed", absl::StrFormat("%u", f.shards()),
-                    absl::StrFormat("%.3g", f.expected_false_positive_rate())});
+    rows.push_back(
+        {TerminalName(f.name()), absl::StrFormat("%u", f.items()),
+         absl::StrFormat("%u", f.capacity()), absl::StrFormat("%u", f.reachable_capacity()),
+         absl::StrFormat("%.2f%%", 100 * f.load_factor()), FormatByteSize(f.memory_bytes()),
+         absl::StrFormat("%u", f.fingerprint_bits()), absl::StrFormat("%u", f.bucket_size()),
+         f.semi_sort() ? "semi_sorted" : "packed", absl::StrFormat("%u", f.shards()),
+         absl::StrFormat("%.3g", f.expected_false_positive_rate())});
   }
   std::vector<size_t> width(rows[0].size(), 0);
   for (const auto& row : rows) {

@@ -225,8 +225,28 @@ std::string BitsPerItemText(const v1::FilterInfo& f) {
 
 }  // namespace
 
+std::string TerminalName(std::string_view name) {
+  std::string out;
+  out.reserve(name.size());
+  for (size_t i = 0; i < name.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(name[i]);
+    if (c < 0x20 || c == 0x7F) {
+      absl::StrAppendFormat(&out, "\\x%02x", c);
+    } else if (c == 0xC2 && i + 1 < name.size() &&
+               static_cast<unsigned char>(name[i + 1]) >= 0x80 &&
+               static_cast<unsigned char>(name[i + 1]) <= 0x9F) {
+      absl::StrAppendFormat(&out, "\\u%04x", static_cast<unsigned char>(name[++i]));
+    } else if (c == '\\') {
+      out += "\\\\";
+    } else {
+      out.push_back(static_cast<char>(c));
+    }
+  }
+  return out;
+}
+
 void AddFilterInfoText(TextFields& t, const v1::FilterInfo& f) {
-  t.Add("name", f.name())
+  t.Add("name", TerminalName(f.name()))
       .Add("capacity", absl::StrFormat("%u", f.capacity()))
       .Add("fingerprint_bits", absl::StrFormat("%u", f.fingerprint_bits()))
       .Add("bucket_size", absl::StrFormat("%u", f.bucket_size()))

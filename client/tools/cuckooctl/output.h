@@ -34,6 +34,12 @@ int Emit(const std::string& s);
 // The shortest text that reads back as `value` ("0.001", "1e-05").
 std::string Shortest(double value);
 
+// A filter name for a terminal: control characters (C0, DEL, and C1 as
+// UTF-8) as \xNN or \u00NN, and a backslash doubled; the rest (UTF-8
+// text) as it is. Names are any UTF-8 without NUL, so a name could
+// otherwise move the cursor or change colours.
+std::string TerminalName(std::string_view name);
+
 bool IsValidUtf8(std::string_view s);
 
 // A compact JSON object, built field by field.

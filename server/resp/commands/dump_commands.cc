@@ -630,11 +630,11 @@ void RedisCommands::LoadHeader(uint64_t owner, std::string_view key, uint64_t id
   load->busy = true;  // Until its file is created.
   load->touched = Clock::now();
   // Its own sequence number: a file of an earlier load of the same dump
-  // may still be being removed.
-  load->path =
-      (fs::path(options_.data_dir) / kRedisDumpDir /
-       absl::StrCat("load-", next_load_.fetch_add(1, std::memory_order_relaxed), "-", name))
-          .string();
+  // may still be being removed. Not the name: a name is any key ("../x")
+  // and never part of a path.
+  load->path = (fs::path(options_.data_dir) / kRedisDumpDir /
+                absl::StrCat("load-", next_load_.fetch_add(1, std::memory_order_relaxed)))
+                   .string();
   std::shared_ptr<Load> old;
   std::string error;
   {

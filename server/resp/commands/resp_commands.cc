@@ -130,6 +130,11 @@ bool RedisCommands::ReadFilter(Session* s, Writer& w, size_t command, std::strin
   Caller caller;
   if (!Authorize(s, w, command, Access::kRead, key, &caller)) return false;
   if (absl::Status v = FilterRegistry::ValidateName(A(key)); !v.ok()) {
+    // No filter has such a name: the existence reads answer "missing".
+    if (command == redis::kCfExists || command == redis::kCfMExists || command == redis::kCfCount) {
+      *filter = nullptr;
+      return true;
+    }
     w.Error(NameError(key, v));
     return false;
   }

@@ -183,7 +183,9 @@ class RedisCommands final : public resp::CommandHandler {
   bool GrowsForRepeats(std::string_view key) const;
   // The reads' prologue: the read grant on `key`, the name's check, then
   // the filter (null if there is none of that name); false with the error
-  // reply written.
+  // reply written. CF.EXISTS, CF.MEXISTS and CF.COUNT answer a key that
+  // cannot be a filter's name (not UTF-8, too long) as RedisBloom answers a
+  // missing key; CF.INFO refuses it, saying why.
   bool ReadFilter(resp::Session* s, resp::Writer& w, size_t command, std::string_view key,
                   std::shared_ptr<CuckooFilter>* filter);
   // How many of `commands`, from the first, a CF.EXISTS, CF.ADD, CF.ADDNX

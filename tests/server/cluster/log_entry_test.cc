@@ -101,6 +101,28 @@ std::string Reseal(std::string e) {
 // An intact entry this build cannot apply (a newer version or type) stops
 // the replica instead of being skipped: FAILED_PRECONDITION, not DATA_LOSS;
 // an intact entry that breaks the format's rules is DATA_LOSS.
+// Filter names are Redis keys of up to 512 bytes: every entry carries them
+// (u32 length, no format change); 513 bytes is no entry any build writes.
+TEST(LogEntryTest, NamesOfUpTo512BytesOfAnyKeyShapeRoundTrip) {
+  const std::string longest(512, 'k');
+  for (const std::string& name :
+       {longest, std::string("users:seen"), std::string("a/b c"), std::string("caf\xC3\xA9")}) {
+    absl::StatusOr<LogEntry> create = DecodeLogEntry(EncodeCreateEntry(name, Shape()));
+    ASSERT_TRUE(create.ok()) << create.status();
+    EXPECT_EQ(create->name, name);
+    const std::string encoded = EncodeInsertEntry(7, name, false, {1, 2});
+    absl::StatusOr<LogEntry> ins = DecodeLogEntry(encoded);
+    ASSERT_TRUE(ins.ok()) << ins.status();
+    EXPECT_EQ(ins->name, name);
+    absl::StatusOr<LogEntry> drop = DecodeLogEntry(EncodeDropEntry(7, name));
+    ASSERT_TRUE(drop.ok()) << drop.status();
+    EXPECT_EQ(drop->name, name);
+  }
+  absl::StatusOr<LogEntry> too_long = DecodeLogEntry(EncodeDropEntry(7, longest + "k"));
+  EXPECT_TRUE(absl::IsDataLoss(too_long.status())) << too_long.status();
+  EXPECT_THAT(std::string(too_long.status().message()), HasSubstr("a 513-byte name"));
+}
+
 TEST(LogEntryTest, NewerVersionIsFailedPreconditionAndBrokenRulesAreDataLoss) {
   std::string newer = EncodeDropEntry(5, "x");
   newer[4] = 2;

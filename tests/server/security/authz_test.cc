@@ -505,7 +505,12 @@ TEST(AccessTableTest, EachBadLineIsNamedWithTheProblem) {
       {"token a " + hash + " read:*", "sha256:<64 hex digits>"},
       {"token a sha256:" + hash + " read", "read:PATTERN"},
       {"token a sha256:" + hash + " owner:*", "read:PATTERN"},
-      {"token a sha256:" + hash + " read:bill/ing", "pattern"},
+      {"token a sha256:" + hash + " read:bill[i]ng",
+       "the pattern has '[' at offset 4: character classes are not supported"},
+      {"token a sha256:" + hash + " read:bill\\", "the pattern ends in a lone backslash"},
+      {"token a sha256:" + hash + " read:caf\xC3", "bytes that are not UTF-8"},
+      {"token a sha256:" + hash + " read:" + std::string(1025, 'p'),
+       "the pattern is 1025 bytes; at most 1024 are allowed"},
       {"cert a dn:x read:*", "cn:, san: or subject:"},
       {"cert a \"san:x read:*", "not closed"},
       {"token a sha256:" + hash + " read:*\ntoken a sha256:" + std::string(64, 'c') + " read:*",
@@ -539,10 +544,54 @@ TEST(AccessTableTest, PatternsMatchWholeNamesWithStarAndQuestionMark) {
   EXPECT_TRUE(MatchesPattern("exact", "exact"));
   EXPECT_FALSE(MatchesPattern("exact", "exact2"));
   // A '*' in the pattern is a wildcard even where the name holds a '*'
-  // (found by tests/fuzz/access_fuzz.cc; filter names never hold one).
+  // (found by tests/fuzz/access_fuzz.cc).
   EXPECT_TRUE(MatchesPattern("*b", "*ab"));
   // Worst case stays fast: many stars against a long name that fails.
-  EXPECT_FALSE(MatchesPattern("*a*a*a*a*a*a*a*b", std::string(128, 'a')));
+  EXPECT_FALSE(MatchesPattern("*a*a*a*a*a*a*a*b", std::string(512, 'a')));
+}
+
+// Filter names are Redis keys: grants match ':', '/', spaces and UTF-8 as
+// any other byte, and a backslash makes the next character literal, as
+// fnmatch and Redis's KEYS do.
+TEST(AccessTableTest, PatternsMatchRedisStyleKeysAndEscapes) {
+  using server::MatchesPattern;
+  EXPECT_TRUE(MatchesPattern("users:*", "users:seen"));
+  EXPECT_FALSE(MatchesPattern("users:*", "users/seen"));
+  EXPECT_TRUE(MatchesPattern("a/*", "a/b/c"));
+  EXPECT_TRUE(MatchesPattern("../*", "../../etc/passwd"));
+  EXPECT_TRUE(MatchesPattern("my filter", "my filter"));
+  EXPECT_TRUE(MatchesPattern("caf\xC3\xA9:*", "caf\xC3\xA9:x"));
+  EXPECT_TRUE(MatchesPattern("caf??", "caf\xC3\xA9")) << "'?' is one byte, as fnmatch's";
+  EXPECT_TRUE(MatchesPattern("star\\*", "star*"));
+  EXPECT_FALSE(MatchesPattern("star\\*", "starry"));
+  EXPECT_TRUE(MatchesPattern("what\\?", "what?"));
+  EXPECT_FALSE(MatchesPattern("what\\?", "whatx"));
+  EXPECT_TRUE(MatchesPattern("back\\\\slash", "back\\slash"));
+  EXPECT_TRUE(MatchesPattern("\\[x]", "[x]"));
+  EXPECT_TRUE(MatchesPattern("*\\**", "a*b"));
+  EXPECT_FALSE(MatchesPattern("*\\**", "ab"));
+  EXPECT_TRUE(MatchesPattern(std::string(512, 'k'), std::string(512, 'k')));
+}
+
+TEST(AccessTableTest, GrantsOnKeyShapedNamesParseQuotedOrNot) {
+  const std::string hash(64, 'a');
+  absl::StatusOr<server::AccessTable> t = server::AccessTable::Parse(
+      absl::StrCat("token a sha256:", hash,
+                   " read:users:* write:a/b \"admin:my filter*\" read:\"x y\\\\*\" "
+                   "write:star\\* admin:caf\xC3\xA9:*\n"),
+      "f");
+  ASSERT_TRUE(t.ok()) << t.status();
+  const server::AccessEntry& a = t->entries()[0];
+  EXPECT_TRUE(a.Allows(server::Access::kRead, "users:seen"));
+  EXPECT_FALSE(a.Allows(server::Access::kWrite, "users:seen"));
+  EXPECT_TRUE(a.Allows(server::Access::kWrite, "a/b"));
+  EXPECT_FALSE(a.Allows(server::Access::kWrite, "a/bc"));
+  EXPECT_TRUE(a.Allows(server::Access::kAdmin, "my filter 2"));
+  EXPECT_TRUE(a.Allows(server::Access::kRead, "x y*"));
+  EXPECT_FALSE(a.Allows(server::Access::kRead, "x yz"));
+  EXPECT_TRUE(a.Allows(server::Access::kWrite, "star*"));
+  EXPECT_FALSE(a.Allows(server::Access::kWrite, "stars"));
+  EXPECT_TRUE(a.Allows(server::Access::kAdmin, "caf\xC3\xA9:x"));
 }
 
 }  // namespace

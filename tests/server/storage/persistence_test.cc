@@ -46,6 +46,16 @@ std::vector<std::string> FilesIn(const std::string& dir) {
   return files;
 }
 
+std::vector<uint8_t> ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void WriteBytes(const std::string& path, const std::vector<uint8_t>& b) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+
 class PersistenceTest : public ServerTest {
  protected:
   void SetUp() override {
@@ -80,7 +90,7 @@ class PersistenceTest : public ServerTest {
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? *r : std::vector<bool>{};
   }
-  std::string SnapshotFile(const std::string& name) { return dir_.path() + "/" + name + ".cuckoo"; }
+  std::string SnapshotFile(const std::string& name) { return SnapshotPath(dir_.path(), name); }
 
   std::unique_ptr<client::Client> client_;
 };
@@ -147,8 +157,12 @@ TEST_F(PersistenceTest, SnapshotOfUnknownOrBadlyNamedFilterFails) {
   auto missing = client_->Snapshot("nope", false, absl::Seconds(30));
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(missing.status().message(), HasSubstr("\"nope\" not found"));
-  auto bad = client_->Snapshot("../etc", false, absl::Seconds(30));
+  // A name, like any key: not found, and never a path.
+  auto path_like = client_->Snapshot("../etc", false, absl::Seconds(30));
+  EXPECT_EQ(path_like.status().code(), absl::StatusCode::kNotFound);
+  auto bad = client_->Snapshot(std::string(513, 'x'), false, absl::Seconds(30));
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("513 bytes; at most 512"));
   EXPECT_TRUE(FilesIn(dir_.path()) == (std::vector<std::string>{"IDENTITY", "LOCK", "wal"}));
 }
 
@@ -157,18 +171,147 @@ TEST_F(PersistenceTest, SnapshotThatCannotBeWrittenNamesTheFileAndKeepsTheOldOne
   Insert("f", Keys(0, 10));
   ASSERT_TRUE(client_->Snapshot("f", false, absl::Seconds(30)).ok());
   Insert("f", Keys(1, 10));
-  fs::create_directory(dir_.path() + "/.f.cuckoo.tmp");  // Blocks the temp file.
+  const std::string tmp = SnapshotTempPath(dir_.path(), "f");
+  fs::create_directory(tmp);  // Blocks the temp file.
   auto r = client_->Snapshot("f", false, absl::Seconds(30));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInternal);
-  EXPECT_THAT(r.status().message(), HasSubstr(dir_.path() + "/.f.cuckoo.tmp"));
+  EXPECT_THAT(r.status().message(), HasSubstr(tmp));
   EXPECT_EQ(client_->GetFilter("f")->unsnapshotted_changes(), 10u);
-  fs::remove(dir_.path() + "/.f.cuckoo.tmp");
+  fs::remove(tmp);
   // What is on disk is the first snapshot, intact.
   server_->Shutdown(absl::Seconds(5));
   StartServer(testing::TestConfig(dir_.path()));
   Connect();
   EXPECT_EQ(client_->GetFilter("f")->items(), 20u) << "the final snapshot had all 20";
+}
+
+// Names are Redis keys; files are named by the name's SHA-256 and hold the
+// name, so no name reaches outside the data directory.
+TEST_F(PersistenceTest, KeyShapedNamesAreFilesNamedByTheirHashAndSurviveRestarts) {
+  const std::vector<std::string> names = {
+      "users:seen", "a/b", "../../etc/passwd",    "my filter",
+      ".",          "..",  std::string(512, 'n'), "caf\xC3\xA9 \xE2\x82\xAC"};
+  server::ServerConfig config = testing::TestConfig(dir_.path());
+  config.max_filters = 16;
+  config.max_key_bytes = 1024;  // The names are the keys too.
+  Restart(config);
+  for (size_t i = 0; i < names.size(); ++i) {
+    CreateFilter(names[i], 1000);
+    Insert(names[i], {names[i], Key(0, i)});
+  }
+  ASSERT_TRUE(client_->Snapshot("", false, absl::Seconds(30)).ok());
+  std::vector<std::string> expected = {"IDENTITY", "LOCK", "REQUESTS", "wal"};
+  for (const std::string& n : names) {
+    EXPECT_TRUE(fs::is_regular_file(SnapshotFile(n))) << n;
+    expected.push_back(SnapshotFileName(n));
+    EXPECT_EQ(SnapshotFileName(n).size(), 2 + 64 + 7u);
+  }
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(FilesIn(dir_.path()), expected);
+  EXPECT_FALSE(fs::exists(fs::path(dir_.path()).parent_path().parent_path() / "etc/passwd.cuckoo"));
+  Restart(config);
+  EXPECT_EQ(server_->loaded().loaded, names.size());
+  EXPECT_EQ(server_->loaded().quarantined, 0u);
+  for (size_t i = 0; i < names.size(); ++i) {
+    EXPECT_THAT(Lookup(names[i], {names[i], Key(0, i), "absent"}), ElementsAre(true, true, false))
+        << names[i];
+  }
+  EXPECT_EQ(FilesIn(dir_.path()), expected);
+  // A drop removes the file.
+  ASSERT_TRUE(client_->DropFilter("a/b").ok());
+  EXPECT_FALSE(fs::exists(SnapshotFile("a/b")));
+}
+
+// A file named f-<hex> that holds another filter (copied or renamed by
+// hand) is not served under either name: quarantined, saying why.
+TEST_F(PersistenceTest, AFileWhoseNameIsNotItsFiltersHashIsQuarantined) {
+  CreateFilter("users", 1000);
+  Insert("users", {"u"});
+  server_->Shutdown(absl::Seconds(5));
+  server_.reset();
+  fs::rename(SnapshotFile("users"), SnapshotPath(dir_.path(), "other"));
+  StartServer(testing::TestConfig(dir_.path()));
+  Connect();
+  EXPECT_EQ(server_->loaded().quarantined, 1u);
+  EXPECT_EQ(FilesIn(dir_.path() + "/quarantine").size(), 1u);
+  EXPECT_EQ(client_->GetFilter("other").status().code(), absl::StatusCode::kNotFound);
+  // "users" comes back from the write-ahead log, which holds its history.
+  EXPECT_THAT(Lookup("users", {"u"}), ElementsAre(true));
+}
+
+// An older build's directory: files named <name>.cuckoo, in format version
+// 4. They load; each filter's next snapshot writes its file under this
+// build's name, then removes the old one.
+TEST_F(PersistenceTest, AnOlderBuildsNameDotCuckooFilesLoadAndMoveAtTheNextSnapshot) {
+  CreateFilter("users", 1000);
+  CreateFilter("urls", 1000);
+  Insert("users", {"u1", "u2"});
+  Insert("urls", {"x"});
+  server_->Shutdown(absl::Seconds(5));
+  server_.reset();
+  for (const std::string n : {"users", "urls"}) {
+    WriteBytes(dir_.path() + "/" + n + ".cuckoo",
+               testing::SnapshotToVersion4(ReadBytes(SnapshotFile(n))));
+    fs::remove(SnapshotFile(n));
+  }
+  StartServer(testing::TestConfig(dir_.path()));
+  Connect();
+  EXPECT_EQ(server_->loaded().loaded, 2u);
+  EXPECT_EQ(server_->loaded().quarantined, 0u);
+  EXPECT_THAT(Lookup("users", {"u1", "u2", "nope"}), ElementsAre(true, true, false));
+  EXPECT_THAT(FilesIn(dir_.path()),
+              ElementsAre("IDENTITY", "LOCK", "REQUESTS", "urls.cuckoo", "users.cuckoo", "wal"));
+  Insert("users", {"u3"});
+  ASSERT_TRUE(client_->Snapshot("users", false, absl::Seconds(30)).ok());
+  EXPECT_THAT(FilesIn(dir_.path()), ElementsAre("IDENTITY", "LOCK", "REQUESTS",
+                                                SnapshotFileName("users"), "urls.cuckoo", "wal"));
+  // A drop of a filter still in its older file removes that file.
+  ASSERT_TRUE(client_->DropFilter("urls").ok());
+  EXPECT_THAT(FilesIn(dir_.path()),
+              ElementsAre("IDENTITY", "LOCK", "REQUESTS", SnapshotFileName("users"), "wal"));
+  Restart();
+  EXPECT_EQ(server_->loaded().loaded, 1u);
+  EXPECT_THAT(Lookup("users", {"u1", "u2", "u3"}), ElementsAre(true, true, true));
+  EXPECT_EQ(client_->GetFilter("urls").status().code(), absl::StatusCode::kNotFound);
+}
+
+// A crash between a migrated filter's first snapshot under this build's
+// name and the removal of its older file leaves both: start-up keeps the
+// one that reaches the later log position and removes the other.
+TEST_F(PersistenceTest, BothFilesOfAMigratingFilterAfterACrashKeepTheLaterOne) {
+  CreateFilter("users", 1000);
+  Insert("users", {"u1"});
+  ASSERT_TRUE(client_->Snapshot("users", false, absl::Seconds(30)).ok());
+  const std::vector<uint8_t> earlier = ReadBytes(SnapshotFile("users"));
+  Insert("users", {"u2"});
+  server_->Shutdown(absl::Seconds(5));  // The final snapshot: u1 and u2.
+  server_.reset();
+  const std::vector<uint8_t> later = ReadBytes(SnapshotFile("users"));
+  const std::string legacy = dir_.path() + "/users.cuckoo";
+  // The usual case: the older file is the earlier one.
+  WriteBytes(legacy, testing::SnapshotToVersion4(earlier));
+  StartServer(testing::TestConfig(dir_.path()));
+  Connect();
+  EXPECT_EQ(server_->loaded().loaded, 1u);
+  EXPECT_THAT(Lookup("users", {"u1", "u2"}), ElementsAre(true, true));
+  EXPECT_FALSE(fs::exists(legacy));
+  EXPECT_EQ(ReadBytes(SnapshotFile("users")), later);
+  server_->Shutdown(absl::Seconds(5));
+  server_.reset();
+  // The other way round (the older file reaches further): it is kept, and
+  // moves at the next snapshot.
+  WriteBytes(legacy, testing::SnapshotToVersion4(ReadBytes(SnapshotFile("users"))));
+  WriteBytes(SnapshotFile("users"), earlier);
+  StartServer(testing::TestConfig(dir_.path()));
+  Connect();
+  EXPECT_EQ(server_->loaded().loaded, 1u);
+  EXPECT_THAT(Lookup("users", {"u1", "u2"}), ElementsAre(true, true));
+  EXPECT_TRUE(fs::exists(legacy));
+  EXPECT_FALSE(fs::exists(SnapshotFile("users")));
+  ASSERT_TRUE(client_->Snapshot("users", false, absl::Seconds(30)).ok());
+  EXPECT_FALSE(fs::exists(legacy));
+  EXPECT_TRUE(fs::exists(SnapshotFile("users")));
 }
 
 TEST_F(PersistenceTest, RestartLoadsEveryFilterWithIdenticalAnswers) {
@@ -291,7 +434,7 @@ TEST_F(PersistenceTest, ASnapshotOfAFilterTheLogDropsLaterIsQuarantinedNotDelete
   EXPECT_EQ(server_->loaded().served, 2u);
   std::vector<std::string> q = FilesIn(dir_.path() + "/quarantine");
   ASSERT_EQ(q.size(), 1u);
-  EXPECT_THAT(q[0], ::testing::StartsWith("users.cuckoo."));
+  EXPECT_THAT(q[0], ::testing::StartsWith(SnapshotFileName("users") + "."));
   EXPECT_THAT(Lookup("users", Keys(1, 10)), ::testing::Each(true));
   auto info = client_->GetFilter("users");
   ASSERT_TRUE(info.ok()) << info.status();
@@ -327,7 +470,7 @@ TEST_F(PersistenceTest, CorruptSnapshotIsQuarantinedAndItsFilterRecoveredFromThe
   EXPECT_FALSE(fs::exists(SnapshotFile("bad")));
   std::vector<std::string> q = FilesIn(dir_.path() + "/quarantine");
   ASSERT_EQ(q.size(), 1u);
-  EXPECT_THAT(q[0], ::testing::StartsWith("bad.cuckoo."));
+  EXPECT_THAT(q[0], ::testing::StartsWith(SnapshotFileName("bad") + "."));
 }
 
 // The write-ahead log's create record carries grow_on_repeats: a filter
@@ -473,10 +616,11 @@ TEST_F(PersistenceTest, ServerInfoShowsDataDirAndInterval) {
 
 TEST_F(PersistenceTest, FinalSnapshotFailureIsReported) {
   CreateFilter("f", 1000);
-  fs::create_directory(dir_.path() + "/.f.cuckoo.tmp");
+  fs::create_directory(SnapshotTempPath(dir_.path(), "f"));
   server_->Shutdown(absl::Seconds(5));
   EXPECT_FALSE(server_->final_snapshot_status().ok());
-  EXPECT_THAT(server_->final_snapshot_status().message(), HasSubstr(".f.cuckoo.tmp"));
+  EXPECT_THAT(server_->final_snapshot_status().message(),
+              HasSubstr(SnapshotTempPath(dir_.path(), "f")));
 }
 
 TEST_F(PersistenceTest, SnapshotsRunWhileClientsKeepInserting) {
@@ -509,16 +653,6 @@ TEST_F(PersistenceTest, SnapshotsRunWhileClientsKeepInserting) {
 }
 
 // --- Start-up: what a file that cannot be loaded does.
-
-std::vector<uint8_t> ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void WriteBytes(const std::string& path, const std::vector<uint8_t>& b) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-}
 
 // A rollback used to quarantine every snapshot a newer build had written
 // (unknown version, table kind or hash: DATA_LOSS), start without them, and
@@ -1119,7 +1253,7 @@ TEST_F(PersistenceTest, AReplicaLoadsItsStreamsSnapshotsAndRefusesAnotherLogs) {
   const std::string node = NodeIdentity(dir_.path());
   const std::shared_ptr<CuckooFilter> f = *server_->registry().Get("users");
   testing::TempDir replica;
-  const std::string file = replica.path() + "/users.cuckoo";
+  const std::string file = SnapshotPath(replica.path(), "users");
   std::ofstream(replica.path() + "/CHECKPOINT")
       << "cuckood cluster checkpoint v2\nidentity TEST@1\nresume_from 3\ndigest 2 "
          "0123456789abcdef\n";

@@ -132,6 +132,35 @@ TEST(WalTest, RecordsRoundTripInOrder) {
   EXPECT_EQ(scan->last_lsn, 5u);
 }
 
+// Filter names are Redis keys of up to 512 bytes; create records carry them
+// (a u32 length: no format change).
+TEST(WalTest, CreateRecordsCarryKeyShapedNamesOfUpTo512Bytes) {
+  TempDir dir;
+  const std::string wal_dir = dir.path() + "/wal";
+  const std::vector<std::string> names = {std::string(512, 'k'), "users:seen", "a/b c",
+                                          "caf\xC3\xA9"};
+  {
+    auto wal = OpenWal(wal_dir, PosixEnv());
+    ASSERT_NE(wal, nullptr);
+    uint64_t last = 0;
+    for (const std::string& n : names) {
+      EXPECT_GE(WalCreateFilterBytes(n), n.size());
+      last = wal->AppendCreateFilter(n, n.size() % 2 == 0 ? SomeShape() : GrowingShape());
+    }
+    ASSERT_TRUE(wal->WaitDurable(last).ok());
+  }
+  std::vector<WalRecord> records;
+  absl::StatusOr<WalScan> scan = Scan(PosixEnv(), wal_dir, &records);
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  EXPECT_TRUE(scan->cut.empty()) << scan->cut;
+  ASSERT_EQ(records.size(), names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    EXPECT_EQ(records[i].type, WalRecordType::kCreateFilter);
+    EXPECT_EQ(records[i].name, names[i]);
+    EXPECT_EQ(records[i].shape, names[i].size() % 2 == 0 ? SomeShape() : GrowingShape());
+  }
+}
+
 TEST(WalTest, ReopenedLogContinuesTheLsnsAndKeepsEveryRecord) {
   TempDir dir;
   const std::string wal_dir = dir.path() + "/wal";

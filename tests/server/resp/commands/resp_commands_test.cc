@@ -51,6 +51,8 @@ extern "C" size_t __sanitizer_get_current_allocated_bytes();
 namespace cuckoo::testing {
 namespace {
 
+using ::testing::HasSubstr;
+
 // One connection: sends commands as RESP arrays, reads replies as text:
 // "OK" (simple), "-ERR ..." (error), ":1" (integer), "$abc" (bulk), "nil",
 // "[a,b]" (array / set / map flattened), ",0.5" (double), "#t" (boolean).
@@ -247,7 +249,7 @@ TEST_F(RedisPortTest, CfCommandsAnswerAsRedisBloom) {
   EXPECT_EQ(c.Call({"CF.ADD", "f"}), "-ERR wrong number of arguments for 'cf.add' command");
   EXPECT_EQ(c.Call({"CF.ADD", "f", ""}).substr(0, 22), "-ERR item is empty; cu");
   EXPECT_EQ(c.Call({"CF.ADD", "f", std::string(65, 'k')}).substr(0, 21), "-ERR item is 65 bytes");
-  EXPECT_EQ(c.Call({"CF.ADD", "a/b", "x"}).substr(0, 32), "-ERR invalid filter name 'a/b': ");
+  EXPECT_EQ(c.Call({"CF.ADD", "a\xff", "x"}).substr(0, 34), "-ERR invalid filter name 'a\\xff': ");
   EXPECT_EQ(c.Call({"CF.RESERVE", "r", "abc"}), "-Bad capacity");
   EXPECT_EQ(c.Call({"CF.RESERVE", "r", "100", "BUCKETSIZE", "9"}).substr(0, 22),
             "-ERR Bad bucket size 9");
@@ -521,8 +523,8 @@ TEST_F(RedisPipelineTest, PipelinedWritesApplyInOrderAndTheCommandsAfterThemSeeT
     p.Add({"CF.INSERTNX", "b", "ITEMS", x, k, "y"}, "[:0,:0,:1]");
     p.Add({"CF.DEL", "b", "y"}, ":1");
     p.Add({"CF.ADDNX", "a", k}, ":1");
-    p.Add({"CF.ADD", "a/b", k}, "-ERR invalid filter name 'a/b': " +
-                                    std::string(FilterRegistry::ValidateName("a/b").message()));
+    p.Add({"CF.ADD", "a\xff", k}, "-ERR invalid filter name 'a\\xff': " +
+                                      std::string(FilterRegistry::ValidateName("a\xff").message()));
     p.Add({"CF.ADDNX", "a", k}, ":0");
   }
   const uint64_t syncs = Syncs();
@@ -651,9 +653,9 @@ TEST_F(RedisPortTest, RefusedWritesGetTheServicesErrorText) {
   // Deletes are not refused: a write that is not an insert keeps the
   // service's text (here none: it succeeds).
   EXPECT_EQ(c.Call({"CF.DEL", "capped", "k0"}), ":1");
-  EXPECT_EQ(c.Call({"CF.ADD", "a/b", "x"}),
-            "-ERR invalid filter name 'a/b': " +
-                std::string(FilterRegistry::ValidateName("a/b").message()));
+  EXPECT_EQ(c.Call({"CF.ADD", "a\xff", "x"}),
+            "-ERR invalid filter name 'a\\xff': " +
+                std::string(FilterRegistry::ValidateName("a\xff").message()));
   EXPECT_EQ(c.Call({"CF.DEL", "nofilter", "x"}), "-Not found");
 }
 
@@ -1057,13 +1059,57 @@ TEST_F(RedisPortTest, HostileInputGetsAnErrorAndTheServerGoesOn) {
   EXPECT_EQ(c.Call({"DBSIZE"}), ":0");
 }
 
-TEST_F(RedisPortTest, PipelinedLookupsOfABadNameGetOneErrorEach) {
+// A key that cannot be a filter's name (not UTF-8) is a missing key to
+// the existence reads, as RedisBloom answers for a key that does not exist.
+TEST_F(RedisPortTest, PipelinedLookupsOfAKeyThatCannotBeANameAnswerMissingEach) {
   RespClient c(port());
-  c.SendRaw(RespClient::Encode({"CF.EXISTS", "_bad", "a"}) +
-            RespClient::Encode({"CF.EXISTS", "_bad", "b"}) + RespClient::Encode({"PING"}));
-  EXPECT_EQ(c.Read().substr(0, 31), "-ERR invalid filter name '_bad'");
-  EXPECT_EQ(c.Read().substr(0, 31), "-ERR invalid filter name '_bad'");
+  c.SendRaw(RespClient::Encode({"CF.EXISTS", "bad\xff", "a"}) +
+            RespClient::Encode({"CF.EXISTS", "bad\xff", "b"}) + RespClient::Encode({"PING"}));
+  EXPECT_EQ(c.Read(), ":0");
+  EXPECT_EQ(c.Read(), ":0");
   EXPECT_EQ(c.Read(), "PONG");
+}
+
+// Filter names are Redis keys: ':' '/' spaces, dots, any UTF-8, up to 512
+// bytes. None of them becomes a path.
+TEST_F(RedisPortTest, RedisStyleKeysAreFilterNames) {
+  RespClient c(port());
+  const std::string longest(512, 'k');
+  const std::vector<std::string> names = {"users:seen", "my filter", "a/b",   "../../etc/passwd",
+                                          ".",          "star*name", longest, "caf\xC3\xA9"};
+  for (const std::string& n : names) {
+    EXPECT_EQ(c.Call({"CF.ADD", n, "k"}), ":1") << n;
+    EXPECT_EQ(c.Call({"CF.EXISTS", n, "k"}), ":1") << n;
+    EXPECT_EQ(c.Call({"TYPE", n}), "MBbloomCF") << n;
+  }
+  EXPECT_EQ(c.Call({"DBSIZE"}), absl::StrCat(":", names.size()));
+  EXPECT_EQ(c.Call({"EXISTS", "users:seen", "my filter", "a/b", "nope"}), ":3");
+  EXPECT_EQ(c.Call({"KEYS", "users:*"}), "[$users:seen]");
+  EXPECT_EQ(c.Call({"KEYS", "a/*"}), "[$a/b]");
+  EXPECT_EQ(c.Call({"KEYS", "my?filter"}), "[$my filter]");
+  // As Redis's glob: a backslash makes '*' literal.
+  EXPECT_EQ(c.Call({"KEYS", "star\\*name"}), "[$star*name]");
+  EXPECT_EQ(c.Call({"KEYS", "*\\**"}), "[$star*name]");
+  EXPECT_EQ(c.Call({"SCAN", "0", "MATCH", "../*", "COUNT", "100"}), "[$0,[$../../etc/passwd]]");
+  // 513 bytes, a NUL, bytes that are not UTF-8: refused, saying why.
+  EXPECT_EQ(c.Call({"CF.ADD", longest + "k", "x"}),
+            "-ERR invalid filter name '" + std::string(64, 'k') +
+                "...': filter name is 513 bytes; at most 512 are allowed");
+  EXPECT_THAT(c.Call({"CF.ADD", std::string("a\0b", 3), "x"}),
+              HasSubstr("has a NUL byte at offset 1"));
+  EXPECT_THAT(c.Call({"CF.RESERVE", "users:\xff", "100"}),
+              HasSubstr("is not valid UTF-8 (byte 0xff at offset 6)"));
+  EXPECT_THAT(c.Call({"CF.INFO", "users:\xff"}),
+              HasSubstr("is not valid UTF-8 (byte 0xff at offset 6)"));
+  // The existence reads answer such a key as a missing one.
+  EXPECT_EQ(c.Call({"CF.EXISTS", "users:\xff", "k"}), ":0");
+  EXPECT_EQ(c.Call({"CF.MEXISTS", "users:\xff", "k", "l"}), "[:0,:0]");
+  EXPECT_EQ(c.Call({"CF.COUNT", "users:\xff", "k"}), ":0");
+  EXPECT_EQ(c.Call({"EXISTS", "users:\xff"}), ":0");
+  EXPECT_EQ(c.Call({"TYPE", "users:\xff"}), "none");
+  EXPECT_EQ(c.Call({"DBSIZE"}), absl::StrCat(":", names.size()));
+  EXPECT_EQ(c.Call({"DEL", "a/b", "../../etc/passwd"}), ":2");
+  EXPECT_EQ(c.Call({"EXISTS", "a/b"}), ":0");
 }
 
 // Bytes the process's heap holds allocated now (not RSS: ASan keeps freed
@@ -1101,7 +1147,7 @@ TEST_F(RedisPortTest, CommandsAreCountedInTheMetrics) {
   RespClient c(port());
   EXPECT_EQ(c.Call({"CF.ADD", "m", "k"}), ":1");
   EXPECT_EQ(c.Call({"CF.EXISTS", "m", "k"}), ":1");
-  EXPECT_EQ(c.Call({"CF.EXISTS", "m/x", "k"}).substr(0, 4), "-ERR");
+  EXPECT_EQ(c.Call({"CF.EXISTS", "m", ""}).substr(0, 4), "-ERR");  // An empty item.
   EXPECT_EQ(c.Call({"NOPE"}).substr(0, 4), "-ERR");
   const std::string metrics = server_->metrics().Render();
   EXPECT_NE(metrics.find(R"(cuckood_redis_commands_total{command="cf.add",outcome="ok"} 1)"),
@@ -1266,10 +1312,10 @@ TEST_F(RedisTransferTest, AStalledLoadChunkWriteDoesNotStopOtherConnections) {
   StartServer(TransferConfig());
   RespClient setup(port());
   ASSERT_EQ(setup.Call({"CF.RESERVE", "small", "1000"}), "OK");
-  // The first load of this server writes .redis-dump/load-1-<name>.
+  // The first load of this server writes .redis-dump/load-1.
   const std::string dir = dir_.path() + "/" + server::kRedisDumpDir;
   std::filesystem::create_directories(dir);
-  const std::string fifo = dir + "/load-1-stalled";
+  const std::string fifo = dir + "/load-1";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
   // Open for reading, so that the server's open does not wait; not read.
   const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
