@@ -496,11 +496,12 @@ TEST(ShapeFormatTest, WalCreateRecordsCarryGrowOnRepeats) {
   EXPECT_EQ(Get32(b.data() + 40 + 60), kGrowthFlagGrowOnRepeats);
 }
 
-// The snapshot writer reads and writes its shape through the field table
-// now: its header holds the same bytes as before, but for the writer's name,
-// the time and the format version (4: bytes 416..463, reserved in version 3,
-// hold the log identity, none here), and the checksums over them.
-TEST(ShapeFormatTest, SnapshotHeadersAreWrittenAsBefore) {
+// A snapshot written now is in format version 5 (docs/SNAPSHOT_FORMAT.md):
+// its 1024-byte header holds the shape as EncodeShape writes it (the one
+// encoding of core/shape_format.h) and the name; its sections are the
+// golden version-3 file's byte for byte, so the tables were written as
+// before, and its footer counts the same items.
+TEST(ShapeFormatTest, SnapshotsAreWrittenInVersion5WithTheGoldenSections) {
   const std::vector<uint8_t> golden = Bytes(kSnapshotV3Grows);
   absl::StatusOr<LoadedSnapshot> loaded = ParseSnapshot(golden, "golden");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
@@ -509,15 +510,25 @@ TEST(ShapeFormatTest, SnapshotHeadersAreWrittenAsBefore) {
   ASSERT_TRUE(w.ok()) << w.status();
   std::ifstream f(w->path, std::ios::binary);
   const std::vector<uint8_t> now((std::istreambuf_iterator<char>(f)), {});
-  ASSERT_EQ(now.size(), golden.size());
+  constexpr size_t kV3Header = 480, kV5Header = 1024, kFooter = 32;
+  ASSERT_EQ(now.size(), golden.size() - kV3Header + kV5Header);
   auto range = [](const std::vector<uint8_t>& b, size_t from, size_t to) {
     return std::vector<uint8_t>(b.begin() + from, b.begin() + to);
   };
-  EXPECT_EQ(range(now, 0, 8), range(golden, 0, 8));          // Magic.
-  EXPECT_EQ(now[8], 4);                                      // Version.
-  EXPECT_EQ(range(now, 9, 16), range(golden, 9, 16));        // Size.
-  EXPECT_EQ(range(now, 48, 112), range(golden, 48, 112));    // The settings before the time.
-  EXPECT_EQ(range(now, 120, 472), range(golden, 120, 472));  // Name, id, growth, reserved.
+  EXPECT_EQ(range(now, 0, 8), range(golden, 0, 8));  // Magic.
+  EXPECT_EQ(now[8], 5);                              // Version.
+  // The shape at 48, as EncodeShape encodes it.
+  std::vector<uint8_t> shape(EncodedShapeBytes(kGrows));
+  EncodeShape(kGrows, shape.data());
+  EXPECT_EQ(range(now, 48, 48 + shape.size()), shape);
+  // The name's length at 128, the name at 344.
+  EXPECT_EQ(Get32(now.data() + 128), 5u);
+  EXPECT_EQ(range(now, 344, 349), (std::vector<uint8_t>{'g', 'r', 'o', 'w', 's'}));
+  // The sections, byte for byte; the footer's item count.
+  EXPECT_EQ(range(now, kV5Header, now.size() - kFooter),
+            range(golden, kV3Header, golden.size() - kFooter));
+  EXPECT_EQ(Get64(now.data() + now.size() - kFooter + 16),
+            Get64(golden.data() + golden.size() - kFooter + 16));
 }
 
 struct GoldenSnapshot {
