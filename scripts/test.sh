@@ -3,8 +3,9 @@
 #   1. clang-format check of every C++ file;
 #   2. release build (-O3, no debug info) of the binaries, the benchmarks, the
 #      kill -9 loops of the cluster, the write-ahead log and the Redis port
-#      (CTest label "chaos"), the growing filters' 10^7-key test and the
-#      Redis port's memory attacks (label "slow"), all too slow under the
+#      (CTest label "chaos"), the growing filters' 10^7-key test, the
+#      Redis port's memory attacks and its TLS tests, which measure what TLS
+#      connections cost (label "slow"), all too slow under the
 #      sanitizers (whose builds leave them and the benchmarks out); then the
 #      benchmarks in --small mode as a smoke run;
 #   3. AddressSanitizer + UBSan build (clang, with precompiled headers and
@@ -96,8 +97,9 @@ git ls-files '*.cc' '*.h' | xargs clang-format --dry-run --Werror
 phase "release build: binaries, benchmarks, kill -9 loops"
 bash scripts/build.sh release cuckood cuckooctl cuckoo-bench filter_bench growth_bench \
   snapshot_bench replay_bench resp_load \
-  cluster_chaos_test redis_crash_test wal_crash_test growth_scale_test redis_memory_test
-phase "release: the 10^7-key growth and the Redis port's memory attacks (label slow)"
+  cluster_chaos_test redis_crash_test wal_crash_test growth_scale_test redis_memory_test \
+  redis_tls_test
+phase "release: the 10^7-key growth, the Redis port's memory attacks and TLS (label slow)"
 # Alone: they time a normal client's answers while the attacks run.
 ctest --test-dir build/release --output-on-failure -j "$jobs" -L slow
 phase "benchmark smoke run (--small)"

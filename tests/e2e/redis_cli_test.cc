@@ -429,10 +429,8 @@ TEST_P(RedisCliTest, KeysThatCannotBeFilterNamesAreRefusedNamingTheRule) {
                    "DBSIZE\n"),
             "(error) ERR invalid filter name 'bad\\xff': filter name \"bad\\xff\" is not valid "
             "UTF-8 (byte 0xff at offset 3)" +
-                utf8 +
-                "(integer) 0\n"
-                "(error) ERR invalid filter name '': filter name is empty\n" +
-                Ints({0}) +
+                utf8 + B(0) + "(error) ERR invalid filter name '': filter name is empty\n" +
+                Bools({0}) +
                 "(error) ERR invalid filter name 'a\\x00b': filter name \"a\\x00\\x62\" has a NUL "
                 "byte at offset 1; names may hold any byte but NUL\n"
                 "(integer) 0\n"
@@ -454,8 +452,7 @@ TEST_P(RedisCliTest, KeysThatCannotBeFilterNamesAreRefusedNamingTheRule) {
                    "CF.EXISTS users:seen x\n"
                    "KEYS users:*\n"
                    "EXISTS \"bad name\" a/b users:seen\n"),
-            "(integer) 1\n(integer) 1\n(integer) 1\n(integer) 1\n1) \"users:seen\"\n"
-            "(integer) 3\n");
+            B(1) + B(1) + B(1) + B(1) + "1) \"users:seen\"\n(integer) 3\n");
 }
 
 TEST_P(RedisCliTest, ConnectionCommandsAnswerAsRedis) {
