@@ -28,7 +28,7 @@ constexpr const char* kChecks[] = {
     // Issue 33: transactions, repeated items, RedisBloom's errors and
     // replies, the commands clients detect RedisBloom with.
     "multi_exec", "multi_aborts_whole", "repeated_item_grows", "redisbloom_errors",
-    "scandump_redisbloom_replies", "module_list", "unlink_memory_usage"};
+    "scandump_redisbloom_replies", "module_list", "unlink_memory_usage", "names_are_redis_keys"};
 constexpr const char* kClients[] = {"redis 6, RESP2", "redis 6, RESP3", "redis 4, RESP2"};
 
 bool Installed() {

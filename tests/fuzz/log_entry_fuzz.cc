@@ -4,7 +4,7 @@
 // bytes there. Checked beyond "no crash, no sanitizer report":
 //   - a decoded entry encodes back to exactly the input bytes (so nothing
 //     the decoder accepts is ambiguous or ignored), and its fields are in
-//     range (a name of 1 to 128 bytes; a create's shape passes
+//     range (a name of 1 to kMaxFilterNameBytes, 512; a create's shape passes
 //     ValidateShape; writes name a filter id);
 //   - anything refused is DATA_LOSS or FAILED_PRECONDITION (a newer format),
 //     never another code.
@@ -17,6 +17,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/registry.h"  // kMaxFilterNameBytes
 #include "server/cluster/log_entry.h"
 #include "xxhash.h"
 
@@ -36,7 +37,9 @@ void Check(const std::string& bytes) {
     }
     return;
   }
-  if (e->name.empty() || e->name.size() > 128) Fail("name length", std::to_string(e->name.size()));
+  if (e->name.empty() || e->name.size() > cuckoo::kMaxFilterNameBytes) {
+    Fail("name length", std::to_string(e->name.size()));
+  }
   std::string again;
   switch (e->type) {
     case LogEntryType::kInsert:
