@@ -412,16 +412,7 @@ void RedisCommands::ClientCommand(Session* s, absl::Span<const Command> run, siz
     Caller caller;
     if (!CurrentCaller(s, w, &caller)) return answer();
     if (!caller.AdminOfAll()) {
-      if (metrics_ != nullptr) {
-        metrics_->RecordRedisAuthFailure(command,
-                                         static_cast<size_t>(AuthFailure::kPermissionDenied));
-      }
-      Audit({.caller = caller.name(),
-             .method = sub,
-             .filter = "*",
-             .peer = s->peer,
-             .outcome = "PERMISSION_DENIED",
-             .detail = AccessName(Access::kAdmin)});
+      RecordDenied(*s, command, sub, caller, "*", Access::kAdmin);
       w.Error(absl::StrFormat(
           "NOPERM \"%s\" may not run %s: it shows or closes every client's connection, which "
           "needs the admin grant on every filter (admin:*; its grants: %s)",

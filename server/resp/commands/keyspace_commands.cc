@@ -87,16 +87,7 @@ void RedisCommands::Flush(Session* s, absl::Span<const Command> run, size_t comm
   if (refused > 0) {
     // Named by count only: the caller may not even see those filters.
     const std::string upper = absl::AsciiStrToUpper(A(kRedisCommandNames[command]));
-    if (metrics_ != nullptr) {
-      metrics_->RecordRedisAuthFailure(command,
-                                       static_cast<size_t>(AuthFailure::kPermissionDenied));
-    }
-    Audit({.caller = caller.name(),
-           .method = upper,
-           .filter = "*",
-           .peer = s->peer,
-           .outcome = "PERMISSION_DENIED",
-           .detail = AccessName(Access::kAdmin)});
+    RecordDenied(*s, command, upper, caller, "*", Access::kAdmin);
     w.Error(absl::StrFormat(
         "NOPERM \"%s\" may not run %s: it drops every filter, which needs the admin grant on "
         "each, and %d of the %d filters are not among its admin grants (its grants: %s); nothing "

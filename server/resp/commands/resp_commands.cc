@@ -108,21 +108,26 @@ bool RedisCommands::Authorize(Session* s, Writer& w, size_t command, Access need
                               std::string_view filter, Caller* caller) {
   if (!CurrentCaller(s, w, caller)) return false;
   if (caller->Allows(need, filter)) return true;
-  if (metrics_ != nullptr) {
-    metrics_->RecordRedisAuthFailure(command, static_cast<size_t>(AuthFailure::kPermissionDenied));
-  }
   const std::string name = absl::AsciiStrToUpper(A(kRedisCommandNames[command]));
-  Audit({.caller = caller->name(),
-         .method = name,
-         .filter = filter,
-         .peer = s->peer,
-         .outcome = "PERMISSION_DENIED",
-         .detail = AccessName(need)});
+  RecordDenied(*s, command, name, *caller, filter, need);
   w.Error(absl::StrFormat(
       "NOPERM \"%s\" may not run %s on filter '%s': that needs the %s grant on it (its grants: "
       "%s)",
       caller->name(), name, Shown(filter), AccessName(need), caller->GrantsText()));
   return false;
+}
+
+void RedisCommands::RecordDenied(const Session& s, size_t command, std::string_view method,
+                                 const Caller& caller, std::string_view filter, Access need) {
+  if (metrics_ != nullptr) {
+    metrics_->RecordRedisAuthFailure(command, static_cast<size_t>(AuthFailure::kPermissionDenied));
+  }
+  Audit({.caller = caller.name(),
+         .method = method,
+         .filter = filter,
+         .peer = s.peer,
+         .outcome = "PERMISSION_DENIED",
+         .detail = AccessName(need)});
 }
 
 bool RedisCommands::ReadFilter(Session* s, Writer& w, size_t command, std::string_view key,

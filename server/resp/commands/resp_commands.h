@@ -176,6 +176,11 @@ class RedisCommands final : public resp::CommandHandler {
   bool Authorize(resp::Session* session, resp::Writer& w, size_t command, Access need,
                  std::string_view filter, Caller* caller);
   bool CurrentCaller(resp::Session* session, resp::Writer& w, Caller* caller);
+  // A refusal for want of `need` on `filter` ("*": every filter): counted in
+  // cuckood_auth_failures_total under `command` and audited as `method`.
+  // The caller writes the reply.
+  void RecordDenied(const resp::Session& session, size_t command, std::string_view method,
+                    const Caller& caller, std::string_view filter, Access need);
   // Whether the filter named `key` exists and grows as RedisBloom's do, for
   // repeated keys too (grow_on_repeats): a CF.ADD it answers FULL gets
   // RedisBloom's "Maximum expansions reached", other filters' "Filter is
