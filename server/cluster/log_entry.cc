@@ -10,6 +10,9 @@
 #include "core/shape_format.h"
 #include "xxhash.h"
 
+static_assert(cuckoo::server::kLogEntryMaxNameBytes == cuckoo::kMaxFilterNameBytes,
+              "an entry's size bound must cover the longest name");
+
 namespace cuckoo::server {
 namespace {
 

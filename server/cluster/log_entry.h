@@ -15,7 +15,7 @@
 //                                                 create bit 1: growth)
 //   7   u8  0                 8  u64 filter id (the log position of the
 //                                filter's creation; 0 in a create)
-//   16  u32 hashes            20 u32 name bytes (1 to 128)
+//   16  u32 hashes            20 u32 name bytes (1 to 512)
 //   24  the filter's name, zero-padded to a multiple of 8 bytes; then for a
 //       create the shape as core/shape_format.h encodes it (hash_id,
 //       fingerprint_bits, bucket_size, shards, shard_bits, max_kicks,
@@ -72,10 +72,13 @@ struct LogEntry {
   std::vector<uint64_t> owned;
 };
 
+// The longest name an entry holds (core/registry.h's kMaxFilterNameBytes;
+// log_entry.cc checks they agree).
+inline constexpr size_t kLogEntryMaxNameBytes = 512;
 // The bytes an insert or delete entry of `keys` hashes takes (at most:
 // with a name of the longest length).
 constexpr size_t LogEntryBytesForHashes(size_t keys) {
-  return kLogEntryHeaderBytes + 128 + 8 * keys + kLogEntryTrailerBytes;
+  return kLogEntryHeaderBytes + kLogEntryMaxNameBytes + 8 * keys + kLogEntryTrailerBytes;
 }
 // The most hashes an entry of at most `max_bytes` can carry.
 constexpr size_t MaxHashesPerLogEntry(size_t max_bytes) {

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "base/little_endian.h"
+#include "core/registry.h"
 #include "xxhash.h"
 
 namespace cuckoo::server {
@@ -70,6 +71,17 @@ TEST(LogEntryTest, ABatchOfLongKeysCostsEightBytesAKey) {
   EXPECT_EQ(EncodeInsertEntry(1, "f", false, hashes).size(), 24 + 8 + 800'000 + 8u);
   EXPECT_LE(LogEntryBytesForHashes(100'000), size_t{1} << 20);
   EXPECT_EQ(MaxHashesPerLogEntry(LogEntryBytesForHashes(1000)), 1000u);
+}
+
+TEST(LogEntryTest, AnEntryOfTheLongestNameFitsTheBoundItsHashesWereCountedBy) {
+  // The publisher splits a batch by MaxHashesPerLogEntry: whatever the name,
+  // no entry it makes may pass the bytes it was given.
+  const std::string longest(kMaxFilterNameBytes, 'n');
+  for (const size_t max_bytes : {size_t{4096}, size_t{1} << 20}) {
+    const std::vector<uint64_t> hashes(MaxHashesPerLogEntry(max_bytes), 7);
+    EXPECT_LE(EncodeInsertEntry(1, longest, false, hashes).size(), max_bytes);
+    EXPECT_LE(EncodeDeleteEntry(1, longest, hashes).size(), max_bytes);
+  }
 }
 
 TEST(LogEntryTest, EveryFlippedBitOrCutIsRefusedAsDataLoss) {
