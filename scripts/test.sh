@@ -12,9 +12,10 @@
 #      -Wthread-safety; it holds the fuzzers of step 5 too; the tests' own
 #      code at -O0): every other test (each test is compiled once, in the
 #      build that checks the most);
-#   4. ThreadSanitizer build: the engine's concurrency tests, the
-#      write-ahead log's and the RESP port's connections' (plaintext and TLS;
-#      CTest label "concurrency");
+#   4. ThreadSanitizer build (at the lowest priority, beside step 3's
+#      tests): the engine's concurrency tests, the write-ahead log's and the
+#      RESP port's connections' (plaintext and TLS; CTest label
+#      "concurrency");
 #   5. the libFuzzer targets of the ASan build: the snapshot reader for 30 s,
 #      the data path's wire parser (differential against the generated
 #      parser) for 20 s, the write-ahead log reader for 20 s, the cluster
@@ -117,19 +118,25 @@ beside "kill -9 loops (release, label chaos)" \
 beside "deployment: k8s manifests, compose file, container image" bash scripts/container-test.sh
 bash scripts/build.sh asan
 joined "kill -9 loops (release, label chaos)"
-phase "ASan+UBSan: every test but the kill -9 loops"
+phase "ASan+UBSan: every test but the kill -9 loops; beside it the TSan build"
+# The TSan build (only the engine's, the write-ahead log's and the RESP
+# connections' concurrency tests, no gRPC in them: TSan cannot see the
+# synchronisation inside Debian's uninstrumented gRPC and abseil, so server
+# tests report races there that are not real; they run under ASan instead)
+# compiles at the lowest priority in the CPU time the ASan tests leave
+# while they wait for the processes they start: it takes nothing from them
+# when they compute.
+beside "TSan build (nice 19, beside the ASan tests)" \
+  nice -n 19 bash scripts/build.sh tsan -j "$jobs" \
+  concurrency_test wal_test wal_apply_test resp_server_test resp_tls_test
 # One more test than cores: the end-to-end tests spend much of their time
 # waiting for the processes they start.
 ctest --test-dir build/asan --output-on-failure -j "$((jobs + 1))" -LE 'chaos|slow'
 
 phase "deployment (joined)"
 joined "deployment: k8s manifests, compose file, container image"
-phase "TSan build + concurrency tests"
-# Only the engine's, the write-ahead log's and the RESP connections'
-# concurrency tests (no gRPC in them): TSan cannot see the synchronisation
-# inside Debian's (uninstrumented) gRPC and abseil, so server tests report
-# races there that are not real; they run under ASan instead.
-bash scripts/build.sh tsan concurrency_test wal_test wal_apply_test resp_server_test resp_tls_test
+phase "TSan build (joined) + concurrency tests"
+joined "TSan build (nice 19, beside the ASan tests)"
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   ctest --test-dir build/tsan --output-on-failure -j "$jobs" -L concurrency
 phase "fuzzing: snapshot reader, wire parser, write-ahead log reader, cluster log entries, access file, RESP parser"
