@@ -387,10 +387,17 @@ else
     "${kustomizations[*]} not rendered (only validated as written)"
 fi
 if [ ${#render[@]} -gt 0 ]; then
+  # Each rendering to its own file, named after its folder, and one run of
+  # the validator over all of them (each run starts TypeScript: seconds of
+  # CPU, taken from the build this step runs beside).
+  rendered=$(mktemp -d)
   for k in "${kustomizations[@]}"; do
-    echo "rendered $k ($("${render[@]}" "$k" | grep -c '^kind:') resources):"
-    "${render[@]}" "$k" | bash "$validate" --quiet -
+    out="$rendered/$(tr / _ <<<"$k").rendered.yaml"
+    "${render[@]}" "$k" >"$out"
+    echo "rendered $k ($(grep -c '^kind:' "$out") resources) -> $(basename "$out")"
   done
+  bash "$validate" --quiet "$rendered"
+  rm -rf "$rendered"
 fi
 # The NATS configuration (the ConfigMap nats-config): parsed by the real
 # server with $POD_NAME set as the pod's environment sets it.
