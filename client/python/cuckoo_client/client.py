@@ -907,8 +907,8 @@ class Client:
         semi-sorted buckets when the rate picks the fingerprint size.
 
         Args:
-            name: 1 to 128 characters from ``A-Z a-z 0-9 . _ -``, starting
-                with a letter or digit.
+            name: a Redis key: 1 to 512 bytes of UTF-8 without NUL
+                (``"users:seen"``, ``"my filter"``).
             capacity: keys the filter must hold, 1 to 2**40.
             false_positive_rate: target rate in (0, 1); picks the fingerprint size.
             fingerprint_bits: explicit fingerprint size, 4 to 32; overrides the rate.

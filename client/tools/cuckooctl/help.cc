@@ -167,9 +167,9 @@ constexpr char kRequestIdHelp[] =
 const CommandSpec kCommands[] = {
     {"create", kCreate, R"(Usage: cuckooctl create NAME --capacity=N [FLAGS]
 
-Creates filter NAME, sized so that N keys always fit. NAME is 1 to 128 of
-A-Z a-z 0-9 . _ - and starts with a letter or digit. Prints the filter's info
-and whether it was created.
+Creates filter NAME, sized so that N keys always fit. NAME is a Redis key:
+1 to 512 bytes of UTF-8 without NUL ("users:seen", "my filter"). Prints the
+filter's info and whether it was created.
 
   --capacity=N          keys the filter must hold (required), 1 to 2^40; may
                         end in k, M, G or T, either case (x1000, x10^6,
