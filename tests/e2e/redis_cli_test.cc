@@ -580,7 +580,7 @@ TEST_P(RedisCliTest, HelloSwitchesTheProtocolAndDescribesTheServer) {
 }
 
 TEST_P(RedisCliTest, CommandAndInfoAreEnoughForRedisCli) {
-  EXPECT_EQ(Run({"COMMAND", "COUNT"}), "(integer) 39\n");
+  EXPECT_EQ(Run({"COMMAND", "COUNT"}), "(integer) 48\n");
   EXPECT_EQ(Run({"COMMAND", "DOCS"}), P("(empty array)\n", "(empty hash)\n"));
   EXPECT_EQ(Run({"COMMAND", "DOCS", "cf.add"}), P("(empty array)\n", "(empty hash)\n"));
   EXPECT_EQ(Run({"COMMAND", "INFO", "nosuch"}), "1) (nil)\n");
