@@ -815,6 +815,17 @@ def expiry_checks(args):
         assert pipe.execute() == [True, 100, True, -1]
 
     @check
+    def expiry_a_dump_carries_the_expiry_into_the_loaded_filter():
+        assert cf.create("dumped", 1000) is True
+        assert cf.add("dumped", "x") == 1
+        at = int(time.time()) + 5000
+        assert r.expireat("dumped", at) is True
+        dumps_backup(cf, "dumped", "restored")
+        assert cf.exists("restored", "x") == 1
+        assert r.execute_command("EXPIRETIME", "restored") == at
+        assert r.persist("restored") is True
+
+    @check
     def expiry_is_listed_by_command_and_info_is_unchanged():
         names = set(r.command().keys())  # COMMAND, as redis-py parses it.
         for n in ["expire", "pexpire", "expireat", "pexpireat", "ttl", "pttl", "persist",

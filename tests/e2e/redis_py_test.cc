@@ -127,10 +127,11 @@ TEST(RedisPyTest, KeyExpiryAsRedisSevenWithTtlPersistAndTheConditions) {
         "ok expiry_absolute_times_and_times_in_the_past_delete_now",
         "ok expiry_nx_xx_gt_lt_as_redis_7", "ok expiry_bad_arguments_get_redis_error_texts",
         "ok expiry_commands_queue_in_multi_and_pipeline",
+        "ok expiry_a_dump_carries_the_expiry_into_the_loaded_filter",
         "ok expiry_is_listed_by_command_and_info_is_unchanged"}) {
     EXPECT_THAT(r.out, HasSubstr(std::string(check) + "\n")) << r.out << r.err;
   }
-  EXPECT_THAT(r.out, HasSubstr("7 checks passed"));
+  EXPECT_THAT(r.out, HasSubstr("8 checks passed"));
 }
 
 TEST(RedisPyTest, TokensAuthenticateAndPermissionErrorsAreNoPerm) {
