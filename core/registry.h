@@ -159,7 +159,7 @@ class FilterRegistry {
   // so that clients see it gone from the moment it expires.
 
   // The clock expiry is judged by (Unix milliseconds); the system clock by
-  // default. Set it before the registry is shared (tests: a fake clock).
+  // default. Set it while no other thread reads it (tests: a fake clock).
   void SetClock(std::function<int64_t()> now_ms) { now_ms_ = std::move(now_ms); }
   int64_t NowMs() const;
   // Whether `filter` is expired now.

@@ -598,6 +598,38 @@ TEST_F(PersistenceTest, ExpiryConditionsFollowRedisSevenNxXxGtLt) {
   EXPECT_TRUE(set(400'000, R::ALWAYS));
 }
 
+// The expiry timer's check with a fake clock (the registry's): nothing is
+// dropped before expire_at, the filter is missing from expire_at on, and
+// one check starts exactly one logged drop of it.
+TEST_F(PersistenceTest, TheExpiryCheckDropsAFilterExactlyAtItsTimeOnAFakeClock) {
+  server_->service().StopExpiry();  // Only the test's checks run.
+  auto fake = std::make_shared<std::atomic<int64_t>>(absl::ToUnixMillis(absl::Now()));
+  server_->registry().SetClock([fake] { return fake->load(); });
+  v1::CreateFilterRequest create;
+  create.set_name("timed");
+  create.set_capacity(1000);
+  const int64_t at = fake->load() + 1000;
+  create.mutable_expire_at()->set_seconds(at / 1000);
+  create.mutable_expire_at()->set_nanos(static_cast<int32_t>(at % 1000) * 1'000'000);
+  ASSERT_TRUE(client_->CreateFilter(create).ok());
+  CreateFilter("other", 1000);
+  EXPECT_EQ(server_->service().DropExpiredNow(), 0u);
+  fake->fetch_add(999);
+  EXPECT_EQ(server_->service().DropExpiredNow(), 0u);
+  EXPECT_TRUE(client_->GetFilter("timed").ok());
+  fake->fetch_add(1);  // At expire_at.
+  EXPECT_EQ(client_->GetFilter("timed").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(server_->registry().Get("timed").ok());  // Not dropped until a check.
+  EXPECT_EQ(server_->service().DropExpiredNow(), 1u);
+  ASSERT_TRUE(WaitFor([&] { return !server_->registry().Get("timed").ok(); }));
+  EXPECT_EQ(server_->service().DropExpiredNow(), 0u);
+  EXPECT_TRUE(server_->registry().Get("other").ok());
+  server_->registry().SetClock(nullptr);
+  Restart();
+  EXPECT_FALSE(server_->registry().Get("timed").ok());
+  EXPECT_TRUE(server_->registry().Get("other").ok());
+}
+
 // CreateFilter of an expired filter's name: the old one's logged drop,
 // then a new filter (as Redis's lazy expiry): no key of the old one.
 TEST_F(PersistenceTest, CreatingAnExpiredFiltersNameDropsItFirstAndMakesANewOne) {
