@@ -409,6 +409,18 @@ absl::StatusOr<std::vector<v1::FilterInfo>> Client::ListFilters() {
                                      std::make_move_iterator(resp.mutable_filters()->end()));
 }
 
+absl::StatusOr<v1::SetFilterExpiryResponse> Client::SetFilterExpiry(
+    const v1::SetFilterExpiryRequest& request) {
+  v1::SetFilterExpiryResponse resp;
+  if (absl::Status s =
+          Call(&v1::FilterService::Stub::SetFilterExpiry, request, &resp, /*retry=*/false);
+      !s.ok()) {
+    return s;
+  }
+  AdvanceLogPosition(resp.log_position());
+  return resp;
+}
+
 absl::StatusOr<uint64_t> Client::DropFilter(std::string_view name) {
   v1::DropFilterRequest req;
   req.set_name(std::string(name));

@@ -193,6 +193,10 @@ class Client {
   absl::StatusOr<std::vector<v1::FilterInfo>> ListFilters();
   // Returns the bytes freed.
   absl::StatusOr<uint64_t> DropFilter(std::string_view name);
+  // Sets (expire_at set) or clears a filter's expiry (SetFilterExpiry).
+  // Never retried: a repeat could drop a filter created again meanwhile.
+  absl::StatusOr<v1::SetFilterExpiryResponse> SetFilterExpiry(
+      const v1::SetFilterExpiryRequest& request);
   // Writes snapshots of `filter` (all filters when empty) now and returns
   // when they are on the server's disk. `timeout` replaces the client's
   // per-call deadline (writing a large filter takes a while).

@@ -69,7 +69,7 @@ uint64_t CuckooFilter::items() const {
 }
 
 uint64_t CuckooFilter::changes() const {
-  uint64_t n = 0;
+  uint64_t n = expiry_changes();
   for (const auto& s : shards_) n += s->changes.load(std::memory_order_relaxed);
   return n;
 }

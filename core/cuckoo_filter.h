@@ -253,6 +253,22 @@ class CuckooFilter {
   uint64_t id() const { return id_.load(std::memory_order_acquire); }
   void set_id(uint64_t id) { id_.store(id, std::memory_order_release); }
 
+  // When the filter expires, as its owner counts time (cuckood: Unix
+  // milliseconds); 0: never. Saved in its snapshots. The filter itself does
+  // nothing at that time: its owner drops it (cuckood logs the drop, so
+  // that every replay and every replica drops it at the same position).
+  int64_t expire_at() const { return expire_at_.load(std::memory_order_acquire); }
+  // Sets it (0 clears it). A change counts as one of changes(), so that
+  // the next snapshot of changed filters writes the filter again.
+  void set_expire_at(int64_t expire_at) {
+    if (expire_at_.exchange(expire_at, std::memory_order_acq_rel) != expire_at) {
+      expiry_changes_.fetch_add(1, std::memory_order_release);
+    }
+  }
+  // set_expire_at's changes so far (part of changes()). A snapshot reads
+  // this before expire_at(), so it never counts a change it does not hold.
+  uint64_t expiry_changes() const { return expiry_changes_.load(std::memory_order_acquire); }
+
   FilterStats Stats() const;
   uint64_t items() const;
   uint64_t memory_bytes() const { return memory_bytes_.load(std::memory_order_relaxed); }
@@ -291,9 +307,9 @@ class CuckooFilter {
   // order under its own lock (replay and replicas give the same results).
   uint64_t ShardCeiling(uint32_t i) const;
 
-  // Successful inserts plus successful deletes since the filter was created
-  // or loaded: a clock of changes, for "has this changed since its snapshot?"
-  // (the server's persistence keeps the value each snapshot holds).
+  // Successful inserts plus successful deletes (plus changes of expire_at())
+  // since the filter was created or loaded: a clock of changes, for "has this changed since its
+  // snapshot?" (the server's persistence keeps the value each snapshot holds).
   uint64_t changes() const;
 
   // --- Snapshot support (core/snapshot.h; loading is core/internal/filter_loading.h) ---
@@ -579,6 +595,8 @@ class CuckooFilter {
   std::function<void(uint64_t)> growth_listener_;
   std::vector<std::unique_ptr<Shard>> shards_;
   std::atomic<uint64_t> id_{0};
+  std::atomic<int64_t> expire_at_{0};
+  std::atomic<uint64_t> expiry_changes_{0};  // set_expire_at's changes, in changes().
 };
 
 }  // namespace cuckoo

@@ -10,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/utf8.h"
 
 namespace cuckoo {
@@ -350,6 +352,38 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::Get(absl::string_v
     return absl::NotFoundError(absl::StrFormat("filter %s not found", QuoteName(name)));
   }
   return it->second;
+}
+
+int64_t FilterRegistry::NowMs() const {
+  return now_ms_ ? now_ms_() : absl::ToUnixMillis(absl::Now());
+}
+
+bool FilterRegistry::Expired(const CuckooFilter& filter) const {
+  const int64_t at = filter.expire_at();
+  return at != 0 && NowMs() >= at;
+}
+
+absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::GetLive(
+    absl::string_view name) const {
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> f = Get(name);
+  if (f.ok() && Expired(**f)) {
+    return absl::NotFoundError(absl::StrFormat(
+        "filter %s not found: it expired at %s", QuoteName(name),
+        absl::FormatTime(absl::RFC3339_full, absl::FromUnixMillis((*f)->expire_at()),
+                         absl::UTCTimeZone())));
+  }
+  return f;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<CuckooFilter>>> FilterRegistry::ListLive()
+    const {
+  std::vector<std::pair<std::string, std::shared_ptr<CuckooFilter>>> out = List();
+  const int64_t now = NowMs();
+  std::erase_if(out, [&](const auto& e) {
+    const int64_t at = e.second->expire_at();
+    return at != 0 && now >= at;
+  });
+  return out;
 }
 
 absl::Status FilterRegistry::CheckRoom(absl::string_view name, uint64_t bytes) const {

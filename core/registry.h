@@ -147,8 +147,27 @@ class FilterRegistry {
   absl::StatusOr<std::shared_ptr<CuckooFilter>> AddClaimed(
       Claim claim, std::unique_ptr<CuckooFilter> filter, const BeforePublish& before_publish = {});
 
-  // NOT_FOUND when there is no such filter.
+  // NOT_FOUND when there is no such filter. Expired filters included (for
+  // their owner's drops and the log's replay); what clients see is GetLive.
   absl::StatusOr<std::shared_ptr<CuckooFilter>> Get(absl::string_view name) const;
+
+  // --- Expiry (CuckooFilter::expire_at: Unix milliseconds) ---
+  //
+  // A filter is expired from its expire_at on (as a Redis key). The
+  // registry never drops one by itself: its owner does, with a logged drop
+  // (cuckood's expiry timer); until then GetLive and ListLive leave it out,
+  // so that clients see it gone from the moment it expires.
+
+  // The clock expiry is judged by (Unix milliseconds); the system clock by
+  // default. Set it while no other thread reads it (tests: a fake clock).
+  void SetClock(std::function<int64_t()> now_ms) { now_ms_ = std::move(now_ms); }
+  int64_t NowMs() const;
+  // Whether `filter` is expired now.
+  bool Expired(const CuckooFilter& filter) const;
+  // Get, but NOT_FOUND (saying it expired) for an expired filter.
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> GetLive(absl::string_view name) const;
+  // List without the expired filters.
+  std::vector<std::pair<std::string, std::shared_ptr<CuckooFilter>>> ListLive() const;
   // With `only_if`, drops the filter only if it is that one (else NOT_FOUND):
   // for callers that looked the filter up first and must not drop a newer
   // filter of the same name.
@@ -190,6 +209,7 @@ class FilterRegistry {
 
   const RegistryLimits limits_;
   const std::shared_ptr<Budget> budget_;
+  std::function<int64_t()> now_ms_;  // Empty: the system clock.
   mutable SharedMutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<CuckooFilter>> filters_ ABSL_GUARDED_BY(mu_);
   // Names held by Claims (see Claim); each counts as a filter.

@@ -107,6 +107,7 @@ struct SnapshotWriteResult {
   uint64_t items = 0;      // Items in the snapshot (each shard's as it was copied).
   uint64_t changes = 0;    // The filter's changes() the snapshot holds.
   uint64_t filter_id = 0;  // The filter's id() the snapshot holds.
+  int64_t expire_at = 0;   // The filter's expire_at() the snapshot holds.
   // The least and the greatest of the shards' log positions, each as its
   // table was copied: the snapshot holds every logged write up to
   // min_position, and none after max_position.
@@ -183,6 +184,9 @@ struct LoadedSnapshot {
   uint64_t items = 0;
   // The filter's id (0 in a version-1 file); filter->id() returns it.
   uint64_t filter_id = 0;
+  // The filter's expire_at() (0: none; always 0 before format version 5);
+  // filter->expire_at() returns it.
+  int64_t expire_at = 0;
   // The least and the greatest of the shards' log positions (0 in a
   // version-1 file); each shard of `filter` has its own position restored
   // (CuckooFilter::ShardPositions).

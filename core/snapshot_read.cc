@@ -144,6 +144,7 @@ struct DecodedHeader {
   SnapshotHeader header;
   const HeaderLayout* layout = nullptr;
   uint64_t filter_id = 0;
+  int64_t expire_at = 0;
   // GenerationSchedule(header.shape).
   std::vector<GenerationShape> schedule;
 };
@@ -349,9 +350,17 @@ class HeaderDecoder {
     for (size_t i = layout->name + name_length; i < layout->checksum; ++i) {
       const bool settings_after_name = layout->filter_id > layout->name;
       if (settings_after_name && i >= layout->filter_id && i < layout->reserved) continue;
+      if (layout->expire_at != 0 && i >= layout->expire_at && i < layout->expire_at + 8) continue;
       if (h_[i] != 0) return Impossible(absl::StrFormat("reserved header byte %u is not zero", i));
     }
     if (layout->filter_id != 0) out_.filter_id = Get64(h_ + layout->filter_id);
+    if (layout->expire_at != 0) {
+      const auto expire_at = static_cast<int64_t>(Get64(h_ + layout->expire_at));
+      if (expire_at < 0) {
+        return Impossible(absl::StrFormat("expire_at %d is negative", expire_at));
+      }
+      out_.expire_at = expire_at;
+    }
     if (layout->log != 0) {
       // Printable ASCII, then zeros (none: no identity recorded).
       const auto* log = reinterpret_cast<const char*>(h_ + layout->log);
@@ -459,11 +468,13 @@ class SnapshotParser {
     }
     if (absl::Status st = ReadFooter(); !st.ok()) return st;
     filter_->set_id(decoded_.filter_id);
+    filter_->set_expire_at(decoded_.expire_at);
     LoadedSnapshot out;
     out.header = std::move(decoded_.header);
     out.format_version = decoded_.layout->version;
     out.items = items_;
     out.filter_id = decoded_.filter_id;
+    out.expire_at = decoded_.expire_at;
     out.min_position = min_position_;
     out.max_position = max_position_;
     out.filter = std::move(filter_);

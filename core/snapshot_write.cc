@@ -337,6 +337,14 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
         return s;
       }
     }
+    // The expiry after every shard's floor was read: an owner that sets it
+    // before logging it (cuckood) never has a file whose positions pass
+    // its record without its value. Its changes before its value
+    // (CuckooFilter::expiry_changes), so a change the file does not hold
+    // is never counted as held.
+    result.changes += filter.expiry_changes();
+    result.expire_at = filter.expire_at();
+    Put64(h + layout.expire_at, static_cast<uint64_t>(result.expire_at));
     if (absl::Status s =
             WriteFooterAndHeader(out, h, shards_with, shards_with_generation, trailers, result);
         !s.ok()) {

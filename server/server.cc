@@ -153,6 +153,9 @@ absl::StatusOr<std::unique_ptr<CuckooServer>> CuckooServer::Start(const ServerCo
   if (absl::Status st = s->StartRedis(); !st.ok()) return st;
   s->health_->SetServing("", true);
   s->health_->SetServing(kServiceName, true);
+  // Expired filters are dropped from now on (those that expired while the
+  // server was down: at the first check).
+  s->service_->StartExpiry();
   s->state_.store(State::kServing, std::memory_order_release);
   return s;
 }
@@ -672,6 +675,7 @@ void CuckooServer::Shutdown(absl::Duration drain) {
     // calls of the service, which must still take them.
     const absl::Time deadline = absl::Now() + drain;
     if (redis_server_ != nullptr) redis_server_->Shutdown(drain);
+    service_->StopExpiry();
     service_->StopAccepting();
     // Snapshot and DropFilter calls still waiting for the persistence
     // thread answer now; the final snapshot writes every changed filter.

@@ -51,8 +51,11 @@ struct HeaderLayout {
   size_t filter_id;  // 0: the version has none.
   size_t growth;     // The growth settings and generation counts; 0: none.
   size_t log;        // kSnapshotLogIdentityBytes bytes: the log identity; 0: none.
-  size_t reserved;   // Zeros from here to the checksum.
-  size_t checksum;   // The header's last 8 bytes.
+  // 8 bytes: the filter's expire_at (i64, Unix milliseconds; 0: none),
+  // within the reserved bytes; 0: the version has none.
+  size_t expire_at = 0;
+  size_t reserved;  // Zeros from here to the checksum.
+  size_t checksum;  // The header's last 8 bytes.
   size_t section_header_bytes;
   constexpr bool has_writer() const { return version >= 2; }  // At kSnapshotWriterOffset.
   constexpr bool has_positions() const { return version >= 2; }
@@ -132,7 +135,9 @@ inline constexpr HeaderLayout kVersion4 = {.version = 4,
 //   152 filter_id u64        160 schedule_checksum u64
 //   168 shards_with_generation (kMaxGenerations u32s)
 //   296 log identity (48)    344 name (512, zero-padded)
-//   856 reserved zeros       1016 checksum
+//   856 expire_at i64 (Unix milliseconds; 0: none; zeros in files of
+//       builds before filter expiry, which read it as reserved)
+//   864 reserved zeros       1016 checksum
 inline constexpr HeaderLayout kVersion5 = {.version = 5,
                                            .header_bytes = 1024,
                                            .fields = 0,
@@ -142,6 +147,7 @@ inline constexpr HeaderLayout kVersion5 = {.version = 5,
                                            .filter_id = 152,
                                            .growth = 0,
                                            .log = 296,
+                                           .expire_at = 856,
                                            .reserved = 856,
                                            .checksum = 1016,
                                            .section_header_bytes = 24};

@@ -213,6 +213,17 @@ void Cluster::ApplyEntry(const LogEntry& e, uint64_t position, WriteResult* out)
                    out->freed_bytes);
       persistence_->ApplyDrop(e.name, *filter);
       return;
+    case LogEntryType::kSetExpiry:
+      // Set whatever the clock says: the drop when it passes is an entry
+      // of its own (FilterServiceImpl's expiry timer publishes it).
+      if (!filter.ok() || (*filter)->id() != e.filter_id) {
+        out->status = absl::NotFoundError(
+            absl::StrFormat("filter \"%s\" not found: dropped before its expiry was applied",
+                            absl::CHexEscape(e.name)));
+        return;
+      }
+      (*filter)->set_expire_at(e.expire_at);
+      return;
     case LogEntryType::kInsert:
     case LogEntryType::kDelete: {
       if (!filter.ok() || (*filter)->id() != e.filter_id) {

@@ -70,6 +70,8 @@ absl::string_view LogEntryTypeName(LogEntryType type) {
       return "insert";
     case LogEntryType::kDelete:
       return "delete";
+    case LogEntryType::kSetExpiry:
+      return "expire";
   }
   return "unknown";
 }
@@ -95,6 +97,12 @@ std::string EncodeDropEntry(uint64_t filter_id, absl::string_view name) {
   return Seal(Frame(LogEntryType::kDropFilter, 0, filter_id, name, 0, 0));
 }
 
+std::string EncodeSetExpiryEntry(uint64_t filter_id, absl::string_view name, int64_t expire_at) {
+  std::string out = Frame(LogEntryType::kSetExpiry, 0, filter_id, name, 0, 8);
+  Put64(out.data() + kLogEntryHeaderBytes + Pad8(name.size()), static_cast<uint64_t>(expire_at));
+  return Seal(std::move(out));
+}
+
 absl::StatusOr<LogEntry> DecodeLogEntry(absl::string_view bytes) {
   const size_t n = bytes.size();
   if (n < kLogEntryHeaderBytes + kLogEntryTrailerBytes) {
@@ -107,8 +115,8 @@ absl::StatusOr<LogEntry> DecodeLogEntry(absl::string_view bytes) {
   const uint8_t version = static_cast<uint8_t>(p[4]);
   const uint8_t type = static_cast<uint8_t>(p[5]);
   const uint8_t flags = static_cast<uint8_t>(p[6]);
-  if (version > kLogEntryVersion || type < 1 || type > 4 ||
-      (flags & ~(kFlagIfAbsent | kFlagGrowth)) != 0) {
+  const bool known_type = (type >= 1 && type <= 4) || type == 6;
+  if (version > kLogEntryVersion || !known_type || (flags & ~(kFlagIfAbsent | kFlagGrowth)) != 0) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "cluster log entry of version %d, type %d, flags %d: written by a newer cuckood (this "
         "one writes version %d); upgrade this replica",
@@ -159,6 +167,19 @@ absl::StatusOr<LogEntry> DecodeLogEntry(absl::string_view bytes) {
     case LogEntryType::kDropFilter:
       if (hashes != 0 || tail_bytes != 0) return Bad("a drop with a body");
       return e;
+    case LogEntryType::kSetExpiry: {
+      if (hashes != 0 || tail_bytes != 8) {
+        return Bad(absl::StrFormat("an expiry with %u hashes and %u body bytes (8 expected)",
+                                   hashes, tail_bytes));
+      }
+      const auto expire_at = static_cast<int64_t>(Get64(tail));
+      if (expire_at < 0 || expire_at > kLogEntryMaxExpireAt) {
+        return Bad(absl::StrFormat("an expiry of \"%s\" at %d (0 to %d)", absl::CHexEscape(e.name),
+                                   expire_at, kLogEntryMaxExpireAt));
+      }
+      e.expire_at = expire_at;
+      return e;
+    }
     case LogEntryType::kCreateFilter: {
       const bool growth = (flags & kFlagGrowth) != 0;
       if (hashes != 0 || tail_bytes != kLogEntryShapeBytes + (growth ? kLogEntryGrowthBytes : 0)) {

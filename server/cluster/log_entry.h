@@ -56,8 +56,17 @@ inline constexpr size_t kLogEntryTrailerBytes = 8;
 inline constexpr size_t kLogEntryShapeBytes = kShapeBytes;
 inline constexpr size_t kLogEntryGrowthBytes = kShapeGrowthBytes;
 
-enum class LogEntryType : uint8_t { kCreateFilter = 1, kDropFilter = 2, kInsert = 3, kDelete = 4 };
-// "create", "drop", "insert", "delete".
+// 5: reserved (a rename). 6: a filter's expiry set or cleared (its body
+// one i64, Unix milliseconds, 0 clears; docs/CLUSTER.md). 7: reserved for
+// filter expiry (the drop when it passes is a kDropFilter, as any drop).
+enum class LogEntryType : uint8_t {
+  kCreateFilter = 1,
+  kDropFilter = 2,
+  kInsert = 3,
+  kDelete = 4,
+  kSetExpiry = 6,
+};
+// "create", "drop", "insert", "delete", "expire".
 absl::string_view LogEntryTypeName(LogEntryType type);
 
 struct LogEntry {
@@ -65,7 +74,8 @@ struct LogEntry {
   uint64_t filter_id = 0;  // Insert, delete, drop.
   bool if_absent = false;  // Insert.
   std::string name;
-  FilterShape shape;  // Create.
+  FilterShape shape;      // Create.
+  int64_t expire_at = 0;  // SetExpiry: Unix milliseconds, 0 when cleared.
   // Insert, delete: the hashes, in request order (a view into the decoded
   // bytes when they are 8-byte aligned, else into `owned`).
   absl::Span<const uint64_t> hashes;
@@ -91,6 +101,11 @@ std::string EncodeDeleteEntry(uint64_t filter_id, absl::string_view name,
                               absl::Span<const uint64_t> hashes);
 std::string EncodeCreateEntry(absl::string_view name, const FilterShape& shape);
 std::string EncodeDropEntry(uint64_t filter_id, absl::string_view name);
+// The most an expiry entry holds: the year 9999 (Unix milliseconds), as
+// the write-ahead log's (kWalMaxExpireAt).
+inline constexpr int64_t kLogEntryMaxExpireAt = int64_t{253402300799999};
+// `expire_at` in [0, kLogEntryMaxExpireAt].
+std::string EncodeSetExpiryEntry(uint64_t filter_id, absl::string_view name, int64_t expire_at);
 
 // The entry's `hashes` may point into `bytes`: keep them alive while it is
 // used. DATA_LOSS naming what is wrong for a damaged or foreign entry;

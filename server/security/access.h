@@ -21,8 +21,9 @@
 //   over filter names: `*` any run of characters, `?` one, anything else
 //   literal; `*` alone is every filter. read allows Lookup, Count, GetFilter
 //   and ListFilters (which lists only readable filters); write adds Insert
-//   and Delete; admin is everything (CreateFilter, DropFilter, Snapshot,
-//   ExportFilter, ImportFilter). GetServerInfo needs only a known caller.
+//   and Delete; admin is everything (CreateFilter, DropFilter,
+//   SetFilterExpiry, Snapshot, ExportFilter, ImportFilter). GetServerInfo
+//   needs only a known caller.
 //
 // A bad line makes the whole file bad: ParseAccessFile names the line and
 // the problem. Names must be unique, and so must token hashes and

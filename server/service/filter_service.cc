@@ -138,6 +138,9 @@ void FilterServiceImpl::RegisterCalls(CallQueues* queues) {
   AddUnary<v1::GetFilterRequest, v1::GetFilterResponse>(
       queues, RpcMethod::kGetFilter, &FilterServiceImpl::RequestGetFilter,
       [admin](auto* call) { admin(call, &FilterServiceImpl::DoGetFilter); });
+  AddUnary<v1::SetFilterExpiryRequest, v1::SetFilterExpiryResponse>(
+      queues, RpcMethod::kSetFilterExpiry, &FilterServiceImpl::RequestSetFilterExpiry,
+      [admin](auto* call) { admin(call, &FilterServiceImpl::DoSetFilterExpiry); });
   AddUnary<v1::ListFiltersRequest, v1::ListFiltersResponse>(
       queues, RpcMethod::kListFilters, &FilterServiceImpl::RequestListFilters,
       [admin](auto* call) { admin(call, &FilterServiceImpl::DoListFilters); });
@@ -189,6 +192,7 @@ std::optional<Access> RequiredAccess(RpcMethod method) {
       return Access::kWrite;
     case RpcMethod::kCreateFilter:
     case RpcMethod::kDropFilter:
+    case RpcMethod::kSetFilterExpiry:  // An expiry is a scheduled drop.
     case RpcMethod::kSnapshot:
     case RpcMethod::kExportFilter:
     case RpcMethod::kImportFilter:
@@ -278,6 +282,20 @@ void FilterServiceImpl::Continue(CallReactor* reactor, grpc::ServerContextBase* 
     return;
   }
   if (next.answered) return;
+  if (next.expired != nullptr) {
+    // An expired filter holds the name: its logged drop first, then the
+    // body again (which then finds the name free, or taken by a filter
+    // created meanwhile).
+    DropExpired(next.expired_name, next.expired,
+                [this, reactor, ctx, body = std::move(body)](absl::Status dropped, uint64_t) {
+                  if (!dropped.ok() && !absl::IsNotFound(dropped)) {
+                    reactor->Done(ToGrpcStatus(dropped));
+                    return;
+                  }
+                  Continue(reactor, ctx, body);
+                });
+    return;
+  }
   if (next.wait_serving) {
     // A new consumer's copy of the log is being checked: wait for it
     // (bounded as a min_log_position wait), then run the body again.
@@ -369,7 +387,7 @@ absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterServiceImpl::FindFilter(
     std::string_view name) const {
   const absl::string_view n(name.data(), name.size());
   if (absl::Status s = FilterRegistry::ValidateName(n); !s.ok()) return s;
-  return registry_->Get(n);
+  return registry_->GetLive(n);
 }
 
 }  // namespace cuckoo::server

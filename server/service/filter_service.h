@@ -54,6 +54,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -80,6 +81,12 @@ namespace cuckoo::server {
 absl::Status ValidateRequestId(std::string_view id);
 
 // Fills `info` with the filter's settings, current state and latest snapshot.
+// CreateFilterRequest's and SetFilterExpiryRequest's expire_at in Unix
+// milliseconds (finer parts cut off): INVALID_ARGUMENT naming `field` for a
+// time before 1970-01-01T00:00:00.001Z or after the year 9999.
+absl::StatusOr<int64_t> ExpireAtMillis(const google::protobuf::Timestamp& t,
+                                       std::string_view field);
+void SetExpireAt(int64_t ms, google::protobuf::Timestamp* out);
 void FillFilterInfo(const std::string& name, const CuckooFilter& filter,
                     const SnapshotRecord& snapshot, v1::FilterInfo* info);
 
@@ -92,18 +99,19 @@ void FillFilterInfo(const std::string& name, const CuckooFilter& filter,
 // why); the data path and ImportFilter raw. (gRPC resets a method's handler only when a
 // synchronous method is marked asynchronous, so the chain starts from the
 // synchronous Service and marks every method.)
-using FilterServiceBase = v1::FilterService::WithAsyncMethod_CreateFilter<
-    v1::FilterService::WithAsyncMethod_GetFilter<v1::FilterService::WithAsyncMethod_ListFilters<
-        v1::FilterService::WithAsyncMethod_DropFilter<
-            v1::FilterService::WithAsyncMethod_GetServerInfo<
-                v1::FilterService::WithAsyncMethod_Snapshot<
-                    v1::FilterService::WithAsyncMethod_ExportFilter<
-                        v1::FilterService::WithRawMethod_ImportFilter<
-                            v1::FilterService::WithRawMethod_Insert<
-                                v1::FilterService::WithRawMethod_Lookup<
-                                    v1::FilterService::WithRawMethod_Delete<
-                                        v1::FilterService::WithRawMethod_Count<
-                                            v1::FilterService::Service>>>>>>>>>>>>;
+using FilterServiceBase = v1::FilterService::WithAsyncMethod_SetFilterExpiry<
+    v1::FilterService::WithAsyncMethod_CreateFilter<
+        v1::FilterService::WithAsyncMethod_GetFilter<v1::FilterService::WithAsyncMethod_ListFilters<
+            v1::FilterService::WithAsyncMethod_DropFilter<
+                v1::FilterService::WithAsyncMethod_GetServerInfo<
+                    v1::FilterService::WithAsyncMethod_Snapshot<
+                        v1::FilterService::WithAsyncMethod_ExportFilter<
+                            v1::FilterService::WithRawMethod_ImportFilter<
+                                v1::FilterService::WithRawMethod_Insert<
+                                    v1::FilterService::WithRawMethod_Lookup<
+                                        v1::FilterService::WithRawMethod_Delete<
+                                            v1::FilterService::WithRawMethod_Count<
+                                                v1::FilterService::Service>>>>>>>>>>>>>;
 
 class FilterServiceImpl final : public FilterServiceBase {
  public:
@@ -178,6 +186,23 @@ class FilterServiceImpl final : public FilterServiceBase {
   absl::StatusOr<AppliedWrite> DeleteNow(const LocalWrite& write, absl::Span<DeleteResult> results);
   bool local_writes() const { return cluster_ == nullptr; }
 
+  // --- Filter expiry (filter_expiry.cc) ---
+  //
+  // How often the timer looks for expired filters: an expired filter is
+  // dropped (a logged drop) at most about this long after its expire_at
+  // (it is invisible to clients from expire_at on: FilterRegistry::GetLive).
+  static constexpr absl::Duration kExpiryCheckInterval = absl::Milliseconds(50);
+  // Starts the drop of every expired filter whose drop is not under way
+  // already: on a single node a DropFilter's (the persistence thread
+  // logs it), in cluster mode a published drop entry naming the filter's
+  // id (only while this replica serves). Returns how many it started.
+  // The timer (StartExpiry) calls it every kExpiryCheckInterval; tests call
+  // it directly (with a registry's fake clock).
+  size_t DropExpiredNow();
+  // Starts and stops the timer (cuckood: once serving; at shutdown).
+  void StartExpiry();
+  void StopExpiry();
+
  private:
   class CallReactor;
   template <typename Request, typename Response>
@@ -203,6 +228,11 @@ class FilterServiceImpl final : public FilterServiceBase {
     // The write failed after part of it was applied: its key is kept in
     // doubt (RequestWindow::Abandon), never forgotten.
     bool partly_applied = false;
+    // Drop this expired filter (named expired_name) first, then run the
+    // body again: a CreateFilter of an expired filter's name (as Redis's
+    // lazy expiry deletes the key before the command runs).
+    std::shared_ptr<CuckooFilter> expired;
+    std::string expired_name;
   };
 
   // Cluster mode: OK while this replica serves; sets next->wait_serving
@@ -293,6 +323,13 @@ class FilterServiceImpl final : public FilterServiceBase {
   absl::Status DoListFilters(const v1::ListFiltersRequest& req, v1::ListFiltersResponse* resp,
                              CallReactor* reactor, Next* next);
   absl::Status DoGetServerInfo(v1::GetServerInfoResponse* resp);
+  absl::Status DoSetFilterExpiry(const v1::SetFilterExpiryRequest& req,
+                                 v1::SetFilterExpiryResponse* resp, CallReactor* reactor,
+                                 Next* next);
+  // Logs the drop of expired filter `filter` named `name` (as DropFilter
+  // does) and calls done(status, the drop's log position).
+  void DropExpired(const std::string& name, const std::shared_ptr<CuckooFilter>& filter,
+                   std::function<void(absl::Status, uint64_t position)> done);
 
   // Registers unary method `method` on the queues: each call, once
   // admitted, runs handle(call).
@@ -359,6 +396,12 @@ class FilterServiceImpl final : public FilterServiceBase {
   std::vector<std::shared_ptr<const void>> call_kinds_;
   // Ends transfers whose client has been idle for transfer_idle_timeout.
   IdleSweeper idle_{IdleSweeper::IntervalFor(limits_.transfer_idle_timeout)};
+  // Expiry: the ids of filters whose drop DropExpiredNow started and that
+  // have not finished (at most one per filter), and the timer.
+  Mutex expiry_mu_;
+  absl::flat_hash_set<uint64_t> expiring_ ABSL_GUARDED_BY(expiry_mu_);
+  IdleSweeper expiry_timer_{kExpiryCheckInterval};
+  uint64_t expiry_check_ = 0;
   // The transfers' disk work: one thread per transfer that may run, so that
   // none waits for another's long step (a large snapshot written or
   // checked). Last: destroyed (joined) first.

@@ -6,11 +6,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
 #include "base/guarded.h"
 #include "cuckoo_version.h"
+#include "server/cluster/log_entry.h"
 #include "server/service/filter_service.h"
 #include "server/service/filter_service_internal.h"
 #include "server/service/status.h"
+#include "server/wal/wal_format.h"
 #include "spdlog/spdlog.h"
 
 namespace cuckoo::server {
@@ -60,6 +63,7 @@ void FillFilterInfo(const std::string& name, const CuckooFilter& filter, const S
   info->set_growth_factor(shape.growth_factor);
   info->set_max_capacity(shape.max_capacity);
   info->set_grow_on_repeats(shape.grow_on_repeats);
+  if (const int64_t at = filter.expire_at(); at != 0) SetExpireAt(at, info->mutable_expire_at());
   info->set_false_positive_rate(shape.false_positive_rate);
   info->set_false_positive_bound(st.false_positive_bound);
   info->set_reachable_capacity(st.reachable_capacity);
@@ -85,6 +89,25 @@ absl::Status FilterServiceImpl::DoCreateFilter(const v1::CreateFilterRequest& re
   }
   if (absl::Status c = ClusterServing(next); !c.ok() || next->wait_serving) return c;
   reactor->MarkAudited(req.name());
+  int64_t expire_at = 0;
+  if (req.has_expire_at()) {
+    absl::StatusOr<int64_t> at = ExpireAtMillis(req.expire_at(), "expire_at");
+    if (!at.ok()) return at.status();
+    if (*at <= registry_->NowMs()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "expire_at %s is not in the future",
+          absl::FormatTime(absl::RFC3339_full, absl::FromUnixMillis(*at), absl::UTCTimeZone())));
+    }
+    expire_at = *at;
+  }
+  // An expired filter of the name is gone for clients: its logged drop
+  // first, then the creation (Continue runs this body again).
+  if (absl::StatusOr<std::shared_ptr<CuckooFilter>> old = registry_->Get(req.name());
+      old.ok() && registry_->Expired(**old)) {
+    next->expired = *old;
+    next->expired_name = req.name();
+    return absl::OkStatus();
+  }
   FilterOptions options{.capacity = req.capacity(),
                         .false_positive_rate = req.false_positive_rate(),
                         .fingerprint_bits = req.fingerprint_bits(),
@@ -119,8 +142,9 @@ absl::Status FilterServiceImpl::DoCreateFilter(const v1::CreateFilterRequest& re
     next->answered = true;
     cluster_->Publish(
         {EncodeCreateEntry(req.name(), *shape)}, "",
-        [this, reactor, &req, resp, shape = *shape](Cluster::WriteResult r) {
-          reactor->Done(ToGrpcStatus(Guarded([&]() -> absl::Status {
+        [this, reactor, &req, resp, shape = *shape, expire_at](Cluster::WriteResult r) {
+          bool handed_on = false;  // To the expiry's publish, which answers.
+          const absl::Status status = Guarded([&]() -> absl::Status {
             if (absl::IsAlreadyExists(r.status)) {
               // Created meanwhile through another replica: if_not_exists
               // decides, as on a single node.
@@ -136,12 +160,34 @@ absl::Status FilterServiceImpl::DoCreateFilter(const v1::CreateFilterRequest& re
             if (!r.status.ok()) return r.status;
             absl::StatusOr<std::shared_ptr<CuckooFilter>> made = registry_->Get(req.name());
             if (!made.ok()) return made.status();
+            if (expire_at != 0 && r.created) {
+              // The expiry is an entry of its own, naming the new filter's
+              // id (its creation's position), published once that is known:
+              // answered when both are applied. A failure between the two
+              // leaves the filter without an expiry, and the call answered
+              // with the error (docs/CLUSTER.md).
+              cluster_->Publish({EncodeSetExpiryEntry((*made)->id(), req.name(), expire_at)}, "",
+                                [this, reactor, &req, resp, made = *made](Cluster::WriteResult e) {
+                                  reactor->Done(ToGrpcStatus(Guarded([&]() -> absl::Status {
+                                    if (!e.status.ok()) return e.status;
+                                    FillFilterInfo(req.name(), *made,
+                                                   persistence_->Record(req.name(), *made),
+                                                   resp->mutable_filter());
+                                    resp->set_created(true);
+                                    resp->set_log_position(e.position);
+                                    return absl::OkStatus();
+                                  })));
+                                });
+              handed_on = true;
+              return absl::OkStatus();
+            }
             FillFilterInfo(req.name(), **made, persistence_->Record(req.name(), **made),
                            resp->mutable_filter());
             resp->set_created(r.created);
             resp->set_log_position(r.position);
             return absl::OkStatus();
-          })));
+          });
+          if (!handed_on) reactor->Done(ToGrpcStatus(status));
         });
     return absl::OkStatus();
   }
@@ -155,9 +201,27 @@ absl::Status FilterServiceImpl::DoCreateFilter(const v1::CreateFilterRequest& re
     if (absl::Status s = wal->Reserve(reserved); !s.ok()) return s;
   }
   uint64_t lsn = 0;
-  absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = registry_->Create(
-      req.name(), options, req.if_not_exists(), &created,
-      [&](CuckooFilter& f) { return persistence_->LogCreate(req.name(), f, &lsn); });
+  const uint64_t expiry_reserved = wal != nullptr && expire_at != 0 ? kWalSetExpiryBytes : 0;
+  if (expiry_reserved != 0) {
+    if (absl::Status s = wal->Reserve(expiry_reserved); !s.ok()) {
+      wal->Unreserve(reserved);
+      return s;
+    }
+  }
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> filter =
+      registry_->Create(req.name(), options, req.if_not_exists(), &created, [&](CuckooFilter& f) {
+        if (absl::Status s = persistence_->LogCreate(req.name(), f, &lsn); !s.ok()) return s;
+        if (expire_at == 0) return absl::OkStatus();
+        // Right after its creation record, before the filter is published
+        // (no other change of it can come between). Answered once both are
+        // durable; a crash that keeps the creation and tears off the
+        // expiry record leaves a filter without expiry that was never
+        // acknowledged (docs/WAL_FORMAT.md).
+        f.set_expire_at(expire_at);
+        if (wal != nullptr) lsn = wal->AppendSetExpiry(f.id(), expire_at);
+        return absl::OkStatus();
+      });
+  if (expiry_reserved != 0) wal->Unreserve(expiry_reserved);
   if (wal != nullptr) wal->Unreserve(reserved);
   if (!filter.ok()) return filter.status();
   if (created && wal != nullptr) {
@@ -270,7 +334,7 @@ absl::Status FilterServiceImpl::DoListFilters(const v1::ListFiltersRequest& req,
   // Only the filters the caller may read: the others' names are not its
   // business.
   const Caller& caller = reactor->caller();
-  for (const auto& [name, filter] : registry_->List()) {
+  for (const auto& [name, filter] : registry_->ListLive()) {
     if (!caller.Allows(Access::kRead, name)) continue;
     FillFilterInfo(name, *filter, persistence_->Record(name, *filter), resp->add_filters());
   }

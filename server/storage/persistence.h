@@ -307,6 +307,21 @@ class Persistence {
   // for before answering.
   absl::Status LogCreate(absl::string_view name, CuckooFilter& filter, uint64_t* lsn);
 
+  // Single node: if applies(current expiry), sets `filter`'s expiry to
+  // `expire_at` (Unix milliseconds, 0 clears; at most kWalMaxExpireAt) and
+  // logs it (a kSetExpiry record naming its id), *changed telling whether
+  // it did. The value is set before the record is appended, so that no
+  // snapshot whose positions pass the record lacks the value
+  // (WriteSnapshotFile reads it after the shards' positions); the check,
+  // the change and the append of every expiry change are one at a time,
+  // so the log has them in the order they were made. Returns the record's
+  // lsn, to wait for before answering (0 without the log, or unchanged).
+  // RESOURCE_EXHAUSTED / UNAVAILABLE when the log has no room or has
+  // failed: then nothing changed.
+  absl::StatusOr<uint64_t> LogExpiry(CuckooFilter& filter, int64_t expire_at,
+                                     const std::function<bool(int64_t current)>& applies,
+                                     bool* changed);
+
   // Makes `filter`, read from an imported snapshot and seen by no other
   // thread, the filter claim.name() (the claim holds the name and memory:
   // FilterRegistry::ClaimName), durable before it is visible. Single node
@@ -443,6 +458,8 @@ class Persistence {
   uint64_t checkpoint_ ABSL_GUARDED_BY(file_mu_) = 0;
   // Whether the checkpoint on disk records the log's digest.
   bool checkpoint_has_digest_ ABSL_GUARDED_BY(file_mu_) = false;
+  // Orders LogExpiry's set-and-append pairs.
+  Mutex expiry_mu_;
   // Drops applied from the cluster log whose files are still to go.
   Mutex removals_mu_;
   std::vector<std::string> requested_removals_ ABSL_GUARDED_BY(removals_mu_);

@@ -541,6 +541,18 @@ class Persistence::LogReplay {
         return Create(r);
       case WalRecordType::kDropFilter:
         return Drop(r);
+      case WalRecordType::kSetExpiry: {
+        // Applied whether or not a snapshot holds it: the log is a suffix
+        // of the filter's history, so its last expiry record is the
+        // filter's latest expiry. Never a drop: that is a logged record of
+        // its own (the filter's expiry passing during the replay drops it
+        // only once the server runs: FilterServiceImpl's expiry timer).
+        auto it = live_.find(r.filter_id);
+        if (it == live_.end()) return absl::OkStatus();  // Of a filter dropped since.
+        it->second->filter->set_expire_at(r.expire_at);
+        ++summary_.log_applied;
+        return absl::OkStatus();
+      }
       case WalRecordType::kInsert:
       case WalRecordType::kDelete: {
         auto it = live_.find(r.filter_id);

@@ -88,6 +88,31 @@ absl::Status Persistence::LogCreate(absl::string_view name, CuckooFilter& filter
   return absl::OkStatus();
 }
 
+absl::StatusOr<uint64_t> Persistence::LogExpiry(CuckooFilter& filter, int64_t expire_at,
+                                                const std::function<bool(int64_t current)>& applies,
+                                                bool* changed) {
+  *changed = false;
+  if (wal_ == nullptr) {
+    MutexLock lock(&expiry_mu_);
+    if (!applies(filter.expire_at())) return uint64_t{0};
+    filter.set_expire_at(expire_at);
+    *changed = true;
+    return uint64_t{0};
+  }
+  if (absl::Status s = wal_->Reserve(kWalSetExpiryBytes); !s.ok()) return s;
+  uint64_t lsn = 0;
+  {
+    MutexLock lock(&expiry_mu_);
+    if (applies(filter.expire_at())) {
+      filter.set_expire_at(expire_at);
+      lsn = wal_->AppendSetExpiry(filter.id(), expire_at);
+      *changed = true;
+    }
+  }
+  wal_->Unreserve(kWalSetExpiryBytes);
+  return lsn;
+}
+
 void Persistence::TruncateLogLocked() {
   if (external_log_ != nullptr) TakeRequestedRemovalsLocked();
   if (wal_ == nullptr && external_log_ == nullptr) return;

@@ -332,6 +332,12 @@ uint64_t Wal::AppendDropFilter(uint64_t filter_id) {
   });
 }
 
+uint64_t Wal::AppendSetExpiry(uint64_t filter_id, int64_t expire_at) {
+  return Append(kWalSetExpiryBytes, [&](uint64_t lsn, uint64_t synced, uint8_t* out) {
+    EncodeSetExpiry(lsn, synced, filter_id, expire_at, out);
+  });
+}
+
 uint64_t Wal::DurableLsnLocked() const {
   return options_.durability == Durability::kSync ? synced_lsn_ : written_lsn_;
 }

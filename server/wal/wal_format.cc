@@ -214,6 +214,13 @@ void EncodeDropFilter(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id, uin
   Seal(out, kWalDropFilterBytes);
 }
 
+void EncodeSetExpiry(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id, int64_t expire_at,
+                     uint8_t* out) {
+  PutHeader(out, kWalSetExpiryBytes, WalRecordType::kSetExpiry, 0, lsn, synced_lsn, filter_id);
+  Put64(out + kWalRecordHeaderBytes, static_cast<uint64_t>(expire_at));
+  Seal(out, kWalSetExpiryBytes);
+}
+
 WalParse ParseWalRecord(absl::Span<const uint8_t> data, WalRecord* out, size_t* length,
                         std::string* why) {
   if (data.size() < 4) {
@@ -340,6 +347,22 @@ WalParse ParseWalRecord(absl::Span<const uint8_t> data, WalRecord* out, size_t* 
       if (flags != 0 || payload_bytes != 0) return bad("a drop record with a payload");
       out->type = WalRecordType::kDropFilter;
       break;
+    case static_cast<uint8_t>(WalRecordType::kSetExpiry): {
+      if (flags != 0) return unknown(absl::StrFormat("unknown record flags %#x", flags));
+      if (payload_bytes != 8) {
+        return bad(
+            absl::StrFormat("an expiry record of %u payload bytes (8 expected)", payload_bytes));
+      }
+      const auto expire_at = static_cast<int64_t>(Get64(payload));
+      if (expire_at < 0 || expire_at > kWalMaxExpireAt) {
+        return bad(absl::StrFormat("an expiry record with expire_at %d (0 to %d)", expire_at,
+                                   kWalMaxExpireAt));
+      }
+      if (out->filter_id == 0) return bad("an expiry record of filter id 0");
+      out->type = WalRecordType::kSetExpiry;
+      out->expire_at = expire_at;
+      break;
+    }
     case static_cast<uint8_t>(WalRecordType::kRequestStart):
     case static_cast<uint8_t>(WalRecordType::kRequestResults): {
       const bool start = type == static_cast<uint8_t>(WalRecordType::kRequestStart);

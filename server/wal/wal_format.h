@@ -53,6 +53,12 @@ enum class WalRecordType : uint8_t {
   kRequestStart = 5,
   kRequestResults = 6,
   // 7: taken by kCreateFilter's current encoding.
+  // 8: reserved (a rename).
+  // The filter's expiry set (expire_at, Unix milliseconds) or cleared (0):
+  // docs/WAL_FORMAT.md, "Expiry records". The drop when it passes is a
+  // kDropFilter record, as any drop.
+  kSetExpiry = 9,
+  // 10: reserved for filter expiry.
 };
 
 // The longest request key a request record holds (RequestWindow's key: the
@@ -92,7 +98,8 @@ struct WalRecord {
   std::vector<uint64_t> hashes;
   std::string name;
   FilterShape shape;
-  WalRequest request;  // kRequestStart, kRequestResults.
+  WalRequest request;     // kRequestStart, kRequestResults.
+  int64_t expire_at = 0;  // kSetExpiry: Unix milliseconds, 0 when cleared.
 };
 
 struct WalSegmentHeader {
@@ -125,6 +132,13 @@ void EncodeShardWrite(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id, con
 void EncodeCreateFilter(uint64_t lsn, uint64_t synced_lsn, absl::string_view name,
                         const FilterShape& shape, uint8_t* out);
 void EncodeDropFilter(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id, uint8_t* out);
+// The expiry record: `expire_at` in [0, kWalMaxExpireAt].
+inline constexpr size_t kWalSetExpiryBytes = kWalRecordHeaderBytes + 8 + kWalRecordTrailerBytes;
+// The latest expiry a record holds: the year 9999 (Unix milliseconds), as
+// far as the Timestamps of the gRPC API go.
+inline constexpr int64_t kWalMaxExpireAt = int64_t{253402300799999};
+void EncodeSetExpiry(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id, int64_t expire_at,
+                     uint8_t* out);
 // Request records: the key at most kWalMaxRequestKeyBytes, at most
 // kWalResultsPerRecord results.
 size_t WalRequestStartBytes(absl::string_view key);

@@ -403,5 +403,42 @@ TEST(RegistryTest, BadOptionsAndNamesFailBeforeAnythingIsCreated) {
   EXPECT_EQ(reg.memory_bytes(), 0u);
 }
 
+// Expiry: a filter is gone for clients (GetLive, ListLive) from its
+// expire_at on, judged by the registry's clock; Get and List still hand it
+// out (its owner's logged drop needs it).
+TEST(RegistryTest, ExpiredFiltersAreMissingForGetLiveAndListLiveFromTheirExpireAtOn) {
+  FilterRegistry registry;
+  int64_t now = 1'000'000;
+  registry.SetClock([&] { return now; });
+  FilterOptions options{.capacity = 1000, .seed = 1};
+  auto a = registry.Create("a", options);
+  auto b = registry.Create("b", options);
+  ASSERT_TRUE(a.ok() && b.ok());
+  (*a)->set_expire_at(now + 100);
+  EXPECT_FALSE(registry.Expired(**a));
+  EXPECT_TRUE(registry.GetLive("a").ok());
+  EXPECT_EQ(registry.ListLive().size(), 2u);
+  now += 99;
+  EXPECT_TRUE(registry.GetLive("a").ok());
+  now += 1;  // At expire_at: expired, as a Redis key.
+  EXPECT_TRUE(registry.Expired(**a));
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> gone = registry.GetLive("a");
+  EXPECT_TRUE(absl::IsNotFound(gone.status())) << gone.status();
+  EXPECT_THAT(
+      std::string(gone.status().message()),
+      ::testing::HasSubstr("filter \"a\" not found: it expired at 1970-01-01T00:16:40.1+00:00"));
+  ASSERT_EQ(registry.ListLive().size(), 1u);
+  EXPECT_EQ(registry.ListLive()[0].first, "b");
+  EXPECT_TRUE(registry.Get("a").ok());
+  EXPECT_EQ(registry.List().size(), 2u);
+  // Cleared: live again. A change of the expiry counts as a change.
+  const uint64_t changes = (*a)->changes();
+  (*a)->set_expire_at(0);
+  EXPECT_TRUE(registry.GetLive("a").ok());
+  EXPECT_EQ((*a)->changes(), changes + 1);
+  (*a)->set_expire_at(0);
+  EXPECT_EQ((*a)->changes(), changes + 1);  // No change, not counted.
+}
+
 }  // namespace
 }  // namespace cuckoo

@@ -58,6 +58,9 @@ struct SnapshotLayout {
   // (80 bytes), and the length of the name field; 0: none, 128.
   size_t shape = 0;
   size_t name_bytes = 128;
+  // Version 5 from filter expiry on: the filter's expire_at (i64 Unix ms),
+  // in what was reserved; 0: none.
+  size_t expire_at = 0;
 
   // The offset of the setting at `field` (kSnapshotHashId, ...: the offsets
   // of versions 1 to 4's settings block), wherever this version puts it.
@@ -119,7 +122,7 @@ inline constexpr SnapshotLayout kSnapshotV5 = {.version = 5,
                                                .fields = 0,
                                                .name = 344,
                                                .filter_id = 152,
-                                               .reserved = 856,
+                                               .reserved = 864,
                                                .header_checksum = 1016,
                                                .section_header = 24,
                                                .section_position = 16,
@@ -127,7 +130,8 @@ inline constexpr SnapshotLayout kSnapshotV5 = {.version = 5,
                                                .generation_header = 40,
                                                .log = 296,
                                                .shape = 48,
-                                               .name_bytes = 512};
+                                               .name_bytes = 512,
+                                               .expire_at = 856};
 inline constexpr size_t kSnapshotLogBytes = 48;
 // The version this build writes.
 inline constexpr const SnapshotLayout& kSnapshotWritten = kSnapshotV5;

@@ -306,6 +306,39 @@ TEST(SnapshotTest, EmptyFilterRoundTrips) {
   EXPECT_EQ(r->filter->shape(), original->shape());
 }
 
+// The filter's expire_at is in the header (format version 5, bytes
+// 856..863), read back, and a snapshot counts its changes as held.
+TEST(SnapshotTest, ExpireAtSurvivesARoundTripInHeaderBytes856To863) {
+  TempDir dir;
+  auto original = MakeFilter({.capacity = 1000, .seed = 5});
+  original->set_expire_at(1796083200123);
+  auto w = WriteSnapshotFile(*original, "seen:2026-11-29", dir.path());
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->expire_at, 1796083200123);
+  EXPECT_EQ(w->changes, original->changes());
+  auto r = ReadSnapshotFile(w->path, "seen:2026-11-29");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->expire_at, 1796083200123);
+  EXPECT_EQ(r->filter->expire_at(), 1796083200123);
+
+  std::string bytes;
+  {
+    std::ifstream in(w->path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  ASSERT_GT(bytes.size(), 1024u);
+  int64_t stored = 0;
+  std::memcpy(&stored, bytes.data() + 856, 8);
+  EXPECT_EQ(stored, 1796083200123);
+  // Without an expiry the bytes are zeros, as builds before it wrote them.
+  original->set_expire_at(0);
+  auto none = WriteSnapshotFile(*original, "seen:2026-11-29", dir.path());
+  ASSERT_TRUE(none.ok()) << none.status();
+  auto back = ReadSnapshotFile(none->path, "seen:2026-11-29");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->filter->expire_at(), 0);
+}
+
 // A filter made over the Redis port grows for repeated keys
 // (grow_on_repeats): its snapshot keeps the flag, so after a restart it
 // goes on growing for them, and keeps every copy it counted. (Snapshot
@@ -1115,9 +1148,26 @@ TEST_P(SnapshotCorruptionTest, NonZeroReservedHeaderBytesAreDataLoss) {
       EXPECT_EQ(r->filter->id(), r->filter_id);
       continue;
     }
+    if (L().expire_at != 0 && at >= L().expire_at && at < L().expire_at + 8) {
+      // The filter's expiry (filter expiry's bytes 856..863 of version 5).
+      auto r = ParseSnapshot(bad, "snap.cuckoo", "c");
+      ASSERT_TRUE(r.ok()) << at << r.status();
+      EXPECT_EQ(r->expire_at, int64_t{0x40} << (8 * (at - L().expire_at)));
+      EXPECT_EQ(r->filter->expire_at(), r->expire_at);
+      continue;
+    }
     ExpectRejected(bad, absl::StrFormat("reserved header byte %u is not zero", at),
                    absl::StrFormat("byte %u", at));
   }
+}
+
+// A negative expire_at (its top bit set) is no time cuckood writes.
+TEST_P(SnapshotCorruptionTest, ANegativeExpireAtIsDataLoss) {
+  if (L().expire_at == 0) GTEST_SKIP() << "no expiry in this version";
+  std::vector<uint8_t> bad = good_;
+  bad[L().expire_at + 7] = 0x80;
+  ResealSnapshot(bad, L());
+  ExpectRejected(bad, "expire_at -9223372036854775808 is negative");
 }
 
 // A version-2 writer must be printable ASCII, NUL-padded: a file that says

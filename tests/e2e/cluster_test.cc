@@ -194,6 +194,75 @@ TEST(ClusterTest, FilterCreatedAndDroppedThroughTheLogIsGoneEverywhereAndItsName
   ExpectIdenticalReplicas(c, {0, 1});
 }
 
+// Filter expiry through the log: an expiry entry naming the filter's id,
+// and at its time one drop entry (every replica's timer may publish one:
+// the first applies, the others name an id that is gone), so every replica
+// drops the same filter at the same position and the log digests agree.
+TEST(ClusterTest, AnExpiredFilterIsDroppedByOneLoggedDropAtTheSamePositionEverywhere) {
+  TestCluster c(3);
+  const uint64_t p = Create(c.replica(0), "daily", 1000).log_position();
+  Create(c.replica(1), "kept", 1000);
+  Insert(c.replica(1), "daily", NumberedKeys("a", 10), "", p);
+  v1::SetFilterExpiryRequest req;
+  req.set_name("daily");
+  const int64_t at = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count() +
+                     700;
+  req.mutable_expire_at()->set_seconds(at / 1000);
+  req.mutable_expire_at()->set_nanos(static_cast<int32_t>(at % 1000) * 1'000'000);
+  v1::SetFilterExpiryResponse set;
+  {
+    grpc::ClientContext ctx;
+    const grpc::Status s = c.replica(2).stub().SetFilterExpiry(WithDeadline(&ctx), req, &set);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  EXPECT_TRUE(set.changed());
+  // Every replica has the expiry once it applied the entry.
+  for (int i = 0; i < 3; ++i) {
+    v1::GetFilterRequest get;
+    get.set_name("daily");
+    get.set_min_log_position(set.log_position());
+    v1::GetFilterResponse info;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(c.replica(i).stub().GetFilter(WithDeadline(&ctx), get, &info).ok()) << i;
+    EXPECT_EQ(
+        info.filter().expire_at().seconds() * 1000 + info.filter().expire_at().nanos() / 1'000'000,
+        at)
+        << i;
+  }
+  // Gone everywhere: dropped through the log.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const uint64_t end = c.replica(0).Applied();
+  uint64_t digest = 0;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(c.replica(i).WaitCaughtUp(end)) << i;
+    v1::GetFilterRequest get;
+    get.set_name("daily");
+    v1::GetFilterResponse info;
+    grpc::ClientContext ctx;
+    EXPECT_EQ(c.replica(i).stub().GetFilter(WithDeadline(&ctx), get, &info).error_code(),
+              grpc::StatusCode::NOT_FOUND)
+        << i;
+    // The drop and nothing after it: every replica at the same position
+    // with the same digest.
+    v1::GetServerInfoResponse server;
+    grpc::ClientContext ctx2;
+    ASSERT_TRUE(c.replica(i).stub().GetServerInfo(WithDeadline(&ctx2), {}, &server).ok());
+    EXPECT_EQ(server.applied_log_position(), end) << i;
+    EXPECT_EQ(server.filters(), 1u) << i << ": the expired filter is still held";
+    ASSERT_TRUE(server.cluster().log_digest_known()) << i;
+    EXPECT_EQ(server.cluster().log_digest_position(), end) << i;
+    if (i == 0) digest = server.cluster().log_digest();
+    EXPECT_EQ(server.cluster().log_digest(), digest) << i;
+  }
+  // One create, one create, one insert, one expiry, then the drop(s): the
+  // first applied, any later one (another replica's timer) naming a filter
+  // gone (applied as nothing).
+  EXPECT_GE(end, set.log_position() + 1);
+  ExpectIdenticalReplicas(c, {0, 1, 2});
+}
+
 TEST(ClusterTest, ReadForAPositionNotYetReachableFailsUnavailableAfterTheWait) {
   TestCluster c(1, {"--max-read-wait=300ms"});
   const uint64_t p = Create(c.replica(0), "f", 1000).log_position();

@@ -214,6 +214,39 @@ TEST_F(CuckooctlTest, CreateInfoListDropRoundTripWithExactValues) {
   EXPECT_EQ(Words(Lines(after.out)[1])[0], "other");
 }
 
+// expire sets and clears a filter's expiry (SetFilterExpiry); info shows
+// it; create takes --ttl / --expire-at; bad times are usage errors.
+TEST_F(CuckooctlTest, ExpireSetsAndClearsTheExpiryAndInfoShowsIt) {
+  ASSERT_EQ(Ctl({"create", "daily", "--capacity=1000", "--ttl=48h"}).code, 0);
+  Result info = Ctl({"info", "daily"});
+  ASSERT_EQ(info.code, 0) << Describe(info);
+  EXPECT_THAT(info.out, ::testing::ContainsRegex("\nexpire_at: +20[0-9-]+T[0-9:.]+Z "));
+  EXPECT_THAT(info.out, HasSubstr("(then the server drops it)"));
+  Result at = Ctl({"expire", "daily", "--at=2100-01-01T00:00:00Z"});
+  ASSERT_EQ(at.code, 0) << Describe(at);
+  EXPECT_EQ(at.out, "daily: expires at 2100-01-01T00:00:00.000000Z\n");
+  Result json = Ctl({"info", "daily", "--format=json"});
+  EXPECT_THAT(json.out, HasSubstr("\"expire_at\":\"2100-01-01T00:00:00.000000Z\""));
+  Result persist = Ctl({"expire", "daily", "--persist"});
+  ASSERT_EQ(persist.code, 0) << Describe(persist);
+  EXPECT_EQ(persist.out, "daily: expiry cleared\n");
+  EXPECT_EQ(Ctl({"expire", "daily", "--persist"}).out, "daily: had no expiry\n");
+  EXPECT_THAT(Ctl({"info", "daily"}).out, ::testing::ContainsRegex("\nexpire_at: +never\n"));
+  Result both = Ctl({"expire", "daily", "--ttl=1h", "--persist"});
+  EXPECT_EQ(both.code, 2);
+  EXPECT_THAT(both.err, HasSubstr("expire needs one of --ttl=DURATION, --at=TIME or --persist"));
+  Result bad = Ctl({"expire", "daily", "--at=tomorrow"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--at=\"tomorrow\" is not an RFC 3339 time"));
+  Result past = Ctl({"create", "old", "--capacity=1000", "--expire-at=2001-01-01T00:00:00Z"});
+  EXPECT_EQ(past.code, 3);
+  EXPECT_THAT(past.err, HasSubstr("is not in the future"));
+  Result now = Ctl({"expire", "daily", "--at=2001-01-01T00:00:00Z"});
+  ASSERT_EQ(now.code, 0) << Describe(now);
+  EXPECT_EQ(now.out, "daily: the time is not in the future: dropped\n");
+  EXPECT_EQ(Ctl({"info", "daily"}).code, 3);
+}
+
 TEST_F(CuckooctlTest, SemiSortFlagIsSentAndTheTableKindShowsInInfoJsonAndList) {
   Result semi = Ctl({"create", "semi", "--capacity=10000", "--fingerprint-bits=12",
                      "--semi-sort=true", "--seed=7"});

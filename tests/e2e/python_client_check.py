@@ -290,6 +290,24 @@ class Checks:
         c.drop_filter("py-life-b")
         c.drop_filter("py-seed0")
 
+    def check_filter_expiry(self):
+        """set_filter_expiry sets and clears expire_at; FilterInfo shows it; a past time drops."""
+        c = self.client
+        info = c.create_filter("py-expiry", 1000)
+        assert info.expire_at is None, info
+        at = datetime.datetime(2100, 1, 1, tzinfo=datetime.timezone.utc)
+        r = c.set_filter_expiry("py-expiry", at)
+        assert r.changed and not r.dropped, r
+        assert c.get_filter("py-expiry").expire_at == at
+        r = c.set_filter_expiry("py-expiry", None)
+        assert r.changed and not r.HasField("expire_at"), r
+        assert c.get_filter("py-expiry").expire_at is None
+        past = datetime.datetime(2001, 1, 1, tzinfo=datetime.timezone.utc)
+        r = c.set_filter_expiry("py-expiry", past)
+        assert r.dropped, r
+        expect_error(grpc.StatusCode.NOT_FOUND, c.get_filter, "py-expiry")
+        expect_error(grpc.StatusCode.NOT_FOUND, c.set_filter_expiry, "py-expiry", at)
+
     def check_growing_filter(self):
         """growth_factor / max_capacity: sent, reported, compared, and the filter grows."""
         c = self.client

@@ -44,17 +44,31 @@ TEST(PythonClientTest, ChecksPassAgainstARealServer) {
   ASSERT_TRUE(server.ready()) << server.process().out() << server.process().err();
   Result r = RunPython(kCheckScript, {"--target", server.address()});
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  for (const char* check :
-       {"ok package_layout", "ok filter_lifecycle", "ok semi_sort",
-        "ok insert_lookup_str_and_bytes", "ok if_absent", "ok delete", "ok count", "ok errors",
-        "ok health", "ok snapshot", "ok threads", "ok unreachable_server", "ok request_id_dedup",
-        "ok generated_request_ids", "ok log_positions", "ok read_your_writes",
-        "ok multiple_targets", "ok retry_unavailable", "ok channel_retries"}) {
+  for (const char* check : {"ok package_layout",
+                            "ok filter_lifecycle",
+                            "ok filter_expiry",
+                            "ok semi_sort",
+                            "ok insert_lookup_str_and_bytes",
+                            "ok if_absent",
+                            "ok delete",
+                            "ok count",
+                            "ok errors",
+                            "ok health",
+                            "ok snapshot",
+                            "ok threads",
+                            "ok unreachable_server",
+                            "ok request_id_dedup",
+                            "ok generated_request_ids",
+                            "ok log_positions",
+                            "ok read_your_writes",
+                            "ok multiple_targets",
+                            "ok retry_unavailable",
+                            "ok channel_retries"}) {
     EXPECT_THAT(r.out, HasSubstr(std::string(check) + "\n")) << r.out << r.err;
   }
   // Writes whose answers a proxy lost: retried with their request ids.
   EXPECT_THAT(r.out, HasSubstr("ok lost_answers\n")) << r.out << r.err;
-  EXPECT_THAT(r.out, HasSubstr("24 checks passed")) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("25 checks passed")) << r.out << r.err;
   EXPECT_THAT(r.out, Not(HasSubstr("FAIL")));
 }
 

@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/snapshot.h"
 #include "tests/e2e/redis_test_util.h"
 
 namespace cuckoo::testing {
@@ -171,6 +172,171 @@ TEST(RedisCrashTest, KillDashNineLosesNoAcknowledgedRespWrite) {
   // Each round waited (up to a minute) for more than 2 000 and 200 of them.
   EXPECT_GT(acked_add.size(), 10'000u) << "the load was too light";
   EXPECT_GT(acked_insert.size(), 1'000u) << "the load was too light";
+}
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Filter expiry around kill -9: filters made with short TTLs (100-500 ms;
+// some of 20-40 s) while items are written into them (CF.INSERT NOCREATE)
+// and into a filter without expiry, cuckood killed at random moments (so
+// around expiry moments and their drops). After each restart: every filter
+// whose time has passed is missing at once and its drop is logged promptly
+// (its snapshot file gone within a second: the timer's logged drop, or the
+// replay of one logged before the kill); every filter whose time has not
+// passed has the expiry that was acknowledged (PEXPIREAT is all or
+// nothing: an unanswered one left the old value or the new one) and every
+// item acknowledged into it; the filter without expiry every item.
+TEST(RedisCrashTest, KillDashNineAroundExpiryMomentsKeepsDropsAndAcknowledgedItems) {
+  TempDir data;
+  const std::vector<std::string> flags = {"--wal-segment-size=256KiB", "--snapshot-interval=1s",
+                                          "--redis-error-rate=1e-6"};
+  std::mt19937 rng(29);
+  struct Expiring {
+    std::string name;
+    int64_t at = 0;
+    bool acked = false;  // Its PEXPIREAT was answered :1.
+    std::vector<std::string> items;
+  };
+  std::vector<Expiring> filters;
+  std::vector<std::string> kept;
+  size_t expired_checked = 0, live_checked = 0;
+  for (int round = 0; round < 4; ++round) {
+    SCOPED_TRACE(round);
+    auto server = std::make_unique<RedisCuckood>(data.path(), flags);
+    ASSERT_TRUE(server->ready()) << server->Log();
+    std::atomic<bool> stop{false};
+    std::mutex mu;
+    std::thread writer([&, port = server->redis_port(), seed = rng()] {
+      std::mt19937 r(seed);
+      RespConn c(port, std::chrono::seconds(10));
+      for (int i = 0; !stop.load() && c.ok(); ++i) {
+        Expiring e;
+        e.name = "e-" + std::to_string(round) + "-" + std::to_string(i);
+        std::optional<RespReply> made = c.Call({"CF.RESERVE", e.name, "1000"});
+        if (!made) return;
+        if (made->str != "OK") {
+          ADD_FAILURE() << e.name << ": " << made->str;
+          return;
+        }
+        const bool long_ttl = r() % 10 < 3;
+        e.at = NowMs() + (long_ttl ? std::uniform_int_distribution<int>(20'000, 40'000)(r)
+                                   : std::uniform_int_distribution<int>(100, 500)(r));
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          filters.push_back(e);
+        }
+        std::optional<RespReply> set = c.Call({"PEXPIREAT", e.name, std::to_string(e.at)});
+        if (!set) return;
+        if (set->type != ':' || set->integer != 1) {
+          ADD_FAILURE() << e.name << " PEXPIREAT: " << set->type << set->str;
+          return;
+        }
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          filters.back().acked = true;
+        }
+        for (int k = 0; k < 8 && !stop.load(); ++k) {
+          std::vector<std::string> insert = {"CF.INSERT", e.name, "NOCREATE", "ITEMS"};
+          std::vector<std::string> items;
+          for (int j = 0; j < 10; ++j) items.push_back(e.name + "/" + std::to_string(k * 10 + j));
+          insert.insert(insert.end(), items.begin(), items.end());
+          std::optional<RespReply> ins = c.Call(insert);
+          std::optional<RespReply> keep =
+              c.Call({"CF.ADD", "kept", e.name + "/k" + std::to_string(k)});
+          if (!ins || !keep) return;
+          std::lock_guard<std::mutex> lock(mu);
+          if (ins->type == '*') {
+            for (size_t j = 0; j < items.size(); ++j) {
+              if (ins->elems[j].integer == 1) filters.back().items.push_back(items[j]);
+            }
+          } else if (ins->str.find("not found") == std::string::npos || NowMs() < e.at) {
+            ADD_FAILURE() << e.name << " CF.INSERT: " << ins->str;
+          }
+          if (keep->type == ':' && keep->integer == 1)
+            kept.push_back(e.name + "/k" + std::to_string(k));
+        }
+      }
+    });
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(std::uniform_int_distribution<int>(600, 1500)(rng)));
+    server->process().Signal(SIGKILL);
+    ASSERT_EQ(server->process().Wait(), 128 + SIGKILL);
+    stop = true;
+    writer.join();
+
+    server = std::make_unique<RedisCuckood>(data.path(), flags);
+    ASSERT_TRUE(server->ready()) << server->Log();
+    RespConn c(server->redis_port(), std::chrono::seconds(30));
+    std::vector<std::string> gone;
+    for (const Expiring& e : filters) {
+      const int64_t before = NowMs();
+      std::optional<RespReply> exists = c.Call({"EXISTS", e.name});
+      ASSERT_TRUE(exists.has_value());
+      if (e.at <= before) {
+        // Past its time: missing, whatever the log holds.
+        EXPECT_EQ(exists->integer, 0) << e.name;
+        gone.push_back(e.name);
+        ++expired_checked;
+        continue;
+      }
+      if (e.at < NowMs() + 5'000) continue;  // Could pass while checked.
+      if (!e.acked) {
+        // Cut by the kill: the old expiry (none) or the new one, whole.
+        if (exists->integer == 1) {
+          std::optional<RespReply> t = c.Call({"PEXPIRETIME", e.name});
+          ASSERT_TRUE(t.has_value());
+          EXPECT_TRUE(t->integer == -1 || t->integer == e.at) << e.name << " " << t->integer;
+        }
+        continue;
+      }
+      ASSERT_EQ(exists->integer, 1) << e.name << " expires at " << e.at;
+      std::optional<RespReply> t = c.Call({"PEXPIRETIME", e.name});
+      ASSERT_TRUE(t.has_value());
+      EXPECT_EQ(t->integer, e.at) << e.name;
+      ++live_checked;
+      if (e.items.empty()) continue;
+      std::vector<std::string> args = {"CF.MEXISTS", e.name};
+      args.insert(args.end(), e.items.begin(), e.items.end());
+      std::optional<RespReply> r = c.Call(args);
+      ASSERT_TRUE(r.has_value());
+      ASSERT_EQ(r->elems.size(), e.items.size()) << r->str;
+      for (size_t j = 0; j < e.items.size(); ++j) {
+        EXPECT_EQ(r->elems[j].integer, 1) << "acknowledged " << e.items[j] << " missing";
+      }
+    }
+    if (!kept.empty()) {
+      std::vector<std::string> args = {"CF.MEXISTS", "kept"};
+      args.insert(args.end(), kept.begin(), kept.end());
+      std::optional<RespReply> r = c.Call(args);
+      ASSERT_TRUE(r.has_value());
+      ASSERT_EQ(r->elems.size(), kept.size()) << r->str;
+      for (size_t j = 0; j < kept.size(); ++j) {
+        EXPECT_EQ(r->elems[j].integer, 1) << "acknowledged " << kept[j] << " missing from kept";
+      }
+    }
+    // Each expired filter's drop is logged promptly after start (or was
+    // before the kill): its snapshot file goes.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    for (const std::string& name : gone) {
+      const std::string file = SnapshotPath(data.path(), name);
+      while (std::filesystem::exists(file) && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      EXPECT_FALSE(std::filesystem::exists(file)) << name << " expired, its file is still there";
+    }
+    std::cout << "round " << round << ": " << filters.size() << " expiring filters, "
+              << expired_checked << " expired ones missing, " << live_checked
+              << " live ones with their expiry and items; " << kept.size()
+              << " items of the filter without expiry present\n";
+    server->process().Signal(SIGKILL);
+    server->process().Wait();
+  }
+  EXPECT_GT(expired_checked, 20u) << "the load was too light";
+  EXPECT_GT(live_checked, 3u) << "the load was too light";
 }
 
 // The names in `dir` (none if it does not exist).

@@ -9,6 +9,8 @@ Run by tests/e2e/redis_py_test.cc, which starts the server:
         # a server started with --auth-tokens (tokens with admin:* and read:*)
     /usr/bin/python3 tests/e2e/redis_py_check.py --port 6379 --bloom-fidelity
         # RedisBloom's behaviour: repeated items, error texts, EXPANSION 0
+    /usr/bin/python3 tests/e2e/redis_py_check.py --port 6379 --expiry-checks
+        # key expiry: EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, TTL, PTTL, PERSIST, EXPIRETIME
 
 Uses redis-py's own RedisBloom command builders (r.cf(): CF.RESERVE, CF.ADD, ...), so the
 arguments are exactly what applications written against RedisBloom send. redis-py 4.3 speaks
@@ -695,6 +697,147 @@ def redis_names_checks(args):
         assert r.exists("users:seen") == 1
 
 
+def expiry_checks(args):
+    """Redis 7's key expiry (EXPIRE family, TTL, PERSIST) over filters, as redis-py sends it."""
+    r = client(args)
+    cf = r.cf()
+
+    def now_ms():
+        return int(time.time() * 1000)
+
+    @check
+    def expiry_daily_dedup_filter_with_a_ttl():
+        assert cf.create("seen:2026-11-29", 1000) is True
+        assert cf.add("seen:2026-11-29", "evt-1") == 1
+        assert r.ttl("seen:2026-11-29") == -1
+        assert r.pttl("seen:2026-11-29") == -1
+        assert r.execute_command("EXPIRETIME", "seen:2026-11-29") == -1
+        assert r.expire("seen:2026-11-29", 172800) is True
+        assert 172799 <= r.ttl("seen:2026-11-29") <= 172800
+        assert 172798000 < r.pttl("seen:2026-11-29") <= 172800000
+        t = r.execute_command("EXPIRETIME", "seen:2026-11-29")
+        assert abs(t - (int(time.time()) + 172800)) <= 2, t
+        pt = r.execute_command("PEXPIRETIME", "seen:2026-11-29")
+        assert abs(pt - (now_ms() + 172800000)) <= 2000, pt
+        assert cf.exists("seen:2026-11-29", "evt-1") == 1
+        assert r.persist("seen:2026-11-29") is True
+        assert r.persist("seen:2026-11-29") is False
+        assert r.ttl("seen:2026-11-29") == -1
+        # Missing keys: -2 and 0, as Redis.
+        assert r.ttl("nope") == -2 and r.pttl("nope") == -2
+        assert r.execute_command("EXPIRETIME", "nope") == -2
+        assert r.expire("nope", 10) is False
+        assert r.persist("nope") is False
+
+    @check
+    def expiry_the_filter_is_gone_at_its_time_and_cf_add_makes_a_new_one():
+        assert cf.create("short", 1000) is True
+        assert cf.add("short", "a") == 1
+        assert r.pexpire("short", 300) is True
+        assert cf.exists("short", "a") == 1
+        time.sleep(0.35)
+        assert r.exists("short") == 0
+        assert r.ttl("short") == -2
+        assert cf.exists("short", "a") == 0
+        assert "short" not in [k.decode() for k in r.keys("*")]
+        expect_error(redis.ResponseError, "not found", cf.info, "short")
+        # CF.ADD on the expired key: a new filter, as Redis's lazy expiry.
+        assert cf.add("short", "b") == 1
+        assert cf.exists("short", "a") == 0
+        assert cf.exists("short", "b") == 1
+        assert r.ttl("short") == -1
+
+    @check
+    def expiry_absolute_times_and_times_in_the_past_delete_now():
+        assert cf.create("abs", 1000) is True
+        at = int(time.time()) + 1000
+        assert r.expireat("abs", at) is True
+        assert r.execute_command("EXPIRETIME", "abs") == at
+        assert r.pexpireat("abs", at * 1000 + 5) is True
+        assert r.execute_command("PEXPIRETIME", "abs") == at * 1000 + 5
+        assert r.expire("abs", -1) is True  # Deleted now, as Redis.
+        assert r.exists("abs") == 0
+        assert cf.create("abs", 1000) is True
+        assert r.expireat("abs", 1) is True
+        assert r.exists("abs") == 0
+        assert cf.create("abs", 1000) is True
+        assert r.expire("abs", 0) is True
+        assert r.exists("abs") == 0
+
+    @check
+    def expiry_nx_xx_gt_lt_as_redis_7():
+        assert cf.create("cond", 1000) is True
+        e = lambda *opts: r.execute_command("EXPIRE", "cond", *opts)
+        assert e(100, "XX") == 0
+        assert e(100, "GT") == 0
+        assert e(100, "NX") == 1
+        assert e(200, "NX") == 0
+        assert e(50, "GT") == 0
+        assert e(200, "GT") == 1
+        assert e(300, "LT") == 0
+        assert e(150, "lt") == 1
+        assert e(400, "XX") == 1
+        assert e(300, "XX", "LT") == 1
+        assert e(500, "XX", "GT") == 1
+        assert 499 <= r.ttl("cond") <= 500
+        assert r.persist("cond") is True
+        assert e(300, "XX", "LT") == 0  # XX: no expiry.
+        assert e(300, "LT") == 1  # LT: no expiry counts as infinitely late.
+
+    @check
+    def expiry_bad_arguments_get_redis_error_texts():
+        assert cf.create("args", 1000) is True
+        expect_error(redis.ResponseError, "value is not an integer or out of range",
+                     r.expire, "args", "soon")
+        expect_error(redis.ResponseError, "value is not an integer or out of range",
+                     r.execute_command, "EXPIRE", "args", "99999999999999999999")
+        expect_error(redis.ResponseError, "invalid expire time in 'expire' command",
+                     r.execute_command, "EXPIRE", "args", str(2**62))
+        expect_error(redis.ResponseError, "invalid expire time in 'pexpireat' command",
+                     r.execute_command, "PEXPIREAT", "args", str(2**63 - 1))
+        expect_error(redis.ResponseError, "NX and XX, GT or LT options at the same time are not "
+                     "compatible", r.execute_command, "EXPIRE", "args", "10", "NX", "XX")
+        expect_error(redis.ResponseError, "GT and LT options at the same time are not compatible",
+                     r.execute_command, "EXPIRE", "args", "10", "GT", "LT")
+        expect_error(redis.ResponseError, "Unsupported option", r.execute_command, "EXPIRE",
+                     "args", "10", "SOON")
+        expect_error(redis.ResponseError, "wrong number of arguments", r.execute_command, "TTL")
+        assert r.ttl("args") == -1  # Nothing changed.
+
+    @check
+    def expiry_commands_queue_in_multi_and_pipeline():
+        assert cf.create("tx", 1000) is True
+        pipe = r.pipeline(transaction=True)
+        pipe.expire("tx", 100)
+        pipe.ttl("tx")
+        pipe.persist("tx")
+        pipe.ttl("tx")
+        assert pipe.execute() == [True, 100, True, -1]
+
+    @check
+    def expiry_a_dump_carries_the_expiry_into_the_loaded_filter():
+        assert cf.create("dumped", 1000) is True
+        assert cf.add("dumped", "x") == 1
+        at = int(time.time()) + 5000
+        assert r.expireat("dumped", at) is True
+        dumps_backup(cf, "dumped", "restored")
+        assert cf.exists("restored", "x") == 1
+        assert r.execute_command("EXPIRETIME", "restored") == at
+        assert r.persist("restored") is True
+
+    @check
+    def expiry_is_listed_by_command_and_info_is_unchanged():
+        names = set(r.command().keys())  # COMMAND, as redis-py parses it.
+        for n in ["expire", "pexpire", "expireat", "pexpireat", "ttl", "pttl", "persist",
+                  "expiretime", "pexpiretime"]:
+            assert n in names, n
+        assert cf.create("infod", 1000) is True
+        before = cf.info("infod")
+        assert r.expire("infod", 100) is True
+        after = cf.info("infod")
+        assert before.size == after.size and before.bucketNum == after.bucketNum
+
+
 # ---- with --auth-tokens -----------------------------------------------------------------------
 
 
@@ -735,6 +878,20 @@ def auth_checks(args):
         assert isinstance(out[1], redis.exceptions.NoPermissionError), repr(out[1])
 
     @check
+    def expiry_needs_admin_and_ttl_needs_read():
+        admin = client(args, password=args.admin_token)
+        reader = client(args, password=args.reader_token)
+        assert admin.cf().create("auth.exp", 1000) is True
+        for cmd in (["EXPIRE", "auth.exp", "100"], ["PEXPIRE", "auth.exp", "100000"],
+                    ["EXPIREAT", "auth.exp", "4000000000"], ["PERSIST", "auth.exp"]):
+            e = expect_error(redis.exceptions.NoPermissionError, "", reader.execute_command, *cmd)
+            assert "admin grant" in str(e), str(e)
+        assert reader.ttl("auth.exp") == -1
+        assert admin.expire("auth.exp", 100) is True
+        assert 99 <= reader.ttl("auth.exp") <= 100
+        assert reader.execute_command("PEXPIRETIME", "auth.exp") > 0
+
+    @check
     def no_or_wrong_token():
         anon = client(args)
         expect_error(redis.exceptions.AuthenticationError, "Authentication required", anon.ping)
@@ -757,8 +914,11 @@ def main():
     p.add_argument("--bloom-fidelity", action="store_true")
     p.add_argument("--dumps-checks", action="store_true")
     p.add_argument("--multi-checks", action="store_true")
+    p.add_argument("--expiry-checks", action="store_true")
     args = p.parse_args()
-    if args.multi_checks:
+    if args.expiry_checks:
+        expiry_checks(args)
+    elif args.multi_checks:
         multi_checks(args)
     elif args.error_checks:
         error_checks(args)

@@ -113,6 +113,27 @@ TEST(RedisPyTest, TransactionsAndTheKeyspaceCommandsClientsUse) {
   EXPECT_THAT(r.out, HasSubstr("6 checks passed"));
 }
 
+// Key expiry as Redis 7 has it (EXPIRE family, TTL, PERSIST, EXPIRETIME),
+// over a real cuckood: daily dedup filters with a TTL, gone at their time.
+TEST(RedisPyTest, KeyExpiryAsRedisSevenWithTtlPersistAndTheConditions) {
+  TempDir dir;
+  RedisCuckood server(dir.path(), {"--redis-error-rate=1e-7"});
+  ASSERT_TRUE(server.ready()) << server.Log();
+  Result r = RunCheck({"--port", std::to_string(server.redis_port()), "--expiry-checks"});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  for (const char* check :
+       {"ok expiry_daily_dedup_filter_with_a_ttl",
+        "ok expiry_the_filter_is_gone_at_its_time_and_cf_add_makes_a_new_one",
+        "ok expiry_absolute_times_and_times_in_the_past_delete_now",
+        "ok expiry_nx_xx_gt_lt_as_redis_7", "ok expiry_bad_arguments_get_redis_error_texts",
+        "ok expiry_commands_queue_in_multi_and_pipeline",
+        "ok expiry_a_dump_carries_the_expiry_into_the_loaded_filter",
+        "ok expiry_is_listed_by_command_and_info_is_unchanged"}) {
+    EXPECT_THAT(r.out, HasSubstr(std::string(check) + "\n")) << r.out << r.err;
+  }
+  EXPECT_THAT(r.out, HasSubstr("8 checks passed"));
+}
+
 TEST(RedisPyTest, TokensAuthenticateAndPermissionErrorsAreNoPerm) {
   TempDir dir;
   auto token = [](const std::string& name, const std::string& grant) {
@@ -134,11 +155,12 @@ TEST(RedisPyTest, TokensAuthenticateAndPermissionErrorsAreNoPerm) {
   Result r = RunCheck({"--port", std::to_string(server.redis_port()), "--admin-token", admin,
                        "--reader-token", reader});
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  for (const char* check : {"ok auth_with_token", "ok reader_token",
-                            "ok permission_errors_are_noperm", "ok no_or_wrong_token"}) {
+  for (const char* check :
+       {"ok auth_with_token", "ok reader_token", "ok permission_errors_are_noperm",
+        "ok expiry_needs_admin_and_ttl_needs_read", "ok no_or_wrong_token"}) {
     EXPECT_THAT(r.out, HasSubstr(std::string(check) + "\n")) << r.out << r.err;
   }
-  EXPECT_THAT(r.out, HasSubstr("4 checks passed"));
+  EXPECT_THAT(r.out, HasSubstr("5 checks passed"));
 }
 
 }  // namespace

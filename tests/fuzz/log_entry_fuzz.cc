@@ -55,6 +55,12 @@ void Check(const std::string& bytes) {
     case LogEntryType::kDropFilter:
       again = EncodeDropEntry(e->filter_id, e->name);
       break;
+    case LogEntryType::kSetExpiry:
+      if (e->expire_at < 0 || e->expire_at > kLogEntryMaxExpireAt) {
+        Fail("expiry out of range", std::to_string(e->expire_at));
+      }
+      again = EncodeSetExpiryEntry(e->filter_id, e->name, e->expire_at);
+      break;
   }
   if (e->type != LogEntryType::kCreateFilter && e->filter_id == 0) Fail("filter id 0", "");
   if (again != bytes) Fail("accepted bytes do not encode back to themselves", "");

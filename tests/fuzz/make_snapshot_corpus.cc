@@ -260,7 +260,11 @@ int main(int argc, char** argv) {
   b = base;
   b[kSnapshotV5.reserved + 2] = 1;
   cuckoo::testing::ResealSnapshot(b);
-  ok = WriteInvalid(dir, "reserved-byte", b, "reserved header byte 858 is not zero") && ok;
+  ok = WriteInvalid(dir, "reserved-byte", b, "reserved header byte 866 is not zero") && ok;
+  b = base;
+  b[kSnapshotV5.expire_at + 7] = 0x80;  // A negative expire_at.
+  cuckoo::testing::ResealSnapshot(b);
+  ok = WriteInvalid(dir, "negative-expire-at", b, "is negative") && ok;
   b = base;
   b[kSnapshotV5.log] = '\n';
   cuckoo::testing::ResealSnapshot(b);

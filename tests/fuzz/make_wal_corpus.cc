@@ -89,6 +89,9 @@ std::vector<uint8_t> WriteLog(const std::string& dir) {
       // lsn that proves this one was written (what tells damage from a tear).
       if (absl::Status s = (*wal)->WaitDurable(last); !s.ok()) Fail(s.ToString());
     }
+    // An expiry set, then (the first filter) cleared, or the filter dropped.
+    last = (*wal)->AppendSetExpiry(id, 1'796'083'200'000 + f);
+    if (f == 1) last = (*wal)->AppendSetExpiry(id, 0);
     if (f == 0) last = (*wal)->AppendDropFilter(id);
   }
   if (absl::Status s = (*wal)->WaitDurable(last); !s.ok()) Fail(s.ToString());

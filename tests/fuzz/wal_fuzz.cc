@@ -128,6 +128,13 @@ void Scan(const std::vector<std::vector<uint8_t>>& segments) {
             }
             break;
           }
+          case WalRecordType::kSetExpiry: {
+            Check(r.filter_id != 0);
+            Check(r.expire_at >= 0 && r.expire_at <= cuckoo::server::kWalMaxExpireAt);
+            auto it = filters.find(r.filter_id);
+            if (it != filters.end()) it->second->set_expire_at(r.expire_at);
+            break;
+          }
           case WalRecordType::kRequestStart:
           case WalRecordType::kRequestResults:
             Check(!r.request.key.empty());

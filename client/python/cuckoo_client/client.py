@@ -449,6 +449,9 @@ class FilterInfo:
     max_generations: int = 0
     generations: Tuple[Generation, ...] = ()
     last_snapshot_time: Optional[datetime.datetime] = None
+    #: When the server drops the filter (:meth:`Client.set_filter_expiry`);
+    #: ``None``: never.
+    expire_at: Optional[datetime.datetime] = None
     created: Optional[bool] = None
     log_position: Optional[int] = dataclasses.field(default=None, compare=False)
     raw: Optional[_pb.FilterInfo] = dataclasses.field(default=None, repr=False, compare=False)
@@ -460,8 +463,11 @@ class FilterInfo:
         when = (message.last_snapshot_time.ToDatetime(tzinfo=datetime.timezone.utc)
                 if message.HasField("last_snapshot_time") else None)
         generations = tuple(Generation.from_proto(g) for g in message.generations)
+        expire_at = (message.expire_at.ToDatetime(tzinfo=datetime.timezone.utc)
+                     if message.HasField("expire_at") else None)
         return cls(**_fields_of(cls, message), last_snapshot_time=when, created=created,
-                   log_position=log_position, generations=generations, raw=message)
+                   log_position=log_position, generations=generations, expire_at=expire_at,
+                   raw=message)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -581,7 +587,7 @@ class Results(List[_T]):
 
 # Dataclass fields that are not copied from the message by name.
 _NOT_COPIED = ("created", "raw", "last_snapshot_time", "log_position", "dedup_window", "cluster",
-               "generations")
+               "generations", "expire_at")
 
 
 def _fields_of(cls: type, message: Any) -> dict:
@@ -1008,6 +1014,23 @@ class Client:
         response = self._call(self._stub.DropFilter, _pb.DropFilterRequest(name=name),
                               retry=False)
         return response.freed_bytes
+
+    def set_filter_expiry(self, name: str, expire_at: Optional[datetime.datetime],
+                          condition: int = 0) -> _pb.SetFilterExpiryResponse:
+        """Sets filter `name`'s expiry to `expire_at` (an aware datetime), or clears it
+        (``None``); the server drops the filter then (a logged drop). A time not in the
+        future drops it now (``response.dropped``). `condition`:
+        ``SetFilterExpiryRequest.Condition`` (Redis 7's NX/XX/GT/LT). Not retried by the
+        client (a repeat could drop a filter made again under the name).
+
+        Raises:
+            CuckooError: ``NOT_FOUND`` if there is no such filter (or it has expired),
+                ``INVALID_ARGUMENT`` for a time out of range.
+        """
+        request = _pb.SetFilterExpiryRequest(name=name, condition=condition)
+        if expire_at is not None:
+            request.expire_at.FromDatetime(expire_at)
+        return self._call(self._stub.SetFilterExpiry, request, retry=False)
 
     def snapshot(self, filter: str = "", changed_only: bool = False,
                  timeout: Optional[float] = 600.0) -> _pb.SnapshotResponse:

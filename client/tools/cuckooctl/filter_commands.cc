@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,6 +22,40 @@ namespace cuckoo::ctl {
 
 namespace v1 = ::cuckoo::v1;
 namespace health = ::grpc::health::v1;
+
+namespace {
+
+// --ttl=DURATION (from now) or --expire-at=TIME / --at=TIME (RFC 3339) as a
+// Timestamp; `at_flag` is the name of the absolute one.
+std::optional<Failure> ParseExpiry(const CommandLine& cl, const char* at_flag,
+                                   google::protobuf::Timestamp* out) {
+  if (cl.Has("ttl") && cl.Has(at_flag)) {
+    return UsageError(absl::StrFormat("give --ttl or --%s, not both", at_flag));
+  }
+  absl::Time t;
+  if (cl.Has("ttl")) {
+    std::optional<absl::Duration> d = ParseTimeout(*cl.Get("ttl"), /*allow_zero=*/false);
+    if (!d.has_value()) {
+      return UsageError(absl::StrFormat(
+          "--ttl=\"%s\" is not a duration such as 48h, 90m or 3600 (seconds), more than 0",
+          *cl.Get("ttl")));
+    }
+    t = absl::Now() + *d;
+  } else {
+    std::string err;
+    if (!absl::ParseTime(absl::RFC3339_full, *cl.Get(at_flag), &t, &err)) {
+      return UsageError(
+          absl::StrFormat("--%s=\"%s\" is not an RFC 3339 time such as 2026-12-01T00:00:00Z",
+                          at_flag, *cl.Get(at_flag)));
+    }
+  }
+  const int64_t ms = absl::ToUnixMillis(t);
+  out->set_seconds(ms >= 0 ? ms / 1000 : -1);
+  out->set_nanos(ms >= 0 ? static_cast<int32_t>(ms % 1000) * 1'000'000 : 0);
+  return std::nullopt;
+}
+
+}  // namespace
 
 int RunCreate(const GlobalOptions& g, const CommandLine& cl) {
   if (auto f = ExpectArgs(cl, 1, 1, "a filter NAME")) return Fail(*f);
@@ -80,6 +115,9 @@ int RunCreate(const GlobalOptions& g, const CommandLine& cl) {
   }
   if (cl.Has("semi-sort")) req.set_semi_sort(cl.Bool("semi-sort"));
   req.set_if_not_exists(cl.Bool("if-not-exists"));
+  if (cl.Has("ttl") || cl.Has("expire-at")) {
+    if (auto f = ParseExpiry(cl, "expire-at", req.mutable_expire_at())) return Fail(*f);
+  }
 
   absl::StatusOr<v1::CreateFilterResponse> resp = g.client->CreateFilter(req);
   if (!resp.ok()) return Fail(ServerError(resp.status(), g.target));
@@ -309,6 +347,42 @@ int RunHealth(const GlobalOptions& g, const CommandLine& cl) {
       Emit(g.json ? JsonObject().String("service", service).String("status", status).Done() + "\n"
                   : status + "\n");
   return emitted != kExitOk ? emitted : code;
+}
+
+int RunExpire(const GlobalOptions& g, const CommandLine& cl) {
+  if (auto f = ExpectArgs(cl, 1, 1, "a filter NAME")) return Fail(*f);
+  const int given = cl.Has("ttl") + cl.Has("at") + cl.Has("expire-at") + cl.Has("persist");
+  if (given != 1) {
+    return Fail(UsageError("expire needs one of --ttl=DURATION, --at=TIME or --persist"));
+  }
+  v1::SetFilterExpiryRequest req;
+  req.set_name(cl.positional[1]);
+  if (!cl.Has("persist")) {
+    if (auto f =
+            ParseExpiry(cl, cl.Has("expire-at") ? "expire-at" : "at", req.mutable_expire_at())) {
+      return Fail(*f);
+    }
+  }
+  absl::StatusOr<v1::SetFilterExpiryResponse> resp = g.client->SetFilterExpiry(req);
+  if (!resp.ok()) return Fail(ServerError(resp.status(), g.target));
+  const std::string at = resp->has_expire_at() ? FormatTimestamp(resp->expire_at()) : std::string();
+  if (g.json) {
+    return Emit(JsonObject()
+                    .String("name", req.name())
+                    .Bool("changed", resp->changed())
+                    .Bool("dropped", resp->dropped())
+                    .Raw("expire_at", at.empty() ? "null" : JsonString(at))
+                    .Done() +
+                "\n");
+  }
+  if (resp->dropped()) {
+    return Emit(absl::StrFormat("%s: the time is not in the future: dropped\n", req.name()));
+  }
+  if (at.empty()) {
+    return Emit(absl::StrFormat("%s: %s\n", req.name(),
+                                resp->changed() ? "expiry cleared" : "had no expiry"));
+  }
+  return Emit(absl::StrFormat("%s: expires at %s\n", req.name(), at));
 }
 
 }  // namespace cuckoo::ctl

@@ -16,11 +16,13 @@ Filters:
   create NAME --capacity=N [--fpr=RATE | --fingerprint-bits=F] [--bucket-size=B]
               [--semi-sort[=true|false]] [--shards=S] [--max-kicks=K] [--seed=N]
               [--growth-factor=G [--max-capacity=N] [--grow-on-repeats]]
-              [--if-not-exists]
+              [--if-not-exists] [--ttl=DURATION | --expire-at=TIME]
                         create a filter; prints its info and whether it was created
   info NAME             a filter's settings and state
   list                  every filter, sorted by name
   drop NAME             remove a filter and its snapshot, and free its memory
+  expire NAME (--ttl=DURATION | --at=TIME | --persist)
+                        set or clear the time the server drops the filter
   snapshot [NAME] [--changed-only]
                         write snapshots (of NAME, or every filter) to the
                         server's disk now; prints the files written
@@ -217,12 +219,18 @@ filter's info and whether it was created.
                         (default: off, such a key answers FULL)
   --if-not-exists       if NAME exists with the same settings, print it
                         (created: false) instead of failing with ALREADY_EXISTS
+                        (its expiry unchanged)
+  --ttl=DURATION        the server drops the filter this long from now (48h,
+                        90m, 3600 = seconds); see cuckooctl expire
+  --expire-at=TIME      the same at an RFC 3339 time (2026-12-01T00:00:00Z),
+                        which must be in the future
 )"},
     {"info", kInfo, R"(Usage: cuckooctl info NAME
 
 Prints a filter's settings (capacity, fingerprint_bits, bucket_size, semi_sort,
 shards, max_kicks, seed, growth_factor, max_capacity, ...) and state (items,
-load_factor, memory_bytes, bits_per_item, expected_false_positive_rate, ...).
+load_factor, memory_bytes, bits_per_item, expected_false_positive_rate,
+expire_at, ...).
 A growing filter (create --growth-factor) also shows its rate budget
 (false_positive_rate), the bound no lookup's false-positive rate passes
 (false_positive_bound), the keys it can reach (reachable_capacity) and one
@@ -240,6 +248,18 @@ fixed filter). LOAD is items over the slots of the tables it has now.
 
 Removes a filter and its snapshot file and frees its memory; prints the bytes
 freed.
+)"},
+    {"expire", kExpire, R"(Usage: cuckooctl expire NAME (--ttl=DURATION | --at=TIME | --persist)
+
+Sets or clears filter NAME's expiry (the SetFilterExpiry RPC; Redis's EXPIRE,
+PEXPIREAT, PERSIST). At that time the server drops the filter with a logged
+drop, as cuckooctl drop would; from then on it answers as a missing filter.
+The change is logged and durable when answered. A time not in the future drops
+the filter now. Needs the admin grant. Prints the new expiry.
+
+  --ttl=DURATION   from now: 48h, 90m, 3600 (seconds)
+  --at=TIME        an RFC 3339 time, e.g. 2026-12-01T00:00:00Z
+  --persist        clear it: the filter stays until dropped
 )"},
     {"snapshot", kSnapshot, R"(Usage: cuckooctl snapshot [NAME] [--changed-only]
 

@@ -198,6 +198,7 @@ std::string FilterInfoJson(const v1::FilterInfo& f) {
       .Double("false_positive_rate", f.false_positive_rate())
       .Double("false_positive_bound", f.false_positive_bound())
       .Bool("grow_on_repeats", f.grow_on_repeats())
+      .Raw("expire_at", f.has_expire_at() ? JsonString(FormatTimestamp(f.expire_at())) : "null")
       .Uint("reachable_capacity", f.reachable_capacity())
       .Uint("max_generations", f.max_generations())
       .Raw("generations", generations + "]")
@@ -274,7 +275,10 @@ void AddFilterInfoText(TextFields& t, const v1::FilterInfo& f) {
            absl::StrFormat("%u%s", f.unsnapshotted_changes(),
                            f.has_unsnapshotted_changes()
                                ? " (only in the write-ahead log: a restart replays them)"
-                               : ""));
+                               : ""))
+      .Add("expire_at", f.has_expire_at()
+                            ? FormatTimestamp(f.expire_at()) + " (then the server drops it)"
+                            : std::string("never"));
   if (f.growth_factor() == 0) {
     t.Add("growth_factor", "0 (fixed size: inserts past the capacity answer FULL)");
     return;

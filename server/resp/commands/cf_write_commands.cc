@@ -155,7 +155,7 @@ std::string RedisCommands::CreationError(const v1::CreateFilterRequest& req) {
 }
 
 bool RedisCommands::GrowsForRepeats(std::string_view key) const {
-  absl::StatusOr<std::shared_ptr<CuckooFilter>> f = registry_->Get(A(key));
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> f = registry_->GetLive(A(key));
   return f.ok() && (*f)->shape().grow_on_repeats;
 }
 
@@ -348,7 +348,7 @@ void RedisCommands::Write(Session* s, absl::Span<const Command> run, size_t comm
       return fail(std::string_view(e).substr(1, e.size() - 3));
     }
   }
-  const bool exists = registry_->Get(A(key)).ok();
+  const bool exists = registry_->GetLive(A(key)).ok();
   if (!exists && command == kCfDel) return fail(kDelNotFound);
   if (!exists && !create) return fail("ERR not found");
   if (exists && service_ != nullptr && service_->local_writes()) {

@@ -8,7 +8,9 @@
 // CF.COUNT and CF.INFO; cf_write_commands.cc CF.ADD, CF.ADDNX, CF.INSERT,
 // CF.INSERTNX, CF.DEL and CF.RESERVE; dump_commands.cc CF.SCANDUMP and
 // CF.LOADCHUNK; keyspace_commands.cc DEL, UNLINK, FLUSHALL, FLUSHDB, EXISTS,
-// TYPE, SCAN, KEYS, DBSIZE and MEMORY; connection_commands.cc the rest
+// TYPE, SCAN, KEYS, DBSIZE and MEMORY; expiry_commands.cc EXPIRE, PEXPIRE,
+// EXPIREAT, PEXPIREAT, TTL, PTTL, PERSIST, EXPIRETIME and PEXPIRETIME;
+// connection_commands.cc the rest
 // (PING, AUTH, HELLO, CLIENT, MULTI, EXEC, DISCARD, WATCH, MODULE, COMMAND,
 // INFO, CONFIG, ...).
 #ifndef CUCKOO_SERVER_RESP_COMMANDS_COMMANDS_INTERNAL_H_
@@ -73,11 +75,21 @@ enum : size_t {
   kFlushDb,
   kMemory,
   kModule,
+  kExpire,
+  kPExpire,
+  kExpireAt,
+  kPExpireAt,
+  kTtl,
+  kPTtl,
+  kPersist,
+  kExpireTime,
+  kPExpireTime,
   kUnknown,
 };
 static_assert(kRedisCommandNames[kCfLoadChunk] == "cf.loadchunk");
 static_assert(kRedisCommandNames[kReset] == "reset");
 static_assert(kRedisCommandNames[kModule] == "module");
+static_assert(kRedisCommandNames[kPExpireTime] == "pexpiretime");
 static_assert(kUnknown == kRedisCommands - 1);
 
 // RedisBloom's type name for a cuckoo filter (TYPE).
@@ -171,6 +183,8 @@ struct RedisCommands::Call {
   v1::DeleteResponse deleted;
   v1::DropFilterRequest drop;
   v1::DropFilterResponse dropped;
+  v1::SetFilterExpiryRequest expiry;
+  v1::SetFilterExpiryResponse expiry_set;
   int protocol = 2;
   size_t command = 0;
   // The filter written to.

@@ -713,7 +713,7 @@ void RedisCommands::ServerInfo(Session* s, const Command& c, Writer& w) {
     Writer iw(&ignored, s->protocol);
     if (CurrentCaller(s, iw, &caller)) {
       size_t n = 0;
-      for (const auto& [name, f] : registry_->List()) n += caller.Allows(Access::kRead, name);
+      for (const auto& [name, f] : registry_->ListLive()) n += caller.Allows(Access::kRead, name);
       if (n > 0) absl::StrAppendFormat(&text, "db0:keys=%u,expires=0,avg_ttl=0\r\n", n);
     }
   }

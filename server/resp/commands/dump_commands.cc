@@ -145,7 +145,7 @@ void RedisCommands::EndTransfersOf(uint64_t owner) {
 }
 
 bool RedisCommands::FilterDropped(const Dump& dump) const {
-  absl::StatusOr<std::shared_ptr<CuckooFilter>> now = registry_->Get(A(dump.name));
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> now = registry_->GetLive(A(dump.name));
   // The same filter has the same control block; a weak reference that
   // expired matches none the registry holds.
   return !now.ok() || dump.filter.owner_before(*now) || now->owner_before(dump.filter);
@@ -317,7 +317,7 @@ void RedisCommands::ScanDump(Session* s, absl::Span<const Command> run, size_t,
   if (it != 0) return ReadDumpChunk(s->id, key, it, std::move(done), std::move(reply));
   // As RedisBloom: a missing filter is "ERR not found", and an empty one's
   // dump is [0, nil] at once (nothing to load).
-  absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = registry_->Get(A(key));
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> filter = registry_->GetLive(A(key));
   if (!filter.ok()) return reply(done, "ERR not found", 0, "");
   if ((*filter)->items() == 0) return reply(done, "", 0, "");
   StartDump(s->id, key, *std::move(filter), s->token, std::move(done), std::move(reply));
@@ -603,7 +603,7 @@ void RedisCommands::LoadHeader(uint64_t owner, std::string_view key, uint64_t id
                  "Invalid header: this is not the first chunk of a cuckood CF.SCANDUMP (chunks "
                  "of RedisBloom's own dumps cannot be loaded: see docs/REDIS_COMPATIBILITY.md)");
   }
-  if (registry_->Get(A(key)).ok()) {
+  if (registry_->GetLive(A(key)).ok()) {
     return reply(done, absl::StrFormat("ERR item exists: filter '%s' exists; DEL it first, or "
                                        "load the dump under another name",
                                        Shown(key)));

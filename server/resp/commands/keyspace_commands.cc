@@ -169,7 +169,7 @@ void RedisCommands::KeyExists(Session* s, const Command& c, Writer& w) {
   for (size_t i = 1; i < c.args.size(); ++i) {
     if (!FilterRegistry::ValidateName(A(c.args[i])).ok()) continue;
     if (!caller.Allows(Access::kRead, c.args[i])) continue;  // As SCAN: not shown.
-    n += registry_->Get(A(c.args[i])).ok() ? 1 : 0;
+    n += registry_->GetLive(A(c.args[i])).ok() ? 1 : 0;
   }
   w.Integer(n);
 }
@@ -178,7 +178,8 @@ void RedisCommands::Type(Session* s, const Command& c, Writer& w) {
   Caller caller;
   if (!CurrentCaller(s, w, &caller)) return;
   const bool found = FilterRegistry::ValidateName(A(c.args[1])).ok() &&
-                     caller.Allows(Access::kRead, c.args[1]) && registry_->Get(A(c.args[1])).ok();
+                     caller.Allows(Access::kRead, c.args[1]) &&
+                     registry_->GetLive(A(c.args[1])).ok();
   w.SimpleString(found ? kTypeName : "none");
 }
 
@@ -231,7 +232,7 @@ void RedisCommands::Scan(Session* s, const Command& c, Writer& w) {
   Caller caller;
   if (!CurrentCaller(s, w, &caller)) return;
   std::vector<std::pair<uint64_t, std::string>> names;
-  for (auto& [name, f] : registry_->List()) {
+  for (auto& [name, f] : registry_->ListLive()) {
     const uint64_t h = ScanHash(name);
     if (h >= cursor && caller.Allows(Access::kRead, name)) names.emplace_back(h, name);
   }
@@ -254,7 +255,7 @@ void RedisCommands::Keys(Session* s, const Command& c, Writer& w) {
   Caller caller;
   if (!CurrentCaller(s, w, &caller)) return;
   std::vector<std::string> names;
-  for (auto& [name, f] : registry_->List()) {
+  for (auto& [name, f] : registry_->ListLive()) {
     if (caller.Allows(Access::kRead, name) && Matches(c.args[1], name)) names.push_back(name);
   }
   std::sort(names.begin(), names.end());
@@ -266,7 +267,7 @@ void RedisCommands::DbSize(Session* s, const Command&, Writer& w) {
   Caller caller;
   if (!CurrentCaller(s, w, &caller)) return;
   int64_t n = 0;
-  for (const auto& [name, f] : registry_->List()) n += caller.Allows(Access::kRead, name);
+  for (const auto& [name, f] : registry_->ListLive()) n += caller.Allows(Access::kRead, name);
   w.Integer(n);
 }
 
@@ -298,7 +299,7 @@ void RedisCommands::MemoryCommand(Session* s, const Command& c, Writer& w) {
   if (!Authorize(s, w, redis::kMemory, Access::kRead, c.args[2], &caller)) return;
   std::shared_ptr<CuckooFilter> f;
   if (FilterRegistry::ValidateName(A(c.args[2])).ok()) {
-    absl::StatusOr<std::shared_ptr<CuckooFilter>> got = registry_->Get(A(c.args[2]));
+    absl::StatusOr<std::shared_ptr<CuckooFilter>> got = registry_->GetLive(A(c.args[2]));
     if (got.ok()) f = *std::move(got);
   }
   if (f == nullptr) {

@@ -143,7 +143,7 @@ bool RedisCommands::ReadFilter(Session* s, Writer& w, size_t command, std::strin
     w.Error(NameError(key, v));
     return false;
   }
-  absl::StatusOr<std::shared_ptr<CuckooFilter>> f = registry_->Get(A(key));
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> f = registry_->GetLive(A(key));
   *filter = f.ok() ? *std::move(f) : nullptr;
   return true;
 }
@@ -353,6 +353,24 @@ absl::Span<const RedisCommands::CommandSpec> RedisCommands::Commands() {
        &R::MemoryCommand, kNoKeys, nullptr, nullptr},
       {"module", -2, "admin noscript", 0, 0, 0, kConnection, false,  //
        &R::Module, kNoKeys, nullptr, nullptr},
+      {"expire", -3, "write fast", 1, 1, 1, kAdmin, true,  //
+       nullptr, kNoKeys, &R::SetExpiry, nullptr},
+      {"pexpire", -3, "write fast", 1, 1, 1, kAdmin, true,  //
+       nullptr, kNoKeys, &R::SetExpiry, nullptr},
+      {"expireat", -3, "write fast", 1, 1, 1, kAdmin, true,  //
+       nullptr, kNoKeys, &R::SetExpiry, nullptr},
+      {"pexpireat", -3, "write fast", 1, 1, 1, kAdmin, true,  //
+       nullptr, kNoKeys, &R::SetExpiry, nullptr},
+      {"ttl", 2, "readonly fast", 1, 1, 1, kRead, false,  //
+       &R::ExpiryInfo, kNoKeys, nullptr, nullptr},
+      {"pttl", 2, "readonly fast", 1, 1, 1, kRead, false,  //
+       &R::ExpiryInfo, kNoKeys, nullptr, nullptr},
+      {"persist", 2, "write fast", 1, 1, 1, kAdmin, true,  //
+       nullptr, kNoKeys, &R::SetExpiry, nullptr},
+      {"expiretime", 2, "readonly fast", 1, 1, 1, kRead, false,  //
+       &R::ExpiryInfo, kNoKeys, nullptr, nullptr},
+      {"pexpiretime", 2, "readonly fast", 1, 1, 1, kRead, false,  //
+       &R::ExpiryInfo, kNoKeys, nullptr, nullptr},
   };
   static_assert(std::size(kTable) == redis::kUnknown, "one entry per command but \"unknown\"");
   static_assert(

@@ -361,6 +361,12 @@ class RedisCommands final : public resp::CommandHandler {
   void Scan(resp::Session* s, const resp::Command& c, resp::Writer& w);
   void Keys(resp::Session* s, const resp::Command& c, resp::Writer& w);
   void DbSize(resp::Session* s, const resp::Command& c, resp::Writer& w);
+  // expiry_commands.cc: EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT and PERSIST
+  // (SetFilterExpiry through the service); TTL, PTTL, EXPIRETIME and
+  // PEXPIRETIME (read here).
+  void SetExpiry(resp::Session* s, absl::Span<const resp::Command> run, size_t command,
+                 resp::Completion done, std::chrono::steady_clock::time_point start);
+  void ExpiryInfo(resp::Session* s, const resp::Command& c, resp::Writer& w);
 
   // Counts a reply in the metrics (outcome from its first bytes).
   void Record(size_t command, std::string_view reply, std::chrono::steady_clock::time_point start,

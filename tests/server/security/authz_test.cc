@@ -38,11 +38,13 @@ enum class Rpc {
   kSnapshot,
   kExportFilter,
   kImportFilter,
+  kSetFilterExpiry,
 };
-constexpr Rpc kRpcs[] = {Rpc::kCreateFilter, Rpc::kGetFilter,    Rpc::kListFilters,
-                         Rpc::kDropFilter,   Rpc::kInsert,       Rpc::kLookup,
-                         Rpc::kDelete,       Rpc::kCount,        Rpc::kGetServerInfo,
-                         Rpc::kSnapshot,     Rpc::kExportFilter, Rpc::kImportFilter};
+constexpr Rpc kRpcs[] = {Rpc::kCreateFilter,   Rpc::kGetFilter,    Rpc::kListFilters,
+                         Rpc::kDropFilter,     Rpc::kInsert,       Rpc::kLookup,
+                         Rpc::kDelete,         Rpc::kCount,        Rpc::kGetServerInfo,
+                         Rpc::kSnapshot,       Rpc::kExportFilter, Rpc::kImportFilter,
+                         Rpc::kSetFilterExpiry};
 
 const char* RpcName(Rpc rpc) {
   switch (rpc) {
@@ -70,6 +72,8 @@ const char* RpcName(Rpc rpc) {
       return "ExportFilter";
     case Rpc::kImportFilter:
       return "ImportFilter";
+    case Rpc::kSetFilterExpiry:
+      return "SetFilterExpiry";
   }
   return "?";
 }
@@ -90,6 +94,7 @@ int Needs(Rpc rpc) {
     case Rpc::kSnapshot:
     case Rpc::kExportFilter:
     case Rpc::kImportFilter:
+    case Rpc::kSetFilterExpiry:  // An expiry is a scheduled drop.
       return 3;
     case Rpc::kGetServerInfo:
       return 0;
@@ -216,6 +221,14 @@ class AuthzTest : public ServerTest {
         req.set_name(filter);
         v1::DropFilterResponse resp;
         s = stub_->DropFilter(&ctx, req, &resp);
+        break;
+      }
+      case Rpc::kSetFilterExpiry: {
+        v1::SetFilterExpiryRequest req;
+        req.set_name(filter);
+        req.mutable_expire_at()->set_seconds(4102444800);  // 2100-01-01.
+        v1::SetFilterExpiryResponse resp;
+        s = stub_->SetFilterExpiry(&ctx, req, &resp);
         break;
       }
       case Rpc::kInsert: {

@@ -405,6 +405,259 @@ TEST_F(PersistenceTest, DropRemovesTheSnapshotSoTheFilterStaysGone) {
   EXPECT_TRUE(client_->GetFilter("kept").ok());
 }
 
+// --- Filter expiry (SetFilterExpiry) ---
+
+google::protobuf::Timestamp InMs(int64_t ms_from_now) {
+  const int64_t at = absl::ToUnixMillis(absl::Now()) + ms_from_now;
+  google::protobuf::Timestamp t;
+  t.set_seconds(at / 1000);
+  t.set_nanos(static_cast<int32_t>(at % 1000) * 1'000'000);
+  return t;
+}
+
+int64_t Ms(const google::protobuf::Timestamp& t) {
+  return t.seconds() * 1000 + t.nanos() / 1'000'000;
+}
+
+// Waits (at most `limit`) until `done` holds.
+bool WaitFor(const std::function<bool()>& done, absl::Duration limit = absl::Seconds(10)) {
+  const absl::Time end = absl::Now() + limit;
+  while (!done()) {
+    if (absl::Now() > end) return false;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return true;
+}
+
+// An expiry is kept by the snapshot (header bytes 856..863) and by the
+// write-ahead log (a kSetExpiry record): a restart from either has it, and
+// its clearing too.
+TEST_F(PersistenceTest, AnExpirySurvivesRestartsFromTheSnapshotAndFromTheLogAndSoDoesItsClearing) {
+  CreateFilter("seen:2026-11-29", 1000);
+  Insert("seen:2026-11-29", {"a", "b"});
+  v1::SetFilterExpiryRequest req;
+  req.set_name("seen:2026-11-29");
+  *req.mutable_expire_at() = InMs(3'600'000);
+  auto set = client_->SetFilterExpiry(req);
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_TRUE(set->changed());
+  const int64_t at = Ms(req.expire_at());
+  EXPECT_EQ(Ms(set->expire_at()), at);
+  EXPECT_GT(set->log_position(), 0u);
+  EXPECT_EQ(Ms(client_->GetFilter("seen:2026-11-29")->expire_at()), at);
+  // The change counts as unsnapshotted.
+  ASSERT_TRUE(client_->Snapshot("", false, absl::Seconds(30)).ok());
+  ASSERT_TRUE(client_->SetFilterExpiry(req).ok());  // Same value: no change.
+  req.mutable_expire_at()->set_seconds(req.expire_at().seconds() + 1);
+  ASSERT_TRUE(client_->SetFilterExpiry(req).ok());
+  EXPECT_TRUE(client_->GetFilter("seen:2026-11-29")->has_unsnapshotted_changes());
+  const int64_t later = at + 1000;
+
+  Restart();  // From the final snapshot.
+  EXPECT_EQ(Ms(client_->GetFilter("seen:2026-11-29")->expire_at()), later);
+  EXPECT_THAT(Lookup("seen:2026-11-29", {"a", "b"}), ElementsAre(true, true));
+
+  // From the log alone: its snapshot gone, the replay sets it again.
+  server_->Shutdown(absl::Seconds(5));
+  ASSERT_TRUE(fs::remove(SnapshotFile("seen:2026-11-29")));
+  StartServer(testing::TestConfig(dir_.path()));
+  Connect();
+  EXPECT_EQ(Ms(client_->GetFilter("seen:2026-11-29")->expire_at()), later);
+
+  v1::SetFilterExpiryRequest clear;
+  clear.set_name("seen:2026-11-29");
+  auto cleared = client_->SetFilterExpiry(clear);
+  ASSERT_TRUE(cleared.ok()) << cleared.status();
+  EXPECT_TRUE(cleared->changed());
+  EXPECT_FALSE(cleared->has_expire_at());
+  EXPECT_FALSE(client_->SetFilterExpiry(clear)->changed());  // None to clear.
+  Restart();
+  EXPECT_FALSE(client_->GetFilter("seen:2026-11-29")->has_expire_at());
+  server_->Shutdown(absl::Seconds(5));
+  ASSERT_TRUE(fs::remove(SnapshotFile("seen:2026-11-29")));
+  StartServer(testing::TestConfig(dir_.path()));
+  Connect();
+  EXPECT_FALSE(client_->GetFilter("seen:2026-11-29")->has_expire_at());
+  EXPECT_THAT(Lookup("seen:2026-11-29", {"a", "b"}), ElementsAre(true, true));
+}
+
+// From expire_at on the filter is gone for clients; the server's timer
+// then drops it with a logged drop (its file removed), so a restart does
+// not bring it back. Keys written before stay with it.
+TEST_F(PersistenceTest, AnExpiredFilterIsMissingAtOnceAndDroppedForGoodByTheTimer) {
+  CreateFilter("daily", 1000);
+  CreateFilter("kept", 1000);
+  Insert("daily", {"a"});
+  ASSERT_TRUE(client_->Snapshot("", false, absl::Seconds(30)).ok());
+  ASSERT_TRUE(fs::exists(SnapshotFile("daily")));
+  v1::SetFilterExpiryRequest req;
+  req.set_name("daily");
+  *req.mutable_expire_at() = InMs(300);
+  ASSERT_TRUE(client_->SetFilterExpiry(req).ok());
+  EXPECT_THAT(Lookup("daily", {"a"}), ElementsAre(true));
+  ASSERT_TRUE(WaitFor([&] { return !client_->GetFilter("daily").ok(); }));
+  absl::StatusOr<v1::FilterInfo> gone = client_->GetFilter("daily");
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(client_->Insert("daily", {"b"}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(client_->ListFilters()->size(), 1u);
+  // Dropped (logged) within a few timer periods, the file with it.
+  ASSERT_TRUE(WaitFor([&] { return !server_->registry().Get("daily").ok(); }, absl::Seconds(2)));
+  ASSERT_TRUE(WaitFor([&] { return !fs::exists(SnapshotFile("daily")); }, absl::Seconds(2)));
+  Restart();
+  EXPECT_EQ(client_->GetFilter("daily").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(server_->registry().Get("daily").ok());
+  EXPECT_TRUE(client_->GetFilter("kept").ok());
+}
+
+// A filter whose time passed while the server was down is loaded (the
+// replay never drops by the clock), invisible, and dropped with a logged
+// drop right after start; the restart after that does not load it.
+TEST_F(PersistenceTest, AFilterThatExpiredWhileTheServerWasDownIsDroppedPromptlyAfterStart) {
+  v1::CreateFilterRequest create;
+  create.set_name("short");
+  create.set_capacity(1000);
+  *create.mutable_expire_at() = InMs(400);
+  auto made = client_->CreateFilter(create);
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_EQ(Ms(made->filter().expire_at()), Ms(create.expire_at()));
+  Insert("short", {"x"});
+  server_->Shutdown(absl::Seconds(5));
+  absl::SleepFor(absl::Milliseconds(500));
+  const absl::Time start = absl::Now();
+  StartServer(testing::TestConfig(dir_.path()));
+  Connect();
+  EXPECT_EQ(client_->GetFilter("short").status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(WaitFor([&] { return !server_->registry().Get("short").ok(); }, absl::Seconds(2)));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  Restart();
+  EXPECT_FALSE(server_->registry().Get("short").ok());
+}
+
+// CreateFilter's expire_at must be in the future; SetFilterExpiry's must
+// be a time from 1970 to 9999. A time not in the future drops the filter
+// now (as Redis's EXPIRE with one in the past deletes the key).
+TEST_F(PersistenceTest, ExpiryTimesAreCheckedAndOneInThePastDropsTheFilterNow) {
+  v1::CreateFilterRequest create;
+  create.set_name("f");
+  create.set_capacity(1000);
+  *create.mutable_expire_at() = InMs(-1000);
+  auto refused = client_->CreateFilter(create);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("expire_at"));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("is not in the future"));
+  CreateFilter("f", 1000);
+  v1::SetFilterExpiryRequest req;
+  req.set_name("f");
+  req.mutable_expire_at()->set_seconds(int64_t{253402300800});  // The year 10000.
+  auto late = client_->SetFilterExpiry(req);
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(late.status().message()), HasSubstr("9999-12-31T23:59:59.999Z"));
+  req.mutable_expire_at()->set_seconds(-5);
+  EXPECT_EQ(client_->SetFilterExpiry(req).status().code(), absl::StatusCode::kInvalidArgument);
+  v1::SetFilterExpiryRequest clear_nx;
+  clear_nx.set_name("f");
+  clear_nx.set_condition(v1::SetFilterExpiryRequest::IF_NONE);
+  EXPECT_EQ(client_->SetFilterExpiry(clear_nx).status().code(), absl::StatusCode::kInvalidArgument);
+  v1::SetFilterExpiryRequest missing;
+  missing.set_name("nope");
+  *missing.mutable_expire_at() = InMs(1000);
+  EXPECT_EQ(client_->SetFilterExpiry(missing).status().code(), absl::StatusCode::kNotFound);
+
+  *req.mutable_expire_at() = InMs(-1);
+  auto dropped = client_->SetFilterExpiry(req);
+  ASSERT_TRUE(dropped.ok()) << dropped.status();
+  EXPECT_TRUE(dropped->changed());
+  EXPECT_TRUE(dropped->dropped());
+  EXPECT_FALSE(server_->registry().Get("f").ok());
+  Restart();
+  EXPECT_FALSE(server_->registry().Get("f").ok());
+}
+
+// Redis 7's NX, XX, GT and LT (no expiry counts as infinitely late).
+TEST_F(PersistenceTest, ExpiryConditionsFollowRedisSevenNxXxGtLt) {
+  CreateFilter("f", 1000);
+  using R = v1::SetFilterExpiryRequest;
+  auto set = [&](int64_t ms, R::Condition c) {
+    R req;
+    req.set_name("f");
+    *req.mutable_expire_at() = InMs(ms);
+    req.set_condition(c);
+    auto r = client_->SetFilterExpiry(req);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() && r->changed();
+  };
+  EXPECT_FALSE(set(100'000, R::IF_SET));      // XX: none yet.
+  EXPECT_FALSE(set(100'000, R::IF_LATER));    // GT: none is infinitely late.
+  EXPECT_TRUE(set(100'000, R::IF_NONE));      // NX.
+  EXPECT_FALSE(set(200'000, R::IF_NONE));     // NX: has one.
+  EXPECT_FALSE(set(50'000, R::IF_LATER));     // GT: earlier.
+  EXPECT_TRUE(set(200'000, R::IF_LATER));     // GT: later.
+  EXPECT_FALSE(set(300'000, R::IF_EARLIER));  // LT: later.
+  EXPECT_TRUE(set(150'000, R::IF_EARLIER));   // LT: earlier.
+  EXPECT_TRUE(set(400'000, R::IF_SET));       // XX.
+  EXPECT_TRUE(set(400'000, R::ALWAYS));
+}
+
+// The expiry timer's check with a fake clock (the registry's): nothing is
+// dropped before expire_at, the filter is missing from expire_at on, and
+// one check starts exactly one logged drop of it.
+TEST_F(PersistenceTest, TheExpiryCheckDropsAFilterExactlyAtItsTimeOnAFakeClock) {
+  server_->service().StopExpiry();  // Only the test's checks run.
+  auto fake = std::make_shared<std::atomic<int64_t>>(absl::ToUnixMillis(absl::Now()));
+  server_->registry().SetClock([fake] { return fake->load(); });
+  v1::CreateFilterRequest create;
+  create.set_name("timed");
+  create.set_capacity(1000);
+  const int64_t at = fake->load() + 1000;
+  create.mutable_expire_at()->set_seconds(at / 1000);
+  create.mutable_expire_at()->set_nanos(static_cast<int32_t>(at % 1000) * 1'000'000);
+  ASSERT_TRUE(client_->CreateFilter(create).ok());
+  CreateFilter("other", 1000);
+  EXPECT_EQ(server_->service().DropExpiredNow(), 0u);
+  fake->fetch_add(999);
+  EXPECT_EQ(server_->service().DropExpiredNow(), 0u);
+  EXPECT_TRUE(client_->GetFilter("timed").ok());
+  fake->fetch_add(1);  // At expire_at.
+  EXPECT_EQ(client_->GetFilter("timed").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(server_->registry().Get("timed").ok());  // Not dropped until a check.
+  EXPECT_EQ(server_->service().DropExpiredNow(), 1u);
+  ASSERT_TRUE(WaitFor([&] { return !server_->registry().Get("timed").ok(); }));
+  EXPECT_EQ(server_->service().DropExpiredNow(), 0u);
+  EXPECT_TRUE(server_->registry().Get("other").ok());
+  server_->registry().SetClock(nullptr);
+  Restart();
+  EXPECT_FALSE(server_->registry().Get("timed").ok());
+  EXPECT_TRUE(server_->registry().Get("other").ok());
+}
+
+// CreateFilter of an expired filter's name: the old one's logged drop,
+// then a new filter (as Redis's lazy expiry): no key of the old one.
+TEST_F(PersistenceTest, CreatingAnExpiredFiltersNameDropsItFirstAndMakesANewOne) {
+  v1::CreateFilterRequest create;
+  create.set_name("daily");
+  create.set_capacity(1000);
+  create.set_seed(99);
+  *create.mutable_expire_at() = InMs(200);
+  ASSERT_TRUE(client_->CreateFilter(create).ok());
+  Insert("daily", {"old"});
+  const uint64_t old_id = server_->registry().Get("daily").value()->id();
+  server_->service().StopExpiry();  // So that the CreateFilter drops it.
+  absl::SleepFor(absl::Milliseconds(250));
+  ASSERT_TRUE(server_->registry().Get("daily").ok());  // Expired, not dropped.
+  create.clear_expire_at();
+  create.set_if_not_exists(true);
+  auto made = client_->CreateFilter(create);
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_TRUE(made->created());
+  EXPECT_FALSE(made->filter().has_expire_at());
+  EXPECT_EQ(made->filter().items(), 0u);
+  EXPECT_NE(server_->registry().Get("daily").value()->id(), old_id);
+  Insert("daily", {"new"});
+  Restart();
+  EXPECT_EQ(client_->GetFilter("daily")->items(), 1u);
+  EXPECT_FALSE(client_->GetFilter("daily")->has_expire_at());
+}
+
 // A snapshot file present at start-up whose filter the log drops later (a
 // backup copied back after the drop) used to be deleted by the replay
 // without a word: it goes to quarantine/, and a filter of the name created

@@ -407,6 +407,65 @@ TEST(WalTest, UnknownCreateFlagsAreNewerAndABrokenGrowthBlockIsDamage) {
   EXPECT_EQ(Parse(reseal(short_block), &r, &why), WalParse::kBad);
 }
 
+// Filter expiry (type 9): the filter's id and its expire_at (Unix ms, 0
+// clears), checked on the way in.
+TEST(WalTest, ExpiryRecordsRoundTripAndDamagedOnesAreRefused) {
+  TempDir dir;
+  const std::string wal_dir = dir.path() + "/wal";
+  {
+    auto wal = OpenWal(wal_dir, PosixEnv());
+    ASSERT_NE(wal, nullptr);
+    const uint64_t id = wal->AppendCreateFilter("seen:2026-11-29", SomeShape());
+    wal->AppendSetExpiry(id, 1796083200123);
+    const uint64_t last = wal->AppendSetExpiry(id, 0);
+    ASSERT_TRUE(wal->WaitDurable(last).ok());
+  }
+  std::vector<WalRecord> records;
+  absl::StatusOr<WalScan> scan = Scan(PosixEnv(), wal_dir, &records);
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_EQ(records[1].type, WalRecordType::kSetExpiry);
+  EXPECT_EQ(records[1].filter_id, 1u);
+  EXPECT_EQ(records[1].expire_at, 1796083200123);
+  EXPECT_EQ(records[2].type, WalRecordType::kSetExpiry);
+  EXPECT_EQ(records[2].expire_at, 0);
+
+  auto encoded = [](uint64_t filter_id, int64_t at) {
+    std::vector<uint8_t> b(kWalSetExpiryBytes);
+    EncodeSetExpiry(4, 3, filter_id, at, b.data());
+    return b;
+  };
+  auto reseal = [](std::vector<uint8_t> b) {
+    Put64(b.data() + b.size() - 8, XXH3_64bits(b.data(), b.size() - 8));
+    return b;
+  };
+  WalRecord r;
+  std::string why;
+  ASSERT_EQ(Parse(encoded(7, kWalMaxExpireAt), &r, &why), WalParse::kRecord) << why;
+  EXPECT_EQ(r.expire_at, kWalMaxExpireAt);
+  // Past the year 9999, negative, of filter 0: damage, named.
+  std::vector<uint8_t> late = encoded(7, 0);
+  Put64(late.data() + kWalRecordHeaderBytes, uint64_t(kWalMaxExpireAt) + 1);
+  EXPECT_EQ(Parse(reseal(late), &r, &why), WalParse::kBad);
+  EXPECT_TRUE(absl::StrContains(why, "expiry record with expire_at")) << why;
+  std::vector<uint8_t> negative = encoded(7, 0);
+  Put64(negative.data() + kWalRecordHeaderBytes, ~uint64_t{0});
+  EXPECT_EQ(Parse(reseal(negative), &r, &why), WalParse::kBad);
+  EXPECT_EQ(Parse(encoded(0, 5), &r, &why), WalParse::kBad);
+  EXPECT_TRUE(absl::StrContains(why, "filter id 0")) << why;
+  // Flags this build does not know: a newer cuckood's.
+  std::vector<uint8_t> flags = encoded(7, 5);
+  flags[5] = 1;
+  EXPECT_EQ(Parse(reseal(flags), &r, &why), WalParse::kUnknown);
+  // Every flipped bit is caught by the checksum.
+  const std::vector<uint8_t> good = encoded(7, 5);
+  for (size_t bit = 0; bit < 8 * good.size(); ++bit) {
+    std::vector<uint8_t> b = good;
+    b[bit / 8] ^= uint8_t(1u << (bit % 8));
+    EXPECT_NE(Parse(b, &r, &why), WalParse::kRecord) << bit;
+  }
+}
+
 TEST(WalTest, NewerSegmentVersionOrRecordTypeIsRefusedNotCut) {
   TempDir dir;
   const std::string wal_dir = dir.path() + "/wal";

@@ -300,6 +300,72 @@ TEST_F(RedisPortTest, Resp3AfterHello) {
             "-ERR CONFIG SET is not supported: c");
 }
 
+// Key expiry: Redis 7's replies byte for byte (RESP2 integers), its error
+// texts, and an expired key missing for every command at once.
+TEST_F(RedisPortTest, ExpiryCommandsAnswerAsRedisSeven) {
+  RespClient c(port());
+  EXPECT_EQ(c.Call({"TTL", "f"}), ":-2");
+  EXPECT_EQ(c.Call({"PTTL", "f"}), ":-2");
+  EXPECT_EQ(c.Call({"EXPIRETIME", "f"}), ":-2");
+  EXPECT_EQ(c.Call({"EXPIRE", "f", "10"}), ":0");
+  EXPECT_EQ(c.Call({"PERSIST", "f"}), ":0");
+  EXPECT_EQ(c.Call({"CF.RESERVE", "f", "1000"}), "OK");
+  EXPECT_EQ(c.Call({"TTL", "f"}), ":-1");
+  EXPECT_EQ(c.Call({"PEXPIRETIME", "f"}), ":-1");
+  EXPECT_EQ(c.Call({"EXPIRE", "f", "100"}), ":1");
+  EXPECT_EQ(c.Call({"TTL", "f"}), ":100");
+  EXPECT_EQ(c.Call({"EXPIRE", "f", "50", "GT"}), ":0");
+  EXPECT_EQ(c.Call({"EXPIRE", "f", "50", "LT"}), ":1");
+  EXPECT_EQ(c.Call({"TTL", "f"}), ":50");
+  EXPECT_EQ(c.Call({"EXPIREAT", "f", "4102444800"}), ":1");  // 2100-01-01.
+  EXPECT_EQ(c.Call({"EXPIRETIME", "f"}), ":4102444800");
+  EXPECT_EQ(c.Call({"PEXPIRETIME", "f"}), ":4102444800000");
+  EXPECT_EQ(c.Call({"PEXPIREAT", "f", "4102444800123"}), ":1");
+  EXPECT_EQ(c.Call({"PEXPIRETIME", "f"}), ":4102444800123");
+  EXPECT_EQ(c.Call({"EXPIRETIME", "f"}), ":4102444800");
+  EXPECT_EQ(c.Call({"PERSIST", "f"}), ":1");
+  EXPECT_EQ(c.Call({"TTL", "f"}), ":-1");
+  EXPECT_EQ(c.Call({"EXPIRE", "f", "x"}), "-ERR value is not an integer or out of range");
+  EXPECT_EQ(c.Call({"EXPIRE", "f", "1.5"}), "-ERR value is not an integer or out of range");
+  EXPECT_EQ(c.Call({"EXPIRE", "f", "9223372036854775807"}),
+            "-ERR invalid expire time in 'expire' command");
+  EXPECT_EQ(c.Call({"PEXPIRE", "f", "9223372036854775000"}),
+            "-ERR invalid expire time in 'pexpire' command");
+  EXPECT_EQ(c.Call({"EXPIREAT", "f", "253402300800"}),
+            "-ERR invalid expire time in 'expireat' command");
+  EXPECT_EQ(c.Call({"EXPIRE", "f", "10", "NX", "GT"}),
+            "-ERR NX and XX, GT or LT options at the same time are not compatible");
+  EXPECT_EQ(c.Call({"EXPIRE", "f", "10", "GT", "LT"}),
+            "-ERR GT and LT options at the same time are not compatible");
+  EXPECT_EQ(c.Call({"EXPIRE", "f", "10", "NOW"}), "-ERR Unsupported option NOW");
+  EXPECT_EQ(c.Call({"EXPIRE", "f"}).substr(0, 37), "-ERR wrong number of arguments for 'e");
+  EXPECT_EQ(c.Call({"TTL", "f"}), ":-1");
+  // Queued in a transaction like any command.
+  EXPECT_EQ(c.Call({"MULTI"}), "OK");
+  EXPECT_EQ(c.Call({"EXPIRE", "f", "30"}), "QUEUED");
+  EXPECT_EQ(c.Call({"TTL", "f"}), "QUEUED");
+  EXPECT_EQ(c.Call({"EXEC"}), "[:1,:30]");
+  // A time in the past deletes the key now.
+  EXPECT_EQ(c.Call({"CF.ADD", "f", "k"}), ":1");
+  EXPECT_EQ(c.Call({"PEXPIRE", "f", "-5"}), ":1");
+  EXPECT_EQ(c.Call({"EXISTS", "f"}), ":0");
+  EXPECT_EQ(c.Call({"CF.EXISTS", "f", "k"}), ":0");
+  EXPECT_FALSE(server_->registry().Get("f").ok());
+  // Expired, whether dropped yet or not: missing for every command; CF.ADD
+  // makes a new filter.
+  EXPECT_EQ(c.Call({"CF.ADD", "g", "k"}), ":1");
+  EXPECT_EQ(c.Call({"PEXPIRE", "g", "150"}), ":1");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(c.Call({"EXISTS", "g"}), ":0");
+  EXPECT_EQ(c.Call({"TYPE", "g"}), "none");
+  EXPECT_EQ(c.Call({"CF.EXISTS", "g", "k"}), ":0");
+  EXPECT_EQ(c.Call({"CF.INFO", "g"}), "-ERR not found");
+  EXPECT_EQ(c.Call({"DBSIZE"}), ":0");
+  EXPECT_EQ(c.Call({"CF.ADD", "g", "other"}), ":1");
+  EXPECT_EQ(c.Call({"CF.EXISTS", "g", "k"}), ":0");
+  EXPECT_EQ(c.Call({"TTL", "g"}), ":-1");
+}
+
 TEST_F(RedisPortTest, ConnectionAndKeyspaceCommands) {
   RespClient c(port());
   EXPECT_EQ(c.Call({"PING", "hi"}), "$hi");
@@ -309,7 +375,7 @@ TEST_F(RedisPortTest, ConnectionAndKeyspaceCommands) {
   EXPECT_EQ(c.Call({"AUTH", "x"}).substr(0, 30), "-ERR AUTH <password> called wi");
   EXPECT_EQ(c.Call({"CLIENT", "SETINFO", "LIB-NAME", "redis-py"}), "OK");
   EXPECT_EQ(c.Call({"CLIENT", "ID"}).substr(0, 1), ":");
-  EXPECT_EQ(c.Call({"COMMAND", "COUNT"}), ":39");
+  EXPECT_EQ(c.Call({"COMMAND", "COUNT"}), ":48");
   EXPECT_EQ(c.Call({"COMMAND", "INFO", "cf.add", "nope"}).substr(0, 17), "[[$cf.add,:3,[wri");
   EXPECT_EQ(c.Call({"DBSIZE"}), ":0");
   for (const char* f : {"users", "urls", "tokens"}) {
