@@ -33,8 +33,9 @@ std::string TokenSha256Hex(std::string_view token);
 // NAME is 1 to 64 of A-Z a-z 0-9 . _ -; each GRANT is read:PATTERN,
 // write:PATTERN or admin:PATTERN with PATTERN a glob over filter names (*
 // any run of bytes, ? one, \ before a character makes it literal; an
-// unescaped [ is refused, base/access_file.h); at least one grant; the token as ValidateToken (cuckoo_client.h) wants
-// it. INVALID_ARGUMENT naming the bad value otherwise.
+// unescaped [ is refused, base/access_file.h); at least one grant; the
+// token as ValidateToken (cuckoo_client.h) wants it. INVALID_ARGUMENT
+// naming the bad value otherwise.
 absl::StatusOr<std::string> TokenEntry(std::string_view name, std::string_view token,
                                        const std::vector<std::string>& grants);
 

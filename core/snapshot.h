@@ -65,9 +65,10 @@
 
 namespace cuckoo {
 
-// The format version WriteSnapshotFile writes. Readers read this one and
-// every earlier one (1 to 4).
-inline constexpr uint32_t kSnapshotFormatVersion = 5;
+// The newest format version WriteSnapshotFile writes: 6 for a filter that
+// has an expiry, 5 (the same layout without it) for one that has none.
+// Readers read this one and every earlier one (1 to 5).
+inline constexpr uint32_t kSnapshotFormatVersion = 6;
 // Every format version after 1 starts with the same 16 bytes (magic,
 // version, header size) and then, at bytes 16..47, the name and version of
 // the build that wrote it (ASCII, NUL-padded), so that a build that cannot

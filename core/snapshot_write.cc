@@ -345,6 +345,9 @@ absl::StatusOr<SnapshotWriteResult> WriteSnapshotFile(const CuckooFilter& filter
     result.changes += filter.expiry_changes();
     result.expire_at = filter.expire_at();
     Put64(h + layout.expire_at, static_cast<uint64_t>(result.expire_at));
+    // Version 5 when there is none: the same bytes, loadable by builds from
+    // before filter expiry (core/internal/snapshot_format.h, kVersion6).
+    if (result.expire_at == 0) Put32(h + 8, kNoExpiryWriteVersion);
     if (absl::Status s =
             WriteFooterAndHeader(out, h, shards_with, shards_with_generation, trailers, result);
         !s.ok()) {

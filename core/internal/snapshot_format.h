@@ -135,10 +135,29 @@ inline constexpr HeaderLayout kVersion4 = {.version = 4,
 //   152 filter_id u64        160 schedule_checksum u64
 //   168 shards_with_generation (kMaxGenerations u32s)
 //   296 log identity (48)    344 name (512, zero-padded)
-//   856 expire_at i64 (Unix milliseconds; 0: none; zeros in files of
-//       builds before filter expiry, which read it as reserved)
-//   864 reserved zeros       1016 checksum
+//   856 reserved zeros       1016 checksum
 inline constexpr HeaderLayout kVersion5 = {.version = 5,
+                                           .header_bytes = 1024,
+                                           .fields = 0,
+                                           .name = 344,
+                                           .name_bytes = kSnapshotNameBytes,
+                                           .shape = 48,
+                                           .filter_id = 152,
+                                           .growth = 0,
+                                           .log = 296,
+                                           .reserved = 856,
+                                           .checksum = 1016,
+                                           .section_header_bytes = 24};
+// Version 6: version 5 and the filter's expiry.
+//
+//   856 expire_at i64 (Unix milliseconds, > 0)
+//   864 reserved zeros       1016 checksum
+//
+// The writer writes it only for a filter that has an expiry, and version 5
+// for one that has none: a build before filter expiry refuses the file of
+// a filter that would expire (a newer version: it must not serve that
+// filter past its expiry, nor quarantine it), and loads the others.
+inline constexpr HeaderLayout kVersion6 = {.version = 6,
                                            .header_bytes = 1024,
                                            .fields = 0,
                                            .name = 344,
@@ -151,6 +170,9 @@ inline constexpr HeaderLayout kVersion5 = {.version = 5,
                                            .reserved = 856,
                                            .checksum = 1016,
                                            .section_header_bytes = 24};
+// The version a file of a filter that has no expiry is written as (the
+// layout is kVersion6's, its expire_at bytes zeros, as version 5's).
+inline constexpr uint32_t kNoExpiryWriteVersion = 5;
 inline constexpr size_t kV5NameLength = 128;
 inline constexpr size_t kV5ScheduleGenerations = 132;
 inline constexpr size_t kV5TableBytes = 136;
@@ -164,11 +186,13 @@ static_assert(kV5ShardsWithGeneration + 4 * kMaxGenerations == kVersion5.log);
 static_assert(kVersion5.log + kSnapshotLogIdentityBytes == kVersion5.name);
 static_assert(kVersion5.name + kSnapshotNameBytes == kVersion5.reserved);
 static_assert(kVersion5.checksum == kVersion5.header_bytes - 8);
-inline constexpr HeaderLayout kLayouts[] = {kVersion1, kVersion2, kVersion3, kVersion4, kVersion5};
-// What WriteSnapshotFile writes.
-inline constexpr const HeaderLayout& kWriteLayout = kVersion5;
+inline constexpr HeaderLayout kLayouts[] = {kVersion1, kVersion2, kVersion3,
+                                            kVersion4, kVersion5, kVersion6};
+// What WriteSnapshotFile writes (as kNoExpiryWriteVersion for a filter
+// without an expiry).
+inline constexpr const HeaderLayout& kWriteLayout = kVersion6;
 inline constexpr size_t kMinHeaderBytes = kVersion1.header_bytes;
-inline constexpr size_t kMaxHeaderBytes = kVersion5.header_bytes;
+inline constexpr size_t kMaxHeaderBytes = kVersion6.header_bytes;
 inline constexpr size_t kMaxSectionHeaderBytes = kVersion2.section_header_bytes;
 static_assert(kWriteLayout.version == kSnapshotFormatVersion);
 static_assert(kVersion1.name + kLegacyNameBytes == kVersion1.reserved);

@@ -58,8 +58,8 @@ struct SnapshotLayout {
   // (80 bytes), and the length of the name field; 0: none, 128.
   size_t shape = 0;
   size_t name_bytes = 128;
-  // Version 5 from filter expiry on: the filter's expire_at (i64 Unix ms),
-  // in what was reserved; 0: none.
+  // Version 6: the filter's expire_at (i64 Unix ms), in what version 5
+  // reserves; 0: none.
   size_t expire_at = 0;
 
   // The offset of the setting at `field` (kSnapshotHashId, ...: the offsets
@@ -122,6 +122,22 @@ inline constexpr SnapshotLayout kSnapshotV5 = {.version = 5,
                                                .fields = 0,
                                                .name = 344,
                                                .filter_id = 152,
+                                               .reserved = 856,
+                                               .header_checksum = 1016,
+                                               .section_header = 24,
+                                               .section_position = 16,
+                                               .growth = 0,
+                                               .generation_header = 40,
+                                               .log = 296,
+                                               .shape = 48,
+                                               .name_bytes = 512};
+// Version 5 and the filter's expiry at 856 (written only for a filter that
+// has one).
+inline constexpr SnapshotLayout kSnapshotV6 = {.version = 6,
+                                               .header = 1024,
+                                               .fields = 0,
+                                               .name = 344,
+                                               .filter_id = 152,
                                                .reserved = 864,
                                                .header_checksum = 1016,
                                                .section_header = 24,
@@ -133,7 +149,8 @@ inline constexpr SnapshotLayout kSnapshotV5 = {.version = 5,
                                                .name_bytes = 512,
                                                .expire_at = 856};
 inline constexpr size_t kSnapshotLogBytes = 48;
-// The version this build writes.
+// The version this build writes for a filter without an expiry (with one:
+// kSnapshotV6).
 inline constexpr const SnapshotLayout& kSnapshotWritten = kSnapshotV5;
 
 // The settings, as offsets from SnapshotLayout::fields (SnapshotLayout::at).
@@ -266,6 +283,8 @@ inline const SnapshotLayout* SnapshotLayoutOf(const std::vector<uint8_t>& b) {
       return &kSnapshotV4;
     case 5:
       return &kSnapshotV5;
+    case 6:
+      return &kSnapshotV6;
     default:
       return nullptr;
   }
@@ -325,6 +344,17 @@ inline void ResealSnapshot(std::vector<uint8_t>& b, const SnapshotLayout& layout
 inline void ResealSnapshot(std::vector<uint8_t>& b) {
   const SnapshotLayout* layout = SnapshotLayoutOf(b);
   ResealSnapshot(b, layout != nullptr ? *layout : kSnapshotWritten);
+}
+
+// The version-6 file holding what the version-5 file `v5` holds (its
+// expire_at zeros, which the writer never writes but a reader takes as
+// none): the corruption tests' version 6. Empty if `v5` is not a version-5
+// file.
+inline std::vector<uint8_t> SnapshotToVersion6(std::vector<uint8_t> v5) {
+  if (SnapshotLayoutOf(v5) != &kSnapshotV5) return {};
+  SnapshotPut32(v5.data() + 8, 6);
+  ResealSnapshot(v5, kSnapshotV6);
+  return v5;
 }
 
 // The version-4 file holding what the version-5 file `v5` holds: what the

@@ -306,8 +306,10 @@ TEST(SnapshotTest, EmptyFilterRoundTrips) {
   EXPECT_EQ(r->filter->shape(), original->shape());
 }
 
-// The filter's expire_at is in the header (format version 5, bytes
-// 856..863), read back, and a snapshot counts its changes as held.
+// The filter's expire_at is in the header (format version 6, bytes
+// 856..863), read back, and a snapshot counts its changes as held; a
+// filter without one is written as version 5, which builds from before
+// filter expiry load.
 TEST(SnapshotTest, ExpireAtSurvivesARoundTripInHeaderBytes856To863) {
   TempDir dir;
   auto original = MakeFilter({.capacity = 1000, .seed = 5});
@@ -330,6 +332,10 @@ TEST(SnapshotTest, ExpireAtSurvivesARoundTripInHeaderBytes856To863) {
   int64_t stored = 0;
   std::memcpy(&stored, bytes.data() + 856, 8);
   EXPECT_EQ(stored, 1796083200123);
+  uint32_t version = 0;
+  std::memcpy(&version, bytes.data() + 8, 4);
+  EXPECT_EQ(version, 6u);
+  EXPECT_EQ(r->format_version, 6u);
   // Without an expiry the bytes are zeros, as builds before it wrote them.
   original->set_expire_at(0);
   auto none = WriteSnapshotFile(*original, "seen:2026-11-29", dir.path());
@@ -337,6 +343,7 @@ TEST(SnapshotTest, ExpireAtSurvivesARoundTripInHeaderBytes856To863) {
   auto back = ReadSnapshotFile(none->path, "seen:2026-11-29");
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->filter->expire_at(), 0);
+  EXPECT_EQ(back->format_version, 5u);
 }
 
 // A filter made over the Redis port grows for repeated keys
@@ -808,7 +815,9 @@ TEST(SnapshotTest, TheLogIdentityIsRecordedAndReadBack) {
 
 struct CorruptionCase {
   TableKind kind;
-  uint32_t version;  // Of the file: 5 as this build writes it, 1 to 4 as older builds did.
+  // Of the file: 5 as this build writes a filter without an expiry, 6 with
+  // one (here with its expire_at zeros: none), 1 to 4 as older builds did.
+  uint32_t version;
 };
 
 void PrintTo(const CorruptionCase& c, std::ostream* os) {
@@ -817,7 +826,7 @@ void PrintTo(const CorruptionCase& c, std::ostream* os) {
 
 // Every corruption test runs on a packed file (table_kind 0: the format as it
 // was before semi-sorted tables) and on a semi-sorted one (table_kind 1), each
-// in format version 5 (this build's) and versions 1 to 4 (earlier builds').
+// in format versions 5 and 6 (this build's) and 1 to 4 (earlier builds').
 class SnapshotCorruptionTest : public ::testing::TestWithParam<CorruptionCase> {
  protected:
   static bool Semi() { return GetParam().kind == TableKind::kSemiSorted; }
@@ -826,9 +835,11 @@ class SnapshotCorruptionTest : public ::testing::TestWithParam<CorruptionCase> {
   static bool V3() { return GetParam().version >= 3; }
   static bool V4() { return GetParam().version == 4; }
   static bool V5() { return GetParam().version == 5; }
+  static bool V6() { return GetParam().version == 6; }
   // The layout of the file under test.
   static const SnapshotLayout& L() {
     return V1()   ? kSnapshotV1
+           : V6() ? kSnapshotV6
            : V5() ? kSnapshotV5
            : V4() ? kSnapshotV4
            : V3() ? kSnapshotV3
@@ -844,6 +855,7 @@ class SnapshotCorruptionTest : public ::testing::TestWithParam<CorruptionCase> {
   // A file this build wrote, in the version under test.
   static std::vector<uint8_t> InVersion(std::vector<uint8_t> written) {
     return V1()   ? SnapshotToVersion1(written)
+           : V6() ? SnapshotToVersion6(written)
            : V5() ? written
            : V4() ? SnapshotToVersion4(written)
            : V3() ? SnapshotToVersion3(written)
@@ -944,10 +956,10 @@ TEST_P(SnapshotCorruptionTest, TruncationAtAnyOffsetIsRejected) {
   }
   // Between the shortest header and this one's.
   std::vector<uint8_t> bad(good_.begin(), good_.begin() + 300);
-  ExpectRejected(bad, V1()   ? "the file is 300 bytes, its settings need"
-                      : V5() ? "the file is 300 bytes, shorter than the 1024-byte header"
-                      : V3() ? "the file is 300 bytes, shorter than the 480-byte header"
-                             : "the file is 300 bytes, shorter than the 320-byte header");
+  ExpectRejected(bad, V1()           ? "the file is 300 bytes, its settings need"
+                      : V5() || V6() ? "the file is 300 bytes, shorter than the 1024-byte header"
+                      : V3()         ? "the file is 300 bytes, shorter than the 480-byte header"
+                                     : "the file is 300 bytes, shorter than the 320-byte header");
 }
 
 TEST_P(SnapshotCorruptionTest, TrailingBytesAreRejected) {
@@ -1053,7 +1065,7 @@ TEST_P(SnapshotCorruptionTest, UnknownKindsHashesAndSettingsWithValidChecksumsAr
 }
 
 TEST_P(SnapshotCorruptionTest, MaxKicksAboveTodaysCeilingLoadsAtTheCeiling) {
-  if (V5()) GTEST_SKIP() << "no build that allowed 100000 kicks wrote version 5";
+  if (V5() || V6()) GTEST_SKIP() << "no build that allowed 100000 kicks wrote version 5 or 6";
   // Files from builds that allowed up to 100000 kicks.
   std::vector<uint8_t> old = good_;
   Put32(old, At(testing::kSnapshotMaxKicks), kMaxStoredMaxKicks);
@@ -1149,7 +1161,7 @@ TEST_P(SnapshotCorruptionTest, NonZeroReservedHeaderBytesAreDataLoss) {
       continue;
     }
     if (L().expire_at != 0 && at >= L().expire_at && at < L().expire_at + 8) {
-      // The filter's expiry (filter expiry's bytes 856..863 of version 5).
+      // The filter's expiry (version 6's bytes 856..863).
       auto r = ParseSnapshot(bad, "snap.cuckoo", "c");
       ASSERT_TRUE(r.ok()) << at << r.status();
       EXPECT_EQ(r->expire_at, int64_t{0x40} << (8 * (at - L().expire_at)));
@@ -1250,6 +1262,7 @@ TEST_P(SnapshotCorruptionTest, FileOfTheOtherTableKindIsRejected) {
 INSTANTIATE_TEST_SUITE_P(
     KindsAndVersions, SnapshotCorruptionTest,
     ::testing::Values(
+        CorruptionCase{TableKind::kPacked, 6}, CorruptionCase{TableKind::kSemiSorted, 6},
         CorruptionCase{TableKind::kPacked, 5}, CorruptionCase{TableKind::kSemiSorted, 5},
         CorruptionCase{TableKind::kPacked, 4}, CorruptionCase{TableKind::kSemiSorted, 4},
         CorruptionCase{TableKind::kPacked, 3}, CorruptionCase{TableKind::kSemiSorted, 3},

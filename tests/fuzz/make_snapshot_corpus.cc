@@ -253,18 +253,23 @@ int main(int argc, char** argv) {
                     "format version field is corrupt (2; the rest is a valid version-1 header)") &&
        ok;
   b = base;
-  b[8] = 6;  // A newer version, naming the build that wrote it.
+  b[8] = 7;  // A newer version, naming the build that wrote it.
   cuckoo::testing::ResealSnapshot(b, kSnapshotV5);
-  ok = WriteInvalid(dir, "version-6", b, "format version 6 (this build reads versions 1 to 5)") &&
+  ok = WriteInvalid(dir, "version-7", b, "format version 7 (this build reads versions 1 to 6)") &&
        ok;
   b = base;
-  b[kSnapshotV5.reserved + 2] = 1;
+  b[kSnapshotV5.reserved + 10] = 1;
   cuckoo::testing::ResealSnapshot(b);
   ok = WriteInvalid(dir, "reserved-byte", b, "reserved header byte 866 is not zero") && ok;
   b = base;
-  b[kSnapshotV5.expire_at + 7] = 0x80;  // A negative expire_at.
+  b = cuckoo::testing::SnapshotToVersion6(base);
+  b[cuckoo::testing::kSnapshotV6.expire_at + 7] = 0x80;  // A negative expire_at.
   cuckoo::testing::ResealSnapshot(b);
   ok = WriteInvalid(dir, "negative-expire-at", b, "is negative") && ok;
+  b = base;
+  b[kSnapshotV5.reserved + 1] = 1;  // Version 5 has no expiry: reserved.
+  cuckoo::testing::ResealSnapshot(b);
+  ok = WriteInvalid(dir, "v5-expire-byte", b, "reserved header byte 857 is not zero") && ok;
   b = base;
   b[kSnapshotV5.log] = '\n';
   cuckoo::testing::ResealSnapshot(b);

@@ -55,16 +55,22 @@ void Exercise(const cuckoo::LoadedSnapshot& loaded, absl::Span<const uint8_t> da
   Check(loaded.header.file_bytes == data.size());
   Check(filter.items() == loaded.items);
   Check(filter.Stats().items == loaded.items);
-  Check(loaded.format_version >= 1 && loaded.format_version <= 5);
+  Check(loaded.format_version >= 1 && loaded.format_version <= 6);
   const SnapshotLayout& layout = loaded.format_version == 1   ? cuckoo::testing::kSnapshotV1
                                  : loaded.format_version == 2 ? cuckoo::testing::kSnapshotV2
                                  : loaded.format_version == 3 ? cuckoo::testing::kSnapshotV3
                                  : loaded.format_version == 4 ? cuckoo::testing::kSnapshotV4
-                                                              : cuckoo::testing::kSnapshotV5;
+                                 : loaded.format_version == 5 ? cuckoo::testing::kSnapshotV5
+                                                              : cuckoo::testing::kSnapshotV6;
   // The admit saw what the filter takes.
   Check(filter.memory_bytes() == loaded.header.memory_bytes);
   Check(SnapshotGet32(data.data() + 8) == layout.version);
   Check(filter.id() == loaded.filter_id);
+  // Only version 6 has an expiry, never negative, and the filter has it.
+  Check(loaded.expire_at ==
+        (layout.expire_at != 0 ? static_cast<int64_t>(SnapshotGet64(data.data() + layout.expire_at))
+                               : 0));
+  Check(loaded.expire_at >= 0 && filter.expire_at() == loaded.expire_at);
   Check(loaded.filter_id ==
         (layout.filter_id != 0 ? SnapshotGet64(data.data() + layout.filter_id) : 0));
 

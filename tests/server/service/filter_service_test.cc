@@ -1408,12 +1408,13 @@ TEST_F(FilterServiceTransferTest,
   EXPECT_EQ(e.first.filter().name(), "f");
   EXPECT_GE(e.first.items(), before);
   EXPECT_GE(e.first.log_position(), 1u);
-  // Exactly a snapshot file in the current format, with the filter's id.
+  // Exactly a snapshot file in the current format (version 5: the filter
+  // has no expiry), with the filter's id.
   absl::StatusOr<LoadedSnapshot> parsed = ParseSnapshot(
       absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(e.bytes.data()), e.bytes.size()),
       "export", "f");
   ASSERT_TRUE(parsed.ok()) << parsed.status();
-  EXPECT_EQ(parsed->format_version, kSnapshotFormatVersion);
+  EXPECT_EQ(parsed->format_version, 5u);
   EXPECT_EQ(parsed->items, e.first.items());
   EXPECT_EQ(parsed->filter_id, e.first.filter_id());
   EXPECT_EQ(parsed->filter_id, (*server_->registry().Get("f"))->id());
