@@ -332,6 +332,13 @@ uint64_t Wal::AppendDropFilter(uint64_t filter_id) {
   });
 }
 
+uint64_t Wal::AppendRenameFilter(uint64_t filter_id, absl::string_view new_name,
+                                 uint64_t replaced_id, bool replace) {
+  return Append(WalRenameFilterBytes(new_name), [&](uint64_t lsn, uint64_t synced, uint8_t* out) {
+    EncodeRenameFilter(lsn, synced, filter_id, new_name, replaced_id, replace, out);
+  });
+}
+
 uint64_t Wal::DurableLsnLocked() const {
   return options_.durability == Durability::kSync ? synced_lsn_ : written_lsn_;
 }

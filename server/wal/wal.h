@@ -147,6 +147,8 @@ class Wal {
   uint64_t AppendShardWrite(uint64_t filter_id, const ShardWrite& write);
   uint64_t AppendCreateFilter(absl::string_view name, const FilterShape& shape);
   uint64_t AppendDropFilter(uint64_t filter_id);
+  uint64_t AppendRenameFilter(uint64_t filter_id, absl::string_view new_name, uint64_t replaced_id,
+                              bool replace);
   // A request's id (docs/WAL_FORMAT.md, "Request records"): its
   // RequestStart record, appended before the request's first shard write,
   // and its RequestResults records (as many as request.results need),

@@ -53,6 +53,9 @@ enum class WalRecordType : uint8_t {
   kRequestStart = 5,
   kRequestResults = 6,
   // 7: taken by kCreateFilter's current encoding.
+  // Filter `filter_id` takes the name `name`; the filter that had it,
+  // `replaced_id` (0: none), is dropped with it (docs/WAL_FORMAT.md).
+  kRenameFilter = 8,
 };
 
 // The longest request key a request record holds (RequestWindow's key: the
@@ -81,7 +84,8 @@ struct WalRequest {
 
 // A decoded record. For kInsert and kDelete, `write` (its hashes in
 // `hashes`); for kCreateFilter, `name` and `shape` (the filter's id is the
-// record's lsn); kDropFilter has only the header.
+// record's lsn); kDropFilter has only the header; kRenameFilter: `name` (the
+// new one), `replaced_id` and `replace`.
 struct WalRecord {
   WalRecordType type = WalRecordType::kInsert;
   uint64_t lsn = 0;
@@ -92,7 +96,9 @@ struct WalRecord {
   std::vector<uint64_t> hashes;
   std::string name;
   FilterShape shape;
-  WalRequest request;  // kRequestStart, kRequestResults.
+  WalRequest request;        // kRequestStart, kRequestResults.
+  uint64_t replaced_id = 0;  // kRenameFilter.
+  bool replace = false;      // kRenameFilter: RENAME (true) or RENAMENX.
 };
 
 struct WalSegmentHeader {
@@ -125,6 +131,12 @@ void EncodeShardWrite(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id, con
 void EncodeCreateFilter(uint64_t lsn, uint64_t synced_lsn, absl::string_view name,
                         const FilterShape& shape, uint8_t* out);
 void EncodeDropFilter(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id, uint8_t* out);
+// A rename record: filter `filter_id` becomes `new_name`, dropping
+// `replaced_id` (0: none) that had it.
+size_t WalRenameFilterBytes(absl::string_view new_name);
+void EncodeRenameFilter(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id,
+                        absl::string_view new_name, uint64_t replaced_id, bool replace,
+                        uint8_t* out);
 // Request records: the key at most kWalMaxRequestKeyBytes, at most
 // kWalResultsPerRecord results.
 size_t WalRequestStartBytes(absl::string_view key);
