@@ -31,9 +31,10 @@ using prometheus::MetricFamily;
 using prometheus::MetricType;
 
 constexpr std::string_view kMethodNames[kRpcMethods] = {
-    "Insert",      "Lookup",     "Delete",        "Count",    "CreateFilter", "GetFilter",
-    "ListFilters", "DropFilter", "GetServerInfo", "Snapshot", "ExportFilter", "ImportFilter"};
-static_assert(kMethodNames[kRpcMethods - 1] == "ImportFilter");
+    "Insert",       "Lookup",       "Delete",      "Count",         "CreateFilter",
+    "GetFilter",    "ListFilters",  "DropFilter",  "GetServerInfo", "Snapshot",
+    "ExportFilter", "ImportFilter", "RenameFilter"};
+static_assert(kMethodNames[kRpcMethods - 1] == "RenameFilter");
 
 constexpr std::string_view kCodeNames[] = {
     "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",

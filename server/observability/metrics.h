@@ -74,8 +74,9 @@ enum class RpcMethod : uint8_t {
   kSnapshot,
   kExportFilter,
   kImportFilter,
+  kRenameFilter,
 };
-inline constexpr size_t kRpcMethods = 12;
+inline constexpr size_t kRpcMethods = 13;
 // "Insert", "CreateFilter", ...: the proto's method name.
 std::string_view RpcMethodName(RpcMethod method);
 // "OK", "INVALID_ARGUMENT", ...: gRPC's name for the code.

@@ -144,6 +144,9 @@ void FilterServiceImpl::RegisterCalls(CallQueues* queues) {
   AddUnary<v1::DropFilterRequest, v1::DropFilterResponse>(
       queues, RpcMethod::kDropFilter, &FilterServiceImpl::RequestDropFilter,
       [admin](auto* call) { admin(call, &FilterServiceImpl::DoDropFilter); });
+  AddUnary<v1::RenameFilterRequest, v1::RenameFilterResponse>(
+      queues, RpcMethod::kRenameFilter, &FilterServiceImpl::RequestRenameFilter,
+      [admin](auto* call) { admin(call, &FilterServiceImpl::DoRenameFilter); });
   AddUnary<v1::GetServerInfoRequest, v1::GetServerInfoResponse>(
       queues, RpcMethod::kGetServerInfo, &FilterServiceImpl::RequestGetServerInfo,
       [this](auto* call) {
@@ -192,6 +195,7 @@ std::optional<Access> RequiredAccess(RpcMethod method) {
     case RpcMethod::kSnapshot:
     case RpcMethod::kExportFilter:
     case RpcMethod::kImportFilter:
+    case RpcMethod::kRenameFilter:  // On both names (DoRenameFilter).
       return Access::kAdmin;
     case RpcMethod::kGetServerInfo:
       break;

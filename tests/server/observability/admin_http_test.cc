@@ -150,9 +150,9 @@ TEST_F(AdminHttpTest, MetricsAreThePrometheusTextFormat) {
   EXPECT_THAT(MetricValue(m, "cuckood_snapshot_loaded_filters"), Optional(0.0));
   EXPECT_THAT(MetricValue(m, "cuckood_snapshot_quarantined_files"), Optional(0.0));
   // Every method's OK series is there from the start.
-  for (const char* method :
-       {"Insert", "Lookup", "Delete", "Count", "CreateFilter", "GetFilter", "ListFilters",
-        "DropFilter", "GetServerInfo", "Snapshot", "ExportFilter", "ImportFilter"}) {
+  for (const char* method : {"Insert", "Lookup", "Delete", "Count", "CreateFilter", "GetFilter",
+                             "ListFilters", "DropFilter", "GetServerInfo", "Snapshot",
+                             "ExportFilter", "ImportFilter", "RenameFilter"}) {
     EXPECT_THAT(MetricValue(m, "cuckood_rpc_requests_total", Rpc(method)), Optional(0.0)) << method;
     EXPECT_THAT(
         MetricValue(m, "cuckood_rpc_duration_seconds_bucket", {{"method", method}, {"le", "+Inf"}}),
