@@ -580,7 +580,7 @@ TEST_P(RedisCliTest, HelloSwitchesTheProtocolAndDescribesTheServer) {
 }
 
 TEST_P(RedisCliTest, CommandAndInfoAreEnoughForRedisCli) {
-  EXPECT_EQ(Run({"COMMAND", "COUNT"}), "(integer) 39\n");
+  EXPECT_EQ(Run({"COMMAND", "COUNT"}), "(integer) 41\n");
   EXPECT_EQ(Run({"COMMAND", "DOCS"}), P("(empty array)\n", "(empty hash)\n"));
   EXPECT_EQ(Run({"COMMAND", "DOCS", "cf.add"}), P("(empty array)\n", "(empty hash)\n"));
   EXPECT_EQ(Run({"COMMAND", "INFO", "nosuch"}), "1) (nil)\n");
@@ -608,11 +608,11 @@ TEST_P(RedisCliTest, CommandAndInfoAreEnoughForRedisCli) {
         "quit",       "command", "info",     "del",       "exists",      "type",
         "scan",       "keys",    "dbsize",   "config",    "reset",       "multi",
         "exec",       "discard", "watch",    "unwatch",   "unlink",      "flushall",
-        "flushdb",    "memory",  "module"}) {
+        "flushdb",    "memory",  "module",   "rename",    "renamenx"}) {
     EXPECT_THAT(all, HasSubstr(std::string("\"") + name + "\"\n")) << name;
     EXPECT_THAT(list, HasSubstr(std::string("\"") + name + "\"\n")) << name;
   }
-  EXPECT_EQ(Lines(list).size(), 39u) << list;
+  EXPECT_EQ(Lines(list).size(), 41u) << list;
 
   ASSERT_EQ(Run({"CF.ADD", "a", "x"}), B(1));
   ASSERT_EQ(Run({"CF.ADD", "b", "x"}), B(1));

@@ -73,11 +73,14 @@ enum : size_t {
   kFlushDb,
   kMemory,
   kModule,
+  kRename,
+  kRenameNx,
   kUnknown,
 };
 static_assert(kRedisCommandNames[kCfLoadChunk] == "cf.loadchunk");
 static_assert(kRedisCommandNames[kReset] == "reset");
 static_assert(kRedisCommandNames[kModule] == "module");
+static_assert(kRedisCommandNames[kRenameNx] == "renamenx");
 static_assert(kUnknown == kRedisCommands - 1);
 
 // RedisBloom's type name for a cuckoo filter (TYPE).
@@ -171,6 +174,8 @@ struct RedisCommands::Call {
   v1::DeleteResponse deleted;
   v1::DropFilterRequest drop;
   v1::DropFilterResponse dropped;
+  v1::RenameFilterRequest rename;
+  v1::RenameFilterResponse renamed;
   int protocol = 2;
   size_t command = 0;
   // The filter written to.

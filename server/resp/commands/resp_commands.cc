@@ -353,6 +353,10 @@ absl::Span<const RedisCommands::CommandSpec> RedisCommands::Commands() {
        &R::MemoryCommand, kNoKeys, nullptr, nullptr},
       {"module", -2, "admin noscript", 0, 0, 0, kConnection, false,  //
        &R::Module, kNoKeys, nullptr, nullptr},
+      {"rename", 3, "write", 1, 2, 1, kAdmin, true,  //
+       nullptr, kNoKeys, &R::RenameKey, nullptr},
+      {"renamenx", 3, "write fast", 1, 2, 1, kAdmin, true,  //
+       nullptr, kNoKeys, &R::RenameKey, nullptr},
   };
   static_assert(std::size(kTable) == redis::kUnknown, "one entry per command but \"unknown\"");
   static_assert(

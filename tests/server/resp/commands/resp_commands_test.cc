@@ -309,7 +309,7 @@ TEST_F(RedisPortTest, ConnectionAndKeyspaceCommands) {
   EXPECT_EQ(c.Call({"AUTH", "x"}).substr(0, 30), "-ERR AUTH <password> called wi");
   EXPECT_EQ(c.Call({"CLIENT", "SETINFO", "LIB-NAME", "redis-py"}), "OK");
   EXPECT_EQ(c.Call({"CLIENT", "ID"}).substr(0, 1), ":");
-  EXPECT_EQ(c.Call({"COMMAND", "COUNT"}), ":39");
+  EXPECT_EQ(c.Call({"COMMAND", "COUNT"}), ":41");
   EXPECT_EQ(c.Call({"COMMAND", "INFO", "cf.add", "nope"}).substr(0, 17), "[[$cf.add,:3,[wri");
   EXPECT_EQ(c.Call({"DBSIZE"}), ":0");
   for (const char* f : {"users", "urls", "tokens"}) {
@@ -1583,6 +1583,70 @@ TEST_F(RedisDumpOwnershipTest, ResetEndsTheConnectionsDumpsAndLoads) {
   // rather than taking a second slot.
   for (int i = 0; i < 3; ++i) EXPECT_NE(StartDump(c, "src"), 0) << i;
   EXPECT_TRUE(WaitForOpenTransferFiles(1));
+}
+
+// ---- RENAME / RENAMENX (issue 33) ----
+
+using RedisRename = RedisPortTest;
+
+TEST_F(RedisRename, RenameAnswersAsRedisAndMovesTheFilterWithItsItems) {
+  RespClient c(port());
+  ASSERT_EQ(c.Call({"CF.RESERVE", "seen:today", "1000"}), "OK");
+  ASSERT_EQ(c.Call({"CF.ADD", "seen:today", "u1"}), ":1");
+  EXPECT_EQ(c.Call({"RENAME", "seen:today", "seen:yesterday"}), "OK");
+  EXPECT_EQ(c.Call({"EXISTS", "seen:today", "seen:yesterday"}), ":1");
+  EXPECT_EQ(c.Call({"CF.EXISTS", "seen:yesterday", "u1"}), ":1");
+  EXPECT_EQ(c.Call({"RENAME", "seen:today", "x"}), "-ERR no such key");
+  EXPECT_EQ(c.Call({"RENAMENX", "seen:today", "x"}), "-ERR no such key");
+  // A key that cannot be a filter's name cannot exist.
+  EXPECT_EQ(c.Call({"RENAME", std::string(600, 'k'), "x"}), "-ERR no such key");
+  EXPECT_EQ(c.Call({"RENAME", "seen:yesterday", std::string(600, 'n')}).substr(0, 26),
+            "-ERR invalid filter name '");
+  EXPECT_EQ(c.Call({"RENAME", "seen:yesterday", "seen:yesterday"}), "OK");
+  EXPECT_EQ(c.Call({"RENAMENX", "seen:yesterday", "seen:yesterday"}), ":0");
+  EXPECT_EQ(c.Call({"RENAME", "seen:yesterday"}),
+            "-ERR wrong number of arguments for 'rename' command");
+  EXPECT_EQ(c.Call({"RENAMENX", "a", "b", "c"}),
+            "-ERR wrong number of arguments for 'renamenx' command");
+  EXPECT_EQ(c.Call({"COMMAND", "INFO", "rename"}).substr(0, 27), "[[$rename,:3,[write],:1,:2,");
+  EXPECT_EQ(c.Call({"CF.EXISTS", "seen:yesterday", "u1"}), ":1");
+}
+
+TEST_F(RedisRename, RenameReplacesTheDestinationAndRenamenxNeverDoes) {
+  RespClient c(port());
+  ASSERT_EQ(c.Call({"CF.RESERVE", "a", "1000"}), "OK");
+  ASSERT_EQ(c.Call({"CF.RESERVE", "b", "1000"}), "OK");
+  ASSERT_EQ(c.Call({"CF.ADD", "a", "from-a"}), ":1");
+  ASSERT_EQ(c.Call({"CF.ADD", "b", "from-b"}), ":1");
+  EXPECT_EQ(c.Call({"RENAMENX", "a", "b"}), ":0");
+  EXPECT_EQ(c.Call({"CF.MEXISTS", "a", "from-a", "from-b"}), "[:1,:0]");
+  EXPECT_EQ(c.Call({"CF.MEXISTS", "b", "from-a", "from-b"}), "[:0,:1]");
+  EXPECT_EQ(c.Call({"RENAME", "a", "b"}), "OK");
+  EXPECT_EQ(c.Call({"EXISTS", "a"}), ":0");
+  EXPECT_EQ(c.Call({"CF.MEXISTS", "b", "from-a", "from-b"}), "[:1,:0]");
+  EXPECT_EQ(c.Call({"RENAMENX", "b", "c"}), ":1");
+  EXPECT_EQ(c.Call({"KEYS", "*"}), "[$c]");
+}
+
+TEST_F(RedisRename, RenameInMultiQueuesAndRunsAtExecInOrder) {
+  RespClient c(port());
+  ASSERT_EQ(c.Call({"CF.RESERVE", "f", "1000"}), "OK");
+  EXPECT_EQ(c.Call({"MULTI"}), "OK");
+  EXPECT_EQ(c.Call({"CF.ADD", "f", "a"}), "QUEUED");
+  EXPECT_EQ(c.Call({"RENAME", "f", "g"}), "QUEUED");
+  EXPECT_EQ(c.Call({"CF.EXISTS", "g", "a"}), "QUEUED");
+  EXPECT_EQ(c.Call({"RENAMENX", "missing", "h"}), "QUEUED");
+  EXPECT_EQ(c.Call({"RENAME"}), "-ERR wrong number of arguments for 'rename' command");
+  EXPECT_EQ(c.Call({"EXEC"}), "-EXECABORT Transaction discarded because of previous errors.");
+  EXPECT_EQ(c.Call({"EXISTS", "f", "g"}), ":1");
+  EXPECT_EQ(c.Call({"EXISTS", "f"}), ":1");
+  EXPECT_EQ(c.Call({"MULTI"}), "OK");
+  EXPECT_EQ(c.Call({"CF.ADD", "f", "a"}), "QUEUED");
+  EXPECT_EQ(c.Call({"RENAME", "f", "g"}), "QUEUED");
+  EXPECT_EQ(c.Call({"CF.EXISTS", "g", "a"}), "QUEUED");
+  EXPECT_EQ(c.Call({"RENAMENX", "missing", "h"}), "QUEUED");
+  EXPECT_EQ(c.Call({"EXEC"}), "[:1,OK,:1,-ERR no such key]");
+  EXPECT_EQ(c.Call({"EXISTS", "f", "g", "h"}), ":1");
 }
 
 // ---- MULTI / EXEC / DISCARD (issue 33) ----
