@@ -39,6 +39,7 @@ constexpr FlagSpec kFlags[] = {
     {"grow-on-repeats", false, kCreate},
     {"if-not-exists", false, kCreate},
     {"changed-only", false, kSnapshot},
+    {"replace", false, kRename},
     {"if-absent", false, kInsert},
     {"request-id", true, kInsert | kDelete},
     {"file", true, kKeyCommands | kExport | kImport},

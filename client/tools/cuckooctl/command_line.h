@@ -42,6 +42,7 @@ enum Command : uint32_t {
   kExport = 1 << 12,
   kImport = 1 << 13,
   kHashToken = 1 << 14,
+  kRename = 1 << 15,
 };
 constexpr uint32_t kKeyCommands = kInsert | kLookup | kDelete | kCount;
 constexpr uint32_t kAllCommands = ~uint32_t{0};

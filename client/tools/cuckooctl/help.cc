@@ -21,6 +21,8 @@ Filters:
   info NAME             a filter's settings and state
   list                  every filter, sorted by name
   drop NAME             remove a filter and its snapshot, and free its memory
+  rename NAME NEW_NAME [--replace]
+                        rename a filter (--replace: dropping a filter named NEW_NAME)
   snapshot [NAME] [--changed-only]
                         write snapshots (of NAME, or every filter) to the
                         server's disk now; prints the files written
@@ -240,6 +242,17 @@ fixed filter). LOAD is items over the slots of the tables it has now.
 
 Removes a filter and its snapshot file and frees its memory; prints the bytes
 freed.
+)"},
+    {"rename", kRename, R"(Usage: cuckooctl rename NAME NEW_NAME [--replace]
+
+Renames filter NAME to NEW_NAME in one step (Redis's RENAME and RENAMENX): the
+filter keeps its settings and keys, and no call sees both names or neither.
+Fails with ALREADY_EXISTS when NEW_NAME is taken, unless --replace, which drops
+that filter with the rename (printing the bytes it frees). Needs the admin
+grant on both names.
+
+  --replace   drop a filter named NEW_NAME with the rename (RENAME); without
+              it the rename is RENAMENX's
 )"},
     {"snapshot", kSnapshot, R"(Usage: cuckooctl snapshot [NAME] [--changed-only]
 

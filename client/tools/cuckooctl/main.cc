@@ -137,6 +137,8 @@ int RunCommand(const GlobalOptions& g, const CommandLine& cl, Command command) {
       return RunList(g, cl);
     case kDrop:
       return RunDrop(g, cl);
+    case kRename:
+      return RunRename(g, cl);
     case kServerInfo:
       return RunServerInfo(g, cl);
     case kHealth:
