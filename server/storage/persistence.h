@@ -32,9 +32,9 @@
 // time either way. So gRPC's threads never wait for a disk, a snapshot and
 // the removal of the same file never interleave, and a drop of a name always
 // removes the file of the filter it takes out of the registry: the identity
-// of the filter is checked under that mutex. The Snapshot and DropFilter
-// RPCs wait in one queue, bounded, in which requests to snapshot the same
-// filter are merged.
+// of the filter is checked under that mutex. The Snapshot, DropFilter and
+// RenameFilter RPCs wait in one queue, bounded, in which requests to
+// snapshot the same filter are merged.
 //
 // Thread safety: all methods may be called from any thread.
 #ifndef CUCKOO_SERVER_STORAGE_PERSISTENCE_H_
@@ -186,7 +186,7 @@ struct PersistenceOptions {
   // The most memory one snapshot write takes for its buffer (see
   // SnapshotWriteOptions): part of the process's fixed overhead.
   size_t snapshot_buffer_bytes = size_t{64} << 20;
-  // Snapshot and DropFilter requests that may wait at once; more get
+  // Snapshot, DropFilter and RenameFilter requests that may wait at once; more get
   // RESOURCE_EXHAUSTED.
   size_t max_queued = 64;
 
@@ -294,7 +294,7 @@ class Persistence {
   // `replace` (else ALREADY_EXISTS naming it), as FilterRegistry::Rename.
   // Single node only (FAILED_PRECONDITION with an ExternalLog). In order,
   // holding the lock of file operations throughout, so that a crash at any
-  // instant leaves the whole rename or none (docs/SERVER_DESIGN.md):
+  // instant leaves the whole rename or none (docs/WAL_FORMAT.md):
   //  1. the rename record (filter id, new name, replaced filter's id) is
   //     appended under the registry's lock as the registry renames, and
   //     made durable (whatever the durability mode);

@@ -1525,6 +1525,24 @@ TEST_F(RedisDumpOwnershipTest, RepliesAreRedisBloomsAndTheEndFreesTheDump) {
   }
 }
 
+// A rename takes the key's filter away as a drop does: its dumps end, and
+// the next chunk asked for under the old name says so.
+TEST_F(RedisDumpOwnershipTest, RenamingTheFilterEndsItsDumps) {
+  RespClient c(port());
+  ASSERT_NO_FATAL_FAILURE(Fill(c, "a", 100));
+  const int64_t a = StartDump(c, "a");
+  ASSERT_NE(a, 0);
+  EXPECT_EQ(OpenTransferFiles(), 1);
+  ASSERT_EQ(c.Call({"RENAME", "a", "a2"}), "OK");
+  EXPECT_EQ(c.Call({"CF.SCANDUMP", "a", absl::StrCat(a)}),
+            absl::StrCat("-ERR not found: filter 'a' was dropped or renamed during its "
+                         "CF.SCANDUMP (iterator ",
+                         a, "), so the dump's copy was removed"));
+  EXPECT_TRUE(WaitForOpenTransferFiles(0)) << OpenTransferFiles() << " files still open";
+  // A dump of the filter under its new name starts afresh.
+  EXPECT_NE(StartDump(c, "a2"), 0);
+}
+
 // Dropping the filter (Redis's DEL, or DropFilter over gRPC) ends its
 // dumps: the copy goes at once (DEL) or within the sweeper's second
 // (gRPC, no command needed), and the client's next chunk is refused with
@@ -1543,8 +1561,8 @@ TEST_F(RedisDumpOwnershipTest, DroppingTheFilterEndsItsDumps) {
   ASSERT_EQ(c.Call({"DEL", "a"}), ":1");
   ASSERT_EQ(c.Call({"CF.ADD", "a", "new"}), ":1");
   EXPECT_EQ(c.Call({"CF.SCANDUMP", "a", absl::StrCat(a)}),
-            absl::StrCat("-ERR not found: filter 'a' was dropped during its CF.SCANDUMP "
-                         "(iterator ",
+            absl::StrCat("-ERR not found: filter 'a' was dropped or renamed during its "
+                         "CF.SCANDUMP (iterator ",
                          a, "), so the dump's copy was removed"));
   EXPECT_TRUE(WaitForOpenTransferFiles(1));
   // Over gRPC: the sweeper notices without any command.
@@ -1555,8 +1573,8 @@ TEST_F(RedisDumpOwnershipTest, DroppingTheFilterEndsItsDumps) {
   ASSERT_TRUE(stub_->DropFilter(&ctx, req, &resp).ok());
   EXPECT_TRUE(WaitForOpenTransferFiles(0)) << OpenTransferFiles() << " files still open";
   EXPECT_THAT(c.Call({"CF.SCANDUMP", "b", absl::StrCat(b)}),
-              ::testing::StartsWith("-ERR not found: filter 'b' was dropped during its "
-                                    "CF.SCANDUMP"));
+              ::testing::StartsWith("-ERR not found: filter 'b' was dropped or renamed during "
+                                    "its CF.SCANDUMP"));
   // Their slots are free: this connection starts its most again.
   EXPECT_NE(StartDump(c, "a"), 0);
   ASSERT_NO_FATAL_FAILURE(Fill(c, "b", 100));
