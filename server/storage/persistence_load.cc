@@ -879,7 +879,9 @@ absl::Status Persistence::MoveRenamedFiles() {
   {
     MutexLock lock(&legacy_mu_);
     for (const auto& [name, path] : legacy_files_) {
-      if (IsSnapshotFileName(fs::path(path).filename().string())) names.push_back(name);
+      // Not its own older build's file (which moves at its next snapshot as
+      // before): the file of the name it had before a rename.
+      if (path != LegacySnapshotPath(data_dir_, name)) names.push_back(name);
     }
   }
   std::sort(names.begin(), names.end());

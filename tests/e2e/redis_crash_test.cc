@@ -249,6 +249,7 @@ TEST(RedisCrashTest, KillDashNineLeavesEveryRenameWholeOrAbsent) {
         std::swap(cur, other);
         ++renames;
         in_doubt = kNone;
+        decoy_acked = false;  // Replaced by the rename.
       }
     });
     std::thread writer([&, port = server->redis_port()] {

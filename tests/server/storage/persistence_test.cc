@@ -459,6 +459,42 @@ TEST_F(PersistenceTest, RenamesBackAndForthReplayToTheLastState) {
   EXPECT_THAT(Lookup("x", {"doomed"}), ElementsAre(false));
 }
 
+// A filter still in an older build's <name>.cuckoo, renamed: live, its
+// file follows the new name at once; after a crash before that, start-up
+// replays the rename and moves it before serving (so a filter created
+// again under the old name never shares a name with that file).
+TEST_F(PersistenceTest, ARenamedFilterInAnOlderBuildsFileMovesLiveAndAfterACrash) {
+  CreateFilter("users", 1000);
+  Insert("users", {"u1", "u2"});
+  server_->Shutdown(absl::Seconds(5));
+  server_.reset();
+  const std::vector<uint8_t> old_file =
+      testing::SnapshotToVersion4(ReadBytes(SnapshotFile("users")));
+  const std::string legacy = dir_.path() + "/users.cuckoo";
+  WriteBytes(legacy, old_file);
+  fs::remove(SnapshotFile("users"));
+  StartServer(testing::TestConfig(dir_.path()));
+  Connect();
+  ASSERT_TRUE(client_->RenameFilter("users", "people", false).ok());
+  EXPECT_FALSE(fs::exists(legacy));
+  EXPECT_TRUE(fs::exists(SnapshotFile("people")));
+  server_->Shutdown(absl::Seconds(5));
+  server_.reset();
+  // The crash: the older file back, the new one not written yet.
+  WriteBytes(legacy, old_file);
+  fs::remove(SnapshotFile("people"));
+  StartServer(testing::TestConfig(dir_.path()));
+  Connect();
+  EXPECT_EQ(client_->GetFilter("users").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(Lookup("people", {"u1", "u2"}), ElementsAre(true, true));
+  EXPECT_FALSE(fs::exists(legacy));
+  EXPECT_TRUE(fs::exists(SnapshotFile("people")));
+  CreateFilter("users", 1000);
+  Restart();
+  EXPECT_THAT(Lookup("people", {"u1", "u2"}), ElementsAre(true, true));
+  EXPECT_THAT(Lookup("users", {"u1"}), ElementsAre(false));
+}
+
 TEST_F(PersistenceTest, RestartLoadsEveryFilterWithIdenticalAnswers) {
   CreateFilter("one", 20'000, 4);
   CreateFilter("two", 5'000, 1);
