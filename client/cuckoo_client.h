@@ -197,6 +197,11 @@ class Client {
   // Never retried: a repeat could drop a filter created again meanwhile.
   absl::StatusOr<v1::SetFilterExpiryResponse> SetFilterExpiry(
       const v1::SetFilterExpiryRequest& request);
+  // Renames filter `name` to `new_name`; with `replace` a filter named
+  // new_name is dropped with it (else ALREADY_EXISTS). Never retried, as
+  // DropFilter.
+  absl::StatusOr<v1::RenameFilterResponse> RenameFilter(std::string_view name,
+                                                        std::string_view new_name, bool replace);
   // Writes snapshots of `filter` (all filters when empty) now and returns
   // when they are on the server's disk. `timeout` replaces the client's
   // per-call deadline (writing a large filter takes a while).

@@ -405,6 +405,49 @@ absl::Status FilterRegistry::Drop(absl::string_view name, const CuckooFilter* on
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::shared_ptr<CuckooFilter>> FilterRegistry::Rename(
+    absl::string_view name, absl::string_view new_name, bool replace, const CuckooFilter* only_if,
+    std::shared_ptr<CuckooFilter>* replaced, const BeforeRename& before_commit) {
+  if (replaced != nullptr) replaced->reset();
+  if (absl::Status s = ValidateName(new_name); !s.ok()) return s;
+  WriterLock lock(&mu_);
+  auto it = filters_.find(name);
+  if (it == filters_.end() || (only_if != nullptr && it->second.get() != only_if)) {
+    return absl::NotFoundError(absl::StrFormat("filter %s not found", QuoteName(name)));
+  }
+  std::shared_ptr<CuckooFilter> filter = it->second;
+  if (name == new_name) {
+    if (before_commit) {
+      if (absl::Status s = before_commit(*filter, nullptr); !s.ok()) return s;
+    }
+    return filter;
+  }
+  if (claimed_.contains(new_name)) {
+    return absl::AlreadyExistsError(
+        absl::StrFormat("filter %s is being added", QuoteName(new_name)));
+  }
+  auto dest = filters_.find(new_name);
+  if (dest != filters_.end() && !replace) {
+    return absl::AlreadyExistsError(
+        absl::StrFormat("filter %s already exists", QuoteName(new_name)));
+  }
+  if (before_commit) {
+    if (absl::Status s =
+            before_commit(*filter, dest != filters_.end() ? dest->second.get() : nullptr);
+        !s.ok()) {
+      return s;
+    }
+  }
+  // The budget keeps a replaced filter's charge until it is freed.
+  if (dest != filters_.end()) {
+    if (replaced != nullptr) *replaced = std::move(dest->second);
+    filters_.erase(dest);
+  }
+  filters_.erase(filters_.find(name));
+  filters_.emplace(std::string(new_name), filter);
+  return filter;
+}
+
 std::vector<std::pair<std::string, std::shared_ptr<CuckooFilter>>> FilterRegistry::List() const {
   std::vector<std::pair<std::string, std::shared_ptr<CuckooFilter>>> out;
   {

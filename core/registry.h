@@ -172,6 +172,24 @@ class FilterRegistry {
   // for callers that looked the filter up first and must not drop a newer
   // filter of the same name.
   absl::Status Drop(absl::string_view name, const CuckooFilter* only_if = nullptr);
+  // Renames filter `name` to `new_name` in one step under the registry's
+  // lock: no caller ever sees both names, or neither, or the destination's
+  // earlier filter once Rename has returned. NOT_FOUND when there is no
+  // filter `name` (or, with `only_if`, when it is not that filter);
+  // INVALID_ARGUMENT for a bad new name; when `new_name` is taken (or
+  // claimed): ALREADY_EXISTS unless `replace`, which drops the filter there
+  // (returned in *replaced; null if none). `name == new_name` changes
+  // nothing and succeeds (Redis's RENAME k k). `before_commit`, if given,
+  // runs under the lock once every check has passed, with the filter and
+  // the one to be replaced (null if none): a non-OK status abandons the
+  // rename and is returned (cuckood logs the rename there, so that the log
+  // orders it exactly where the registry does).
+  using BeforeRename =
+      std::function<absl::Status(CuckooFilter& filter, const CuckooFilter* replaced)>;
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> Rename(
+      absl::string_view name, absl::string_view new_name, bool replace,
+      const CuckooFilter* only_if = nullptr, std::shared_ptr<CuckooFilter>* replaced = nullptr,
+      const BeforeRename& before_commit = {});
   // OK if a filter of `bytes` table memory named `name` could be added now
   // (the checks of Add, without adding).
   absl::Status CheckRoom(absl::string_view name, uint64_t bytes) const;

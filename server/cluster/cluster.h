@@ -114,7 +114,8 @@ class Cluster final : public ExternalLog {
     uint64_t position = 0;         // Of its last entry.
     std::vector<uint8_t> results;  // Insert / delete: per key, InsertResult / DeleteResult.
     bool created = false;          // Create: a new filter.
-    uint64_t freed_bytes = 0;      // Drop.
+    uint64_t freed_bytes = 0;      // Drop; rename: the replaced filter's.
+    bool replaced = false;         // Rename: a filter of the new name was dropped.
   };
   using WriteDone = std::function<void(WriteResult)>;
 

@@ -224,6 +224,45 @@ void Cluster::ApplyEntry(const LogEntry& e, uint64_t position, WriteResult* out)
       }
       (*filter)->set_expire_at(e.expire_at);
       return;
+    case LogEntryType::kRenameFilter: {
+      // Every replica decides from what it holds at this position alone:
+      // the source must still be the filter the entry names, and the
+      // destination free or the filter it replaces (if it has since been
+      // dropped, the rename applies; if another filter took the name since
+      // the rename was published, it applies to nothing).
+      if (!filter.ok() || (*filter)->id() != e.filter_id) {
+        out->status = absl::NotFoundError(absl::StrFormat(
+            "filter \"%s\" not found: it was dropped or renamed before this rename was applied",
+            absl::CHexEscape(e.name)));
+        return;
+      }
+      if (e.name == e.new_name) return;
+      absl::StatusOr<std::shared_ptr<CuckooFilter>> dest = registry_->Get(e.new_name);
+      if (dest.ok() && (e.replaced_id == 0 || (*dest)->id() != e.replaced_id)) {
+        out->status =
+            e.replace
+                ? absl::AbortedError(absl::StrFormat(
+                      "filter \"%s\" was created again (at log position %u) while this rename "
+                      "was published; nothing was renamed: retry",
+                      absl::CHexEscape(e.new_name), (*dest)->id()))
+                : absl::AlreadyExistsError(
+                      absl::StrFormat("filter \"%s\" already exists (created at log position %u)",
+                                      absl::CHexEscape(e.new_name), (*dest)->id()));
+        return;
+      }
+      std::shared_ptr<CuckooFilter> replaced;
+      if (absl::Status s = persistence_->ApplyRename(e.name, e.new_name, *filter, &replaced);
+          !s.ok()) {
+        out->status = s;
+        return;
+      }
+      out->replaced = replaced != nullptr;
+      out->freed_bytes = replaced != nullptr ? replaced->memory_bytes() : 0;
+      spdlog::info("renamed filter {} to {} at log position {}{}",
+                   FilterRegistry::QuoteName(e.name), FilterRegistry::QuoteName(e.new_name),
+                   position, replaced != nullptr ? " (replacing the filter of that name)" : "");
+      return;
+    }
     case LogEntryType::kInsert:
     case LogEntryType::kDelete: {
       if (!filter.ok() || (*filter)->id() != e.filter_id) {

@@ -215,6 +215,7 @@ void Cluster::SettleLocked(const std::string& msg_id) {
         for (WriteResult& part : c->outcomes) {
           r.position = std::max(r.position, part.position);
           r.created = r.created || part.created;
+          r.replaced = r.replaced || part.replaced;
           r.freed_bytes += part.freed_bytes;
           r.results.insert(r.results.end(), part.results.begin(), part.results.end());
         }

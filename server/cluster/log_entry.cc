@@ -20,6 +20,10 @@ constexpr uint32_t kMagic = 0x454c4b43;  // "CKLE" little-endian.
 // Flags: an insert's if_absent; a create's growth block after the shape.
 constexpr uint8_t kFlagIfAbsent = 1;
 constexpr uint8_t kFlagGrowth = 2;
+// A rename's: it may replace the filter of its new name (RENAME).
+constexpr uint8_t kFlagReplace = 1;
+// A rename's tail before the new name: replaced_id u64, its length u32, 0 u32.
+constexpr size_t kRenameFixed = 16;
 
 size_t Pad8(size_t n) { return (n + 7) / 8 * 8; }
 
@@ -72,6 +76,8 @@ absl::string_view LogEntryTypeName(LogEntryType type) {
       return "delete";
     case LogEntryType::kSetExpiry:
       return "expire";
+    case LogEntryType::kRenameFilter:
+      return "rename";
   }
   return "unknown";
 }
@@ -103,6 +109,17 @@ std::string EncodeSetExpiryEntry(uint64_t filter_id, absl::string_view name, int
   return Seal(std::move(out));
 }
 
+std::string EncodeRenameEntry(uint64_t filter_id, absl::string_view name,
+                              absl::string_view new_name, uint64_t replaced_id, bool replace) {
+  std::string out = Frame(LogEntryType::kRenameFilter, replace ? kFlagReplace : 0, filter_id, name,
+                          0, kRenameFixed + Pad8(new_name.size()));
+  char* tail = out.data() + kLogEntryHeaderBytes + Pad8(name.size());
+  Put64(tail, replaced_id);
+  Put32(tail + 8, static_cast<uint32_t>(new_name.size()));
+  std::memcpy(tail + kRenameFixed, new_name.data(), new_name.size());
+  return Seal(std::move(out));
+}
+
 absl::StatusOr<LogEntry> DecodeLogEntry(absl::string_view bytes) {
   const size_t n = bytes.size();
   if (n < kLogEntryHeaderBytes + kLogEntryTrailerBytes) {
@@ -115,8 +132,8 @@ absl::StatusOr<LogEntry> DecodeLogEntry(absl::string_view bytes) {
   const uint8_t version = static_cast<uint8_t>(p[4]);
   const uint8_t type = static_cast<uint8_t>(p[5]);
   const uint8_t flags = static_cast<uint8_t>(p[6]);
-  const bool known_type = (type >= 1 && type <= 4) || type == 6;
-  if (version > kLogEntryVersion || !known_type || (flags & ~(kFlagIfAbsent | kFlagGrowth)) != 0) {
+  if (version > kLogEntryVersion || type < 1 || type > 6 ||
+      (flags & ~(kFlagIfAbsent | kFlagGrowth)) != 0) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "cluster log entry of version %d, type %d, flags %d: written by a newer cuckood (this "
         "one writes version %d); upgrade this replica",
@@ -141,6 +158,7 @@ absl::StatusOr<LogEntry> DecodeLogEntry(absl::string_view bytes) {
   const size_t tail_bytes = body - Pad8(name_bytes);
   const uint8_t allowed = e.type == LogEntryType::kInsert         ? kFlagIfAbsent
                           : e.type == LogEntryType::kCreateFilter ? kFlagGrowth
+                          : e.type == LogEntryType::kRenameFilter ? kFlagReplace
                                                                   : 0;
   if ((flags & ~allowed) != 0) {
     return Bad(absl::StrFormat("flags %d on a %s", flags, LogEntryTypeName(e.type)));
@@ -178,6 +196,36 @@ absl::StatusOr<LogEntry> DecodeLogEntry(absl::string_view bytes) {
                                    expire_at, kLogEntryMaxExpireAt));
       }
       e.expire_at = expire_at;
+      return e;
+    }
+    case LogEntryType::kRenameFilter: {
+      if (hashes != 0 || tail_bytes < kRenameFixed) {
+        return Bad(absl::StrFormat("a rename with %u hashes and %u bytes after its name", hashes,
+                                   tail_bytes));
+      }
+      e.replaced_id = Get64(tail);
+      const uint32_t new_bytes = Get32(tail + 8);
+      if (Get32(tail + 12) != 0) return Bad("a rename's reserved bytes not zero");
+      if (new_bytes == 0 || new_bytes > kMaxFilterNameBytes ||
+          tail_bytes != kRenameFixed + Pad8(new_bytes)) {
+        return Bad(
+            absl::StrFormat("a rename to a %u-byte name in %u bytes", new_bytes, tail_bytes));
+      }
+      const char* n = tail + kRenameFixed;
+      for (size_t i = new_bytes; i < Pad8(new_bytes); ++i) {
+        if (n[i] != 0) return Bad("a rename's new name padding not zero");
+      }
+      e.new_name.assign(n, new_bytes);
+      if (e.replaced_id == e.filter_id) {
+        return Bad(absl::StrFormat("a rename of filter id %u replacing itself", e.filter_id));
+      }
+      e.replace = (flags & kFlagReplace) != 0;
+      if (!e.replace && e.replaced_id != 0) {
+        return Bad("a rename that may not replace naming a filter it replaces");
+      }
+      if (absl::Status s = FilterRegistry::ValidateName(e.new_name); !s.ok()) {
+        return Bad(absl::StrCat("a rename to a bad name: ", s.message()));
+      }
       return e;
     }
     case LogEntryType::kCreateFilter: {

@@ -22,7 +22,9 @@
 //       table_kind, a u32 0, seed, capacity, buckets_per_shard), with the
 //       growth flag followed by its growth block (growth_factor, a u32 0,
 //       max_capacity, false_positive_rate); for an insert or delete the
-//       hashes (u64 each)
+//       hashes (u64 each); for a rename (flag bit 0: it may replace) the
+//       replaced filter's id (u64, 0: none), the new name's bytes (u32,
+//       1 to 512), a u32 0 and the new name, zero-padded to 8 bytes
 //   end u64 XXH3-64 of every byte before it
 //
 // Writes name their filter by id and name: an entry for a filter that was
@@ -56,17 +58,21 @@ inline constexpr size_t kLogEntryTrailerBytes = 8;
 inline constexpr size_t kLogEntryShapeBytes = kShapeBytes;
 inline constexpr size_t kLogEntryGrowthBytes = kShapeGrowthBytes;
 
-// 5: reserved (a rename). 6: a filter's expiry set or cleared (its body
-// one i64, Unix milliseconds, 0 clears; docs/CLUSTER.md). 7: reserved for
-// filter expiry (the drop when it passes is a kDropFilter, as any drop).
+// 7: reserved for filter expiry (the drop when an expiry passes is a
+// kDropFilter, as any drop).
 enum class LogEntryType : uint8_t {
   kCreateFilter = 1,
   kDropFilter = 2,
   kInsert = 3,
   kDelete = 4,
+  // Filter `filter_id`, named `name`, takes `new_name`, dropping the filter
+  // there, which must be `replaced_id` (0: none).
+  kRenameFilter = 5,
+  // A filter's expiry set or cleared (its body one i64, Unix milliseconds,
+  // 0 clears; docs/CLUSTER.md).
   kSetExpiry = 6,
 };
-// "create", "drop", "insert", "delete", "expire".
+// "create", "drop", "insert", "delete", "rename", "expire".
 absl::string_view LogEntryTypeName(LogEntryType type);
 
 struct LogEntry {
@@ -76,6 +82,11 @@ struct LogEntry {
   std::string name;
   FilterShape shape;      // Create.
   int64_t expire_at = 0;  // SetExpiry: Unix milliseconds, 0 when cleared.
+  // Rename: the new name, the id of the filter it replaces (0: none), and
+  // whether it could replace one (RENAME; false: RENAMENX).
+  std::string new_name;
+  uint64_t replaced_id = 0;
+  bool replace = false;
   // Insert, delete: the hashes, in request order (a view into the decoded
   // bytes when they are 8-byte aligned, else into `owned`).
   absl::Span<const uint64_t> hashes;
@@ -106,6 +117,8 @@ std::string EncodeDropEntry(uint64_t filter_id, absl::string_view name);
 inline constexpr int64_t kLogEntryMaxExpireAt = int64_t{253402300799999};
 // `expire_at` in [0, kLogEntryMaxExpireAt].
 std::string EncodeSetExpiryEntry(uint64_t filter_id, absl::string_view name, int64_t expire_at);
+std::string EncodeRenameEntry(uint64_t filter_id, absl::string_view name,
+                              absl::string_view new_name, uint64_t replaced_id, bool replace);
 
 // The entry's `hashes` may point into `bytes`: keep them alive while it is
 // used. DATA_LOSS naming what is wrong for a damaged or foreign entry;

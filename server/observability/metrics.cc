@@ -31,10 +31,10 @@ using prometheus::MetricFamily;
 using prometheus::MetricType;
 
 constexpr std::string_view kMethodNames[kRpcMethods] = {
-    "Insert",       "Lookup",       "Delete",         "Count",         "CreateFilter",
-    "GetFilter",    "ListFilters",  "DropFilter",     "GetServerInfo", "Snapshot",
-    "ExportFilter", "ImportFilter", "SetFilterExpiry"};
-static_assert(kMethodNames[kRpcMethods - 1] == "SetFilterExpiry");
+    "Insert",       "Lookup",       "Delete",          "Count",         "CreateFilter",
+    "GetFilter",    "ListFilters",  "DropFilter",      "GetServerInfo", "Snapshot",
+    "ExportFilter", "ImportFilter", "SetFilterExpiry", "RenameFilter"};
+static_assert(kMethodNames[kRpcMethods - 1] == "RenameFilter");
 
 constexpr std::string_view kCodeNames[] = {
     "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",

@@ -75,8 +75,9 @@ enum class RpcMethod : uint8_t {
   kExportFilter,
   kImportFilter,
   kSetFilterExpiry,
+  kRenameFilter,
 };
-inline constexpr size_t kRpcMethods = 13;
+inline constexpr size_t kRpcMethods = 14;
 // "Insert", "CreateFilter", ...: the proto's method name.
 std::string_view RpcMethodName(RpcMethod method);
 // "OK", "INVALID_ARGUMENT", ...: gRPC's name for the code.

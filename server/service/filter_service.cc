@@ -147,6 +147,9 @@ void FilterServiceImpl::RegisterCalls(CallQueues* queues) {
   AddUnary<v1::DropFilterRequest, v1::DropFilterResponse>(
       queues, RpcMethod::kDropFilter, &FilterServiceImpl::RequestDropFilter,
       [admin](auto* call) { admin(call, &FilterServiceImpl::DoDropFilter); });
+  AddUnary<v1::RenameFilterRequest, v1::RenameFilterResponse>(
+      queues, RpcMethod::kRenameFilter, &FilterServiceImpl::RequestRenameFilter,
+      [admin](auto* call) { admin(call, &FilterServiceImpl::DoRenameFilter); });
   AddUnary<v1::GetServerInfoRequest, v1::GetServerInfoResponse>(
       queues, RpcMethod::kGetServerInfo, &FilterServiceImpl::RequestGetServerInfo,
       [this](auto* call) {
@@ -196,6 +199,7 @@ std::optional<Access> RequiredAccess(RpcMethod method) {
     case RpcMethod::kSnapshot:
     case RpcMethod::kExportFilter:
     case RpcMethod::kImportFilter:
+    case RpcMethod::kRenameFilter:  // On both names (DoRenameFilter).
       return Access::kAdmin;
     case RpcMethod::kGetServerInfo:
       break;

@@ -103,15 +103,16 @@ using FilterServiceBase = v1::FilterService::WithAsyncMethod_SetFilterExpiry<
     v1::FilterService::WithAsyncMethod_CreateFilter<
         v1::FilterService::WithAsyncMethod_GetFilter<v1::FilterService::WithAsyncMethod_ListFilters<
             v1::FilterService::WithAsyncMethod_DropFilter<
-                v1::FilterService::WithAsyncMethod_GetServerInfo<
-                    v1::FilterService::WithAsyncMethod_Snapshot<
-                        v1::FilterService::WithAsyncMethod_ExportFilter<
-                            v1::FilterService::WithRawMethod_ImportFilter<
-                                v1::FilterService::WithRawMethod_Insert<
-                                    v1::FilterService::WithRawMethod_Lookup<
-                                        v1::FilterService::WithRawMethod_Delete<
-                                            v1::FilterService::WithRawMethod_Count<
-                                                v1::FilterService::Service>>>>>>>>>>>>>;
+                v1::FilterService::WithAsyncMethod_RenameFilter<
+                    v1::FilterService::WithAsyncMethod_GetServerInfo<
+                        v1::FilterService::WithAsyncMethod_Snapshot<
+                            v1::FilterService::WithAsyncMethod_ExportFilter<
+                                v1::FilterService::WithRawMethod_ImportFilter<
+                                    v1::FilterService::WithRawMethod_Insert<
+                                        v1::FilterService::WithRawMethod_Lookup<
+                                            v1::FilterService::WithRawMethod_Delete<
+                                                v1::FilterService::WithRawMethod_Count<
+                                                    v1::FilterService::Service>>>>>>>>>>>>>>;
 
 class FilterServiceImpl final : public FilterServiceBase {
  public:
@@ -318,6 +319,8 @@ class FilterServiceImpl final : public FilterServiceBase {
                               CallReactor* reactor, Next* next);
   absl::Status DoDropFilter(const v1::DropFilterRequest& req, v1::DropFilterResponse* resp,
                             CallReactor* reactor, Next* next);
+  absl::Status DoRenameFilter(const v1::RenameFilterRequest& req, v1::RenameFilterResponse* resp,
+                              CallReactor* reactor, Next* next);
   absl::Status DoGetFilter(const v1::GetFilterRequest& req, v1::GetFilterResponse* resp,
                            CallReactor* reactor, Next* next);
   absl::Status DoListFilters(const v1::ListFiltersRequest& req, v1::ListFiltersResponse* resp,

@@ -300,6 +300,82 @@ absl::Status FilterServiceImpl::DoDropFilter(const v1::DropFilterRequest& req,
   return absl::OkStatus();
 }
 
+absl::Status FilterServiceImpl::DoRenameFilter(const v1::RenameFilterRequest& req,
+                                               v1::RenameFilterResponse* resp, CallReactor* reactor,
+                                               Next* next) {
+  // A rename drops the old name and creates (or replaces) the new one: the
+  // admin grant, which creating and dropping need, on both names.
+  for (const std::string* name : {&req.name(), &req.new_name()}) {
+    if (absl::Status a =
+            Authorize(reactor->caller(), RpcMethod::kRenameFilter, *name, reactor->ctx());
+        !a.ok()) {
+      return a;
+    }
+  }
+  if (absl::Status c = ClusterServing(next); !c.ok() || next->wait_serving) return c;
+  reactor->MarkAudited(req.name());
+  if (absl::Status s = FilterRegistry::ValidateName(
+          absl::string_view(req.new_name().data(), req.new_name().size()));
+      !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("new_name: ", s.message()));
+  }
+  // As in DropFilter: unknown names never take a place in the queue.
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> found = FindFilter(req.name());
+  if (!found.ok()) return found.status();
+  if (cluster_ != nullptr) {
+    // One entry; every replica applies it at its position (ApplyEntry),
+    // checking there that the destination still holds what it holds here.
+    const absl::string_view new_name(req.new_name().data(), req.new_name().size());
+    uint64_t replaced_id = 0;
+    if (req.name() != req.new_name()) {
+      if (absl::StatusOr<std::shared_ptr<CuckooFilter>> dest = registry_->Get(new_name);
+          dest.ok()) {
+        if (!req.replace()) {
+          return absl::AlreadyExistsError(
+              absl::StrFormat("filter %s already exists", FilterRegistry::QuoteName(new_name)));
+        }
+        replaced_id = (*dest)->id();
+      }
+    }
+    next->answered = true;
+    cluster_->Publish(
+        {EncodeRenameEntry((*found)->id(), req.name(), req.new_name(), replaced_id, req.replace())},
+        "", [reactor, resp](Cluster::WriteResult r) {
+          if (r.status.ok()) {
+            resp->set_log_position(r.position);
+            resp->set_replaced(r.replaced);
+            resp->set_replaced_freed_bytes(r.freed_bytes);
+          }
+          reactor->Done(ToGrpcStatus(r.status));
+        });
+    return absl::OkStatus();
+  }
+  if (persistence_ == nullptr) {
+    return absl::FailedPreconditionError("RenameFilter needs the server's persistence");
+  }
+  next->answered = true;
+  // On the persistence thread, as a drop: the rename is logged, then the
+  // file follows the name. gRPC keeps req and resp alive until the reactor
+  // finishes.
+  persistence_->RenameAsync(req.name(), req.new_name(), req.replace(),
+                            std::weak_ptr<CuckooFilter>(*found),
+                            [this, reactor, resp](absl::StatusOr<RenameResult> r) {
+                              const absl::Status status = Guarded([&]() -> absl::Status {
+                                if (!r.ok()) return r.status();
+                                resp->set_log_position(r->lsn != 0 ? r->lsn : AppliedPosition());
+                                resp->set_replaced(r->replaced != nullptr);
+                                if (r->replaced != nullptr)
+                                  resp->set_replaced_freed_bytes(r->replaced->memory_bytes());
+                                return absl::OkStatus();
+                              });
+                              // The replaced filter's last reference goes before the answer
+                              // (unless a running call still holds it), as in DropFilter.
+                              if (r.ok()) *r = RenameResult{};
+                              reactor->Done(ToGrpcStatus(status));
+                            });
+  return absl::OkStatus();
+}
+
 absl::Status FilterServiceImpl::DoGetFilter(const v1::GetFilterRequest& req,
                                             v1::GetFilterResponse* resp, CallReactor* reactor,
                                             Next* next) {

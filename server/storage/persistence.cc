@@ -27,12 +27,15 @@ absl::Status ShuttingDown() {
 
 // A queued Snapshot or DropFilter request.
 struct Persistence::Job {
-  enum Kind { kSnapshot, kDrop } kind;
+  enum Kind { kSnapshot, kDrop, kRename } kind;
   std::string name;
   bool changed_only = false;
   std::vector<SnapshotDone> snapshot_done;  // kSnapshot: every merged request.
   DropDone drop_done;                       // kDrop.
-  std::weak_ptr<CuckooFilter> only;         // kDrop: the filter it is for.
+  std::weak_ptr<CuckooFilter> only;         // kDrop, kRename: the filter it is for.
+  std::string new_name;                     // kRename.
+  bool replace = false;                     // kRename.
+  RenameDone rename_done;                   // kRename.
 };
 
 Persistence::Persistence(FilterRegistry* registry, std::string data_dir, PersistenceOptions options)
@@ -61,7 +64,23 @@ void Persistence::DropAsync(std::string name, std::weak_ptr<CuckooFilter> only, 
   Enqueue(std::move(job));
 }
 
+void Persistence::RenameAsync(std::string name, std::string new_name, bool replace,
+                              std::weak_ptr<CuckooFilter> only, RenameDone done) {
+  auto job = std::make_unique<Job>();
+  job->kind = Job::kRename;
+  job->name = std::move(name);
+  job->new_name = std::move(new_name);
+  job->replace = replace;
+  job->only = std::move(only);
+  job->rename_done = std::move(done);
+  Enqueue(std::move(job));
+}
+
 void Persistence::Finish(Job& job, const absl::Status& status) {
+  if (job.kind == Job::kRename) {
+    job.rename_done(status);
+    return;
+  }
   if (job.kind == Job::kDrop) {
     job.drop_done(status);
     return;
@@ -123,6 +142,11 @@ void Persistence::RunOne() {
   // goes on.
   if (job->kind == Job::kDrop) {
     job->drop_done(Guarded([&] { return DropNow(job->name, job->only); }));
+    return;
+  }
+  if (job->kind == Job::kRename) {
+    job->rename_done(
+        Guarded([&] { return RenameNow(job->name, job->new_name, job->replace, job->only); }));
     return;
   }
   absl::StatusOr<SnapshotRun> run =

@@ -32,9 +32,9 @@
 // time either way. So gRPC's threads never wait for a disk, a snapshot and
 // the removal of the same file never interleave, and a drop of a name always
 // removes the file of the filter it takes out of the registry: the identity
-// of the filter is checked under that mutex. The Snapshot and DropFilter
-// RPCs wait in one queue, bounded, in which requests to snapshot the same
-// filter are merged.
+// of the filter is checked under that mutex. The Snapshot, DropFilter and
+// RenameFilter RPCs wait in one queue, bounded, in which requests to
+// snapshot the same filter are merged.
 //
 // Thread safety: all methods may be called from any thread.
 #ifndef CUCKOO_SERVER_STORAGE_PERSISTENCE_H_
@@ -175,11 +175,18 @@ struct SnapshotRecord {
   }
 };
 
+// What a rename did (Persistence::RenameNow).
+struct RenameResult {
+  std::shared_ptr<CuckooFilter> filter;    // The renamed filter.
+  std::shared_ptr<CuckooFilter> replaced;  // The filter the new name had; null if none.
+  uint64_t lsn = 0;                        // The rename record's (0 without a log).
+};
+
 struct PersistenceOptions {
   // The most memory one snapshot write takes for its buffer (see
   // SnapshotWriteOptions): part of the process's fixed overhead.
   size_t snapshot_buffer_bytes = size_t{64} << 20;
-  // Snapshot and DropFilter requests that may wait at once; more get
+  // Snapshot, DropFilter and RenameFilter requests that may wait at once; more get
   // RESOURCE_EXHAUSTED.
   size_t max_queued = 64;
 
@@ -206,6 +213,7 @@ class Persistence {
  public:
   using SnapshotDone = std::function<void(absl::StatusOr<SnapshotRun>)>;
   using DropDone = std::function<void(absl::StatusOr<std::shared_ptr<CuckooFilter>>)>;
+  using RenameDone = std::function<void(absl::StatusOr<RenameResult>)>;
 
   Persistence(FilterRegistry* registry, std::string data_dir, PersistenceOptions options = {});
   ~Persistence();  // Stop()s.
@@ -281,6 +289,32 @@ class Persistence {
   // DropNow on the background thread, queued like SnapshotAsync.
   void DropAsync(std::string name, std::weak_ptr<CuckooFilter> only, DropDone done);
 
+  // Renames filter `name` (only `only`, the filter the caller found there:
+  // NOT_FOUND otherwise) to `new_name`, replacing the filter there if
+  // `replace` (else ALREADY_EXISTS naming it), as FilterRegistry::Rename.
+  // Single node only (FAILED_PRECONDITION with an ExternalLog). In order,
+  // holding the lock of file operations throughout, so that a crash at any
+  // instant leaves the whole rename or none (docs/WAL_FORMAT.md):
+  //  1. the rename record (filter id, new name, replaced filter's id) is
+  //     appended under the registry's lock as the registry renames, and
+  //     made durable (whatever the durability mode);
+  //  2. the filter's snapshot is written under its new name's file (which
+  //     replaces the replaced filter's), the file of its old name removed,
+  //     the directory synced.
+  // Until 2 is done, the filter counts as not snapshotted, so the log keeps
+  // the rename; should 2 fail, the old file stays, recorded as the
+  // filter's (no other filter's snapshot may overwrite it), and the next
+  // snapshot run retries. Start-up replays a rename over the old file (and
+  // removes the replaced filter's), then writes the file under the new
+  // name before serving; of two files that hold one filter id (a crash
+  // between 2's write and removal), the one that reaches the later log
+  // position is kept.
+  absl::StatusOr<RenameResult> RenameNow(absl::string_view name, absl::string_view new_name,
+                                         bool replace, const std::weak_ptr<CuckooFilter>& only);
+  // RenameNow on the background thread, queued like SnapshotAsync.
+  void RenameAsync(std::string name, std::string new_name, bool replace,
+                   std::weak_ptr<CuckooFilter> only, RenameDone done);
+
   // Starts the background thread, with a snapshot of changed filters every
   // `interval` (none when zero).
   void Start(absl::Duration interval);
@@ -301,6 +335,16 @@ class Persistence {
   // removed on the background thread (or before the next checkpoint, which
   // waits for it).
   void ApplyDrop(absl::string_view name, const std::shared_ptr<CuckooFilter>& filter);
+
+  // Cluster mode: applies a rename that the log holds. Renames `filter`
+  // (named `name`) to `new_name` at once, replacing the filter there
+  // (*replaced; the caller checked it is the one the entry names). Its file
+  // follows at the next snapshot run: until then it counts as not
+  // snapshotted (so the checkpoint keeps the entry), and its old name's
+  // file is kept as its own (legacy_files_).
+  absl::Status ApplyRename(absl::string_view name, absl::string_view new_name,
+                           const std::shared_ptr<CuckooFilter>& filter,
+                           std::shared_ptr<CuckooFilter>* replaced);
 
   // Logs the creation of `filter` named `name` (a FilterRegistry
   // BeforePublish hook) and sets its id; *lsn is the record's lsn, to wait
@@ -389,6 +433,18 @@ class Persistence {
   // Deletes the log segments no filter needs any more (after snapshots),
   // first retrying the removal of dropped filters' files. Holds file_mu_.
   void TruncateLogLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(file_mu_);
+  // Writes filter `name`'s snapshot (the caller checked it is the filter of
+  // that name, under file_mu_), records it and removes an older file of
+  // it; logs and counts the outcome.
+  absl::StatusOr<SnapshotWriteResult> WriteSnapshotLocked(
+      const std::string& name, const std::shared_ptr<CuckooFilter>& filter)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(file_mu_);
+  // The name of the filter renamed away from `name` whose file is still
+  // SnapshotPath(name) (legacy_files_); empty if none.
+  std::string RenamedAwayFrom(absl::string_view name);
+  // Start-up: writes the snapshot of every filter the log's replay renamed
+  // away from its file, and removes that file.
+  absl::Status MoveRenamedFiles();
   // Removes a dropped filter's snapshot file and syncs the directory.
   absl::Status RemoveSnapshotFile(absl::string_view name);
   void ArmLogCheck();
@@ -483,7 +539,8 @@ class Persistence {
   mutable Mutex records_mu_;
   absl::flat_hash_map<std::string, Entry> records_ ABSL_GUARDED_BY(records_mu_);
   // Filters loaded from an older build's file, <name>.cuckoo
-  // (LegacySnapshotPath): name -> that path. The filter's first snapshot
+  // (LegacySnapshotPath), or renamed while their file is still their old
+  // name's (RenameNow): name -> that path. The filter's first snapshot
   // under its own file name (SnapshotPath), or its drop, removes the file.
   Mutex legacy_mu_;
   absl::flat_hash_map<std::string, std::string> legacy_files_ ABSL_GUARDED_BY(legacy_mu_);

@@ -462,6 +462,50 @@ absl::StatusOr<LoadSummary> Persistence::LoadAll() {
     summary.items += loaded->items;
     summary.bytes += loaded->header.file_bytes;
   }
+  // Two files that hold one filter id under two names: a crash between a
+  // renamed filter's snapshot under its new name and the removal of its old
+  // name's file (RenameNow). The one that reaches the later log position is
+  // kept (the new one: its positions are past the rename's).
+  {
+    absl::flat_hash_map<uint64_t, std::string> by_id;
+    for (const auto& [name, filter] : registry_->List()) {
+      const uint64_t id = filter->id();
+      if (id == 0) continue;
+      auto [first, fresh] = by_id.try_emplace(id, name);
+      if (fresh) continue;
+      const Loaded& a = loaded_from[first->second];
+      const Loaded& b = loaded_from[name];
+      const bool keep_b = b.max_position > a.max_position;
+      const std::string lose = keep_b ? first->second : name;
+      const Loaded& lost = keep_b ? a : b;
+      spdlog::info(
+          "filter id {} has two snapshot files, {} (filter {}, log position {}) and {} (filter "
+          "{}, log position {}): a crash while a rename moved its file; kept {}, removed {}",
+          id, a.path, FilterRegistry::QuoteName(first->second), a.max_position, b.path,
+          FilterRegistry::QuoteName(name), b.max_position, keep_b ? b.path : a.path, lost.path);
+      if (::unlink(lost.path.c_str()) != 0 && errno != ENOENT) {
+        return absl::InternalError(absl::StrFormat(
+            "remove %s: %s", lost.path, std::error_code(errno, std::generic_category()).message()));
+      }
+      if (absl::Status s = SyncSnapshotDirectory(data_dir_, options_.wal.env); !s.ok()) return s;
+      absl::StatusOr<std::shared_ptr<CuckooFilter>> gone = registry_->Get(lose);
+      if (gone.ok()) {
+        summary.items -= (*gone)->items();
+        (void)registry_->Drop(lose, gone->get());
+      }
+      --summary.loaded;
+      summary.bytes -= lost.bytes;
+      {
+        MutexLock lock(&records_mu_);
+        records_.erase(lose);
+      }
+      {
+        MutexLock lock(&legacy_mu_);
+        legacy_files_.erase(lose);
+      }
+      if (keep_b) first->second = name;
+    }
+  }
   if (write_identity) {
     if (log_identity_.empty()) {
       absl::StatusOr<std::string> made = NewNodeIdentity();
@@ -553,6 +597,8 @@ class Persistence::LogReplay {
         ++summary_.log_applied;
         return absl::OkStatus();
       }
+      case WalRecordType::kRenameFilter:
+        return Rename(r);
       case WalRecordType::kInsert:
       case WalRecordType::kDelete: {
         auto it = live_.find(r.filter_id);
@@ -637,6 +683,13 @@ class Persistence::LogReplay {
     // An earlier filter of this name, dropped before the one
     // whose snapshot was loaded was created.
     if (id > r.lsn) return absl::OkStatus();
+    // An earlier filter of this name, replaced by a rename of the loaded
+    // (older) filter to it: the file was written after that rename, so its
+    // positions are past the creation.
+    const std::vector<uint64_t> positions = existing->ShardPositions();
+    if (!positions.empty() && r.lsn <= *std::max_element(positions.begin(), positions.end())) {
+      return absl::OkStatus();
+    }
     return absl::DataLossError(absl::StrFormat(
         "the write-ahead log creates filter %s at lsn %u, but the filter of that "
         "name created at lsn %u (loaded from %s) was never dropped: the log in %s and "
@@ -659,8 +712,10 @@ class Persistence::LogReplay {
     }
     if (from_file_.contains(dropped.filter.get())) {
       if (absl::Status s = QuarantineDropped(dropped, r.lsn); !s.ok()) return s;
-    } else {
-      ::unlink(SnapshotPath(p_.data_dir_, dropped.name).c_str());  // None expected.
+    } else if (p_.RenamedAwayFrom(dropped.name).empty()) {
+      // None expected (and a file there that a filter renamed away from the
+      // name still needs is that filter's).
+      ::unlink(SnapshotPath(p_.data_dir_, dropped.name).c_str());
     }
     {
       MutexLock lock(&p_.legacy_mu_);
@@ -669,6 +724,75 @@ class Persistence::LogReplay {
     removed_files_ = true;
     from_file_.erase(dropped.filter.get());  // Its address may be reused.
     live_.erase(it);
+    ++summary_.log_applied;
+    return absl::OkStatus();
+  }
+
+  // Filter r.filter_id takes the name r.name, dropping the filter there,
+  // which must be r.replaced_id; a rename of a filter that is gone applies
+  // to nothing, as do writes to it. Deterministic for a destination that
+  // holds another filter than the record names (a damaged log, or snapshots
+  // that do not belong with it): nothing changes, with a warning. One that
+  // holds none (the replaced filter's file removed by this replay before a
+  // crash cut it short) takes the filter.
+  absl::Status Rename(const WalRecord& r) {
+    auto it = live_.find(r.filter_id);
+    if (it == live_.end()) return absl::OkStatus();
+    Live& renamed = *it->second;
+    if (renamed.name == r.name) return absl::OkStatus();  // Its file has the new name already.
+    absl::StatusOr<std::shared_ptr<CuckooFilter>> dest = p_.registry_->Get(r.name);
+    if (dest.ok() && ((*dest)->id() != r.replaced_id || r.replaced_id == 0)) {
+      spdlog::warn(
+          "the write-ahead log renames filter {} (id {}) to {} at lsn {}, replacing filter id {}, "
+          "but {} holds filter id {}: the rename applies to nothing",
+          FilterRegistry::QuoteName(renamed.name), r.filter_id, FilterRegistry::QuoteName(r.name),
+          r.lsn, r.replaced_id, FilterRegistry::QuoteName(r.name), (*dest)->id());
+      return absl::OkStatus();
+    }
+    // The Targets' names are read by the workers' messages.
+    if (absl::Status s = Drain(); !s.ok()) return s;
+    const std::string old_name = renamed.name;
+    const std::string old_path = p_.LoadedPath(old_name);
+    const std::string dest_path = p_.LoadedPath(r.name);
+    std::shared_ptr<CuckooFilter> replaced;
+    absl::StatusOr<std::shared_ptr<CuckooFilter>> done =
+        p_.registry_->Rename(old_name, r.name, /*replace=*/true, renamed.filter.get(), &replaced);
+    if (!done.ok()) return done.status();
+    {
+      MutexLock lock(&p_.records_mu_);
+      p_.records_.erase(old_name);
+      p_.records_.erase(r.name);
+    }
+    if (replaced != nullptr) {
+      // Acknowledged as replaced: its file goes (the rename's filter is in
+      // another file until start-up writes it under the new name).
+      if (from_file_.contains(replaced.get()) && dest_path != old_path) {
+        if (::unlink(dest_path.c_str()) != 0 && errno != ENOENT) {
+          return absl::InternalError(
+              absl::StrFormat("remove %s (filter %s, replaced by a rename at lsn %u): %s",
+                              dest_path, FilterRegistry::QuoteName(r.name), r.lsn,
+                              std::error_code(errno, std::generic_category()).message()));
+        }
+        spdlog::info("removed {}: filter {} was replaced by a rename at log position {}", dest_path,
+                     FilterRegistry::QuoteName(r.name), r.lsn);
+        removed_files_ = true;
+      }
+      from_file_.erase(replaced.get());
+      live_.erase(replaced->id());
+    }
+    {
+      MutexLock lock(&p_.legacy_mu_);
+      p_.legacy_files_.erase(old_name);
+      p_.legacy_files_.erase(r.name);
+      if (from_file_.contains(renamed.filter.get()) &&
+          old_path != SnapshotPath(p_.data_dir_, r.name)) {
+        p_.legacy_files_[r.name] = old_path;
+      }
+    }
+    // Not snapshotted under its new name: written before serving
+    // (MoveRenamedFiles).
+    p_.SetRecord(r.name, renamed.filter, {});
+    renamed.name = r.name;
     ++summary_.log_applied;
     return absl::OkStatus();
   }
@@ -755,7 +879,34 @@ absl::Status Persistence::ReplayAndOpenLog(LoadSummary* summary) {
   if (!wal.ok()) return wal.status();
   wal_ = *std::move(wal);
   wal_published_.store(wal_.get(), std::memory_order_release);
-  return LogVersionOneFilters();
+  if (absl::Status s = LogVersionOneFilters(); !s.ok()) return s;
+  return MoveRenamedFiles();
+}
+
+absl::Status Persistence::MoveRenamedFiles() {
+  // A filter the replay renamed whose file is still its old name's: written
+  // under its new name now, before anything can be created under the old
+  // one (and snapshotted over its file).
+  std::vector<std::string> names;
+  {
+    MutexLock lock(&legacy_mu_);
+    for (const auto& [name, path] : legacy_files_) {
+      // Not its own older build's file (which moves at its next snapshot as
+      // before): the file of the name it had before a rename.
+      if (path != LegacySnapshotPath(data_dir_, name)) names.push_back(name);
+    }
+  }
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    absl::StatusOr<SnapshotRun> run = SnapshotNow(name, /*changed_only=*/false);
+    if (!run.ok()) {
+      return absl::Status(run.status().code(),
+                          absl::StrCat("writing filter ", FilterRegistry::QuoteName(name),
+                                       ", renamed by the write-ahead log, under its new name: ",
+                                       run.status().message()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 void Persistence::LogReplayed(const WalScan& scan, const LoadSummary& summary) {

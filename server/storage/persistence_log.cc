@@ -81,6 +81,33 @@ void Persistence::ApplyDrop(absl::string_view name, const std::shared_ptr<Cuckoo
   });
 }
 
+absl::Status Persistence::ApplyRename(absl::string_view name, absl::string_view new_name,
+                                      const std::shared_ptr<CuckooFilter>& filter,
+                                      std::shared_ptr<CuckooFilter>* replaced) {
+  const std::string old_path = LoadedPath(name);
+  const std::string replaced_path = LoadedPath(new_name);
+  absl::StatusOr<std::shared_ptr<CuckooFilter>> renamed =
+      registry_->Rename(name, new_name, /*replace=*/true, filter.get(), replaced);
+  if (!renamed.ok()) return renamed.status();
+  // A replaced filter's older build's file (its SnapshotPath is overwritten
+  // by the renamed filter's next snapshot): a restart before then replays
+  // the rename from the checkpoint, which finds the name free.
+  if (*replaced != nullptr && replaced_path != SnapshotPath(data_dir_, new_name) &&
+      replaced_path != old_path) {
+    ::unlink(replaced_path.c_str());
+  }
+  {
+    MutexLock lock(&records_mu_);
+    records_.erase(name);
+  }
+  SetRecord(new_name, filter, {});
+  MutexLock lock(&legacy_mu_);
+  legacy_files_.erase(name);
+  legacy_files_.erase(new_name);
+  if (old_path != SnapshotPath(data_dir_, new_name)) legacy_files_[new_name] = old_path;
+  return absl::OkStatus();
+}
+
 absl::Status Persistence::LogCreate(absl::string_view name, CuckooFilter& filter, uint64_t* lsn) {
   if (wal_ == nullptr) return absl::OkStatus();
   *lsn = wal_->AppendCreateFilter(name, filter.shape());

@@ -338,6 +338,13 @@ uint64_t Wal::AppendSetExpiry(uint64_t filter_id, int64_t expire_at) {
   });
 }
 
+uint64_t Wal::AppendRenameFilter(uint64_t filter_id, absl::string_view new_name,
+                                 uint64_t replaced_id, bool replace) {
+  return Append(WalRenameFilterBytes(new_name), [&](uint64_t lsn, uint64_t synced, uint8_t* out) {
+    EncodeRenameFilter(lsn, synced, filter_id, new_name, replaced_id, replace, out);
+  });
+}
+
 uint64_t Wal::DurableLsnLocked() const {
   return options_.durability == Durability::kSync ? synced_lsn_ : written_lsn_;
 }

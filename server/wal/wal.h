@@ -149,6 +149,8 @@ class Wal {
   uint64_t AppendDropFilter(uint64_t filter_id);
   // A kSetExpiry record: `expire_at` in [0, kWalMaxExpireAt] (0 clears).
   uint64_t AppendSetExpiry(uint64_t filter_id, int64_t expire_at);
+  uint64_t AppendRenameFilter(uint64_t filter_id, absl::string_view new_name, uint64_t replaced_id,
+                              bool replace);
   // A request's id (docs/WAL_FORMAT.md, "Request records"): its
   // RequestStart record, appended before the request's first shard write,
   // and its RequestResults records (as many as request.results need),

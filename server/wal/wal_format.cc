@@ -221,6 +221,30 @@ void EncodeSetExpiry(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id, int6
   Seal(out, kWalSetExpiryBytes);
 }
 
+// Rename payload: replaced_id u64, name_length u32, reserved u32, then the
+// new name, zero-padded to a multiple of 8. Flag kFlagRenameReplace: RENAME
+// (the destination may be replaced) rather than RENAMENX.
+constexpr size_t kRenameFixed = 16;
+constexpr uint8_t kFlagRenameReplace = 1;
+
+size_t WalRenameFilterBytes(absl::string_view new_name) {
+  return kWalRecordHeaderBytes + kRenameFixed + Pad8(new_name.size()) + kWalRecordTrailerBytes;
+}
+
+void EncodeRenameFilter(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id,
+                        absl::string_view new_name, uint64_t replaced_id, bool replace,
+                        uint8_t* out) {
+  const size_t length = WalRenameFilterBytes(new_name);
+  std::memset(out, 0, length);
+  PutHeader(out, length, WalRecordType::kRenameFilter, replace ? kFlagRenameReplace : 0, lsn,
+            synced_lsn, filter_id);
+  uint8_t* p = out + kWalRecordHeaderBytes;
+  Put64(p, replaced_id);
+  Put32(p + 8, static_cast<uint32_t>(new_name.size()));
+  std::memcpy(p + kRenameFixed, new_name.data(), new_name.size());
+  Seal(out, length);
+}
+
 WalParse ParseWalRecord(absl::Span<const uint8_t> data, WalRecord* out, size_t* length,
                         std::string* why) {
   if (data.size() < 4) {
@@ -361,6 +385,38 @@ WalParse ParseWalRecord(absl::Span<const uint8_t> data, WalRecord* out, size_t* 
       if (out->filter_id == 0) return bad("an expiry record of filter id 0");
       out->type = WalRecordType::kSetExpiry;
       out->expire_at = expire_at;
+      break;
+    }
+    case static_cast<uint8_t>(WalRecordType::kRenameFilter): {
+      if ((flags & ~kFlagRenameReplace) != 0) {
+        return unknown(absl::StrFormat("unknown record flags %#x", flags));
+      }
+      if (payload_bytes < kRenameFixed) return bad("a rename record too short for its fields");
+      const uint64_t replaced = Get64(payload);
+      const uint32_t name_len = Get32(payload + 8);
+      if (Get32(payload + 12) != 0) return bad("non-zero reserved bytes in a rename record");
+      if (name_len == 0 || name_len > kMaxFilterNameBytes ||
+          payload_bytes != kRenameFixed + Pad8(name_len)) {
+        return bad(absl::StrFormat("a rename record with a %u-byte name in %u bytes", name_len,
+                                   payload_bytes));
+      }
+      if (out->filter_id == 0 || out->filter_id >= out->lsn || replaced >= out->lsn ||
+          replaced == out->filter_id) {
+        return bad(absl::StrFormat(
+            "a rename record at lsn %u of filter %u replacing filter %u: impossible filter ids",
+            out->lsn, out->filter_id, replaced));
+      }
+      const uint8_t* q = payload + kRenameFixed;
+      for (size_t i = name_len; i < Pad8(name_len); ++i) {
+        if (q[i] != 0) return bad("non-zero padding after a rename record's name");
+      }
+      out->name.assign(reinterpret_cast<const char*>(q), name_len);
+      if (absl::Status st = FilterRegistry::ValidateName(out->name); !st.ok()) {
+        return bad(absl::StrCat("a rename record with a bad filter name: ", st.message()));
+      }
+      out->replaced_id = replaced;
+      out->replace = (flags & kFlagRenameReplace) != 0;
+      out->type = WalRecordType::kRenameFilter;
       break;
     }
     case static_cast<uint8_t>(WalRecordType::kRequestStart):

@@ -53,7 +53,9 @@ enum class WalRecordType : uint8_t {
   kRequestStart = 5,
   kRequestResults = 6,
   // 7: taken by kCreateFilter's current encoding.
-  // 8: reserved (a rename).
+  // Filter `filter_id` takes the name `name`; the filter that had it,
+  // `replaced_id` (0: none), is dropped with it (docs/WAL_FORMAT.md).
+  kRenameFilter = 8,
   // The filter's expiry set (expire_at, Unix milliseconds) or cleared (0):
   // docs/WAL_FORMAT.md, "Expiry records". The drop when it passes is a
   // kDropFilter record, as any drop.
@@ -87,7 +89,8 @@ struct WalRequest {
 
 // A decoded record. For kInsert and kDelete, `write` (its hashes in
 // `hashes`); for kCreateFilter, `name` and `shape` (the filter's id is the
-// record's lsn); kDropFilter has only the header.
+// record's lsn); kDropFilter has only the header; kRenameFilter: `name` (the
+// new one), `replaced_id` and `replace`.
 struct WalRecord {
   WalRecordType type = WalRecordType::kInsert;
   uint64_t lsn = 0;
@@ -98,8 +101,11 @@ struct WalRecord {
   std::vector<uint64_t> hashes;
   std::string name;
   FilterShape shape;
-  WalRequest request;     // kRequestStart, kRequestResults.
-  int64_t expire_at = 0;  // kSetExpiry: Unix milliseconds, 0 when cleared.
+  WalRequest request;        // kRequestStart, kRequestResults.
+  int64_t expire_at = 0;     // kSetExpiry: Unix milliseconds, 0 when cleared.
+  WalRequest request;        // kRequestStart, kRequestResults.
+  uint64_t replaced_id = 0;  // kRenameFilter.
+  bool replace = false;      // kRenameFilter: RENAME (true) or RENAMENX.
 };
 
 struct WalSegmentHeader {
@@ -139,6 +145,12 @@ inline constexpr size_t kWalSetExpiryBytes = kWalRecordHeaderBytes + 8 + kWalRec
 inline constexpr int64_t kWalMaxExpireAt = int64_t{253402300799999};
 void EncodeSetExpiry(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id, int64_t expire_at,
                      uint8_t* out);
+// A rename record: filter `filter_id` becomes `new_name`, dropping
+// `replaced_id` (0: none) that had it.
+size_t WalRenameFilterBytes(absl::string_view new_name);
+void EncodeRenameFilter(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id,
+                        absl::string_view new_name, uint64_t replaced_id, bool replace,
+                        uint8_t* out);
 // Request records: the key at most kWalMaxRequestKeyBytes, at most
 // kWalResultsPerRecord results.
 size_t WalRequestStartBytes(absl::string_view key);

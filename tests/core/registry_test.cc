@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <memory>
 #include <string>
 #include <thread>
 #include <utility>
@@ -438,6 +440,122 @@ TEST(RegistryTest, ExpiredFiltersAreMissingForGetLiveAndListLiveFromTheirExpireA
   EXPECT_EQ((*a)->changes(), changes + 1);
   (*a)->set_expire_at(0);
   EXPECT_EQ((*a)->changes(), changes + 1);  // No change, not counted.
+}
+
+TEST(RegistryRename, RenameMovesTheFilterToTheNewNameInOneStep) {
+  FilterRegistry reg;
+  auto a = reg.Create("seen:today", {.capacity = 100});
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE((*a)->Insert("k") == InsertResult::kInserted);
+  std::shared_ptr<CuckooFilter> replaced;
+  auto r = reg.Rename("seen:today", "seen:yesterday", false, nullptr, &replaced);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->get(), a->get());
+  EXPECT_EQ(replaced, nullptr);
+  EXPECT_EQ(reg.Get("seen:today").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(reg.Get("seen:yesterday").value().get(), a->get());
+  EXPECT_TRUE(reg.Get("seen:yesterday").value()->MayContain("k"));
+  EXPECT_EQ(reg.size(), 1u);
+}
+
+TEST(RegistryRename, ATakenDestinationIsRefusedUnlessReplaceDropsIt) {
+  FilterRegistry reg;
+  auto a = reg.Create("a", {.capacity = 100});
+  auto b = reg.Create("b", {.capacity = 200});
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto refused = reg.Rename("a", "b", false);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(Message(refused.status()), HasSubstr("\"b\" already exists"));
+  EXPECT_EQ(reg.Get("a").value().get(), a->get());  // Nothing changed.
+  EXPECT_EQ(reg.Get("b").value().get(), b->get());
+  const uint64_t before = reg.memory_bytes();
+  std::shared_ptr<CuckooFilter> replaced;
+  ASSERT_TRUE(reg.Rename("a", "b", true, nullptr, &replaced).ok());
+  EXPECT_EQ(replaced.get(), b->get());
+  EXPECT_EQ(reg.Get("b").value().get(), a->get());
+  EXPECT_EQ(reg.Get("a").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(reg.size(), 1u);
+  // The replaced filter stays charged until its last holder lets go.
+  EXPECT_EQ(reg.memory_bytes(), before);
+  replaced.reset();
+  b->reset();
+  EXPECT_EQ(reg.memory_bytes(), (*a)->memory_bytes());
+}
+
+TEST(RegistryRename, MissingSourceBadNewNameAndOnlyIfAreRefusedChangingNothing) {
+  FilterRegistry reg;
+  auto a = reg.Create("a", {.capacity = 100});
+  auto other = CuckooFilter::Create({.capacity = 100});
+  ASSERT_TRUE(a.ok() && other.ok());
+  EXPECT_EQ(reg.Rename("missing", "x", true).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(reg.Rename("a", std::string(513, 'n'), true).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(reg.Rename("a", "x", true, other->get()).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(reg.Get("a").value().get(), a->get());
+  EXPECT_EQ(reg.Get("x").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(RegistryRename, RenamingToItsOwnNameChangesNothingAndSucceeds) {
+  FilterRegistry reg;
+  auto a = reg.Create("a", {.capacity = 100});
+  ASSERT_TRUE(a.ok());
+  bool hook = false;
+  auto r = reg.Rename("a", "a", false, nullptr, nullptr,
+                      [&](CuckooFilter&, const CuckooFilter* replaced) {
+                        hook = true;
+                        EXPECT_EQ(replaced, nullptr);
+                        return absl::OkStatus();
+                      });
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(hook);
+  EXPECT_EQ(reg.Get("a").value().get(), a->get());
+}
+
+TEST(RegistryRename, TheHookSeesBothFiltersAndItsErrorAbandonsTheRename) {
+  FilterRegistry reg;
+  auto a = reg.Create("a", {.capacity = 100});
+  auto b = reg.Create("b", {.capacity = 100});
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto r = reg.Rename("a", "b", true, nullptr, nullptr,
+                      [&](CuckooFilter& f, const CuckooFilter* replaced) {
+                        EXPECT_EQ(&f, a->get());
+                        EXPECT_EQ(replaced, b->get());
+                        return absl::UnavailableError("log closed");
+                      });
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(reg.Get("a").value().get(), a->get());
+  EXPECT_EQ(reg.Get("b").value().get(), b->get());
+}
+
+TEST(RegistryRename, AClaimedDestinationIsBusyEvenWithReplace) {
+  FilterRegistry reg;
+  auto a = reg.Create("a", {.capacity = 100});
+  ASSERT_TRUE(a.ok());
+  auto claim = reg.ClaimName("loading", 1);
+  ASSERT_TRUE(claim.ok());
+  auto r = reg.Rename("a", "loading", true);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(Message(r.status()), HasSubstr("being added"));
+}
+
+TEST(RegistryRename, ReadersNeverSeeBothNamesOrNeither) {
+  FilterRegistry reg;
+  ASSERT_TRUE(reg.Create("x", {.capacity = 100}).ok());
+  std::atomic<bool> stop{false};
+  std::atomic<int> bad{0};
+  std::thread reader([&] {
+    while (!stop.load()) {
+      // One List is one look under the lock: exactly one of the names.
+      const auto all = reg.List();
+      if (all.size() != 1) ++bad;
+    }
+  });
+  for (int i = 0; i < 2000; ++i) {
+    ASSERT_TRUE(reg.Rename(i % 2 == 0 ? "x" : "y", i % 2 == 0 ? "y" : "x", true).ok());
+  }
+  stop = true;
+  reader.join();
+  EXPECT_EQ(bad.load(), 0);
 }
 
 }  // namespace

@@ -42,6 +42,7 @@ using testing::kSnapshotV2;
 using testing::kSnapshotV3;
 using testing::kSnapshotV4;
 using testing::kSnapshotV5;
+using testing::kSnapshotV6;
 using testing::kSnapshotWritten;
 using testing::ResealSnapshot;
 using testing::SnapshotLayout;
@@ -49,6 +50,7 @@ using testing::SnapshotToVersion1;
 using testing::SnapshotToVersion2;
 using testing::SnapshotToVersion3;
 using testing::SnapshotToVersion4;
+using testing::SnapshotToVersion6;
 // Files this build writes: version 3. A fixed filter's section: its
 // header, generation 0's block header, then the table.
 constexpr size_t kHeader = kSnapshotWritten.header;

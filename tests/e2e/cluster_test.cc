@@ -263,6 +263,76 @@ TEST(ClusterTest, AnExpiredFilterIsDroppedByOneLoggedDropAtTheSamePositionEveryw
   ExpectIdenticalReplicas(c, {0, 1, 2});
 }
 
+grpc::Status Rename(Replica& r, const std::string& from, const std::string& to, bool replace,
+                    v1::RenameFilterResponse* resp) {
+  v1::RenameFilterRequest req;
+  req.set_name(from);
+  req.set_new_name(to);
+  req.set_replace(replace);
+  grpc::ClientContext ctx;
+  return r.stub().RenameFilter(WithDeadline(&ctx), req, resp);
+}
+
+// A rename is one log entry: every replica renames, and drops the filter it
+// replaces, at the same position, so they hold the same filters under the
+// same names with identical tables, and their log digests agree at that
+// position; a restarted replica replays it from its checkpoint to the same
+// state.
+TEST(ClusterTest, RenamesThroughAnyReplicaAreAppliedByEveryReplicaAtTheSamePosition) {
+  TestCluster c(3, {"--snapshot-interval=1s"});
+  uint64_t p = Create(c.replica(0), "seen:today", 10'000).log_position();
+  Create(c.replica(1), "seen:yesterday", 10'000);
+  const std::vector<std::string> today = NumberedKeys("t", 500);
+  p = Insert(c.replica(2), "seen:today", today, "", p).log_position();
+  p = Insert(c.replica(0), "seen:yesterday", {"old-day"}, "", p).log_position();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(c.replica(i).WaitCaughtUp(p));
+  v1::RenameFilterResponse r;
+  // RENAMENX onto a taken name: refused, nothing changes.
+  EXPECT_EQ(Rename(c.replica(1), "seen:today", "seen:yesterday", false, &r).error_code(),
+            grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(Rename(c.replica(1), "seen:nope", "x", true, &r).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  // RENAME through replica 1, replacing.
+  ASSERT_TRUE(Rename(c.replica(1), "seen:today", "seen:yesterday", true, &r).ok());
+  EXPECT_TRUE(r.replaced());
+  EXPECT_GT(r.replaced_freed_bytes(), 0u);
+  p = r.log_position();
+  // The old name is free again: rotation creates it through replica 2.
+  p = Create(c.replica(2), "seen:today", 10'000).log_position();
+  p = Insert(c.replica(0), "seen:today", {"new-day"}, "", p).log_position();
+  uint64_t digest = 0, at = 0;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(c.replica(i).WaitCaughtUp(p));
+    std::string error;
+    EXPECT_TRUE(Missing(c.replica(i), "seen:yesterday", today, p, &error).empty()) << i << error;
+    EXPECT_EQ(Count(c.replica(i), "seen:yesterday", {"old-day", "new-day"}, p),
+              (std::vector<uint32_t>{0, 0}))
+        << i;
+    EXPECT_EQ(Count(c.replica(i), "seen:today", {"new-day", today[0]}, p),
+              (std::vector<uint32_t>{1, 0}))
+        << i;
+    grpc::ClientContext ctx;
+    v1::GetServerInfoResponse info;
+    ASSERT_TRUE(c.replica(i).stub().GetServerInfo(WithDeadline(&ctx), {}, &info).ok());
+    ASSERT_TRUE(info.cluster().log_digest_known()) << i;
+    ASSERT_EQ(info.cluster().log_digest_position(), p) << i;
+    if (i == 0) {
+      digest = info.cluster().log_digest();
+      at = info.cluster().log_digest_position();
+    }
+    EXPECT_EQ(info.cluster().log_digest(), digest) << "replica " << i << " at " << at;
+  }
+  ExpectIdenticalReplicas(c, {0, 1, 2});
+  // A replica restarted replays from its checkpoint to the same state.
+  ASSERT_EQ(c.replica(2).Stop(), 0);
+  c.replica(2).Start();
+  ASSERT_TRUE(c.replica(2).WaitCaughtUp(p));
+  std::string error;
+  EXPECT_TRUE(Missing(c.replica(2), "seen:yesterday", today, p, &error).empty()) << error;
+  EXPECT_EQ(Count(c.replica(2), "seen:today", {"new-day"}, p)[0], 1u);
+  ExpectIdenticalReplicas(c, {0, 1, 2});
+}
+
 TEST(ClusterTest, ReadForAPositionNotYetReachableFailsUnavailableAfterTheWait) {
   TestCluster c(1, {"--max-read-wait=300ms"});
   const uint64_t p = Create(c.replica(0), "f", 1000).log_position();

@@ -212,6 +212,21 @@ TEST_F(CuckooctlTest, CreateInfoListDropRoundTripWithExactValues) {
   ASSERT_EQ(after.code, 0);
   ASSERT_EQ(Lines(after.out).size(), 2u) << after.out;
   EXPECT_EQ(Words(Lines(after.out)[1])[0], "other");
+
+  // rename: RENAME and RENAMENX's answers.
+  Result renamed = Ctl({"rename", "other", "users"});
+  ASSERT_EQ(renamed.code, 0) << Describe(renamed);
+  EXPECT_EQ(renamed.out, "renamed other to users\n");
+  ASSERT_EQ(Ctl({"create", "other", "--capacity=100"}).code, 0);
+  Result taken = Ctl({"rename", "users", "other"});
+  EXPECT_EQ(taken.code, 3);
+  EXPECT_EQ(taken.err, "cuckooctl: ALREADY_EXISTS: filter \"other\" already exists\n");
+  Result replaced = Ctl({"rename", "users", "other", "--replace", "--format=json"});
+  ASSERT_EQ(replaced.code, 0) << Describe(replaced);
+  EXPECT_THAT(replaced.out,
+              StartsWith("{\"name\":\"users\",\"new_name\":\"other\",\"replaced\":true,"));
+  Result usage = Ctl({"rename", "other"});
+  EXPECT_EQ(usage.code, 2) << Describe(usage);
 }
 
 // expire sets and clears a filter's expiry (SetFilterExpiry); info shows

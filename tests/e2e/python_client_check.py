@@ -287,7 +287,17 @@ class Checks:
         assert str(e) == 'NOT_FOUND: filter "py-life" not found', str(e)
         expect_error(grpc.StatusCode.NOT_FOUND, c.drop_filter, "py-life")
         assert "py-life" not in [f.name for f in c.list_filters()]
-        c.drop_filter("py-life-b")
+        # rename_filter: RENAMENX's refusal, then RENAME's replacement.
+        r = c.rename_filter("py-life-b", "py-life")
+        assert r.replaced is False and r.log_position > 0, r
+        assert c.last_log_position >= r.log_position
+        expect_error(grpc.StatusCode.ALREADY_EXISTS, c.rename_filter, "py-seed0", "py-life")
+        seed0_bytes = c.get_filter("py-seed0").memory_bytes
+        r = c.rename_filter("py-life", "py-seed0", replace=True)
+        assert r.replaced is True and r.replaced_freed_bytes == seed0_bytes, r
+        expect_error(grpc.StatusCode.NOT_FOUND, c.rename_filter, "py-life", "x")
+        names = {f.name for f in c.list_filters()}
+        assert "py-seed0" in names and not {"py-life", "py-life-b"} & names, names
         c.drop_filter("py-seed0")
 
     def check_filter_expiry(self):

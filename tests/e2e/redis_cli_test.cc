@@ -580,7 +580,7 @@ TEST_P(RedisCliTest, HelloSwitchesTheProtocolAndDescribesTheServer) {
 }
 
 TEST_P(RedisCliTest, CommandAndInfoAreEnoughForRedisCli) {
-  EXPECT_EQ(Run({"COMMAND", "COUNT"}), "(integer) 48\n");
+  EXPECT_EQ(Run({"COMMAND", "COUNT"}), "(integer) 50\n");
   EXPECT_EQ(Run({"COMMAND", "DOCS"}), P("(empty array)\n", "(empty hash)\n"));
   EXPECT_EQ(Run({"COMMAND", "DOCS", "cf.add"}), P("(empty array)\n", "(empty hash)\n"));
   EXPECT_EQ(Run({"COMMAND", "INFO", "nosuch"}), "1) (nil)\n");
@@ -609,11 +609,12 @@ TEST_P(RedisCliTest, CommandAndInfoAreEnoughForRedisCli) {
         "scan",       "keys",    "dbsize",   "config",    "reset",       "multi",
         "exec",       "discard", "watch",    "unwatch",   "unlink",      "flushall",
         "flushdb",    "memory",  "module",   "expire",    "pexpire",     "expireat",
-        "pexpireat",  "ttl",     "pttl",     "persist",   "expiretime",  "pexpiretime"}) {
+        "pexpireat",  "ttl",     "pttl",     "persist",   "expiretime",  "pexpiretime",
+        "rename",     "renamenx"}) {
     EXPECT_THAT(all, HasSubstr(std::string("\"") + name + "\"\n")) << name;
     EXPECT_THAT(list, HasSubstr(std::string("\"") + name + "\"\n")) << name;
   }
-  EXPECT_EQ(Lines(list).size(), 48u) << list;
+  EXPECT_EQ(Lines(list).size(), 50u) << list;
 
   ASSERT_EQ(Run({"CF.ADD", "a", "x"}), B(1));
   ASSERT_EQ(Run({"CF.ADD", "b", "x"}), B(1));

@@ -7,6 +7,10 @@ Run by tests/e2e/redis_py_test.cc, which starts the server:
         # a server started with --redis-listen=127.0.0.1:6379 --redis-error-rate=1e-7
     /usr/bin/python3 tests/e2e/redis_py_check.py --port 6379 --admin-token T --reader-token T
         # a server started with --auth-tokens (tokens with admin:* and read:*)
+    /usr/bin/python3 tests/e2e/redis_py_check.py --port 6379 --rename-checks
+        # RENAME / RENAMENX; then, after a restart, --rename-restarted-checks
+    /usr/bin/python3 tests/e2e/redis_py_check.py --port 6379 --admin-token T --scoped-token T
+        # RENAME's grants (tokens with admin:* and admin:rot:*)
     /usr/bin/python3 tests/e2e/redis_py_check.py --port 6379 --bloom-fidelity
         # RedisBloom's behaviour: repeated items, error texts, EXPANSION 0
     /usr/bin/python3 tests/e2e/redis_py_check.py --port 6379 --expiry-checks
@@ -905,6 +909,162 @@ def auth_checks(args):
             raise AssertionError("a wrong token was accepted")
 
 
+def rename_checks(args):
+    # Its own server: the filters here are renamed back and forth.
+    r = client(args)
+    cf = r.cf()
+
+    @check
+    def rename_moves_the_filter_with_its_items():
+        assert cf.create("seen:today", 1000) is True
+        assert cf.add("seen:today", "u1") == 1
+        assert r.rename("seen:today", "seen:yesterday") is True
+        assert r.exists("seen:today") == 0
+        assert r.exists("seen:yesterday") == 1
+        assert cf.exists("seen:yesterday", "u1") == 1
+        assert cf.info("seen:yesterday").size > 0
+        # The old name is free: rotation code creates it again.
+        assert cf.add("seen:today", "u2") == 1
+        assert cf.exists("seen:today", "u1") == 0
+
+    @check
+    def rename_replaces_the_destination():
+        assert cf.create("rot.a", 1000) is True
+        assert cf.create("rot.b", 1000) is True
+        assert cf.add("rot.a", "from-a") == 1
+        assert cf.add("rot.b", "from-b") == 1
+        assert r.rename("rot.a", "rot.b") is True
+        assert r.exists("rot.a") == 0
+        assert cf.exists("rot.b", "from-a") == 1
+        assert cf.exists("rot.b", "from-b") == 0  # The old rot.b is gone.
+
+    @check
+    def rename_errors_as_redis():
+        expect_error(redis.exceptions.ResponseError, "no such key", r.rename, "rot.missing", "x")
+        # A name that cannot be a filter's cannot exist either.
+        expect_error(redis.exceptions.ResponseError, "no such key", r.rename, "k" * 600, "x")
+        assert cf.create("rot.c", 100) is True
+        e = expect_error(redis.exceptions.ResponseError, "invalid filter name", r.rename, "rot.c",
+                         "n" * 600)
+        assert "512" in str(e), str(e)
+        assert r.exists("rot.c") == 1  # Nothing changed.
+        # RENAME k k: OK, nothing changes.
+        assert r.rename("rot.c", "rot.c") is True
+        assert r.exists("rot.c") == 1
+        expect_error(redis.exceptions.ResponseError, "wrong number of arguments",
+                     r.execute_command, "RENAME", "rot.c")
+
+    @check
+    def renamenx_only_to_a_free_name():
+        assert cf.create("nx.a", 1000) is True
+        assert cf.create("nx.b", 1000) is True
+        assert cf.add("nx.a", "a") == 1
+        assert r.renamenx("nx.a", "nx.b") is False
+        assert cf.exists("nx.a", "a") == 1 and cf.exists("nx.b", "a") == 0
+        assert r.renamenx("nx.a", "nx.c") is True
+        assert r.exists("nx.a") == 0 and cf.exists("nx.c", "a") == 1
+        assert r.renamenx("nx.c", "nx.c") is False  # Redis: the destination exists.
+        expect_error(redis.exceptions.ResponseError, "no such key", r.renamenx, "nx.a", "nx.d")
+
+    @check
+    def rename_in_a_pipeline_and_a_transaction():
+        assert cf.create("tx.a", 1000) is True
+        assert cf.add("tx.a", "x") == 1
+        pipe = r.pipeline()  # MULTI ... EXEC
+        pcf = PipelineCF(pipe)
+        pipe.rename("tx.a", "tx.b")
+        pcf.exists("tx.b", "x")
+        pcf.exists("tx.a", "x")
+        pipe.renamenx("tx.b", "tx.a")
+        pipe.rename("tx.missing", "tx.z")
+        out = pipe.execute(raise_on_error=False)
+        assert out[:4] == [True, 1, 0, True], out
+        assert isinstance(out[4], redis.exceptions.ResponseError), repr(out[4])
+        assert "no such key" in str(out[4]), str(out[4])
+        assert cf.exists("tx.a", "x") == 1
+
+    @check
+    def rename_rotation_while_writing():
+        # Writers on the current name while a rotation renames it away: every
+        # acknowledged add is in whichever filter it went to, and the rotated
+        # one keeps its items.
+        assert cf.create("live", 100000) is True
+        acknowledged = []
+        stop = threading.Event()
+
+        def writer():
+            w = client(args).cf()
+            i = 0
+            while not stop.is_set():
+                item = f"w{i}"
+                try:
+                    w.add("live", item)
+                    acknowledged.append(item)
+                except redis.exceptions.ResponseError:
+                    pass
+                i += 1
+
+        t = threading.Thread(target=writer)
+        t.start()
+        for gen in range(5):
+            time.sleep(0.05)
+            r.rename("live", f"live.gen{gen}")
+        stop.set()
+        t.join()
+        gens = [f"live.gen{g}" for g in range(5)] + (["live"] if r.exists("live") else [])
+        for item in acknowledged:
+            assert any(cf.exists(g, item) == 1 for g in gens), item
+        assert len(acknowledged) > 0
+
+    @check
+    def rename_command_metadata():
+        # redis-py parses COMMAND's reply into a dict by name.
+        info = r.execute_command("COMMAND", "INFO", "rename", "renamenx")
+        for name, flags in (("rename", ["write"]), ("renamenx", ["write", "fast"])):
+            c = info[name]
+            assert c["arity"] == 3 and c["flags"] == flags, c
+            assert (c["first_key_pos"], c["last_key_pos"], c["step_count"]) == (1, 2, 1), c
+
+
+def rename_restarted_checks(args):
+    r = client(args)
+    cf = r.cf()
+
+    @check
+    def renames_survive_a_restart():
+        assert r.exists("seen:today", "seen:yesterday", "rot.b", "nx.c", "tx.a") == 5
+        assert r.exists("rot.a", "nx.a", "tx.b") == 0
+        assert cf.exists("seen:yesterday", "u1") == 1
+        assert cf.exists("seen:today", "u2") == 1
+        assert cf.exists("rot.b", "from-a") == 1 and cf.exists("rot.b", "from-b") == 0
+        assert cf.exists("nx.b", "a") == 0 and cf.exists("nx.c", "a") == 1
+        assert cf.exists("tx.a", "x") == 1
+
+
+def rename_auth_checks(args):
+    @check
+    def rename_needs_admin_on_both_names():
+        admin = client(args, password=args.admin_token)
+        scoped = client(args, password=args.scoped_token)
+        assert admin.cf().create("rot:a", 100) is True
+        assert admin.cf().create("other:b", 100) is True
+        # admin:rot:* only: both names must be under it.
+        e = expect_error(redis.exceptions.NoPermissionError, "other:x", scoped.rename, "rot:a",
+                         "other:x")
+        assert "admin" in str(e), str(e)
+        expect_error(redis.exceptions.NoPermissionError, "other:b", scoped.rename, "other:b",
+                     "rot:z")
+        assert admin.exists("rot:a", "other:b") == 2 and admin.exists("other:x", "rot:z") == 0
+        assert scoped.rename("rot:a", "rot:b") is True
+        assert admin.exists("rot:a") == 0 and admin.exists("rot:b") == 1
+        # Queued in MULTI, refused at queue time.
+        pipe = scoped.pipeline()
+        pipe.rename("rot:b", "other:y")
+        # The queue-time NOPERM aborts EXEC (redis-py raises the first error).
+        expect_error(redis.exceptions.ResponseError, "other:y", pipe.execute)
+        assert admin.exists("rot:b") == 1
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, required=True)
@@ -915,9 +1075,18 @@ def main():
     p.add_argument("--dumps-checks", action="store_true")
     p.add_argument("--multi-checks", action="store_true")
     p.add_argument("--expiry-checks", action="store_true")
+    p.add_argument("--rename-checks", action="store_true")
+    p.add_argument("--rename-restarted-checks", action="store_true")
+    p.add_argument("--scoped-token")
     args = p.parse_args()
     if args.expiry_checks:
         expiry_checks(args)
+    elif args.rename_checks:
+        rename_checks(args)
+    elif args.rename_restarted_checks:
+        rename_restarted_checks(args)
+    elif args.scoped_token:
+        rename_auth_checks(args)
     elif args.multi_checks:
         multi_checks(args)
     elif args.error_checks:

@@ -163,5 +163,55 @@ TEST(RedisPyTest, TokensAuthenticateAndPermissionErrorsAreNoPerm) {
   EXPECT_THAT(r.out, HasSubstr("5 checks passed"));
 }
 
+// RENAME and RENAMENX as redis-py sends them, then their durability: the
+// same data directory served again after a clean stop.
+TEST(RedisPyTest, RenameAndRenamenxAsRedisAndTheirResultsSurviveARestart) {
+  TempDir dir;
+  {
+    RedisCuckood server(dir.path(), {"--redis-error-rate=1e-7"});
+    ASSERT_TRUE(server.ready()) << server.Log();
+    Result r = RunCheck({"--port", std::to_string(server.redis_port()), "--rename-checks"});
+    EXPECT_EQ(r.code, 0) << r.out << r.err;
+    for (const char* check :
+         {"ok rename_moves_the_filter_with_its_items", "ok rename_replaces_the_destination",
+          "ok rename_errors_as_redis", "ok renamenx_only_to_a_free_name",
+          "ok rename_in_a_pipeline_and_a_transaction", "ok rename_rotation_while_writing",
+          "ok rename_command_metadata"}) {
+      EXPECT_THAT(r.out, HasSubstr(std::string(check) + "\n")) << r.out << r.err;
+    }
+    EXPECT_THAT(r.out, HasSubstr("7 checks passed"));
+  }
+  RedisCuckood again(dir.path(), {"--redis-error-rate=1e-7"});
+  ASSERT_TRUE(again.ready()) << again.Log();
+  Result r = RunCheck({"--port", std::to_string(again.redis_port()), "--rename-restarted-checks"});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("ok renames_survive_a_restart\n")) << r.out << r.err;
+}
+
+TEST(RedisPyTest, RenameNeedsTheAdminGrantOnBothNames) {
+  TempDir dir;
+  auto token = [](const std::string& name, const std::string& grant) {
+    Result r = RunProcess({CUCKOOCTL_PATH, "hash-token", name, "--grant=" + grant});
+    EXPECT_EQ(r.code, 0) << r.out << r.err;
+    std::istringstream in(r.out);
+    std::string t, entry;
+    std::getline(in, t);
+    std::getline(in, entry);
+    return std::pair{t, entry};
+  };
+  const auto [admin, admin_entry] = token("ops", "admin:*");
+  const auto [scoped, scoped_entry] = token("rotator", "admin:rot:*");
+  const std::string access = dir.path() + "/access.conf";
+  WriteFile(access, admin_entry + "\n" + scoped_entry + "\n");
+  TempDir data;
+  RedisCuckood server(data.path(), {"--redis-error-rate=1e-7", "--auth-tokens=" + access});
+  ASSERT_TRUE(server.ready()) << server.Log();
+  Result r = RunCheck({"--port", std::to_string(server.redis_port()), "--admin-token", admin,
+                       "--scoped-token", scoped});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("ok rename_needs_admin_on_both_names\n")) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("1 checks passed"));
+}
+
 }  // namespace
 }  // namespace cuckoo::testing

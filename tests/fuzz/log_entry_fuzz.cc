@@ -5,7 +5,9 @@
 //   - a decoded entry encodes back to exactly the input bytes (so nothing
 //     the decoder accepts is ambiguous or ignored), and its fields are in
 //     range (a name of 1 to kMaxFilterNameBytes, 512; a create's shape passes
-//     ValidateShape; writes name a filter id);
+//     ValidateShape; writes name a filter id; a rename's new name is a valid
+//     filter name, and it never replaces itself, nor anything unless it
+//     may);
 //   - anything refused is DATA_LOSS or FAILED_PRECONDITION (a newer format),
 //     never another code.
 // Each input is also tried with its checksum recomputed, so that mutations
@@ -60,6 +62,12 @@ void Check(const std::string& bytes) {
         Fail("expiry out of range", std::to_string(e->expire_at));
       }
       again = EncodeSetExpiryEntry(e->filter_id, e->name, e->expire_at);
+      break;
+    case LogEntryType::kRenameFilter:
+      if (!cuckoo::FilterRegistry::ValidateName(e->new_name).ok()) Fail("rename to a bad name", "");
+      if (e->replaced_id == e->filter_id) Fail("rename replacing itself", "");
+      if (!e->replace && e->replaced_id != 0) Fail("RENAMENX replacing a filter", "");
+      again = EncodeRenameEntry(e->filter_id, e->name, e->new_name, e->replaced_id, e->replace);
       break;
   }
   if (e->type != LogEntryType::kCreateFilter && e->filter_id == 0) Fail("filter id 0", "");

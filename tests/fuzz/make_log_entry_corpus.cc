@@ -26,6 +26,8 @@ int main(int argc, char** argv) {
   seeds.push_back(
       EncodeDeleteEntry(5, std::string(128, 'x'), absl::MakeConstSpan(hashes).subspan(0, 3)));
   seeds.push_back(EncodeDropEntry(9, "a-b_c"));
+  seeds.push_back(EncodeRenameEntry(9, "seen:today", "seen:yesterday", 0, false));
+  seeds.push_back(EncodeRenameEntry(12, "a", std::string(512, 'n'), 9, true));
   seeds.push_back(EncodeSetExpiryEntry(9, "seen:2026-11-29", 1796083200000));
   seeds.push_back(EncodeSetExpiryEntry(9, "seen:2026-11-29", 0));
   for (bool semi : {false, true}) {

@@ -93,6 +93,13 @@ std::vector<uint8_t> WriteLog(const std::string& dir) {
     last = (*wal)->AppendSetExpiry(id, 1'796'083'200'000 + f);
     if (f == 1) last = (*wal)->AppendSetExpiry(id, 0);
     if (f == 0) last = (*wal)->AppendDropFilter(id);
+    // The second filter is renamed (RENAME urls seen, as RENAMENX), then
+    // over a name it replaces (a filter created for it).
+    if (f == 1) {
+      (*wal)->AppendRenameFilter(id, "seen", 0, false);
+      const uint64_t other = (*wal)->AppendCreateFilter("seen:yesterday", (*filter)->shape());
+      last = (*wal)->AppendRenameFilter(id, "seen:yesterday", other, true);
+    }
   }
   if (absl::Status s = (*wal)->WaitDurable(last); !s.ok()) Fail(s.ToString());
   (*wal)->Close();

@@ -34,6 +34,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "core/cuckoo_filter.h"
+#include "core/registry.h"
 #include "server/wal/wal_format.h"
 #include "tests/fuzz/mem_wal_env.h"
 
@@ -114,6 +115,14 @@ void Scan(const std::vector<std::vector<uint8_t>>& segments) {
             break;
           case WalRecordType::kDropFilter:
             filters.erase(r.filter_id);
+            break;
+          case WalRecordType::kRenameFilter:
+            // What the decoder promises of a rename record: a valid name and
+            // ids before the record, the renamed one never the replaced one.
+            Check(cuckoo::FilterRegistry::ValidateName(r.name).ok());
+            Check(r.filter_id != 0 && r.filter_id < r.lsn && r.replaced_id < r.lsn &&
+                  r.replaced_id != r.filter_id);
+            if (r.replaced_id != 0) filters.erase(r.replaced_id);
             break;
           case WalRecordType::kInsert:
           case WalRecordType::kDelete: {

@@ -1032,6 +1032,25 @@ class Client:
             request.expire_at.FromDatetime(expire_at)
         return self._call(self._stub.SetFilterExpiry, request, retry=False)
 
+    def rename_filter(self, name: str, new_name: str,
+                      replace: bool = False) -> _pb.RenameFilterResponse:
+        """Renames filter `name` to `new_name` in one step (Redis's RENAME / RENAMENX).
+
+        With `replace`, a filter named `new_name` is dropped with the rename
+        (the response's ``replaced`` and ``replaced_freed_bytes`` say so);
+        without it the call fails with ``ALREADY_EXISTS``. Not retried by the
+        client, as :meth:`drop_filter`. :attr:`last_log_position` then holds
+        the rename's position.
+
+        Raises:
+            CuckooError: ``NOT_FOUND`` if there is no filter `name`;
+                ``ALREADY_EXISTS``; ``INVALID_ARGUMENT`` for a bad `new_name`.
+        """
+        return self._call(self._stub.RenameFilter,
+                          _pb.RenameFilterRequest(name=name, new_name=new_name,
+                                                  replace=replace),
+                          retry=False)
+
     def snapshot(self, filter: str = "", changed_only: bool = False,
                  timeout: Optional[float] = 600.0) -> _pb.SnapshotResponse:
         """Writes snapshots of `filter` (every filter when empty) to the server's disk now.

@@ -43,6 +43,7 @@ constexpr FlagSpec kFlags[] = {
     {"at", true, kExpire},
     {"persist", false, kExpire},
     {"changed-only", false, kSnapshot},
+    {"replace", false, kRename},
     {"if-absent", false, kInsert},
     {"request-id", true, kInsert | kDelete},
     {"file", true, kKeyCommands | kExport | kImport},

@@ -43,6 +43,7 @@ enum Command : uint32_t {
   kImport = 1 << 13,
   kHashToken = 1 << 14,
   kExpire = 1 << 15,
+  kRename = 1 << 16,
 };
 constexpr uint32_t kKeyCommands = kInsert | kLookup | kDelete | kCount;
 constexpr uint32_t kAllCommands = ~uint32_t{0};

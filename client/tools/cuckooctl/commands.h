@@ -31,6 +31,7 @@ int RunInfo(const GlobalOptions& g, const CommandLine& cl);
 int RunList(const GlobalOptions& g, const CommandLine& cl);
 int RunDrop(const GlobalOptions& g, const CommandLine& cl);
 int RunExpire(const GlobalOptions& g, const CommandLine& cl);
+int RunRename(const GlobalOptions& g, const CommandLine& cl);
 int RunServerInfo(const GlobalOptions& g, const CommandLine& cl);
 int RunSnapshot(const GlobalOptions& g, const CommandLine& cl);
 int RunHealth(const GlobalOptions& g, const CommandLine& cl);

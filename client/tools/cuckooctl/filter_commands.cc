@@ -197,6 +197,31 @@ int RunDrop(const GlobalOptions& g, const CommandLine& cl) {
       absl::StrFormat("dropped %s: freed %u bytes (%s)\n", name, *freed, FormatByteSize(*freed)));
 }
 
+int RunRename(const GlobalOptions& g, const CommandLine& cl) {
+  if (auto f = ExpectArgs(cl, 2, 2, "a filter NAME and its NEW_NAME")) return Fail(*f);
+  const std::string& name = cl.positional[1];
+  const std::string& new_name = cl.positional[2];
+  absl::StatusOr<v1::RenameFilterResponse> r =
+      g.client->RenameFilter(name, new_name, cl.Bool("replace"));
+  if (!r.ok()) return Fail(ServerError(r.status(), g.target));
+  if (g.json) {
+    return Emit(JsonObject()
+                    .String("name", name)
+                    .String("new_name", new_name)
+                    .Bool("replaced", r->replaced())
+                    .Uint("replaced_freed_bytes", r->replaced_freed_bytes())
+                    .Uint("log_position", r->log_position())
+                    .Done() +
+                "\n");
+  }
+  if (r->replaced()) {
+    return Emit(absl::StrFormat(
+        "renamed %s to %s, replacing the filter %s had: freed %u bytes (%s)\n", name, new_name,
+        new_name, r->replaced_freed_bytes(), FormatByteSize(r->replaced_freed_bytes())));
+  }
+  return Emit(absl::StrFormat("renamed %s to %s\n", name, new_name));
+}
+
 int RunServerInfo(const GlobalOptions& g, const CommandLine& cl) {
   if (auto f = ExpectArgs(cl, 0, 0, "")) return Fail(*f);
   absl::StatusOr<v1::GetServerInfoResponse> info = g.client->ServerInfo();

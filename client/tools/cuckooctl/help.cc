@@ -23,6 +23,8 @@ Filters:
   drop NAME             remove a filter and its snapshot, and free its memory
   expire NAME (--ttl=DURATION | --at=TIME | --persist)
                         set or clear the time the server drops the filter
+  rename NAME NEW_NAME [--replace]
+                        rename a filter (--replace: dropping a filter named NEW_NAME)
   snapshot [NAME] [--changed-only]
                         write snapshots (of NAME, or every filter) to the
                         server's disk now; prints the files written
@@ -260,6 +262,17 @@ the filter now. Needs the admin grant. Prints the new expiry.
   --ttl=DURATION   from now: 48h, 90m, 3600 (seconds)
   --at=TIME        an RFC 3339 time, e.g. 2026-12-01T00:00:00Z
   --persist        clear it: the filter stays until dropped
+)"},
+    {"rename", kRename, R"(Usage: cuckooctl rename NAME NEW_NAME [--replace]
+
+Renames filter NAME to NEW_NAME in one step (Redis's RENAME and RENAMENX): the
+filter keeps its settings and keys, and no call sees both names or neither.
+Fails with ALREADY_EXISTS when NEW_NAME is taken, unless --replace, which drops
+that filter with the rename (printing the bytes it frees). Needs the admin
+grant on both names.
+
+  --replace   drop a filter named NEW_NAME with the rename (RENAME); without
+              it the rename is RENAMENX's
 )"},
     {"snapshot", kSnapshot, R"(Usage: cuckooctl snapshot [NAME] [--changed-only]
 

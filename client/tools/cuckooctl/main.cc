@@ -139,6 +139,8 @@ int RunCommand(const GlobalOptions& g, const CommandLine& cl, Command command) {
       return RunDrop(g, cl);
     case kExpire:
       return RunExpire(g, cl);
+    case kRename:
+      return RunRename(g, cl);
     case kServerInfo:
       return RunServerInfo(g, cl);
     case kHealth:

@@ -14,16 +14,16 @@ namespace cuckoo::server {
 
 // Lower case, "unknown" last for every command cuckood does not serve (a
 // client cannot add series by sending names).
-inline constexpr std::array<std::string_view, 49> kRedisCommandNames = {
-    "cf.reserve", "cf.add",  "cf.addnx", "cf.insert", "cf.insertnx", "cf.exists",
-    "cf.mexists", "cf.del",  "cf.count", "cf.info",   "cf.scandump", "cf.loadchunk",
-    "ping",       "echo",    "hello",    "auth",      "select",      "client",
-    "quit",       "command", "info",     "del",       "exists",      "type",
-    "scan",       "keys",    "dbsize",   "config",    "reset",       "multi",
-    "exec",       "discard", "watch",    "unwatch",   "unlink",      "flushall",
-    "flushdb",    "memory",  "module",   "expire",    "pexpire",     "expireat",
-    "pexpireat",  "ttl",     "pttl",     "persist",   "expiretime",  "pexpiretime",
-    "unknown"};
+inline constexpr std::array<std::string_view, 51> kRedisCommandNames = {
+    "cf.reserve", "cf.add",   "cf.addnx", "cf.insert", "cf.insertnx", "cf.exists",
+    "cf.mexists", "cf.del",   "cf.count", "cf.info",   "cf.scandump", "cf.loadchunk",
+    "ping",       "echo",     "hello",    "auth",      "select",      "client",
+    "quit",       "command",  "info",     "del",       "exists",      "type",
+    "scan",       "keys",     "dbsize",   "config",    "reset",       "multi",
+    "exec",       "discard",  "watch",    "unwatch",   "unlink",      "flushall",
+    "flushdb",    "memory",   "module",   "expire",    "pexpire",     "expireat",
+    "pexpireat",  "ttl",      "pttl",     "persist",   "expiretime",  "pexpiretime",
+    "rename",     "renamenx", "unknown"};
 inline constexpr size_t kRedisCommands = kRedisCommandNames.size();
 // The CF.* commands, the first ones: their series are served from the start,
 // the others' once used.

@@ -84,12 +84,15 @@ enum : size_t {
   kPersist,
   kExpireTime,
   kPExpireTime,
+  kRename,
+  kRenameNx,
   kUnknown,
 };
 static_assert(kRedisCommandNames[kCfLoadChunk] == "cf.loadchunk");
 static_assert(kRedisCommandNames[kReset] == "reset");
 static_assert(kRedisCommandNames[kModule] == "module");
 static_assert(kRedisCommandNames[kPExpireTime] == "pexpiretime");
+static_assert(kRedisCommandNames[kRenameNx] == "renamenx");
 static_assert(kUnknown == kRedisCommands - 1);
 
 // RedisBloom's type name for a cuckoo filter (TYPE).
@@ -185,6 +188,8 @@ struct RedisCommands::Call {
   v1::DropFilterResponse dropped;
   v1::SetFilterExpiryRequest expiry;
   v1::SetFilterExpiryResponse expiry_set;
+  v1::RenameFilterRequest rename;
+  v1::RenameFilterResponse renamed;
   int protocol = 2;
   size_t command = 0;
   // The filter written to.

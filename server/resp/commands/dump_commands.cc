@@ -236,8 +236,8 @@ std::string RedisCommands::NoDump(std::string_view key, int64_t iterator, uint64
   for (auto it = expired_.rbegin(); it != expired_.rend(); ++it) {
     if (!it->load && it->id == id && it->name == key && it->filter_dropped) {
       return absl::StrFormat(
-          "ERR not found: filter '%s' was dropped during its CF.SCANDUMP (iterator %d), so the "
-          "dump's copy was removed",
+          "ERR not found: filter '%s' was dropped or renamed during its CF.SCANDUMP (iterator "
+          "%d), so the dump's copy was removed",
           Shown(key), iterator);
     }
     if (!it->load && it->id == id && it->name == key) {

@@ -1,4 +1,4 @@
-// DEL, EXISTS, TYPE, SCAN, KEYS and DBSIZE: Redis's keyspace commands over
+// DEL, EXISTS, TYPE, SCAN, KEYS, DBSIZE, RENAME and RENAMENX: Redis's keyspace commands over
 // the filters' names (server/resp/commands/resp_commands.h).
 #include <algorithm>
 #include <functional>
@@ -160,6 +160,72 @@ void RedisCommands::DropNames(Session* s, size_t command, std::vector<std::strin
         });
   };
   state->step();
+}
+
+void RedisCommands::RenameKey(Session* s, absl::Span<const Command> run, size_t command,
+                              resp::Completion done, Clock::time_point start) {
+  const Command& c = run[0];
+  const bool nx = command == redis::kRenameNx;
+  std::string out;
+  Writer w(&out, s->protocol);
+  auto reply = [&] {
+    Record(command, out, start, 0);
+    done.Reply(std::move(out));
+  };
+  Caller caller;
+  if (!CurrentCaller(s, w, &caller)) return reply();
+  // As Redis's ACLs: both keys' grants before anything else.
+  for (size_t i = 1; i <= 2; ++i) {
+    if (!FilterRegistry::ValidateName(A(c.args[i])).ok()) continue;
+    if (!Authorize(s, w, command, Access::kAdmin, c.args[i], &caller)) return reply();
+  }
+  // A key that cannot be a filter's name cannot exist: Redis's answer for a
+  // missing key. A destination that cannot be one is refused, saying why.
+  if (!FilterRegistry::ValidateName(A(c.args[1])).ok() || !registry_->Get(A(c.args[1])).ok()) {
+    w.Error("ERR no such key");
+    return reply();
+  }
+  if (absl::Status bad = FilterRegistry::ValidateName(A(c.args[2])); !bad.ok()) {
+    w.Error(redis::NameError(c.args[2], bad));
+    return reply();
+  }
+  auto call = std::make_shared<Call>();
+  call->rename.set_name(std::string(c.args[1]));
+  call->rename.set_new_name(std::string(c.args[2]));
+  call->rename.set_replace(!nx);
+  call->protocol = s->protocol;
+  call->command = command;
+  call->start = start;
+  call->done = std::move(done);
+  AddCredentials(*s, &call->ctx);
+  calls_.fetch_add(1, std::memory_order_relaxed);
+  in_process_.Start(
+      [&](grpc::CompletionQueue* q) {
+        return stub_->PrepareAsyncRenameFilter(&call->ctx, call->rename, q);
+      },
+      &call->renamed,
+      [this, call, nx](grpc::Status st) {
+        const CallDone call_done{&calls_};
+        std::string out;
+        Writer w(&out, call->protocol);
+        if (st.ok()) {
+          if (nx) {
+            // RENAMENX of a key to itself: 0, as Redis answers (the
+            // destination exists).
+            w.Integer(call->rename.name() == call->rename.new_name() ? 0 : 1);
+          } else {
+            w.SimpleString("OK");
+          }
+        } else if (st.error_code() == grpc::StatusCode::NOT_FOUND) {
+          w.Error("ERR no such key");  // Dropped or renamed meanwhile.
+        } else if (nx && st.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
+          w.Integer(0);
+        } else {
+          w.Error(StatusError(st));
+        }
+        Record(call->command, out, call->start, 0);
+        call->done.Reply(std::move(out));
+      });
 }
 
 void RedisCommands::KeyExists(Session* s, const Command& c, Writer& w) {

@@ -371,6 +371,10 @@ absl::Span<const RedisCommands::CommandSpec> RedisCommands::Commands() {
        &R::ExpiryInfo, kNoKeys, nullptr, nullptr},
       {"pexpiretime", 2, "readonly fast", 1, 1, 1, kRead, false,  //
        &R::ExpiryInfo, kNoKeys, nullptr, nullptr},
+      {"rename", 3, "write", 1, 2, 1, kAdmin, true,  //
+       nullptr, kNoKeys, &R::RenameKey, nullptr},
+      {"renamenx", 3, "write fast", 1, 2, 1, kAdmin, true,  //
+       nullptr, kNoKeys, &R::RenameKey, nullptr},
   };
   static_assert(std::size(kTable) == redis::kUnknown, "one entry per command but \"unknown\"");
   static_assert(

@@ -355,6 +355,10 @@ class RedisCommands final : public resp::CommandHandler {
   // Drops `names`; answers the number dropped, or +OK with `ok`.
   void DropNames(resp::Session* s, size_t command, std::vector<std::string> names, bool ok,
                  resp::Completion done, std::chrono::steady_clock::time_point start);
+  // RENAME and RENAMENX: one RenameFilter call (the admin grant on both
+  // names, as dropping one and creating the other need).
+  void RenameKey(resp::Session* s, absl::Span<const resp::Command> run, size_t command,
+                 resp::Completion done, std::chrono::steady_clock::time_point start);
   void MemoryCommand(resp::Session* s, const resp::Command& c, resp::Writer& w);
   void KeyExists(resp::Session* s, const resp::Command& c, resp::Writer& w);
   void Type(resp::Session* s, const resp::Command& c, resp::Writer& w);

@@ -199,6 +199,92 @@ TEST(LogEntryTest, ExpiryEntriesRoundTripAndBrokenOnesAreDataLoss) {
   }
 }
 
+TEST(LogEntryRename, RenameEntriesRoundTripAsTheFormatDocumentsThem) {
+  for (const std::string& new_name : {std::string("seen:yesterday"), std::string(512, 'n')}) {
+    for (bool replace : {false, true}) {
+      const std::string e = EncodeRenameEntry(9, "seen:today", new_name, replace ? 4 : 0, replace);
+      // The layout of docs/CLUSTER.md: header, the name padded, then
+      // replaced_id, the new name's length, 0 and the new name padded.
+      ASSERT_EQ(e.size(), 24 + 16 + 16 + (new_name.size() + 7) / 8 * 8 + 8);
+      EXPECT_EQ(e[5], 5);
+      EXPECT_EQ(e[6], replace ? 1 : 0);
+      EXPECT_EQ(Get64(e.data() + 40), replace ? 4u : 0u);
+      EXPECT_EQ(Get32(e.data() + 48), new_name.size());
+      EXPECT_EQ(e.substr(56, new_name.size()), new_name);
+      absl::StatusOr<LogEntry> d = DecodeLogEntry(e);
+      ASSERT_TRUE(d.ok()) << d.status();
+      EXPECT_EQ(d->type, LogEntryType::kRenameFilter);
+      EXPECT_EQ(d->filter_id, 9u);
+      EXPECT_EQ(d->name, "seen:today");
+      EXPECT_EQ(d->new_name, new_name);
+      EXPECT_EQ(d->replaced_id, replace ? 4u : 0u);
+      EXPECT_EQ(d->replace, replace);
+      EXPECT_EQ(LogEntryTypeName(d->type), "rename");
+    }
+  }
+}
+
+TEST(LogEntryRename, DamagedOrImpossibleRenamesAreDataLossNamingTheProblem) {
+  struct Case {
+    std::string bytes;
+    std::string says;
+  };
+  std::vector<Case> cases;
+  const std::string good = EncodeRenameEntry(9, "a", "bcd", 4, true);  // Name at 24, tail at 32.
+  {
+    std::string e = good;
+    e[32 + 12] = 1;
+    cases.push_back({e, "reserved bytes"});
+  }
+  {
+    std::string e = good;
+    Put32(e.data() + 32 + 8, 0);
+    cases.push_back({e, "a 0-byte name"});
+  }
+  {
+    std::string e = good;
+    Put32(e.data() + 32 + 8, 9);
+    cases.push_back({e, "a 9-byte name"});
+  }
+  {
+    std::string e = good;
+    e[48 + 3] = 'x';
+    cases.push_back({e, "padding"});
+  }
+  {
+    std::string e = good;
+    e[48 + 1] = '\xff';  // Not UTF-8.
+    cases.push_back({e, "bad name"});
+  }
+  {
+    std::string e = good;
+    Put32(e.data() + 16, 1);  // Hashes in a rename.
+    cases.push_back({e, "a rename with 1 hashes"});
+  }
+  cases.push_back({EncodeRenameEntry(9, "a", "b", 9, true), "replacing itself"});
+  cases.push_back({EncodeRenameEntry(9, "a", "b", 4, false), "may not replace"});
+  {
+    std::string e = EncodeRenameEntry(9, "a", "b", 0, false);
+    std::memset(e.data() + 8, 0, 8);  // No filter id.
+    cases.push_back({e, "rename with filter id 0"});
+  }
+  for (const Case& c : cases) {
+    absl::StatusOr<LogEntry> d = DecodeLogEntry(Reseal(c.bytes));
+    EXPECT_TRUE(absl::IsDataLoss(d.status())) << c.says << ": " << d.status();
+    EXPECT_THAT(std::string(d.status().message()), HasSubstr(c.says));
+  }
+  std::string flags = good;
+  flags[6] = 4;
+  absl::StatusOr<LogEntry> newer = DecodeLogEntry(Reseal(flags));
+  EXPECT_TRUE(absl::IsFailedPrecondition(newer.status())) << newer.status();
+  // Every flipped bit of a rename is refused.
+  for (size_t i = 0; i < good.size(); ++i) {
+    std::string bad = good;
+    bad[i] = static_cast<char>(bad[i] ^ 0x10);
+    EXPECT_FALSE(DecodeLogEntry(bad).ok()) << i;
+  }
+}
+
 FilterShape GrowingShape() {
   absl::StatusOr<FilterShape> s = ComputeShape({.capacity = 1000,
                                                 .false_positive_rate = 0.001,

@@ -152,7 +152,7 @@ TEST_F(AdminHttpTest, MetricsAreThePrometheusTextFormat) {
   // Every method's OK series is there from the start.
   for (const char* method : {"Insert", "Lookup", "Delete", "Count", "CreateFilter", "GetFilter",
                              "ListFilters", "DropFilter", "GetServerInfo", "Snapshot",
-                             "ExportFilter", "ImportFilter", "SetFilterExpiry"}) {
+                             "ExportFilter", "ImportFilter", "SetFilterExpiry", "RenameFilter"}) {
     EXPECT_THAT(MetricValue(m, "cuckood_rpc_requests_total", Rpc(method)), Optional(0.0)) << method;
     EXPECT_THAT(
         MetricValue(m, "cuckood_rpc_duration_seconds_bucket", {{"method", method}, {"le", "+Inf"}}),

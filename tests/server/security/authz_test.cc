@@ -3,6 +3,7 @@
 // they do not}, with the status code each must get (server/security/auth.h,
 // server/security/access.h). A refused call must also change nothing, and must be
 // refused the same way whether its filter exists or not.
+#include <gmock/gmock.h>
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/generic/generic_stub.h>
@@ -429,6 +430,44 @@ TEST_F(AuthzTest, ARequestNamingNoFilterIsInvalidNotADeniedWholeServerCall) {
     EXPECT_EQ(Call(rpc, "tok-reader", "", &message), StatusCode::INVALID_ARGUMENT)
         << RpcName(rpc) << ": " << message;
   }
+}
+
+// A rename drops its name and creates (or replaces) the new one: the admin
+// grant on both, or PERMISSION_DENIED naming the name it lacks, and
+// nothing changes.
+TEST_F(AuthzTest, RenameFilterNeedsTheAdminGrantOnBothNames) {
+  auto rename = [&](const std::string& token, const std::string& from, const std::string& to,
+                    std::string* message = nullptr) {
+    grpc::ClientContext ctx;
+    Auth(&ctx, token);
+    v1::RenameFilterRequest req;
+    req.set_name(from);
+    req.set_new_name(to);
+    req.set_replace(true);
+    v1::RenameFilterResponse resp;
+    grpc::Status s = stub_->RenameFilter(&ctx, req, &resp);
+    if (message != nullptr) *message = s.error_message();
+    return s.error_code();
+  };
+  std::string message;
+  EXPECT_EQ(rename("tok-admin", "billing.users", "cart.stolen", &message),
+            StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(message, ::testing::HasSubstr("cart.stolen"));
+  EXPECT_THAT(message, ::testing::HasSubstr("RenameFilter"));
+  EXPECT_EQ(rename("tok-admin", "cart.items", "billing.mine", &message),
+            StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(message, ::testing::HasSubstr("cart.items"));
+  EXPECT_EQ(rename("tok-writer", "billing.users", "billing.old"), StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(rename("tok-reader", "billing.users", "billing.old"), StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(Exists("billing.users"));
+  EXPECT_TRUE(Exists("cart.items"));
+  EXPECT_FALSE(Exists("cart.stolen"));
+  EXPECT_FALSE(Exists("billing.mine"));
+  EXPECT_EQ(rename("tok-admin", "billing.users", "billing.old"), StatusCode::OK);
+  EXPECT_FALSE(Exists("billing.users"));
+  EXPECT_TRUE(Exists("billing.old"));
+  EXPECT_EQ(rename("tok-root", "cart.items", "billing.old"), StatusCode::OK);
+  EXPECT_FALSE(Exists("cart.items"));
 }
 
 TEST_F(AuthzTest, HealthNeedsNoToken) {

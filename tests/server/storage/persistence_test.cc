@@ -314,6 +314,187 @@ TEST_F(PersistenceTest, BothFilesOfAMigratingFilterAfterACrashKeepTheLaterOne) {
   EXPECT_TRUE(fs::exists(SnapshotFile("users")));
 }
 
+// RenameFilter over gRPC: Redis's RENAME (replace) and RENAMENX, and their
+// errors, each naming the problem and changing nothing.
+TEST_F(PersistenceTest, RenameFilterAnswersAsRenameAndRenamenxAndRefusesChangingNothing) {
+  CreateFilter("a", 1000);
+  CreateFilter("b", 1000);
+  Insert("a", {"from-a"});
+  Insert("b", {"from-b"});
+  auto missing = client_->RenameFilter("nope", "c", true);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound) << missing.status();
+  auto taken = client_->RenameFilter("a", "b", false);
+  EXPECT_EQ(taken.status().code(), absl::StatusCode::kAlreadyExists) << taken.status();
+  EXPECT_THAT(std::string(taken.status().message()), HasSubstr("\"b\""));
+  auto bad = client_->RenameFilter("a", std::string(513, 'n'), true);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("new_name"));
+  EXPECT_THAT(Lookup("a", {"from-a"}), ElementsAre(true));
+  EXPECT_THAT(Lookup("b", {"from-b", "from-a"}), ElementsAre(true, false));
+  // To its own name: nothing changes.
+  auto same = client_->RenameFilter("a", "a", false);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_FALSE(same->replaced());
+  EXPECT_THAT(Lookup("a", {"from-a"}), ElementsAre(true));
+  // RENAME over b: b's filter goes with it, its memory given back.
+  const uint64_t b_bytes = client_->GetFilter("b")->memory_bytes();
+  auto r = client_->RenameFilter("a", "b", true);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->replaced());
+  EXPECT_EQ(r->replaced_freed_bytes(), b_bytes);
+  EXPECT_GT(r->log_position(), 0u);
+  EXPECT_EQ(client_->GetFilter("a").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(Lookup("b", {"from-a", "from-b"}), ElementsAre(true, false));
+  // RENAMENX to a free name.
+  auto nx = client_->RenameFilter("b", "c", false);
+  ASSERT_TRUE(nx.ok()) << nx.status();
+  EXPECT_FALSE(nx->replaced());
+  EXPECT_THAT(Lookup("c", {"from-a"}), ElementsAre(true));
+}
+
+TEST_F(PersistenceTest, ARenamedFiltersFileFollowsItsNameAndTheReplacedOneGoes) {
+  CreateFilter("seen:today", 1000);
+  CreateFilter("seen:yesterday", 1000);
+  Insert("seen:today", Keys(0, 50));
+  Insert("seen:yesterday", {"old-day"});
+  ASSERT_TRUE(client_->Snapshot("", false, absl::Seconds(30)).ok());
+  ASSERT_TRUE(client_->RenameFilter("seen:today", "seen:yesterday", true).ok());
+  // Written under the new name at once; the old name's file removed.
+  EXPECT_FALSE(fs::exists(SnapshotFile("seen:today")));
+  EXPECT_TRUE(fs::exists(SnapshotFile("seen:yesterday")));
+  auto info = client_->GetFilter("seen:yesterday");
+  ASSERT_TRUE(info.ok());
+  EXPECT_TRUE(info->has_last_snapshot_time());
+  // Rotation: a new filter of the old name, its own file.
+  CreateFilter("seen:today", 1000);
+  Insert("seen:today", {"new-day"});
+  Restart();
+  EXPECT_THAT(Lookup("seen:yesterday", Keys(0, 50)), ::testing::Each(true));
+  EXPECT_THAT(Lookup("seen:yesterday", {"old-day", "new-day"}), ElementsAre(false, false));
+  EXPECT_THAT(Lookup("seen:today", {"new-day", Key(0, 1)}), ElementsAre(true, false));
+  EXPECT_EQ(server_->loaded().quarantined, 0u);
+}
+
+// A crash after the rename's record was durable and before the file
+// followed: the old name's file, the replaced filter's file and the log.
+TEST_F(PersistenceTest, ACrashBeforeTheFileFollowedReplaysTheRenameAndMovesTheFile) {
+  CreateFilter("a", 1000);
+  CreateFilter("b", 1000);
+  Insert("a", Keys(0, 50));
+  Insert("b", {"b-only"});
+  ASSERT_TRUE(client_->Snapshot("", false, absl::Seconds(30)).ok());
+  const std::vector<uint8_t> a_file = ReadBytes(SnapshotFile("a"));
+  const std::vector<uint8_t> b_file = ReadBytes(SnapshotFile("b"));
+  ASSERT_TRUE(client_->RenameFilter("a", "b", true).ok());
+  Insert("b", Keys(1, 10));  // Logged by the filter's id.
+  server_->Shutdown(absl::Seconds(5));
+  server_.reset();
+  // The disk as the crash left it (the log holds everything: one segment).
+  WriteBytes(SnapshotFile("a"), a_file);
+  WriteBytes(SnapshotFile("b"), b_file);
+  StartServer(testing::TestConfig(dir_.path()));
+  Connect();
+  EXPECT_EQ(server_->loaded().quarantined, 0u);
+  EXPECT_EQ(server_->loaded().served, 1u);
+  EXPECT_EQ(client_->GetFilter("a").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(Lookup("b", Keys(0, 50)), ::testing::Each(true));
+  EXPECT_THAT(Lookup("b", Keys(1, 10)), ::testing::Each(true));
+  EXPECT_THAT(Lookup("b", {"b-only"}), ElementsAre(false));
+  // The file followed the name before serving: a filter of the old name
+  // can be created and snapshotted without touching it.
+  EXPECT_FALSE(fs::exists(SnapshotFile("a")));
+  EXPECT_TRUE(fs::exists(SnapshotFile("b")));
+  CreateFilter("a", 1000);
+  ASSERT_TRUE(client_->Snapshot("", false, absl::Seconds(30)).ok());
+  Restart();
+  EXPECT_THAT(Lookup("b", Keys(0, 50)), ::testing::Each(true));
+  EXPECT_THAT(Lookup("a", {Key(0, 1)}), ElementsAre(false));
+}
+
+// A crash between writing the new name's file and removing the old one:
+// two files of one filter id; the later one is kept.
+TEST_F(PersistenceTest, BothFilesOfARenamedFilterAfterACrashKeepTheNewOne) {
+  CreateFilter("a", 1000);
+  Insert("a", Keys(0, 50));
+  ASSERT_TRUE(client_->Snapshot("", false, absl::Seconds(30)).ok());
+  const std::vector<uint8_t> a_file = ReadBytes(SnapshotFile("a"));
+  ASSERT_TRUE(client_->RenameFilter("a", "b", false).ok());
+  Insert("b", Keys(1, 10));
+  server_->Shutdown(absl::Seconds(5));
+  server_.reset();
+  WriteBytes(SnapshotFile("a"), a_file);
+  StartServer(testing::TestConfig(dir_.path()));
+  Connect();
+  EXPECT_EQ(server_->loaded().loaded, 1u);
+  EXPECT_EQ(server_->loaded().served, 1u);
+  EXPECT_EQ(client_->GetFilter("a").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(Lookup("b", Keys(0, 50)), ::testing::Each(true));
+  EXPECT_THAT(Lookup("b", Keys(1, 10)), ::testing::Each(true));
+  EXPECT_FALSE(fs::exists(SnapshotFile("a")));
+}
+
+// Renamed back and forth, with writes and snapshots in between: the log's
+// order is the registry's, and a restart serves exactly the last state.
+TEST_F(PersistenceTest, RenamesBackAndForthReplayToTheLastState) {
+  CreateFilter("x", 1000);
+  for (int i = 0; i < 6; ++i) {
+    const std::string from = i % 2 == 0 ? "x" : "y";
+    const std::string to = i % 2 == 0 ? "y" : "x";
+    Insert(from, {Key(i, 0)});
+    CreateFilter(to, 100);  // Replaced by the rename.
+    Insert(to, {"doomed"});
+    if (i == 3) {
+      ASSERT_TRUE(client_->Snapshot("", false, absl::Seconds(30)).ok());
+    }
+    ASSERT_TRUE(client_->RenameFilter(from, to, true).ok());
+  }
+  // Six renames: back at "x".
+  server_->Shutdown(absl::Seconds(5));
+  server_.reset();
+  StartServer(testing::TestConfig(dir_.path()));
+  Connect();
+  EXPECT_EQ(server_->loaded().served, 1u);
+  EXPECT_EQ(client_->GetFilter("y").status().code(), absl::StatusCode::kNotFound);
+  for (int i = 0; i < 6; ++i) EXPECT_THAT(Lookup("x", {Key(i, 0)}), ElementsAre(true)) << i;
+  EXPECT_THAT(Lookup("x", {"doomed"}), ElementsAre(false));
+}
+
+// A filter still in an older build's <name>.cuckoo, renamed: live, its
+// file follows the new name at once; after a crash before that, start-up
+// replays the rename and moves it before serving (so a filter created
+// again under the old name never shares a name with that file).
+TEST_F(PersistenceTest, ARenamedFilterInAnOlderBuildsFileMovesLiveAndAfterACrash) {
+  CreateFilter("users", 1000);
+  Insert("users", {"u1", "u2"});
+  server_->Shutdown(absl::Seconds(5));
+  server_.reset();
+  const std::vector<uint8_t> old_file =
+      testing::SnapshotToVersion4(ReadBytes(SnapshotFile("users")));
+  const std::string legacy = dir_.path() + "/users.cuckoo";
+  WriteBytes(legacy, old_file);
+  fs::remove(SnapshotFile("users"));
+  StartServer(testing::TestConfig(dir_.path()));
+  Connect();
+  ASSERT_TRUE(client_->RenameFilter("users", "people", false).ok());
+  EXPECT_FALSE(fs::exists(legacy));
+  EXPECT_TRUE(fs::exists(SnapshotFile("people")));
+  server_->Shutdown(absl::Seconds(5));
+  server_.reset();
+  // The crash: the older file back, the new one not written yet.
+  WriteBytes(legacy, old_file);
+  fs::remove(SnapshotFile("people"));
+  StartServer(testing::TestConfig(dir_.path()));
+  Connect();
+  EXPECT_EQ(client_->GetFilter("users").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(Lookup("people", {"u1", "u2"}), ElementsAre(true, true));
+  EXPECT_FALSE(fs::exists(legacy));
+  EXPECT_TRUE(fs::exists(SnapshotFile("people")));
+  CreateFilter("users", 1000);
+  Restart();
+  EXPECT_THAT(Lookup("people", {"u1", "u2"}), ElementsAre(true, true));
+  EXPECT_THAT(Lookup("users", {"u1"}), ElementsAre(false));
+}
+
 TEST_F(PersistenceTest, RestartLoadsEveryFilterWithIdenticalAnswers) {
   CreateFilter("one", 20'000, 4);
   CreateFilter("two", 5'000, 1);

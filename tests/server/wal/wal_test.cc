@@ -466,6 +466,124 @@ TEST(WalTest, ExpiryRecordsRoundTripAndDamagedOnesAreRefused) {
   }
 }
 
+// A rename record as docs/WAL_FORMAT.md lays it out (not from the encoder):
+// the header with the renamed filter's id, then replaced_id u64,
+// name_length u32, reserved u32 and the name padded to 8 bytes.
+std::vector<uint8_t> DocumentedRenameRecord(uint64_t lsn, uint64_t id, absl::string_view name,
+                                            uint64_t replaced, bool replace) {
+  const size_t length = 32 + 16 + (name.size() + 7) / 8 * 8 + 8;
+  std::vector<uint8_t> out(length, 0);
+  Put32(out.data(), static_cast<uint32_t>(length));
+  out[4] = 8;
+  out[5] = replace ? 1 : 0;
+  Put64(out.data() + 8, lsn);
+  Put64(out.data() + 16, lsn - 1);
+  Put64(out.data() + 24, id);
+  Put64(out.data() + 32, replaced);
+  Put32(out.data() + 40, static_cast<uint32_t>(name.size()));
+  std::memcpy(out.data() + 48, name.data(), name.size());
+  Put64(out.data() + length - 8, XXH3_64bits(out.data(), length - 8));
+  return out;
+}
+
+TEST(WalRename, RenameRecordsRoundTripAsTheFormatDocumentsThem) {
+  for (const std::string& name : {std::string("seen:yesterday"), std::string(512, 'n')}) {
+    for (bool replace : {false, true}) {
+      std::vector<uint8_t> bytes(WalRenameFilterBytes(name));
+      EncodeRenameFilter(20, 19, 3, name, replace ? 9 : 0, replace, bytes.data());
+      EXPECT_EQ(bytes, DocumentedRenameRecord(20, 3, name, replace ? 9 : 0, replace));
+      WalRecord r;
+      std::string why;
+      ASSERT_EQ(Parse(bytes, &r, &why), WalParse::kRecord) << why;
+      EXPECT_EQ(r.type, WalRecordType::kRenameFilter);
+      EXPECT_EQ(r.lsn, 20u);
+      EXPECT_EQ(r.filter_id, 3u);
+      EXPECT_EQ(r.name, name);
+      EXPECT_EQ(r.replaced_id, replace ? 9u : 0u);
+      EXPECT_EQ(r.replace, replace);
+    }
+  }
+}
+
+TEST(WalRename, ALoggedRenameIsReadBackInItsPlace) {
+  TempDir dir;
+  const std::string wal_dir = dir.path() + "/wal";
+  {
+    auto wal = OpenWal(wal_dir, PosixEnv());
+    ASSERT_NE(wal, nullptr);
+    const uint64_t a = wal->AppendCreateFilter("a", SomeShape());
+    const uint64_t b = wal->AppendCreateFilter("b", SomeShape());
+    const uint64_t last = wal->AppendRenameFilter(a, "b", b, true);
+    ASSERT_TRUE(wal->WaitDurable(last).ok());
+  }
+  std::vector<WalRecord> records;
+  absl::StatusOr<WalScan> scan = Scan(PosixEnv(), wal_dir, &records);
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_EQ(records[2].type, WalRecordType::kRenameFilter);
+  EXPECT_EQ(records[2].filter_id, 1u);
+  EXPECT_EQ(records[2].replaced_id, 2u);
+  EXPECT_EQ(records[2].name, "b");
+  EXPECT_TRUE(records[2].replace);
+}
+
+TEST(WalRename, DamagedRenameRecordsAreDataLossNamingTheProblemAndNewFlagsAreNewer) {
+  auto reseal = [](std::vector<uint8_t> b) {
+    Put64(b.data() + b.size() - 8, XXH3_64bits(b.data(), b.size() - 8));
+    return b;
+  };
+  WalRecord r;
+  std::string why;
+  struct Case {
+    std::vector<uint8_t> bytes;
+    std::string says;
+  };
+  std::vector<Case> bad;
+  {
+    auto b = DocumentedRenameRecord(20, 3, "abc", 0, false);
+    Put32(b.data() + 44, 1);  // Reserved.
+    bad.push_back({b, "reserved"});
+  }
+  {
+    auto b = DocumentedRenameRecord(20, 3, "abc", 0, false);
+    Put32(b.data() + 40, 0);  // No name.
+    bad.push_back({b, "0-byte name"});
+  }
+  {
+    auto b = DocumentedRenameRecord(20, 3, "abc", 0, false);
+    Put32(b.data() + 40, 9);  // Longer than the record holds.
+    bad.push_back({b, "9-byte name"});
+  }
+  {
+    auto b = DocumentedRenameRecord(20, 3, "abc", 0, false);
+    b[48 + 4] = 'x';  // Padding.
+    bad.push_back({b, "padding"});
+  }
+  {
+    auto b = DocumentedRenameRecord(20, 3, "ab", 0, false);
+    b[48 + 1] = 0;  // A NUL in the name.
+    bad.push_back({b, "bad filter name"});
+  }
+  bad.push_back({DocumentedRenameRecord(20, 0, "abc", 0, false), "impossible filter ids"});
+  bad.push_back({DocumentedRenameRecord(20, 20, "abc", 0, false), "impossible filter ids"});
+  bad.push_back({DocumentedRenameRecord(20, 3, "abc", 3, true), "impossible filter ids"});
+  bad.push_back({DocumentedRenameRecord(20, 3, "abc", 25, true), "impossible filter ids"});
+  {
+    auto b = DocumentedRenameRecord(20, 3, "abc", 0, false);
+    b.resize(32 + 8 + 8);  // Too short for its fields.
+    Put32(b.data(), static_cast<uint32_t>(b.size()));
+    bad.push_back({b, "too short"});
+  }
+  for (const Case& c : bad) {
+    EXPECT_EQ(Parse(reseal(c.bytes), &r, &why), WalParse::kBad) << c.says;
+    EXPECT_TRUE(absl::StrContains(why, c.says)) << why;
+  }
+  auto flags = DocumentedRenameRecord(20, 3, "abc", 0, false);
+  flags[5] = 2;
+  EXPECT_EQ(Parse(reseal(flags), &r, &why), WalParse::kUnknown);
+  EXPECT_TRUE(absl::StrContains(why, "unknown record flags")) << why;
+}
+
 TEST(WalTest, NewerSegmentVersionOrRecordTypeIsRefusedNotCut) {
   TempDir dir;
   const std::string wal_dir = dir.path() + "/wal";

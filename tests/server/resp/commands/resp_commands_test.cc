@@ -375,7 +375,7 @@ TEST_F(RedisPortTest, ConnectionAndKeyspaceCommands) {
   EXPECT_EQ(c.Call({"AUTH", "x"}).substr(0, 30), "-ERR AUTH <password> called wi");
   EXPECT_EQ(c.Call({"CLIENT", "SETINFO", "LIB-NAME", "redis-py"}), "OK");
   EXPECT_EQ(c.Call({"CLIENT", "ID"}).substr(0, 1), ":");
-  EXPECT_EQ(c.Call({"COMMAND", "COUNT"}), ":48");
+  EXPECT_EQ(c.Call({"COMMAND", "COUNT"}), ":50");
   EXPECT_EQ(c.Call({"COMMAND", "INFO", "cf.add", "nope"}).substr(0, 17), "[[$cf.add,:3,[wri");
   EXPECT_EQ(c.Call({"DBSIZE"}), ":0");
   for (const char* f : {"users", "urls", "tokens"}) {
@@ -1591,6 +1591,24 @@ TEST_F(RedisDumpOwnershipTest, RepliesAreRedisBloomsAndTheEndFreesTheDump) {
   }
 }
 
+// A rename takes the key's filter away as a drop does: its dumps end, and
+// the next chunk asked for under the old name says so.
+TEST_F(RedisDumpOwnershipTest, RenamingTheFilterEndsItsDumps) {
+  RespClient c(port());
+  ASSERT_NO_FATAL_FAILURE(Fill(c, "a", 100));
+  const int64_t a = StartDump(c, "a");
+  ASSERT_NE(a, 0);
+  EXPECT_EQ(OpenTransferFiles(), 1);
+  ASSERT_EQ(c.Call({"RENAME", "a", "a2"}), "OK");
+  EXPECT_EQ(c.Call({"CF.SCANDUMP", "a", absl::StrCat(a)}),
+            absl::StrCat("-ERR not found: filter 'a' was dropped or renamed during its "
+                         "CF.SCANDUMP (iterator ",
+                         a, "), so the dump's copy was removed"));
+  EXPECT_TRUE(WaitForOpenTransferFiles(0)) << OpenTransferFiles() << " files still open";
+  // A dump of the filter under its new name starts afresh.
+  EXPECT_NE(StartDump(c, "a2"), 0);
+}
+
 // Dropping the filter (Redis's DEL, or DropFilter over gRPC) ends its
 // dumps: the copy goes at once (DEL) or within the sweeper's second
 // (gRPC, no command needed), and the client's next chunk is refused with
@@ -1609,8 +1627,8 @@ TEST_F(RedisDumpOwnershipTest, DroppingTheFilterEndsItsDumps) {
   ASSERT_EQ(c.Call({"DEL", "a"}), ":1");
   ASSERT_EQ(c.Call({"CF.ADD", "a", "new"}), ":1");
   EXPECT_EQ(c.Call({"CF.SCANDUMP", "a", absl::StrCat(a)}),
-            absl::StrCat("-ERR not found: filter 'a' was dropped during its CF.SCANDUMP "
-                         "(iterator ",
+            absl::StrCat("-ERR not found: filter 'a' was dropped or renamed during its "
+                         "CF.SCANDUMP (iterator ",
                          a, "), so the dump's copy was removed"));
   EXPECT_TRUE(WaitForOpenTransferFiles(1));
   // Over gRPC: the sweeper notices without any command.
@@ -1621,8 +1639,8 @@ TEST_F(RedisDumpOwnershipTest, DroppingTheFilterEndsItsDumps) {
   ASSERT_TRUE(stub_->DropFilter(&ctx, req, &resp).ok());
   EXPECT_TRUE(WaitForOpenTransferFiles(0)) << OpenTransferFiles() << " files still open";
   EXPECT_THAT(c.Call({"CF.SCANDUMP", "b", absl::StrCat(b)}),
-              ::testing::StartsWith("-ERR not found: filter 'b' was dropped during its "
-                                    "CF.SCANDUMP"));
+              ::testing::StartsWith("-ERR not found: filter 'b' was dropped or renamed during "
+                                    "its CF.SCANDUMP"));
   // Their slots are free: this connection starts its most again.
   EXPECT_NE(StartDump(c, "a"), 0);
   ASSERT_NO_FATAL_FAILURE(Fill(c, "b", 100));
@@ -1649,6 +1667,70 @@ TEST_F(RedisDumpOwnershipTest, ResetEndsTheConnectionsDumpsAndLoads) {
   // rather than taking a second slot.
   for (int i = 0; i < 3; ++i) EXPECT_NE(StartDump(c, "src"), 0) << i;
   EXPECT_TRUE(WaitForOpenTransferFiles(1));
+}
+
+// ---- RENAME / RENAMENX (issue 33) ----
+
+using RedisRename = RedisPortTest;
+
+TEST_F(RedisRename, RenameAnswersAsRedisAndMovesTheFilterWithItsItems) {
+  RespClient c(port());
+  ASSERT_EQ(c.Call({"CF.RESERVE", "seen:today", "1000"}), "OK");
+  ASSERT_EQ(c.Call({"CF.ADD", "seen:today", "u1"}), ":1");
+  EXPECT_EQ(c.Call({"RENAME", "seen:today", "seen:yesterday"}), "OK");
+  EXPECT_EQ(c.Call({"EXISTS", "seen:today", "seen:yesterday"}), ":1");
+  EXPECT_EQ(c.Call({"CF.EXISTS", "seen:yesterday", "u1"}), ":1");
+  EXPECT_EQ(c.Call({"RENAME", "seen:today", "x"}), "-ERR no such key");
+  EXPECT_EQ(c.Call({"RENAMENX", "seen:today", "x"}), "-ERR no such key");
+  // A key that cannot be a filter's name cannot exist.
+  EXPECT_EQ(c.Call({"RENAME", std::string(600, 'k'), "x"}), "-ERR no such key");
+  EXPECT_EQ(c.Call({"RENAME", "seen:yesterday", std::string(600, 'n')}).substr(0, 26),
+            "-ERR invalid filter name '");
+  EXPECT_EQ(c.Call({"RENAME", "seen:yesterday", "seen:yesterday"}), "OK");
+  EXPECT_EQ(c.Call({"RENAMENX", "seen:yesterday", "seen:yesterday"}), ":0");
+  EXPECT_EQ(c.Call({"RENAME", "seen:yesterday"}),
+            "-ERR wrong number of arguments for 'rename' command");
+  EXPECT_EQ(c.Call({"RENAMENX", "a", "b", "c"}),
+            "-ERR wrong number of arguments for 'renamenx' command");
+  EXPECT_EQ(c.Call({"COMMAND", "INFO", "rename"}).substr(0, 27), "[[$rename,:3,[write],:1,:2,");
+  EXPECT_EQ(c.Call({"CF.EXISTS", "seen:yesterday", "u1"}), ":1");
+}
+
+TEST_F(RedisRename, RenameReplacesTheDestinationAndRenamenxNeverDoes) {
+  RespClient c(port());
+  ASSERT_EQ(c.Call({"CF.RESERVE", "a", "1000"}), "OK");
+  ASSERT_EQ(c.Call({"CF.RESERVE", "b", "1000"}), "OK");
+  ASSERT_EQ(c.Call({"CF.ADD", "a", "from-a"}), ":1");
+  ASSERT_EQ(c.Call({"CF.ADD", "b", "from-b"}), ":1");
+  EXPECT_EQ(c.Call({"RENAMENX", "a", "b"}), ":0");
+  EXPECT_EQ(c.Call({"CF.MEXISTS", "a", "from-a", "from-b"}), "[:1,:0]");
+  EXPECT_EQ(c.Call({"CF.MEXISTS", "b", "from-a", "from-b"}), "[:0,:1]");
+  EXPECT_EQ(c.Call({"RENAME", "a", "b"}), "OK");
+  EXPECT_EQ(c.Call({"EXISTS", "a"}), ":0");
+  EXPECT_EQ(c.Call({"CF.MEXISTS", "b", "from-a", "from-b"}), "[:1,:0]");
+  EXPECT_EQ(c.Call({"RENAMENX", "b", "c"}), ":1");
+  EXPECT_EQ(c.Call({"KEYS", "*"}), "[$c]");
+}
+
+TEST_F(RedisRename, RenameInMultiQueuesAndRunsAtExecInOrder) {
+  RespClient c(port());
+  ASSERT_EQ(c.Call({"CF.RESERVE", "f", "1000"}), "OK");
+  EXPECT_EQ(c.Call({"MULTI"}), "OK");
+  EXPECT_EQ(c.Call({"CF.ADD", "f", "a"}), "QUEUED");
+  EXPECT_EQ(c.Call({"RENAME", "f", "g"}), "QUEUED");
+  EXPECT_EQ(c.Call({"CF.EXISTS", "g", "a"}), "QUEUED");
+  EXPECT_EQ(c.Call({"RENAMENX", "missing", "h"}), "QUEUED");
+  EXPECT_EQ(c.Call({"RENAME"}), "-ERR wrong number of arguments for 'rename' command");
+  EXPECT_EQ(c.Call({"EXEC"}), "-EXECABORT Transaction discarded because of previous errors.");
+  EXPECT_EQ(c.Call({"EXISTS", "f", "g"}), ":1");
+  EXPECT_EQ(c.Call({"EXISTS", "f"}), ":1");
+  EXPECT_EQ(c.Call({"MULTI"}), "OK");
+  EXPECT_EQ(c.Call({"CF.ADD", "f", "a"}), "QUEUED");
+  EXPECT_EQ(c.Call({"RENAME", "f", "g"}), "QUEUED");
+  EXPECT_EQ(c.Call({"CF.EXISTS", "g", "a"}), "QUEUED");
+  EXPECT_EQ(c.Call({"RENAMENX", "missing", "h"}), "QUEUED");
+  EXPECT_EQ(c.Call({"EXEC"}), "[:1,OK,:1,-ERR no such key]");
+  EXPECT_EQ(c.Call({"EXISTS", "f", "g", "h"}), ":1");
 }
 
 // ---- MULTI / EXEC / DISCARD (issue 33) ----
