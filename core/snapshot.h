@@ -67,7 +67,7 @@ namespace cuckoo {
 
 // The newest format version WriteSnapshotFile writes: 6 for a filter that
 // has an expiry, 5 (the same layout without it) for one that has none.
-// Readers read this one and every earlier one (1 to 5).
+// Readers read every version from 1 to this one.
 inline constexpr uint32_t kSnapshotFormatVersion = 6;
 // Every format version after 1 starts with the same 16 bytes (magic,
 // version, header size) and then, at bytes 16..47, the name and version of

@@ -322,6 +322,15 @@ absl::Status FilterServiceImpl::DoRenameFilter(const v1::RenameFilterRequest& re
   // As in DropFilter: unknown names never take a place in the queue.
   absl::StatusOr<std::shared_ptr<CuckooFilter>> found = FindFilter(req.name());
   if (!found.ok()) return found.status();
+  // A destination past its expiry is gone for clients (RENAMENX takes its
+  // name, as Redis's does): the rename replaces it, which drops it in the
+  // same record, as its own expiry drop would have.
+  bool replace = req.replace();
+  if (!replace && req.name() != req.new_name()) {
+    absl::StatusOr<std::shared_ptr<CuckooFilter>> dest =
+        registry_->Get(absl::string_view(req.new_name().data(), req.new_name().size()));
+    replace = dest.ok() && registry_->Expired(**dest);
+  }
   if (cluster_ != nullptr) {
     // One entry; every replica applies it at its position (ApplyEntry),
     // checking there that the destination still holds what it holds here.
@@ -330,7 +339,7 @@ absl::Status FilterServiceImpl::DoRenameFilter(const v1::RenameFilterRequest& re
     if (req.name() != req.new_name()) {
       if (absl::StatusOr<std::shared_ptr<CuckooFilter>> dest = registry_->Get(new_name);
           dest.ok()) {
-        if (!req.replace()) {
+        if (!replace) {
           return absl::AlreadyExistsError(
               absl::StrFormat("filter %s already exists", FilterRegistry::QuoteName(new_name)));
         }
@@ -339,8 +348,8 @@ absl::Status FilterServiceImpl::DoRenameFilter(const v1::RenameFilterRequest& re
     }
     next->answered = true;
     cluster_->Publish(
-        {EncodeRenameEntry((*found)->id(), req.name(), req.new_name(), replaced_id, req.replace())},
-        "", [reactor, resp](Cluster::WriteResult r) {
+        {EncodeRenameEntry((*found)->id(), req.name(), req.new_name(), replaced_id, replace)}, "",
+        [reactor, resp](Cluster::WriteResult r) {
           if (r.status.ok()) {
             resp->set_log_position(r.position);
             resp->set_replaced(r.replaced);
@@ -357,7 +366,7 @@ absl::Status FilterServiceImpl::DoRenameFilter(const v1::RenameFilterRequest& re
   // On the persistence thread, as a drop: the rename is logged, then the
   // file follows the name. gRPC keeps req and resp alive until the reactor
   // finishes.
-  persistence_->RenameAsync(req.name(), req.new_name(), req.replace(),
+  persistence_->RenameAsync(req.name(), req.new_name(), replace,
                             std::weak_ptr<CuckooFilter>(*found),
                             [this, reactor, resp](absl::StatusOr<RenameResult> r) {
                               const absl::Status status = Guarded([&]() -> absl::Status {

@@ -103,7 +103,6 @@ struct WalRecord {
   FilterShape shape;
   WalRequest request;        // kRequestStart, kRequestResults.
   int64_t expire_at = 0;     // kSetExpiry: Unix milliseconds, 0 when cleared.
-  WalRequest request;        // kRequestStart, kRequestResults.
   uint64_t replaced_id = 0;  // kRenameFilter.
   bool replace = false;      // kRenameFilter: RENAME (true) or RENAMENX.
 };

@@ -971,13 +971,13 @@ TEST_P(SnapshotCorruptionTest, TrailingBytesAreRejected) {
 }
 
 TEST_P(SnapshotCorruptionTest, OtherVersionsThatNameNoWriterAreDataLoss) {
-  for (uint32_t v : {0u, 6u, 0xFFFFFFFFu}) {
+  for (uint32_t v : {0u, 7u, 0xFFFFFFFFu}) {
     std::vector<uint8_t> bad = good_;
     Put32(bad, 8, v);
     if (!V1()) PutWriter(bad, "");
     ResealSnapshot(bad, L());
     ExpectRejected(bad, absl::StrFormat("format version %u is not supported (this build reads "
-                                        "versions 1 to 5)",
+                                        "versions 1 to 6)",
                                         v));
     ExpectRejected(bad, "names no writer");
   }
@@ -986,8 +986,8 @@ TEST_P(SnapshotCorruptionTest, OtherVersionsThatNameNoWriterAreDataLoss) {
 // The header checksum of a file whose version field alone is damaged
 // matches with the field put back, whichever version the file is.
 TEST_P(SnapshotCorruptionTest, ADamagedVersionFieldIsDataLossNamingTheVersionOfTheRest) {
-  std::vector<uint32_t> versions = {0u, 6u, 0x100u | GetParam().version, 0xFFFFFFFFu};
-  for (uint32_t other_known : {1u, 2u, 3u, 4u, 5u}) {
+  std::vector<uint32_t> versions = {0u, 7u, 0x100u | GetParam().version, 0xFFFFFFFFu};
+  for (uint32_t other_known : {1u, 2u, 3u, 4u, 5u, 6u}) {
     if (other_known != GetParam().version) versions.push_back(other_known);
   }
   for (uint32_t v : versions) {
@@ -1004,7 +1004,7 @@ TEST_P(SnapshotCorruptionTest, ADamagedVersionFieldIsDataLossNamingTheVersionOfT
 // A file a newer build wrote is intact: refusing it (FAILED_PRECONDITION)
 // keeps it in place, where a rollback's quarantine would lose the filter.
 TEST_P(SnapshotCorruptionTest, ANewerFormatIsRefusedNamingTheBuildThatWroteIt) {
-  for (uint32_t version : {6u, 0xFFFFFFFFu}) {
+  for (uint32_t version : {7u, 0xFFFFFFFFu}) {
     std::vector<uint8_t> newer = good_;
     Put32(newer, 8, version);
     PutWriter(newer, "cuckood 0.9.3");
@@ -1012,7 +1012,7 @@ TEST_P(SnapshotCorruptionTest, ANewerFormatIsRefusedNamingTheBuildThatWroteIt) {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
     EXPECT_THAT(r.status().message(),
                 HasSubstr(absl::StrFormat(
-                    "snap.cuckoo: format version %u (this build reads versions 1 to 5); it was "
+                    "snap.cuckoo: format version %u (this build reads versions 1 to 6); it was "
                     "written by cuckood 0.9.3, and this build (%s) cannot read it",
                     version, ThisBuild())));
     EXPECT_THAT(r.status().message(), HasSubstr("move the file out of the data directory"));

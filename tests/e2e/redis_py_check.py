@@ -955,6 +955,25 @@ def rename_checks(args):
                      r.execute_command, "RENAME", "rot.c")
 
     @check
+    def rename_keeps_the_ttl_and_an_expired_destination_is_free():
+        # As Redis: the TTL moves with the key.
+        assert cf.create("ttl.a", 1000) is True
+        assert r.pexpire("ttl.a", 60000) is True
+        assert r.rename("ttl.a", "ttl.b") is True
+        assert 0 < r.pttl("ttl.b") <= 60000
+        assert r.ttl("ttl.a") == -2
+        # A destination past its expiry does not exist: RENAMENX takes it
+        # (whether the server's timer has dropped it yet or not).
+        assert cf.create("ttl.c", 1000) is True
+        assert cf.add("ttl.c", "from-c") == 1
+        assert cf.create("ttl.d", 1000) is True
+        assert r.pexpire("ttl.d", 1) is True
+        time.sleep(0.005)
+        assert r.renamenx("ttl.c", "ttl.d") is True
+        assert cf.exists("ttl.d", "from-c") == 1
+        assert r.ttl("ttl.d") == -1  # ttl.c had none.
+
+    @check
     def renamenx_only_to_a_free_name():
         assert cf.create("nx.a", 1000) is True
         assert cf.create("nx.b", 1000) is True

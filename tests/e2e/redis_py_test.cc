@@ -176,10 +176,11 @@ TEST(RedisPyTest, RenameAndRenamenxAsRedisAndTheirResultsSurviveARestart) {
          {"ok rename_moves_the_filter_with_its_items", "ok rename_replaces_the_destination",
           "ok rename_errors_as_redis", "ok renamenx_only_to_a_free_name",
           "ok rename_in_a_pipeline_and_a_transaction", "ok rename_rotation_while_writing",
-          "ok rename_command_metadata"}) {
+          "ok rename_command_metadata",
+          "ok rename_keeps_the_ttl_and_an_expired_destination_is_free"}) {
       EXPECT_THAT(r.out, HasSubstr(std::string(check) + "\n")) << r.out << r.err;
     }
-    EXPECT_THAT(r.out, HasSubstr("7 checks passed"));
+    EXPECT_THAT(r.out, HasSubstr("8 checks passed"));
   }
   RedisCuckood again(dir.path(), {"--redis-error-rate=1e-7"});
   ASSERT_TRUE(again.ready()) << again.Log();

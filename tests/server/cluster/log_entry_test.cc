@@ -191,8 +191,8 @@ TEST(LogEntryTest, ExpiryEntriesRoundTripAndBrokenOnesAreDataLoss) {
   EXPECT_TRUE(absl::IsDataLoss(DecodeLogEntry(Reseal(flags)).status()));
   std::string cut = good.substr(0, good.size() - 16) + good.substr(good.size() - 8);
   EXPECT_TRUE(absl::IsDataLoss(DecodeLogEntry(Reseal(cut)).status()));
-  // Types 5 and 7, not this build's, are a newer cuckood's.
-  for (char type : {char{5}, char{7}}) {
+  // Types 7 and 8, not this build's, are a newer cuckood's.
+  for (char type : {char{7}, char{8}}) {
     std::string newer = good;
     newer[5] = type;
     EXPECT_TRUE(absl::IsFailedPrecondition(DecodeLogEntry(Reseal(newer)).status())) << int(type);
