@@ -157,19 +157,12 @@ inline constexpr HeaderLayout kVersion5 = {.version = 5,
 // for one that has none: a build before filter expiry refuses the file of
 // a filter that would expire (a newer version: it must not serve that
 // filter past its expiry, nor quarantine it), and loads the others.
-inline constexpr HeaderLayout kVersion6 = {.version = 6,
-                                           .header_bytes = 1024,
-                                           .fields = 0,
-                                           .name = 344,
-                                           .name_bytes = kSnapshotNameBytes,
-                                           .shape = 48,
-                                           .filter_id = 152,
-                                           .growth = 0,
-                                           .log = 296,
-                                           .expire_at = 856,
-                                           .reserved = 856,
-                                           .checksum = 1016,
-                                           .section_header_bytes = 24};
+inline constexpr HeaderLayout kVersion6 = [] {
+  HeaderLayout v6 = kVersion5;
+  v6.version = 6;
+  v6.expire_at = kVersion5.reserved;
+  return v6;
+}();
 // The version a file of a filter that has no expiry is written as (the
 // layout is kVersion6's, its expire_at bytes zeros, as version 5's).
 inline constexpr uint32_t kNoExpiryWriteVersion = 5;

@@ -133,21 +133,13 @@ inline constexpr SnapshotLayout kSnapshotV5 = {.version = 5,
                                                .name_bytes = 512};
 // Version 5 and the filter's expiry at 856 (written only for a filter that
 // has one).
-inline constexpr SnapshotLayout kSnapshotV6 = {.version = 6,
-                                               .header = 1024,
-                                               .fields = 0,
-                                               .name = 344,
-                                               .filter_id = 152,
-                                               .reserved = 864,
-                                               .header_checksum = 1016,
-                                               .section_header = 24,
-                                               .section_position = 16,
-                                               .growth = 0,
-                                               .generation_header = 40,
-                                               .log = 296,
-                                               .shape = 48,
-                                               .name_bytes = 512,
-                                               .expire_at = 856};
+inline constexpr SnapshotLayout kSnapshotV6 = [] {
+  SnapshotLayout v6 = kSnapshotV5;
+  v6.version = 6;
+  v6.expire_at = kSnapshotV5.reserved;
+  v6.reserved = kSnapshotV5.reserved + 8;
+  return v6;
+}();
 inline constexpr size_t kSnapshotLogBytes = 48;
 // The version this build writes for a filter without an expiry (with one:
 // kSnapshotV6).
