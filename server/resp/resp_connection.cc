@@ -194,14 +194,21 @@ void Connection::Process() {
     if (half_closed_) break;  // AsyncDone closes once the replies are out
     StartRead();
   }
+  // Whatever stopped the loop, an EXEC's log transaction ends here: its
+  // writes are answered once it ended, so it must not wait for them.
+  if (session_.log_transaction != 0) core_->handler->ExecPaused(&session_);
   Account();  // (before the replies go: a client that read one sees it counted)
   Flush();
 }
 
 bool Connection::Blocked() const {
+  // An EXEC's commands run on while earlier ones wait for their replies
+  // (the transaction's own size bounds them): its writes are answered only
+  // once its log transaction ended, after the last of them ran.
   return unapplied_ > 0 || queued_then_ > 0 ||
-         unready_ >= std::max<size_t>(core_->options.max_pipelined, 1) ||
-         (unready_ > 0 && unready_arg_bytes_ >= core_->options.max_pipelined_bytes);
+         (!exec_running_ &&
+          (unready_ >= std::max<size_t>(core_->options.max_pipelined, 1) ||
+           (unready_ > 0 && unready_arg_bytes_ >= core_->options.max_pipelined_bytes)));
 }
 
 size_t Connection::OutputLimit() const {
@@ -250,7 +257,9 @@ void Connection::RunNext() {
   slots_.emplace_back();
   executing_seq_ = seq;
   tl_executing = this;
+  session_.in_exec = from_exec;
   size_t took = core_->handler->Execute(&session_, commands, Completion(shared_from_this(), seq));
+  session_.in_exec = false;
   tl_executing = nullptr;
   took = std::clamp<size_t>(took, 1, commands.size());
   next += took;
@@ -334,6 +343,7 @@ void Connection::MaybeEndExec() {
   if (exec_running_ && exec_next_ == exec_cmds_.size()) {
     exec_running_ = false;
     execs_.back().end = first_seq_ + slots_.size();
+    if (session_.log_transaction != 0) core_->handler->ExecPaused(&session_);
   }
   while (!execs_.empty() && execs_.front().end <= first_seq_) {
     if (!lingering_ && !closed_) out_.append(execs_.front().out);

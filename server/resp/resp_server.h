@@ -112,6 +112,11 @@ struct Session {
   bool multi_failed = false;  // a command was refused at queue time: EXEC aborts
   bool exec = false;          // handler-owned, cleared by the connection
   size_t multi_queued = 0;    // commands queued (the connection's count)
+  // Set by the connection while it runs an EXEC's queued command; the
+  // connection calls CommandHandler::ExecPaused wherever it stops running
+  // them (a wait, a pause, the end of the EXEC).
+  bool in_exec = false;
+  uint64_t log_transaction = 0;  // handler-owned: an open log transaction of an EXEC
 };
 
 // One parsed command: its arguments, views into the connection's input
@@ -211,6 +216,10 @@ class CommandHandler {
   // per-connection state). Not called for a command still in flight
   // afterwards: a Reply after Closed is dropped.
   virtual void Closed(Session* /*session*/) {}
+  // The connection stopped running an EXEC's commands, for now or for good
+  // (the EXEC ended, or the connection waits for a reply, for its output to
+  // drain, or closes): whatever the handler holds open across them ends.
+  virtual void ExecPaused(Session* /*session*/) {}
 };
 
 struct ServerOptions {

@@ -186,6 +186,15 @@ class FilterServiceImpl final : public FilterServiceBase {
   absl::StatusOr<AppliedWrite> InsertNow(const LocalWrite& write, absl::Span<InsertResult> results);
   absl::StatusOr<AppliedWrite> DeleteNow(const LocalWrite& write, absl::Span<DeleteResult> results);
   bool local_writes() const { return cluster_ == nullptr; }
+  // A transaction of the write-ahead log around local writes (the Redis
+  // port's EXEC): the log replays the records appended between its begin
+  // and its end all or none, and acknowledges nothing from the begin on
+  // until the end is durable (Wal::BeginTransaction). Returns the begin's
+  // lsn, or 0 for none (no log, or no room in it: the writes then meet the
+  // same refusal). End it promptly, once, and never wait for a write of it
+  // to be durable before it ended.
+  uint64_t BeginLogTransaction();
+  void EndLogTransaction(uint64_t begin_lsn);
 
   // --- Filter expiry (filter_expiry.cc) ---
   //

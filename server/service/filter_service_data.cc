@@ -432,6 +432,19 @@ absl::Status FilterServiceImpl::DataCall(RpcMethod method, grpc::ServerContextBa
   }
 }
 
+uint64_t FilterServiceImpl::BeginLogTransaction() {
+  Wal* wal = local_writes() && persistence_ != nullptr ? persistence_->wal() : nullptr;
+  if (wal == nullptr || !wal->Reserve(kWalTxnBytes).ok()) return 0;
+  return wal->BeginTransaction();
+}
+
+void FilterServiceImpl::EndLogTransaction(uint64_t begin_lsn) {
+  if (begin_lsn == 0) return;
+  Wal* wal = persistence_->wal();
+  wal->EndTransaction(begin_lsn);
+  wal->Unreserve(kWalTxnBytes);
+}
+
 absl::StatusOr<FilterServiceImpl::AppliedWrite> FilterServiceImpl::InsertNow(
     const LocalWrite& write, absl::Span<InsertResult> results) {
   return WriteNow<InsertResult>(RpcMethod::kInsert, write, ApplyInsert, results);

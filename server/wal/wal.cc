@@ -269,6 +269,11 @@ void Wal::Unreserve(uint64_t bytes) {
 uint64_t Wal::Append(size_t bytes,
                      const std::function<void(uint64_t, uint64_t, uint8_t*)>& encode) {
   MutexLock lock(&mu_);
+  return AppendLocked(bytes, encode);
+}
+
+uint64_t Wal::AppendLocked(size_t bytes,
+                           const std::function<void(uint64_t, uint64_t, uint8_t*)>& encode) {
   const uint64_t lsn = ++appended_lsn_;
   appended_published_.store(lsn, std::memory_order_release);
   if (closed_ || !failure_.ok()) return lsn;
@@ -345,9 +350,62 @@ uint64_t Wal::AppendRenameFilter(uint64_t filter_id, absl::string_view new_name,
   });
 }
 
-uint64_t Wal::DurableLsnLocked() const {
-  return options_.durability == Durability::kSync ? synced_lsn_ : written_lsn_;
+uint64_t Wal::BeginTransaction() {
+  MutexLock lock(&mu_);
+  // A run of overlapping transactions holds back every answer until it
+  // closes: one that has gone on for kWalMaxRunGrowth takes no more, so
+  // that a steady stream of transactions on many connections cannot keep
+  // one open for ever. The transactions open end without waiting for
+  // anything (Wal::BeginTransaction's contract), so this wait is short.
+  while (open_transactions_ > 0 && absl::Now() - run_started_ >= kWalMaxRunGrowth &&
+         failure_.ok() && !closed_ && !closing_) {
+    mu_.WaitFor(&run_cv_, std::chrono::milliseconds(10));  // (closing: not notified)
+  }
+  if (open_transactions_++ == 0) run_started_ = absl::Now();
+  const uint64_t lsn = AppendLocked(
+      kWalTxnRecordBytes,
+      [](uint64_t l, uint64_t synced, uint8_t* out) { EncodeTxnBegin(l, synced, out); });
+  transactions_.emplace(lsn, 0);
+  return lsn;
 }
+
+void Wal::EndTransaction(uint64_t begin_lsn) {
+  MutexLock lock(&mu_);
+  const uint64_t lsn = AppendLocked(
+      kWalTxnRecordBytes,
+      [&](uint64_t l, uint64_t synced, uint8_t* out) { EncodeTxnEnd(l, synced, begin_lsn, out); });
+  auto it = transactions_.find(begin_lsn);
+  if (it != transactions_.end()) it->second = lsn;
+  if (open_transactions_ > 0 && --open_transactions_ == 0) run_cv_.notify_all();
+  // A SyncTo past the begin waits for the end: synced soon, whatever the
+  // mode.
+  if (sync_wanted_lsn_ >= begin_lsn) sync_wanted_lsn_ = std::max(sync_wanted_lsn_, lsn);
+}
+
+uint64_t Wal::HeldLocked(uint64_t lsn) const {
+  // Transactions that overlap make one run, from the first begin to the
+  // last end: a replay of the log up to `lsn` cuts it at the start of the
+  // run still open there (ScanWal), so nothing from that start on is
+  // durable yet.
+  uint64_t start = 0, reach = 0;  // The run's; reach UINT64_MAX: open at lsn.
+  for (const auto& [begin, end] : transactions_) {
+    if (begin > lsn) break;
+    const uint64_t to = end == 0 || end > lsn ? UINT64_MAX : end;
+    if (start == 0 || begin > reach) {
+      start = begin;
+      reach = to;
+    } else {
+      reach = std::max(reach, to);
+    }
+  }
+  return reach == UINT64_MAX ? start - 1 : lsn;
+}
+
+uint64_t Wal::DurableLsnLocked() const {
+  return HeldLocked(options_.durability == Durability::kSync ? synced_lsn_ : written_lsn_);
+}
+
+uint64_t Wal::SyncedLsnLocked() const { return HeldLocked(synced_lsn_); }
 
 void Wal::WhenDurable(uint64_t lsn, Done done) {
   absl::Status now;
@@ -387,8 +445,8 @@ absl::Status Wal::SyncTo(uint64_t lsn) {
   MutexLock lock(&mu_);
   sync_wanted_lsn_ = std::max(sync_wanted_lsn_, lsn);
   work_cv_.notify_one();
-  while (!(synced_lsn_ >= lsn || !failure_.ok() || closed_)) mu_.Wait(&done_cv_);
-  if (synced_lsn_ >= lsn) return absl::OkStatus();
+  while (!(SyncedLsnLocked() >= lsn || !failure_.ok() || closed_)) mu_.Wait(&done_cv_);
+  if (SyncedLsnLocked() >= lsn) return absl::OkStatus();
   if (!failure_.ok()) return failure_;
   return absl::UnavailableError("the write-ahead log is closed (cuckood is shutting down)");
 }
@@ -540,6 +598,22 @@ void Wal::Run() {
       written_lsn_ = upto;
       if (sync) synced_lsn_ = upto;
       bytes_written_ += data.size();
+      // Runs of overlapping transactions whose every end is synced hold
+      // nothing back any more (HeldLocked).
+      while (!transactions_.empty()) {
+        uint64_t reach = 0;
+        auto last = transactions_.begin();
+        bool ended = true;
+        for (; last != transactions_.end() && (reach == 0 || last->first < reach); ++last) {
+          if (last->second == 0 || last->second > synced_lsn_) {
+            ended = false;
+            break;
+          }
+          reach = std::max(reach, last->second);
+        }
+        if (!ended) break;
+        transactions_.erase(transactions_.begin(), last);
+      }
     }
     std::vector<std::pair<Done, absl::Status>> answers;
     AnswerLocked(&answers);
@@ -583,7 +657,9 @@ void Wal::Close() {
   // Everything appended is on disk: record where the log ends, so that the
   // next start reads only that much (docs/WAL_FORMAT.md, "The clean-close
   // file"). Without the record, a start reads every segment whole.
-  if (failure_.ok() && buffer_.empty() && synced_lsn_ == appended_lsn_ &&
+  // (Not with a transaction open: the next start must cut the log at its
+  // begin, which a clean close's short read would not.)
+  if (failure_.ok() && buffer_.empty() && synced_lsn_ == appended_lsn_ && transactions_.empty() &&
       (current_ != nullptr || segments_.empty())) {
     WalClosed c;
     if (current_ != nullptr) {
@@ -625,7 +701,9 @@ absl::Status Wal::Truncate(uint64_t needed_lsn) {
   std::vector<std::string> remove;
   {
     MutexLock lock(&mu_);
-    // Only a prefix, and never the segment being written.
+    // Only a prefix, and never the segment being written, nor a
+    // transaction's begin that a replay may yet cut the log at.
+    if (!transactions_.empty()) needed_lsn = std::min(needed_lsn, transactions_.begin()->first);
     while (segments_.size() > 1 && segments_.front().last_lsn < needed_lsn) {
       remove.push_back(segments_.front().path);
       segments_.erase(segments_.begin());
@@ -708,7 +786,8 @@ WalStats Wal::Stats() const {
   WalStats st;
   st.appended_lsn = appended_lsn_;
   st.durable_lsn = DurableLsnLocked();
-  st.synced_lsn = synced_lsn_;
+  st.synced_lsn = SyncedLsnLocked();
+  st.open_transactions = transactions_.size();
   st.segments = segments_.size() + (prepared_ != nullptr ? 1 : 0);
   for (const Segment& s : segments_) st.disk_bytes += s.file_bytes;
   if (prepared_ != nullptr) st.disk_bytes += options_.segment_bytes;

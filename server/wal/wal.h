@@ -70,6 +70,11 @@ absl::string_view DurabilityName(Durability d);
 absl::StatusOr<Durability> ParseDurability(absl::string_view s);
 
 inline constexpr uint64_t kWalDefaultMaxPendingBytes = uint64_t{16} << 20;
+// What a transaction's records take (Wal::BeginTransaction).
+inline constexpr uint64_t kWalTxnBytes = 2 * kWalTxnRecordBytes;
+// How long a run of overlapping transactions may take new ones: a begin
+// after that waits until the run's transactions have ended.
+inline constexpr absl::Duration kWalMaxRunGrowth = absl::Milliseconds(5);
 
 struct WalOptions {
   std::string dir;  // <data-dir>/wal
@@ -108,9 +113,10 @@ inline constexpr uint64_t WalMemoryBound(uint64_t max_pending_bytes, uint64_t ba
 }
 
 struct WalStats {
-  uint64_t appended_lsn = 0;              // The last lsn given out.
-  uint64_t durable_lsn = 0;               // The last lsn acknowledged as durable (per the mode).
-  uint64_t synced_lsn = 0;                // The last lsn fdatasync'ed.
+  uint64_t appended_lsn = 0;  // The last lsn given out.
+  uint64_t durable_lsn = 0;   // The last lsn acknowledged as durable (per the mode).
+  uint64_t synced_lsn = 0;    // The last lsn fdatasync'ed (both: short of an unended transaction).
+  uint64_t open_transactions = 0;         // Begun, their end not synced yet.
   uint64_t segments = 0;                  // Segment files, the prepared one included.
   uint64_t disk_bytes = 0;                // Their total size.
   uint64_t bytes_written = 0;             // Record bytes written since Open.
@@ -158,6 +164,26 @@ class Wal {
   uint64_t AppendRequestStart(uint64_t filter_id, const WalRequest& request);
   uint64_t AppendRequestResults(uint64_t filter_id, const WalRequest& request);
 
+  // A transaction (docs/WAL_FORMAT.md, "Transactions"): the records
+  // appended after BeginTransaction's begin record, by anyone, up to the
+  // end record EndTransaction appends, are replayed all or none. Until that
+  // end is durable (and those of the transactions that overlap it, one run
+  // from the first begin to the last end), no record from the begin (the
+  // run's first) on counts as durable: waiters
+  // (WhenDurable, WaitDurable, SyncTo) past the begin wait, Stats stops
+  // short of it, and Truncate keeps it; so a replay that cuts the log at a
+  // begin without its end cuts off nothing acknowledged. The cost is that
+  // every write after the begin waits for the end: a transaction must end
+  // promptly, and its own records must not wait for durability before it
+  // does (the Redis port ends one wherever an EXEC would wait). A begin
+  // waits while the run open has gone on for kWalMaxRunGrowth, until it
+  // closes, so a run is at most that long plus its longest transaction.
+  // Returns the begin's lsn, to pass to EndTransaction exactly once, from
+  // a thread that has no other transaction open. Reserve kWalTxnBytes
+  // first.
+  uint64_t BeginTransaction();
+  void EndTransaction(uint64_t begin_lsn);
+
   // Calls done(OK) once `lsn` is durable per the mode, or done(error) if the
   // log failed first; at once (on this thread) if that is known already,
   // else on the committer thread.
@@ -168,7 +194,8 @@ class Wal {
   absl::Status SyncTo(uint64_t lsn);
 
   // Removes the segments whose records all have lsns below `needed_lsn`
-  // (never the one being written).
+  // (never the one being written, nor one holding the begin of a
+  // transaction whose end is not synced).
   absl::Status Truncate(uint64_t needed_lsn);
 
   WalStats Stats() const;
@@ -207,6 +234,13 @@ class Wal {
   // Makes the prepared segment the current one, its first record `first_lsn`.
   absl::Status StartSegment(uint64_t first_lsn);
   uint64_t DurableLsnLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t SyncedLsnLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `lsn` (a written or synced lsn), held short of the first begin of a
+  // run of overlapping transactions that is still open at it.
+  uint64_t HeldLocked(uint64_t lsn) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t AppendLocked(size_t bytes,
+                        const std::function<void(uint64_t, uint64_t, uint8_t*)>& encode)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The most one Reserve holds (see Reserve).
   uint64_t MaxReservation() const;
   // Bytes the log can still take without another segment being prepared.
@@ -235,9 +269,15 @@ class Wal {
   bool finished_ ABSL_GUARDED_BY(mu_) = false;  // Close has run.
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   std::multimap<uint64_t, Done> waiters_ ABSL_GUARDED_BY(mu_);
-  std::vector<Segment> segments_ ABSL_GUARDED_BY(mu_);  // Oldest first; back() is current.
-  uint64_t current_end_ ABSL_GUARDED_BY(mu_) = 0;       // Write offset in current_.
-  uint64_t current_bytes_ ABSL_GUARDED_BY(mu_) = 0;     // current_'s size.
+  // Transactions of the runs not all synced yet: begin lsn -> end lsn (0
+  // while open).
+  std::map<uint64_t, uint64_t> transactions_ ABSL_GUARDED_BY(mu_);
+  uint64_t open_transactions_ ABSL_GUARDED_BY(mu_) = 0;  // Begun, not ended.
+  absl::Time run_started_ ABSL_GUARDED_BY(mu_);          // When the run open now began.
+  std::condition_variable run_cv_;                       // The run closed (no transaction open).
+  std::vector<Segment> segments_ ABSL_GUARDED_BY(mu_);   // Oldest first; back() is current.
+  uint64_t current_end_ ABSL_GUARDED_BY(mu_) = 0;        // Write offset in current_.
+  uint64_t current_bytes_ ABSL_GUARDED_BY(mu_) = 0;      // current_'s size.
   uint64_t in_write_ ABSL_GUARDED_BY(mu_) = 0;       // Bytes taken from buffer_, not yet written.
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;  // Of the segment to prepare next.
   // The next segment, ready to start (written with zeros), if any.

@@ -10,7 +10,8 @@ namespace cuckoo::server {
 
 uint64_t WalApplier::ReplayMemoryBound(uint64_t segment_bytes, size_t workers) {
   const Options defaults;
-  return segment_bytes + defaults.max_queued_bytes +
+  // (ScanWal's records held inside transactions: kWalScanHeldBytes.)
+  return segment_bytes + kWalScanHeldBytes + defaults.max_queued_bytes +
          std::max<size_t>(1, workers) * Batch::CapacityBytes(defaults);
 }
 

@@ -54,7 +54,8 @@ class WalApplier {
   };
 
   // The most memory a start-up replay holds besides the filters: the
-  // segment ScanWal has read (segment_bytes), and an applier with
+  // segment ScanWal has read (segment_bytes), the records it holds inside
+  // transactions (kWalScanHeldBytes), and an applier with
   // default Options and `workers` workers: its queue and a batch being
   // filled per worker.
   static uint64_t ReplayMemoryBound(uint64_t segment_bytes, size_t workers);

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <optional>
+#include <set>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -214,6 +216,16 @@ void EncodeDropFilter(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id, uin
   Seal(out, kWalDropFilterBytes);
 }
 
+void EncodeTxnBegin(uint64_t lsn, uint64_t synced_lsn, uint8_t* out) {
+  PutHeader(out, kWalTxnRecordBytes, WalRecordType::kTxnBegin, 0, lsn, synced_lsn, 0);
+  Seal(out, kWalTxnRecordBytes);
+}
+
+void EncodeTxnEnd(uint64_t lsn, uint64_t synced_lsn, uint64_t begin_lsn, uint8_t* out) {
+  PutHeader(out, kWalTxnRecordBytes, WalRecordType::kTxnEnd, 0, lsn, synced_lsn, begin_lsn);
+  Seal(out, kWalTxnRecordBytes);
+}
+
 void EncodeSetExpiry(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id, int64_t expire_at,
                      uint8_t* out) {
   PutHeader(out, kWalSetExpiryBytes, WalRecordType::kSetExpiry, 0, lsn, synced_lsn, filter_id);
@@ -370,6 +382,21 @@ WalParse ParseWalRecord(absl::Span<const uint8_t> data, WalRecord* out, size_t* 
     case static_cast<uint8_t>(WalRecordType::kDropFilter):
       if (flags != 0 || payload_bytes != 0) return bad("a drop record with a payload");
       out->type = WalRecordType::kDropFilter;
+      break;
+    case static_cast<uint8_t>(WalRecordType::kTxnBegin):
+      if (flags != 0) return unknown(absl::StrFormat("unknown record flags %#x", flags));
+      if (payload_bytes != 0) return bad("a transaction's begin record with a payload");
+      if (out->filter_id != 0) return bad("a transaction's begin record with a filter id");
+      out->type = WalRecordType::kTxnBegin;
+      break;
+    case static_cast<uint8_t>(WalRecordType::kTxnEnd):
+      if (flags != 0) return unknown(absl::StrFormat("unknown record flags %#x", flags));
+      if (payload_bytes != 0) return bad("a transaction's end record with a payload");
+      if (out->filter_id == 0 || out->filter_id >= out->lsn) {
+        return bad(absl::StrFormat("a transaction's end record at lsn %u naming begin lsn %u",
+                                   out->lsn, out->filter_id));
+      }
+      out->type = WalRecordType::kTxnEnd;
       break;
     case static_cast<uint8_t>(WalRecordType::kSetExpiry): {
       if (flags != 0) return unknown(absl::StrFormat("unknown record flags %#x", flags));
@@ -580,8 +607,11 @@ uint64_t MinValidLsn(absl::Span<const uint8_t> data) {
 
 }  // namespace
 
-absl::StatusOr<WalScan> ScanWal(Env* env, const std::string& dir,
-                                const std::function<absl::Status(const WalRecord&)>& apply) {
+// ScanWal's reading: as ScanWal, applying every record, except that the log
+// ends before the record of lsn `stop_lsn` (`stop_why` says why).
+absl::StatusOr<WalScan> ScanWalPass(Env* env, const std::string& dir,
+                                    const std::function<absl::Status(const WalRecord&)>& apply,
+                                    uint64_t stop_lsn, const std::string& stop_why) {
   absl::StatusOr<std::vector<std::string>> names = env->List(dir);
   if (!names.ok() && EnvErrno(names.status()) == ENOENT) return WalScan{};  // No log yet.
   if (!names.ok()) return names.status();
@@ -696,6 +726,7 @@ absl::StatusOr<WalScan> ScanWal(Env* env, const std::string& dir,
     // instead of the next record ("" when only zeros are).
     size_t end_at = 0;
     std::string end_why;
+    bool stopped = false;  // At stop_lsn.
     const bool continues =
         hs == HeaderState::kOk &&
         (scan.segments.empty() || h.prev_last_lsn == scan.segments.back().last_lsn);
@@ -735,6 +766,13 @@ absl::StatusOr<WalScan> ScanWal(Env* env, const std::string& dir,
         if (p == WalParse::kRecord && record.lsn != expected) {
           why = absl::StrFormat("a record with lsn %u where lsn %u was next", record.lsn, expected);
         }
+        if (p == WalParse::kRecord && record.lsn == expected && record.lsn >= stop_lsn) {
+          // Cut here on purpose: not damage, whatever follows says.
+          ended = stopped = true;
+          end_at = off;
+          end_why = stop_why;
+          break;
+        }
         if (p != WalParse::kRecord || record.lsn != expected) {
           ended = true;
           end_at = off;
@@ -771,7 +809,7 @@ absl::StatusOr<WalScan> ScanWal(Env* env, const std::string& dir,
       last_all_zero = data.size();
     }
     bool written_after = !end_why.empty();
-    bool proven = ProvesDurable(data, end_at, missing);
+    bool proven = !stopped && ProvesDurable(data, end_at, missing);
     if (!continues) scan.unused.push_back(path);
     // This segment's bytes are not needed past here: one segment in memory
     // at a time (WalApplier::ReplayMemoryBound).
@@ -784,7 +822,7 @@ absl::StatusOr<WalScan> ScanWal(Env* env, const std::string& dir,
       } else if (j + 1 == files.size()) {
         last_all_zero = later->size();
       }
-      proven = proven || ProvesDurable(*later, 0, missing);
+      proven = proven || (!stopped && ProvesDurable(*later, 0, missing));
       scan.unused.push_back(files[j].second);
     }
     if (proven) {
@@ -817,6 +855,122 @@ absl::StatusOr<WalScan> ScanWal(Env* env, const std::string& dir,
   }
   scan.closed_cleanly = have_closed;
   return scan;
+}
+
+namespace {
+
+// The records read after a transaction's begin, held back until every
+// transaction open then has ended (they are applied then), since a log
+// that ends before some begin's end is cut at that begin. A record's
+// hashes are its own copy.
+class HeldRecords {
+ public:
+  // Past this much, the records are dropped and a second pass applies them.
+  static constexpr uint64_t kMaxBytes = kWalScanHeldBytes;
+
+  bool empty() const { return records_.empty(); }
+  uint64_t first_lsn() const { return records_.front().lsn; }
+  // False (and nothing more held) when the record would pass kMaxBytes.
+  bool Hold(const WalRecord& r) {
+    const uint64_t bytes = sizeof(WalRecord) + 8 * r.hashes.size() + r.name.size() +
+                           r.request.key.size() + r.request.results.size();
+    if (bytes_ + bytes > kMaxBytes) return false;
+    bytes_ += bytes;
+    WalRecord& held = records_.emplace_back(r);
+    held.write.hashes = held.hashes;  // Not the caller's buffer.
+    return true;
+  }
+  absl::Status ApplyAll(const std::function<absl::Status(const WalRecord&)>& apply) {
+    for (const WalRecord& r : records_) {
+      if (absl::Status s = apply(r); !s.ok()) return s;
+    }
+    Clear();
+    return absl::OkStatus();
+  }
+  void Clear() {
+    std::deque<WalRecord>().swap(records_);
+    bytes_ = 0;
+  }
+
+ private:
+  std::deque<WalRecord> records_;
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<WalScan> ScanWal(Env* env, const std::string& dir,
+                                const std::function<absl::Status(const WalRecord&)>& apply) {
+  // One pass applies the records, holding back those after a transaction's
+  // begin until every open transaction has ended (most logs hold no
+  // transaction, or short ones). A log that ends inside transactions is
+  // read again, to end it where the run of overlapping transactions still
+  // open at its end began; and so is
+  // one whose held records grew past their bound, to apply them.
+  std::set<uint64_t> open;  // Begins without their end so far.
+  // Where the run of overlapping transactions open now began: the log is
+  // cut there if it ends before they all have. (Cut at a later begin of the
+  // run, it would keep part of a transaction begun before and ended after.)
+  uint64_t run_start = 0;
+  HeldRecords held;
+  uint64_t unapplied_from = 0;  // The first record not applied (0: none).
+  absl::StatusOr<WalScan> scan = ScanWalPass(
+      env, dir,
+      [&](const WalRecord& r) -> absl::Status {
+        if (r.type == WalRecordType::kTxnBegin) {
+          if (open.empty()) run_start = r.lsn;
+          open.insert(r.lsn);
+        }
+        // (An end whose begin is not in the log: the begin's segment was
+        // truncated after the transaction ended.)
+        if (r.type == WalRecordType::kTxnEnd) open.erase(r.filter_id);
+        if (unapplied_from != 0) return absl::OkStatus();
+        if (open.empty()) {
+          if (absl::Status s = held.ApplyAll(apply); !s.ok()) return s;
+          return apply(r);
+        }
+        if (!held.Hold(r)) {
+          // The second read applies them, and the rest.
+          unapplied_from = held.empty() ? r.lsn : held.first_lsn();
+          held.Clear();
+        }
+        return absl::OkStatus();
+      },
+      UINT64_MAX, std::string());
+  if (!scan.ok()) return scan;
+  if (open.empty() && unapplied_from == 0) return scan;
+  // The held records are the open run's, from its start: all cut off.
+  const uint64_t cut = open.empty() ? UINT64_MAX : run_start;
+  held.Clear();
+  if (cut != UINT64_MAX && scan->closed_cleanly) {
+    // Wal::Close writes the clean-close file only with no transaction open.
+    return absl::DataLossError(absl::StrFormat(
+        "write-ahead log %s: its clean-close file says it was closed cleanly, but the log ends "
+        "inside the transaction begun at lsn %u; remove %s/%s and start again (the log is then "
+        "read whole and cut at that transaction)",
+        dir, cut, dir, kWalClosedName));
+  }
+  const uint64_t last_lsn = scan->last_lsn;
+  const std::string why =
+      cut == UINT64_MAX
+          ? std::string()
+          : absl::StrFormat(
+                "the transaction begun at lsn %u (or one overlapping it) has no end record, so "
+                "it and the %u records after it, none of them acknowledged, are cut off",
+                cut, last_lsn - cut);
+  absl::StatusOr<WalScan> cut_scan = ScanWalPass(
+      env, dir,
+      [&](const WalRecord& r) {
+        return unapplied_from != 0 && r.lsn >= unapplied_from ? apply(r) : absl::OkStatus();
+      },
+      cut, why);
+  if (!cut_scan.ok()) return cut_scan;
+  cut_scan->read_bytes += scan->read_bytes;
+  if (cut != UINT64_MAX) {
+    cut_scan->cut_transaction = cut;
+    cut_scan->cut_records = last_lsn - cut + 1;
+  }
+  return cut_scan;
 }
 
 }  // namespace cuckoo::server

@@ -61,6 +61,13 @@ enum class WalRecordType : uint8_t {
   // kDropFilter record, as any drop.
   kSetExpiry = 9,
   // 10: reserved for filter expiry.
+  // A transaction's bounds (docs/WAL_FORMAT.md, "Transactions"): the
+  // records between a kTxnBegin and the kTxnEnd that names it (its
+  // filter_id field holds the begin's lsn) are replayed all or none. A
+  // log that ends after a begin without its end is cut at that begin:
+  // nothing from there on was acknowledged (Wal::BeginTransaction).
+  kTxnBegin = 11,
+  kTxnEnd = 12,
 };
 
 // The longest request key a request record holds (RequestWindow's key: the
@@ -90,7 +97,8 @@ struct WalRequest {
 // A decoded record. For kInsert and kDelete, `write` (its hashes in
 // `hashes`); for kCreateFilter, `name` and `shape` (the filter's id is the
 // record's lsn); kDropFilter has only the header; kRenameFilter: `name` (the
-// new one), `replaced_id` and `replace`.
+// new one), `replaced_id` and `replace`; kTxnBegin has only the header, and
+// kTxnEnd's `filter_id` is its begin's lsn.
 struct WalRecord {
   WalRecordType type = WalRecordType::kInsert;
   uint64_t lsn = 0;
@@ -132,6 +140,10 @@ size_t WalCreateFilterBytes(absl::string_view name, const FilterShape& shape);
 // reserve before the shape is known.
 size_t WalCreateFilterBytes(absl::string_view name);
 inline constexpr size_t kWalDropFilterBytes = kWalRecordHeaderBytes + kWalRecordTrailerBytes;
+// A transaction's begin and end records: headers only.
+inline constexpr size_t kWalTxnRecordBytes = kWalRecordHeaderBytes + kWalRecordTrailerBytes;
+void EncodeTxnBegin(uint64_t lsn, uint64_t synced_lsn, uint8_t* out);
+void EncodeTxnEnd(uint64_t lsn, uint64_t synced_lsn, uint64_t begin_lsn, uint8_t* out);
 void EncodeShardWrite(uint64_t lsn, uint64_t synced_lsn, uint64_t filter_id, const ShardWrite& w,
                       uint8_t* out);
 void EncodeCreateFilter(uint64_t lsn, uint64_t synced_lsn, absl::string_view name,
@@ -224,6 +236,10 @@ struct WalScan {
   std::string closed_ignored;
   // Bytes read from the log's files.
   uint64_t read_bytes = 0;
+  // The lsn of the unfinished transaction's begin the log was cut at (0:
+  // none), and how many valid records from there on were not applied.
+  uint64_t cut_transaction = 0;
+  uint64_t cut_records = 0;
 };
 
 // Reads the log in `dir` from its first segment, calling `apply` with
@@ -240,7 +256,17 @@ struct WalScan {
 // the last segment is read only up to its end plus kWalClosedCheckBytes,
 // which must be zeros, and a prepared segment only its first
 // kWalClosedCheckBytes; anything that does not match means a full read.
+// Transactions (kTxnBegin ... kTxnEnd): a log whose end comes after a begin
+// without its end is cut at the first begin of the run of overlapping
+// transactions open at its end (WalScan::cut says so,
+// WalScan::cut_transaction is its lsn), and no record from there on is
+// applied. Records after a begin are held (up to kWalScanHeldBytes) until
+// every transaction open then has ended; a log cut inside a transaction,
+// or one whose held records passed the bound, is read a second time.
 inline constexpr size_t kWalClosedCheckBytes = 4096;
+// The most ScanWal holds of the records read inside transactions, waiting
+// for their ends; past it, a second read of the log applies them.
+inline constexpr uint64_t kWalScanHeldBytes = uint64_t{16} << 20;
 absl::StatusOr<WalScan> ScanWal(Env* env, const std::string& dir,
                                 const std::function<absl::Status(const WalRecord&)>& apply);
 

@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "core/snapshot.h"
 #include "tests/e2e/redis_test_util.h"
 
@@ -601,11 +602,11 @@ TEST(RedisCrashTest, KillDashNineMidDumpAndLoadLeavesNoFileBehind) {
 }
 
 // Issue 33: MULTI ... EXEC of writes. EXEC answers once every write in it
-// is durable, so every item of an acknowledged EXEC must survive the kill.
-// Each write of an EXEC is logged on its own (the write-ahead log has no
-// transaction record yet): of an EXEC cut off by the kill, any subset of
-// its writes may be present after the restart; the test counts them.
-TEST(RedisCrashTest, KillDashNineLosesNoWriteOfAnAcknowledgedExec) {
+// is durable, so every item of an acknowledged EXEC must survive the kill;
+// and an EXEC's writes are one transaction of the write-ahead log, so one
+// cut off by the kill (never answered) is there whole or not at all
+// (docs/REDIS_COMPATIBILITY.md, Transactions).
+TEST(RedisCrashTest, KillDashNineLeavesEveryExecWholeOrAbsentAndLosesNoAcknowledgedOne) {
   TempDir data;
   const std::vector<std::string> flags = {"--wal-segment-size=256KiB", "--wal-max-size=1MiB",
                                           "--snapshot-interval=1s", "--redis-error-rate=1e-6"};
@@ -614,7 +615,7 @@ TEST(RedisCrashTest, KillDashNineLosesNoWriteOfAnAcknowledgedExec) {
   std::vector<std::string> acked;                 // items of acknowledged EXECs
   std::vector<std::vector<std::string>> cut_off;  // those of EXECs never answered
   uint64_t execs = 0;
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < 6; ++round) {
     SCOPED_TRACE(round);
     auto server = std::make_unique<RedisCuckood>(data.path(), flags);
     ASSERT_TRUE(server->ready()) << server->Log();
@@ -701,6 +702,8 @@ TEST(RedisCrashTest, KillDashNineLosesNoWriteOfAnAcknowledgedExec) {
 
     server = std::make_unique<RedisCuckood>(data.path(), flags);
     ASSERT_TRUE(server->ready()) << server->Log();
+    // Whether the kill left a transaction open (the restart cut it off).
+    const bool cut_open_transaction = absl::StrContains(server->Log(), "cut off a transaction");
     RespConn c(server->redis_port(), std::chrono::seconds(30));
     // Present in either filter (writer 0's items are all in tx.a).
     auto present = [&](const std::vector<std::string>& items) {
@@ -729,24 +732,31 @@ TEST(RedisCrashTest, KillDashNineLosesNoWriteOfAnAcknowledgedExec) {
       if (!found[i] && ++shown) ADD_FAILURE() << "acknowledged " << acked[i] << " missing";
     }
     EXPECT_EQ(missing, 0u);
-    // Of each EXEC cut off: how much is there, and whether it is a prefix
-    // of the transaction (its writes are applied and logged in order).
-    uint64_t cut_items = 0, cut_present = 0, cut_whole = 0, cut_none = 0, cut_prefix = 0;
+    // Each EXEC cut off is there whole or not at all. ("Not at all" may
+    // show an item or two as present: a false positive at 1e-6, in two
+    // filters.)
+    uint64_t cut_items = 0, cut_whole = 0, cut_none = 0, false_positives = 0;
     for (const std::vector<std::string>& tx : cut_off) {
       const std::vector<bool> f = present(tx);
       const uint64_t n = std::count(f.begin(), f.end(), true);
       cut_items += tx.size();
-      cut_present += n;
-      cut_whole += n == tx.size();
-      cut_none += n == 0;
-      cut_prefix += std::is_sorted(f.begin(), f.end(), std::greater<bool>());
+      if (n == tx.size()) {
+        ++cut_whole;
+      } else if (n <= 2) {
+        ++cut_none;
+        false_positives += n;
+      } else {
+        ADD_FAILURE() << "an EXEC cut off by the kill is there in part: " << n << " of its "
+                      << tx.size() << " items, from " << tx.front();
+      }
     }
+    EXPECT_LE(false_positives, 3u);
     std::cout << "round " << round << ": " << execs << " EXECs acknowledged, their " << acked.size()
-              << " items all present; " << cut_off.size()
-              << " EXECs cut off by the kills: " << cut_present << " of their " << cut_items
-              << " items present (" << cut_whole << " whole, " << cut_none << " with none, the "
-              << cut_off.size() - cut_whole - cut_none << " others in part; " << cut_prefix
-              << " of them a prefix of their transaction)\n";
+              << " items all present; " << cut_off.size() << " EXECs (" << cut_items
+              << " items) cut off by the kills: " << cut_whole << " whole, " << cut_none
+              << " absent (" << false_positives << " false positives), "
+              << cut_off.size() - cut_whole - cut_none << " in part"
+              << (cut_open_transaction ? "; the restart cut off an open transaction" : "") << "\n";
     server->process().Signal(SIGKILL);
     server->process().Wait();
   }

@@ -75,6 +75,8 @@ std::vector<uint8_t> WriteLog(const std::string& dir) {
                                          .method = cuckoo::ShardWrite::kInsert,
                                          .keys = static_cast<uint32_t>(hashes.size()),
                                          .time = absl::FromUnixSeconds(1'700'000'000 + batch)};
+      // The second batch inside a transaction (as a Redis EXEC's writes).
+      const uint64_t transaction = batch == 1 ? (*wal)->BeginTransaction() : 0;
       last = (*wal)->AppendRequestStart(id, request);
       std::vector<cuckoo::InsertResult> out(hashes.size());
       (*filter)->InsertHashed(
@@ -85,6 +87,7 @@ std::vector<uint8_t> WriteLog(const std::string& dir) {
       (*filter)->DeleteHashed(
           absl::MakeConstSpan(hashes).subspan(0, 10), absl::MakeSpan(del), [] { return false; },
           log);
+      if (transaction != 0) (*wal)->EndTransaction(transaction);
       // Durable before the next batch: later records then carry a synced
       // lsn that proves this one was written (what tells damage from a tear).
       if (absl::Status s = (*wal)->WaitDurable(last); !s.ok()) Fail(s.ToString());

@@ -144,6 +144,12 @@ void Scan(const std::vector<std::vector<uint8_t>>& segments) {
             if (it != filters.end()) it->second->set_expire_at(r.expire_at);
             break;
           }
+          case WalRecordType::kTxnBegin:
+            Check(r.filter_id == 0);
+            break;
+          case WalRecordType::kTxnEnd:
+            Check(r.filter_id != 0 && r.filter_id < r.lsn);
+            break;
           case WalRecordType::kRequestStart:
           case WalRecordType::kRequestResults:
             Check(!r.request.key.empty());

@@ -108,7 +108,10 @@ bool RedisCommands::StepDone(Load& load) {
   return !load.owner_gone;
 }
 
-void RedisCommands::Closed(Session* session) { EndTransfersOf(session->id); }
+void RedisCommands::Closed(Session* session) {
+  ExecPaused(session);  // (The connection ended it already.)
+  EndTransfersOf(session->id);
+}
 
 void RedisCommands::EndTransfersOf(uint64_t owner) {
   std::vector<std::shared_ptr<Dump>> dumps;

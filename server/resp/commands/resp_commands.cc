@@ -153,6 +153,35 @@ size_t RedisCommands::Execute(Session* session, absl::Span<const Command> comman
   return Dispatch(session, commands, std::move(done));
 }
 
+namespace {
+
+// The commands an EXEC's log transaction goes on over: writes of items
+// (WriteHere, applied on the connection's thread, answered once durable)
+// and reads of filters, none of which waits for the log.
+bool KeepsLogTransaction(size_t command) {
+  switch (command) {
+    case redis::kCfAdd:
+    case redis::kCfAddNx:
+    case redis::kCfInsert:
+    case redis::kCfInsertNx:
+    case redis::kCfDel:
+    case redis::kCfExists:
+    case redis::kCfMExists:
+    case redis::kCfCount:
+    case redis::kCfInfo:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+void RedisCommands::ExecPaused(Session* s) {
+  if (s->log_transaction == 0) return;
+  service_->EndLogTransaction(std::exchange(s->log_transaction, 0));
+}
+
 bool RedisCommands::Admissible(Session* s, const Command& c, size_t command, Writer& w) {
   const size_t argc = c.args.size();
   if (command == redis::kUnknown) {
@@ -232,6 +261,7 @@ size_t RedisCommands::Dispatch(Session* s, absl::Span<const Command> commands,
   Writer w(&out, s->protocol);
   const size_t argc = c.args.size();
   const size_t command = argc == 0 ? redis::kUnknown : RedisCommandIndex(c.args[0]);
+  if (s->log_transaction != 0 && (!s->in_exec || !KeepsLogTransaction(command))) ExecPaused(s);
   auto finish = [&](size_t keys) {
     Record(command, out, start, keys);
     done.Reply(std::move(out));

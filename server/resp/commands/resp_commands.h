@@ -117,6 +117,13 @@ class RedisCommands final : public resp::CommandHandler {
   // (known, arity, authentication, and the grant on each of its keys), else
   // refused (and EXEC will answer EXECABORT).
   Queueing Queue(resp::Session* session, const resp::Command& command, std::string* error) override;
+  // An EXEC's writes applied here (single node) are one transaction of the
+  // write-ahead log, all or none across a crash: begun at its first such
+  // write (WriteHere), it ends at the first of its commands that could wait
+  // for the log (one not in KeepsLogTransaction, or a CF.ADD that creates
+  // its filter), and wherever the connection stops running the EXEC's
+  // commands (ExecPaused); the next such write begins another.
+  void ExecPaused(resp::Session* session) override;
 
   // For INFO's clients section.
   void set_connection_count(std::function<size_t()> count) { connections_ = std::move(count); }

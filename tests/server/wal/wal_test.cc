@@ -1298,6 +1298,315 @@ TEST(WalTest, ALogThatFailedRecordsNoCleanClose) {
   EXPECT_TRUE(fs::exists(wal_dir + "/CLOSED"));
 }
 
+// --- Transactions (docs/WAL_FORMAT.md, "Transactions") ---
+
+// The lsns of `records`.
+std::vector<uint64_t> Lsns(const std::vector<WalRecord>& records) {
+  std::vector<uint64_t> out;
+  for (const WalRecord& r : records) out.push_back(r.lsn);
+  return out;
+}
+
+TEST(WalTransaction, NothingFromAnOpenTransactionsBeginOnIsDurableUntilItsEndIs) {
+  for (Durability mode : {Durability::kSync, Durability::kInterval, Durability::kNone}) {
+    SCOPED_TRACE(DurabilityName(mode));
+    TempDir dir;
+    auto wal = OpenWal(dir.path() + "/wal", PosixEnv(), mode, nullptr, absl::Seconds(30));
+    ASSERT_NE(wal, nullptr);
+    const uint64_t before = AppendInsert(*wal, 1, 0, 4);
+    ASSERT_TRUE(wal->WaitDurable(before).ok());
+    const uint64_t begin = wal->BeginTransaction();
+    EXPECT_EQ(begin, before + 1);
+    const uint64_t inside = AppendInsert(*wal, 1, 100, 4);
+    const uint64_t other = AppendInsert(*wal, 2, 200, 4);  // Another writer's.
+    std::atomic<bool> answered{false}, synced{false};
+    wal->WhenDurable(other, [&](absl::Status s) {
+      EXPECT_TRUE(s.ok()) << s;
+      answered = true;
+    });
+    std::thread syncer([&] {
+      EXPECT_TRUE(wal->SyncTo(inside).ok());
+      synced = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // Written (and, in sync mode, fdatasync'ed), but held short of the begin.
+    EXPECT_FALSE(answered.load());
+    EXPECT_FALSE(synced.load());
+    WalStats st = wal->Stats();
+    EXPECT_EQ(st.durable_lsn, before);
+    EXPECT_EQ(st.synced_lsn, before);
+    EXPECT_EQ(st.open_transactions, 1u);
+    wal->EndTransaction(begin);
+    syncer.join();
+    EXPECT_TRUE(synced.load());
+    ASSERT_TRUE(wal->WaitDurable(other).ok());
+    EXPECT_TRUE(answered.load());
+    st = wal->Stats();
+    EXPECT_GE(st.synced_lsn, other + 1);  // The end record, synced for the SyncTo.
+    EXPECT_EQ(st.open_transactions, 0u);
+  }
+}
+
+TEST(WalTransaction, ALogEndingInsideATransactionIsCutAtItsBeginAndContinuesThere) {
+  TempDir dir;
+  const std::string wal_dir = dir.path() + "/wal";
+  uint64_t begin = 0, last = 0;
+  {
+    auto wal = OpenWal(wal_dir, PosixEnv());
+    ASSERT_NE(wal, nullptr);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(wal->WaitDurable(AppendInsert(*wal, 1, i, 4)).ok());
+    begin = wal->BeginTransaction();
+    for (int i = 0; i < 5; ++i) last = AppendInsert(*wal, 1 + i % 2, 100 + i, 4);
+    // Closed with the transaction open (as a crash would leave it, except
+    // that everything is on disk): no clean-close record.
+    wal->Close();
+  }
+  EXPECT_FALSE(fs::exists(wal_dir + "/" + std::string(kWalClosedName)));
+  std::vector<WalRecord> records;
+  absl::StatusOr<WalScan> scan = Scan(PosixEnv(), wal_dir, &records);
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  EXPECT_EQ(Lsns(records), (std::vector<uint64_t>{1, 2, 3}));
+  EXPECT_EQ(scan->last_lsn, begin - 1);
+  EXPECT_EQ(scan->cut_transaction, begin);
+  EXPECT_EQ(scan->cut_records, last - begin + 1);
+  EXPECT_EQ(scan->records, 3u);
+  EXPECT_TRUE(absl::StrContains(scan->cut,
+                                "transaction begun at lsn 4 (or one overlapping it) "
+                                "has no end record"))
+      << scan->cut;
+  {
+    // The log goes on at the begin's lsn, over the cut records.
+    auto wal = OpenWal(wal_dir, PosixEnv());
+    ASSERT_NE(wal, nullptr);
+    const uint64_t next = AppendInsert(*wal, 1, 1000, 4);
+    EXPECT_EQ(next, begin);
+    ASSERT_TRUE(wal->WaitDurable(next).ok());
+  }
+  records.clear();
+  scan = Scan(PosixEnv(), wal_dir, &records);
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  EXPECT_EQ(Lsns(records), (std::vector<uint64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(records.back().hashes.front(), 1000u);
+  EXPECT_TRUE(scan->cut.empty()) << scan->cut;
+}
+
+TEST(WalTransaction, EndedTransactionsReplayInLogOrderAndAnUnendedOneCutsTheLogWhereItsRunBegan) {
+  TempDir dir;
+  const std::string wal_dir = dir.path() + "/wal";
+  {
+    auto wal = OpenWal(wal_dir, PosixEnv());
+    ASSERT_NE(wal, nullptr);
+    AppendInsert(*wal, 1, 10, 2);                // 1
+    const uint64_t a = wal->BeginTransaction();  // 2
+    AppendInsert(*wal, 1, 30, 2);                // 3
+    const uint64_t b = wal->BeginTransaction();  // 4
+    AppendInsert(*wal, 2, 50, 2);                // 5
+    wal->EndTransaction(a);                      // 6
+    AppendInsert(*wal, 1, 70, 2);                // 7
+    wal->EndTransaction(b);                      // 8
+    AppendInsert(*wal, 1, 90, 2);                // 9
+    ASSERT_TRUE(wal->WaitDurable(9).ok());
+  }
+  std::vector<WalRecord> records;
+  absl::StatusOr<WalScan> scan = Scan(PosixEnv(), wal_dir, &records);
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  EXPECT_EQ(Lsns(records), (std::vector<uint64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  EXPECT_EQ(records[1].type, WalRecordType::kTxnBegin);
+  EXPECT_EQ(records[5].type, WalRecordType::kTxnEnd);
+  EXPECT_EQ(records[5].filter_id, 2u);
+  // Held records are the scan's own copies: their hashes are intact.
+  EXPECT_EQ(records[4].write.hashes.size(), 2u);
+  EXPECT_EQ(records[4].hashes.front(), 50u);
+  EXPECT_TRUE(scan->cut.empty());
+
+  // The same interleaving, but the second transaction never ends: the log
+  // is cut where the run of the two began, at the first one's begin (cut
+  // at the second's, the first would keep its write at lsn 3 and lose its
+  // end).
+  TempDir dir2;
+  const std::string wal_dir2 = dir2.path() + "/wal";
+  {
+    auto wal = OpenWal(wal_dir2, PosixEnv());
+    ASSERT_NE(wal, nullptr);
+    AppendInsert(*wal, 1, 10, 2);                // 1
+    const uint64_t a = wal->BeginTransaction();  // 2
+    AppendInsert(*wal, 1, 30, 2);                // 3
+    wal->BeginTransaction();                     // 4
+    AppendInsert(*wal, 2, 50, 2);                // 5
+    wal->EndTransaction(a);                      // 6
+    AppendInsert(*wal, 1, 70, 2);                // 7
+  }
+  records.clear();
+  scan = Scan(PosixEnv(), wal_dir2, &records);
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  EXPECT_EQ(Lsns(records), (std::vector<uint64_t>{1}));
+  EXPECT_EQ(scan->cut_transaction, 2u);
+  EXPECT_EQ(scan->cut_records, 6u);
+  EXPECT_EQ(scan->last_lsn, 1u);
+}
+
+TEST(WalTransaction, AnOverlappingRunIsDurableOnlyOnceItsEveryTransactionEnded) {
+  TempDir dir;
+  auto wal = OpenWal(dir.path() + "/wal", PosixEnv());
+  ASSERT_NE(wal, nullptr);
+  // (Begun within kWalMaxRunGrowth of each other: one run.)
+  const uint64_t a = wal->BeginTransaction();      // 1
+  const uint64_t w = AppendInsert(*wal, 1, 0, 2);  // 2: a's
+  const uint64_t b = wal->BeginTransaction();      // 3
+  wal->EndTransaction(a);                          // 4
+  const uint64_t c = wal->BeginTransaction();      // 5: joins the run
+  std::atomic<bool> answered{false};
+  wal->WhenDurable(w, [&](absl::Status) { answered = true; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // a ended, but b, which overlaps it, has not: a replay now would cut at
+  // 1, so a's write is not durable yet.
+  EXPECT_FALSE(answered.load());
+  EXPECT_EQ(wal->Stats().durable_lsn, 0u);
+  wal->EndTransaction(b);  // 6
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(answered.load());  // c, begun before b ended, is still open.
+  wal->EndTransaction(c);         // 7
+  ASSERT_TRUE(wal->WaitDurable(7).ok());
+  EXPECT_TRUE(answered.load());
+  EXPECT_EQ(wal->Stats().open_transactions, 0u);
+  // A run after it is held from its own begin: the first run stays durable.
+  const uint64_t d = wal->BeginTransaction();  // 8
+  AppendInsert(*wal, 1, 10, 2);                // 9
+  ASSERT_TRUE(wal->SyncTo(7).ok());
+  EXPECT_EQ(wal->Stats().durable_lsn, 7u);
+  wal->EndTransaction(d);
+  ASSERT_TRUE(wal->WaitDurable(10).ok());
+}
+
+TEST(WalTransaction, RecordsHeldPastTheirBoundAreAppliedByASecondRead) {
+  // More than kWalScanHeldBytes inside one transaction: the scan stops
+  // holding, then reads the log again. Then a few records outside, and a
+  // last transaction, ended or not.
+  TempDir dir;
+  const std::string wal_dir = dir.path() + "/wal";
+  constexpr size_t kHashes = 4000;  // ~32 KiB a record
+  const size_t n = kWalScanHeldBytes / (8 * kHashes) + 20;
+  for (bool end_last : {true, false}) {
+    SCOPED_TRACE(end_last);
+    fs::remove_all(wal_dir);
+    uint64_t last = 0, last_begin = 0;
+    {
+      auto wal = OpenWal(wal_dir, PosixEnv(), Durability::kNone);
+      ASSERT_NE(wal, nullptr);
+      const uint64_t open = wal->BeginTransaction();
+      for (size_t i = 0; i < n; ++i) AppendInsert(*wal, 1, i * kHashes, kHashes);
+      wal->EndTransaction(open);
+      for (size_t i = n; i < n + 3; ++i) AppendInsert(*wal, 1, i * kHashes, kHashes);
+      last_begin = wal->BeginTransaction();
+      for (size_t i = n + 3; i < n + 6; ++i) AppendInsert(*wal, 1, i * kHashes, kHashes);
+      if (end_last) wal->EndTransaction(last_begin);
+      last = wal->Stats().appended_lsn;
+    }
+    std::vector<WalRecord> records;
+    absl::StatusOr<WalScan> scan = Scan(PosixEnv(), wal_dir, &records);
+    ASSERT_TRUE(scan.ok()) << scan.status();
+    ASSERT_FALSE(records.empty());
+    EXPECT_EQ(records.size(), scan->records);
+    EXPECT_EQ(records.back().lsn, scan->last_lsn);
+    for (size_t i = 0; i < records.size(); ++i) ASSERT_EQ(records[i].lsn, i + 1);
+    size_t inserts = 0;
+    for (const WalRecord& r : records) {
+      if (r.type != WalRecordType::kInsert) continue;
+      ASSERT_EQ(r.hashes.size(), kHashes);
+      EXPECT_EQ(r.hashes.front(), inserts * kHashes);
+      ++inserts;
+    }
+    if (end_last) {
+      EXPECT_EQ(scan->last_lsn, last);
+      EXPECT_EQ(inserts, n + 6);
+      EXPECT_EQ(scan->cut_transaction, 0u);
+    } else {
+      EXPECT_EQ(scan->cut_transaction, last_begin);
+      EXPECT_EQ(scan->last_lsn, last_begin - 1);
+      EXPECT_EQ(inserts, n + 3);
+    }
+  }
+}
+
+TEST(WalTransaction, ABeginWaitsOnceTheOpenRunIsOldSoThatRunsClose) {
+  TempDir dir;
+  auto wal = OpenWal(dir.path() + "/wal", PosixEnv());
+  ASSERT_NE(wal, nullptr);
+  uint64_t first = wal->BeginTransaction();
+  // Young: another joins the run at once.
+  const uint64_t second = wal->BeginTransaction();
+  wal->EndTransaction(second);
+  absl::SleepFor(kWalMaxRunGrowth + absl::Milliseconds(5));
+  // Old: the next begin waits until the run closed.
+  std::atomic<bool> begun{false};
+  std::thread t([&] {
+    const uint64_t third = wal->BeginTransaction();
+    begun = true;
+    wal->EndTransaction(third);
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(begun.load());
+  wal->EndTransaction(first);
+  t.join();
+  EXPECT_TRUE(begun.load());
+  // The third transaction is a run of its own: the first run is durable.
+  ASSERT_TRUE(wal->WaitDurable(wal->Stats().appended_lsn).ok());
+  std::vector<WalRecord> records;
+  wal.reset();
+  absl::StatusOr<WalScan> scan = Scan(PosixEnv(), dir.path() + "/wal", &records);
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  ASSERT_EQ(records.size(), 6u);
+  EXPECT_EQ(records[3].type, WalRecordType::kTxnEnd);  // The first's end,
+  EXPECT_EQ(records[3].filter_id, first);
+  EXPECT_EQ(records[4].type, WalRecordType::kTxnBegin);  // then the third's begin.
+}
+
+TEST(WalTransaction, TruncationKeepsTheSegmentOfAnOpenTransactionsBegin) {
+  TempDir dir;
+  const std::string wal_dir = dir.path() + "/wal";
+  auto wal = OpenWal(wal_dir, PosixEnv());
+  ASSERT_NE(wal, nullptr);
+  const uint64_t begin = wal->BeginTransaction();
+  // ~8 KiB records, 256 KiB segments: several segments after the begin's.
+  uint64_t lsn = 0;
+  for (int i = 0; i < 100; ++i) lsn = AppendInsert(*wal, 1, i * 1000, 1000);
+  ASSERT_TRUE(wal->Truncate(lsn + 1).ok());
+  wal->EndTransaction(begin);
+  ASSERT_TRUE(wal->WaitDurable(lsn).ok());
+  std::vector<WalRecord> records;
+  absl::StatusOr<WalScan> scan = Scan(PosixEnv(), wal_dir, &records);
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  ASSERT_FALSE(records.empty());
+  EXPECT_EQ(records.front().lsn, begin);
+  // Once it ended (and is synced), its begin may go.
+  ASSERT_TRUE(wal->Truncate(lsn + 1).ok());
+  records.clear();
+  scan = Scan(PosixEnv(), wal_dir, &records);
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  ASSERT_FALSE(records.empty());
+  EXPECT_GT(records.front().lsn, begin);
+  EXPECT_EQ(records.back().type, WalRecordType::kTxnEnd);
+}
+
+TEST(WalTransaction, DamagedTransactionRecordsAreRefusedAsDamage) {
+  uint8_t buf[kWalTxnRecordBytes];
+  WalRecord r;
+  size_t len = 0;
+  std::string why;
+  EncodeTxnBegin(5, 4, buf);
+  ASSERT_EQ(ParseWalRecord(buf, &r, &len, &why), WalParse::kRecord) << why;
+  EXPECT_EQ(r.type, WalRecordType::kTxnBegin);
+  EXPECT_EQ(len, kWalTxnRecordBytes);
+  EncodeTxnEnd(9, 4, 5, buf);
+  ASSERT_EQ(ParseWalRecord(buf, &r, &len, &why), WalParse::kRecord) << why;
+  EXPECT_EQ(r.type, WalRecordType::kTxnEnd);
+  EXPECT_EQ(r.filter_id, 5u);
+  // An end naming a begin at or after itself.
+  EncodeTxnEnd(9, 4, 9, buf);
+  EXPECT_EQ(ParseWalRecord(buf, &r, &len, &why), WalParse::kBad);
+  EXPECT_TRUE(absl::StrContains(why, "naming begin lsn 9")) << why;
+}
+
 TEST(WalTest, DurabilityParsesItsThreeModesAndNamesTheChoicesOtherwise) {
   EXPECT_EQ(*ParseDurability("sync"), Durability::kSync);
   EXPECT_EQ(*ParseDurability("interval"), Durability::kInterval);

@@ -37,6 +37,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/security/access.h"
+#include "server/wal/wal_format.h"
 #include "tests/util/fault_wal_env.h"
 #include "tests/util/loopback.h"
 #include "tests/util/sanitizers.h"
@@ -1900,6 +1901,63 @@ TEST_F(RedisPipelineTest, ExecOfWritesSharesTheLogsFdatasyncsAndAnswersOnceAllAr
   EXPECT_GE(took, std::chrono::milliseconds(50));
   EXPECT_GE(Syncs() - before, 1u);
   EXPECT_LE(Syncs() - before, 6u);
+}
+
+// Issue 33: an EXEC's writes of items are one transaction of the
+// write-ahead log (all or none across a crash: tests/e2e/redis_crash_test.cc),
+// ended early by a command that changes keys. More writes than the
+// connection's pipelining limit (32 replies pending) run on: their replies
+// wait for the transaction's end, which comes after the last of them.
+TEST_F(RedisPipelineTest, ExecWritesAreOneLogTransactionWhichACommandChangingKeysEnds) {
+  RespClient c(port());
+  ASSERT_EQ(c.Call({"CF.RESERVE", "a", "100000"}), "OK");
+  ASSERT_EQ(c.Call({"CF.RESERVE", "b", "100000"}), "OK");
+  Pipeline p;
+  p.Add({"MULTI"}, "OK");
+  std::string expected = "[";
+  auto queue = [&](std::vector<std::string> command, const std::string& reply) {
+    p.Add(std::move(command), "QUEUED");
+    absl::StrAppend(&expected, expected.size() == 1 ? "" : ",", reply);
+  };
+  for (int i = 0; i < 100; ++i) {
+    // Alternating filters: 100 writes of their own, none merged.
+    queue({"CF.ADD", i % 2 == 0 ? "a" : "b", absl::StrCat("k-", i)}, ":1");
+  }
+  queue({"CF.EXISTS", "a", "k-0"}, ":1");    // A read: the transaction goes on.
+  queue({"CF.RESERVE", "c", "1000"}, "OK");  // Ends it.
+  queue({"CF.ADD", "c", "x"}, ":1");         // Begins the second,
+  queue({"CF.INSERT", "a", "ITEMS", "y"}, "[:1]");
+  queue({"DEL", "b"}, ":1");            // which this ends.
+  queue({"CF.DEL", "a", "y"}, ":1");    // The third, ended by EXEC's end.
+  queue({"CF.ADD", "new", "z"}, ":1");  // Creates its filter: not in one.
+  expected += "]";
+  p.Add({"EXEC"}, expected);
+  ASSERT_NO_FATAL_FAILURE(p.SendAndCheck(c));
+  EXPECT_EQ(c.Call({"CF.EXISTS", "c", "x"}), ":1");
+
+  // The log: three transactions, each begun and ended, around the writes.
+  std::vector<std::pair<uint64_t, uint64_t>> transactions;  // begin, end
+  size_t writes_inside = 0;
+  absl::StatusOr<server::WalScan> scan =
+      server::ScanWal(PosixEnv(), dir_.path() + "/wal", [&](const server::WalRecord& r) {
+        if (r.type == server::WalRecordType::kTxnBegin) transactions.emplace_back(r.lsn, 0);
+        if (r.type == server::WalRecordType::kTxnEnd) {
+          EXPECT_FALSE(transactions.empty());
+          if (!transactions.empty()) {
+            EXPECT_EQ(transactions.back().first, r.filter_id);
+            transactions.back().second = r.lsn;
+          }
+        }
+        if (r.type == server::WalRecordType::kInsert || r.type == server::WalRecordType::kDelete) {
+          writes_inside += !transactions.empty() && transactions.back().second == 0;
+        }
+        return absl::OkStatus();
+      });
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  ASSERT_EQ(transactions.size(), 3u);
+  for (const auto& [begin, end] : transactions) EXPECT_GT(end, begin);
+  // 100 + 2 + 1 writes inside (each write a record: one key, one shard).
+  EXPECT_EQ(writes_inside, 103u);
 }
 
 TEST_F(RedisTransactions, QueuedCommandsAreCountedInTheConnectionsMemoryAndCapped) {
