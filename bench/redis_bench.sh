@@ -35,6 +35,8 @@
 #    window: redis-benchmark's -P sends 8 and waits for all 8 replies, so its
 #    connections sit idle through each group's fdatasync). Items/s and p99
 #    per request, and the log's fdatasyncs per CF.INSERT (cuckood's /metrics).
+#    And the resp_load load with each CF.INSERT in MULTI ... EXEC (--exec):
+#    what an EXEC's write-ahead log transaction costs (issue 33).
 # 5. `CF.ADD a key:N` at depth 1 (-c 1 -P 1) and 16 (-c 1 -P 16): requests/s
 #    and fdatasyncs per CF.ADD.
 # Then a table. Each redis-benchmark report is OUT_DIR/<phase>.csv. About
@@ -287,6 +289,14 @@ for round in $(seq "$write_rounds"); do
     --keys="$write_items" --json="$out/insert-resp-load-$round.json" >"$out/insert-resp-load-$round.log"
   echo "resp-load-syncs $round $(($(syncs) - before)) $((write_items / 1000))" >>"$summary_writes"
   ctl drop l
+  # And each CF.INSERT inside MULTI ... EXEC: a write-ahead log transaction
+  # each (issue 33), whose records are acknowledged only once it ended.
+  ctl create x --capacity=100M
+  before=$(syncs)
+  taskset -c "$client_cpu" "$bin/bench/resp_load" --port="$resp_port" --mode=insert --filter=x \
+    --exec --keys="$write_items" --json="$out/insert-resp-exec-$round.json" >"$out/insert-resp-exec-$round.log"
+  echo "resp-exec-syncs $round $(($(syncs) - before)) $((write_items / 1000))" >>"$summary_writes"
+  ctl drop x
   taskset -c "$client_cpu" "$bin/client/cuckoo-bench" --target="127.0.0.1:$grpc_port" \
     --json="$out/insert-grpc-$round.json" --filter=g --create=100M --populate \
     --keyspace="$write_items" --mix=lookup:100 --requests=1 --warmup=0 \
@@ -347,6 +357,12 @@ for i in range(1, rounds + 1):
     ok = ok and rl["ok"] and rl["full"] == 0
     print(f"{f'round {i}: CF.INSERT x1000 (Redis port, resp_load)':48s} {rl['items_per_s'] / 1e6:9.2f} "
           f"{rl['p99_us'] / 1e3:7.1f} {counts[('resp-load-syncs', str(i))]:9.2f}")
+    with open(f"{out}/insert-resp-exec-{i}.json") as f:
+        rx = json.load(f)
+    ok = ok and rx["ok"] and rx["full"] == 0
+    print(f"{f'round {i}: the same, each in MULTI ... EXEC':48s} {rx['items_per_s'] / 1e6:9.2f} "
+          f"{rx['p99_us'] / 1e3:7.1f} {counts[('resp-exec-syncs', str(i))]:9.2f}")
+    print(f"{f'round {i}: in EXEC / plain (resp_load)':48s} {rx['items_per_s'] / rl['items_per_s']:9.2f}")
     print(f"{f'round {i}: gRPC batched insert x1000':48s} {grpc_items / 1e6:9.2f} "
           f"{g['populate']['latency_us']['p99'] / 1e3:7.1f}")
     print(f"{f'round {i}: SADD x1000 (redis, appendfsync always)':48s} "
@@ -359,6 +375,6 @@ for depth in (1, 16):
     print(f"{f'CF.ADD, depth {depth} (-c 1 -P {depth})':48s} {float(r['rps']) / 1e3:9.1f} "
           f"{float(r['p99_latency_ms']):7.1f} {counts[('add-syncs', str(depth))]:9.3f}")
 if not ok:
-    print(f"cuckoo-bench or resp_load reported errors: see {out}/insert-grpc-*.json, insert-resp-load-*.json")
+    print(f"cuckoo-bench or resp_load reported errors: see {out}/insert-grpc-*.json, insert-resp-load-*.json, insert-resp-exec-*.json")
     sys.exit(1)
 PY

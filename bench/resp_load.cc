@@ -16,6 +16,8 @@
 //       negative and fails the run
 //   common: --host=127.0.0.1 --connections=2 --depth=8 --batch=1000
 //           --key-bytes=16 --json=PATH
+//   --exec: each request inside MULTI ... EXEC (a transaction of one
+//           command: on a single node, one write-ahead log transaction)
 //
 // Keys are cuckoo-bench's (client/tools/cuckoo_bench/keys.h): key i is the same
 // bytes on both ports. Prints one line; with --json, the figures as JSON.
@@ -67,6 +69,7 @@ struct Options {
   int key_bytes = 16;
   std::string json;
   bool expect_present = false;
+  bool exec = false;
 };
 
 [[noreturn]] void Usage(const std::string& why) {
@@ -74,7 +77,7 @@ struct Options {
                "resp_load: %s\nusage: resp_load --port=P --mode=insert --filter=F --keys=N\n"
                "       resp_load --port=P --mode=mexists --filter=F --keyspace=N --requests=R\n"
                "       [--host=H --connections=2 --depth=8 --batch=1000 --key-bytes=16 "
-               "--json=PATH --expect-present]\n",
+               "--json=PATH --expect-present --exec]\n",
                why.c_str());
   std::exit(2);
 }
@@ -85,6 +88,10 @@ Options Parse(int argc, char** argv) {
     std::string_view a = argv[i];
     if (a == "--expect-present") {
       o.expect_present = true;
+      continue;
+    }
+    if (a == "--exec") {
+      o.exec = true;
       continue;
     }
     const size_t eq = a.find('=');
@@ -186,6 +193,7 @@ class Connection {
     uint64_t first = 0;
     size_t n = static_cast<size_t>(o_.batch);
     cmd_.clear();
+    if (o_.exec) cmd_ = "*1\r\n$5\r\nMULTI\r\n";
     if (o_.mode == "insert") {
       const uint64_t b = next_batch_->fetch_add(1, std::memory_order_relaxed);
       if (b >= batches_) return false;
@@ -217,6 +225,7 @@ class Connection {
       cmd_[at++] = '\r';
       cmd_[at++] = '\n';
     }
+    if (o_.exec) cmd_ += "*1\r\n$4\r\nEXEC\r\n";
     std::string_view rest = cmd_;
     while (!rest.empty()) {
       const ssize_t w = ::send(fd_, rest.data(), rest.size(), MSG_NOSIGNAL);
@@ -259,6 +268,24 @@ class Connection {
 
   // One reply at the start of `in`: its bytes, or 0 if incomplete.
   size_t TakeReply(std::string_view in) {
+    // With --exec: MULTI's and the command's, then EXEC's array of one.
+    constexpr std::string_view kExecHead = "+OK\r\n+QUEUED\r\n*1\r\n";
+    size_t head = 0;
+    if (o_.exec) {
+      if (in.size() < kExecHead.size()) return 0;
+      if (in.substr(0, kExecHead.size()) != kExecHead) {
+        t_->error = "unexpected reply to MULTI ... EXEC: " +
+                    std::string(in.substr(0, std::min<size_t>(in.size(), 80)));
+        return in.size();
+      }
+      head = kExecHead.size();
+      in.remove_prefix(head);
+    }
+    const size_t used = TakeArray(in);
+    return used == 0 ? 0 : head + used;
+  }
+
+  size_t TakeArray(std::string_view in) {
     const size_t eol = in.find("\r\n");
     if (eol == std::string_view::npos) return 0;
     if (in[0] != '*') {

@@ -175,7 +175,9 @@ void Connection::Process() {
   // (An EXEC's commands all run even so: its array is answered whole.)
   while (!closed_ && !close_after_flush_ && (!session_.close_after_reply || exec_running_) &&
          !reading_ && !Blocked()) {
-    if (PendingOutput() >= OutputLimit()) {
+    // (Not inside an EXEC's log transaction: its commands' replies are
+    // bounded by its queue, and pausing would end it.)
+    if (PendingOutput() >= OutputLimit() && !(exec_running_ && session_.log_transaction != 0)) {
       if (!paused_) paused_since_ = Clock::now();
       paused_ = true;  // OnWrite resumes
       break;

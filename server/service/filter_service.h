@@ -190,10 +190,11 @@ class FilterServiceImpl final : public FilterServiceBase {
   // port's EXEC): the log replays the records appended between its begin
   // and its end all or none, and acknowledges nothing from the begin on
   // until the end is durable (Wal::BeginTransaction). Returns the begin's
-  // lsn, or 0 for none (no log, or no room in it: the writes then meet the
-  // same refusal). End it promptly, once, and never wait for a write of it
+  // lsn, 0 without a log (in cluster mode, or none), or the log's refusal
+  // (no room: RESOURCE_EXHAUSTED, UNAVAILABLE), which the write it was for
+  // answers with. End it promptly, once, and never wait for a write of it
   // to be durable before it ended.
-  uint64_t BeginLogTransaction();
+  absl::StatusOr<uint64_t> BeginLogTransaction();
   void EndLogTransaction(uint64_t begin_lsn);
 
   // --- Filter expiry (filter_expiry.cc) ---

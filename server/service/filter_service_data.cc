@@ -432,9 +432,10 @@ absl::Status FilterServiceImpl::DataCall(RpcMethod method, grpc::ServerContextBa
   }
 }
 
-uint64_t FilterServiceImpl::BeginLogTransaction() {
+absl::StatusOr<uint64_t> FilterServiceImpl::BeginLogTransaction() {
   Wal* wal = local_writes() && persistence_ != nullptr ? persistence_->wal() : nullptr;
-  if (wal == nullptr || !wal->Reserve(kWalTxnBytes).ok()) return 0;
+  if (wal == nullptr) return 0;
+  if (absl::Status s = wal->Reserve(kWalTxnBytes); !s.ok()) return s;
   return wal->BeginTransaction();
 }
 

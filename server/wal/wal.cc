@@ -401,6 +401,30 @@ uint64_t Wal::HeldLocked(uint64_t lsn) const {
   return reach == UINT64_MAX ? start - 1 : lsn;
 }
 
+void Wal::PruneTransactionsLocked() {
+  // A run of overlapping transactions whose every end is written holds
+  // nothing back from an lsn it does not straddle: the written position is
+  // past it, and the synced one is past it or, before it, is raised past
+  // it whole by the next fdatasync. So it goes unless the synced position
+  // lies inside it (HeldLocked needs it then).
+  auto it = transactions_.begin();
+  while (it != transactions_.end()) {
+    const uint64_t start = it->first;
+    uint64_t reach = 0;
+    bool ended = true;
+    auto last = it;
+    for (; last != transactions_.end() && (last == it || last->first < reach); ++last) {
+      if (last->second == 0) ended = false;
+      reach = std::max(reach, last->second == 0 ? UINT64_MAX : last->second);
+    }
+    if (ended && reach <= written_lsn_ && (reach <= synced_lsn_ || start > synced_lsn_)) {
+      it = transactions_.erase(it, last);
+    } else {
+      it = last;
+    }
+  }
+}
+
 uint64_t Wal::DurableLsnLocked() const {
   return HeldLocked(options_.durability == Durability::kSync ? synced_lsn_ : written_lsn_);
 }
@@ -598,22 +622,7 @@ void Wal::Run() {
       written_lsn_ = upto;
       if (sync) synced_lsn_ = upto;
       bytes_written_ += data.size();
-      // Runs of overlapping transactions whose every end is synced hold
-      // nothing back any more (HeldLocked).
-      while (!transactions_.empty()) {
-        uint64_t reach = 0;
-        auto last = transactions_.begin();
-        bool ended = true;
-        for (; last != transactions_.end() && (reach == 0 || last->first < reach); ++last) {
-          if (last->second == 0 || last->second > synced_lsn_) {
-            ended = false;
-            break;
-          }
-          reach = std::max(reach, last->second);
-        }
-        if (!ended) break;
-        transactions_.erase(transactions_.begin(), last);
-      }
+      PruneTransactionsLocked();
     }
     std::vector<std::pair<Done, absl::Status>> answers;
     AnswerLocked(&answers);
@@ -787,7 +796,8 @@ WalStats Wal::Stats() const {
   st.appended_lsn = appended_lsn_;
   st.durable_lsn = DurableLsnLocked();
   st.synced_lsn = SyncedLsnLocked();
-  st.open_transactions = transactions_.size();
+  st.open_transactions = open_transactions_;
+  st.tracked_transactions = transactions_.size();
   st.segments = segments_.size() + (prepared_ != nullptr ? 1 : 0);
   for (const Segment& s : segments_) st.disk_bytes += s.file_bytes;
   if (prepared_ != nullptr) st.disk_bytes += options_.segment_bytes;

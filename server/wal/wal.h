@@ -116,7 +116,8 @@ struct WalStats {
   uint64_t appended_lsn = 0;  // The last lsn given out.
   uint64_t durable_lsn = 0;   // The last lsn acknowledged as durable (per the mode).
   uint64_t synced_lsn = 0;    // The last lsn fdatasync'ed (both: short of an unended transaction).
-  uint64_t open_transactions = 0;         // Begun, their end not synced yet.
+  uint64_t open_transactions = 0;         // Begun, their end not appended yet.
+  uint64_t tracked_transactions = 0;      // Kept for the durable positions (bounded).
   uint64_t segments = 0;                  // Segment files, the prepared one included.
   uint64_t disk_bytes = 0;                // Their total size.
   uint64_t bytes_written = 0;             // Record bytes written since Open.
@@ -235,6 +236,10 @@ class Wal {
   absl::Status StartSegment(uint64_t first_lsn);
   uint64_t DurableLsnLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t SyncedLsnLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets the runs HeldLocked no longer needs, so that transactions_
+  // holds only the open runs, those not all written, and the one the synced
+  // position is inside (whatever the mode).
+  void PruneTransactionsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `lsn` (a written or synced lsn), held short of the first begin of a
   // run of overlapping transactions that is still open at it.
   uint64_t HeldLocked(uint64_t lsn) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -269,8 +274,8 @@ class Wal {
   bool finished_ ABSL_GUARDED_BY(mu_) = false;  // Close has run.
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   std::multimap<uint64_t, Done> waiters_ ABSL_GUARDED_BY(mu_);
-  // Transactions of the runs not all synced yet: begin lsn -> end lsn (0
-  // while open).
+  // Transactions of the runs HeldLocked may need (PruneTransactionsLocked):
+  // begin lsn -> end lsn (0 while open).
   std::map<uint64_t, uint64_t> transactions_ ABSL_GUARDED_BY(mu_);
   uint64_t open_transactions_ ABSL_GUARDED_BY(mu_) = 0;  // Begun, not ended.
   absl::Time run_started_ ABSL_GUARDED_BY(mu_);          // When the run open now began.

@@ -281,7 +281,16 @@ WalParse ParseWalRecord(absl::Span<const uint8_t> data, WalRecord* out, size_t* 
   }
   // From here the bytes are as a writer wrote them: what this build does
   // not know was written by a newer one (kUnknown), and what no build would
-  // write is damage (kBad).
+  // write is damage (kBad). Nothing of a record parsed into *out before
+  // stays (a copy of a drop record must not carry an insert's hashes).
+  out->hashes.clear();
+  out->write = {};
+  out->name.clear();
+  out->request.key.clear();
+  out->request.results.clear();
+  out->expire_at = 0;
+  out->replaced_id = 0;
+  out->replace = false;
   const uint8_t type = p[4];
   const uint8_t flags = p[5];
   out->lsn = WalRecordLsn(p);

@@ -352,8 +352,13 @@ void RedisCommands::Write(Session* s, absl::Span<const Command> run, size_t comm
   if (!exists && command == kCfDel) return fail(kDelNotFound);
   if (!exists && !create) return fail("ERR not found");
   if (exists && service_ != nullptr && service_->local_writes()) {
-    // In an EXEC: inside its log transaction.
-    if (s->in_exec && s->log_transaction == 0) s->log_transaction = service_->BeginLogTransaction();
+    // In an EXEC: inside its log transaction (begun here if none is
+    // open). A log that cannot take one refuses the write, as it would.
+    if (s->in_exec && s->log_transaction == 0) {
+      absl::StatusOr<uint64_t> begun = service_->BeginLogTransaction();
+      if (!begun.ok()) return fail(WriteError(command, ToGrpcStatus(begun.status())));
+      s->log_transaction = *begun;
+    }
     return WriteHere(s, caller, command, key, items, std::move(sizes), std::move(done), start);
   }
   // A creation (or a cluster's write) waits for its log: not in a

@@ -1561,6 +1561,27 @@ TEST(WalTransaction, ABeginWaitsOnceTheOpenRunIsOldSoThatRunsClose) {
   EXPECT_EQ(records[4].type, WalRecordType::kTxnBegin);  // then the third's begin.
 }
 
+TEST(WalTransaction, EndedRunsAreForgottenOnceWrittenEvenWithoutFdatasyncs) {
+  for (Durability mode : {Durability::kNone, Durability::kInterval, Durability::kSync}) {
+    SCOPED_TRACE(DurabilityName(mode));
+    TempDir dir;
+    auto wal = OpenWal(dir.path() + "/wal", PosixEnv(), mode, nullptr, absl::Seconds(30));
+    ASSERT_NE(wal, nullptr);
+    uint64_t last = 0;
+    for (int i = 0; i < 5000; ++i) {
+      const uint64_t begin = wal->BeginTransaction();
+      last = AppendInsert(*wal, 1, i, 1);
+      wal->EndTransaction(begin);
+    }
+    ASSERT_TRUE(wal->WaitDurable(last + 1).ok());
+    // At most the run the synced position lies inside, and one written since.
+    EXPECT_LE(wal->Stats().tracked_transactions, 2u);
+    EXPECT_EQ(wal->Stats().open_transactions, 0u);
+    ASSERT_TRUE(wal->SyncTo(last + 1).ok());
+    EXPECT_EQ(wal->Stats().synced_lsn, last + 1);
+  }
+}
+
 TEST(WalTransaction, TruncationKeepsTheSegmentOfAnOpenTransactionsBegin) {
   TempDir dir;
   const std::string wal_dir = dir.path() + "/wal";

@@ -1903,6 +1903,30 @@ TEST_F(RedisPipelineTest, ExecOfWritesSharesTheLogsFdatasyncsAndAnswersOnceAllAr
   EXPECT_LE(Syncs() - before, 6u);
 }
 
+// The transactions (begin, end) of the write-ahead log in `dir`, and how
+// many shard writes lie inside one.
+std::vector<std::pair<uint64_t, uint64_t>> LogTransactions(const std::string& dir,
+                                                           size_t* writes_inside) {
+  std::vector<std::pair<uint64_t, uint64_t>> transactions;
+  absl::StatusOr<server::WalScan> scan =
+      server::ScanWal(PosixEnv(), dir, [&](const server::WalRecord& r) {
+        if (r.type == server::WalRecordType::kTxnBegin) transactions.emplace_back(r.lsn, 0);
+        if (r.type == server::WalRecordType::kTxnEnd) {
+          EXPECT_FALSE(transactions.empty());
+          if (!transactions.empty()) {
+            EXPECT_EQ(transactions.back().first, r.filter_id);
+            transactions.back().second = r.lsn;
+          }
+        }
+        if (r.type == server::WalRecordType::kInsert || r.type == server::WalRecordType::kDelete) {
+          *writes_inside += !transactions.empty() && transactions.back().second == 0;
+        }
+        return absl::OkStatus();
+      });
+  EXPECT_TRUE(scan.ok()) << scan.status();
+  return transactions;
+}
+
 // Issue 33: an EXEC's writes of items are one transaction of the
 // write-ahead log (all or none across a crash: tests/e2e/redis_crash_test.cc),
 // ended early by a command that changes keys. More writes than the
@@ -1936,28 +1960,38 @@ TEST_F(RedisPipelineTest, ExecWritesAreOneLogTransactionWhichACommandChangingKey
   EXPECT_EQ(c.Call({"CF.EXISTS", "c", "x"}), ":1");
 
   // The log: three transactions, each begun and ended, around the writes.
-  std::vector<std::pair<uint64_t, uint64_t>> transactions;  // begin, end
   size_t writes_inside = 0;
-  absl::StatusOr<server::WalScan> scan =
-      server::ScanWal(PosixEnv(), dir_.path() + "/wal", [&](const server::WalRecord& r) {
-        if (r.type == server::WalRecordType::kTxnBegin) transactions.emplace_back(r.lsn, 0);
-        if (r.type == server::WalRecordType::kTxnEnd) {
-          EXPECT_FALSE(transactions.empty());
-          if (!transactions.empty()) {
-            EXPECT_EQ(transactions.back().first, r.filter_id);
-            transactions.back().second = r.lsn;
-          }
-        }
-        if (r.type == server::WalRecordType::kInsert || r.type == server::WalRecordType::kDelete) {
-          writes_inside += !transactions.empty() && transactions.back().second == 0;
-        }
-        return absl::OkStatus();
-      });
-  ASSERT_TRUE(scan.ok()) << scan.status();
+  const std::vector<std::pair<uint64_t, uint64_t>> transactions =
+      LogTransactions(dir_.path() + "/wal", &writes_inside);
   ASSERT_EQ(transactions.size(), 3u);
   for (const auto& [begin, end] : transactions) EXPECT_GT(end, begin);
   // 100 + 2 + 1 writes inside (each write a record: one key, one shard).
   EXPECT_EQ(writes_inside, 103u);
+}
+
+// Reads between an EXEC's writes whose replies pass the 1 MiB a connection
+// may have unsent do not split its transaction: the replies wait behind
+// the first write's, and pausing for them would end it.
+TEST_F(RedisPipelineTest, AnExecsLargeRepliesDoNotSplitItsLogTransaction) {
+  RespClient c(port());
+  ASSERT_EQ(c.Call({"CF.RESERVE", "a", "100000"}), "OK");
+  std::vector<std::string> lookup = {"CF.MEXISTS", "a"};
+  for (int i = 0; i < 1000; ++i) lookup.push_back(absl::StrCat("absent-", i));
+  Pipeline p;
+  p.Add({"MULTI"}, "OK");
+  p.Add({"CF.ADD", "a", "first"}, "QUEUED");
+  for (int i = 0; i < 280; ++i) p.Add(lookup, "QUEUED");  // 1.12 MB of replies
+  p.Add({"CF.ADD", "a", "last"}, "QUEUED");
+  c.SendRaw(p.bytes + RespClient::Encode({"EXEC"}));
+  for (const std::string& e : p.expected) ASSERT_EQ(c.Read(), e);
+  const std::string exec = c.Read();
+  EXPECT_TRUE(absl::StartsWith(exec, "[:1,[:0,")) << exec.substr(0, 40);
+  EXPECT_TRUE(absl::EndsWith(exec, ",:1]")) << exec.substr(exec.size() - 40);
+  size_t writes_inside = 0;
+  const std::vector<std::pair<uint64_t, uint64_t>> transactions =
+      LogTransactions(dir_.path() + "/wal", &writes_inside);
+  ASSERT_EQ(transactions.size(), 1u);
+  EXPECT_EQ(writes_inside, 2u);
 }
 
 TEST_F(RedisTransactions, QueuedCommandsAreCountedInTheConnectionsMemoryAndCapped) {
