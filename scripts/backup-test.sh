@@ -72,7 +72,7 @@ start() {
     --auth-tokens="$t/tokens" --memory-budget=256MiB >"$t/$1.log" 2>&1 &
   pids+=($!)
   local i
-  for i in $(seq 100); do
+  for _ in $(seq 100); do
     port=$(grep -o 'serving on 127\.0\.0\.1:[0-9]*' "$t/$1.log" | head -n 1 | grep -o '[0-9]*$') && break
     kill -0 "${pids[-1]}" 2>/dev/null || fail "cuckood $1 exited: $(tail -n 5 "$t/$1.log")"
     sleep 0.1
