@@ -40,6 +40,7 @@ die() { printf 'cuckood-backup: FAILED: %s\n' "$*" >&2; exit 1; }
 
 case $keep in '' | *[!0-9]*) die "BACKUP_KEEP=$keep: not a number" ;; esac
 [ "$keep" -ge 1 ] || die "BACKUP_KEEP=$keep: keep at least 1"
+mkdir -p -- "$dir" 2>/dev/null || true
 [ -d "$dir" ] && [ -w "$dir" ] || die "BACKUP_DIR=$dir: not a writable directory"
 for v in CUCKOO_TOKEN_FILE CUCKOO_CERT CUCKOO_KEY; do
   eval "f=\${$v:-}"
