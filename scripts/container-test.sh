@@ -6,7 +6,8 @@
 #      them: schema validation of every manifest, as written and as rendered
 #      by kustomize, one kustomization at a time, by the project's own
 #      validator (scripts/k8s-validate: Kubernetes' schemas from the npm
-#      package kubernetes-models, unknown fields too; node >= 18 and npm;
+#      package kubernetes-models, cert-manager's Certificate and Issuer from
+#      @kubernetes-models/cert-manager, unknown fields too; node >= 18 and npm;
 #      its self-test first proves it refuses bad manifests); rendering needs
 #      kubectl or kustomize with Components (kustomize >= 3.7): without, it
 #      says so and which were not rendered;
@@ -21,7 +22,9 @@
 #      override deploy/compose.cluster.nats-tls.yaml: validated against
 #      the Compose schema (`docker-compose config`, Debian's docker-compose,
 #      installed if missing);
-#   3. the Docker image, with scripts/container-smoke.sh (podman or docker, no
+#   3. deploy/examples/k8s-backup's backup and restore scripts, against two
+#      cuckoods of the release build (scripts/backup-test.sh);
+#   4. the Docker image, with scripts/container-smoke.sh (podman or docker, no
 #      registry: it makes the Debian base images itself). It builds
 #      the Dockerfile, with the release build's cuckood and cuckooctl
 #      (build/release, stripped into build/image/; --build-arg
@@ -66,8 +69,8 @@
 #      the Dockerfile's HEALTHCHECK follows CUCKOOD_TLS_*) and checks that
 #      SIGTERM stops it within 3 s.
 #
-#   scripts/container-test.sh                   # all three
-#   scripts/container-test.sh --validate-only   # 1 and 2: no image, no engine
+#   scripts/container-test.sh                   # all four
+#   scripts/container-test.sh --validate-only   # 1 and 2: no binaries, no image, no engine
 #
 # Environment: CONTAINER_ENGINE, CONTAINER_SMOKE_CACHE, ... go to
 # container-smoke.sh (see its header); CUCKOO_IMAGE is the tag built (default
@@ -458,6 +461,15 @@ if [ "${1:-}" = --validate-only ]; then
   echo "== deployment files valid in $((SECONDS - t_start))s"
   exit 0
 fi
+
+# The backup CronJob's scripts (deploy/examples/k8s-backup), run as the
+# k8s-backup-tls overlay runs them, against two real cuckoods of the release
+# build (TLS, mutual TLS, a token): export, restore, retention, refusals.
+echo "== deploy/examples/k8s-backup: cuckood-backup.sh and cuckood-restore.sh (scripts/backup-test.sh)"
+t0=$SECONDS
+bash scripts/build.sh release cuckood cuckooctl >/dev/null
+bash scripts/backup-test.sh
+echo "== deploy/examples/k8s-backup: done in $((SECONDS - t0))s"
 
 echo "== container image: build, run, persistence across restarts"
 t0=$SECONDS

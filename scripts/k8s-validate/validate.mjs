@@ -10,7 +10,8 @@
 // finds it). kustomization.yaml files are not resources and are skipped, and
 // so are kustomize Components' patches (inline, not files). Errors name the
 // file, the document and the field's path; the exit code is 1 when any.
-// Used by scripts/container-test.sh; scripts/k8s-validate/selftest.sh proves
+// Custom resources (cert-manager's Certificate, Issuer) from the @kubernetes-models
+// packages in package.json. Used by scripts/container-test.sh; `k8s-validate.sh --selftest` proves
 // it rejects what it should.
 import fs from "node:fs";
 import path from "node:path";
@@ -45,6 +46,15 @@ for (const a of args) {
   else for (const f of yamlFiles(a)) inputs.push({ name: f, text: fs.readFileSync(f, "utf8") });
 }
 
+// Where models come from: Kubernetes' own API, then the custom resources'
+// packages this validator depends on (package.json), e.g. cert-manager's.
+const modelPackages = [
+  "kubernetes-models",
+  ...Object.keys(require("./package.json").dependencies).filter((d) =>
+    d.startsWith("@kubernetes-models/"),
+  ),
+];
+
 const errors = [];
 const docs = []; // {where, obj, Model, typeImport, typeName}
 for (const { name, text } of inputs) {
@@ -66,11 +76,18 @@ for (const { name, text } of inputs) {
       return;
     }
     // "v1" is the core group; "apps/v1" -> kubernetes-models/apps/v1/KIND.
-    const modulePath = `kubernetes-models/${apiVersion}/${kind}`;
-    let mod;
-    try {
-      mod = require(modulePath);
-    } catch {
+    // Custom resources come from the @kubernetes-models/* packages in
+    // package.json, e.g. cert-manager.io/v1 Certificate ->
+    // @kubernetes-models/cert-manager/cert-manager.io/v1/Certificate.
+    let mod, modulePath;
+    for (const pkg of modelPackages) {
+      try {
+        mod = require(`${pkg}/${apiVersion}/${kind}`);
+        modulePath = `${pkg}/${apiVersion}/${kind}`;
+        break;
+      } catch {}
+    }
+    if (!mod) {
       errors.push(`${where}: unknown apiVersion/kind ${apiVersion} ${kind}`);
       return;
     }
