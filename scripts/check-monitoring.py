@@ -20,7 +20,8 @@ promtool has checked and unit-tested the rules. It checks:
      admin port;
   4. cuckood-dashboard.json is valid JSON, ready for provisioning: a
      Prometheus datasource variable, which every panel and query uses, and
-     no datasource uid written in;
+     no datasource uid written in; every query parses as PromQL (promtool,
+     with Grafana's variables replaced);
   5. every metric the rules and the dashboard's queries use is one a live
      cuckood's /metrics has (with samples), `up` (Prometheus' own) aside:
      the release build's cuckood (build/release, as the other tests find
@@ -301,6 +302,32 @@ def check_dashboard():
     return queries
 
 
+def check_query_syntax(queries):
+    """Every query parses as PromQL: promtool check rules on recording rules
+    made of them, Grafana's variables replaced by values of their kind."""
+    if not shutil.which("promtool"):
+        sys.exit("check-monitoring: promtool is needed (Debian's prometheus)")
+    rules = []
+    for i, (where, q) in enumerate(queries):
+        m = re.fullmatch(r"\s*label_values\((.*),\s*\w+\s*\)\s*", q, re.S)
+        if m:
+            q = m.group(1)
+        q = q.replace("$__rate_interval", "5m")
+        q = re.sub(r"\$\{?(job|instance|filter)\}?", ".*", q)
+        if "$" in q:
+            problem("%s: %s: a variable this check does not know: %s" % (rel(DASHBOARD), where, q))
+            continue
+        rules.append({"record": "dashboard:query_%d" % i, "expr": q})
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+        yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}, f)
+        f.flush()
+        r = subprocess.run(["promtool", "check", "rules", f.name], capture_output=True, text=True)
+    if r.returncode != 0:
+        problem("%s: promtool does not parse every query:\n%s" % (rel(DASHBOARD), r.stdout + r.stderr))
+    else:
+        print("%s: every query parses (promtool check rules)" % rel(DASHBOARD))
+
+
 # ------------------------------------------------------- 5. metric names
 
 KEYWORDS = {"and", "or", "unless", "by", "without", "on", "ignoring", "group_left",
@@ -515,6 +542,7 @@ def main():
     rules = check_alerts()
     check_monitors()
     queries = check_dashboard()
+    check_query_syntax(queries)
     if args != ["--static"]:
         try:
             have = live_metrics()
