@@ -439,10 +439,11 @@ CUCKOOD_NATS_PASSWORD=container-test nats-server -c "$nats_tls/compose.conf" -t 
 rm -rf "$nats_tls"
 echo "== deploy/k8s: done in $((SECONDS - t0))s"
 
-echo "== deploy/monitoring: the alerting rules (promtool check rules, promtool test rules)"
+echo "== deploy/monitoring: the alerting rules (promtool check rules, promtool test rules), prometheus.example.yml"
 command -v promtool >/dev/null || apt_install prometheus promtool
 promtool check rules deploy/monitoring/cuckood-rules.yaml
 (cd deploy/monitoring && promtool test rules cuckood-rules.test.yaml)
+promtool check config deploy/monitoring/prometheus.example.yml
 # The PrometheusRule (generated from the rules file), the alerts' runbook
 # sections, the Pod/ServiceMonitor against deploy/k8s, the dashboard's JSON,
 # and every metric the rules and the dashboard use against the /metrics of a
