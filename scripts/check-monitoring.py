@@ -450,8 +450,7 @@ def live_metrics():
             "--data-dir=" + t + "/single", "--tls-cert=" + t + "/tls.crt", "--tls-key=" + t + "/tls.key",
             "--auth-tokens=" + t + "/tokens", "--memory-budget=64MiB", "--snapshot-interval=1h"])
         os.mkdir(t + "/js")
-        _, nlog = s.start("nats-server", ["nats-server", "-js", "-a", "127.0.0.1", "-p", "-1",
-                                          "--http_port", "-1", "-sd", t + "/js"])
+        _, nlog = s.start("nats-server", ["nats-server", "-js", "-a", "127.0.0.1", "-p", "-1", "-sd", t + "/js"])
 
         def port_in(log, pattern):
             def f():
