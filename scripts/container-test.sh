@@ -18,6 +18,9 @@
 #      missing);
 #   2. deploy/monitoring/cuckood-rules.yaml, the alerting rules: checked and
 #      unit-tested by promtool (Debian's prometheus, installed if missing);
+#      the rest of deploy/monitoring by scripts/check-monitoring.py (the
+#      PrometheusRule is the rules file's, the monitors match deploy/k8s, the
+#      dashboard is valid, every metric used is in a live cuckood's /metrics);
 #      deploy/compose.yaml, deploy/compose.cluster.yaml and its NATS TLS
 #      override deploy/compose.cluster.nats-tls.yaml: validated against
 #      the Compose schema (`docker-compose config`, Debian's docker-compose,
@@ -439,10 +442,26 @@ CUCKOOD_NATS_PASSWORD=container-test nats-server -c "$nats_tls/compose.conf" -t 
 rm -rf "$nats_tls"
 echo "== deploy/k8s: done in $((SECONDS - t0))s"
 
-echo "== deploy/monitoring: the alerting rules (promtool check rules, promtool test rules)"
+echo "== deploy/monitoring: the alerting rules (promtool check rules, promtool test rules), prometheus.example.yml"
 command -v promtool >/dev/null || apt_install prometheus promtool
 promtool check rules deploy/monitoring/cuckood-rules.yaml
 (cd deploy/monitoring && promtool test rules cuckood-rules.test.yaml)
+promtool check config deploy/monitoring/prometheus.example.yml
+# The PrometheusRule (generated from the rules file), the alerts' runbook
+# sections, the Pod/ServiceMonitor against deploy/k8s, the dashboard's JSON,
+# and every metric the rules and the dashboard use against the /metrics of a
+# live release cuckood and cluster replica (scripts/check-monitoring.py; a
+# few seconds). Without a release build (--validate-only only): all but the
+# live part, said so.
+echo "== deploy/monitoring: monitors, PrometheusRule, dashboard, metric names (scripts/check-monitoring.py)"
+# (apt_install's second argument is a command to look for: a module has none.)
+/usr/bin/python3 -c 'import yaml' 2>/dev/null || apt_install python3-yaml /nonexistent
+if [ "${1:-}" = --validate-only ] && [ ! -x build/release/server/cuckood ]; then
+  echo "container-test: no build/release/server/cuckood: the metric names are not checked against a live server"
+  /usr/bin/python3 scripts/check-monitoring.py --static
+else
+  /usr/bin/python3 scripts/check-monitoring.py
+fi
 
 echo "== deploy/compose.yaml, deploy/compose.cluster.yaml: schema validation"
 apt_install docker-compose docker-compose
