@@ -179,6 +179,12 @@ export interface ClientOptions {
   serverName?: string;
   /** Largest response accepted, in bytes (default 64 MiB). */
   maxReceiveMessageBytes?: number;
+  /**
+   * grpc-js channel options, over the client's own (which set the service
+   * config: round_robin and grpc-js's retry of UNAVAILABLE, up to 5 attempts).
+   * E.g. { "grpc.enable_retries": 0 } leaves retries to the client's loop alone.
+   */
+  channelOptions?: grpc.ChannelOptions;
 }
 
 /** Per-call options. */
@@ -501,6 +507,7 @@ export class Client {
       "grpc.retry_buffer_size": 1 << 30,
     };
     if (options.serverName !== undefined) channelOptions["grpc.ssl_target_name_override"] = options.serverName;
+    Object.assign(channelOptions, options.channelOptions);
     const credentials = tls
       ? grpc.credentials.createSsl(
           options.ca !== undefined ? readPem("ca", options.ca) : null,
