@@ -22,7 +22,7 @@ describe("against cuckood", () => {
     await server?.stop();
   });
 
-  test("the README example", async () => {
+  test("each call, as README.md's example makes it", async () => {
     const info = await client.createFilter("users", { capacity: 100000, falsePositiveRate: 0.001, ifNotExists: true });
     assert.equal(info.created, true);
     assert.equal(info.name, "users");
