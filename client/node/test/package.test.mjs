@@ -37,7 +37,7 @@ after(async () => {
 
 test("the tarball holds the builds, the types and the proto, not the sources", () => {
   const files = packed.files.map((f) => f.path).sort();
-  for (const f of ["package.json", "README.md", "dist/cjs/index.js", "dist/cjs/index.d.ts",
+  for (const f of ["package.json", "README.md", "LICENSE", "dist/cjs/index.js", "dist/cjs/index.d.ts",
     "dist/esm/index.mjs", "dist/esm/index.d.mts", "proto/cuckoo/v1/filter_service.proto"]) {
     assert.ok(files.includes(f), `${f} is in the tarball: ${files.join(", ")}`);
   }
