@@ -137,6 +137,46 @@ describe("against cuckood", () => {
     assert.equal(client.lastLogPosition, r.logPosition);
   });
 
+  test("a split batch that fails part way says how much was applied", async () => {
+    await client.createFilter("partial", { capacity: 10000 });
+    // The third request (keys 100 to 119) holds an empty key: refused whole.
+    const keys = Array.from({ length: 120 }, (_, i) => (i === 110 ? "" : `p-${i}`));
+    await assert.rejects(client.insert("partial", keys), (e) => {
+      assert.equal(e.code, Status.INVALID_ARGUMENT);
+      assert.equal(e.applied, 100);
+      assert.match(e.message, /\(the first 100 of 120 keys were applied\)$/);
+      return true;
+    });
+    assert.equal((await client.getFilter("partial")).items, 100);
+  });
+
+  test("a repeated requestId is applied once", async () => {
+    await client.createFilter("dedup", { capacity: 1000 });
+    const first = await client.insert("dedup", ["d"], { requestId: "client-test-dedup" });
+    const again = await client.insert("dedup", ["d"], { requestId: "client-test-dedup" });
+    assert.deepEqual([...again], [...first]);
+    assert.equal(again.logPosition, first.logPosition);
+    assert.deepEqual([...await client.count("dedup", ["d"])], [1]);
+    await client.delete("dedup", ["d"], { requestId: "client-test-dedup-delete" });
+    await client.delete("dedup", ["d"], { requestId: "client-test-dedup-delete" });
+    assert.deepEqual([...await client.count("dedup", ["d"])], [0]);
+  });
+
+  test("readYourWrites sends the last log position", async () => {
+    const reader = new Client({ target: server.address, token: "" });
+    const blind = new Client({ target: server.address, token: "", readYourWrites: false });
+    try {
+      await reader.createFilter("ryw", { capacity: 1000 });
+      // A position past a single node's log: OUT_OF_RANGE (not waited for).
+      reader.lastLogPosition = blind.lastLogPosition = 1e12;
+      await assert.rejects(reader.lookup("ryw", ["k"]), (e) => e.code === Status.OUT_OF_RANGE);
+      assert.deepEqual([...await blind.lookup("ryw", ["k"])], [false]);
+    } finally {
+      reader.close();
+      blind.close();
+    }
+  });
+
   test("a Unix socket target", async () => {
     const unix = new Client({ target: `unix://${server.socket}`, token: "" });
     try {
