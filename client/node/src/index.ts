@@ -340,7 +340,8 @@ function encodeKeys(keys: Iterable<Key>): Buffer[] {
   let i = 0;
   for (const key of keys) {
     if (typeof key === "string") out.push(Buffer.from(key, "utf8"));
-    else if (key instanceof Uint8Array) out.push(Buffer.from(key.buffer, key.byteOffset, key.byteLength));
+    // A copy: the caller may reuse its array while the call is in flight.
+    else if (key instanceof Uint8Array) out.push(Buffer.from(key));
     else throw new TypeError(`keys[${i}] is a ${typeof key}; keys must be strings or Uint8Arrays`);
     i++;
   }
