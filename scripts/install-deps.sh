@@ -50,7 +50,7 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 # node and npm for the manifest validator (scripts/k8s-validate) and the
-# node-redis tests (tests/e2e/node_redis): Debian's,
+# node-redis tests (tests/e2e/node_redis) and the Node client (client/node): Debian's,
 # unless a node >= 18 with npm is there already (from another source).
 if [ "${1:-}" = --test ] && ! { command -v npm >/dev/null &&
   [ "$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)" -ge 18 ]; }; then

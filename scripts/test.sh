@@ -7,7 +7,8 @@
 #      Redis port's memory attacks and its TLS tests, which measure what TLS
 #      connections cost (label "slow"), all too slow under the
 #      sanitizers (whose builds leave them and the benchmarks out); then the
-#      benchmarks in --small mode as a smoke run;
+#      benchmarks in --small mode as a smoke run; the Node client's tests
+#      (client/node: build, npm pack, node --test against that cuckood);
 #   3. AddressSanitizer + UBSan build (clang, with precompiled headers and
 #      -Wthread-safety; it holds the fuzzers of step 5 too; the tests' own
 #      code at -O0): every other test (each test is compiled once, in the
@@ -83,6 +84,8 @@ joined() {
 bash scripts/install-deps.sh --test
 # node-redis, for tests/e2e/node_redis_test (from npm, as package-lock.json pins).
 bash tests/e2e/node_redis/install.sh
+# @cuckood/client's dependencies and TypeScript (client/node, as its package-lock.json pins).
+bash client/node/install.sh
 jobs=$(nproc)
 # The release build without debug info (scripts/build.sh): nothing here
 # reads it, and it costs about 30% of that build's compile time. Exported,
@@ -107,6 +110,12 @@ phase "benchmark smoke run (--small)"
 build/release/bench/filter_bench --small --json=build/release/filter_bench_small.json >/dev/null
 build/release/bench/growth_bench --small --json=build/release/growth_bench_small.json >/dev/null
 bash bench/redis_bench.sh --smoke build/release/redis_bench_smoke >/dev/null
+
+phase "Node client (client/node): build, npm pack, node --test against the release cuckood"
+# tsc, then the tests, each file with its own cuckood; test/package.test.mjs
+# packs the package and installs the tarball into a temporary directory.
+(export CUCKOO_NODE_TEST_CUCKOOD=$PWD/build/release/server/cuckood
+  cd client/node && npm run --silent build && npm test --silent)
 
 phase "ASan+UBSan build (clang); beside it the kill -9 loops and the deployment files"
 # The kill -9 loops (label chaos) wait on processes and NATS elections
