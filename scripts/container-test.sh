@@ -7,7 +7,9 @@
 #      by kustomize, one kustomization at a time, by the project's own
 #      validator (scripts/k8s-validate: Kubernetes' schemas from the npm
 #      package kubernetes-models, cert-manager's Certificate and Issuer from
-#      @kubernetes-models/cert-manager, unknown fields too; node >= 18 and npm;
+#      @kubernetes-models/cert-manager, deploy/monitoring's PodMonitor,
+#      ServiceMonitor and PrometheusRule from
+#      @kubernetes-models/prometheus-operator, unknown fields too; node >= 18 and npm;
 #      its self-test first proves it refuses bad manifests); rendering needs
 #      kubectl or kustomize with Components (kustomize >= 3.7): without, it
 #      says so and which were not rendered;
@@ -372,10 +374,12 @@ done
 for k in "${kustomizations[@]}"; do
   [ -f "$k/kustomization.yaml" ] || { echo "container-test: no $k/kustomization.yaml" >&2; exit 1; }
 done
-# As written: every manifest under deploy/k8s, cluster/ included, and the
+# As written: every manifest under deploy/k8s, cluster/ included, the
 # examples' own (k8s-validate walks folders; kustomization.yaml is no
-# resource and is left out).
-bash "$validate" deploy/k8s deploy/examples
+# resource and is left out), and deploy/monitoring's Prometheus Operator
+# objects (@kubernetes-models/prometheus-operator).
+bash "$validate" deploy/k8s deploy/examples deploy/monitoring/cuckood-podmonitor.yaml \
+  deploy/monitoring/cuckood-servicemonitor.yaml deploy/monitoring/cuckood-prometheusrule.yaml
 # As rendered: what `kubectl apply -k` would send, generated ConfigMaps and
 # image overrides included.
 # Components need kustomize 3.7 or later: Debian's kubernetes-client (1.20)
