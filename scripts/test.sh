@@ -7,8 +7,9 @@
 #      Redis port's memory attacks and its TLS tests, which measure what TLS
 #      connections cost (label "slow"), all too slow under the
 #      sanitizers (whose builds leave them and the benchmarks out); then the
-#      benchmarks in --small mode as a smoke run; the Node client's tests
-#      (client/node: build, npm pack, node --test against that cuckood);
+#      benchmarks in --small mode as a smoke run; beside step 3's build, the
+#      Node client's tests (client/node: build, npm pack, node --test against
+#      that cuckood);
 #   3. AddressSanitizer + UBSan build (clang, with precompiled headers and
 #      -Wthread-safety; it holds the fuzzers of step 5 too; the tests' own
 #      code at -O0): every other test (each test is compiled once, in the
@@ -111,13 +112,14 @@ build/release/bench/filter_bench --small --json=build/release/filter_bench_small
 build/release/bench/growth_bench --small --json=build/release/growth_bench_small.json >/dev/null
 bash bench/redis_bench.sh --smoke build/release/redis_bench_smoke >/dev/null
 
-phase "Node client (client/node): build, npm pack, node --test against the release cuckood"
-# tsc, then the tests, each file with its own cuckood; test/package.test.mjs
-# packs the package and installs the tarball into a temporary directory.
-(export CUCKOO_NODE_TEST_CUCKOOD=$PWD/build/release/server/cuckood
-  cd client/node && npm run --silent build && npm test --silent)
-
-phase "ASan+UBSan build (clang); beside it the kill -9 loops and the deployment files"
+phase "ASan+UBSan build (clang); beside it the kill -9 loops, the deployment files and the Node client"
+# The Node client (client/node): tsc, then the tests against the release
+# cuckood, each file with its own; test/package.test.mjs packs the package
+# and installs the tarball into a temporary directory. Mostly waiting on
+# the servers it starts.
+beside "Node client: build, npm pack, node --test against the release cuckood" \
+  env CUCKOO_NODE_TEST_CUCKOOD="$PWD/build/release/server/cuckood" \
+  bash -c 'cd client/node && npm run --silent build && npm test --silent'
 # The kill -9 loops (label chaos) wait on processes and NATS elections
 # most of the time; they retry through what they cause, with generous
 # deadlines. The deployment files and the image (release binaries): the
@@ -127,6 +129,7 @@ beside "kill -9 loops (release, label chaos)" \
 beside "deployment: k8s manifests, compose file, container image" bash scripts/container-test.sh
 bash scripts/build.sh asan
 joined "kill -9 loops (release, label chaos)"
+joined "Node client: build, npm pack, node --test against the release cuckood"
 phase "ASan+UBSan: every test but the kill -9 loops; beside it the TSan build"
 # The TSan build (only the engine's, the write-ahead log's and the RESP
 # connections' concurrency tests, no gRPC in them: TSan cannot see the
