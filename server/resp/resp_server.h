@@ -114,7 +114,7 @@ struct Session {
   size_t multi_queued = 0;    // commands queued (the connection's count)
   // Set by the connection while it runs an EXEC's queued command; the
   // connection calls CommandHandler::ExecPaused wherever it stops running
-  // them (a wait, a pause, the end of the EXEC).
+  // them (a reply it waits for, the end of the EXEC, a close).
   bool in_exec = false;
   uint64_t log_transaction = 0;  // handler-owned: an open log transaction of an EXEC
 };
@@ -217,8 +217,10 @@ class CommandHandler {
   // afterwards: a Reply after Closed is dropped.
   virtual void Closed(Session* /*session*/) {}
   // The connection stopped running an EXEC's commands, for now or for good
-  // (the EXEC ended, or the connection waits for a reply, for its output to
-  // drain, or closes): whatever the handler holds open across them ends.
+  // (the EXEC ended, or the connection waits for a reply, or closes):
+  // whatever the handler holds open across them ends. While the handler
+  // holds something open (Session::log_transaction), the connection does not
+  // pause an EXEC for its unsent output.
   virtual void ExecPaused(Session* /*session*/) {}
 };
 
