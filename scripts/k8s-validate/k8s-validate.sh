@@ -13,16 +13,7 @@
 # (package-lock.json) into node_modules/ here with `npm ci`.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-command -v node >/dev/null && command -v npm >/dev/null ||
-  { echo "k8s-validate: node and npm are needed (scripts/install-deps.sh installs them)" >&2; exit 1; }
-major=$(node -p 'process.versions.node.split(".")[0]')
-[ "$major" -ge 18 ] || { echo "k8s-validate: node >= 18 is needed, this is $(node --version)" >&2; exit 1; }
-# Installed again whenever the lockfile changed since the last install.
-if ! cmp -s "$here/package-lock.json" "$here/node_modules/.package-lock.json.installed" 2>/dev/null; then
-  (cd "$here" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) ||
-    { echo "k8s-validate: npm ci failed in $here" >&2; exit 1; }
-  cp "$here/package-lock.json" "$here/node_modules/.package-lock.json.installed"
-fi
+bash "$here/../npm-ci.sh" "$here" k8s-validate
 
 if [ "${1:-}" = --selftest ]; then
   # expect_reject FILE TEXT: validation fails, and its message has TEXT.
