@@ -1400,23 +1400,29 @@ TEST(WalTransaction, ALogEndingInsideATransactionIsCutAtItsBeginAndContinuesTher
   EXPECT_TRUE(scan->cut.empty()) << scan->cut;
 }
 
+// Writes, in a new log in `wal_dir`, two overlapping transactions around
+// writes; the second ends (and one more write follows) only if
+// `end_second`.
+void WriteOverlappingTransactions(const std::string& wal_dir, bool end_second) {
+  auto wal = OpenWal(wal_dir, PosixEnv());
+  ASSERT_NE(wal, nullptr);
+  AppendInsert(*wal, 1, 10, 2);                // 1
+  const uint64_t a = wal->BeginTransaction();  // 2
+  AppendInsert(*wal, 1, 30, 2);                // 3
+  const uint64_t b = wal->BeginTransaction();  // 4
+  AppendInsert(*wal, 2, 50, 2);                // 5
+  wal->EndTransaction(a);                      // 6
+  AppendInsert(*wal, 1, 70, 2);                // 7
+  if (!end_second) return;
+  wal->EndTransaction(b);        // 8
+  AppendInsert(*wal, 1, 90, 2);  // 9
+  ASSERT_TRUE(wal->WaitDurable(9).ok());
+}
+
 TEST(WalTransaction, EndedTransactionsReplayInLogOrderAndAnUnendedOneCutsTheLogWhereItsRunBegan) {
   TempDir dir;
   const std::string wal_dir = dir.path() + "/wal";
-  {
-    auto wal = OpenWal(wal_dir, PosixEnv());
-    ASSERT_NE(wal, nullptr);
-    AppendInsert(*wal, 1, 10, 2);                // 1
-    const uint64_t a = wal->BeginTransaction();  // 2
-    AppendInsert(*wal, 1, 30, 2);                // 3
-    const uint64_t b = wal->BeginTransaction();  // 4
-    AppendInsert(*wal, 2, 50, 2);                // 5
-    wal->EndTransaction(a);                      // 6
-    AppendInsert(*wal, 1, 70, 2);                // 7
-    wal->EndTransaction(b);                      // 8
-    AppendInsert(*wal, 1, 90, 2);                // 9
-    ASSERT_TRUE(wal->WaitDurable(9).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(WriteOverlappingTransactions(wal_dir, /*end_second=*/true));
   std::vector<WalRecord> records;
   absl::StatusOr<WalScan> scan = Scan(PosixEnv(), wal_dir, &records);
   ASSERT_TRUE(scan.ok()) << scan.status();
@@ -1435,17 +1441,7 @@ TEST(WalTransaction, EndedTransactionsReplayInLogOrderAndAnUnendedOneCutsTheLogW
   // end).
   TempDir dir2;
   const std::string wal_dir2 = dir2.path() + "/wal";
-  {
-    auto wal = OpenWal(wal_dir2, PosixEnv());
-    ASSERT_NE(wal, nullptr);
-    AppendInsert(*wal, 1, 10, 2);                // 1
-    const uint64_t a = wal->BeginTransaction();  // 2
-    AppendInsert(*wal, 1, 30, 2);                // 3
-    wal->BeginTransaction();                     // 4
-    AppendInsert(*wal, 2, 50, 2);                // 5
-    wal->EndTransaction(a);                      // 6
-    AppendInsert(*wal, 1, 70, 2);                // 7
-  }
+  ASSERT_NO_FATAL_FAILURE(WriteOverlappingTransactions(wal_dir2, /*end_second=*/false));
   records.clear();
   scan = Scan(PosixEnv(), wal_dir2, &records);
   ASSERT_TRUE(scan.ok()) << scan.status();
