@@ -98,18 +98,23 @@ RUN apt-get update \
  && chmod 0750 /var/lib/cuckood
 COPY --from=binaries /out/bin/cuckood /out/bin/cuckooctl /usr/local/bin/
 
-# VERSION: the CMake project's (CMakeLists.txt); REVISION: the git commit;
-# SOURCE: where the source is published. scripts/container-test.sh passes all
-# three (`--build-arg VERSION=... --build-arg REVISION=$(git rev-parse HEAD)`).
+# VERSION: the CMake project's (CMakeLists.txt; this default is checked equal
+# to it by scripts/set-version.py --check, which CI runs); REVISION: the git
+# commit; SOURCE: where the source is published; CREATED: the commit's time
+# in UTC, RFC 3339 (the commit's, not the build's, so a rebuild of a commit
+# labels the same). scripts/container-test.sh passes all four, as the
+# release steps of docs/RELEASING.md do.
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 ARG SOURCE=unknown
+ARG CREATED=
 LABEL org.opencontainers.image.title="cuckood" \
       org.opencontainers.image.description="gRPC server of named cuckoo filters (batched insert/lookup/delete/count), with cuckooctl; RedisBloom's CF.* commands on port 6379" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
-      org.opencontainers.image.source="${SOURCE}"
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.created="${CREATED}"
 
 # A new named volume starts as a copy of this directory, owned by 10001:10001,
 # so `-v NAME:/var/lib/cuckood` is writable with no extra step. A bind mount

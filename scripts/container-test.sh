@@ -62,7 +62,10 @@
 #        read-only token: CF.EXISTS yes, CF.ADD NOPERM; a plaintext
 #        redis-cli gets nothing from it;
 #      - the image: cuckood is PID 1 as 10001:10001, no build packages,
-#        cuckooctl inside;
+#        cuckooctl inside; `cuckood --version` and `cuckooctl --version`
+#        there say CMakeLists.txt's version, which is the image's
+#        org.opencontainers.image.version label (with revision, source,
+#        created and licenses, checked by container-smoke.sh);
 #      - SIGTERM (`stop -t 60`): exit code 0 and "final snapshot: 1 filters
 #        written" in the log;
 #      - a new container on the same volume, hardened as in Kubernetes
@@ -309,7 +312,14 @@ if [ "${1:-}" = --verify ]; then
   [ -z "$dev" ] || fail "build-only packages in the runtime image: ${dev//$'\n'/ }"
   "$engine" exec "$smoke" cuckooctl --ca=/etc/cuckood/tls/ca.crt --tls-server-name=localhost \
     --token="$CT_TOKEN" info "$filter" >/dev/null || fail "cuckooctl inside the image"
-  say "cuckood is PID 1 as 10001:10001; no build packages; cuckooctl inside"
+  # The binaries' version (CMake's, built in) is the image's label's.
+  for bin in cuckood cuckooctl; do
+    got=$("$engine" exec "$smoke" "$bin" --version) || fail "$bin --version in the image"
+    [ "$got" = "$bin $CT_VERSION" ] ||
+      fail "$bin --version in the image says '$got', not '$bin $CT_VERSION' (CMakeLists.txt, the label)"
+  done
+  say "cuckood is PID 1 as 10001:10001; no build packages; cuckooctl inside;" \
+    "both say version $CT_VERSION"
 
   # 4. SIGTERM: drain, final snapshot, exit 0.
   stop_sigterm "$smoke" 1
@@ -642,6 +652,10 @@ version=$(sed -n 's/^project(cuckood VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
 grep -qx "ARG VERSION=$version" Dockerfile ||
   { echo "container-test: the Dockerfile's ARG VERSION is not CMakeLists.txt's $version" >&2; exit 1; }
 revision=$(git rev-parse HEAD)
+created=$(TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ HEAD)
+# The binaries in the image must say the same version (the verify step).
+CT_VERSION=$version
+export CT_VERSION
 src_url=$(git remote get-url origin 2>/dev/null | tr -d ' ' || true)
 src_url=${src_url:-unknown}
 RUN_ARGS="-p 127.0.0.1:$CT_GRPC_PORT:50051 -p 127.0.0.1:$CT_ADMIN_PORT:9090 \
@@ -649,10 +663,12 @@ RUN_ARGS="-p 127.0.0.1:$CT_GRPC_PORT:50051 -p 127.0.0.1:$CT_ADMIN_PORT:9090 \
 $CT_SECURE_ARGS" \
   VERIFY_TIMEOUT=${VERIFY_TIMEOUT:-120} SMOKE_REQUIRE_SIGTERM=1 \
   BUILD_ARGS="--build-arg BINARIES=$binaries --build-arg VERSION=$version --build-arg REVISION=$revision --build-arg SOURCE=$src_url \
+--build-arg CREATED=$created \
 --label org.opencontainers.image.version=$version --label org.opencontainers.image.revision=$revision \
---label org.opencontainers.image.source=$src_url" \
+--label org.opencontainers.image.source=$src_url --label org.opencontainers.image.created=$created" \
   SMOKE_LABELS="org.opencontainers.image.licenses=Apache-2.0 org.opencontainers.image.version=$version
-org.opencontainers.image.revision=$revision org.opencontainers.image.source=$src_url" \
+org.opencontainers.image.revision=$revision org.opencontainers.image.source=$src_url
+org.opencontainers.image.created=$created" \
   bash scripts/container-smoke.sh Dockerfile . "$image" "bash scripts/container-test.sh --verify"
 echo "== container image: done in $((SECONDS - t0))s"
 echo "== container tests passed in $((SECONDS - t_start))s"
