@@ -9,12 +9,16 @@ rewritten by this script and checked equal to it:
   scripts/set-version.py --check [ROOT]
                                     exit 1, naming each FILE:LINE whose
                                     version is not CMakeLists.txt's; 0 if none
+  scripts/set-version.py --check-release [ROOT]
+                                    --check, and CHANGELOG.md has the
+                                    section `## [X.Y.Z] - YYYY-MM-DD` of
+                                    this version (docs/RELEASING.md, step 2)
   scripts/set-version.py --selftest plants mismatches in a throwaway copy of
                                     the repository: --check must name each,
                                     and setting the version must fix them
 
 The copies, in every tracked text file but CHANGELOG.md (its history names
-old versions on purpose):
+old versions on purpose) and this script (its self-test's examples):
   - an image reference `cuckood:X.Y.Z` (the compose files, the Dockerfile's
     and the READMEs' `docker build -t` / `docker run` / `kustomize edit set
     image` lines), and the Node package's tarball `cuckood-client-X.Y.Z.tgz`;
@@ -25,6 +29,9 @@ old versions on purpose):
     org.opencontainers.image.version label for a plain `docker build .`);
   - client/node's package.json and package-lock.json: the version of
     "@cuckood/client".
+--check also checks CHANGELOG.md's form (Keep a Changelog 1.1.0): its
+first section is `## [Unreleased]`, every other one `## [X.Y.Z] - YYYY-MM-DD`,
+newest first.
 Prose that names a version as a fact ("these are cuckood 0.1.0's") and format
 examples (a snapshot's writer string) are not copies and are left alone.
 CI runs --check and --selftest (tests/repo/CMakeLists.txt). docs/RELEASING.md
@@ -61,7 +68,9 @@ REQUIRED = {
     "deploy/compose.cluster.yaml": 1,
 }
 UNTAGGED_IMAGE_RE = re.compile(r"^[ \t]*(?:-[ \t]+)?image:[ \t]*cuckood[ \t]*$", re.M)
-NOT_COPIES = {"CHANGELOG.md"}
+# CHANGELOG.md names old versions on purpose; this script holds example
+# versions of its self-test.
+NOT_COPIES = {"CHANGELOG.md", "scripts/set-version.py"}
 
 
 def tracked_files(root):
@@ -77,7 +86,7 @@ def tracked_files(root):
             dirs[:] = [x for x in dirs if x not in (".git", "node_modules")
                        and not (rel == "." and x.startswith("build"))]
             files += [os.path.normpath(os.path.join(rel, n)) for n in names]
-    return sorted(f for f in files if f not in NOT_COPIES)
+    return sorted(files)
 
 
 def read_text(path):
@@ -112,12 +121,46 @@ def copies(text, name):
             yield text.count("\n", 0, m.start(2)) + 1, m.start(2), m.end(2), m.group(2)
 
 
-def check(root):
+CHANGELOG_HEADING_RE = re.compile(r"^## (.*)$", re.M)
+RELEASE_HEADING_RE = re.compile(r"\[(" + SEMVER + r")\] - (\d{4}-\d{2}-\d{2})")
+
+
+def changelog_problems(root, version, release):
+    """CHANGELOG.md's sections against Keep a Changelog's form (and, for a
+    release, this version's dated section)."""
+    text = read_text(os.path.join(root, "CHANGELOG.md"))
+    if text is None:
+        return ["CHANGELOG.md: missing (docs/RELEASING.md)"]
+    problems, released = [], []
+    for i, m in enumerate(CHANGELOG_HEADING_RE.finditer(text)):
+        line = text.count("\n", 0, m.start()) + 1
+        heading = m.group(1).strip()
+        if i == 0:
+            if heading != "[Unreleased]":
+                problems.append(f"CHANGELOG.md:{line}: the first section is '{heading}', "
+                                "not '[Unreleased]'")
+            continue
+        r = RELEASE_HEADING_RE.fullmatch(heading)
+        if not r:
+            problems.append(f"CHANGELOG.md:{line}: '{heading}' is not '[X.Y.Z] - YYYY-MM-DD'")
+            continue
+        key = tuple(int(x) for x in r.group(1).split("."))
+        if released and key >= released[-1][0]:
+            problems.append(f"CHANGELOG.md:{line}: {r.group(1)} is below a section of a "
+                            "lower version (newest first)")
+        released.append((key, r.group(1)))
+    if release and version not in [v for _, v in released]:
+        problems.append(f"CHANGELOG.md: no section '## [{version}] - YYYY-MM-DD' for "
+                        f"CMakeLists.txt's {version} (docs/RELEASING.md, step 2)")
+    return problems
+
+
+def check(root, release=False):
     version = project_version(root)
-    problems, found = [], {}
+    problems, found = changelog_problems(root, version, release), {}
     files = tracked_files(root)
     for name in files:
-        text = read_text(os.path.join(root, name))
+        text = None if name in NOT_COPIES else read_text(os.path.join(root, name))
         if text is None:
             continue
         lines = text.split("\n")
@@ -142,9 +185,9 @@ def check(root):
     for p in problems:
         print(p)
     if problems:
-        print(f"set-version: {len(problems)} problems above: the project's version is "
+        print(f"set-version: {len(problems)} problem(s) above (the project's version is "
               f"CMakeLists.txt's {version}; `scripts/set-version.py {version}` rewrites "
-              "the copies", file=sys.stderr)
+              "the copies)", file=sys.stderr)
         return 1
     print(f"set-version: {sum(found.values())} copies in {len(found)} files, "
           f"all CMakeLists.txt's {version}")
@@ -165,7 +208,7 @@ def set_version(root, new):
         changed.append("CMakeLists.txt")
     for name in tracked_files(root):
         path = os.path.join(root, name)
-        text = read_text(path)
+        text = None if name in NOT_COPIES else read_text(path)
         if text is None:
             continue
         spans = sorted({(s, e) for _, s, e, got in copies(text, name) if got != new})
@@ -232,6 +275,15 @@ def selftest():
                 sys.exit(f"self-test: {name} lacks {needle!r} after setting 7.8.9")
         if run("7.8", copy).returncode == 0:
             sys.exit("self-test: a version without a patch number was accepted")
+        r = run("--check-release", copy)
+        if r.returncode != 1 or "no section '## [7.8.9] - YYYY-MM-DD'" not in r.stdout:
+            sys.exit(f"self-test: --check-release passed without a 7.8.9 section:\n{r.stdout}")
+        with open(os.path.join(copy, "CHANGELOG.md"), "a", encoding="utf-8") as f:
+            f.write("\n## [7.8.9] - 2030-01-02\n\n## [7.9.0] - 2030-01-01\n\n## 7.0.0\n")
+        r = run("--check-release", copy)
+        want = ["is below a section of a lower version", "'7.0.0' is not '[X.Y.Z] - YYYY-MM-DD'"]
+        if r.returncode != 1 or not all(w in r.stdout for w in want) or "no section" in r.stdout:
+            sys.exit(f"self-test: --check-release should name {want} only, got:\n{r.stdout}")
     print("set-version: self-test passed")
     return 0
 
@@ -242,6 +294,8 @@ def main(argv):
         return selftest()
     if argv[:1] == ["--check"] and len(argv) <= 2:
         return check(argv[1] if len(argv) == 2 else root)
+    if argv[:1] == ["--check-release"] and len(argv) <= 2:
+        return check(argv[1] if len(argv) == 2 else root, release=True)
     if len(argv) in (1, 2) and not argv[0].startswith("-"):
         return set_version(argv[1] if len(argv) == 2 else root, argv[0])
     print(__doc__, file=sys.stderr)
