@@ -66,6 +66,10 @@ REQUIRED = {
     "client/node/package-lock.json": 2,  # the root and packages[""]
     "deploy/compose.yaml": 1,
     "deploy/compose.cluster.yaml": 1,
+    "deploy/k8s/kustomization.yaml": 2,  # the header's `kustomize edit set image`, newTag
+    "deploy/k8s/cluster/kustomization.yaml": 2,
+    "deploy/examples/k8s-backup/kustomization.yaml": 1,
+    "deploy/examples/k8s-sidecar/kustomization.yaml": 1,
 }
 UNTAGGED_IMAGE_RE = re.compile(r"^[ \t]*(?:-[ \t]+)?image:[ \t]*cuckood[ \t]*$", re.M)
 # CHANGELOG.md names old versions on purpose; this script holds example
