@@ -23,6 +23,10 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libboost-dev prometheus-cpp-dev
   python3 python3-grpcio
+  # The Python client's wheel (target cuckoo_python_wheel, which the tests
+  # build and install into a venv made --without-pip: no python3-venv needed):
+  # pip wheel --no-build-isolation with Debian's setuptools and wheel.
+  python3-pip python3-setuptools python3-wheel
   libnats-dev libssl-dev openssl
   libgtest-dev libgmock-dev libbenchmark-dev
   # The build's configuration looks the tests' libraries and nats-server up
