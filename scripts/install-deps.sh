@@ -8,7 +8,8 @@
 #       runtimes and clang for the fuzzers, clang-format, node and
 #       npm (the manifest validator, node-redis), podman, runc and mmdebstrap (the image
 #       test), docker-compose (the compose files' check), prometheus (promtool,
-#       for the alerting rules), python3-yaml (deploy/monitoring's check)
+#       for the alerting rules), python3-yaml (deploy/monitoring's check),
+#       python3-venv (README.md's venv for the Python client's wheel)
 # Debian's redis-server, nats-server and prometheus packages start a server
 # at boot on 6379, 4222 and 9090, ports the README's examples use (9090:
 # cuckood's admin port): the tests start their own, so those services are
@@ -23,6 +24,10 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libboost-dev prometheus-cpp-dev
   python3 python3-grpcio
+  # The Python client's wheel (target cuckoo_python_wheel, which the tests
+  # build and install into a venv made --without-pip: no python3-venv needed):
+  # pip wheel --no-build-isolation with Debian's setuptools and wheel.
+  python3-pip python3-setuptools python3-wheel
   libnats-dev libssl-dev openssl
   libgtest-dev libgmock-dev libbenchmark-dev
   # The build's configuration looks the tests' libraries and nats-server up
@@ -36,6 +41,7 @@ TEST_PACKAGES=(
   jq iproute2   # client/README's examples (jq); the doc test (ip: its namespace's loopback)
   prometheus    # promtool: the alerting rules' check and unit tests (deploy/monitoring)
   python3-yaml  # scripts/check-monitoring.py reads deploy/monitoring's YAML
+  python3-venv  # the doc test: README.md's Python example makes a venv with pip (ensurepip)
 )
 case "${1:-}" in
   "") ;;

@@ -1,6 +1,10 @@
 #!/usr/bin/python3
 """A short tour of the cuckoo_client package against a running cuckood.
 
+    VENV/bin/python client/python/example.py --target localhost:50051
+
+with the wheel installed in VENV (client/python/README.md), or from the build tree:
+
     ninja -C build/release cuckoo_python
     PYTHONPATH=build/release/python /usr/bin/python3 client/python/example.py \\
         --target localhost:50051
@@ -15,15 +19,17 @@ import sys
 
 # Python puts this script's directory first on sys.path, and it holds the
 # wrapper's source (client/python/cuckoo_client) without the generated
-# modules: take it off, so the built package on PYTHONPATH is the one imported.
+# modules: take it off, so the installed package (or the built one on
+# PYTHONPATH) is the one imported.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
 try:
     import cuckoo_client
 except ImportError as e:
-    sys.exit(f"cannot import cuckoo_client: {e}\nBuild it (ninja -C build/release cuckoo_python) "
-             "and run with PYTHONPATH=build/release/python, using /usr/bin/python3.")
+    sys.exit(f"cannot import cuckoo_client: {e}\nInstall its wheel (client/python/README.md) and "
+             "run with that Python, or build it (ninja -C build/release cuckoo_python) and run "
+             "with PYTHONPATH=build/release/python, using /usr/bin/python3.")
 
 
 def main() -> int:

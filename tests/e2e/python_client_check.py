@@ -1,12 +1,17 @@
 #!/usr/bin/python3
 """End-to-end checks of the Python package cuckoo_client against a real cuckood.
 
-Run by tests/e2e/python_client_test.cc, which starts the server:
+Run by tests/e2e/python_client_test.cc, which starts the server, with the
+python of the virtual environment that the build installs the wheel into
+(build/<tree>/python-venv, tests/e2e/CMakeLists.txt) and no PYTHONPATH:
 
-    PYTHONPATH=build/release/python /usr/bin/python3 tests/e2e/python_client_check.py \\
+    build/release/python-venv/bin/python tests/e2e/python_client_check.py \\
         --target 127.0.0.1:50051            # the basic checks
-    PYTHONPATH=... /usr/bin/python3 tests/e2e/python_client_check.py \\
+    build/release/python-venv/bin/python tests/e2e/python_client_check.py \\
         --target 127.0.0.1:50052 --batch    # a server started with --max-batch-keys=1000
+
+It runs as well against the build tree's package (PYTHONPATH=build/release/python
+/usr/bin/python3 tests/e2e/python_client_check.py ...).
 
 Prints "ok <check>" or "FAIL <check>" and a traceback per check, then
 "<n> checks passed" (exit 0) or "<k> of <n> checks FAILED" (exit 1). Filters

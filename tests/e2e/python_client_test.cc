@@ -1,7 +1,10 @@
-// The Python package cuckoo_client (client/python, generated into
-// ${CMAKE_BINARY_DIR}/python by the cuckoo_python target) against a real
-// cuckood: runs tests/e2e/python_client_check.py and client/python/example.py
-// with Debian's /usr/bin/python3.
+// The Python package cuckoo_client as users install it, against a real
+// cuckood: the wheel (target cuckoo_python_wheel) installed by pip into the
+// virtual environment ${CMAKE_BINARY_DIR}/python-venv over Debian's
+// python3-grpcio (tests/e2e/CMakeLists.txt, target cuckoo_python_venv). Runs
+// tests/e2e/python_client_check.py and client/python/example.py with that
+// venv's python and no PYTHONPATH. (The security, hostile-client and Unix
+// socket tests use the build tree's package on PYTHONPATH, the developer's way.)
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -16,25 +19,29 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-constexpr char kPython[] = "/usr/bin/python3";
+const std::string kVenvPython = std::string(PYTHON_VENV_DIR) + "/bin/python";
 
-// Runs a Python script with the built package first on PYTHONPATH. Through
-// env(1), so that its PYTHONPATH replaces one this process may have.
+// Runs a Python script with the venv's python. Through env(1), without a
+// PYTHONPATH this process may have, so cuckoo_client is the installed one.
 Result RunPython(const std::string& script, const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {"/usr/bin/env", std::string("PYTHONPATH=") + PYTHON_PACKAGE_DIR,
-                                   "PYTHONDONTWRITEBYTECODE=1", kPython, script};
+  std::vector<std::string> argv = {"/usr/bin/env", "-u", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE=1"};
+  argv.push_back(kVenvPython);
+  argv.push_back(script);
   argv.insert(argv.end(), args.begin(), args.end());
   return RunProcess(argv);
 }
 
 const std::string kCheckScript = std::string(SOURCE_DIR) + "/tests/e2e/python_client_check.py";
 
-TEST(PythonClientTest, PackageImportsFromTheBuildTree) {
+TEST(PythonClientTest, PackageImportsFromTheInstalledWheel) {
   Result r = RunPython(
       "-c", {"import cuckoo_client, cuckoo_client.grpc.health.v1.health_pb2_grpc as h; "
              "print(cuckoo_client.__file__); print(cuckoo_client.Client.__doc__ != None)"});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_THAT(r.out, HasSubstr(std::string(PYTHON_PACKAGE_DIR) + "/cuckoo_client/__init__.py"));
+  // The venv's site-packages (lib/pythonX.Y/site-packages), not the build tree.
+  EXPECT_THAT(r.out, HasSubstr(std::string(PYTHON_VENV_DIR) + "/lib/python"));
+  EXPECT_THAT(r.out, HasSubstr("/site-packages/cuckoo_client/__init__.py\n"));
+  EXPECT_THAT(r.out, Not(HasSubstr(std::string(PYTHON_PACKAGE_DIR) + "/cuckoo_client/")));
   EXPECT_THAT(r.out, HasSubstr("True"));
 }
 

@@ -13,8 +13,10 @@ itself there and brings up its loopback.
 A ```sh block runs with `bash -e` (no pipefail: a pipeline's status is its
 last command's, as in a reader's shell; PATH starts with build/release/client,
 as after the README's `export PATH=...`); a ```python
-block with /usr/bin/python3 and PYTHONPATH=build/release/python. Conventions
-in the Markdown:
+block with /usr/bin/python3 and PYTHONPATH=build/release/python, or, once a
+block has made the virtual environment `venv` in that directory (README.md's
+"From Python" installs the Python client's wheel there), with venv/bin/python
+and no PYTHONPATH, as the README says. Conventions in the Markdown:
 
   cmd   # ... -> TEXT      the block's output (stdout and stderr) contains
                            TEXT (runs of white space match any white
@@ -29,6 +31,7 @@ differed) otherwise; 2 on a setup problem (not root, no unshare, no binary).
 """
 
 import argparse
+import glob
 import os
 import re
 import shutil
@@ -38,6 +41,7 @@ import tempfile
 import time
 
 PYTHON = "/usr/bin/python3"
+VENV_PYTHON = "venv/bin/python"  # relative to the blocks' directory
 FILES = ["README.md", "client/README.md"]
 BLOCK_TIMEOUT = 60  # seconds per block
 SKIP_RE = re.compile(r"<!--\s*doctest:\s*skip:\s*(.*?)\s*-->")
@@ -150,10 +154,16 @@ def run_file(src, build, md):
                     skipped.append(f"{where}: {skip}")
                     continue
                 ran += 1
-                argv = (["bash", "-e", "-c", sh_script(text)] if lang == "sh"
-                        else [PYTHON, "-c", text])
+                block_env = env
+                if lang == "sh":
+                    argv = ["bash", "-e", "-c", sh_script(text)]
+                elif os.path.exists(os.path.join(work, VENV_PYTHON)):
+                    argv = [os.path.join(work, VENV_PYTHON), "-c", text]
+                    block_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+                else:
+                    argv = [PYTHON, "-c", text]
                 try:
-                    r = subprocess.run(argv, cwd=work, env=env, stdout=subprocess.PIPE,
+                    r = subprocess.run(argv, cwd=work, env=block_env, stdout=subprocess.PIPE,
                                        stderr=subprocess.STDOUT, text=True, timeout=BLOCK_TIMEOUT)
                     code, output = r.returncode, r.stdout
                 except subprocess.TimeoutExpired as e:
@@ -203,6 +213,11 @@ def main():
             print(f"readme_doctest: {build}/{exe} is missing: build cuckood, cuckooctl and "
                   "cuckoo_python first", file=sys.stderr)
             return 2
+    # README.md installs the Python client's wheel (one: the build removes older ones).
+    if not glob.glob(os.path.join(build, "python/dist/cuckoo_client-*.whl")):
+        print(f"readme_doctest: no {build}/python/dist/cuckoo_client-*.whl: build the target "
+              "cuckoo_python_wheel first", file=sys.stderr)
+        return 2
     if not a.in_netns:
         if os.geteuid() != 0 or shutil.which("unshare") is None:
             print("readme_doctest: needs root and unshare(1) to run the README on its own ports "

@@ -1,7 +1,8 @@
 """cuckoo_client: the Python client of cuckood, a server of named cuckoo filters.
 
-Build the package with the project (``ninja -C build/release cuckoo_python``)
-and put ``build/release/python`` on ``PYTHONPATH``; see ``client/python/README.md``.
+Install the wheel ``cuckoo_client-<version>-py3-none-any.whl`` (the CMake target
+``cuckoo_python_wheel`` writes it into ``build/release/python/dist``) with pip,
+or put ``build/release/python`` on ``PYTHONPATH``; see ``client/python/README.md``.
 
     import cuckoo_client
 
@@ -34,9 +35,10 @@ except ImportError as _error:
     # This is client/python/cuckoo_client, the wrapper's source: the build
     # adds _version.py and the generated modules.
     raise ImportError(
-        f"{__path__[0]} is the source of cuckoo_client, not the built package: build the CMake "
-        "target cuckoo_python and put <build dir>/python on PYTHONPATH (and do not run Python "
-        "from client/python, whose cuckoo_client shadows it)") from _error
+        f"{__path__[0]} is the source of cuckoo_client, not the built package: install the "
+        "wheel (CMake target cuckoo_python_wheel), or build the target cuckoo_python and put "
+        "<build dir>/python on PYTHONPATH (and do not run Python from client/python, whose "
+        "cuckoo_client shadows it)") from _error
 from cuckoo_client.client import (
     AUTHORIZATION_METADATA_KEY,
     DEFAULT_TARGET,
