@@ -263,6 +263,8 @@ FilterStats CuckooFilter::Stats() const {
   st.expected_false_positive_rate_at_capacity = ExpectedFalsePositiveRate(
       shape_.fingerprint_bits, shape_.bucket_size,
       std::min(1.0, static_cast<double>(st.capacity) / static_cast<double>(shape_.total_slots())));
+  st.false_positive_target =
+      shape_.growing() ? shape_.false_positive_rate : st.expected_false_positive_rate_at_capacity;
   return st;
 }
 

@@ -89,6 +89,11 @@ struct FilterStats {
   double expected_false_positive_rate = 0;
   // The same with `capacity` items stored.
   double expected_false_positive_rate_at_capacity = 0;
+  // The rate the filter is made for: a growing filter's shape rate (every
+  // generation together stays under it), a fixed filter's
+  // expected_false_positive_rate_at_capacity (past its capacity the rate
+  // climbs above it).
+  double false_positive_target = 0;
   // Growing filters (FilterShape::growing()); a fixed filter has one
   // generation. Sum of the existing generations' false_positive_bound: no
   // lookup's false-positive rate can exceed it, at any load; <= the shape's

@@ -19,6 +19,13 @@ void AppendCallsInFlight(int64_t calls_in_flight, MetricFamilies* out) {
            static_cast<double>(calls_in_flight));
 }
 
+void AppendReadiness(bool ready, MetricFamilies* out) {
+  AddGauge(out, "cuckood_ready",
+           "1 while /readyz answers 200: snapshots loaded, serving, and (a cluster replica) its "
+           "log applied and agreed",
+           ready ? 1 : 0);
+}
+
 void AppendRedisPortMetrics(const RedisPortGauges& redis, MetricFamilies* out) {
   AddGauge(out, "cuckood_redis_connections", "Open Redis-protocol connections",
            static_cast<double>(redis.connections));
@@ -51,7 +58,20 @@ void AppendFilterMetrics(const FilterRegistry& registry, const Persistence* pers
            "Memory of all filters (dropped ones until the last call using them ends)",
            static_cast<double>(registry.memory_bytes()));
 
-  enum { kItems, kCapacity, kLoad, kBytes, kFpr, kAge, kChanges, kGenerations, kBound };
+  enum {
+    kItems,
+    kCapacity,
+    kLoad,
+    kBytes,
+    kFpr,
+    kAge,
+    kChanges,
+    kGenerations,
+    kBound,
+    kTarget,
+    kReachable,
+    kGrowth
+  };
   const size_t first = out->size();
   AddFamily(out, "cuckood_filter_items", "Keys stored (inserted minus deleted)", MetricType::Gauge);
   AddFamily(out, "cuckood_filter_capacity", "Capacity asked for at creation", MetricType::Gauge);
@@ -69,6 +89,16 @@ void AppendFilterMetrics(const FilterRegistry& registry, const Persistence* pers
             "Table generations of the filter (1 until a growing filter grows)", MetricType::Gauge);
   AddFamily(out, "cuckood_filter_false_positive_bound",
             "Highest false-positive rate a lookup can have, at any load", MetricType::Gauge);
+  AddFamily(out, "cuckood_filter_false_positive_target",
+            "False-positive rate the filter is made for: a growing filter's rate, a fixed "
+            "filter's expected rate at its capacity",
+            MetricType::Gauge);
+  AddFamily(out, "cuckood_filter_reachable_capacity",
+            "Keys the filter can come to hold: its capacity if fixed; if growing, what its "
+            "generations plan, at most max_capacity",
+            MetricType::Gauge);
+  AddFamily(out, "cuckood_filter_growth_factor", "Growth factor (0: a fixed-size filter)",
+            MetricType::Gauge);
   const absl::Time now = absl::Now();
   for (const auto& [name, filter] : filters) {
     const FilterStats st = filter->Stats();
@@ -86,6 +116,9 @@ void AppendFilterMetrics(const FilterRegistry& registry, const Persistence* pers
     gauge(kChanges, static_cast<double>(snap.UnsnapshottedChanges(*filter)));
     gauge(kGenerations, static_cast<double>(st.generations.size()));
     gauge(kBound, st.false_positive_bound);
+    gauge(kTarget, st.false_positive_target);
+    gauge(kReachable, static_cast<double>(st.reachable_capacity));
+    gauge(kGrowth, static_cast<double>(filter->shape().growth_factor));
   }
 }
 

@@ -25,6 +25,10 @@ namespace cuckoo::server {
 // yet done (FilterServiceImpl::calls_in_flight()).
 void AppendCallsInFlight(int64_t calls_in_flight, MetricFamilies* out);
 
+// cuckood_ready: 1 while /readyz answers 200, so that an alert can see a
+// server that is up but not taking traffic (loading, a replica's log check).
+void AppendReadiness(bool ready, MetricFamilies* out);
+
 // MetricsSection::kRedis: the Redis-protocol port's gauges.
 struct RedisPortGauges {
   // Open connections and commands running.

@@ -636,6 +636,9 @@ void CuckooServer::AddMetricsCollectors() {
   metrics_->AddCollector(MetricsSection::kCalls, [service = service_.get()](MetricFamilies* out) {
     AppendCallsInFlight(service->calls_in_flight(), out);
   });
+  metrics_->AddCollector(MetricsSection::kCalls, [server = this](MetricFamilies* out) {
+    AppendReadiness(server->Readyz().status == 200, out);
+  });
   metrics_->AddCollector(
       MetricsSection::kState,
       [registry = registry_.get(), persistence = persistence_.get()](MetricFamilies* out) {

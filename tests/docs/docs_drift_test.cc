@@ -102,8 +102,10 @@ std::set<std::string> ServedMetrics() {
   Metrics metrics;
   metrics.SetRedisCommands(kRedisCommandNames, kRedisCfCommands);
   metrics.RecordRedisConnection();
-  metrics.AddCollector(MetricsSection::kCalls,
-                       [](MetricFamilies* out) { AppendCallsInFlight(0, out); });
+  metrics.AddCollector(MetricsSection::kCalls, [](MetricFamilies* out) {
+    AppendCallsInFlight(0, out);
+    AppendReadiness(true, out);
+  });
   metrics.AddCollector(MetricsSection::kRedis,
                        [](MetricFamilies* out) { AppendRedisPortMetrics({}, out); });
   metrics.AddCollector(MetricsSection::kState, [&](MetricFamilies* out) {

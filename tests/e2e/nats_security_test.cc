@@ -513,6 +513,9 @@ TEST_F(NatsSecurityTest, WrongCaLeavesReplicaNotReadyNamingTls) {
   const HttpResponse ready = HttpGet(r->process().admin_port(), "/readyz");
   EXPECT_EQ(ready.status, 503);
   EXPECT_NE(ready.body.find("TLS handshake"), std::string::npos) << ready.body;
+  // Up (/healthz) but not taking traffic, as the metric CuckoodNotReady
+  // alerts on says.
+  EXPECT_EQ(MetricValue(ParseMetrics(r->Metrics()), "cuckood_ready"), 0.0);
   EXPECT_NE(r->process().process().out().find("cannot connect to NATS: TLS handshake"),
             std::string::npos);
   // Writes fail with the reason.

@@ -131,8 +131,7 @@ void RedisCommands::Info(Session* s, const Command& c, Writer& w) {
   integer("Shards", shape.shards);
   integer("Semi-sorted", shape.semi_sorted() ? 1 : 0);
   real("Load factor", st.load_factor);
-  real("Error rate",
-       shape.growing() ? shape.false_positive_rate : st.expected_false_positive_rate_at_capacity);
+  real("Error rate", st.false_positive_target);
   real("Error rate bound", st.false_positive_bound);
 }
 

@@ -113,6 +113,8 @@ TEST_F(AdminHttpTest, HealthzAndReadyzAreOkWhileServing) {
   EXPECT_EQ(ready.body, "ready\n");
   // A query string does not change the path.
   EXPECT_EQ(HttpGet(port(), "/healthz?verbose=1").status, 200);
+  // The same, as a metric (CuckoodNotReady).
+  EXPECT_THAT(MetricValue(Scrape(port()), "cuckood_ready"), Optional(1.0));
 }
 
 TEST_F(AdminHttpTest, OtherPathsAre404AndOtherMethods405) {
@@ -277,6 +279,40 @@ TEST_F(AdminHttpTest, PerFilterGaugesFollowCreateSnapshotAndDrop) {
   EXPECT_THAT(MetricValue(m, "cuckood_filters"), Optional(1.0));
 }
 
+// What the capacity and false-positive alerts (deploy/monitoring) compare
+// against: the rate each filter is made for, the keys it can come to hold,
+// and whether it grows.
+TEST_F(AdminHttpTest, PerFilterTargetsSayWhatEachFilterIsMadeFor) {
+  ASSERT_TRUE(Create("fixed", 1000).ok());
+  v1::CreateFilterRequest req;
+  req.set_name("growing");
+  req.set_capacity(1000);
+  req.set_false_positive_rate(0.001);
+  req.set_growth_factor(2);
+  req.set_max_capacity(50000);
+  v1::CreateFilterResponse resp;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub_->CreateFilter(&ctx, req, &resp).ok());
+  const std::vector<Sample> m = Scrape(port());
+  const v1::FilterInfo fixed = Info("fixed"), growing = Info("growing");
+  const Labels ff = {{"filter", "fixed"}}, fg = {{"filter", "growing"}};
+  // A fixed filter: its rate at capacity (past it the rate climbs), the
+  // capacity, no growth.
+  EXPECT_THAT(MetricValue(m, "cuckood_filter_false_positive_target", ff),
+              Optional(::testing::DoubleNear(fixed.false_positive_rate_at_capacity(), 1e-15)));
+  EXPECT_GT(fixed.false_positive_rate_at_capacity(), 0);
+  EXPECT_THAT(MetricValue(m, "cuckood_filter_reachable_capacity", ff),
+              Optional(static_cast<double>(fixed.reachable_capacity())));
+  EXPECT_GE(fixed.reachable_capacity(), 1000u);
+  EXPECT_THAT(MetricValue(m, "cuckood_filter_growth_factor", ff), Optional(0.0));
+  // A growing one: the rate it was created with (all generations stay
+  // under it), its ceiling, its factor.
+  EXPECT_THAT(MetricValue(m, "cuckood_filter_false_positive_target", fg), Optional(0.001));
+  EXPECT_THAT(MetricValue(m, "cuckood_filter_reachable_capacity", fg), Optional(50000.0));
+  EXPECT_EQ(growing.reachable_capacity(), 50000u);
+  EXPECT_THAT(MetricValue(m, "cuckood_filter_growth_factor", fg), Optional(2.0));
+}
+
 TEST_F(AdminHttpTest, BadRequestsGetAnErrorStatusAndTheServerGoesOn) {
   auto raw = [&](const std::string& request) {
     HttpConnection c(port());
@@ -407,6 +443,7 @@ TEST_F(AdminHttpTest, ShutdownTurnsHealthzAndReadyzTo503) {
   EXPECT_EQ(health.status, 503);
   // The final snapshot is counted.
   std::vector<Sample> m = Scrape(port());
+  EXPECT_THAT(MetricValue(m, "cuckood_ready"), Optional(0.0));
   EXPECT_THAT(MetricValue(m, "cuckood_snapshots_total", {{"result", "ok"}}), Optional(1.0));
 }
 
