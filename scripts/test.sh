@@ -40,13 +40,26 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mmss() { echo "$(($1 / 60))m$(($1 % 60))s"; }
+# The machine's CPU ticks so far, busy and in all (/proc/stat: user, nice,
+# system, irq, softirq; plus idle and iowait), for each step's "N% busy":
+# how much of every core the step (and whatever ran beside it) kept busy.
+# Near 100% the step waits on the CPU; far below, on something else.
+cpu_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
+busy_since() {
+  local busy total
+  read -r busy total < <(cpu_ticks)
+  echo $((total > $2 ? 100 * (busy - $1) / (total - $2) : 0))
+}
 phases=()
 phase_start=$SECONDS
+read -r phase_busy phase_total < <(cpu_ticks)
 phase_name="install dependencies"
 phase() {
-  phases+=("$(printf '%8s  %s' "$(mmss $((SECONDS - phase_start)))" "$phase_name")")
+  phases+=("$(printf '%8s  %3s%% busy  %s' "$(mmss $((SECONDS - phase_start)))" \
+    "$(busy_since "$phase_busy" "$phase_total")" "$phase_name")")
   phase_name=$*
   phase_start=$SECONDS
+  read -r phase_busy phase_total < <(cpu_ticks)
   echo "== $* (at $(mmss "$SECONDS"))"
 }
 summary() {
@@ -54,7 +67,7 @@ summary() {
   # A step run beside one that failed: stopped, not left running.
   for pid in "${beside_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   [ "$phase_name" = "all tests passed" ] || phase "stopped (exit $status)"
-  echo "== time per step:"
+  echo "== time per step (and how busy it kept the CPU):"
   printf '%s\n' "${phases[@]}"
   printf '%8s  %s\n' "$(mmss "$SECONDS")" total
 }
@@ -62,8 +75,9 @@ trap summary EXIT
 # Steps that mostly wait (for processes they kill, for NATS elections, for
 # image layers) run beside one that computes: `beside NAME CMD...` starts
 # CMD with its output in build/logs/NAME.log; `joined NAME` waits for it,
-# prints that log, and fails the run if CMD failed. The step list at the
-# end gives the time from start to join.
+# prints that log, and fails the run if CMD failed. The log's last line says
+# how long CMD ran and the CPU time its processes used (bash's `times`);
+# the step list at the end gives the time from start to join.
 declare -A beside_pids beside_started
 beside() {
   local name=$1
@@ -71,14 +85,22 @@ beside() {
   mkdir -p build/logs
   echo "== $name: started beside the next steps (at $(mmss "$SECONDS"))"
   beside_started[$name]=$SECONDS
-  "$@" >"build/logs/$name.log" 2>&1 &
+  (
+    status=0
+    "$@" || status=$?
+    echo "== $name: ran $(mmss $((SECONDS - beside_started[$name]))); CPU time (user system)" \
+      "of the step's shell, then of its processes:"
+    times # Here, not in $(...): a forked shell would count none of them.
+    exit "$status"
+  ) >"build/logs/$name.log" 2>&1 &
   beside_pids[$name]=$!
 }
 joined() {
   local name=$1 status=0
   wait "${beside_pids[$name]}" || status=$?
   cat "build/logs/$name.log"
-  phases+=("$(printf '%8s  %s' "$(mmss $((SECONDS - beside_started[$name])))" "$name (beside)")")
+  phases+=("$(printf '%8s  %9s  %s' "$(mmss $((SECONDS - beside_started[$name])))" "" \
+    "$name (beside)")")
   echo "== $name: $([ "$status" = 0 ] && echo passed || echo "FAILED (exit $status)") (at $(mmss "$SECONDS"))"
   return "$status"
 }
