@@ -429,6 +429,7 @@ class Cluster final : public ExternalLog {
   struct PeerReport {
     DigestReport report;
     absl::Time changed;
+    uint64_t revision = 0;  // The bucket's, of the last report renewed.
   };
   std::map<std::string, PeerReport> peer_reports_;
   absl::Time next_digest_publish_ = absl::InfinitePast();

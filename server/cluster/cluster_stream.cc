@@ -775,7 +775,17 @@ void Cluster::ReadDigestReports() {
                     kMaxDigestPeers))
               : ParseDigestReport(key, kvEntry_ValueString(e));
       if (r.ok()) {
-        peer_reports_[key] = PeerReport{*std::move(r), now};
+        // Renewed only by a new revision: a watch made again delivers the
+        // last report of each replica once more, and a report that stopped
+        // being renewed (its replica gone, or the bucket not taking puts)
+        // must leave the check after kDigestReportLive, not live on.
+        const uint64_t revision = kvEntry_Revision(e);
+        auto known = peer_reports_.find(key);
+        const absl::Time changed =
+            known != peer_reports_.end() && known->second.revision == revision
+                ? known->second.changed
+                : now;
+        peer_reports_[key] = PeerReport{*std::move(r), changed, revision};
       } else {
         spdlog::warn("cluster: {}", std::string(r.status().message()));
       }
