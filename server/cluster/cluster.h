@@ -295,6 +295,9 @@ class Cluster final : public ExternalLog {
   // serving and heals from the majority.
   void MaintainDigests(const std::string& identity);
   bool OpenDigestBucket();
+  // Warns (once) when the digest reports' bucket, made by an earlier
+  // cuckood, is a replicated memory-storage stream.
+  void WarnOfMemoryBucket(const std::string& bucket);
   // The stream's replication factor as last read (0 while unknown).
   uint32_t StreamReplicas() const;
   void ReadDigestReports();
@@ -426,6 +429,7 @@ class Cluster final : public ExternalLog {
   struct PeerReport {
     DigestReport report;
     absl::Time changed;
+    uint64_t revision = 0;  // The bucket's, of the last report renewed.
   };
   std::map<std::string, PeerReport> peer_reports_;
   absl::Time next_digest_publish_ = absl::InfinitePast();
@@ -434,6 +438,7 @@ class Cluster final : public ExternalLog {
   absl::Time digest_watch_opened_ = absl::InfinitePast();   // Last opened.
   std::string published_report_;
   std::string digest_kv_problem_;
+  bool digest_bucket_checked_ = false;  // Its storage (WarnOfMemoryBucket).
   // The NATS servers the consumers were placed on, from where each started
   // (the last few), to name the server whose copy differed; servers whose
   // copy differed lately (until when), where a new consumer is not kept.

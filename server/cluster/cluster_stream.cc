@@ -681,10 +681,18 @@ bool Cluster::OpenDigestBucket() {
   natsStatus s = NATS_OK;
   if (impl_->digest_kv == nullptr) {
     // A replica that stopped reporting leaves the bucket after a minute,
-    // as it leaves the check (kDigestReportLive).
+    // as it leaves the check (kDigestReportLive). File storage, as the
+    // stream's and the replica records': a replicated memory-storage stream
+    // loses its copy and its raft log with each restart of one of its NATS
+    // servers, and nats-server 2.9.10 recovers such a stream badly (in the
+    // chaos test, after kill -9s of two of its servers in turn, no report
+    // got through for 55 s while the stream itself was served); every
+    // replica then stays unverified after its next consumer, and writes
+    // stall.
     s = OpenOrCreateBucket(impl_->js, &impl_->digest_kv, bucket,
                            "cuckood: each replica's digest of the log it applied (docs/CLUSTER.md)",
-                           kDigestReportLive, js_MemoryStorage, StreamReplicas());
+                           kDigestReportLive, js_FileStorage, StreamReplicas());
+    if (s == NATS_OK) WarnOfMemoryBucket(bucket);
   }
   if (s == NATS_OK && impl_->digest_watch == nullptr) {
     s = kvStore_WatchAll(&impl_->digest_watch, impl_->digest_kv, nullptr);
@@ -709,6 +717,28 @@ bool Cluster::OpenDigestBucket() {
   }
   digest_kv_problem_.clear();
   return true;
+}
+
+void Cluster::WarnOfMemoryBucket(const std::string& bucket) {
+  if (digest_bucket_checked_) return;
+  jsStreamInfo* si = nullptr;
+  jsErrCode jerr = static_cast<jsErrCode>(0);
+  if (js_GetStreamInfo(&si, impl_->js, absl::StrCat("KV_", bucket).c_str(), nullptr, &jerr) !=
+      NATS_OK) {
+    return;  // Unknown now: checked when the bucket is opened again.
+  }
+  const bool memory =
+      si->Config != nullptr && si->Config->Storage == js_MemoryStorage && si->Config->Replicas > 1;
+  jsStreamInfo_Destroy(si);
+  digest_bucket_checked_ = true;
+  if (!memory) return;
+  spdlog::warn(
+      "cluster: the digest reports' KV bucket {} has memory storage (an earlier cuckood made it): "
+      "restarts of its NATS servers can leave it taking no reports (nats-server 2.9.10), and then "
+      "every replica stops serving after its next consumer until reports get through again; "
+      "delete the bucket (nats kv del {}) and the replicas make it again with file storage "
+      "(docs/CLUSTER.md, \"Checking the log end to end\")",
+      bucket, bucket);
 }
 
 void Cluster::ReadDigestReports() {
@@ -745,7 +775,17 @@ void Cluster::ReadDigestReports() {
                     kMaxDigestPeers))
               : ParseDigestReport(key, kvEntry_ValueString(e));
       if (r.ok()) {
-        peer_reports_[key] = PeerReport{*std::move(r), now};
+        // Renewed only by a new revision: a watch made again delivers the
+        // last report of each replica once more, and a report that stopped
+        // being renewed (its replica gone, or the bucket not taking puts)
+        // must leave the check after kDigestReportLive, not live on.
+        const uint64_t revision = kvEntry_Revision(e);
+        auto known = peer_reports_.find(key);
+        const absl::Time changed =
+            known != peer_reports_.end() && known->second.revision == revision
+                ? known->second.changed
+                : now;
+        peer_reports_[key] = PeerReport{*std::move(r), changed, revision};
       } else {
         spdlog::warn("cluster: {}", std::string(r.status().message()));
       }

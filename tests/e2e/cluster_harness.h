@@ -209,6 +209,23 @@ class NatsCluster {
     return NatsCopiesDiffer(stores, stream);
   }
 
+  // How `stream` stores its messages ("file" or "memory"), as a live
+  // server's monitoring port says; "" if none knows.
+  std::string StreamStorage(const std::string& stream) {
+    for (int i = 0; i < 3; ++i) {
+      if (!Alive(i)) continue;
+      const HttpResponse r = HttpGet(monitor_[i], "/jsz?streams=true&config=true");
+      const size_t at = r.body.find(absl::StrCat("\"name\": \"", stream, "\""));
+      if (at == std::string::npos) continue;
+      const std::string key = "\"storage\": \"";
+      const size_t storage = r.body.find(key, at);
+      if (storage == std::string::npos) continue;
+      const size_t from = storage + key.size();
+      return r.body.substr(from, r.body.find('"', from) - from);
+    }
+    return "";
+  }
+
   // Which server (0-2) leads `stream`, as a live server's monitoring port
   // says; -1 if none knows.
   int StreamLeader(const std::string& stream) {
