@@ -942,6 +942,64 @@ TEST_F(RedisWalEnvTest, AWriteRefusedForAFullDiskGetsTheLogsErrorAndChangesNothi
   server_.reset();  // Before `full`.
 }
 
+// An EXEC on a full disk: the log has no room for the EXEC's transaction
+// or for its writes, so each write gets the log's error as its element and
+// none is applied (in a transaction or out of one); once there is room, the
+// next EXEC is whole.
+TEST_F(RedisWalEnvTest, AnExecOnAFullDiskAnswersEachWriteWithTheLogsErrorAndAppliesNone) {
+  std::atomic<bool> full{false};
+  env_.SetFail([&](const std::string& op, const std::string&) {
+    return op == "create" && full.load() ? ENOSPC : 0;
+  });
+  Start(256 << 10);
+  RespClient c(port());
+  ASSERT_EQ(c.Call({"CF.RESERVE", "f", "1000000"}), "OK");
+  full = true;
+  // Until the current segment and the one prepared are full: batches of
+  // 500 items, then single ones until even one has no room.
+  const std::string kNoRoom = "-ERR no room for the write-ahead log (";
+  for (int items : {500, 1}) {
+    std::string refused;
+    for (int round = 0; round < 5000 && refused.empty(); ++round) {
+      std::vector<std::string> insert = {"CF.INSERT", "f", "ITEMS"};
+      for (int i = 0; i < items; ++i)
+        insert.push_back(absl::StrCat("r", items, "-", round, "-", i));
+      const std::string r = c.Call(insert);
+      if (r[0] == '-') refused = r;
+    }
+    ASSERT_TRUE(absl::StartsWith(refused, kNoRoom)) << refused;
+  }
+  ASSERT_EQ(c.Call({"MULTI"}), "OK");
+  ASSERT_EQ(c.Call({"CF.ADD", "f", "tx-a"}), "QUEUED");
+  ASSERT_EQ(c.Call({"CF.EXISTS", "f", "tx-a"}), "QUEUED");
+  ASSERT_EQ(c.Call({"CF.ADD", "f", "tx-b"}), "QUEUED");
+  const std::string exec = c.Call({"EXEC"});
+  // [error, :0, error]: the read between them runs, and sees nothing.
+  EXPECT_TRUE(absl::StartsWith(exec, "[" + kNoRoom)) << exec;
+  size_t errors = 0;
+  for (size_t at = exec.find(kNoRoom); at != std::string::npos; at = exec.find(kNoRoom, at + 1)) {
+    ++errors;
+  }
+  EXPECT_EQ(errors, 2u) << exec;
+  EXPECT_NE(exec.find(",:0,"), std::string::npos) << exec;
+  EXPECT_EQ(c.Call({"CF.MEXISTS", "f", "tx-a", "tx-b"}), "[:0,:0]");
+  // Room again: the log prepares a segment at its next try (it waits a
+  // second between tries), and the same EXEC is applied whole.
+  full = false;
+  std::string again;
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_EQ(c.Call({"MULTI"}), "OK");
+    ASSERT_EQ(c.Call({"CF.ADD", "f", "tx-a"}), "QUEUED");
+    ASSERT_EQ(c.Call({"CF.ADD", "f", "tx-b"}), "QUEUED");
+    again = c.Call({"EXEC"});
+    if (again == "[:1,:1]") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(again, "[:1,:1]");
+  EXPECT_EQ(c.Call({"CF.MEXISTS", "f", "tx-a", "tx-b"}), "[:1,:1]");
+  server_.reset();  // Before `full`.
+}
+
 TEST_F(RedisPortTest, ScanDumpThenLoadChunkRestoresTheFilter) {
   RespClient c(port());
   std::vector<std::string> insert = {"CF.INSERT", "src", "CAPACITY", "50000", "ITEMS"};
