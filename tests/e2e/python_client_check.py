@@ -32,7 +32,6 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 import uuid
 
 import grpc
@@ -40,6 +39,8 @@ import grpc
 import cuckoo_client
 from cuckoo_client import CuckooError, DeleteResult, InsertResult
 from cuckoo_client.cuckoo.v1 import filter_service_pb2, filter_service_pb2_grpc
+
+from check_runner import run_checks  # tests/e2e/check_runner.py, beside this file
 
 INSERTED = InsertResult.INSERTED
 ALREADY_PRESENT = InsertResult.ALREADY_PRESENT
@@ -1068,22 +1069,7 @@ def main():
     names = [n for n in dir(Checks)
              if n.startswith(prefix) and (args.batch or not n.startswith("check_batch_"))]
     names.sort(key=lambda n: getattr(Checks, n).__code__.co_firstlineno)
-    failed = 0
-    for name in names:
-        try:
-            getattr(checks, name)()
-        except Exception:  # pylint: disable=broad-except
-            failed += 1
-            print(f"FAIL {name[len('check_'):]}")
-            traceback.print_exc(file=sys.stdout)
-        else:
-            print(f"ok {name[len('check_'):]}")
-        sys.stdout.flush()
-    if failed:
-        print(f"{failed} of {len(names)} checks FAILED")
-        return 1
-    print(f"{len(names)} checks passed")
-    return 0
+    return run_checks(checks, names)
 
 
 if __name__ == "__main__":

@@ -15,13 +15,14 @@ or "<k> of <n> checks FAILED" (exit 1).
 
 import argparse
 import sys
-import traceback
 import uuid
 
 import grpc
 
 import cuckoo_client
 from cuckoo_client import CuckooError, InsertResult
+
+from check_runner import run_checks  # tests/e2e/check_runner.py, beside this file
 
 
 def expect_error(code, fn, *args, **kwargs):
@@ -95,21 +96,7 @@ def main():
     parser.add_argument("--read-token", required=True, help="a token granted read:*")
     checks = Checks(parser.parse_args())
     names = [n for n in Checks.__dict__ if n.startswith("check_")]  # In definition order.
-    failed = 0
-    for name in names:
-        try:
-            getattr(checks, name)()
-            print(f"ok {name[len('check_'):]}")
-        except Exception:  # pylint: disable=broad-except
-            failed += 1
-            print(f"FAIL {name[len('check_'):]}")
-            traceback.print_exc(file=sys.stdout)
-        sys.stdout.flush()
-    if failed:
-        print(f"{failed} of {len(names)} checks FAILED")
-        return 1
-    print(f"{len(names)} checks passed")
-    return 0
+    return run_checks(checks, names)
 
 
 if __name__ == "__main__":

@@ -19,8 +19,9 @@ import os
 import re
 import sys
 import sysconfig
-import traceback
 import zipfile
+
+from check_runner import run_checks  # tests/e2e/check_runner.py, beside this file
 
 # What the wheel must hold, inside cuckoo_client/: the wrapper, the PEP 561
 # marker, the version, and every generated module with its type stub.
@@ -127,17 +128,7 @@ def main():
     args = parser.parse_args()
     checks = Checks(args)
     names = [n for n in Checks.__dict__ if n.startswith("check_")]
-    failed = 0
-    for name in names:
-        try:
-            getattr(checks, name)()
-            print(f"ok {name[len('check_'):]}")
-        except Exception:  # pylint: disable=broad-except
-            failed += 1
-            print(f"FAIL {name[len('check_'):]}")
-            traceback.print_exc(file=sys.stdout)
-    print(f"{failed} of {len(names)} checks FAILED" if failed else f"{len(names)} checks passed")
-    return 1 if failed else 0
+    return run_checks(checks, names)
 
 
 if __name__ == "__main__":
