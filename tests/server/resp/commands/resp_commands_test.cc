@@ -553,7 +553,33 @@ class RedisWalEnvTest : public RedisPortTest {
     return at == std::string::npos ? 0 : std::stoull(m.substr(at + kName.size()));
   }
 
+  // Starts with a 256 KiB log whose new segments fail with ENOSPC while
+  // disk_full_ is set, makes the filter "f" and sets disk_full_.
+  void StartOnADiskThatFills() {
+    env_.SetFail([this](const std::string& op, const std::string&) {
+      return op == "create" && disk_full_.load() ? ENOSPC : 0;
+    });
+    Start(256 << 10);
+    ASSERT_EQ(RespClient(port()).Call({"CF.RESERVE", "f", "1000000"}), "OK");
+    disk_full_ = true;
+  }
+  // CF.INSERTs of `items` new items into "f", at most `rounds` of them,
+  // until one is refused: returns its answer ("" if none was refused) and
+  // sets `*insert` to its command.
+  static std::string InsertUntilRefused(RespClient& c, int items, int rounds,
+                                        std::vector<std::string>* insert) {
+    for (int round = 0; round < rounds; ++round) {
+      *insert = {"CF.INSERT", "f", "ITEMS"};
+      for (int i = 0; i < items; ++i)
+        insert->push_back(absl::StrCat("r", items, "-", round, "-", i));
+      const std::string r = c.Call(*insert);
+      if (r[0] == '-') return r;
+    }
+    return "";
+  }
+
   server::testing::FaultWalEnv env_;
+  std::atomic<bool> disk_full_{false};
 };
 
 // Issue 30, item 7: a connection's writes are applied when they run and
@@ -906,23 +932,11 @@ TEST_F(RedisPortTest, AGrpcMadeFilterWithoutTheOptionKeepsFullForRepeats) {
 }
 
 TEST_F(RedisWalEnvTest, AWriteRefusedForAFullDiskGetsTheLogsErrorAndChangesNothing) {
-  std::atomic<bool> full{false};
-  env_.SetFail([&](const std::string& op, const std::string&) {
-    return op == "create" && full.load() ? ENOSPC : 0;
-  });
-  Start(256 << 10);
+  ASSERT_NO_FATAL_FAILURE(StartOnADiskThatFills());
   RespClient c(port());
-  ASSERT_EQ(c.Call({"CF.RESERVE", "f", "1000000"}), "OK");
-  full = true;
   // Until the current segment and the one prepared are full.
-  std::string refused;
   std::vector<std::string> insert;
-  for (int round = 0; round < 1000 && refused.empty(); ++round) {
-    insert = {"CF.INSERT", "f", "ITEMS"};
-    for (int i = 0; i < 500; ++i) insert.push_back(absl::StrCat("r", round, "-", i));
-    const std::string r = c.Call(insert);
-    if (r[0] == '-') refused = r;
-  }
+  const std::string refused = InsertUntilRefused(c, 500, 1000, &insert);
   ASSERT_TRUE(absl::StartsWith(refused, "-ERR no room for the write-ahead log (")) << refused;
   // The same write over gRPC, at once (the log refuses for a second
   // before it tries to prepare a segment again).
@@ -938,8 +952,7 @@ TEST_F(RedisWalEnvTest, AWriteRefusedForAFullDiskGetsTheLogsErrorAndChangesNothi
   exists.insert(exists.end(), insert.begin() + 3, insert.end());
   const std::string present = c.Call(exists);
   EXPECT_LT(std::count(present.begin(), present.end(), '1'), 3) << "nothing was applied";
-  full = false;
-  server_.reset();  // Before `full`.
+  disk_full_ = false;
 }
 
 // An EXEC on a full disk: the log has no room for the EXEC's transaction
@@ -947,26 +960,14 @@ TEST_F(RedisWalEnvTest, AWriteRefusedForAFullDiskGetsTheLogsErrorAndChangesNothi
 // none is applied (in a transaction or out of one); once there is room, the
 // next EXEC is whole.
 TEST_F(RedisWalEnvTest, AnExecOnAFullDiskAnswersEachWriteWithTheLogsErrorAndAppliesNone) {
-  std::atomic<bool> full{false};
-  env_.SetFail([&](const std::string& op, const std::string&) {
-    return op == "create" && full.load() ? ENOSPC : 0;
-  });
-  Start(256 << 10);
+  ASSERT_NO_FATAL_FAILURE(StartOnADiskThatFills());
   RespClient c(port());
-  ASSERT_EQ(c.Call({"CF.RESERVE", "f", "1000000"}), "OK");
-  full = true;
   // Until the current segment and the one prepared are full: batches of
   // 500 items, then single ones until even one has no room.
   const std::string kNoRoom = "-ERR no room for the write-ahead log (";
+  std::vector<std::string> insert;
   for (int items : {500, 1}) {
-    std::string refused;
-    for (int round = 0; round < 5000 && refused.empty(); ++round) {
-      std::vector<std::string> insert = {"CF.INSERT", "f", "ITEMS"};
-      for (int i = 0; i < items; ++i)
-        insert.push_back(absl::StrCat("r", items, "-", round, "-", i));
-      const std::string r = c.Call(insert);
-      if (r[0] == '-') refused = r;
-    }
+    const std::string refused = InsertUntilRefused(c, items, 5000, &insert);
     ASSERT_TRUE(absl::StartsWith(refused, kNoRoom)) << refused;
   }
   ASSERT_EQ(c.Call({"MULTI"}), "OK");
@@ -985,7 +986,7 @@ TEST_F(RedisWalEnvTest, AnExecOnAFullDiskAnswersEachWriteWithTheLogsErrorAndAppl
   EXPECT_EQ(c.Call({"CF.MEXISTS", "f", "tx-a", "tx-b"}), "[:0,:0]");
   // Room again: the log prepares a segment at its next try (it waits a
   // second between tries), and the same EXEC is applied whole.
-  full = false;
+  disk_full_ = false;
   std::string again;
   for (int i = 0; i < 100; ++i) {
     ASSERT_EQ(c.Call({"MULTI"}), "OK");
@@ -997,7 +998,6 @@ TEST_F(RedisWalEnvTest, AnExecOnAFullDiskAnswersEachWriteWithTheLogsErrorAndAppl
   }
   EXPECT_EQ(again, "[:1,:1]");
   EXPECT_EQ(c.Call({"CF.MEXISTS", "f", "tx-a", "tx-b"}), "[:1,:1]");
-  server_.reset();  // Before `full`.
 }
 
 TEST_F(RedisPortTest, ScanDumpThenLoadChunkRestoresTheFilter) {
