@@ -209,37 +209,31 @@ class NatsCluster {
     return NatsCopiesDiffer(stores, stream);
   }
 
-  // How `stream` stores its messages ("file" or "memory"), as a live
-  // server's monitoring port says; "" if none knows.
-  std::string StreamStorage(const std::string& stream) {
+  // The string `field` of `stream` (in its state, cluster or
+  // configuration), as a live server's monitoring port says; "" if none
+  // knows.
+  std::string StreamField(const std::string& stream, const std::string& field) {
     for (int i = 0; i < 3; ++i) {
       if (!Alive(i)) continue;
       const HttpResponse r = HttpGet(monitor_[i], "/jsz?streams=true&config=true");
       const size_t at = r.body.find(absl::StrCat("\"name\": \"", stream, "\""));
       if (at == std::string::npos) continue;
-      const std::string key = "\"storage\": \"";
-      const size_t storage = r.body.find(key, at);
-      if (storage == std::string::npos) continue;
-      const size_t from = storage + key.size();
+      const std::string key = absl::StrCat("\"", field, "\": \"");
+      const size_t value = r.body.find(key, at);
+      if (value == std::string::npos) continue;
+      const size_t from = value + key.size();
       return r.body.substr(from, r.body.find('"', from) - from);
     }
     return "";
   }
 
-  // Which server (0-2) leads `stream`, as a live server's monitoring port
-  // says; -1 if none knows.
+  // How `stream` stores its messages ("file" or "memory"); "" if none knows.
+  std::string StreamStorage(const std::string& stream) { return StreamField(stream, "storage"); }
+
+  // Which server (0-2, named n0-n2) leads `stream`; -1 if none knows.
   int StreamLeader(const std::string& stream) {
-    for (int i = 0; i < 3; ++i) {
-      if (!Alive(i)) continue;
-      const HttpResponse r = HttpGet(monitor_[i], "/jsz?streams=true");
-      const size_t at = r.body.find(absl::StrCat("\"name\": \"", stream, "\""));
-      if (at == std::string::npos) continue;
-      const std::string key = "\"leader\": \"n";
-      const size_t leader = r.body.find(key, at);
-      if (leader == std::string::npos) continue;
-      return r.body[leader + key.size()] - '0';
-    }
-    return -1;
+    const std::string leader = StreamField(stream, "leader");
+    return leader.size() == 2 && leader[0] == 'n' ? leader[1] - '0' : -1;
   }
 
  private:
