@@ -649,8 +649,8 @@ apt_install redis-tools redis-cli
 # commit's labels.
 version=$(sed -n 's/^project(cuckood VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
 [ -n "$version" ] || { echo "container-test: no version in CMakeLists.txt" >&2; exit 1; }
-grep -qx "ARG VERSION=$version" Dockerfile ||
-  { echo "container-test: the Dockerfile's ARG VERSION is not CMakeLists.txt's $version" >&2; exit 1; }
+# The Dockerfile's ARG VERSION (and every other copy) is CMakeLists.txt's.
+python3 scripts/set-version.py --check
 revision=$(git rev-parse HEAD)
 created=$(TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ HEAD)
 # The binaries in the image must say the same version (the verify step).
